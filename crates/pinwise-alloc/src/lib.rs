@@ -1,0 +1,1 @@
+//! pinwise-alloc: the smart pinning host allocator.

@@ -1,0 +1,1 @@
+//! pinwise-capi: the C ABI of pinwise.

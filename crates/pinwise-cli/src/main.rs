@@ -1,0 +1,2 @@
+//! The `pinwise` command.
+fn main() {}

@@ -1,0 +1,1 @@
+//! pinwise-cuda: the CUDA driver API, loaded at run time.

@@ -1,0 +1,1 @@
+//! pinwise-preload: pinwise for unmodified programs, through LD_PRELOAD.

@@ -1,0 +1,1 @@
+//! pinwise-report: what a person reads after a trace.

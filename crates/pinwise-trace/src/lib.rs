@@ -1,0 +1,1 @@
+//! pinwise-trace: the eBPF tracer.

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Prepares this machine for building and running pinwise. Idempotent: it installs only
+# what is missing and says what it installs.
+#
+#   - Debian/Ubuntu packages: clang and llvm (compile the BPF programs), libelf-dev,
+#     zlib1g-dev and pkg-config (libbpf, linked statically), gcc and make (C examples).
+#   - tracefs and debugfs, mounted if absent (uprobes and tracepoints need tracefs).
+#   - Rust: needs cargo (https://rustup.rs); cargo-nextest is used when present.
+set -euo pipefail
+
+say() { printf '[setup] %s\n' "$*"; }
+
+PACKAGES=(clang llvm libelf-dev zlib1g-dev pkg-config gcc make)
+# Extra packages for the test suite only (the HTML report is checked in headless Chromium).
+if [[ "${PINWISE_SETUP_TESTS:-0}" == 1 ]]; then
+  PACKAGES+=(chromium)
+fi
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  say "installing Debian packages: ${missing[*]}"
+  SUDO=""
+  [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  say "Debian packages present: ${PACKAGES[*]}"
+fi
+
+if ! command -v cargo >/dev/null; then
+  [[ -x "$HOME/.cargo/bin/cargo" ]] && export PATH="$HOME/.cargo/bin:$PATH"
+fi
+command -v cargo >/dev/null || { say "cargo not found: install Rust from https://rustup.rs first"; exit 1; }
+
+if [[ $(id -u) -eq 0 ]]; then
+  if ! mountpoint -q /sys/kernel/tracing 2>/dev/null; then
+    mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null && say "mounted tracefs on /sys/kernel/tracing" \
+      || say "could not mount tracefs (uprobes will not attach)"
+  fi
+  if ! mountpoint -q /sys/kernel/debug 2>/dev/null; then
+    mount -t debugfs nodev /sys/kernel/debug 2>/dev/null && say "mounted debugfs on /sys/kernel/debug" || true
+  fi
+else
+  say "not root: tracefs not checked; the eBPF tracer needs root (or CAP_BPF+CAP_PERFMON)"
+fi

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Runs pinwise's whole test suite, after setting the machine up (scripts/setup.sh).
+# Checks formatting and lints first, as CI does. Tests that need BPF run for real as root;
+# under CI=true they fail when BPF is unavailable, elsewhere they skip with a message.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PINWISE_SETUP_TESTS=1 bash scripts/setup.sh
+export PATH="$HOME/.cargo/bin:$PATH"
+
+echo "[test] cargo fmt --check"
+cargo fmt --all -- --check
+echo "[test] cargo clippy -D warnings"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "[test] building the workspace (the CPU stand-ins for libcuda/libcudart are test fixtures)"
+cargo build --workspace --all-targets --locked
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --workspace --locked --no-fail-fast "$@"
+else
+  cargo test --workspace --locked --no-fail-fast "$@"
+fi
