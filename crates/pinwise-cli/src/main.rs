@@ -1,2 +1,80 @@
-//! The `pinwise` command.
-fn main() {}
+//! The `pinwise` command: trace CUDA programs' host memory, pin it smartly, report on it.
+mod cmd;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// pinwise: see where your CUDA program's host<->device transfer time goes, and pin only
+/// the host memory that pays for it.
+#[derive(Debug, Parser)]
+#[command(name = "pinwise", version, about, long_about = None, propagate_version = true)]
+struct Cli {
+    /// More log output (-v: info, -vv: debug, -vvv: trace). `RUST_LOG` overrides it.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Trace an unmodified CUDA process with eBPF and record each host allocation's life.
+    Trace(cmd::trace::TraceArgs),
+    /// Run a program with pinwise's preload library: smart pinning and in-process tracing.
+    Run(cmd::run::RunArgs),
+    /// Summarize a history: where transfer time goes and what pinning would save.
+    Report(cmd::report::ReportArgs),
+    /// Export a history as a timeline (Chrome trace event format, for Perfetto).
+    Export(cmd::export::ExportArgs),
+    /// Compare two histories or profiles.
+    Diff(cmd::diff::DiffArgs),
+    /// Benchmarks (`pinwise bench alloc`: the smart allocator against other strategies).
+    Bench(cmd::bench::BenchArgs),
+    /// Measure this machine's transfer and pinning costs and write a calibration file.
+    Calibrate(cmd::calibrate::CalibrateArgs),
+    /// Check whether this machine can run pinwise, and how well.
+    Doctor(cmd::doctor::DoctorArgs),
+    /// Run a small built-in workload through pinwise end to end and show what it found.
+    Demo(cmd::demo::DemoArgs),
+}
+
+fn init_logging(verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.verbose);
+    let result = match cli.command {
+        Command::Trace(args) => cmd::trace::run(args),
+        Command::Run(args) => cmd::run::run(args),
+        Command::Report(args) => cmd::report::run(args),
+        Command::Export(args) => cmd::export::run(args),
+        Command::Diff(args) => cmd::diff::run(args),
+        Command::Bench(args) => cmd::bench::run(args),
+        Command::Calibrate(args) => cmd::calibrate::run(args),
+        Command::Doctor(args) => cmd::doctor::run(args),
+        Command::Demo(args) => cmd::demo::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("pinwise: error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

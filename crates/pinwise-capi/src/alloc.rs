@@ -1,0 +1,1 @@
+//! C ABI of the smart pinning allocator (`pinwise_alloc_*`).

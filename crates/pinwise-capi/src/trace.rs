@@ -1,0 +1,1 @@
+//! C ABI of the tracer agent (`pinwise_tracer_*`).
