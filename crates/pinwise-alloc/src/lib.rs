@@ -1,1 +1,24 @@
 //! pinwise-alloc: the smart pinning host allocator.
+//!
+//! Pinned (page-locked) host memory makes host<->device copies about 3x faster, but pinning
+//! costs time and memory the OS can no longer page. This crate pins only what pays:
+//!
+//! - [`pool`]: page-locked segments carved into blocks (best fit, split, coalesce, no
+//!   power-of-two waste), reused only after the copies on them completed;
+//! - [`pageable`]: the path for what is not pinned (with a cache of touched mappings);
+//! - [`budget`]: a hard cap on pinned bytes, reserved atomically before pinning;
+//! - [`predict`]: the adaptive mode's per-call-site pattern history table;
+//! - [`callsite`]: allocation identity (call site normalized across runs);
+//! - [`backend`]: the driver operations it needs, behind [`backend::PinBackend`].
+#![warn(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod backend;
+pub mod budget;
+pub mod callsite;
+pub mod events;
+pub mod grade;
+pub mod pageable;
+pub mod pool;
+pub mod predict;
+pub mod testing;

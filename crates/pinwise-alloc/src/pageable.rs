@@ -1,0 +1,179 @@
+//! The pageable path: memory that is not pinned.
+//!
+//! Small requests come from the Rust global allocator. Large ones (at least
+//! [`MMAP_FROM`]) are anonymous mappings of whole pages, so that they can later be
+//! registered in place ("promoted") without touching anyone else's pages, and a freed one
+//! is kept in a bounded cache of *touched* mappings: reusing it costs no page faults, and
+//! the pinned pool can register it instead of calling `cuMemHostAlloc` (registering touched
+//! memory is about 8x cheaper on the H200). Mappings of 2 MiB and more are advised to use
+//! transparent huge pages, which makes their first touch much cheaper.
+
+use std::collections::BTreeSet;
+
+use crate::grade::{graded_size, PAGE};
+
+/// Requests of at least this many bytes get their own page-aligned mapping.
+pub const MMAP_FROM: usize = 64 * 1024;
+
+/// Mappings of at least this many bytes are advised to use transparent huge pages.
+pub const HUGE_FROM: usize = 2 << 20;
+
+/// Maps `len` bytes (whole pages) of anonymous read-write memory. With `huge`, mappings of
+/// [`HUGE_FROM`] bytes or more are advised to use transparent huge pages.
+pub fn map_anonymous(len: usize, huge: bool) -> Option<*mut u8> {
+    debug_assert!(len % PAGE == 0 && len > 0);
+    // SAFETY: an anonymous private mapping at an address of the kernel's choosing touches
+    // no existing memory.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return None;
+    }
+    if huge && len >= HUGE_FROM {
+        // SAFETY: advice on a mapping we just made; failure (THP disabled) is harmless.
+        unsafe { libc::madvise(p, len, libc::MADV_HUGEPAGE) };
+    }
+    Some(p as *mut u8)
+}
+
+/// Unmaps a mapping made by [`map_anonymous`].
+///
+/// # Safety
+/// `ptr..ptr+len` is exactly one such mapping, not registered, and not used afterwards.
+pub unsafe fn unmap(ptr: *mut u8, len: usize) {
+    // SAFETY: the caller guarantees the range is our own mapping and unused from now on.
+    let rc = unsafe { libc::munmap(ptr as *mut libc::c_void, len) };
+    debug_assert_eq!(rc, 0, "munmap of our own mapping failed");
+}
+
+/// The books of the cache of freed, touched mappings. No system calls: the caller maps and
+/// unmaps outside its lock.
+#[derive(Debug)]
+pub struct PageableCache {
+    /// Cached mappings as (len, address).
+    free: BTreeSet<(usize, usize)>,
+    cached_bytes: usize,
+    cap: usize,
+}
+
+impl PageableCache {
+    /// A cache that keeps at most `cap` bytes of freed mappings.
+    pub fn new(cap: usize) -> Self {
+        PageableCache {
+            free: BTreeSet::new(),
+            cached_bytes: 0,
+            cap,
+        }
+    }
+
+    /// Bytes of mappings kept now.
+    pub fn cached_bytes(&self) -> usize {
+        self.cached_bytes
+    }
+
+    /// A cached mapping for a request of `len` graded bytes: the smallest of at least `len`
+    /// bytes and at most 1/8 more. Returns (address, mapping length).
+    pub fn take(&mut self, len: usize) -> Option<(usize, usize)> {
+        let max = len + len / 8;
+        let &(l, a) = self.free.range((len, 0)..).next()?;
+        if l > max {
+            return None;
+        }
+        self.free.remove(&(l, a));
+        self.cached_bytes -= l;
+        Some((a, l))
+    }
+
+    /// The largest cached mapping of at least `len` bytes, taken for registration into the
+    /// pinned pool (any size above `len` is fine there: the pool splits it).
+    pub fn take_at_least(&mut self, len: usize) -> Option<(usize, usize)> {
+        let &(l, a) = self.free.range((len, 0)..).next()?;
+        self.free.remove(&(l, a));
+        self.cached_bytes -= l;
+        Some((a, l))
+    }
+
+    /// Keeps a freed mapping. Returns the mappings that must be unmapped to stay within the
+    /// cap (possibly the one given, if it alone is larger than the cap).
+    pub fn put(&mut self, addr: usize, len: usize) -> Vec<(usize, usize)> {
+        if len > self.cap {
+            return vec![(addr, len)];
+        }
+        let mut evicted = Vec::new();
+        while self.cached_bytes + len > self.cap {
+            // Evict the oldest-looking: the largest mappings first, they cost the most to keep.
+            let Some(&(l, a)) = self.free.iter().next_back() else {
+                break;
+            };
+            self.free.remove(&(l, a));
+            self.cached_bytes -= l;
+            evicted.push((a, l));
+        }
+        self.free.insert((len, addr));
+        self.cached_bytes += len;
+        evicted
+    }
+
+    /// Empties the cache, returning the mappings to unmap.
+    pub fn drain(&mut self) -> Vec<(usize, usize)> {
+        self.cached_bytes = 0;
+        std::mem::take(&mut self.free)
+            .into_iter()
+            .map(|(l, a)| (a, l))
+            .collect()
+    }
+}
+
+/// The length of the mapping the pageable path makes for a request of `size` bytes.
+pub fn mapping_len(size: usize) -> usize {
+    graded_size(size)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cache_takes_close_fits_only() {
+        let mut c = PageableCache::new(1 << 30);
+        assert!(c.put(0x1000_0000, 1 << 20).is_empty());
+        assert!(c.put(0x2000_0000, 4 << 20).is_empty());
+        assert_eq!(c.take(3 << 20), None, "4 MiB is more than 1/8 above 3 MiB");
+        assert_eq!(c.take(1 << 20), Some((0x1000_0000, 1 << 20)));
+        assert_eq!(c.take_at_least(2 << 20), Some((0x2000_0000, 4 << 20)));
+        assert_eq!(c.cached_bytes(), 0);
+    }
+
+    #[test]
+    fn cache_stays_within_its_cap() {
+        let mut c = PageableCache::new(8 << 20);
+        assert!(c.put(0x1000_0000, 4 << 20).is_empty());
+        assert!(c.put(0x2000_0000, 2 << 20).is_empty());
+        let ev = c.put(0x3000_0000, 4 << 20);
+        assert_eq!(ev, vec![(0x1000_0000, 4 << 20)]);
+        assert_eq!(c.cached_bytes(), 6 << 20);
+        assert_eq!(c.put(0x4000_0000, 16 << 20), vec![(0x4000_0000, 16 << 20)]);
+        assert_eq!(c.drain().len(), 2);
+    }
+
+    #[test]
+    fn mappings_are_usable_and_unmappable() {
+        let len = HUGE_FROM;
+        let p = map_anonymous(len, true).expect("mmap");
+        assert_eq!(p as usize % PAGE, 0);
+        // SAFETY: a fresh read-write mapping of `len` bytes.
+        unsafe {
+            std::ptr::write_bytes(p, 0xab, len);
+            assert_eq!(*p.add(len - 1), 0xab);
+            unmap(p, len);
+        }
+    }
+}
