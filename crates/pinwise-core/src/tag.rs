@@ -192,7 +192,10 @@ mod tests {
     fn build_id_wins_over_path_for_identity() {
         let t = ModuleTable::new();
         let a = t.intern(&ModuleIdentity::with_build_id("/a/app", vec![0xab, 0xcd]));
-        let b = t.intern(&ModuleIdentity::with_build_id("/b/app-copy", vec![0xab, 0xcd]));
+        let b = t.intern(&ModuleIdentity::with_build_id(
+            "/b/app-copy",
+            vec![0xab, 0xcd],
+        ));
         let c = t.intern(&ModuleIdentity::from_path("/a/app"));
         assert_eq!(a, b);
         assert_ne!(a, c);

@@ -1,0 +1,1041 @@
+//! `MemHistory`: the life of every host allocation, built from a stream of [`Event`]s.
+//!
+//! One record per allocation ([`AllocationView`] reads it), keyed by (pid, address): the
+//! tracer follows child processes, and an address reused after a free starts a new record.
+//! A transfer whose host pointer falls anywhere inside a live allocation is attributed to
+//! it; a transfer into memory whose allocation was never seen gets an implicit
+//! [`AllocKind::Untracked`] record covering the addresses transfers used.
+//!
+//! Memory stays small and bounded:
+//! - a record is 32 bytes ([`record`]);
+//! - events are stored delta-encoded, 5-8 bytes for a typical transfer ([`codec`]), in a
+//!   chunked arena shared by all records ([`arena`]); at most
+//!   [`HistoryConfig::max_events_per_allocation`] are retained per allocation, and counters
+//!   stay exact past that (kept in a side table for the capped records only);
+//! - live allocations have an entry in a per-process address index (for interior pointers
+//!   and the append position of their events), dropped when they end;
+//! - hotspot and coldspot queries use a tournament tree over the transfer counts ([`rank`]).
+//!
+//! [`MemHistory`] is single-threaded; [`SharedHistory`] lets one thread feed it while
+//! others query.
+
+mod arena;
+pub(crate) mod codec;
+mod counters;
+mod query;
+mod rank;
+pub(crate) mod record;
+mod shared;
+pub(crate) mod tables;
+mod view;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::event::{Direction, Event, EventKind, HostState};
+use crate::segvec::SegVec;
+use crate::tag::{ModuleTable, Site};
+use arena::{Cursor, EventArena};
+use codec::{RecordContext, MAX_EVENT_LEN};
+use rank::TransferRank;
+use record::AllocRecord;
+use tables::{EventTables, FxMap, SlotKey, Slots};
+
+pub use codec::{Recorded, RecordedEvent};
+pub use counters::{DirectionCounters, TransferCounters};
+pub use query::{DirectionSummary, SavingEstimate, SiteAggregate, Summary};
+pub use record::{AllocKind, AllocState, RecordId};
+pub use shared::SharedHistory;
+pub use view::{AllocationInfo, AllocationView, EventIter};
+
+/// Page size assumed when a pin event gives only a page count.
+pub const PAGE_SIZE: u64 = 4096;
+
+/// Settings of a history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryConfig {
+    /// Events retained per allocation (at least 2: the allocation and its end are always
+    /// kept). Counters stay exact however many events are dropped.
+    pub max_events_per_allocation: u32,
+    /// Whether transfers into memory whose allocation was never seen get an implicit
+    /// `Untracked` record (else they are only counted in [`HistoryStats`]).
+    pub track_untracked: bool,
+}
+
+impl Default for HistoryConfig {
+    /// 1024 events per allocation (at most ~16 KiB each), untracked memory tracked.
+    fn default() -> Self {
+        HistoryConfig {
+            max_events_per_allocation: 1024,
+            track_untracked: true,
+        }
+    }
+}
+
+/// A process the history has seen events from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessInfo {
+    /// Its pid.
+    pub pid: u32,
+    /// Timestamp of its first event.
+    pub first_ts_ns: u64,
+    /// Timestamp of its latest event.
+    pub last_ts_ns: u64,
+    /// When it exited, if [`MemHistory::process_exited`] was told.
+    pub exit_ts_ns: Option<u64>,
+}
+
+/// Totals of one direction.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirTotals {
+    /// Transfers.
+    pub transfers: u64,
+    /// Bytes.
+    pub bytes: u64,
+}
+
+impl DirTotals {
+    fn add(&mut self, bytes: u64) {
+        self.transfers += 1;
+        self.bytes = self.bytes.saturating_add(bytes);
+    }
+}
+
+/// The history's own bookkeeping: what it saw and what it could not attribute.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryStats {
+    /// Events given to [`MemHistory::ingest`].
+    pub events_ingested: u64,
+    /// Events stored in records.
+    pub events_retained: u64,
+    /// Events not stored because their allocation reached the cap (counted exactly).
+    pub events_dropped_by_cap: u64,
+    /// Records created.
+    pub records: u64,
+    /// Implicit records for memory whose allocation was never seen (untracked transfers,
+    /// registrations of unknown memory).
+    pub implicit_records: u64,
+    /// Live records closed because a new allocation took their addresses.
+    pub replaced_records: u64,
+    /// Frees of addresses with no live allocation.
+    pub unmatched_frees: u64,
+    /// Pin, unpin, mmap, munmap and page-fault events in no live allocation, and untracked
+    /// transfers when `track_untracked` is off.
+    pub unattributed_events: u64,
+    /// Every transfer seen, by direction (index: [`Direction::index`]).
+    pub transfers: [DirTotals; 4],
+    /// Transfers with no host memory (device to device, or a null host pointer).
+    pub device_only_transfers: [DirTotals; 4],
+}
+
+/// Heap memory held by a history, by part (capacities, from the history's own accounting).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryUsage {
+    /// The 32-byte records.
+    pub records: usize,
+    /// The event arena (whole chunks, headers and unused tails included).
+    pub event_arena: usize,
+    /// Bytes of encoded events in the arena.
+    pub event_bytes_used: u64,
+    /// The hotspot/coldspot index.
+    pub rank_index: usize,
+    /// Call sites, streams and (process, site) slots.
+    pub tables: usize,
+    /// Counters of capped records.
+    pub capped_counters: usize,
+    /// Live-address index entries (estimated: entry size times entries, B-tree overhead
+    /// not included).
+    pub live_index_estimate: usize,
+}
+
+impl MemoryUsage {
+    /// Sum of the parts.
+    pub fn total(&self) -> usize {
+        self.records
+            + self.event_arena
+            + self.rank_index
+            + self.tables
+            + self.capped_counters
+            + self.live_index_estimate
+    }
+}
+
+/// A live allocation's entry in its process's address index.
+#[derive(Debug, Clone, Copy)]
+struct LiveEntry {
+    /// One past the last byte.
+    end: u64,
+    /// Timestamp of the last retained event (events are delta-encoded against it).
+    last_ts: u64,
+    /// Page-locked range inside the allocation (`pin_end == 0`: none).
+    pin_start: u64,
+    pin_end: u64,
+    record: u32,
+    /// Events retained so far.
+    events: u32,
+    /// Where its next event goes.
+    cursor: Cursor,
+}
+
+impl LiveEntry {
+    fn pinned_covers(&self, start: u64, bytes: u64) -> bool {
+        self.pin_end > self.pin_start
+            && self.pin_start <= start
+            && start.saturating_add(bytes) <= self.pin_end
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Process {
+    info: ProcessInfo,
+    live: BTreeMap<u64, LiveEntry>,
+}
+
+/// Exact counters of a record whose events were capped.
+#[derive(Debug, Clone, Copy, Default)]
+struct Capped {
+    counters: TransferCounters,
+    dropped: u64,
+}
+
+/// Records, their events and indexes: everything but the live-address index, so that a
+/// live entry (borrowed from a process) and the store can be changed together.
+#[derive(Debug, Clone, Default)]
+struct Store {
+    records: SegVec<AllocRecord, 12>,
+    arena: EventArena,
+    rank: TransferRank,
+    tables: EventTables,
+    slots: Slots,
+    capped: FxMap<u32, Capped>,
+    stats: HistoryStats,
+}
+
+impl Store {
+    fn context(&self, record: u32) -> RecordContext {
+        let r = &self.records[record as usize];
+        RecordContext {
+            start: r.start,
+            size: r.size(),
+            size_shortcut: r.kind() != AllocKind::Untracked,
+        }
+    }
+
+    /// Makes a record with an empty event chain; returns its live entry.
+    fn new_record(&mut self, mut rec: AllocRecord) -> LiveEntry {
+        let (head, cursor) = self.arena.start_chain();
+        rec.events = head;
+        let end = rec.end();
+        let index = self.records.push(rec);
+        self.rank.push();
+        self.stats.records += 1;
+        LiveEntry {
+            end,
+            last_ts: 0,
+            pin_start: 0,
+            pin_end: 0,
+            record: u32::try_from(index).expect("more than 2^32 allocation records"),
+            events: 0,
+            cursor,
+        }
+    }
+
+    /// Stores `ev` in the entry's record, unless the record is at the cap and the event
+    /// is not one that must be kept (its start or end).
+    fn append(&mut self, entry: &mut LiveEntry, ev: &RecordedEvent, keep: bool, cap: u32) {
+        if entry.events >= cap && !keep {
+            self.drop_event(entry.record, ev);
+            return;
+        }
+        let ctx = self.context(entry.record);
+        let mut buf = [0u8; MAX_EVENT_LEN];
+        let n = codec::encode(ev, ctx, entry.last_ts, &mut self.tables, &mut buf);
+        self.arena.append(&mut entry.cursor, &buf[..n]);
+        entry.last_ts = ev.ts_ns;
+        entry.events += 1;
+        self.stats.events_retained += 1;
+    }
+
+    fn drop_event(&mut self, record: u32, ev: &RecordedEvent) {
+        self.stats.events_dropped_by_cap += 1;
+        if !self.records[record as usize].capped() {
+            let counters = self.counters_from_events(record);
+            self.capped.insert(
+                record,
+                Capped {
+                    counters,
+                    dropped: 0,
+                },
+            );
+            self.records[record as usize].set_capped();
+        }
+        let capped = self
+            .capped
+            .get_mut(&record)
+            .expect("a capped record has counters");
+        capped.dropped += 1;
+        if let Recorded::Transfer {
+            direction,
+            bytes,
+            pinned,
+            ..
+        } = ev.what
+        {
+            capped.counters.add(direction, bytes, pinned);
+        }
+    }
+
+    fn events(&self, record: u32) -> EventIter<'_> {
+        EventIter::new(
+            self.arena.reader(self.records[record as usize].events),
+            self.context(record),
+            &self.tables,
+        )
+    }
+
+    fn counters_from_events(&self, record: u32) -> TransferCounters {
+        let mut c = TransferCounters::default();
+        for ev in self.events(record) {
+            if let Recorded::Transfer {
+                direction,
+                bytes,
+                pinned,
+                ..
+            } = ev.what
+            {
+                c.add(direction, bytes, pinned);
+            }
+        }
+        c
+    }
+
+    fn counters(&self, record: u32) -> TransferCounters {
+        match self.capped.get(&record) {
+            Some(c) => c.counters,
+            None => self.counters_from_events(record),
+        }
+    }
+
+    /// Counts a transfer in the record's count and the rank index.
+    fn count_transfer(&mut self, record: u32) {
+        let r = &mut self.records[record as usize];
+        let old = r.transfers;
+        if old == u32::MAX {
+            return;
+        }
+        r.transfers = old + 1;
+        let records = &self.records;
+        self.rank
+            .increment(record as usize, old, old + 1, |i| records[i].transfers);
+    }
+}
+
+/// The history of every host allocation seen. See the module documentation.
+#[derive(Debug, Clone)]
+pub struct MemHistory {
+    config: HistoryConfig,
+    modules: Arc<ModuleTable>,
+    processes: Vec<Process>,
+    /// pid -> index of its current (not exited) process.
+    pid_index: HashMap<u32, u32>,
+    store: Store,
+    source_stats: BTreeMap<String, u64>,
+}
+
+impl Default for MemHistory {
+    fn default() -> Self {
+        Self::new(HistoryConfig::default())
+    }
+}
+
+impl MemHistory {
+    /// An empty history with its own module table.
+    pub fn new(config: HistoryConfig) -> Self {
+        Self::with_modules(config, ModuleTable::shared())
+    }
+
+    /// An empty history whose call sites refer to `modules` (a table the sources already
+    /// intern into).
+    pub fn with_modules(config: HistoryConfig, modules: Arc<ModuleTable>) -> Self {
+        let config = HistoryConfig {
+            max_events_per_allocation: config.max_events_per_allocation.max(2),
+            ..config
+        };
+        MemHistory {
+            config,
+            modules,
+            processes: Vec::new(),
+            pid_index: HashMap::new(),
+            store: Store::default(),
+            source_stats: BTreeMap::new(),
+        }
+    }
+
+    /// The settings in force.
+    pub fn config(&self) -> &HistoryConfig {
+        &self.config
+    }
+
+    /// The module table call sites refer to; sources intern module identities here.
+    pub fn modules(&self) -> Arc<ModuleTable> {
+        Arc::clone(&self.modules)
+    }
+
+    /// The history's own bookkeeping.
+    pub fn stats(&self) -> &HistoryStats {
+        &self.store.stats
+    }
+
+    /// Number of records (allocations, implicit ones included).
+    pub fn len(&self) -> usize {
+        self.store.records.len()
+    }
+
+    /// Whether there is no record.
+    pub fn is_empty(&self) -> bool {
+        self.store.records.is_empty()
+    }
+
+    /// Number of live records.
+    pub fn live_count(&self) -> usize {
+        self.processes.iter().map(|p| p.live.len()).sum()
+    }
+
+    /// The processes seen, in order of first event.
+    pub fn processes(&self) -> impl Iterator<Item = &ProcessInfo> + '_ {
+        self.processes.iter().map(|p| &p.info)
+    }
+
+    /// Counters a source keeps about itself (ring-buffer drops, lost events, ...), by name.
+    pub fn source_stats(&self) -> &BTreeMap<String, u64> {
+        &self.source_stats
+    }
+
+    /// Records (or replaces) one source counter, e.g. `("tracer.ringbuf_drops", 3)`.
+    pub fn set_source_stat(&mut self, name: &str, value: u64) {
+        self.source_stats.insert(name.to_owned(), value);
+    }
+
+    /// Records (or replaces) several source counters.
+    pub fn set_source_stats<K: Into<String>>(&mut self, stats: impl IntoIterator<Item = (K, u64)>) {
+        for (k, v) in stats {
+            self.source_stats.insert(k.into(), v);
+        }
+    }
+
+    /// Heap memory held, by part.
+    pub fn memory_usage(&self) -> MemoryUsage {
+        let s = &self.store;
+        MemoryUsage {
+            records: s.records.heap_bytes(),
+            event_arena: s.arena.heap_bytes(),
+            event_bytes_used: s.arena.used_bytes(),
+            rank_index: s.rank.heap_bytes(),
+            tables: s.tables.sites.heap_bytes()
+                + s.tables.streams.heap_bytes()
+                + s.slots.heap_bytes(),
+            capped_counters: s.capped.capacity() * (std::mem::size_of::<(u32, Capped)>() + 1),
+            live_index_estimate: self.live_count() * std::mem::size_of::<(u64, LiveEntry)>(),
+        }
+    }
+
+    /// Feeds a batch of events, in order.
+    pub fn ingest_batch(&mut self, events: &[Event]) {
+        for e in events {
+            self.ingest(e);
+        }
+    }
+
+    /// Feeds one event.
+    pub fn ingest(&mut self, ev: &Event) {
+        self.store.stats.events_ingested += 1;
+        let p = self.process_for(ev.pid, ev.ts_ns);
+        match ev.kind {
+            EventKind::Alloc {
+                start,
+                size,
+                kind,
+                flags,
+            } => self.on_alloc(p, ev, start, size, kind.into(), flags),
+            EventKind::Free { start } => self.on_free(p, ev, start),
+            EventKind::PinPages {
+                start,
+                bytes,
+                pages,
+            } => self.on_pin(p, ev, start, bytes, pages),
+            EventKind::UnpinPages { start, pages } => self.on_unpin(p, ev, start, pages),
+            EventKind::Transfer {
+                direction,
+                host,
+                bytes,
+                is_async,
+                stream,
+                host_state,
+                ..
+            } => self.on_transfer(p, ev, direction, host, bytes, is_async, stream, host_state),
+            EventKind::Mmap { start, len } => {
+                self.on_os_event(p, ev, start, Recorded::Mmap { start, len })
+            }
+            EventKind::Munmap { start, len } => self.on_munmap(p, ev, start, len),
+            EventKind::PageFault { addr } => {
+                self.on_os_event(p, ev, addr, Recorded::PageFault { addr })
+            }
+        }
+    }
+
+    /// Tells the history that process `pid` exited at `ts_ns`: its live allocations end
+    /// (state `EXITED`), and later events from the same pid belong to a new process.
+    /// Returns whether the pid was known.
+    pub fn process_exited(&mut self, pid: u32, ts_ns: u64) -> bool {
+        let Some(p) = self.pid_index.remove(&pid) else {
+            return false;
+        };
+        let proc_ = &mut self.processes[p as usize];
+        proc_.info.exit_ts_ns = Some(ts_ns);
+        proc_.info.last_ts_ns = proc_.info.last_ts_ns.max(ts_ns);
+        for (_, entry) in std::mem::take(&mut proc_.live) {
+            self.store.records[entry.record as usize].set_state(AllocState::Exited);
+        }
+        true
+    }
+
+    fn process_for(&mut self, pid: u32, ts: u64) -> usize {
+        let index = match self.pid_index.get(&pid) {
+            Some(&i) => i as usize,
+            None => {
+                let i = self.processes.len();
+                self.processes.push(Process {
+                    info: ProcessInfo {
+                        pid,
+                        first_ts_ns: ts,
+                        last_ts_ns: ts,
+                        exit_ts_ns: None,
+                    },
+                    live: BTreeMap::new(),
+                });
+                self.pid_index.insert(pid, i as u32);
+                i
+            }
+        };
+        let info = &mut self.processes[index].info;
+        info.first_ts_ns = info.first_ts_ns.min(ts);
+        info.last_ts_ns = info.last_ts_ns.max(ts);
+        index
+    }
+
+    fn recorded(ev: &Event, what: Recorded) -> RecordedEvent {
+        RecordedEvent {
+            ts_ns: ev.ts_ns,
+            probe: ev.probe,
+            site: ev.site,
+            what,
+        }
+    }
+
+    fn slot_for(&mut self, p: usize, site: Option<Site>) -> u32 {
+        let site = self
+            .store
+            .tables
+            .sites
+            .intern(site.unwrap_or(Site::UNKNOWN));
+        self.store.slots.intern(SlotKey {
+            process: p as u32,
+            site,
+        })
+    }
+
+    /// Ends every live record of process `p` overlapping `[start, end)` with `state`.
+    fn close_overlapping(&mut self, p: usize, start: u64, end: u64, state: AllocState) {
+        let live = &mut self.processes[p].live;
+        let mut keys: Vec<u64> = Vec::new();
+        if let Some((&k, e)) = live.range(..start).next_back() {
+            if e.end > start {
+                keys.push(k);
+            }
+        }
+        keys.extend(live.range(start..end.max(start + 1)).map(|(&k, _)| k));
+        for k in keys {
+            if let Some(e) = live.remove(&k) {
+                self.store.records[e.record as usize].set_state(state);
+                if state == AllocState::Replaced {
+                    self.store.stats.replaced_records += 1;
+                }
+            }
+        }
+    }
+
+    fn on_alloc(
+        &mut self,
+        p: usize,
+        ev: &Event,
+        start: u64,
+        size: u64,
+        kind: AllocKind,
+        flags: u32,
+    ) {
+        let slot = self.slot_for(p, ev.site);
+        let call_no = self.store.slots.next_call(slot);
+        let end = start.saturating_add(size);
+        self.close_overlapping(p, start, end, AllocState::Replaced);
+        let mut entry = self
+            .store
+            .new_record(AllocRecord::new(start, size, kind, slot, call_no));
+        let cap = self.config.max_events_per_allocation;
+        self.store.append(
+            &mut entry,
+            &Self::recorded(ev, Recorded::Alloc { flags }),
+            true,
+            cap,
+        );
+        self.processes[p].live.insert(start, entry);
+    }
+
+    fn on_free(&mut self, p: usize, ev: &Event, start: u64) {
+        let Some(mut entry) = self.processes[p].live.remove(&start) else {
+            self.store.stats.unmatched_frees += 1;
+            return;
+        };
+        let cap = self.config.max_events_per_allocation;
+        self.store
+            .append(&mut entry, &Self::recorded(ev, Recorded::Free), true, cap);
+        self.store.records[entry.record as usize].set_state(AllocState::Freed);
+    }
+
+    /// The live entry of process `p` containing `addr`.
+    fn live_at(&mut self, p: usize, addr: u64) -> Option<&mut LiveEntry> {
+        self.processes[p]
+            .live
+            .range_mut(..=addr)
+            .next_back()
+            .map(|(_, e)| e)
+            .filter(|e| addr < e.end)
+    }
+
+    /// Start of the first live allocation of `p` after `addr` (to clip implicit records).
+    fn next_live_start(&self, p: usize, addr: u64) -> u64 {
+        self.processes[p]
+            .live
+            .range(addr.saturating_add(1)..)
+            .next()
+            .map_or(u64::MAX, |(&k, _)| k)
+    }
+
+    /// Makes an implicit record over `[start, end)` (clipped before the next live one).
+    fn implicit_record(
+        &mut self,
+        p: usize,
+        ev: &Event,
+        start: u64,
+        end: u64,
+        kind: AllocKind,
+    ) -> u64 {
+        // A zero-sized allocation at `start` contains nothing but holds the key.
+        self.close_overlapping(p, start, start, AllocState::Replaced);
+        let end = end.min(self.next_live_start(p, start)).max(start + 1);
+        let slot = self.slot_for(p, ev.site);
+        let entry = self
+            .store
+            .new_record(AllocRecord::new(start, end - start, kind, slot, 0));
+        self.store.stats.implicit_records += 1;
+        self.processes[p].live.insert(start, entry);
+        start
+    }
+
+    fn on_pin(&mut self, p: usize, ev: &Event, start: u64, bytes: u64, pages: Option<u64>) {
+        let len = if bytes > 0 {
+            bytes
+        } else {
+            pages.unwrap_or(0).saturating_mul(PAGE_SIZE)
+        };
+        let cap = self.config.max_events_per_allocation;
+        let what = Recorded::PinPages {
+            start,
+            bytes,
+            pages,
+        };
+        if self.live_at(p, start).is_none() {
+            if len == 0 {
+                self.store.stats.unattributed_events += 1;
+                return;
+            }
+            self.implicit_record(
+                p,
+                ev,
+                start,
+                start.saturating_add(len),
+                AllocKind::Registered,
+            );
+        }
+        let store = &mut self.store;
+        let entry = self.processes[p]
+            .live
+            .range_mut(..=start)
+            .next_back()
+            .map(|(_, e)| e)
+            .expect("a live entry contains the pinned address");
+        let pin_end = if len > 0 {
+            start.saturating_add(len).min(entry.end)
+        } else {
+            entry.end
+        };
+        if entry.pin_end > entry.pin_start {
+            // Several pinned ranges: keep their hull.
+            entry.pin_start = entry.pin_start.min(start);
+            entry.pin_end = entry.pin_end.max(pin_end);
+        } else {
+            entry.pin_start = start;
+            entry.pin_end = pin_end;
+        }
+        store.records[entry.record as usize].set_pinned_seen();
+        store.append(entry, &Self::recorded(ev, what), false, cap);
+    }
+
+    fn on_unpin(&mut self, p: usize, ev: &Event, start: u64, pages: Option<u64>) {
+        let cap = self.config.max_events_per_allocation;
+        let what = Self::recorded(ev, Recorded::UnpinPages { start, pages });
+        let store = &mut self.store;
+        let Some(entry) = self.processes[p]
+            .live
+            .range_mut(..=start)
+            .next_back()
+            .map(|(_, e)| e)
+            .filter(|e| start < e.end)
+        else {
+            store.stats.unattributed_events += 1;
+            return;
+        };
+        if entry.pin_start <= start && start < entry.pin_end {
+            entry.pin_start = 0;
+            entry.pin_end = 0;
+        }
+        store.append(entry, &what, false, cap);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn on_transfer(
+        &mut self,
+        p: usize,
+        ev: &Event,
+        direction: Direction,
+        host: u64,
+        bytes: u64,
+        is_async: bool,
+        stream: u64,
+        host_state: HostState,
+    ) {
+        self.store.stats.transfers[direction.index()].add(bytes);
+        if host == 0 || direction == Direction::DtoD {
+            self.store.stats.device_only_transfers[direction.index()].add(bytes);
+            return;
+        }
+        let end = host.saturating_add(bytes.max(1));
+        if self.live_at(p, host).is_none() {
+            if !self.config.track_untracked {
+                self.store.stats.unattributed_events += 1;
+                return;
+            }
+            self.implicit_record(p, ev, host, end, AllocKind::Untracked);
+        }
+        let next_start = self.next_live_start(p, host);
+        let cap = self.config.max_events_per_allocation;
+        let store = &mut self.store;
+        let entry = self.processes[p]
+            .live
+            .range_mut(..=host)
+            .next_back()
+            .map(|(_, e)| e)
+            .expect("a live entry contains the host pointer");
+        let rec = &mut store.records[entry.record as usize];
+        if rec.kind() == AllocKind::Untracked && end > entry.end {
+            // Untracked memory: the record grows to cover what transfers touch.
+            entry.end = end.min(next_start).max(entry.end);
+            rec.set_size(entry.end - rec.start);
+        }
+        let pinned = match host_state {
+            HostState::Pinned => true,
+            HostState::Pageable => false,
+            HostState::Unknown => {
+                rec.kind().pinned_from_start() || entry.pinned_covers(host, bytes)
+            }
+        };
+        store.count_transfer(entry.record);
+        let what = Recorded::Transfer {
+            direction,
+            bytes,
+            host,
+            is_async,
+            stream,
+            pinned,
+            reported: host_state,
+        };
+        store.append(entry, &Self::recorded(ev, what), false, cap);
+    }
+
+    fn on_os_event(&mut self, p: usize, ev: &Event, addr: u64, what: Recorded) {
+        let cap = self.config.max_events_per_allocation;
+        let store = &mut self.store;
+        match self.processes[p]
+            .live
+            .range_mut(..=addr)
+            .next_back()
+            .map(|(_, e)| e)
+            .filter(|e| addr < e.end)
+        {
+            Some(entry) => store.append(entry, &Self::recorded(ev, what), false, cap),
+            None => store.stats.unattributed_events += 1,
+        }
+    }
+
+    fn on_munmap(&mut self, p: usize, ev: &Event, start: u64, len: u64) {
+        let end = start.saturating_add(len);
+        let cap = self.config.max_events_per_allocation;
+        let what = Self::recorded(ev, Recorded::Munmap { start, len });
+        let live = &mut self.processes[p].live;
+        let mut keys: Vec<u64> = Vec::new();
+        if let Some((&k, e)) = live.range(..start).next_back() {
+            if e.end > start {
+                keys.push(k);
+            }
+        }
+        keys.extend(live.range(start..end).map(|(&k, _)| k));
+        if keys.is_empty() {
+            self.store.stats.unattributed_events += 1;
+            return;
+        }
+        for k in keys {
+            let inside = {
+                let e = &live[&k];
+                start <= k && e.end <= end
+            };
+            if inside {
+                let mut e = live.remove(&k).expect("key just listed");
+                self.store.append(&mut e, &what, true, cap);
+                self.store.records[e.record as usize].set_state(AllocState::Unmapped);
+            } else {
+                let e = live.get_mut(&k).expect("key just listed");
+                self.store.append(e, &what, false, cap);
+            }
+        }
+    }
+
+    // ----- read access used by views, queries and formats -----
+
+    pub(crate) fn record(&self, id: RecordId) -> Option<&AllocRecord> {
+        self.store.records.get(id.0 as usize)
+    }
+
+    pub(crate) fn slot_key(&self, slot: u32) -> SlotKey {
+        self.store.slots.key(slot)
+    }
+
+    pub(crate) fn site_at(&self, index: u32) -> Site {
+        self.store.tables.sites.get(index).unwrap_or(Site::UNKNOWN)
+    }
+
+    pub(crate) fn process_info(&self, index: u32) -> &ProcessInfo {
+        &self.processes[index as usize].info
+    }
+
+    pub(crate) fn record_events(&self, id: RecordId) -> EventIter<'_> {
+        self.store.events(id.0)
+    }
+
+    pub(crate) fn record_counters(&self, id: RecordId) -> TransferCounters {
+        self.store.counters(id.0)
+    }
+
+    pub(crate) fn record_dropped(&self, id: RecordId) -> u64 {
+        self.store.capped.get(&id.0).map_or(0, |c| c.dropped)
+    }
+
+    pub(crate) fn event_tables(&self) -> &EventTables {
+        &self.store.tables
+    }
+
+    /// Encoded events of a record, exactly (for the binary dump).
+    pub(crate) fn record_event_bytes(&self, id: RecordId) -> Vec<u8> {
+        let mut it = self.store.events(id.0);
+        while it.next().is_some() {}
+        let len = it.bytes_read();
+        let mut reader = self
+            .store
+            .arena
+            .reader(self.store.records[id.0 as usize].events);
+        use crate::varint::ByteSource;
+        (0..len).filter_map(|_| reader.next_byte()).collect()
+    }
+
+    /// Live record ids (for appendable dumps).
+    pub(crate) fn live_record_ids(&self) -> Vec<u32> {
+        self.processes
+            .iter()
+            .flat_map(|p| p.live.values().map(|e| e.record))
+            .collect()
+    }
+
+    pub(crate) fn rank_top(&self, n: usize) -> Vec<usize> {
+        let r = &self.store.records;
+        self.store.rank.top(n, |i| r[i].transfers)
+    }
+
+    pub(crate) fn rank_bottom(&self, n: usize) -> Vec<usize> {
+        let r = &self.store.records;
+        self.store.rank.bottom(n, |i| r[i].transfers)
+    }
+
+    pub(crate) fn rank_at_least(&self, min: u32) -> Vec<usize> {
+        let r = &self.store.records;
+        self.store.rank.at_least(min, |i| r[i].transfers)
+    }
+
+    pub(crate) fn rank_at_most(&self, max: u32) -> Vec<usize> {
+        let r = &self.store.records;
+        self.store.rank.at_most(max, |i| r[i].transfers)
+    }
+
+    /// The live record of process index `p` containing `addr`.
+    pub(crate) fn live_record_at(&self, pid: u32, addr: u64) -> Option<u32> {
+        let p = *self.pid_index.get(&pid)? as usize;
+        self.processes[p]
+            .live
+            .range(..=addr)
+            .next_back()
+            .filter(|(_, e)| addr < e.end)
+            .map(|(_, e)| e.record)
+    }
+
+    // ----- rebuilding from a dump -----
+
+    /// Rebuilds a history from the parts of a dump. Records must come in id order.
+    pub(crate) fn restore(
+        config: HistoryConfig,
+        modules: Arc<ModuleTable>,
+        processes: Vec<ProcessInfo>,
+        stats: HistoryStats,
+        source_stats: BTreeMap<String, u64>,
+    ) -> Self {
+        let mut h = MemHistory::with_modules(config, modules);
+        for info in processes {
+            let i = h.processes.len() as u32;
+            if info.exit_ts_ns.is_none() {
+                h.pid_index.insert(info.pid, i);
+            }
+            h.processes.push(Process {
+                info,
+                live: BTreeMap::new(),
+            });
+        }
+        h.source_stats = source_stats;
+        h.store.stats = stats;
+        h
+    }
+
+    /// Adds one record of a dump. Errors say what is inconsistent.
+    pub(crate) fn restore_record(&mut self, r: RestoredRecord) -> Result<(), String> {
+        let p = r.process as usize;
+        if p >= self.processes.len() {
+            return Err(format!(
+                "process index {} but only {} processes",
+                r.process,
+                self.processes.len()
+            ));
+        }
+        if r.events.is_empty() {
+            return Err("an allocation has no events".into());
+        }
+        let site = self.store.tables.sites.intern(r.site);
+        let slot = self.store.slots.intern(SlotKey {
+            process: r.process,
+            site,
+        });
+        self.store.slots.saw_call(slot, r.call_no);
+        let mut rec = AllocRecord::new(r.start, r.size, r.kind, slot, r.call_no);
+        rec.set_state(r.state);
+        if r.pinned_seen {
+            rec.set_pinned_seen();
+        }
+        // Counted by the dump's own stats: do not count the record twice.
+        let records_before = self.store.stats.records;
+        let mut entry = self.store.new_record(rec);
+        self.store.stats.records = records_before;
+        let retained_before = self.store.stats.events_retained;
+        for ev in &r.events {
+            self.store.append(&mut entry, ev, true, u32::MAX);
+        }
+        self.store.stats.events_retained = retained_before;
+        let id = entry.record;
+        let transfers = match r.capped {
+            Some((counters, dropped)) => {
+                self.store.capped.insert(id, Capped { counters, dropped });
+                self.store.records[id as usize].set_capped();
+                counters.transfers()
+            }
+            None => r
+                .events
+                .iter()
+                .filter(|e| matches!(e.what, Recorded::Transfer { .. }))
+                .count() as u64,
+        };
+        let t = u32::try_from(transfers).unwrap_or(u32::MAX);
+        if t > 0 {
+            self.store.records[id as usize].transfers = t;
+            let records = &self.store.records;
+            self.store
+                .rank
+                .increment(id as usize, 0, t, |i| records[i].transfers);
+        }
+        if r.state == AllocState::Live {
+            let live = &mut self.processes[p].live;
+            let overlaps = live
+                .range(..r.start.saturating_add(r.size.max(1)))
+                .next_back()
+                .is_some_and(|(_, e)| e.end > r.start);
+            if overlaps || live.contains_key(&r.start) {
+                return Err(format!(
+                    "live allocation at {:#x} overlaps another live allocation of the same process",
+                    r.start
+                ));
+            }
+            for ev in &r.events {
+                match ev.what {
+                    Recorded::PinPages { start, bytes, .. } => {
+                        entry.pin_start = start;
+                        entry.pin_end = if bytes > 0 {
+                            start.saturating_add(bytes).min(entry.end)
+                        } else {
+                            entry.end
+                        };
+                    }
+                    Recorded::UnpinPages { .. } => {
+                        entry.pin_start = 0;
+                        entry.pin_end = 0;
+                    }
+                    _ => {}
+                }
+            }
+            live.insert(r.start, entry);
+        } else if self.processes[p].info.exit_ts_ns.is_none() && r.state == AllocState::Exited {
+            return Err(
+                "an allocation ended with its process, but the process has no exit time".into(),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// One record as a dump describes it (decoded), for [`MemHistory::restore_record`].
+#[derive(Debug, Clone)]
+pub(crate) struct RestoredRecord {
+    pub process: u32,
+    pub site: Site,
+    pub call_no: u32,
+    pub start: u64,
+    pub size: u64,
+    pub kind: AllocKind,
+    pub state: AllocState,
+    pub pinned_seen: bool,
+    pub capped: Option<(TransferCounters, u64)>,
+    pub events: Vec<RecordedEvent>,
+}
