@@ -118,6 +118,9 @@ pub trait PinBackend: Send + Sync + 'static {
     /// Whether the work before `event`'s last record has completed (non-blocking).
     fn event_completed(&self, event: EventHandle) -> Result<bool, BackendError>;
 
+    /// Waits until the work before `event`'s last record has completed.
+    fn synchronize_event(&self, event: EventHandle) -> Result<(), BackendError>;
+
     /// Waits until all work queued on `stream` has completed.
     fn synchronize_stream(&self, stream: StreamHandle) -> Result<(), BackendError>;
 

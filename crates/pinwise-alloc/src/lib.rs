@@ -3,22 +3,38 @@
 //! Pinned (page-locked) host memory makes host<->device copies about 3x faster, but pinning
 //! costs time and memory the OS can no longer page. This crate pins only what pays:
 //!
+//! - [`HostAllocator`] / [`HostBuffer`]: the Rust API (buffers free themselves; their copy
+//!   methods teach the allocator which buffers are hot);
+//! - [`engine::Engine`]: the decisions and the serving, on raw pointers, call sites and
+//!   flags (what the C ABI and the preload library drive);
 //! - [`pool`]: page-locked segments carved into blocks (best fit, split, coalesce, no
 //!   power-of-two waste), reused only after the copies on them completed;
 //! - [`pageable`]: the path for what is not pinned (with a cache of touched mappings);
 //! - [`budget`]: a hard cap on pinned bytes, reserved atomically before pinning;
 //! - [`predict`]: the adaptive mode's per-call-site pattern history table;
 //! - [`callsite`]: allocation identity (call site normalized across runs);
+//! - [`costs`]: the view of the cost model that decisions weigh;
 //! - [`backend`]: the driver operations it needs, behind [`backend::PinBackend`].
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod backend;
 pub mod budget;
+mod buffer;
 pub mod callsite;
+pub mod costs;
+pub mod engine;
+mod error;
 pub mod events;
 pub mod grade;
 pub mod pageable;
 pub mod pool;
 pub mod predict;
+mod stats;
 pub mod testing;
+
+pub use backend::{DevicePtr, PinBackend, StreamHandle};
+pub use buffer::{HostAllocator, HostBuffer};
+pub use engine::{AllocFlags, Allocation, Engine, EngineConfig, Mode};
+pub use error::AllocError;
+pub use stats::AllocStats;

@@ -21,7 +21,7 @@ pub const HUGE_FROM: usize = 2 << 20;
 /// Maps `len` bytes (whole pages) of anonymous read-write memory. With `huge`, mappings of
 /// [`HUGE_FROM`] bytes or more are advised to use transparent huge pages.
 pub fn map_anonymous(len: usize, huge: bool) -> Option<*mut u8> {
-    debug_assert!(len % PAGE == 0 && len > 0);
+    debug_assert!(len.is_multiple_of(PAGE) && len > 0);
     // SAFETY: an anonymous private mapping at an address of the kernel's choosing touches
     // no existing memory.
     let p = unsafe {
@@ -92,13 +92,12 @@ impl PageableCache {
         Some((a, l))
     }
 
-    /// The largest cached mapping of at least `len` bytes, taken for registration into the
-    /// pinned pool (any size above `len` is fine there: the pool splits it).
-    pub fn take_at_least(&mut self, len: usize) -> Option<(usize, usize)> {
-        let &(l, a) = self.free.range((len, 0)..).next()?;
-        self.free.remove(&(l, a));
-        self.cached_bytes -= l;
-        Some((a, l))
+    /// Whether [`PageableCache::take`] would find a mapping for `len` bytes.
+    pub fn has_fit(&self, len: usize) -> bool {
+        self.free
+            .range((len, 0)..)
+            .next()
+            .is_some_and(|&(l, _)| l <= len + len / 8)
     }
 
     /// Keeps a freed mapping. Returns the mappings that must be unmapped to stay within the
@@ -148,7 +147,9 @@ mod tests {
         assert!(c.put(0x2000_0000, 4 << 20).is_empty());
         assert_eq!(c.take(3 << 20), None, "4 MiB is more than 1/8 above 3 MiB");
         assert_eq!(c.take(1 << 20), Some((0x1000_0000, 1 << 20)));
-        assert_eq!(c.take_at_least(2 << 20), Some((0x2000_0000, 4 << 20)));
+        assert!(c.has_fit(4 << 20));
+        assert!(!c.has_fit(2 << 20));
+        assert_eq!(c.take(4 << 20), Some((0x2000_0000, 4 << 20)));
         assert_eq!(c.cached_bytes(), 0);
     }
 

@@ -110,7 +110,7 @@ impl PinnedPool {
     /// Takes a free block of at least `len` bytes (`len` a multiple of the page size): the
     /// smallest that fits, split if larger. Returns its address.
     pub fn take(&mut self, len: usize) -> Option<usize> {
-        debug_assert!(len > 0 && len % PAGE == 0);
+        debug_assert!(len > 0 && len.is_multiple_of(PAGE));
         let &(found_len, addr) = self.free.range((len, 0)..).next()?;
         self.free.remove(&(found_len, addr));
         let block = self
@@ -143,7 +143,7 @@ impl PinnedPool {
     /// Adds a freshly page-locked segment and takes `take` bytes of it at once (0: none).
     /// Returns the address of the taken block (the segment's base) when `take > 0`.
     pub fn add_segment(&mut self, segment: Segment, take: usize) -> Option<usize> {
-        debug_assert!(segment.base % PAGE == 0 && segment.len % PAGE == 0);
+        debug_assert!(segment.base.is_multiple_of(PAGE) && segment.len.is_multiple_of(PAGE));
         debug_assert!(take <= segment.len);
         self.segments.insert(segment.base, segment);
         self.busy_blocks.insert(segment.base, 0);
@@ -234,7 +234,7 @@ impl PinnedPool {
             .filter(|s| self.busy_blocks.get(&s.base).copied().unwrap_or(0) == 0)
             .copied()
             .collect();
-        idle.sort_by(|a, b| b.len.cmp(&a.len));
+        idle.sort_by_key(|s| std::cmp::Reverse(s.len));
         let mut out = Vec::new();
         let mut got = 0;
         for seg in idle {

@@ -259,7 +259,7 @@ impl PinBackend for MockBackend {
     unsafe fn register(&self, ptr: *mut u8, len: usize) -> Result<(), BackendError> {
         self.pin_failure("cuMemHostRegister")?;
         let p = ptr as usize;
-        if p % PAGE != 0 || len % PAGE != 0 || len == 0 {
+        if !p.is_multiple_of(PAGE) || !len.is_multiple_of(PAGE) || len == 0 {
             return Err(BackendError::new(
                 "cuMemHostRegister",
                 "CUDA_ERROR_INVALID_VALUE (mock: not page-aligned)",
@@ -352,6 +352,21 @@ impl PinBackend for MockBackend {
         Ok(s.events.get(&event.0).is_some_and(|e| e.1))
     }
 
+    fn synchronize_event(&self, event: EventHandle) -> Result<(), BackendError> {
+        let mut s = self.state.lock();
+        let (stream, done) = *s
+            .events
+            .get(&event.0)
+            .ok_or_else(|| BackendError::new("cuEventSynchronize", "CUDA_ERROR_INVALID_HANDLE"))?;
+        while !done && !s.events.get(&event.0).is_some_and(|e| e.1) {
+            if s.streams.get(&stream).is_none_or(|q| q.is_empty()) {
+                break;
+            }
+            run_stream(&mut s, stream, 1);
+        }
+        Ok(())
+    }
+
     fn synchronize_stream(&self, stream: StreamHandle) -> Result<(), BackendError> {
         run_stream(&mut self.state.lock(), stream.0, usize::MAX);
         Ok(())
@@ -425,5 +440,59 @@ impl Drop for MockBackend {
                 )));
             }
         }
+    }
+}
+
+/// Synthetic costs for tests: straight lines shaped like the H200 measurements (fixed
+/// latency plus bytes over bandwidth). **Test fixture**, not a calibration.
+#[derive(Debug, Clone, Copy)]
+pub struct SyntheticCosts {
+    /// Pageable copy bandwidth, bytes per nanosecond (= GB/s).
+    pub pageable_gbps: f64,
+    /// Pinned copy bandwidth, bytes per nanosecond.
+    pub pinned_gbps: f64,
+    /// Fixed cost of any copy, ns.
+    pub copy_latency_ns: f64,
+    /// `cuMemHostAlloc` + `cuMemFreeHost`: fixed ns and ns per byte.
+    pub alloc_pinned: (f64, f64),
+    /// `cuMemHostRegister` + `cuMemHostUnregister` of touched memory: fixed ns and ns per byte.
+    pub register: (f64, f64),
+    /// First touch of fresh memory, ns per byte.
+    pub touch_ns_per_byte: f64,
+}
+
+impl Default for SyntheticCosts {
+    fn default() -> Self {
+        SyntheticCosts {
+            pageable_gbps: 15.0,
+            pinned_gbps: 50.0,
+            copy_latency_ns: 5_000.0,
+            alloc_pinned: (600_000.0, 0.32),
+            register: (150_000.0, 0.042),
+            touch_ns_per_byte: 0.37,
+        }
+    }
+}
+
+impl crate::costs::CostView for SyntheticCosts {
+    fn transfer_ns(&self, bytes: u64, _dir: pinwise_core::Direction, pinned: bool) -> f64 {
+        let bw = if pinned {
+            self.pinned_gbps
+        } else {
+            self.pageable_gbps
+        };
+        self.copy_latency_ns + bytes as f64 / bw
+    }
+
+    fn pin_unpin_ns(&self, bytes: u64, method: crate::backend::PinMethod) -> f64 {
+        let (fixed, per_byte) = match method {
+            crate::backend::PinMethod::AllocPinned => self.alloc_pinned,
+            crate::backend::PinMethod::Register => self.register,
+        };
+        fixed + per_byte * bytes as f64
+    }
+
+    fn touch_ns(&self, bytes: u64) -> f64 {
+        self.touch_ns_per_byte * bytes as f64
     }
 }

@@ -1,0 +1,129 @@
+//! Statistics: what the allocator did, counted with relaxed atomics.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::budget::PinBudget;
+
+/// A snapshot of an allocator's statistics. All counts since the allocator was created.
+/// `#[repr(C)]` so the C ABI hands it out as is.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AllocStats {
+    /// Page-locked bytes now (pool segments, promoted and dedicated allocations).
+    pub pinned_bytes: u64,
+    /// The most page-locked bytes at once.
+    pub pinned_bytes_peak: u64,
+    /// The pinned budget (cap) in bytes.
+    pub budget_bytes: u64,
+    /// Bytes held by the pinned pool (in use or free).
+    pub pool_bytes: u64,
+    /// Allocations served.
+    pub allocations: u64,
+    /// Of those, served page-locked.
+    pub pinned_allocations: u64,
+    /// Allocations live now.
+    pub live_allocations: u64,
+    /// Pinned requests served from a free pooled block.
+    pub pool_hits: u64,
+    /// Pinned requests that needed a new segment.
+    pub pool_misses: u64,
+    /// Pooled blocks waiting for their asynchronous copies to complete.
+    pub pending_blocks: u64,
+    /// Segments obtained with `cuMemHostAlloc`.
+    pub pins_alloc: u64,
+    /// Ranges registered with `cuMemHostRegister` (pool segments and promotions).
+    pub pins_register: u64,
+    /// Live pageable allocations registered in place because they turned hot.
+    pub promotions: u64,
+    /// Promoted allocations kept as pool segments when freed.
+    pub adoptions: u64,
+    /// Nanoseconds spent pinning (allocating pinned, registering, touching for it).
+    pub pin_ns: u64,
+    /// Nanoseconds spent unpinning.
+    pub unpin_ns: u64,
+    /// Pinning attempts that failed (driver error) and were served pageable instead.
+    pub fallbacks: u64,
+    /// Pinning attempts refused by the budget.
+    pub budget_refusals: u64,
+    /// Transfers noted on pinned memory.
+    pub transfers_pinned: u64,
+    /// Transfers noted on pageable memory.
+    pub transfers_pageable: u64,
+    /// Pageable requests served from the cache of touched mappings.
+    pub pageable_cache_hits: u64,
+    /// Bytes in the cache of touched pageable mappings now.
+    pub pageable_cached_bytes: u64,
+    /// Use mode: allocations the profile had no matching advice for (decided adaptively).
+    pub advice_unmatched: u64,
+}
+
+/// The live counters behind [`AllocStats`].
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub allocations: AtomicU64,
+    pub pinned_allocations: AtomicU64,
+    pub pool_hits: AtomicU64,
+    pub pool_misses: AtomicU64,
+    pub pins_alloc: AtomicU64,
+    pub pins_register: AtomicU64,
+    pub promotions: AtomicU64,
+    pub adoptions: AtomicU64,
+    pub pin_ns: AtomicU64,
+    pub unpin_ns: AtomicU64,
+    pub fallbacks: AtomicU64,
+    pub budget_refusals: AtomicU64,
+    pub transfers_pinned: AtomicU64,
+    pub transfers_pageable: AtomicU64,
+    pub pageable_cache_hits: AtomicU64,
+    pub advice_unmatched: AtomicU64,
+}
+
+impl Counters {
+    pub fn add_pin_time(&self, d: Duration) {
+        self.pin_ns
+            .fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    pub fn add_unpin_time(&self, d: Duration) {
+        self.unpin_ns
+            .fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    pub fn snapshot(
+        &self,
+        budget: &PinBudget,
+        pool_bytes: u64,
+        outside_pool: u64,
+        pending_blocks: u64,
+        cached: u64,
+        live: u64,
+    ) -> AllocStats {
+        let r = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        AllocStats {
+            pinned_bytes: pool_bytes + outside_pool,
+            pinned_bytes_peak: budget.peak(),
+            budget_bytes: budget.cap(),
+            pool_bytes,
+            allocations: r(&self.allocations),
+            pinned_allocations: r(&self.pinned_allocations),
+            live_allocations: live,
+            pool_hits: r(&self.pool_hits),
+            pool_misses: r(&self.pool_misses),
+            pending_blocks,
+            pins_alloc: r(&self.pins_alloc),
+            pins_register: r(&self.pins_register),
+            promotions: r(&self.promotions),
+            adoptions: r(&self.adoptions),
+            pin_ns: r(&self.pin_ns),
+            unpin_ns: r(&self.unpin_ns),
+            fallbacks: r(&self.fallbacks),
+            budget_refusals: r(&self.budget_refusals),
+            transfers_pinned: r(&self.transfers_pinned),
+            transfers_pageable: r(&self.transfers_pageable),
+            pageable_cache_hits: r(&self.pageable_cache_hits),
+            pageable_cached_bytes: cached,
+            advice_unmatched: r(&self.advice_unmatched),
+        }
+    }
+}

@@ -1,0 +1,349 @@
+//! The engine on the mock backend (a test fixture: no GPU, exact accounting of what is
+//! pinned). Behaviour, not timing: which allocations are pinned, what is counted, that the
+//! budget holds and that no block is reused while a copy on it may still run.
+
+use std::sync::Arc;
+
+use pinwise_alloc::testing::{MockBackend, SyntheticCosts};
+use pinwise_alloc::{
+    AllocError, AllocFlags, DevicePtr, Engine, EngineConfig, HostAllocator, StreamHandle,
+};
+use pinwise_core::{Direction, ModuleId, Site};
+
+const MIB: usize = 1 << 20;
+
+fn config(budget: u64) -> EngineConfig {
+    let mut c = EngineConfig::new(Arc::new(SyntheticCosts::default()));
+    c.budget_bytes = Some(budget);
+    c
+}
+
+fn engine(budget: u64) -> (Arc<MockBackend>, Arc<Engine>) {
+    let mock = Arc::new(MockBackend::new());
+    let e = Engine::new(mock.clone(), config(budget)).unwrap();
+    (mock, Arc::new(e))
+}
+
+fn site(n: u64) -> Site {
+    Site {
+        module: ModuleId(1),
+        offset: n,
+    }
+}
+
+/// Allocates at `s`, notes `transfers` round trips' worth of copies, frees. Returns whether
+/// the allocation was pinned when handed out.
+fn cycle(e: &Engine, s: Site, size: usize, transfers: u32) -> bool {
+    let a = e.alloc(size, s, AllocFlags::NONE).unwrap();
+    for i in 0..transfers {
+        let dir = if i % 2 == 0 {
+            Direction::HtoD
+        } else {
+            Direction::DtoH
+        };
+        e.note_transfer(a.ptr, size, dir, None).unwrap();
+    }
+    // SAFETY: allocated above, not used afterwards.
+    unsafe { e.free(a.ptr).unwrap() };
+    a.pinned
+}
+
+#[test]
+fn bad_requests_get_clear_errors() {
+    let (_m, e) = engine(1 << 30);
+    assert!(matches!(
+        e.alloc(0, site(1), AllocFlags::NONE),
+        Err(AllocError::ZeroSize)
+    ));
+    let mut x = 0u8;
+    // SAFETY: the pointer is not ours; the engine must refuse it without touching it.
+    let err = unsafe { e.free(&mut x) }.unwrap_err();
+    assert!(matches!(err, AllocError::UnknownPointer(_)));
+    assert!(err
+        .to_string()
+        .contains("not allocated by this pinwise allocator"));
+    assert_eq!(e.note_transfer(&x, 1, Direction::HtoD, None), None);
+}
+
+#[test]
+fn first_allocation_at_a_site_is_pageable_and_a_hot_site_is_pinned_next_time() {
+    let (mock, e) = engine(1 << 30);
+    let s = site(10);
+    assert!(!cycle(&e, s, MIB, 16), "nothing known yet: pageable");
+    assert!(cycle(&e, s, MIB, 16), "the site was hot: pinned");
+    assert!(cycle(&e, s, MIB, 16));
+    let st = e.stats();
+    // The first buffer was registered in place once its transfers paid for it, adopted by
+    // the pool when freed, and reused since: one registration, no cuMemHostAlloc.
+    assert_eq!(st.promotions, 1);
+    assert_eq!(st.adoptions, 1);
+    assert_eq!(st.pool_misses, 0);
+    assert_eq!(st.pool_hits, 2);
+    assert_eq!(mock.pin_calls(), (0, 1));
+    assert_eq!(mock.pinned_bytes(), MIB as u64);
+}
+
+#[test]
+fn cold_site_stays_pageable() {
+    let (mock, e) = engine(1 << 30);
+    for _ in 0..10 {
+        assert!(!cycle(&e, site(20), 4 * MIB, 1));
+    }
+    assert_eq!(mock.pin_calls(), (0, 0), "nothing was ever pinned");
+    assert_eq!(e.stats().pinned_allocations, 0);
+}
+
+#[test]
+fn small_buffers_that_never_pay_back_are_never_pinned() {
+    let (mock, e) = engine(1 << 30);
+    for _ in 0..50 {
+        cycle(&e, site(30), 4096, 20);
+    }
+    assert_eq!(mock.pin_calls(), (0, 0));
+}
+
+#[test]
+fn alternating_site_is_learned_by_the_pattern_table() {
+    let (_m, e) = engine(1 << 30);
+    let s = site(40);
+    let mut right = 0;
+    let rounds = 40;
+    for i in 0..rounds {
+        let hot = i % 2 == 0;
+        let pinned = cycle(&e, s, 8 * MIB, if hot { 24 } else { 0 });
+        if i >= 10 {
+            right += (pinned == hot) as u32;
+        }
+    }
+    assert_eq!(
+        right,
+        rounds - 10,
+        "after warm-up every hot one is pinned, no cold one"
+    );
+}
+
+#[test]
+fn a_pageable_buffer_that_turns_hot_is_promoted_in_place() {
+    let (mock, e) = engine(1 << 30);
+    // 2 MiB: one transfer saves ~98 us (synthetic costs), registering costs ~238 us.
+    let size = 2 * MIB;
+    let a = e.alloc(size, site(50), AllocFlags::NONE).unwrap();
+    assert!(!a.pinned);
+    let mut promoted_at = None;
+    for i in 1..=20 {
+        let pinned = e.note_transfer(a.ptr, size, Direction::HtoD, None).unwrap();
+        if pinned && promoted_at.is_none() {
+            promoted_at = Some(i);
+        }
+    }
+    let at = promoted_at.expect("promoted");
+    assert_eq!(
+        at, 3,
+        "promoted once its transfers paid for the registration"
+    );
+    assert!(mock.is_pinned(a.ptr, size));
+    assert_eq!(e.stats().promotions, 1);
+    // SAFETY: allocated above.
+    unsafe { e.free(a.ptr).unwrap() };
+    // It was hot: adopted into the pool, and the next allocation at that size reuses it.
+    assert_eq!(e.stats().adoptions, 1);
+    let b = e.alloc(size, site(50), AllocFlags::NONE).unwrap();
+    assert!(b.pinned);
+    assert_eq!(b.ptr, a.ptr, "the adopted mapping is reused");
+    // SAFETY: allocated above.
+    unsafe { e.free(b.ptr).unwrap() };
+}
+
+#[test]
+fn over_budget_is_served_pageable_and_counted() {
+    let budget = 3 * MIB as u64;
+    let (mock, e) = engine(budget);
+    let s = site(60);
+    cycle(&e, s, 2 * MIB, 32); // learn that the site is hot
+    let a = e.alloc(2 * MIB, s, AllocFlags::NONE).unwrap();
+    let b = e.alloc(2 * MIB, s, AllocFlags::NONE).unwrap();
+    assert!(a.pinned);
+    assert!(
+        !b.pinned,
+        "a second 2 MiB block would exceed the 3 MiB budget"
+    );
+    assert!(e.stats().budget_refusals >= 1);
+    assert!(mock.peak_pinned_bytes() <= budget);
+    // SAFETY: allocated above.
+    unsafe {
+        e.free(a.ptr).unwrap();
+        e.free(b.ptr).unwrap();
+    }
+}
+
+#[test]
+fn required_pinned_over_budget_is_an_error_not_pageable() {
+    let (_m, e) = engine(MIB as u64);
+    let err = e
+        .alloc(2 * MIB, site(70), AllocFlags::REQUIRE_PINNED)
+        .unwrap_err();
+    assert!(matches!(err, AllocError::PinningUnavailable { .. }));
+    let ok = e
+        .alloc(MIB / 2, site(70), AllocFlags::REQUIRE_PINNED)
+        .unwrap();
+    assert!(ok.pinned);
+    let flagged = e
+        .alloc_with_cuda_flags(4096, site(71), AllocFlags::REQUIRE_PINNED, 0x4)
+        .unwrap();
+    assert!(
+        flagged.pinned,
+        "CUDA flags get a dedicated pinned allocation"
+    );
+    // SAFETY: allocated above.
+    unsafe {
+        e.free(ok.ptr).unwrap();
+        e.free(flagged.ptr).unwrap();
+    }
+}
+
+#[test]
+fn pinning_failure_falls_back_to_pageable_and_is_counted() {
+    let (mock, e) = engine(1 << 30);
+    let s = site(80);
+    mock.set_fail_pinning(true);
+    for _ in 0..3 {
+        assert!(!cycle(&e, s, 2 * MIB, 32), "pinning fails: pageable");
+    }
+    let st = e.stats();
+    assert!(st.fallbacks >= 3, "{st:?}");
+    assert_eq!(mock.pinned_bytes(), 0);
+    assert_eq!(
+        e.budget().reserved(),
+        0,
+        "failed pins give their budget back"
+    );
+    let required = e.alloc(MIB, site(81), AllocFlags::REQUIRE_PINNED);
+    assert!(matches!(
+        required,
+        Err(AllocError::PinningUnavailable { .. })
+    ));
+    mock.set_fail_pinning(false);
+    assert!(
+        cycle(&e, s, 2 * MIB, 32),
+        "pinning works again: the hot site is pinned"
+    );
+}
+
+#[test]
+fn never_pin_is_honoured() {
+    let (mock, e) = engine(1 << 30);
+    let a = e.alloc(64 * MIB, site(90), AllocFlags::NEVER_PIN).unwrap();
+    for _ in 0..50 {
+        assert_eq!(
+            e.note_transfer(a.ptr, 64 * MIB, Direction::HtoD, None),
+            Some(false)
+        );
+    }
+    assert_eq!(mock.pin_calls(), (0, 0));
+    // SAFETY: allocated above.
+    unsafe { e.free(a.ptr).unwrap() };
+}
+
+#[test]
+fn interior_pointers_are_attributed() {
+    let (_m, e) = engine(1 << 30);
+    let a = e.alloc(MIB, site(100), AllocFlags::NONE).unwrap();
+    // SAFETY: inside the allocation.
+    let inner = unsafe { a.ptr.add(1000) };
+    assert_eq!(
+        e.note_transfer(inner, 10, Direction::HtoD, None),
+        Some(false)
+    );
+    // SAFETY: one past the end is outside.
+    let past = unsafe { a.ptr.add(MIB) };
+    assert_eq!(e.note_transfer(past, 10, Direction::HtoD, None), None);
+    // SAFETY: allocated above.
+    unsafe { e.free(a.ptr).unwrap() };
+}
+
+/// A block freed while an asynchronous copy into it is still queued must not be handed out
+/// again until the copy ran: otherwise the late copy would overwrite the new owner's data.
+#[test]
+fn blocks_are_not_reused_before_their_async_copies_completed() {
+    let mock = Arc::new(MockBackend::new());
+    let alloc = HostAllocator::new(mock.clone(), config(1 << 30)).unwrap();
+    let dev = mock.alloc_device(MIB);
+    let s = site(110);
+    let pinned = AllocFlags::REQUIRE_PINNED;
+    let stream = StreamHandle(7);
+    let mut first = alloc.alloc_at(MIB, s, pinned).unwrap();
+    assert!(first.is_pinned());
+    let first_ptr = first.as_ptr();
+    // SAFETY: the buffer is not touched again before the stream ran (it is dropped).
+    unsafe { first.copy_from_device_async(dev, stream).unwrap() };
+    drop(first);
+    let mut second = alloc.alloc_at(MIB, s, pinned).unwrap();
+    assert_ne!(
+        second.as_ptr(),
+        first_ptr,
+        "the pending block is not handed out"
+    );
+    second.as_mut_slice().fill(0x5a);
+    mock.drain_all();
+    assert!(second.as_slice().iter().all(|&b| b == 0x5a));
+    drop(second);
+    // Once the copy completed, the block is reused.
+    let misses = alloc.stats().pool_misses;
+    assert_eq!(misses, 2, "the second buffer needed its own segment");
+    let third = alloc.alloc_at(MIB, s, pinned).unwrap();
+    let fourth = alloc.alloc_at(MIB, s, pinned).unwrap();
+    assert!([third.as_ptr(), fourth.as_ptr()].contains(&first_ptr));
+    assert_eq!(alloc.stats().pool_misses, 2, "both blocks reused");
+    drop(fourth);
+    drop(third);
+    mock.free_device(dev);
+}
+
+#[test]
+fn copies_move_the_right_bytes() {
+    let mock = Arc::new(MockBackend::new());
+    let alloc = HostAllocator::new(mock.clone(), config(1 << 30)).unwrap();
+    let dev = mock.alloc_device(3 * MIB);
+    let mut a = alloc.alloc(3 * MIB).unwrap();
+    for (i, b) in a.as_mut_slice().iter_mut().enumerate() {
+        *b = (i % 251) as u8;
+    }
+    a.copy_to_device(dev).unwrap();
+    let mut back = alloc.alloc(3 * MIB).unwrap();
+    back.copy_from_device(dev).unwrap();
+    assert_eq!(a.as_slice(), back.as_slice());
+    assert_eq!(mock.read_device(dev, 16), a.as_slice()[..16].to_vec());
+    drop((a, back));
+    mock.free_device(dev);
+}
+
+#[test]
+fn everything_is_unpinned_after_shutdown() {
+    let (mock, e) = engine(1 << 30);
+    for i in 0..20 {
+        cycle(&e, site(120 + (i % 3)), (1 + i as usize % 5) * MIB, 20);
+    }
+    assert!(mock.pinned_bytes() > 0);
+    drop(e);
+    assert_eq!(mock.pinned_bytes(), 0);
+    assert_eq!(mock.pinned_ranges(), 0);
+}
+
+#[test]
+fn track_caller_gives_each_line_its_own_site() {
+    let mock = Arc::new(MockBackend::new());
+    let alloc = HostAllocator::new(mock, config(1 << 30)).unwrap();
+    let a = alloc.alloc(100).unwrap();
+    let b = alloc.alloc(100).unwrap();
+    assert_ne!(a.tag().site, b.tag().site);
+    let mut tags = Vec::new();
+    for _ in 0..3 {
+        tags.push(alloc.alloc(100).unwrap().tag());
+    }
+    assert_eq!(tags[0].site, tags[2].site);
+    assert_eq!(
+        tags.iter().map(|t| t.call_no).collect::<Vec<_>>(),
+        vec![1, 2, 3]
+    );
+    let _ = DevicePtr(0);
+}
