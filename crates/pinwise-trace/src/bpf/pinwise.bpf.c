@@ -1,0 +1,809 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * pinwise.bpf.c: user-space probes on the CUDA driver and runtime, syscall and scheduler
+ * tracepoints. Every program first checks that the current process is traced (map
+ * `traced_tgids`): the uprobes are attached system-wide, by library path, because per-PID
+ * uprobes are slow (libbpf-rs issue #981).
+ *
+ * Copies cost one probe hit each (entry only). Allocations cost an entry and a return
+ * (the pointer is only known at return), plus one hit on the runtime function when the
+ * application goes through cudart: that hit records the application's call site.
+ *
+ * No vmlinux.h: the few kernel types used are declared below (tracepoint records from
+ * /sys/kernel/tracing/events/.../format, and two task_struct fields read with CO-RE).
+ */
+#include "pinwise_common.bpf.h"
+
+#include <asm/ptrace.h>
+#include <bpf/bpf_tracing.h>
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/* See pinwise_events.h: makes BTF (and so the Rust bindings) carry every shared type. */
+struct pw_abi pw_abi_anchor = {};
+
+/* Anonymous mappings smaller than this are not reported (set by user space). */
+const volatile __u64 cfg_min_mmap_bytes = 1 << 20;
+
+#define PROT_READ 0x1
+#define PROT_WRITE 0x2
+#define PROT_EXEC 0x4
+#define MAP_ANONYMOUS 0x20
+#define MAP_STACK 0x20000
+
+/* The two task_struct fields the fork hook reads; CO-RE finds their offsets. */
+struct task_struct {
+	int pid;
+	int tgid;
+} __attribute__((preserve_access_index));
+
+/* The caller of a runtime allocation function, per thread, recorded at its entry. It is
+ * used by the driver call made inside it, if that frame is still live. */
+struct runtime_frame {
+	__u64 ret;
+	__u64 sp;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32); /* tid */
+	__type(value, struct runtime_frame);
+} runtime_frames SEC(".maps");
+
+/* Arguments of an mmap between syscall entry and exit. */
+struct mmap_args {
+	__u64 len;
+	__u64 flags;
+	__u8 exec_file;
+	__u8 _pad0[7];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u64); /* pid_tgid */
+	__type(value, struct mmap_args);
+} mmap_calls SEC(".maps");
+
+/* Processes whose new children are traced: the tracer itself while it launches a command. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, __u8);
+} spawners SEC(".maps");
+
+/* Threads whose mmaps and page faults are not reported: the tracer's own threads when it
+ * traces its own process. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, __u32);
+	__type(value, __u8);
+} ignored_tids SEC(".maps");
+
+/* ---- helpers ------------------------------------------------------------------------- */
+
+/* At a function's first instruction the return address is the word at the stack pointer. */
+static __always_inline __u64 entry_return_address(struct pt_regs *ctx)
+{
+	__u64 ret = 0;
+	if (bpf_probe_read_user(&ret, sizeof(ret), (void *)PT_REGS_SP(ctx)))
+		count(PW_CNT_USER_READ_FAILED);
+	return ret;
+}
+
+/* Copy the user stack from `sp` upwards, so that user space can find the application's
+ * frame among the words (return addresses that follow a call instruction). */
+static __always_inline void read_stack(struct pw_range_event *e, __u64 sp)
+{
+	e->stack_sp = sp;
+	e->stack_len = 0;
+	if (!sp)
+		return;
+	if (!bpf_probe_read_user(e->stack, PW_STACK_BYTES, (void *)sp)) {
+		e->stack_len = PW_STACK_BYTES;
+		return;
+	}
+	/* Near the top of the stack the whole window may not be mapped. */
+	if (!bpf_probe_read_user(e->stack, 256, (void *)sp)) {
+		e->stack_len = 256;
+		return;
+	}
+	count(PW_CNT_USER_READ_FAILED);
+}
+
+/* ---- copies: one hit each, at entry ---------------------------------------------------- */
+
+static __always_inline int emit_copy(struct pt_regs *ctx, __u64 dst, __u64 src, __u64 bytes,
+				     __u64 stream, __u8 dst_type, __u8 src_type, __u8 is_async)
+{
+	if (!is_traced(current_tgid()))
+		return 0;
+	__u16 func = bpf_get_attach_cookie(ctx);
+	count_hit(func);
+	struct pw_copy_event *e = reserve(sizeof(*e));
+	if (!e)
+		return 0;
+	fill_header(&e->h, PW_EV_COPY, func);
+	e->dst = dst;
+	e->src = src;
+	e->bytes = bytes;
+	e->stream = stream;
+	e->call_site = entry_return_address(ctx);
+	e->dst_type = dst_type;
+	e->src_type = src_type;
+	e->is_async = is_async;
+	__builtin_memset(e->_pad0, 0, sizeof(e->_pad0));
+	submit(e, 0);
+	return 0;
+}
+
+/* cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) and _ptds */
+SEC("uprobe")
+int BPF_KPROBE(copy_htod, __u64 dst, __u64 src, __u64 n)
+{
+	return emit_copy(ctx, dst, src, n, 0, PW_MEM_DEVICE, PW_MEM_HOST, 0);
+}
+
+/* cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s) and _ptsz */
+SEC("uprobe")
+int BPF_KPROBE(copy_htod_async, __u64 dst, __u64 src, __u64 n, __u64 stream)
+{
+	return emit_copy(ctx, dst, src, n, stream, PW_MEM_DEVICE, PW_MEM_HOST, 1);
+}
+
+/* cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) and _ptds */
+SEC("uprobe")
+int BPF_KPROBE(copy_dtoh, __u64 dst, __u64 src, __u64 n)
+{
+	return emit_copy(ctx, dst, src, n, 0, PW_MEM_HOST, PW_MEM_DEVICE, 0);
+}
+
+/* cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s) and _ptsz */
+SEC("uprobe")
+int BPF_KPROBE(copy_dtoh_async, __u64 dst, __u64 src, __u64 n, __u64 stream)
+{
+	return emit_copy(ctx, dst, src, n, stream, PW_MEM_HOST, PW_MEM_DEVICE, 1);
+}
+
+/* cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) and _ptds: direction from the
+ * addresses, in user space. */
+SEC("uprobe")
+int BPF_KPROBE(copy_unified, __u64 dst, __u64 src, __u64 n)
+{
+	return emit_copy(ctx, dst, src, n, 0, PW_MEM_UNIFIED, PW_MEM_UNIFIED, 0);
+}
+
+/* cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) and _ptsz */
+SEC("uprobe")
+int BPF_KPROBE(copy_unified_async, __u64 dst, __u64 src, __u64 n, __u64 stream)
+{
+	return emit_copy(ctx, dst, src, n, stream, PW_MEM_UNIFIED, PW_MEM_UNIFIED, 1);
+}
+
+/* cuMemcpyHtoA_v2(CUarray dst, size_t dstOffset, const void *src, size_t n) and _ptds */
+SEC("uprobe")
+int BPF_KPROBE(copy_htoa, __u64 array, __u64 offset, __u64 src, __u64 n)
+{
+	return emit_copy(ctx, 0, src, n, 0, PW_MEM_ARRAY, PW_MEM_HOST, 0);
+}
+
+/* cuMemcpyHtoAAsync_v2(CUarray dst, size_t dstOffset, const void *src, size_t n, CUstream) */
+SEC("uprobe")
+int BPF_KPROBE(copy_htoa_async, __u64 array, __u64 offset, __u64 src, __u64 n, __u64 stream)
+{
+	return emit_copy(ctx, 0, src, n, stream, PW_MEM_ARRAY, PW_MEM_HOST, 1);
+}
+
+/* cuMemcpyAtoH_v2(void *dst, CUarray src, size_t srcOffset, size_t n) and _ptds */
+SEC("uprobe")
+int BPF_KPROBE(copy_atoh, __u64 dst, __u64 array, __u64 offset, __u64 n)
+{
+	return emit_copy(ctx, dst, 0, n, 0, PW_MEM_HOST, PW_MEM_ARRAY, 0);
+}
+
+/* cuMemcpyAtoHAsync_v2(void *dst, CUarray src, size_t srcOffset, size_t n, CUstream) */
+SEC("uprobe")
+int BPF_KPROBE(copy_atoh_async, __u64 dst, __u64 array, __u64 offset, __u64 n, __u64 stream)
+{
+	return emit_copy(ctx, dst, 0, n, stream, PW_MEM_HOST, PW_MEM_ARRAY, 1);
+}
+
+/* CUDA_MEMCPY2D (cuda.h), 128 bytes. */
+struct cu_memcpy2d {
+	__u64 srcXInBytes;
+	__u64 srcY;
+	__u32 srcMemoryType;
+	__u32 _pad0;
+	__u64 srcHost;
+	__u64 srcDevice;
+	__u64 srcArray;
+	__u64 srcPitch;
+	__u64 dstXInBytes;
+	__u64 dstY;
+	__u32 dstMemoryType;
+	__u32 _pad1;
+	__u64 dstHost;
+	__u64 dstDevice;
+	__u64 dstArray;
+	__u64 dstPitch;
+	__u64 WidthInBytes;
+	__u64 Height;
+};
+
+/* CUDA_MEMCPY3D (cuda.h), 200 bytes. */
+struct cu_memcpy3d {
+	__u64 srcXInBytes;
+	__u64 srcY;
+	__u64 srcZ;
+	__u64 srcLOD;
+	__u32 srcMemoryType;
+	__u32 _pad0;
+	__u64 srcHost;
+	__u64 srcDevice;
+	__u64 srcArray;
+	__u64 reserved0;
+	__u64 srcPitch;
+	__u64 srcHeight;
+	__u64 dstXInBytes;
+	__u64 dstY;
+	__u64 dstZ;
+	__u64 dstLOD;
+	__u32 dstMemoryType;
+	__u32 _pad1;
+	__u64 dstHost;
+	__u64 dstDevice;
+	__u64 dstArray;
+	__u64 reserved1;
+	__u64 dstPitch;
+	__u64 dstHeight;
+	__u64 WidthInBytes;
+	__u64 Height;
+	__u64 Depth;
+};
+
+/* First byte of one side of a 2D/3D copy: host pointer for host memory, device (unified)
+ * pointer for device or unified memory, 0 for arrays. */
+static __always_inline __u64 side_start(__u32 type, __u64 host, __u64 device, __u64 x, __u64 y,
+					__u64 z, __u64 pitch, __u64 height)
+{
+	__u64 base;
+	if (type == PW_MEM_HOST)
+		base = host;
+	else if (type == PW_MEM_DEVICE || type == PW_MEM_UNIFIED)
+		base = device;
+	else
+		return 0;
+	return base + x + y * pitch + z * pitch * height;
+}
+
+static __always_inline int emit_copy_2d(struct pt_regs *ctx, __u64 desc, __u64 stream,
+					__u8 is_async)
+{
+	if (!is_traced(current_tgid()))
+		return 0;
+	struct cu_memcpy2d c;
+	if (bpf_probe_read_user(&c, sizeof(c), (void *)desc)) {
+		count(PW_CNT_USER_READ_FAILED);
+		return 0;
+	}
+	__u64 dst = side_start(c.dstMemoryType, c.dstHost, c.dstDevice, c.dstXInBytes, c.dstY, 0,
+			       c.dstPitch, 0);
+	__u64 src = side_start(c.srcMemoryType, c.srcHost, c.srcDevice, c.srcXInBytes, c.srcY, 0,
+			       c.srcPitch, 0);
+	return emit_copy(ctx, dst, src, c.WidthInBytes * c.Height, stream, c.dstMemoryType,
+			 c.srcMemoryType, is_async);
+}
+
+static __always_inline int emit_copy_3d(struct pt_regs *ctx, __u64 desc, __u64 stream,
+					__u8 is_async)
+{
+	if (!is_traced(current_tgid()))
+		return 0;
+	struct cu_memcpy3d c;
+	if (bpf_probe_read_user(&c, sizeof(c), (void *)desc)) {
+		count(PW_CNT_USER_READ_FAILED);
+		return 0;
+	}
+	__u64 dst = side_start(c.dstMemoryType, c.dstHost, c.dstDevice, c.dstXInBytes, c.dstY,
+			       c.dstZ, c.dstPitch, c.dstHeight);
+	__u64 src = side_start(c.srcMemoryType, c.srcHost, c.srcDevice, c.srcXInBytes, c.srcY,
+			       c.srcZ, c.srcPitch, c.srcHeight);
+	return emit_copy(ctx, dst, src, c.WidthInBytes * c.Height * c.Depth, stream,
+			 c.dstMemoryType, c.srcMemoryType, is_async);
+}
+
+/* cuMemcpy2D_v2(const CUDA_MEMCPY2D *), cuMemcpy2DUnaligned_v2, and their _ptds */
+SEC("uprobe")
+int BPF_KPROBE(copy_2d, __u64 desc)
+{
+	return emit_copy_2d(ctx, desc, 0, 0);
+}
+
+/* cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *, CUstream) and _ptsz */
+SEC("uprobe")
+int BPF_KPROBE(copy_2d_async, __u64 desc, __u64 stream)
+{
+	return emit_copy_2d(ctx, desc, stream, 1);
+}
+
+/* cuMemcpy3D_v2(const CUDA_MEMCPY3D *) and _ptds */
+SEC("uprobe")
+int BPF_KPROBE(copy_3d, __u64 desc)
+{
+	return emit_copy_3d(ctx, desc, 0, 0);
+}
+
+/* cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *, CUstream) and _ptsz */
+SEC("uprobe")
+int BPF_KPROBE(copy_3d_async, __u64 desc, __u64 stream)
+{
+	return emit_copy_3d(ctx, desc, stream, 1);
+}
+
+/* ---- allocations: entry remembers the arguments, return reports ------------------------ */
+
+static __always_inline int remember_call(struct pt_regs *ctx, __u64 out_ptr, __u64 out_pitch,
+					 __u64 len, __u32 flags, int want_runtime_site)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if (!is_traced(pid_tgid >> 32))
+		return 0;
+	__u16 func = bpf_get_attach_cookie(ctx);
+	count_hit(func);
+	struct pending_call call = {};
+	call.out_ptr = out_ptr;
+	call.out_pitch = out_pitch;
+	call.len = len;
+	call.flags = flags;
+	call.func = func;
+	call.call_site = entry_return_address(ctx);
+	call.site_source = PW_SITE_DRIVER;
+	if (want_runtime_site) {
+		/* Inside cudaMallocHost & co.? Their caller is the application's call site, if
+		 * that frame is still live: its return address still sits where it was. */
+		__u32 tid = (__u32)pid_tgid;
+		struct runtime_frame *rf = bpf_map_lookup_elem(&runtime_frames, &tid);
+		if (rf && rf->sp > PT_REGS_SP(ctx)) {
+			__u64 still = 0;
+			if (!bpf_probe_read_user(&still, sizeof(still), (void *)rf->sp) &&
+			    still == rf->ret) {
+				call.call_site = rf->ret;
+				call.site_source = PW_SITE_RUNTIME;
+			}
+		}
+	}
+	if (bpf_map_update_elem(&pending, &pid_tgid, &call, BPF_ANY))
+		count(PW_CNT_PENDING_FULL);
+	return 0;
+}
+
+static __always_inline int report_return(struct pt_regs *ctx, __u16 kind)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct pending_call *call = bpf_map_lookup_elem(&pending, &pid_tgid);
+	if (!call) {
+		if (is_traced(pid_tgid >> 32))
+			count(PW_CNT_RETURN_WITHOUT_ENTRY);
+		return 0;
+	}
+	struct pw_range_event *e = reserve(sizeof(*e));
+	if (e) {
+		fill_header(&e->h, kind, call->func);
+		e->result = (__s32)PT_REGS_RC(ctx);
+		e->flags = call->flags;
+		e->call_site = call->call_site;
+		e->site_source = call->site_source;
+		__builtin_memset(e->_pad0, 0, sizeof(e->_pad0));
+		e->len = call->len;
+		e->addr = 0;
+		if (kind == PW_EV_HOST_REGISTER) {
+			e->addr = call->out_ptr;
+		} else if (e->result == 0) {
+			__u64 addr = 0;
+			if (bpf_probe_read_user(&addr, sizeof(addr), (void *)call->out_ptr))
+				count(PW_CNT_USER_READ_FAILED);
+			e->addr = addr;
+			if (call->out_pitch) {
+				__u64 pitch = 0;
+				if (bpf_probe_read_user(&pitch, sizeof(pitch), (void *)call->out_pitch))
+					count(PW_CNT_USER_READ_FAILED);
+				e->len = pitch * call->len;
+			}
+		}
+		e->stack_sp = 0;
+		e->stack_len = 0;
+		/* Host ranges need a call site; when the runtime did not give one, send the
+		 * stack: the caller's frames are intact right after the return. */
+		if (kind != PW_EV_DEV_ALLOC && call->site_source != PW_SITE_RUNTIME)
+			read_stack(e, PT_REGS_SP(ctx));
+		submit(e, 1);
+	}
+	bpf_map_delete_elem(&pending, &pid_tgid);
+	return 0;
+}
+
+/* cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags) */
+SEC("uprobe")
+int BPF_KPROBE(host_alloc_entry, __u64 pp, __u64 bytesize, __u32 flags)
+{
+	return remember_call(ctx, pp, 0, bytesize, flags, 1);
+}
+
+/* cuMemAllocHost_v2(void **pp, size_t bytesize) */
+SEC("uprobe")
+int BPF_KPROBE(alloc_host_entry, __u64 pp, __u64 bytesize)
+{
+	return remember_call(ctx, pp, 0, bytesize, 0, 1);
+}
+
+SEC("uretprobe")
+int host_alloc_return(struct pt_regs *ctx)
+{
+	return report_return(ctx, PW_EV_HOST_ALLOC);
+}
+
+/* cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags) */
+SEC("uprobe")
+int BPF_KPROBE(host_register_entry, __u64 p, __u64 bytesize, __u32 flags)
+{
+	return remember_call(ctx, p, 0, bytesize, flags, 1);
+}
+
+SEC("uretprobe")
+int host_register_return(struct pt_regs *ctx)
+{
+	return report_return(ctx, PW_EV_HOST_REGISTER);
+}
+
+/* cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize), cuMemAllocAsync(dptr, bytesize, stream) */
+SEC("uprobe")
+int BPF_KPROBE(dev_alloc_entry, __u64 dptr, __u64 bytesize)
+{
+	return remember_call(ctx, dptr, 0, bytesize, 0, 0);
+}
+
+/* cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t width, size_t height,
+ * unsigned int elementSize) */
+SEC("uprobe")
+int BPF_KPROBE(dev_alloc_pitch_entry, __u64 dptr, __u64 ppitch, __u64 width, __u64 height)
+{
+	return remember_call(ctx, dptr, ppitch, height, 0, 0);
+}
+
+SEC("uretprobe")
+int dev_alloc_return(struct pt_regs *ctx)
+{
+	return report_return(ctx, PW_EV_DEV_ALLOC);
+}
+
+/* ---- releases: one hit each, at entry ------------------------------------------------- */
+
+static __always_inline int emit_release(__u16 kind, __u16 func, __u64 addr, __u64 len,
+					__u64 call_site)
+{
+	count_hit(func);
+	struct pw_release_event *e = reserve(sizeof(*e));
+	if (!e)
+		return 0;
+	fill_header(&e->h, kind, func);
+	e->addr = addr;
+	e->len = len;
+	e->call_site = call_site;
+	submit(e, 1);
+	return 0;
+}
+
+/* cuMemFreeHost(void *p) */
+SEC("uprobe")
+int BPF_KPROBE(host_free, __u64 p)
+{
+	if (!is_traced(current_tgid()))
+		return 0;
+	return emit_release(PW_EV_HOST_FREE, bpf_get_attach_cookie(ctx), p, 0,
+			    entry_return_address(ctx));
+}
+
+/* cuMemHostUnregister(void *p) */
+SEC("uprobe")
+int BPF_KPROBE(host_unregister, __u64 p)
+{
+	if (!is_traced(current_tgid()))
+		return 0;
+	return emit_release(PW_EV_HOST_UNREGISTER, bpf_get_attach_cookie(ctx), p, 0,
+			    entry_return_address(ctx));
+}
+
+/* cuMemFree_v2(CUdeviceptr p), cuMemFreeAsync(CUdeviceptr p, CUstream) */
+SEC("uprobe")
+int BPF_KPROBE(dev_free, __u64 p)
+{
+	if (!is_traced(current_tgid()))
+		return 0;
+	return emit_release(PW_EV_DEV_FREE, bpf_get_attach_cookie(ctx), p, 0,
+			    entry_return_address(ctx));
+}
+
+/* ---- runtime: the application's call site for host allocations ----------------------- */
+
+/* cudaMallocHost, cudaHostAlloc, cudaHostRegister (shared libcudart or static in the
+ * executable): remember who called, for the driver call made inside. */
+SEC("uprobe")
+int runtime_alloc_entry(struct pt_regs *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if (!is_traced(pid_tgid >> 32))
+		return 0;
+	count_hit(bpf_get_attach_cookie(ctx));
+	struct runtime_frame rf = {
+		.ret = entry_return_address(ctx),
+		.sp = PT_REGS_SP(ctx),
+	};
+	__u32 tid = (__u32)pid_tgid;
+	bpf_map_update_elem(&runtime_frames, &tid, &rf, BPF_ANY);
+	return 0;
+}
+
+/* ---- syscalls: large anonymous mappings, and library loads ------------------------------ */
+
+/* Records as /sys/kernel/tracing/events/syscalls/.../format lays them out. */
+struct tp_sys_enter_mmap {
+	__u64 common;
+	__s32 syscall_nr;
+	__u32 _pad0;
+	__u64 addr;
+	__u64 len;
+	__u64 prot;
+	__u64 flags;
+	__u64 fd;
+	__u64 off;
+};
+
+struct tp_sys_exit {
+	__u64 common;
+	__s32 syscall_nr;
+	__u32 _pad0;
+	__s64 ret;
+};
+
+struct tp_sys_enter_munmap {
+	__u64 common;
+	__s32 syscall_nr;
+	__u32 _pad0;
+	__u64 addr;
+	__u64 len;
+};
+
+static __always_inline int tid_ignored(__u64 pid_tgid)
+{
+	__u32 tid = (__u32)pid_tgid;
+	return bpf_map_lookup_elem(&ignored_tids, &tid) != 0;
+}
+
+SEC("tracepoint/syscalls/sys_enter_mmap")
+int on_mmap_enter(struct tp_sys_enter_mmap *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if (!is_traced(pid_tgid >> 32))
+		return 0;
+	count_hit(PW_FN_sys_mmap);
+	__u64 rw = PROT_READ | PROT_WRITE;
+	int anon_rw = (ctx->flags & MAP_ANONYMOUS) && (ctx->prot & rw) == rw &&
+		      !(ctx->flags & MAP_STACK) && ctx->len >= cfg_min_mmap_bytes;
+	int exec_file = !(ctx->flags & MAP_ANONYMOUS) && (ctx->prot & PROT_EXEC);
+	if (!anon_rw && !exec_file)
+		return 0;
+	/* Inside a CUDA allocation: that allocation's own event covers its memory. */
+	if (anon_rw && bpf_map_lookup_elem(&pending, &pid_tgid))
+		return 0;
+	if (anon_rw && tid_ignored(pid_tgid))
+		return 0;
+	struct mmap_args args = {
+		.len = ctx->len,
+		.flags = ctx->flags,
+		.exec_file = exec_file,
+	};
+	bpf_map_update_elem(&mmap_calls, &pid_tgid, &args, BPF_ANY);
+	return 0;
+}
+
+/* The user stack pointer of the current task at the syscall. */
+static __always_inline __u64 user_sp(void)
+{
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	__u64 sp = 0;
+	if (bpf_probe_read_kernel(&sp, sizeof(sp), &regs->rsp))
+		return 0;
+	return sp;
+}
+
+SEC("tracepoint/syscalls/sys_exit_mmap")
+int on_mmap_exit(struct tp_sys_exit *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct mmap_args *found = bpf_map_lookup_elem(&mmap_calls, &pid_tgid);
+	if (!found)
+		return 0;
+	struct mmap_args args = *found;
+	bpf_map_delete_elem(&mmap_calls, &pid_tgid);
+	if (ctx->ret < 0 && ctx->ret > -4096)
+		return 0;
+	if (args.exec_file) {
+		struct pw_proc_event *p = reserve(sizeof(*p));
+		if (!p)
+			return 0;
+		fill_header(&p->h, PW_EV_EXEC_MAP, PW_FN_sys_mmap);
+		p->child = 0;
+		p->_pad0 = 0;
+		p->addr = ctx->ret;
+		p->len = args.len;
+		submit(p, 1);
+		return 0;
+	}
+	struct pw_range_event *e = reserve(sizeof(*e));
+	if (!e)
+		return 0;
+	fill_header(&e->h, PW_EV_MMAP, PW_FN_sys_mmap);
+	e->addr = ctx->ret;
+	e->len = args.len;
+	e->call_site = 0;
+	e->flags = (__u32)args.flags;
+	e->result = 0;
+	e->site_source = PW_SITE_NONE;
+	__builtin_memset(e->_pad0, 0, sizeof(e->_pad0));
+	read_stack(e, user_sp());
+	submit(e, 1);
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_enter_munmap")
+int on_munmap(struct tp_sys_enter_munmap *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if (!is_traced(pid_tgid >> 32))
+		return 0;
+	if (ctx->len < cfg_min_mmap_bytes || tid_ignored(pid_tgid))
+		return 0;
+	return emit_release(PW_EV_MUNMAP, PW_FN_sys_munmap, ctx->addr, ctx->len, 0);
+}
+
+/* ---- page faults (opt-in: user space loads this program only when asked) --------------- */
+
+struct tp_page_fault_user {
+	__u64 common;
+	__u64 address;
+	__u64 ip;
+	__u64 error_code;
+};
+
+SEC("tracepoint/exceptions/page_fault_user")
+int on_page_fault(struct tp_page_fault_user *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if (!is_traced(pid_tgid >> 32) || tid_ignored(pid_tgid))
+		return 0;
+	count_hit(PW_FN_page_fault_user);
+	struct pw_fault_event *e = reserve(sizeof(*e));
+	if (!e)
+		return 0;
+	fill_header(&e->h, PW_EV_PAGE_FAULT, PW_FN_page_fault_user);
+	e->addr = ctx->address;
+	e->ip = ctx->ip;
+	e->error_code = ctx->error_code;
+	submit(e, 0);
+	return 0;
+}
+
+/* ---- process life: follow children, forget the dead ------------------------------------ */
+
+static __always_inline int follow_child(__u32 parent_tgid, __u32 child_tgid)
+{
+	if (!is_traced(parent_tgid) && !bpf_map_lookup_elem(&spawners, &parent_tgid))
+		return 0;
+	__u8 one = 1;
+	if (bpf_map_update_elem(&traced_tgids, &child_tgid, &one, BPF_ANY)) {
+		count(PW_CNT_TGID_MAP_FULL);
+		return 0;
+	}
+	count_hit(PW_FN_sched_process_fork);
+	struct pw_proc_event *p = reserve(sizeof(*p));
+	if (!p)
+		return 0;
+	fill_header(&p->h, PW_EV_PROC_FORK, PW_FN_sched_process_fork);
+	p->child = child_tgid;
+	p->_pad0 = 0;
+	p->addr = 0;
+	p->len = 0;
+	submit(p, 1);
+	return 0;
+}
+
+/* With BTF: the child's tgid tells a new process from a new thread. */
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(on_fork_btf, struct task_struct *parent, struct task_struct *child)
+{
+	if (child->pid != child->tgid)
+		return 0;
+	return follow_child(parent->tgid, child->tgid);
+}
+
+/* Without BTF (fallback): a new thread is also reported here; its tid is added, which is
+ * harmless (no process has that tgid) and removed when it exits. */
+struct tp_sched_process_fork {
+	__u64 common;
+	__u32 parent_comm_loc;
+	__s32 parent_pid;
+	__u32 child_comm_loc;
+	__s32 child_pid;
+};
+
+SEC("tracepoint/sched/sched_process_fork")
+int on_fork_tp(struct tp_sched_process_fork *ctx)
+{
+	return follow_child(current_tgid(), ctx->child_pid);
+}
+
+struct tp_sched_process_exit {
+	__u64 common;
+	char comm[16];
+	__s32 pid;
+	__s32 prio;
+	__u8 group_dead;
+};
+
+SEC("tracepoint/sched/sched_process_exit")
+int on_exit(struct tp_sched_process_exit *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tgid = pid_tgid >> 32;
+	__u32 tid = (__u32)pid_tgid;
+	/* A fallback fork hook may have added a thread id: forget it too. */
+	if (tid != tgid)
+		bpf_map_delete_elem(&traced_tgids, &tid);
+	if (!is_traced(tgid))
+		return 0;
+	bpf_map_delete_elem(&runtime_frames, &tid);
+	bpf_map_delete_elem(&pending, &pid_tgid);
+	bpf_map_delete_elem(&mmap_calls, &pid_tgid);
+	if (!ctx->group_dead)
+		return 0;
+	bpf_map_delete_elem(&traced_tgids, &tgid);
+	count_hit(PW_FN_sched_process_exit);
+	struct pw_proc_event *p = reserve(sizeof(*p));
+	if (!p)
+		return 0;
+	fill_header(&p->h, PW_EV_PROC_EXIT, PW_FN_sched_process_exit);
+	p->child = 0;
+	p->_pad0 = 0;
+	p->addr = 0;
+	p->len = 0;
+	submit(p, 1);
+	return 0;
+}
+
+struct tp_sched_process_exec {
+	__u64 common;
+	__u32 filename_loc;
+	__s32 pid;
+	__s32 old_pid;
+};
+
+SEC("tracepoint/sched/sched_process_exec")
+int on_exec(struct tp_sched_process_exec *ctx)
+{
+	if (!is_traced(current_tgid()))
+		return 0;
+	count_hit(PW_FN_sched_process_exec);
+	struct pw_proc_event *p = reserve(sizeof(*p));
+	if (!p)
+		return 0;
+	fill_header(&p->h, PW_EV_PROC_EXEC, PW_FN_sched_process_exec);
+	p->child = 0;
+	p->_pad0 = 0;
+	p->addr = 0;
+	p->len = 0;
+	submit(p, 1);
+	return 0;
+}

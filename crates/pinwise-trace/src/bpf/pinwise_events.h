@@ -1,0 +1,275 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * pinwise_events.h: the ONE definition of what pinwise's BPF programs send to user space.
+ *
+ * Every record in the ring buffer starts with a `struct pw_header`; its `kind` says which
+ * of the structs below the record is. The Rust side does not copy these definitions: its
+ * types are generated from the compiled object's BTF by libbpf-cargo (see build.rs and
+ * src/raw.rs), so a change here changes both sides at once.
+ *
+ * Only fixed-width types, and explicit padding, so that the layout is the same in C and Rust.
+ */
+#ifndef PINWISE_EVENTS_H
+#define PINWISE_EVENTS_H
+
+/* Bytes of user stack copied with events that need a call site found in user space. */
+#define PW_STACK_BYTES 1024
+
+/* What a ring-buffer record is (pw_header.kind). */
+enum pw_kind {
+	PW_EV_NONE = 0,
+	/* A CUDA host allocation returned (struct pw_range_event). */
+	PW_EV_HOST_ALLOC = 1,
+	/* cuMemHostRegister returned (struct pw_range_event). */
+	PW_EV_HOST_REGISTER = 2,
+	/* A device allocation returned (struct pw_range_event; no stack). */
+	PW_EV_DEV_ALLOC = 3,
+	/* An anonymous mapping above the size threshold appeared (struct pw_range_event). */
+	PW_EV_MMAP = 4,
+	/* cuMemFreeHost (struct pw_release_event). */
+	PW_EV_HOST_FREE = 5,
+	/* cuMemHostUnregister (struct pw_release_event). */
+	PW_EV_HOST_UNREGISTER = 6,
+	/* cuMemFree (struct pw_release_event). */
+	PW_EV_DEV_FREE = 7,
+	/* munmap of a range above the size threshold (struct pw_release_event). */
+	PW_EV_MUNMAP = 8,
+	/* Any copy entry point (struct pw_copy_event). */
+	PW_EV_COPY = 9,
+	/* nvidia's os_lock_user_pages returned OK (struct pw_pin_event). */
+	PW_EV_PIN_PAGES = 10,
+	/* nvidia's os_unlock_user_pages was called (struct pw_pin_event). */
+	PW_EV_UNPIN_PAGES = 11,
+	/* A user page fault (struct pw_fault_event), only when asked for. */
+	PW_EV_PAGE_FAULT = 12,
+	/* A traced process forked a child, now traced too (struct pw_proc_event). */
+	PW_EV_PROC_FORK = 13,
+	/* The last thread of a traced process exited (struct pw_proc_event). */
+	PW_EV_PROC_EXIT = 14,
+	/* A traced process called exec (struct pw_proc_event). */
+	PW_EV_PROC_EXEC = 15,
+	/* A traced process mapped a file executable: a library was loaded (struct pw_proc_event). */
+	PW_EV_EXEC_MAP = 16,
+};
+
+/*
+ * Which function or hook produced a record (pw_header.func). For uprobes it is the attach
+ * cookie, so one BPF program serves several entry points (`_v2`, `_ptds`, `_ptsz`, ...).
+ * Also the index into the per-function hit counters (map `func_hits`).
+ */
+enum pw_func {
+	PW_FN_NONE = 0,
+	/* Driver API, copies. */
+	PW_FN_cuMemcpyHtoD_v2,
+	PW_FN_cuMemcpyHtoD_v2_ptds,
+	PW_FN_cuMemcpyHtoDAsync_v2,
+	PW_FN_cuMemcpyHtoDAsync_v2_ptsz,
+	PW_FN_cuMemcpyDtoH_v2,
+	PW_FN_cuMemcpyDtoH_v2_ptds,
+	PW_FN_cuMemcpyDtoHAsync_v2,
+	PW_FN_cuMemcpyDtoHAsync_v2_ptsz,
+	PW_FN_cuMemcpy,
+	PW_FN_cuMemcpy_ptds,
+	PW_FN_cuMemcpyAsync,
+	PW_FN_cuMemcpyAsync_ptsz,
+	PW_FN_cuMemcpy2D_v2,
+	PW_FN_cuMemcpy2D_v2_ptds,
+	PW_FN_cuMemcpy2DUnaligned_v2,
+	PW_FN_cuMemcpy2DUnaligned_v2_ptds,
+	PW_FN_cuMemcpy2DAsync_v2,
+	PW_FN_cuMemcpy2DAsync_v2_ptsz,
+	PW_FN_cuMemcpy3D_v2,
+	PW_FN_cuMemcpy3D_v2_ptds,
+	PW_FN_cuMemcpy3DAsync_v2,
+	PW_FN_cuMemcpy3DAsync_v2_ptsz,
+	PW_FN_cuMemcpyHtoA_v2,
+	PW_FN_cuMemcpyHtoA_v2_ptds,
+	PW_FN_cuMemcpyHtoAAsync_v2,
+	PW_FN_cuMemcpyHtoAAsync_v2_ptsz,
+	PW_FN_cuMemcpyAtoH_v2,
+	PW_FN_cuMemcpyAtoH_v2_ptds,
+	PW_FN_cuMemcpyAtoHAsync_v2,
+	PW_FN_cuMemcpyAtoHAsync_v2_ptsz,
+	/* Driver API, host memory. */
+	PW_FN_cuMemHostAlloc,
+	PW_FN_cuMemAllocHost_v2,
+	PW_FN_cuMemFreeHost,
+	PW_FN_cuMemHostRegister_v2,
+	PW_FN_cuMemHostUnregister,
+	/* Driver API, device memory (only to know which addresses are device addresses). */
+	PW_FN_cuMemAlloc_v2,
+	PW_FN_cuMemAllocPitch_v2,
+	PW_FN_cuMemAllocAsync,
+	PW_FN_cuMemAllocAsync_ptsz,
+	PW_FN_cuMemFree_v2,
+	PW_FN_cuMemFreeAsync,
+	PW_FN_cuMemFreeAsync_ptsz,
+	/* Runtime API: only their caller's address is recorded (the application's call site). */
+	PW_FN_cudaMallocHost,
+	PW_FN_cudaHostAlloc,
+	PW_FN_cudaHostRegister,
+	/* Kernel side. */
+	PW_FN_sys_mmap,
+	PW_FN_sys_munmap,
+	PW_FN_page_fault_user,
+	PW_FN_os_lock_user_pages,
+	PW_FN_os_unlock_user_pages,
+	PW_FN_sched_process_fork,
+	PW_FN_sched_process_exit,
+	PW_FN_sched_process_exec,
+	PW_FN_COUNT,
+};
+
+/* Indexes of the per-CPU counters in map `counters`. */
+enum pw_counter {
+	/* bpf_ringbuf_reserve failed: the ring buffer was full and the event was dropped. */
+	PW_CNT_RINGBUF_DROPS = 0,
+	/* A call in flight could not be remembered until its return (map `pending` full). */
+	PW_CNT_PENDING_FULL = 1,
+	/* A return was seen without its entry (attached mid-call, or `pending` was full). */
+	PW_CNT_RETURN_WITHOUT_ENTRY = 2,
+	/* Reading the traced process's memory failed (arguments, stack). */
+	PW_CNT_USER_READ_FAILED = 3,
+	/* A child could not be added to the traced set (map `traced_tgids` full). */
+	PW_CNT_TGID_MAP_FULL = 4,
+	PW_CNT_COUNT = 5,
+};
+
+/* CUDA's CUmemorytype, as copies report it (0: the copy form does not say). */
+enum pw_memtype {
+	PW_MEM_UNSPECIFIED = 0,
+	PW_MEM_HOST = 1,
+	PW_MEM_DEVICE = 2,
+	PW_MEM_ARRAY = 3,
+	PW_MEM_UNIFIED = 4,
+};
+
+/* Where pw_range_event.call_site came from. */
+enum pw_site_source {
+	/* No call site; use the stack window. */
+	PW_SITE_NONE = 0,
+	/* The caller of a runtime function (cudaMallocHost, ...): the application's call. */
+	PW_SITE_RUNTIME = 1,
+	/* The caller of the driver function: the application if it calls the driver API,
+	 * else the runtime library; user space then looks further down the stack window. */
+	PW_SITE_DRIVER = 2,
+};
+
+struct pw_header {
+	/* CLOCK_MONOTONIC nanoseconds (bpf_ktime_get_ns). */
+	__u64 ts_ns;
+	/* Process (tgid) and thread. */
+	__u32 pid;
+	__u32 tid;
+	/* enum pw_kind */
+	__u16 kind;
+	/* enum pw_func */
+	__u16 func;
+	__u32 _pad0;
+};
+
+/* A copy through any of the copy entry points (recorded at entry: one probe hit). */
+struct pw_copy_event {
+	struct pw_header h;
+	/* Start of the destination and source regions (host or device addresses; for arrays 0). */
+	__u64 dst;
+	__u64 src;
+	/* Bytes moved (width x height x depth for 2D/3D copies). */
+	__u64 bytes;
+	/* CUstream handle (0 for the synchronous forms). */
+	__u64 stream;
+	/* Return address of the driver call. */
+	__u64 call_site;
+	/* enum pw_memtype of each side, as the entry point or its descriptor says. */
+	__u8 dst_type;
+	__u8 src_type;
+	/* 1 for the Async forms. */
+	__u8 is_async;
+	__u8 _pad0[5];
+};
+
+/* A range came into being: host allocation, registration, device allocation, or mmap. */
+struct pw_range_event {
+	struct pw_header h;
+	/* First byte and length. */
+	__u64 addr;
+	__u64 len;
+	/* The call site BPF could determine (see site_source); 0 when none. */
+	__u64 call_site;
+	/* User stack pointer at which `stack` starts. */
+	__u64 stack_sp;
+	/* CUDA flags (CU_MEMHOSTALLOC_*, CU_MEMHOSTREGISTER_*); for mmap, mmap's flags. */
+	__u32 flags;
+	/* CUresult the call returned (0 = CUDA_SUCCESS); 0 for mmap. */
+	__s32 result;
+	/* enum pw_site_source */
+	__u8 site_source;
+	__u8 _pad0[3];
+	/* Bytes of `stack` that were read (0: none). */
+	__u32 stack_len;
+	/* The user stack from stack_sp upwards, for finding the application's frame. */
+	__u8 stack[PW_STACK_BYTES];
+};
+
+/* A range went away: host free, unregistration, device free, munmap. */
+struct pw_release_event {
+	struct pw_header h;
+	__u64 addr;
+	/* Length for munmap; 0 when the call does not say. */
+	__u64 len;
+	/* Return address of the call. */
+	__u64 call_site;
+};
+
+/* Pages locked or unlocked by the nvidia kernel module. */
+struct pw_pin_event {
+	struct pw_header h;
+	/* First byte of the locked range (the unlock reports the range its lock had). */
+	__u64 addr;
+	__u64 pages;
+	/* NV_STATUS of the lock (0 = NV_OK). */
+	__u32 status;
+	/* 1 when the thread was inside a probed CUDA allocation or registration: the pages
+	 * belong to the range that call returns (its event comes after this one). */
+	__u8 in_cuda_call;
+	__u8 _pad0[3];
+};
+
+/* A user page fault. */
+struct pw_fault_event {
+	struct pw_header h;
+	__u64 addr;
+	__u64 ip;
+	__u64 error_code;
+};
+
+/* Process life: fork (child = new tgid), exit, exec, executable file mapping (addr, len). */
+struct pw_proc_event {
+	struct pw_header h;
+	__u32 child;
+	__u32 _pad0;
+	__u64 addr;
+	__u64 len;
+};
+
+/*
+ * Never used at run time. One global of this type makes the compiler emit BTF for every
+ * shared type and enum, so that the Rust bindings generated from the object contain them.
+ */
+struct pw_abi {
+	enum pw_kind kind;
+	enum pw_func func;
+	enum pw_counter counter;
+	enum pw_memtype memtype;
+	enum pw_site_source site_source;
+	__u32 _pad0;
+	struct pw_header header;
+	struct pw_copy_event copy;
+	struct pw_range_event range;
+	struct pw_release_event release;
+	struct pw_pin_event pin;
+	struct pw_fault_event fault;
+	struct pw_proc_event proc;
+};
+
+#endif /* PINWISE_EVENTS_H */

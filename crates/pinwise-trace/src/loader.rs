@@ -1,0 +1,580 @@
+//! Loading pinwise's BPF objects and attaching their programs.
+//!
+//! Two objects, compiled by `build.rs` and embedded here: the main one (uprobes on CUDA,
+//! syscall and scheduler tracepoints, the shared maps) and the nvidia one (fentry/fexit on
+//! the nvidia module's page locking), which reuses the main object's maps and is optional:
+//! where the module or its BTF is missing, or the kernel refuses the programs, the reason
+//! is kept and tracing goes on with user-space events.
+//!
+//! Uprobes are attached by file, system-wide (pid -1); the programs filter by process
+//! (map `traced_tgids`), which is much cheaper than per-PID uprobes (libbpf-rs #981).
+
+use std::collections::{HashMap, HashSet};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use blazesym::inspect::source::{Elf as InspectElf, Source as InspectSource};
+use blazesym::inspect::Inspector;
+use blazesym::SymType;
+use libbpf_rs::{
+    Link, MapCore, MapFlags, Object, ObjectBuilder, OpenObject, TracepointCategory, UprobeOpts,
+};
+
+use crate::error::TraceError;
+use crate::libs::file_id;
+use crate::probes::{
+    self, Library, UprobeSpec, FORK_BTF_PROGRAM, FORK_TRACEPOINT, KERNEL_HOOKS,
+    PAGE_FAULT_TRACEPOINT, TRACEPOINTS, UPROBES,
+};
+use crate::raw::counters;
+
+static MAIN_OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/pinwise.bpf.o"));
+static NVIDIA_OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/pinwise_nvidia.bpf.o"));
+
+/// Maps of the main object that the nvidia object shares.
+const SHARED_MAPS: [&str; 5] = ["traced_tgids", "events", "counters", "func_hits", "pending"];
+
+/// Settings of the BPF side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BpfConfig {
+    /// Ring buffer size in bytes (rounded up to a power of two, at least one page).
+    pub ringbuf_bytes: u32,
+    /// Anonymous mappings smaller than this are not reported.
+    pub min_mmap_bytes: u64,
+    /// The consumer is woken when this much data waits (it also polls on a timer).
+    pub wakeup_bytes: u64,
+    /// Report user page faults of traced processes.
+    pub page_faults: bool,
+    /// Try the kernel hooks into the nvidia module.
+    pub kernel_hooks: bool,
+}
+
+impl Default for BpfConfig {
+    fn default() -> Self {
+        BpfConfig {
+            ringbuf_bytes: 4 << 20,
+            min_mmap_bytes: 1 << 20,
+            wakeup_bytes: 256 << 10,
+            page_faults: false,
+            kernel_hooks: true,
+        }
+    }
+}
+
+/// Whether the kernel hooks into the nvidia module run, and if not, why.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "state", content = "detail", rename_all = "snake_case")]
+pub enum KernelHookStatus {
+    /// fentry/fexit on `os_lock_user_pages`/`os_unlock_user_pages` are attached.
+    Attached,
+    /// Not tried: switched off, or there is no nvidia module with BTF here (the reason).
+    NotApplicable(String),
+    /// Tried and refused: the exact error.
+    Refused(String),
+}
+
+/// One attached uprobe (entry or return).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct AttachedUprobe {
+    /// The probed symbol.
+    pub symbol: &'static str,
+    /// The file it lives in.
+    pub path: PathBuf,
+    /// The BPF program.
+    pub program: &'static str,
+    /// A return probe.
+    pub retprobe: bool,
+}
+
+/// Kernel-side cost of one BPF program, from the kernel's run-time statistics.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ProgramCost {
+    /// The program (see `src/bpf/*.bpf.c`).
+    pub program: String,
+    /// Times it ran (system-wide: a uprobe also runs, and returns early, for processes
+    /// that are not traced).
+    pub run_count: u64,
+    /// Nanoseconds it ran in total.
+    pub run_time_ns: u64,
+}
+
+impl ProgramCost {
+    /// Mean nanoseconds per run.
+    pub fn ns_per_run(&self) -> Option<f64> {
+        (self.run_count > 0).then(|| self.run_time_ns as f64 / self.run_count as f64)
+    }
+}
+
+/// The loaded programs, their links, and access to their maps.
+pub struct Probes {
+    main: Object,
+    nvidia: Option<Object>,
+    kernel_hooks: KernelHookStatus,
+    links: Vec<Link>,
+    uprobes: Vec<AttachedUprobe>,
+    attached_files: HashSet<(u64, u64)>,
+    stats_fd: Option<OwnedFd>,
+    stats_error: Option<String>,
+}
+
+fn open(bytes: &[u8], name: &str) -> Result<OpenObject, TraceError> {
+    ObjectBuilder::default()
+        .name(name)
+        .and_then(|b| b.open_memory(bytes))
+        .map_err(|e| TraceError::Load(format!("opening BPF object {name}: {e:#}")))
+}
+
+/// Writes the `const volatile cfg_*` settings into an object's `.rodata` before loading,
+/// at the offsets the skeleton's generated `rodata` types give.
+fn set_rodata(object: &mut OpenObject, config: &BpfConfig, is_main: bool) {
+    use crate::skel::{main::types::rodata as MainRo, nvidia::types::rodata as NvRo};
+    use std::mem::offset_of;
+    let put = |data: &mut [u8], offset: usize, value: u64| {
+        if let Some(slot) = data.get_mut(offset..offset + 8) {
+            slot.copy_from_slice(&value.to_ne_bytes());
+        }
+    };
+    for mut map in object.maps_mut() {
+        if !map.name().to_string_lossy().ends_with(".rodata") {
+            continue;
+        }
+        let Some(data) = map.initial_value_mut() else {
+            continue;
+        };
+        let wakeup = config.wakeup_bytes.max(1);
+        if is_main {
+            put(data, offset_of!(MainRo, cfg_wakeup_bytes), wakeup);
+            put(
+                data,
+                offset_of!(MainRo, cfg_min_mmap_bytes),
+                config.min_mmap_bytes,
+            );
+        } else {
+            put(data, offset_of!(NvRo, cfg_wakeup_bytes), wakeup);
+        }
+    }
+}
+
+fn page_size() -> u32 {
+    // SAFETY: sysconf has no preconditions.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if size > 0 {
+        size as u32
+    } else {
+        4096
+    }
+}
+
+/// The ring buffer size the kernel accepts: a power of two, at least a page.
+pub fn ringbuf_size(requested: u32) -> u32 {
+    requested
+        .max(page_size())
+        .checked_next_power_of_two()
+        .unwrap_or(1 << 31)
+}
+
+/// Whether the kernel has BTF for itself (`/sys/kernel/btf/vmlinux`).
+pub fn has_vmlinux_btf() -> bool {
+    Path::new("/sys/kernel/btf/vmlinux").exists()
+}
+
+/// Why the kernel hooks into the nvidia module cannot be tried here, if they cannot.
+pub fn nvidia_hooks_not_applicable() -> Option<String> {
+    if !Path::new("/sys/kernel/btf/nvidia").exists() {
+        return Some(if Path::new("/sys/module/nvidia").exists() {
+            "the nvidia module is loaded but has no BTF (/sys/kernel/btf/nvidia missing)".into()
+        } else {
+            "no nvidia kernel module (no /sys/module/nvidia, no /sys/kernel/btf/nvidia)".into()
+        });
+    }
+    match std::fs::read_to_string("/proc/kallsyms") {
+        Ok(text) => {
+            for (_, function) in KERNEL_HOOKS {
+                let found = text.lines().any(|l| {
+                    let mut f = l.split_whitespace();
+                    f.nth(2) == Some(function)
+                });
+                if !found {
+                    return Some(format!("{function} is not in /proc/kallsyms"));
+                }
+            }
+            None
+        }
+        Err(e) => Some(format!("/proc/kallsyms unreadable: {e}")),
+    }
+}
+
+impl Probes {
+    /// Loads both objects and attaches the tracepoints (and the kernel hooks where they
+    /// apply). Uprobes come later, per library ([`Probes::attach_library`]).
+    pub fn load(config: &BpfConfig) -> Result<Probes, TraceError> {
+        route_libbpf_logs();
+        let mut open_main = open(MAIN_OBJECT, "pinwise")?;
+        set_rodata(&mut open_main, config, true);
+        let btf = has_vmlinux_btf();
+        for mut map in open_main.maps_mut() {
+            if map.name() == "events" {
+                map.set_max_entries(ringbuf_size(config.ringbuf_bytes))
+                    .map_err(|e| TraceError::Load(format!("ring buffer size: {e:#}")))?;
+            }
+        }
+        for mut prog in open_main.progs_mut() {
+            let name = prog.name().to_string_lossy().into_owned();
+            if name == PAGE_FAULT_TRACEPOINT.0 {
+                prog.set_autoload(config.page_faults);
+            } else if name == FORK_BTF_PROGRAM {
+                prog.set_autoload(btf);
+            } else if name == FORK_TRACEPOINT.0 {
+                prog.set_autoload(!btf);
+            }
+        }
+        let main = open_main.load().map_err(|e| TraceError::from_load(&e))?;
+
+        let mut probes = Probes {
+            main,
+            nvidia: None,
+            kernel_hooks: KernelHookStatus::NotApplicable("not tried".into()),
+            links: Vec::new(),
+            uprobes: Vec::new(),
+            attached_files: HashSet::new(),
+            stats_fd: None,
+            stats_error: None,
+        };
+
+        let mut tracepoints: Vec<(&str, &str, &str)> = TRACEPOINTS.to_vec();
+        if config.page_faults {
+            tracepoints.push(PAGE_FAULT_TRACEPOINT);
+        }
+        if !btf {
+            tracepoints.push(FORK_TRACEPOINT);
+        }
+        for (program, category, name) in tracepoints {
+            let prog = probes.program(program)?;
+            let link = prog
+                .attach_tracepoint(TracepointCategory::Custom(category.into()), name)
+                .map_err(|e| TraceError::Attach {
+                    what: format!("tracepoint {category}/{name}"),
+                    detail: format!("{e:#}"),
+                })?;
+            probes.links.push(link);
+        }
+        if btf {
+            let link =
+                probes
+                    .program(FORK_BTF_PROGRAM)?
+                    .attach()
+                    .map_err(|e| TraceError::Attach {
+                        what: "tp_btf/sched_process_fork".into(),
+                        detail: format!("{e:#}"),
+                    })?;
+            probes.links.push(link);
+        }
+
+        probes.kernel_hooks = if !config.kernel_hooks {
+            KernelHookStatus::NotApplicable("switched off".into())
+        } else if let Some(why) = nvidia_hooks_not_applicable() {
+            KernelHookStatus::NotApplicable(why)
+        } else {
+            match probes.load_kernel_hooks(config) {
+                Ok(()) => KernelHookStatus::Attached,
+                Err(e) => {
+                    tracing::warn!("kernel hooks into the nvidia module refused: {e}");
+                    KernelHookStatus::Refused(e)
+                }
+            }
+        };
+        probes.enable_stats();
+        Ok(probes)
+    }
+
+    fn load_kernel_hooks(&mut self, config: &BpfConfig) -> Result<(), String> {
+        let mut open_nv = open(NVIDIA_OBJECT, "pinwise_nvidia").map_err(|e| e.to_string())?;
+        set_rodata(&mut open_nv, config, false);
+        let mut fds: HashMap<String, OwnedFd> = HashMap::new();
+        for map in self.main.maps() {
+            let name = map.name().to_string_lossy().into_owned();
+            if SHARED_MAPS.contains(&name.as_str()) {
+                let fd = map
+                    .as_fd()
+                    .try_clone_to_owned()
+                    .map_err(|e| format!("dup of map {name}: {e}"))?;
+                fds.insert(name, fd);
+            }
+        }
+        for mut map in open_nv.maps_mut() {
+            let name = map.name().to_string_lossy().into_owned();
+            if let Some(fd) = fds.get(&name) {
+                map.reuse_fd(fd.as_fd())
+                    .map_err(|e| format!("sharing map {name}: {e:#}"))?;
+            }
+        }
+        let nv = open_nv.load().map_err(|e| format!("{e:#}"))?;
+        let mut links = Vec::new();
+        for (program, function) in KERNEL_HOOKS {
+            let prog = nv
+                .progs_mut()
+                .find(|p| p.name() == *program)
+                .ok_or_else(|| format!("program {program} missing from the object"))?;
+            links.push(
+                prog.attach_trace()
+                    .map_err(|e| format!("attaching to {function}: {e:#}"))?,
+            );
+        }
+        self.links.extend(links);
+        self.nvidia = Some(nv);
+        Ok(())
+    }
+
+    fn enable_stats(&mut self) {
+        // SAFETY: bpf_enable_stats takes an enum value and returns a new fd or -errno.
+        let fd = unsafe {
+            libbpf_rs::libbpf_sys::bpf_enable_stats(libbpf_rs::libbpf_sys::BPF_STATS_RUN_TIME)
+        };
+        if fd >= 0 {
+            // SAFETY: the fd was just returned to us by the kernel and is owned by no one else.
+            self.stats_fd = Some(unsafe { OwnedFd::from_raw_fd(fd) });
+        } else {
+            self.stats_error = Some(std::io::Error::from_raw_os_error(-fd).to_string());
+        }
+    }
+
+    fn program(&self, name: &str) -> Result<libbpf_rs::ProgramMut<'_>, TraceError> {
+        self.main
+            .progs_mut()
+            .find(|p| p.name() == name)
+            .ok_or_else(|| TraceError::Load(format!("program {name} missing from the object")))
+    }
+
+    fn map(&self, name: &str) -> libbpf_rs::Map<'_> {
+        self.main
+            .maps()
+            .find(|m| m.name() == name)
+            .unwrap_or_else(|| panic!("map {name} is defined in pinwise.bpf.c"))
+    }
+
+    /// The ring buffer every probe writes to.
+    pub fn events_map(&self) -> libbpf_rs::Map<'_> {
+        self.map("events")
+    }
+
+    /// Whether the kernel hooks run, or why not.
+    pub fn kernel_hooks(&self) -> &KernelHookStatus {
+        &self.kernel_hooks
+    }
+
+    /// Why per-program run-time statistics are unavailable, if they are.
+    pub fn stats_error(&self) -> Option<&str> {
+        self.stats_error.as_deref()
+    }
+
+    /// The uprobes attached so far.
+    pub fn uprobes(&self) -> &[AttachedUprobe] {
+        &self.uprobes
+    }
+
+    /// Whether a file (by `(dev, inode)` as [`file_id`] gives it) was attached already.
+    pub fn is_attached(&self, path: &Path) -> bool {
+        file_id(path).is_some_and(|id| self.attached_files.contains(&id))
+    }
+
+    /// Attaches every probe of `library`'s role to the functions `path` exports. Returns
+    /// how many were attached; a file already attached (same device and inode) is skipped
+    /// (returns 0), since probing it twice would report each call twice.
+    pub fn attach_library(&mut self, path: &Path, library: Library) -> Result<usize, TraceError> {
+        let id = file_id(path).ok_or_else(|| TraceError::NoSuchLibrary(path.to_path_buf()))?;
+        if self.attached_files.contains(&id) {
+            return Ok(0);
+        }
+        let specs: Vec<&UprobeSpec> = UPROBES.iter().filter(|s| s.library == library).collect();
+        let offsets = symbol_offsets(path, specs.iter().map(|s| s.symbol))?;
+        let mut attached = 0;
+        let mut errors = Vec::new();
+        for spec in specs {
+            let Some(&offset) = offsets.get(spec.symbol) else {
+                continue;
+            };
+            let progs = [(spec.entry, false)]
+                .into_iter()
+                .chain(spec.ret.map(|r| (r, true)));
+            for (program, retprobe) in progs {
+                let prog = self.program(program)?;
+                let opts = UprobeOpts {
+                    cookie: spec.func as u64,
+                    retprobe,
+                    ..Default::default()
+                };
+                match prog.attach_uprobe_with_opts(-1, path, offset as usize, opts) {
+                    Ok(link) => {
+                        self.links.push(link);
+                        self.uprobes.push(AttachedUprobe {
+                            symbol: spec.symbol,
+                            path: path.to_path_buf(),
+                            program,
+                            retprobe,
+                        });
+                        attached += 1;
+                    }
+                    Err(e) => errors.push(format!("{}: {e:#}", spec.symbol)),
+                }
+            }
+        }
+        if attached == 0 && !errors.is_empty() {
+            return Err(TraceError::NothingAttached {
+                path: path.to_path_buf(),
+                detail: errors.join("; "),
+            });
+        }
+        for e in &errors {
+            tracing::warn!("uprobe on {} not attached: {e}", path.display());
+        }
+        if attached > 0 {
+            self.attached_files.insert(id);
+        }
+        Ok(attached)
+    }
+
+    /// Adds a process to the traced set.
+    pub fn trace_process(&self, pid: u32) -> Result<(), TraceError> {
+        self.map("traced_tgids")
+            .update(&pid.to_ne_bytes(), &[1], MapFlags::ANY)
+            .map_err(|e| TraceError::Load(format!("adding PID {pid} to the traced set: {e:#}")))
+    }
+
+    /// Removes a process from the traced set.
+    pub fn untrace_process(&self, pid: u32) {
+        let _ = self.map("traced_tgids").delete(&pid.to_ne_bytes());
+    }
+
+    /// The processes traced now.
+    pub fn traced_processes(&self) -> Vec<u32> {
+        self.map("traced_tgids")
+            .keys()
+            .filter_map(|k| Some(u32::from_ne_bytes(k.as_slice().try_into().ok()?)))
+            .collect()
+    }
+
+    /// While set, children forked by `pid` are traced (the tracer launching a command).
+    pub fn set_spawner(&self, pid: u32, on: bool) -> Result<(), TraceError> {
+        let map = self.map("spawners");
+        let r = if on {
+            map.update(&pid.to_ne_bytes(), &[1], MapFlags::ANY)
+        } else {
+            map.delete(&pid.to_ne_bytes())
+        };
+        r.map_err(|e| TraceError::Load(format!("spawner map: {e:#}")))
+    }
+
+    /// Threads whose mmaps and page faults are not reported (the tracer's own, when it
+    /// traces itself).
+    pub fn ignore_thread(&self, tid: u32) -> Result<(), TraceError> {
+        self.map("ignored_tids")
+            .update(&tid.to_ne_bytes(), &[1], MapFlags::ANY)
+            .map_err(|e| TraceError::Load(format!("ignored-thread map: {e:#}")))
+    }
+
+    fn percpu_sums(&self, map: &str, count: u32) -> Vec<u64> {
+        let map = self.map(map);
+        (0..count)
+            .map(|i| {
+                map.lookup_percpu(&i.to_ne_bytes(), MapFlags::ANY)
+                    .ok()
+                    .flatten()
+                    .map(|per_cpu| {
+                        per_cpu
+                            .iter()
+                            .filter_map(|v| Some(u64::from_ne_bytes(v.get(..8)?.try_into().ok()?)))
+                            .sum()
+                    })
+                    .unwrap_or(0)
+            })
+            .collect()
+    }
+
+    /// The BPF-side counters (`enum pw_counter`), summed over CPUs.
+    pub fn counters(&self) -> Vec<u64> {
+        self.percpu_sums("counters", counters::COUNT)
+    }
+
+    /// Events dropped because the ring buffer was full.
+    pub fn ringbuf_drops(&self) -> u64 {
+        self.counters()[counters::RINGBUF_DROPS as usize]
+    }
+
+    /// Hits per function id (`enum pw_func`) in traced processes, summed over CPUs.
+    pub fn function_hits(&self) -> Vec<u64> {
+        self.percpu_sums("func_hits", probes::FUNC_COUNT as u32)
+    }
+
+    /// Kernel-side cost of every loaded program (empty where statistics are unavailable).
+    pub fn program_costs(&self) -> Vec<ProgramCost> {
+        let mut out = Vec::new();
+        let objects = std::iter::once(&self.main).chain(self.nvidia.as_ref());
+        for object in objects {
+            for prog in object.progs() {
+                if !prog.autoload() {
+                    continue;
+                }
+                if let Some((run_count, run_time_ns)) = run_stats(prog.as_fd().as_raw_fd()) {
+                    out.push(ProgramCost {
+                        program: prog.name().to_string_lossy().into_owned(),
+                        run_count,
+                        run_time_ns,
+                    });
+                }
+            }
+        }
+        out
+    }
+}
+
+/// (run_cnt, run_time_ns) of a program, from `bpf_prog_get_info_by_fd`.
+fn run_stats(fd: i32) -> Option<(u64, u64)> {
+    let mut info = libbpf_rs::libbpf_sys::bpf_prog_info::default();
+    let mut len = std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_prog_info>() as u32;
+    // SAFETY: `info` is a zeroed bpf_prog_info (no pointers to fill in), `len` its size;
+    // the kernel writes at most `len` bytes into it.
+    let rc = unsafe { libbpf_rs::libbpf_sys::bpf_prog_get_info_by_fd(fd, &mut info, &mut len) };
+    (rc == 0).then_some((info.run_cnt, info.run_time_ns))
+}
+
+/// File offsets of the function symbols `names` in the ELF file `path` (names it lacks
+/// are absent from the result).
+pub fn symbol_offsets<'a>(
+    path: &Path,
+    names: impl Iterator<Item = &'a str>,
+) -> Result<HashMap<&'a str, u64>, TraceError> {
+    let names: Vec<&str> = names.collect();
+    let inspector = Inspector::new();
+    let mut src = InspectElf::new(path);
+    src.debug_syms = false;
+    let found = inspector
+        .lookup(&InspectSource::Elf(src), &names)
+        .map_err(|e| TraceError::NothingAttached {
+            path: path.to_path_buf(),
+            detail: format!("reading its symbols: {e}"),
+        })?;
+    let mut out = HashMap::new();
+    for (name, infos) in names.iter().zip(found) {
+        if let Some(offset) = infos
+            .iter()
+            .filter(|i| i.sym_type == SymType::Function)
+            .find_map(|i| i.file_offset)
+        {
+            out.insert(*name, offset);
+        }
+    }
+    Ok(out)
+}
+
+/// Sends libbpf's own messages to `tracing` (warnings as debug: pinwise reports what
+/// matters itself).
+fn route_libbpf_logs() {
+    fn print(level: libbpf_rs::PrintLevel, msg: String) {
+        let msg = msg.trim_end();
+        match level {
+            libbpf_rs::PrintLevel::Warn => tracing::debug!(target: "libbpf", "{msg}"),
+            _ => tracing::trace!(target: "libbpf", "{msg}"),
+        }
+    }
+    libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Debug, print)));
+}

@@ -1,0 +1,308 @@
+//! What pinwise probes: one table of user-space entry points, the BPF program attached to
+//! each, and the function id (the attach cookie) it reports as.
+//!
+//! Programs are shared between entry points with the same signature (`cuMemcpyHtoD_v2` and
+//! `cuMemcpyHtoD_v2_ptds`, ...); the cookie tells them apart in events and counters.
+
+use crate::skel::main::types::pw_func as f;
+
+/// Which library an entry point lives in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Library {
+    /// The CUDA driver, `libcuda.so.1`.
+    Driver,
+    /// The CUDA runtime: a shared `libcudart.so*`, or the executable itself when it links
+    /// cudart statically.
+    Runtime,
+}
+
+/// One probed entry point.
+#[derive(Debug, Clone, Copy)]
+pub struct UprobeSpec {
+    /// The exported symbol.
+    pub symbol: &'static str,
+    /// Where it lives.
+    pub library: Library,
+    /// BPF program attached at its entry.
+    pub entry: &'static str,
+    /// BPF program attached at its return, for calls whose result matters.
+    pub ret: Option<&'static str>,
+    /// Function id (`enum pw_func`), passed as the attach cookie.
+    pub func: u32,
+}
+
+const fn driver(symbol: &'static str, entry: &'static str, func: f) -> UprobeSpec {
+    UprobeSpec {
+        symbol,
+        library: Library::Driver,
+        entry,
+        ret: None,
+        func: func.0,
+    }
+}
+
+const fn driver_ret(
+    symbol: &'static str,
+    entry: &'static str,
+    ret: &'static str,
+    func: f,
+) -> UprobeSpec {
+    UprobeSpec {
+        symbol,
+        library: Library::Driver,
+        entry,
+        ret: Some(ret),
+        func: func.0,
+    }
+}
+
+const fn runtime(symbol: &'static str, func: f) -> UprobeSpec {
+    UprobeSpec {
+        symbol,
+        library: Library::Runtime,
+        entry: "runtime_alloc_entry",
+        ret: None,
+        func: func.0,
+    }
+}
+
+/// Every user-space entry point pinwise probes. Symbols a library does not export are
+/// skipped (older drivers lack some `_ptds`/`_ptsz` forms; the stand-in has a subset).
+pub const UPROBES: &[UprobeSpec] = &[
+    // Copies: one probe hit each, at entry.
+    driver("cuMemcpyHtoD_v2", "copy_htod", f::PW_FN_cuMemcpyHtoD_v2),
+    driver(
+        "cuMemcpyHtoD_v2_ptds",
+        "copy_htod",
+        f::PW_FN_cuMemcpyHtoD_v2_ptds,
+    ),
+    driver(
+        "cuMemcpyHtoDAsync_v2",
+        "copy_htod_async",
+        f::PW_FN_cuMemcpyHtoDAsync_v2,
+    ),
+    driver(
+        "cuMemcpyHtoDAsync_v2_ptsz",
+        "copy_htod_async",
+        f::PW_FN_cuMemcpyHtoDAsync_v2_ptsz,
+    ),
+    driver("cuMemcpyDtoH_v2", "copy_dtoh", f::PW_FN_cuMemcpyDtoH_v2),
+    driver(
+        "cuMemcpyDtoH_v2_ptds",
+        "copy_dtoh",
+        f::PW_FN_cuMemcpyDtoH_v2_ptds,
+    ),
+    driver(
+        "cuMemcpyDtoHAsync_v2",
+        "copy_dtoh_async",
+        f::PW_FN_cuMemcpyDtoHAsync_v2,
+    ),
+    driver(
+        "cuMemcpyDtoHAsync_v2_ptsz",
+        "copy_dtoh_async",
+        f::PW_FN_cuMemcpyDtoHAsync_v2_ptsz,
+    ),
+    driver("cuMemcpy", "copy_unified", f::PW_FN_cuMemcpy),
+    driver("cuMemcpy_ptds", "copy_unified", f::PW_FN_cuMemcpy_ptds),
+    driver(
+        "cuMemcpyAsync",
+        "copy_unified_async",
+        f::PW_FN_cuMemcpyAsync,
+    ),
+    driver(
+        "cuMemcpyAsync_ptsz",
+        "copy_unified_async",
+        f::PW_FN_cuMemcpyAsync_ptsz,
+    ),
+    driver("cuMemcpy2D_v2", "copy_2d", f::PW_FN_cuMemcpy2D_v2),
+    driver("cuMemcpy2D_v2_ptds", "copy_2d", f::PW_FN_cuMemcpy2D_v2_ptds),
+    driver(
+        "cuMemcpy2DUnaligned_v2",
+        "copy_2d",
+        f::PW_FN_cuMemcpy2DUnaligned_v2,
+    ),
+    driver(
+        "cuMemcpy2DUnaligned_v2_ptds",
+        "copy_2d",
+        f::PW_FN_cuMemcpy2DUnaligned_v2_ptds,
+    ),
+    driver(
+        "cuMemcpy2DAsync_v2",
+        "copy_2d_async",
+        f::PW_FN_cuMemcpy2DAsync_v2,
+    ),
+    driver(
+        "cuMemcpy2DAsync_v2_ptsz",
+        "copy_2d_async",
+        f::PW_FN_cuMemcpy2DAsync_v2_ptsz,
+    ),
+    driver("cuMemcpy3D_v2", "copy_3d", f::PW_FN_cuMemcpy3D_v2),
+    driver("cuMemcpy3D_v2_ptds", "copy_3d", f::PW_FN_cuMemcpy3D_v2_ptds),
+    driver(
+        "cuMemcpy3DAsync_v2",
+        "copy_3d_async",
+        f::PW_FN_cuMemcpy3DAsync_v2,
+    ),
+    driver(
+        "cuMemcpy3DAsync_v2_ptsz",
+        "copy_3d_async",
+        f::PW_FN_cuMemcpy3DAsync_v2_ptsz,
+    ),
+    driver("cuMemcpyHtoA_v2", "copy_htoa", f::PW_FN_cuMemcpyHtoA_v2),
+    driver(
+        "cuMemcpyHtoA_v2_ptds",
+        "copy_htoa",
+        f::PW_FN_cuMemcpyHtoA_v2_ptds,
+    ),
+    driver(
+        "cuMemcpyHtoAAsync_v2",
+        "copy_htoa_async",
+        f::PW_FN_cuMemcpyHtoAAsync_v2,
+    ),
+    driver(
+        "cuMemcpyHtoAAsync_v2_ptsz",
+        "copy_htoa_async",
+        f::PW_FN_cuMemcpyHtoAAsync_v2_ptsz,
+    ),
+    driver("cuMemcpyAtoH_v2", "copy_atoh", f::PW_FN_cuMemcpyAtoH_v2),
+    driver(
+        "cuMemcpyAtoH_v2_ptds",
+        "copy_atoh",
+        f::PW_FN_cuMemcpyAtoH_v2_ptds,
+    ),
+    driver(
+        "cuMemcpyAtoHAsync_v2",
+        "copy_atoh_async",
+        f::PW_FN_cuMemcpyAtoHAsync_v2,
+    ),
+    driver(
+        "cuMemcpyAtoHAsync_v2_ptsz",
+        "copy_atoh_async",
+        f::PW_FN_cuMemcpyAtoHAsync_v2_ptsz,
+    ),
+    // Host memory: allocations need their result, so an entry and a return.
+    driver_ret(
+        "cuMemHostAlloc",
+        "host_alloc_entry",
+        "host_alloc_return",
+        f::PW_FN_cuMemHostAlloc,
+    ),
+    driver_ret(
+        "cuMemAllocHost_v2",
+        "alloc_host_entry",
+        "host_alloc_return",
+        f::PW_FN_cuMemAllocHost_v2,
+    ),
+    driver("cuMemFreeHost", "host_free", f::PW_FN_cuMemFreeHost),
+    driver_ret(
+        "cuMemHostRegister_v2",
+        "host_register_entry",
+        "host_register_return",
+        f::PW_FN_cuMemHostRegister_v2,
+    ),
+    driver(
+        "cuMemHostUnregister",
+        "host_unregister",
+        f::PW_FN_cuMemHostUnregister,
+    ),
+    // Device memory, so that unified copies can tell device addresses from host ones.
+    driver_ret(
+        "cuMemAlloc_v2",
+        "dev_alloc_entry",
+        "dev_alloc_return",
+        f::PW_FN_cuMemAlloc_v2,
+    ),
+    driver_ret(
+        "cuMemAllocPitch_v2",
+        "dev_alloc_pitch_entry",
+        "dev_alloc_return",
+        f::PW_FN_cuMemAllocPitch_v2,
+    ),
+    driver_ret(
+        "cuMemAllocAsync",
+        "dev_alloc_entry",
+        "dev_alloc_return",
+        f::PW_FN_cuMemAllocAsync,
+    ),
+    driver_ret(
+        "cuMemAllocAsync_ptsz",
+        "dev_alloc_entry",
+        "dev_alloc_return",
+        f::PW_FN_cuMemAllocAsync_ptsz,
+    ),
+    driver("cuMemFree_v2", "dev_free", f::PW_FN_cuMemFree_v2),
+    driver("cuMemFreeAsync", "dev_free", f::PW_FN_cuMemFreeAsync),
+    driver(
+        "cuMemFreeAsync_ptsz",
+        "dev_free",
+        f::PW_FN_cuMemFreeAsync_ptsz,
+    ),
+    // Runtime: the application's call site of host allocations.
+    runtime("cudaMallocHost", f::PW_FN_cudaMallocHost),
+    runtime("cudaHostAlloc", f::PW_FN_cudaHostAlloc),
+    runtime("cudaHostRegister", f::PW_FN_cudaHostRegister),
+];
+
+/// Tracepoints of the main object: (BPF program, category, name).
+pub const TRACEPOINTS: &[(&str, &str, &str)] = &[
+    ("on_mmap_enter", "syscalls", "sys_enter_mmap"),
+    ("on_mmap_exit", "syscalls", "sys_exit_mmap"),
+    ("on_munmap", "syscalls", "sys_enter_munmap"),
+    ("on_exit", "sched", "sched_process_exit"),
+    ("on_exec", "sched", "sched_process_exec"),
+];
+
+/// The page-fault tracepoint (loaded only when asked for).
+pub const PAGE_FAULT_TRACEPOINT: (&str, &str, &str) =
+    ("on_page_fault", "exceptions", "page_fault_user");
+
+/// The fork hook: with BTF (`tp_btf`) or, without, the classic tracepoint.
+pub const FORK_BTF_PROGRAM: &str = "on_fork_btf";
+/// See [`FORK_BTF_PROGRAM`].
+pub const FORK_TRACEPOINT: (&str, &str, &str) = ("on_fork_tp", "sched", "sched_process_fork");
+
+/// The kernel hooks of the nvidia object, and the module function each attaches to.
+pub const KERNEL_HOOKS: &[(&str, &str)] = &[
+    ("on_lock_user_pages", "os_lock_user_pages"),
+    ("on_unlock_user_pages", "os_unlock_user_pages"),
+];
+
+/// Number of function ids (`PW_FN_COUNT`).
+pub const FUNC_COUNT: usize = f::PW_FN_COUNT.0 as usize;
+
+/// Human name of a function id (`enum pw_func`): the probed symbol, or the kernel event.
+pub fn func_name(func: u32) -> &'static str {
+    if let Some(spec) = UPROBES.iter().find(|p| p.func == func) {
+        return spec.symbol;
+    }
+    match f(func) {
+        f::PW_FN_sys_mmap => "mmap",
+        f::PW_FN_sys_munmap => "munmap",
+        f::PW_FN_page_fault_user => "page_fault_user",
+        f::PW_FN_os_lock_user_pages => "os_lock_user_pages",
+        f::PW_FN_os_unlock_user_pages => "os_unlock_user_pages",
+        f::PW_FN_sched_process_fork => "sched_process_fork",
+        f::PW_FN_sched_process_exit => "sched_process_exit",
+        f::PW_FN_sched_process_exec => "sched_process_exec",
+        _ => "?",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn every_function_id_is_used_once_and_named() {
+        let mut seen = HashSet::new();
+        for p in UPROBES {
+            assert!(seen.insert(p.func), "{} reuses id {}", p.symbol, p.func);
+            assert!(p.func > 0 && (p.func as usize) < FUNC_COUNT);
+            assert_eq!(func_name(p.func), p.symbol);
+        }
+        for id in 1..FUNC_COUNT as u32 {
+            assert_ne!(func_name(id), "?", "function id {id} has no name");
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! `/proc/PID/maps`: which file (and which offset in it) an address of a process lies in.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// One line of `/proc/PID/maps`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mapping {
+    /// First address.
+    pub start: u64,
+    /// One past the last address.
+    pub end: u64,
+    /// Readable.
+    pub read: bool,
+    /// Writable.
+    pub write: bool,
+    /// Executable.
+    pub exec: bool,
+    /// Offset in the file of `start`.
+    pub offset: u64,
+    /// Device of the file (`major:minor` as one number, `major << 32 | minor`).
+    pub dev: u64,
+    /// Inode of the file; 0 for anonymous memory.
+    pub inode: u64,
+    /// The file, a pseudo-name (`[heap]`, `[stack]`, ...) or nothing.
+    pub path: Option<String>,
+}
+
+impl Mapping {
+    /// Whether `addr` lies in this mapping.
+    pub fn contains(&self, addr: u64) -> bool {
+        self.start <= addr && addr < self.end
+    }
+
+    /// The file offset of `addr` (which must lie in this mapping).
+    pub fn file_offset(&self, addr: u64) -> u64 {
+        addr - self.start + self.offset
+    }
+
+    /// Whether this maps a file (not anonymous memory or a pseudo-mapping).
+    pub fn is_file(&self) -> bool {
+        self.inode != 0 && self.path.as_deref().is_some_and(|p| p.starts_with('/'))
+    }
+
+    /// The file's path without the ` (deleted)` suffix the kernel adds to removed files.
+    pub fn file_path(&self) -> Option<&str> {
+        let p = self.path.as_deref()?;
+        if !p.starts_with('/') {
+            return None;
+        }
+        Some(p.strip_suffix(" (deleted)").unwrap_or(p))
+    }
+
+    /// The file's name (last path component).
+    pub fn file_name(&self) -> Option<&str> {
+        self.file_path().map(|p| p.rsplit('/').next().unwrap_or(p))
+    }
+}
+
+/// The mappings of one process, sorted by address.
+#[derive(Debug, Clone, Default)]
+pub struct ProcMaps {
+    mappings: Vec<Mapping>,
+}
+
+impl ProcMaps {
+    /// Reads `/proc/PID/maps`.
+    pub fn read(pid: u32) -> io::Result<ProcMaps> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
+        Ok(ProcMaps::parse(&text))
+    }
+
+    /// Parses the text of a maps file; lines that do not parse are skipped.
+    pub fn parse(text: &str) -> ProcMaps {
+        let mut mappings: Vec<Mapping> = text.lines().filter_map(parse_line).collect();
+        mappings.sort_by_key(|m| m.start);
+        ProcMaps { mappings }
+    }
+
+    /// The mapping `addr` lies in.
+    pub fn find(&self, addr: u64) -> Option<&Mapping> {
+        let i = self.mappings.partition_point(|m| m.start <= addr);
+        let m = self.mappings.get(i.checked_sub(1)?)?;
+        m.contains(addr).then_some(m)
+    }
+
+    /// All mappings.
+    pub fn mappings(&self) -> &[Mapping] {
+        &self.mappings
+    }
+
+    /// Whether there are no mappings (the process is gone, or a kernel thread).
+    pub fn is_empty(&self) -> bool {
+        self.mappings.is_empty()
+    }
+}
+
+fn parse_line(line: &str) -> Option<Mapping> {
+    let mut rest = line;
+    let mut field = || {
+        let trimmed = rest.trim_start();
+        let end = trimmed.find(' ').unwrap_or(trimmed.len());
+        let (f, r) = trimmed.split_at(end);
+        rest = r;
+        (!f.is_empty()).then_some(f)
+    };
+    let range = field()?;
+    let perms = field()?.as_bytes();
+    let offset = u64::from_str_radix(field()?, 16).ok()?;
+    let dev = field()?;
+    let inode: u64 = field()?.parse().ok()?;
+    let path = rest.trim_start();
+    let (start, end) = range.split_once('-')?;
+    let (major, minor) = dev.split_once(':')?;
+    if perms.len() < 3 {
+        return None;
+    }
+    Some(Mapping {
+        start: u64::from_str_radix(start, 16).ok()?,
+        end: u64::from_str_radix(end, 16).ok()?,
+        read: perms[0] == b'r',
+        write: perms[1] == b'w',
+        exec: perms[2] == b'x',
+        offset,
+        dev: (u64::from_str_radix(major, 16).ok()? << 32) | u64::from_str_radix(minor, 16).ok()?,
+        inode,
+        path: (!path.is_empty()).then(|| path.to_string()),
+    })
+}
+
+/// A path under which this process (the tracer) can open a file that process `pid` maps
+/// as `path`: through `/proc/PID/root` when the process lives in another mount namespace.
+pub fn path_in_process(pid: u32, path: &str) -> PathBuf {
+    let own_root = std::fs::read_link("/proc/self/root").ok();
+    let their_root = std::fs::read_link(format!("/proc/{pid}/root")).ok();
+    if own_root.is_some() && own_root == their_root {
+        PathBuf::from(path)
+    } else {
+        Path::new(&format!("/proc/{pid}/root")).join(path.trim_start_matches('/'))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLE: &str = "\
+55d0c0a00000-55d0c0a02000 r--p 00000000 fe:01 1234                       /usr/bin/app
+55d0c0a02000-55d0c0a05000 r-xp 00002000 fe:01 1234                       /usr/bin/app
+55d0c1000000-55d0c1021000 rw-p 00000000 00:00 0                          [heap]
+7f0000000000-7f0000100000 rw-p 00000000 00:00 0 
+7f1000000000-7f1000200000 r-xp 00010000 fe:01 99                         /opt/my lib/libcuda.so.1 (deleted)
+7fff00000000-7fff00021000 rw-p 00000000 00:00 0                          [stack]
+";
+
+    #[test]
+    fn finds_the_mapping_and_file_offset_of_an_address() {
+        let maps = ProcMaps::parse(SAMPLE);
+        assert_eq!(maps.mappings().len(), 6);
+        let m = maps.find(0x55d0c0a02010).unwrap();
+        assert!(m.exec && m.read && !m.write);
+        assert_eq!(m.file_offset(0x55d0c0a02010), 0x2010);
+        assert_eq!(m.file_name(), Some("app"));
+        assert_eq!(m.dev, (0xfe << 32) | 1);
+        assert_eq!(m.inode, 1234);
+
+        let lib = maps.find(0x7f1000000100).unwrap();
+        assert_eq!(lib.file_path(), Some("/opt/my lib/libcuda.so.1"));
+        assert_eq!(lib.file_offset(0x7f1000000100), 0x10100);
+
+        let anon = maps.find(0x7f0000000010).unwrap();
+        assert!(!anon.is_file());
+        assert_eq!(anon.path, None);
+        assert!(!maps.find(0x55d0c1000000).unwrap().is_file());
+
+        assert!(maps.find(0x1000).is_none());
+        assert!(maps.find(0x55d0c0a05000).is_none());
+        assert!(maps.find(0xffff_ffff_ffff_ffff).is_none());
+    }
+
+    #[test]
+    fn reads_this_process() {
+        let maps = ProcMaps::read(std::process::id()).unwrap();
+        let here = finds_the_mapping_and_file_offset_of_an_address as *const () as u64;
+        let m = maps.find(here).expect("own code is mapped");
+        assert!(m.exec && m.is_file());
+    }
+}

@@ -1,0 +1,523 @@
+//! Call sites: from a raw return address in a traced process to a [`Site`] (module identity
+//! + file offset) that is the same in every run of the same build, whatever ASLR and PIE do.
+//!
+//! The tracer keeps a snapshot of each traced process's `/proc/PID/maps` (re-read when an
+//! address is not found in it, and when the process maps a new executable file), interns
+//! each module once (build ID read with blazesym, else its path) into the history's
+//! [`ModuleTable`], and maps an address to `(module, address - start + file offset)`.
+//!
+//! Choosing the *application's* call site of an allocation: BPF hands over exact return
+//! addresses when it knows them (the caller of `cudaMallocHost`, the caller of the driver
+//! function) and a window of the user stack. The first address outside CUDA, the C library
+//! and pinwise itself wins. Words of the stack window count only if they point into
+//! executable file mappings right after a call instruction (checked in the file's bytes).
+
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pinwise_core::{ModuleId, ModuleIdentity, ModuleTable, Site};
+
+use crate::libs::{is_driver_name, is_runtime_name};
+use crate::procmaps::{path_in_process, Mapping, ProcMaps};
+
+/// What a module is, for choosing the application's call site.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ModuleRole {
+    /// `libcuda.so*`.
+    Driver,
+    /// `libcudart.so*`.
+    Runtime,
+    /// The C and C++ runtime and the dynamic loader (`libc`, `ld-linux`, `libstdc++`, ...).
+    System,
+    /// pinwise's own libraries (`libpinwise*`).
+    Pinwise,
+    /// Anything else: the application, its libraries, PyTorch, Python.
+    Application,
+}
+
+impl ModuleRole {
+    /// The role of a module, from its file name.
+    pub fn of_file_name(name: &str) -> ModuleRole {
+        const SYSTEM: [&str; 9] = [
+            "libc.so",
+            "libc-",
+            "ld-linux",
+            "libpthread",
+            "libdl.so",
+            "librt.so",
+            "libm.so",
+            "libstdc++",
+            "libgcc_s",
+        ];
+        if is_driver_name(name) {
+            ModuleRole::Driver
+        } else if is_runtime_name(name) {
+            ModuleRole::Runtime
+        } else if name.starts_with("libpinwise") {
+            ModuleRole::Pinwise
+        } else if SYSTEM.iter().any(|p| name.starts_with(p)) {
+            ModuleRole::System
+        } else {
+            ModuleRole::Application
+        }
+    }
+
+    /// Whether an allocation's call site may lie in such a module.
+    pub fn is_application(self) -> bool {
+        self == ModuleRole::Application
+    }
+
+    /// Whether this is CUDA's own code.
+    pub fn is_cuda(self) -> bool {
+        matches!(self, ModuleRole::Driver | ModuleRole::Runtime)
+    }
+}
+
+/// The outcome of choosing an allocation's call site.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SiteChoice {
+    /// The application's call site, or the best exact address there was; `None` when no
+    /// candidate could be placed in a module.
+    pub site: Option<Site>,
+    /// Whether the site lies in the application (not a fallback inside CUDA or libc).
+    pub in_application: bool,
+    /// Whether CUDA's own code was passed on the way to the first application frame: for
+    /// an mmap, it means CUDA mapped that memory itself.
+    pub through_cuda: bool,
+}
+
+struct ModuleEntry {
+    id: ModuleId,
+    role: ModuleRole,
+    /// Where the tracer can read the file, for checking call instructions.
+    file: Option<File>,
+}
+
+/// Counters of how call sites were resolved.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct SiteStats {
+    /// Addresses placed in a module.
+    pub resolved: u64,
+    /// Addresses that fell in no file mapping, even after re-reading the maps.
+    pub unresolved: u64,
+    /// Times a `/proc/PID/maps` was read.
+    pub maps_reads: u64,
+    /// Allocations whose call site came from the stack window.
+    pub from_stack: u64,
+}
+
+/// Turns addresses of traced processes into [`Site`]s. One per tracer; not thread-safe
+/// (the tracer's event thread owns it).
+pub struct SiteResolver {
+    modules: Arc<ModuleTable>,
+    by_file: HashMap<(u64, u64), ModuleEntry>,
+    processes: HashMap<u32, ProcMaps>,
+    /// Processes whose snapshot is known to be old (a library was mapped since).
+    stale: HashSet<u32>,
+    /// When each process's maps were last re-read because an address was missing.
+    last_miss_reread: HashMap<u32, Instant>,
+    call_checks: HashMap<(u64, u64, u64), bool>,
+    stats: SiteStats,
+}
+
+impl SiteResolver {
+    /// A resolver interning modules into `modules`.
+    pub fn new(modules: Arc<ModuleTable>) -> Self {
+        SiteResolver {
+            modules,
+            by_file: HashMap::new(),
+            processes: HashMap::new(),
+            stale: HashSet::new(),
+            last_miss_reread: HashMap::new(),
+            call_checks: HashMap::new(),
+            stats: SiteStats::default(),
+        }
+    }
+
+    /// The module table sites refer to.
+    pub fn modules(&self) -> &Arc<ModuleTable> {
+        &self.modules
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> SiteStats {
+        self.stats
+    }
+
+    /// Re-reads the maps of `pid` (a library was loaded, or the process exec'd). Returns
+    /// false when the process is gone (the old snapshot is kept).
+    pub fn refresh(&mut self, pid: u32) -> bool {
+        self.stats.maps_reads += 1;
+        self.stale.remove(&pid);
+        match ProcMaps::read(pid) {
+            Ok(maps) if !maps.is_empty() => {
+                self.processes.insert(pid, maps);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Drops the snapshot of `pid` (after exec: the old address space is gone).
+    pub fn forget(&mut self, pid: u32) {
+        self.processes.remove(&pid);
+        self.stale.remove(&pid);
+    }
+
+    /// Notes that `pid` mapped something new: its maps are re-read before the next use
+    /// (the old snapshot stays if the process is gone by then).
+    pub fn mark_stale(&mut self, pid: u32) {
+        self.stale.insert(pid);
+    }
+
+    /// The current snapshot of `pid`'s maps, read if there is none yet or it is stale.
+    pub fn maps(&mut self, pid: u32) -> Option<&ProcMaps> {
+        if !self.processes.contains_key(&pid) || self.stale.contains(&pid) {
+            self.refresh(pid);
+        }
+        self.processes.get(&pid)
+    }
+
+    /// The mapping (file or not) `addr` lies in, for telling host from device memory. On
+    /// a miss the maps are re-read, at most every 10 ms per process.
+    pub fn mapping_of(&mut self, pid: u32, addr: u64) -> Option<Mapping> {
+        if let Some(m) = self.maps(pid).and_then(|m| m.find(addr)) {
+            return Some(m.clone());
+        }
+        let now = Instant::now();
+        let recent = self
+            .last_miss_reread
+            .get(&pid)
+            .is_some_and(|t| now.duration_since(*t) < Duration::from_millis(10));
+        if recent {
+            return None;
+        }
+        self.last_miss_reread.insert(pid, now);
+        if !self.refresh(pid) {
+            return None;
+        }
+        self.processes.get(&pid)?.find(addr).cloned()
+    }
+
+    /// The mapping `addr` lies in, re-reading the maps once if the snapshot has none.
+    fn mapping(&mut self, pid: u32, addr: u64, reread_on_miss: bool) -> Option<Mapping> {
+        let hit = self
+            .maps(pid)
+            .and_then(|m| m.find(addr))
+            .filter(|m| m.is_file())
+            .cloned();
+        if hit.is_some() || !reread_on_miss {
+            return hit;
+        }
+        if !self.refresh(pid) {
+            return None;
+        }
+        self.processes
+            .get(&pid)?
+            .find(addr)
+            .filter(|m| m.is_file())
+            .cloned()
+    }
+
+    fn module(&mut self, pid: u32, m: &Mapping) -> &ModuleEntry {
+        let key = (m.dev, m.inode);
+        let modules = &self.modules;
+        self.by_file.entry(key).or_insert_with(|| {
+            let shown = m.file_path().unwrap_or("?").to_string();
+            let readable: PathBuf = path_in_process(pid, &shown);
+            let build_id = blazesym::helper::read_elf_build_id(&readable)
+                .ok()
+                .flatten()
+                .map(|id| id.to_vec())
+                .filter(|id| !id.is_empty());
+            let identity = match build_id {
+                Some(id) => ModuleIdentity::with_build_id(shown.clone(), id),
+                None => ModuleIdentity::from_path(shown.clone()),
+            };
+            ModuleEntry {
+                id: modules.intern(&identity),
+                role: ModuleRole::of_file_name(m.file_name().unwrap_or("")),
+                file: File::open(&readable).ok(),
+            }
+        })
+    }
+
+    /// The site of an exact address (a return address BPF read at a function entry).
+    pub fn site(&mut self, pid: u32, addr: u64) -> Option<Site> {
+        self.place(pid, addr, true).map(|(site, _)| site)
+    }
+
+    fn place(&mut self, pid: u32, addr: u64, reread_on_miss: bool) -> Option<(Site, ModuleRole)> {
+        if addr == 0 {
+            return None;
+        }
+        let Some(m) = self.mapping(pid, addr, reread_on_miss) else {
+            if reread_on_miss {
+                self.stats.unresolved += 1;
+            }
+            return None;
+        };
+        let offset = m.file_offset(addr);
+        let entry = self.module(pid, &m);
+        let placed = (
+            Site {
+                module: entry.id,
+                offset,
+            },
+            entry.role,
+        );
+        self.stats.resolved += 1;
+        Some(placed)
+    }
+
+    /// Whether the code right before `addr` in its file is a call instruction, i.e. `addr`
+    /// is a return address and not a stale pointer into code.
+    fn follows_call(&mut self, pid: u32, addr: u64) -> Option<(Site, ModuleRole)> {
+        let m = self.mapping(pid, addr, false)?;
+        if !m.exec {
+            return None;
+        }
+        let offset = m.file_offset(addr);
+        let key = (m.dev, m.inode, offset);
+        let ok = match self.call_checks.get(&key) {
+            Some(ok) => *ok,
+            None => {
+                let entry = self.module(pid, &m);
+                let ok = offset >= 8
+                    && entry.file.as_ref().is_some_and(|f| {
+                        let mut code = [0u8; 8];
+                        f.read_exact_at(&mut code, offset - 8).is_ok() && is_call_before(&code)
+                    });
+                self.call_checks.insert(key, ok);
+                ok
+            }
+        };
+        if !ok {
+            return None;
+        }
+        let entry = self.module(pid, &m);
+        let placed = (
+            Site {
+                module: entry.id,
+                offset,
+            },
+            entry.role,
+        );
+        Some(placed)
+    }
+
+    /// Chooses the application's call site among exact return addresses (tried first, in
+    /// order) and then the words of a stack window (only those that follow a call).
+    pub fn choose(&mut self, pid: u32, exact: &[u64], stack: &[u8]) -> SiteChoice {
+        let mut fallback = None;
+        let mut through_cuda = false;
+        for &addr in exact {
+            if let Some((site, role)) = self.place(pid, addr, true) {
+                if role.is_application() {
+                    return SiteChoice {
+                        site: Some(site),
+                        in_application: true,
+                        through_cuda,
+                    };
+                }
+                through_cuda |= role.is_cuda();
+                fallback.get_or_insert(site);
+            }
+        }
+        for word in stack.chunks_exact(8) {
+            let addr = u64::from_le_bytes(word.try_into().expect("8-byte chunk"));
+            if addr < 0x1000 {
+                continue;
+            }
+            if let Some((site, role)) = self.follows_call(pid, addr) {
+                if role.is_application() {
+                    self.stats.from_stack += 1;
+                    return SiteChoice {
+                        site: Some(site),
+                        in_application: true,
+                        through_cuda,
+                    };
+                }
+                through_cuda |= role.is_cuda();
+                fallback.get_or_insert(site);
+            }
+        }
+        SiteChoice {
+            site: fallback,
+            in_application: false,
+            through_cuda,
+        }
+    }
+}
+
+/// Whether the 8 bytes of code before a return address end with an x86-64 call:
+/// `E8 rel32` (5 bytes), or `FF /2` (indirect call) in its 2-, 3-, 4-, 6- and 7-byte forms
+/// (register, `[reg]`, `[reg+disp8]`, SIB, `[reg+disp32]`, `[rip+disp32]`); a REX prefix
+/// before `FF` does not change where the instruction ends.
+pub fn is_call_before(code: &[u8; 8]) -> bool {
+    if code[3] == 0xE8 {
+        return true;
+    }
+    for len in [2usize, 3, 4, 6, 7] {
+        let at = 8 - len;
+        if code[at] != 0xFF {
+            continue;
+        }
+        let modrm = code[at + 1];
+        if (modrm >> 3) & 7 != 2 {
+            continue;
+        }
+        let md = modrm >> 6;
+        let rm = modrm & 7;
+        let sib_base = code.get(at + 2).map(|sib| sib & 7);
+        let encoded = match (md, rm) {
+            (3, _) => 2,
+            (0, 4) => {
+                if sib_base == Some(5) {
+                    7
+                } else {
+                    3
+                }
+            }
+            (0, 5) => 6,
+            (0, _) => 2,
+            (1, 4) => 4,
+            (1, _) => 3,
+            (2, 4) => 7,
+            (2, _) => 6,
+            _ => continue,
+        };
+        if encoded == len {
+            return true;
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ends_with(bytes: &[u8]) -> [u8; 8] {
+        let mut code = [0x90u8; 8];
+        code[8 - bytes.len()..].copy_from_slice(bytes);
+        code
+    }
+
+    #[test]
+    fn recognizes_call_instructions_before_return_addresses() {
+        assert!(is_call_before(&ends_with(&[0xE8, 1, 2, 3, 4]))); // call rel32
+        assert!(is_call_before(&ends_with(&[0xFF, 0xD0]))); // call rax
+        assert!(is_call_before(&ends_with(&[0x41, 0xFF, 0xD3]))); // call r11
+        assert!(is_call_before(&ends_with(&[0xFF, 0x15, 1, 2, 3, 4]))); // call [rip+x]
+        assert!(is_call_before(&ends_with(&[0xFF, 0x50, 0x08]))); // call [rax+8]
+        assert!(is_call_before(&ends_with(&[0xFF, 0x54, 0x24, 0x08]))); // call [rsp+8]
+        assert!(is_call_before(&ends_with(&[0xFF, 0x90, 1, 2, 3, 4]))); // call [rax+disp32]
+        assert!(is_call_before(&ends_with(&[0xFF, 0x10]))); // call [rax]
+        assert!(!is_call_before(&[0x90; 8])); // nops
+        assert!(!is_call_before(&ends_with(&[0xFF, 0xE0]))); // jmp rax (FF /4)
+        assert!(!is_call_before(&ends_with(&[0x48, 0x89, 0xC7]))); // mov rdi, rax
+    }
+
+    #[test]
+    fn roles_of_modules() {
+        assert_eq!(ModuleRole::of_file_name("libcuda.so.1"), ModuleRole::Driver);
+        assert_eq!(
+            ModuleRole::of_file_name("libcudart.so.13"),
+            ModuleRole::Runtime
+        );
+        assert_eq!(ModuleRole::of_file_name("libc.so.6"), ModuleRole::System);
+        assert_eq!(
+            ModuleRole::of_file_name("ld-linux-x86-64.so.2"),
+            ModuleRole::System
+        );
+        assert_eq!(
+            ModuleRole::of_file_name("libstdc++.so.6"),
+            ModuleRole::System
+        );
+        assert_eq!(
+            ModuleRole::of_file_name("libpinwise_preload.so"),
+            ModuleRole::Pinwise
+        );
+        assert_eq!(
+            ModuleRole::of_file_name("libtorch_cuda.so"),
+            ModuleRole::Application
+        );
+        assert_eq!(ModuleRole::of_file_name("app"), ModuleRole::Application);
+    }
+
+    #[test]
+    fn places_own_code_in_this_module_with_a_stable_offset() {
+        let table = ModuleTable::shared();
+        let mut resolver = SiteResolver::new(table.clone());
+        let pid = std::process::id();
+        let here = places_own_code_in_this_module_with_a_stable_offset as *const () as u64;
+        let site = resolver
+            .site(pid, here)
+            .expect("own code is in a file mapping");
+        let exe = std::env::current_exe().unwrap();
+        let identity = table.get(site.module).unwrap();
+        assert_eq!(
+            std::fs::canonicalize(&identity.path).unwrap(),
+            std::fs::canonicalize(&exe).unwrap()
+        );
+        // The same address from another snapshot gives the same site.
+        resolver.forget(pid);
+        assert_eq!(resolver.site(pid, here), Some(site));
+        // Anonymous memory is no module.
+        let heap = Box::new(0u64);
+        assert_eq!(resolver.site(pid, &*heap as *const u64 as u64), None);
+        assert_eq!(resolver.stats().unresolved, 1);
+    }
+
+    /// An address in this test binary's code that follows a `call rel32`.
+    fn a_return_address_in_this_binary() -> u64 {
+        let start = places_own_code_in_this_module_with_a_stable_offset as *const () as u64;
+        let mem = File::open("/proc/self/mem").unwrap();
+        let mut code = [0u8; 512];
+        mem.read_exact_at(&mut code, start).unwrap();
+        (8..code.len() as u64)
+            .find(|&end| {
+                let window: [u8; 8] = code[(end - 8) as usize..end as usize].try_into().unwrap();
+                window[3] == 0xE8 && is_call_before(&window)
+            })
+            .map(|end| start + end)
+            .expect("the test function makes calls")
+    }
+
+    #[test]
+    fn chooses_the_first_application_frame_of_a_stack_window() {
+        let table = ModuleTable::shared();
+        let mut resolver = SiteResolver::new(table.clone());
+        let pid = std::process::id();
+        let ret = a_return_address_in_this_binary();
+        let in_libc = libc::getpid as *const () as u64;
+        let heap = Box::new(7u64);
+        let mut stack = Vec::new();
+        for word in [0u64, &*heap as *const u64 as u64, 0x1234, ret, 0] {
+            stack.extend_from_slice(&word.to_le_bytes());
+        }
+        // libc is passed over; the stack's return address is the application's site.
+        let choice = resolver.choose(pid, &[in_libc], &stack);
+        assert!(choice.in_application);
+        assert!(!choice.through_cuda);
+        assert_eq!(choice.site, resolver.site(pid, ret));
+        assert_eq!(resolver.stats().from_stack, 1);
+
+        // Without an application frame, the first exact address is the fallback.
+        let choice = resolver.choose(pid, &[in_libc], &[0u8; 16]);
+        assert!(!choice.in_application);
+        assert_eq!(choice.site, resolver.site(pid, in_libc));
+        assert_ne!(choice.site.unwrap().module, ModuleId::UNKNOWN);
+
+        // A pointer into code that does not follow a call is not a frame.
+        let not_after_call =
+            places_own_code_in_this_module_with_a_stable_offset as *const () as u64;
+        let choice = resolver.choose(pid, &[], &not_after_call.to_le_bytes());
+        assert_eq!(choice.site, None);
+    }
+}

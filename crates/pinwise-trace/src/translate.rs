@@ -1,0 +1,714 @@
+//! From ring-buffer records to [`pinwise_core::Event`]s.
+//!
+//! The translator knows, per traced process, the host ranges it reported (CUDA pinned
+//! allocations, registrations, large mmaps) and the device ranges CUDA handed out, so
+//! that it can:
+//! - tell the direction of a unified `cuMemcpy` (device range, else host range, else the
+//!   process's maps: no mapping, a PROT_NONE reservation or `/dev/nvidia*` is device memory);
+//! - report a registration of memory it never saw allocated as a `Registered` allocation
+//!   (so it has a tag with a call number), and one of known memory as pinned pages of it;
+//! - keep page faults only on tracked ranges;
+//! - drop mmaps CUDA makes for itself (the stack passes through CUDA before any
+//!   application frame).
+//!
+//! Kernel page-lock events from inside a CUDA allocation arrive before that allocation's
+//! own event (which is sent when the call returns); they are held back and emitted after it.
+
+use std::collections::{BTreeMap, HashMap};
+
+use pinwise_core::{Direction, Event, EventKind, HostMemKind, HostState, ProbeKind, Site};
+
+use crate::raw::{kinds, memtypes, site_sources, RawEvent};
+use crate::sites::SiteResolver;
+
+/// What the tracer must do about a process, besides recording its events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProcessNews {
+    /// A traced process forked a child, now traced too.
+    Forked {
+        /// The parent.
+        parent: u32,
+        /// The child.
+        child: u32,
+    },
+    /// A traced process called exec: its executable changed.
+    Exec(u32),
+    /// A traced process mapped an executable file: a library was loaded.
+    LibraryMapped(u32),
+    /// A traced process exited.
+    Exited(u32),
+}
+
+/// Counters of the translation.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct TranslateStats {
+    /// Records translated.
+    pub records: u64,
+    /// CUDA allocations, registrations or device allocations that returned an error.
+    pub failed_cuda_calls: u64,
+    /// Anonymous mappings CUDA made for itself (not reported).
+    pub cuda_internal_mmaps: u64,
+    /// Page faults outside tracked ranges (not reported).
+    pub faults_outside_tracked: u64,
+    /// Kernel page locks that failed (status not NV_OK).
+    pub failed_page_locks: u64,
+    /// Host allocations whose call site lies outside the application (fallback used).
+    pub sites_outside_application: u64,
+    /// Host allocations with no call site at all.
+    pub sites_unknown: u64,
+    /// Unified copies whose direction was inferred from the process's maps.
+    pub directions_from_maps: u64,
+}
+
+#[derive(Debug, Default)]
+struct ProcessRanges {
+    /// Host ranges reported: start -> end.
+    host: BTreeMap<u64, u64>,
+    /// Device ranges: start -> end.
+    device: BTreeMap<u64, u64>,
+}
+
+fn contains(ranges: &BTreeMap<u64, u64>, addr: u64) -> bool {
+    ranges
+        .range(..=addr)
+        .next_back()
+        .is_some_and(|(_, &end)| addr < end)
+}
+
+fn remove_inside(ranges: &mut BTreeMap<u64, u64>, start: u64, end: u64) {
+    let doomed: Vec<u64> = ranges
+        .range(start..end)
+        .filter(|(_, &e)| e <= end)
+        .map(|(&s, _)| s)
+        .collect();
+    for s in doomed {
+        ranges.remove(&s);
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Host,
+    Device,
+}
+
+/// Translates records into events. Owned by the tracer's event thread.
+pub struct Translator {
+    sites: SiteResolver,
+    ranges: HashMap<u32, ProcessRanges>,
+    /// Kernel page-lock events held until the CUDA call they happened in returns, by tid.
+    held: HashMap<u32, Vec<Event>>,
+    stats: TranslateStats,
+}
+
+impl Translator {
+    /// A translator resolving call sites with `sites`.
+    pub fn new(sites: SiteResolver) -> Self {
+        Translator {
+            sites,
+            ranges: HashMap::new(),
+            held: HashMap::new(),
+            stats: TranslateStats::default(),
+        }
+    }
+
+    /// The call-site resolver.
+    pub fn sites(&mut self) -> &mut SiteResolver {
+        &mut self.sites
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> TranslateStats {
+        self.stats
+    }
+
+    /// Emits every held event (at the end of a trace).
+    pub fn flush(&mut self, out: &mut Vec<Event>) {
+        let mut held: Vec<Event> = self.held.drain().flat_map(|(_, v)| v).collect();
+        held.sort_by_key(|e| e.ts_ns);
+        out.extend(held);
+    }
+
+    fn ranges(&mut self, pid: u32) -> &mut ProcessRanges {
+        self.ranges.entry(pid).or_default()
+    }
+
+    /// Translates one record, appending its events to `out`; returns what the tracer must
+    /// do about the process, if anything.
+    pub fn translate(&mut self, raw: &RawEvent, out: &mut Vec<Event>) -> Option<ProcessNews> {
+        self.stats.records += 1;
+        let h = *raw.header();
+        let (pid, tid, ts) = (h.pid, h.tid, h.ts_ns);
+        let is_range = matches!(raw, RawEvent::Range(_));
+        // Held page locks of this thread go out after its next range event, or before any
+        // other event of it.
+        if !is_range && !matches!(raw, RawEvent::Pin(_)) {
+            if let Some(held) = self.held.remove(&tid) {
+                out.extend(held);
+            }
+        }
+        let news = match raw {
+            RawEvent::Copy(c) => {
+                self.copy(c, out);
+                None
+            }
+            RawEvent::Range(r) => {
+                self.range(r, out);
+                if let Some(held) = self.held.remove(&tid) {
+                    out.extend(held);
+                }
+                None
+            }
+            RawEvent::Release(r) => {
+                let base = Event::new(
+                    ts,
+                    pid,
+                    tid,
+                    ProbeKind::Uprobe,
+                    EventKind::Free { start: r.addr },
+                );
+                let site = self.sites.site(pid, r.call_site);
+                let with_site = |e: Event| match site {
+                    Some(s) => e.with_site(s),
+                    None => e,
+                };
+                match h.kind {
+                    kinds::HOST_FREE => {
+                        if let Some(ranges) = self.ranges.get_mut(&pid) {
+                            ranges.host.remove(&r.addr);
+                        }
+                        out.push(with_site(base));
+                    }
+                    kinds::HOST_UNREGISTER => out.push(with_site(Event {
+                        kind: EventKind::UnpinPages {
+                            start: r.addr,
+                            pages: None,
+                        },
+                        ..base
+                    })),
+                    kinds::DEV_FREE => {
+                        if let Some(ranges) = self.ranges.get_mut(&pid) {
+                            ranges.device.remove(&r.addr);
+                        }
+                    }
+                    kinds::MUNMAP => {
+                        let end = r.addr.saturating_add(r.len);
+                        if let Some(ranges) = self.ranges.get_mut(&pid) {
+                            remove_inside(&mut ranges.host, r.addr, end);
+                        }
+                        out.push(Event {
+                            probe: ProbeKind::Tracepoint,
+                            kind: EventKind::Munmap {
+                                start: r.addr,
+                                len: r.len,
+                            },
+                            ..base
+                        });
+                    }
+                    _ => {}
+                }
+                None
+            }
+            RawEvent::Pin(p) => {
+                if h.kind == kinds::PIN_PAGES && p.status != 0 {
+                    self.stats.failed_page_locks += 1;
+                    return None;
+                }
+                let kind = if h.kind == kinds::PIN_PAGES {
+                    EventKind::PinPages {
+                        start: p.addr,
+                        bytes: p.pages.saturating_mul(pinwise_core::history::PAGE_SIZE),
+                        pages: Some(p.pages),
+                    }
+                } else {
+                    EventKind::UnpinPages {
+                        start: p.addr,
+                        pages: Some(p.pages),
+                    }
+                };
+                let e = Event::new(ts, pid, tid, ProbeKind::KernelHook, kind);
+                if p.in_cuda_call != 0 {
+                    self.held.entry(tid).or_default().push(e);
+                } else {
+                    out.push(e);
+                }
+                None
+            }
+            RawEvent::Fault(f) => {
+                let tracked = self
+                    .ranges
+                    .get(&pid)
+                    .is_some_and(|r| contains(&r.host, f.addr));
+                if tracked {
+                    out.push(Event::new(
+                        ts,
+                        pid,
+                        tid,
+                        ProbeKind::Tracepoint,
+                        EventKind::PageFault { addr: f.addr },
+                    ));
+                } else {
+                    self.stats.faults_outside_tracked += 1;
+                }
+                None
+            }
+            RawEvent::Proc(p) => match h.kind {
+                kinds::PROC_FORK => {
+                    // The child starts with a copy of the parent's address space.
+                    if let Some(parent) = self.ranges.get(&pid) {
+                        let copy = ProcessRanges {
+                            host: parent.host.clone(),
+                            device: parent.device.clone(),
+                        };
+                        self.ranges.insert(p.child, copy);
+                    }
+                    Some(ProcessNews::Forked {
+                        parent: pid,
+                        child: p.child,
+                    })
+                }
+                kinds::PROC_EXEC => {
+                    self.ranges.remove(&pid);
+                    self.sites.forget(pid);
+                    Some(ProcessNews::Exec(pid))
+                }
+                kinds::EXEC_MAP => {
+                    self.sites.mark_stale(pid);
+                    Some(ProcessNews::LibraryMapped(pid))
+                }
+                kinds::PROC_EXIT => {
+                    self.ranges.remove(&pid);
+                    Some(ProcessNews::Exited(pid))
+                }
+                _ => None,
+            },
+        };
+        news
+    }
+
+    fn side(&mut self, pid: u32, addr: u64, memtype: u8) -> Side {
+        match memtype {
+            memtypes::HOST => return Side::Host,
+            memtypes::DEVICE | memtypes::ARRAY => return Side::Device,
+            _ => {}
+        }
+        if let Some(r) = self.ranges.get(&pid) {
+            if contains(&r.device, addr) {
+                return Side::Device;
+            }
+            if contains(&r.host, addr) {
+                return Side::Host;
+            }
+        }
+        self.stats.directions_from_maps += 1;
+        match self.sites.mapping_of(pid, addr) {
+            None => Side::Device,
+            Some(m) => {
+                let device_file = m
+                    .path
+                    .as_deref()
+                    .is_some_and(|p| p.starts_with("/dev/nvidia"));
+                if device_file || (!m.read && !m.write) {
+                    Side::Device
+                } else {
+                    Side::Host
+                }
+            }
+        }
+    }
+
+    fn copy(&mut self, c: &crate::raw::CopyRecord, out: &mut Vec<Event>) {
+        let pid = c.h.pid;
+        let src = self.side(pid, c.src, c.src_type);
+        let dst = self.side(pid, c.dst, c.dst_type);
+        let (direction, host, device) = match (src, dst) {
+            (Side::Host, Side::Device) => (Direction::HtoD, c.src, c.dst),
+            (Side::Device, Side::Host) => (Direction::DtoH, c.dst, c.src),
+            (Side::Device, Side::Device) => (Direction::DtoD, 0, c.dst),
+            (Side::Host, Side::Host) => (Direction::HtoH, c.src, 0),
+        };
+        let mut e = Event::new(
+            c.h.ts_ns,
+            pid,
+            c.h.tid,
+            ProbeKind::Uprobe,
+            EventKind::Transfer {
+                direction,
+                host,
+                device,
+                bytes: c.bytes,
+                is_async: c.is_async != 0,
+                stream: c.stream,
+                host_state: HostState::Unknown,
+            },
+        );
+        if let Some(site) = self.sites.site(pid, c.call_site) {
+            e = e.with_site(site);
+        }
+        out.push(e);
+    }
+
+    /// The application's call site of a range event.
+    fn range_site(&mut self, r: &crate::raw::RangeRecord) -> (Option<Site>, bool) {
+        let exact: &[u64] = if r.site_source == site_sources::NONE || r.call_site == 0 {
+            &[]
+        } else {
+            std::slice::from_ref(&r.call_site)
+        };
+        let len = (r.stack_len as usize).min(r.stack.len());
+        let choice = self.sites.choose(r.h.pid, exact, &r.stack[..len]);
+        if choice.site.is_none() {
+            self.stats.sites_unknown += 1;
+        } else if !choice.in_application && r.site_source != site_sources::RUNTIME {
+            self.stats.sites_outside_application += 1;
+        }
+        (choice.site, choice.through_cuda)
+    }
+
+    fn range(&mut self, r: &crate::raw::RangeRecord, out: &mut Vec<Event>) {
+        let (pid, tid, ts) = (r.h.pid, r.h.tid, r.h.ts_ns);
+        let end = r.addr.saturating_add(r.len);
+        let ev = |kind: EventKind| Event::new(ts, pid, tid, ProbeKind::Uprobe, kind);
+        match r.h.kind {
+            kinds::DEV_ALLOC => {
+                if r.result != 0 || r.addr == 0 {
+                    self.stats.failed_cuda_calls += 1;
+                    return;
+                }
+                self.ranges(pid).device.insert(r.addr, end);
+            }
+            kinds::HOST_ALLOC => {
+                if r.result != 0 || r.addr == 0 {
+                    self.stats.failed_cuda_calls += 1;
+                    return;
+                }
+                let (site, _) = self.range_site(r);
+                self.ranges(pid).host.insert(r.addr, end);
+                let e = ev(EventKind::Alloc {
+                    start: r.addr,
+                    size: r.len,
+                    kind: HostMemKind::PinnedAlloc,
+                    flags: r.flags,
+                });
+                out.push(with_site(e, site));
+            }
+            kinds::HOST_REGISTER => {
+                if r.result != 0 {
+                    self.stats.failed_cuda_calls += 1;
+                    return;
+                }
+                let (site, _) = self.range_site(r);
+                let known = self
+                    .ranges
+                    .get(&pid)
+                    .is_some_and(|rs| contains(&rs.host, r.addr));
+                if !known {
+                    self.ranges(pid).host.insert(r.addr, end);
+                    out.push(with_site(
+                        ev(EventKind::Alloc {
+                            start: r.addr,
+                            size: r.len,
+                            kind: HostMemKind::Registered,
+                            flags: r.flags,
+                        }),
+                        site,
+                    ));
+                }
+                out.push(with_site(
+                    ev(EventKind::PinPages {
+                        start: r.addr,
+                        bytes: r.len,
+                        pages: None,
+                    }),
+                    site,
+                ));
+            }
+            kinds::MMAP => {
+                let (site, through_cuda) = self.range_site(r);
+                if through_cuda {
+                    self.stats.cuda_internal_mmaps += 1;
+                    return;
+                }
+                self.ranges(pid).host.insert(r.addr, end);
+                let tp = |kind| Event::new(ts, pid, tid, ProbeKind::Tracepoint, kind);
+                out.push(with_site(
+                    tp(EventKind::Alloc {
+                        start: r.addr,
+                        size: r.len,
+                        kind: HostMemKind::Pageable,
+                        flags: 0,
+                    }),
+                    site,
+                ));
+                out.push(with_site(
+                    tp(EventKind::Mmap {
+                        start: r.addr,
+                        len: r.len,
+                    }),
+                    site,
+                ));
+            }
+            _ => {}
+        }
+    }
+}
+
+fn with_site(e: Event, site: Option<Site>) -> Event {
+    match site {
+        Some(s) => e.with_site(s),
+        None => e,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::raw::{CopyRecord, Header, PinRecord, ProcRecord, RangeRecord, ReleaseRecord};
+    use pinwise_core::ModuleTable;
+
+    fn translator() -> Translator {
+        Translator::new(SiteResolver::new(ModuleTable::shared()))
+    }
+
+    // A pid with no /proc entry: nothing resolves through maps, which the tests rely on.
+    const PID: u32 = u32::MAX - 7;
+
+    fn header(kind: u16, ts: u64) -> Header {
+        Header {
+            ts_ns: ts,
+            pid: PID,
+            tid: PID,
+            kind,
+            ..Header::default()
+        }
+    }
+
+    fn range(kind: u16, ts: u64, addr: u64, len: u64) -> RawEvent {
+        RawEvent::Range(Box::new(RangeRecord {
+            h: header(kind, ts),
+            addr,
+            len,
+            ..RangeRecord::default()
+        }))
+    }
+
+    fn copy(ts: u64, dst: u64, src: u64, dst_type: u8, src_type: u8) -> RawEvent {
+        RawEvent::Copy(CopyRecord {
+            h: header(kinds::COPY, ts),
+            dst,
+            src,
+            bytes: 64,
+            dst_type,
+            src_type,
+            ..CopyRecord::default()
+        })
+    }
+
+    fn direction(e: &Event) -> Direction {
+        match e.kind {
+            EventKind::Transfer { direction, .. } => direction,
+            other => panic!("not a transfer: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn infers_the_direction_of_unified_copies_from_known_ranges() {
+        let mut t = translator();
+        let mut out = Vec::new();
+        t.translate(&range(kinds::DEV_ALLOC, 1, 0xd000, 0x1000), &mut out);
+        t.translate(&range(kinds::HOST_ALLOC, 2, 0x5000, 0x1000), &mut out);
+        assert_eq!(out.len(), 1, "device allocations are not history events");
+        out.clear();
+        let u = memtypes::UNIFIED;
+        t.translate(&copy(3, 0xd010, 0x5010, u, u), &mut out);
+        t.translate(&copy(4, 0x5020, 0xd020, u, u), &mut out);
+        t.translate(&copy(5, 0xd100, 0xd200, u, u), &mut out);
+        t.translate(&copy(6, 0x5100, 0x5200, u, u), &mut out);
+        let dirs: Vec<Direction> = out.iter().map(direction).collect();
+        assert_eq!(
+            dirs,
+            [
+                Direction::HtoD,
+                Direction::DtoH,
+                Direction::DtoD,
+                Direction::HtoH
+            ]
+        );
+        match out[0].kind {
+            EventKind::Transfer { host, device, .. } => {
+                assert_eq!((host, device), (0x5010, 0xd010))
+            }
+            _ => unreachable!(),
+        }
+        // After the device free, the address is no longer known as device memory; with no
+        // maps for this pid it is taken as device memory (no host mapping there).
+        out.clear();
+        t.translate(
+            &RawEvent::Release(ReleaseRecord {
+                h: header(kinds::DEV_FREE, 7),
+                addr: 0xd000,
+                ..ReleaseRecord::default()
+            }),
+            &mut out,
+        );
+        t.translate(&copy(8, 0x5000, 0xd000, u, u), &mut out);
+        assert_eq!(direction(&out[0]), Direction::DtoH);
+        assert_eq!(t.stats().directions_from_maps, 1);
+    }
+
+    #[test]
+    fn explicit_copy_forms_keep_their_direction() {
+        let mut t = translator();
+        let mut out = Vec::new();
+        t.translate(
+            &copy(1, 0xd000, 0x5000, memtypes::DEVICE, memtypes::HOST),
+            &mut out,
+        );
+        t.translate(
+            &copy(2, 0x5000, 0, memtypes::HOST, memtypes::ARRAY),
+            &mut out,
+        );
+        assert_eq!(direction(&out[0]), Direction::HtoD);
+        assert_eq!(direction(&out[1]), Direction::DtoH);
+    }
+
+    #[test]
+    fn registration_of_unknown_memory_becomes_a_registered_allocation() {
+        let mut t = translator();
+        let mut out = Vec::new();
+        t.translate(&range(kinds::HOST_REGISTER, 1, 0x9000, 0x2000), &mut out);
+        assert!(matches!(
+            out[0].kind,
+            EventKind::Alloc {
+                kind: HostMemKind::Registered,
+                start: 0x9000,
+                size: 0x2000,
+                ..
+            }
+        ));
+        assert!(matches!(
+            out[1].kind,
+            EventKind::PinPages {
+                start: 0x9000,
+                bytes: 0x2000,
+                ..
+            }
+        ));
+        // Registering part of it again only pins.
+        out.clear();
+        t.translate(&range(kinds::HOST_REGISTER, 2, 0x9000, 0x1000), &mut out);
+        assert_eq!(out.len(), 1);
+        assert!(matches!(out[0].kind, EventKind::PinPages { .. }));
+    }
+
+    #[test]
+    fn failed_calls_are_counted_not_reported() {
+        let mut t = translator();
+        let mut out = Vec::new();
+        let mut r = RangeRecord {
+            h: header(kinds::HOST_ALLOC, 1),
+            addr: 0,
+            len: 4096,
+            result: 2,
+            ..RangeRecord::default()
+        };
+        t.translate(&RawEvent::Range(Box::new(r)), &mut out);
+        r.h.kind = kinds::HOST_REGISTER;
+        t.translate(&RawEvent::Range(Box::new(r)), &mut out);
+        assert!(out.is_empty());
+        assert_eq!(t.stats().failed_cuda_calls, 2);
+    }
+
+    #[test]
+    fn page_locks_inside_a_cuda_call_follow_its_allocation() {
+        let mut t = translator();
+        let mut out = Vec::new();
+        let lock = RawEvent::Pin(PinRecord {
+            h: header(kinds::PIN_PAGES, 1),
+            addr: 0x7000,
+            pages: 2,
+            in_cuda_call: 1,
+            ..PinRecord::default()
+        });
+        t.translate(&lock, &mut out);
+        assert!(out.is_empty(), "held until the allocation is reported");
+        t.translate(&range(kinds::HOST_ALLOC, 2, 0x7000, 0x2000), &mut out);
+        assert!(matches!(out[0].kind, EventKind::Alloc { .. }));
+        assert!(matches!(
+            out[1].kind,
+            EventKind::PinPages {
+                start: 0x7000,
+                bytes: 8192,
+                pages: Some(2)
+            }
+        ));
+        assert_eq!(out[1].probe, ProbeKind::KernelHook);
+        // A held lock with no allocation after it comes out at the end.
+        out.clear();
+        t.translate(&lock, &mut out);
+        t.flush(&mut out);
+        assert_eq!(out.len(), 1);
+    }
+
+    #[test]
+    fn mmaps_become_pageable_allocations_and_munmaps_end_them() {
+        let mut t = translator();
+        let mut out = Vec::new();
+        t.translate(&range(kinds::MMAP, 1, 0x10_0000, 0x40_0000), &mut out);
+        assert!(matches!(
+            out[0].kind,
+            EventKind::Alloc {
+                kind: HostMemKind::Pageable,
+                ..
+            }
+        ));
+        assert!(matches!(out[1].kind, EventKind::Mmap { .. }));
+        assert_eq!(out[0].probe, ProbeKind::Tracepoint);
+        out.clear();
+        // A unified copy from inside it is host to device.
+        t.translate(&range(kinds::DEV_ALLOC, 2, 0xd000, 0x1000), &mut out);
+        let u = memtypes::UNIFIED;
+        t.translate(&copy(3, 0xd000, 0x10_1000, u, u), &mut out);
+        assert_eq!(direction(&out[0]), Direction::HtoD);
+        t.translate(
+            &RawEvent::Release(ReleaseRecord {
+                h: header(kinds::MUNMAP, 4),
+                addr: 0x10_0000,
+                len: 0x40_0000,
+                ..ReleaseRecord::default()
+            }),
+            &mut out,
+        );
+        assert!(matches!(out.last().unwrap().kind, EventKind::Munmap { .. }));
+        assert!(t.ranges.get(&PID).unwrap().host.is_empty());
+    }
+
+    #[test]
+    fn process_life_is_reported_as_news() {
+        let mut t = translator();
+        let mut out = Vec::new();
+        let proc_ev = |kind, child| {
+            RawEvent::Proc(ProcRecord {
+                h: header(kind, 1),
+                child,
+                ..ProcRecord::default()
+            })
+        };
+        assert_eq!(
+            t.translate(&proc_ev(kinds::PROC_FORK, 77), &mut out),
+            Some(ProcessNews::Forked {
+                parent: PID,
+                child: 77
+            })
+        );
+        assert_eq!(
+            t.translate(&proc_ev(kinds::EXEC_MAP, 0), &mut out),
+            Some(ProcessNews::LibraryMapped(PID))
+        );
+        assert_eq!(
+            t.translate(&proc_ev(kinds::PROC_EXIT, 0), &mut out),
+            Some(ProcessNews::Exited(PID))
+        );
+        assert!(out.is_empty());
+    }
+}
