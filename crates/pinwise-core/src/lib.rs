@@ -5,12 +5,27 @@
 //! ([`format`]), profiles ([`profile`]), the cost model ([`cost`]) and the pinning policy
 //! ([`policy`]) read it. Everything here is safe Rust that runs without a GPU and without
 //! privileges.
+//!
+//! | module | idea |
+//! |---|---|
+//! | [`event`] | `Event`: what every source reports |
+//! | [`tag`] | `Site`, `Tag`, `ModuleTable`: an allocation's identity across runs |
+//! | [`history`] | `MemHistory`, `SharedHistory`: per-allocation lives and the queries on them |
+//! | [`format`] | JSON and binary dumps, `load_history` |
+//! | [`profile`] | `Profile`: what the allocator needs from a past run |
+//! | [`cost`] | `CostModel`: transfer and pinning times by size, from a calibration |
+//! | [`policy`] | `Policy`: pin or not, and why; budget-constrained plans |
+//! | [`synth`] | deterministic synthetic event streams for benchmarks and tests |
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod cost;
 pub mod event;
+pub mod format;
 pub mod history;
+pub mod policy;
+pub mod profile;
+pub mod synth;
 pub mod tag;
 
 mod segvec;
@@ -18,5 +33,8 @@ mod varint;
 
 pub use cost::{CostModel, PinMethod};
 pub use event::{Direction, Event, EventKind, HostMemKind, HostState, ProbeKind};
+pub use format::{load_history, save_history, DumpFormat, FormatError};
 pub use history::{HistoryConfig, MemHistory, SharedHistory};
+pub use policy::{Decision, Policy, Reason};
+pub use profile::Profile;
 pub use tag::{ModuleId, ModuleIdentity, ModuleTable, Site, Tag};

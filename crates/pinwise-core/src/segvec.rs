@@ -62,15 +62,8 @@ impl<T, const SHIFT: u32> SegVec<T, SHIFT> {
         self.segments.get(index >> SHIFT)?.get(index & Self::MASK)
     }
 
-    /// The element at `index`, mutably, if any.
-    #[inline]
-    pub fn get_mut(&mut self, index: usize) -> Option<&mut T> {
-        self.segments
-            .get_mut(index >> SHIFT)?
-            .get_mut(index & Self::MASK)
-    }
-
     /// All elements in order.
+    #[cfg(test)]
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = &T> + '_ {
         self.segments.iter().flat_map(|s| s.iter())
     }

@@ -932,6 +932,17 @@ impl MemHistory {
         h
     }
 
+    /// Interns a dump's call sites and streams in the dump's order (so that re-dumping a
+    /// loaded history gives the same bytes).
+    pub(crate) fn restore_tables(&mut self, sites: &[Site], streams: &[u64]) {
+        for &s in sites {
+            self.store.tables.sites.intern(s);
+        }
+        for &s in streams {
+            self.store.tables.streams.intern(s);
+        }
+    }
+
     /// Adds one record of a dump. Errors say what is inconsistent.
     pub(crate) fn restore_record(&mut self, r: RestoredRecord) -> Result<(), String> {
         let p = r.process as usize;

@@ -56,10 +56,6 @@ impl<K: Copy + Eq + Hash> Interner<K> {
         &self.items
     }
 
-    pub fn len(&self) -> usize {
-        self.items.len()
-    }
-
     /// Heap bytes (approximate for the hash map: buckets of key, value and control byte).
     pub fn heap_bytes(&self) -> usize {
         self.items.capacity() * std::mem::size_of::<K>()

@@ -6,9 +6,7 @@ use serde::{Deserialize, Serialize};
 use super::arena::ChainReader;
 use super::codec::{self, RecordContext};
 use super::tables::EventTables;
-use super::{
-    AllocKind, AllocState, MemHistory, RecordId, Recorded, RecordedEvent, TransferCounters,
-};
+use super::{AllocKind, AllocState, MemHistory, RecordId, RecordedEvent, TransferCounters};
 use crate::tag::{Site, Tag};
 use crate::varint::ByteSource;
 
@@ -220,12 +218,6 @@ impl<'h> AllocationView<'h> {
     /// Whether some of its events were dropped (its counters are still exact).
     pub fn is_capped(&self) -> bool {
         self.rec().capped()
-    }
-
-    /// Whether the transfer events say so: any transfer counted as pinned.
-    pub(crate) fn had_pinned_transfers(&self) -> bool {
-        self.events()
-            .any(|e| matches!(e.what, Recorded::Transfer { pinned: true, .. }))
     }
 
     /// An owned summary (no events).

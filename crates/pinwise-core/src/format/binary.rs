@@ -1,0 +1,852 @@
+//! The compact binary dump: the history's own encoding, framed and checksummed, appendable.
+//!
+//! ```text
+//! file   = header frame*
+//! header = magic (8 bytes: 89 'P' 'W' 'H' 0d 0a 1a 0a) | version u32 LE | reserved u32 (0)
+//! frame  = type u8 | 3 zero bytes | payload length u32 LE | CRC-32 of payload u32 LE | payload
+//! ```
+//!
+//! Frame types (all numbers in payloads are LEB128 varints):
+//!
+//! - **1 TABLES**: config (max events per allocation, track untracked); modules, call sites
+//!   and streams added since the previous TABLES frame (first index, count, entries);
+//!   the full process list. Module entries: path, build id (length + 1, 0: none; bytes).
+//!   Site entries: module index, offset. Process entries: pid, first ts, last ts, has exit
+//!   (0/1), exit ts.
+//! - **2 RECORDS**: record snapshots: id, process, site index, call number, start, size,
+//!   flags (kind bits 0-1, state bits 2-4, pinned by registration bit 5, capped bit 6),
+//!   if capped: events dropped and the 16 counters (per direction: pageable transfers,
+//!   pageable bytes, pinned transfers, pinned bytes); events length, then the events as
+//!   the history encodes them (see `history::codec`).
+//! - **3 STATS**: the history's stats (fixed order) and the source stats (count; name
+//!   length, name, value).
+//!
+//! A dump, and each append of a periodic dump ([`BinaryAppender`]), is one TABLES frame,
+//! one RECORDS frame (for an append: the records created since the last append and those
+//! that were live then, whose new snapshot replaces the earlier one) and one STATS frame,
+//! which closes it. A reader applies the frames in order, so a file is the complete
+//! history as of its last append. A file cut anywhere but after a STATS frame is an error
+//! that says where (the appends before are intact; a file cut exactly between two appends
+//! reads as the history of the earlier one).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+
+use super::{FormatError, FormatErrorKind};
+use crate::event::Direction;
+use crate::history::codec::{self, RecordContext, Resolve};
+use crate::history::{
+    AllocKind, AllocState, DirTotals, DirectionCounters, HistoryConfig, HistoryStats, MemHistory,
+    ProcessInfo, RecordId, RecordedEvent, RestoredRecord, TransferCounters,
+};
+use crate::tag::{ModuleId, ModuleIdentity, ModuleTable, Site};
+use crate::varint::{self, ByteSource, SliceSource, VarintError};
+
+/// The first 8 bytes of a binary history.
+pub const BINARY_MAGIC: [u8; 8] = [0x89, b'P', b'W', b'H', b'\r', b'\n', 0x1a, b'\n'];
+/// The binary format version this build writes and reads.
+pub const BINARY_VERSION: u32 = 1;
+
+const HEADER_LEN: usize = 16;
+const FRAME_HEADER_LEN: usize = 12;
+const FRAME_TABLES: u8 = 1;
+const FRAME_RECORDS: u8 = 2;
+const FRAME_STATS: u8 = 3;
+
+/// Writes `history` as a binary dump (header and one set of frames).
+pub fn write(history: &MemHistory, w: &mut dyn Write) -> Result<(), FormatError> {
+    let mut appender = BinaryAppender::new();
+    w.write_all(&header()).map_err(FormatError::io)?;
+    appender.append_to(history, w)
+}
+
+/// The binary dump in memory.
+pub fn to_bytes(history: &MemHistory) -> Vec<u8> {
+    let mut buf = Vec::new();
+    // Writing to memory cannot fail.
+    let _ = write(history, &mut buf);
+    buf
+}
+
+fn header() -> [u8; HEADER_LEN] {
+    let mut h = [0u8; HEADER_LEN];
+    h[..8].copy_from_slice(&BINARY_MAGIC);
+    h[8..12].copy_from_slice(&BINARY_VERSION.to_le_bytes());
+    h
+}
+
+/// Appends snapshots of a history to a binary dump, for periodic dumps: each
+/// [`BinaryAppender::append`] writes only what changed since the previous one.
+#[derive(Debug)]
+pub struct BinaryAppender {
+    file: Option<std::fs::File>,
+    modules_written: usize,
+    sites_written: usize,
+    streams_written: usize,
+    records_written: u32,
+    live_at_last: Vec<u32>,
+}
+
+impl BinaryAppender {
+    fn new() -> Self {
+        BinaryAppender {
+            file: None,
+            modules_written: 0,
+            sites_written: 0,
+            streams_written: 0,
+            records_written: 0,
+            live_at_last: Vec::new(),
+        }
+    }
+
+    /// Creates (or truncates) `path` and writes the header.
+    pub fn create(path: impl AsRef<Path>) -> Result<Self, FormatError> {
+        let path = path.as_ref();
+        let mut file = std::fs::File::create(path).map_err(|e| FormatError::io(e).in_file(path))?;
+        file.write_all(&header())
+            .map_err(|e| FormatError::io(e).in_file(path))?;
+        Ok(BinaryAppender {
+            file: Some(file),
+            ..Self::new()
+        })
+    }
+
+    /// Appends what changed in `history` since the last append (the first append writes
+    /// everything), and flushes it to the file.
+    pub fn append(&mut self, history: &MemHistory) -> Result<(), FormatError> {
+        let mut file = self
+            .file
+            .take()
+            .ok_or_else(|| FormatError::io(std::io::Error::other("appender has no file")))?;
+        let mut buf = Vec::new();
+        let result = self.append_to(history, &mut buf).and_then(|()| {
+            file.write_all(&buf).map_err(FormatError::io)?;
+            file.sync_data().map_err(FormatError::io)
+        });
+        self.file = Some(file);
+        result
+    }
+
+    fn append_to(&mut self, history: &MemHistory, w: &mut dyn Write) -> Result<(), FormatError> {
+        let tables = self.tables_payload(history);
+        write_frame(w, FRAME_TABLES, &tables)?;
+        let records = self.records_payload(history);
+        write_frame(w, FRAME_RECORDS, &records)?;
+        write_frame(w, FRAME_STATS, &stats_payload(history))
+    }
+
+    fn tables_payload(&mut self, history: &MemHistory) -> Vec<u8> {
+        let mut p = Payload::default();
+        let config = history.config();
+        p.uint(u64::from(config.max_events_per_allocation));
+        p.uint(u64::from(config.track_untracked));
+        // Module 0 (unknown) exists in every table: start at 1.
+        let modules = history.modules().snapshot();
+        let first = self.modules_written.max(1);
+        p.uint(first as u64);
+        p.uint(modules.len().saturating_sub(first) as u64);
+        for m in modules.iter().skip(first) {
+            p.bytes(m.path.as_bytes());
+            match &m.build_id {
+                Some(id) => {
+                    p.uint(id.len() as u64 + 1);
+                    p.raw(id);
+                }
+                None => p.uint(0),
+            }
+        }
+        self.modules_written = modules.len();
+        let t = history.event_tables();
+        let sites = t.sites.items();
+        p.uint(self.sites_written as u64);
+        p.uint((sites.len() - self.sites_written) as u64);
+        for s in &sites[self.sites_written..] {
+            p.uint(u64::from(s.module.0));
+            p.uint(s.offset);
+        }
+        self.sites_written = sites.len();
+        let streams = t.streams.items();
+        p.uint(self.streams_written as u64);
+        p.uint((streams.len() - self.streams_written) as u64);
+        for &s in &streams[self.streams_written..] {
+            p.uint(s);
+        }
+        self.streams_written = streams.len();
+        let processes: Vec<&ProcessInfo> = history.processes().collect();
+        p.uint(processes.len() as u64);
+        for pr in processes {
+            p.uint(u64::from(pr.pid));
+            p.uint(pr.first_ts_ns);
+            p.uint(pr.last_ts_ns);
+            p.uint(u64::from(pr.exit_ts_ns.is_some()));
+            p.uint(pr.exit_ts_ns.unwrap_or(0));
+        }
+        p.0
+    }
+
+    fn records_payload(&mut self, history: &MemHistory) -> Vec<u8> {
+        let total = history.len() as u32;
+        let mut ids: Vec<u32> = self
+            .live_at_last
+            .iter()
+            .copied()
+            .filter(|&i| i < self.records_written)
+            .collect();
+        ids.extend(self.records_written..total);
+        let mut p = Payload::default();
+        p.uint(ids.len() as u64);
+        for id in ids {
+            let Some(v) = history.view(RecordId(id)) else {
+                continue;
+            };
+            let site_index = history.event_tables().sites.find(&v.site()).unwrap_or(0);
+            p.uint(u64::from(id));
+            p.uint(u64::from(v.process_index()));
+            p.uint(u64::from(site_index));
+            p.uint(u64::from(v.tag().call_no));
+            p.uint(v.start());
+            p.uint(v.size());
+            let flags = kind_bits(v.kind())
+                | (state_bits(v.state()) << 2)
+                | (u8::from(v.pinned_by_registration()) << 5)
+                | (u8::from(v.is_capped()) << 6);
+            p.uint(u64::from(flags));
+            if v.is_capped() {
+                p.uint(v.events_dropped());
+                for d in v.counters().by_direction {
+                    p.uint(d.pageable_transfers);
+                    p.uint(d.pageable_bytes);
+                    p.uint(d.pinned_transfers);
+                    p.uint(d.pinned_bytes);
+                }
+            }
+            p.bytes(&history.record_event_bytes(RecordId(id)));
+        }
+        self.records_written = total;
+        self.live_at_last = history.live_record_ids();
+        p.0
+    }
+}
+
+fn stats_payload(history: &MemHistory) -> Vec<u8> {
+    let mut p = Payload::default();
+    let s = history.stats();
+    for v in [
+        s.events_ingested,
+        s.events_retained,
+        s.events_dropped_by_cap,
+        s.records,
+        s.implicit_records,
+        s.replaced_records,
+        s.unmatched_frees,
+        s.unattributed_events,
+    ] {
+        p.uint(v);
+    }
+    for t in s.transfers.iter().chain(s.device_only_transfers.iter()) {
+        p.uint(t.transfers);
+        p.uint(t.bytes);
+    }
+    let src = history.source_stats();
+    p.uint(src.len() as u64);
+    for (k, v) in src {
+        p.bytes(k.as_bytes());
+        p.uint(*v);
+    }
+    p.0
+}
+
+fn write_frame(w: &mut dyn Write, kind: u8, payload: &[u8]) -> Result<(), FormatError> {
+    let len = u32::try_from(payload.len())
+        .map_err(|_| FormatError::io(std::io::Error::other("a dump frame exceeds 4 GiB")))?;
+    let mut h = [0u8; FRAME_HEADER_LEN];
+    h[0] = kind;
+    h[4..8].copy_from_slice(&len.to_le_bytes());
+    h[8..12].copy_from_slice(&crc32fast::hash(payload).to_le_bytes());
+    w.write_all(&h).map_err(FormatError::io)?;
+    w.write_all(payload).map_err(FormatError::io)
+}
+
+const fn kind_bits(k: AllocKind) -> u8 {
+    match k {
+        AllocKind::Pageable => 0,
+        AllocKind::PinnedAlloc => 1,
+        AllocKind::Registered => 2,
+        AllocKind::Untracked => 3,
+    }
+}
+
+const fn state_bits(s: AllocState) -> u8 {
+    match s {
+        AllocState::Live => 0,
+        AllocState::Freed => 1,
+        AllocState::Replaced => 2,
+        AllocState::Unmapped => 3,
+        AllocState::Exited => 4,
+    }
+}
+
+#[derive(Default)]
+struct Payload(Vec<u8>);
+
+impl Payload {
+    fn uint(&mut self, v: u64) {
+        let mut buf = [0u8; varint::MAX_LEN];
+        let mut len = 0;
+        varint::put(&mut buf, &mut len, v);
+        self.0.extend_from_slice(&buf[..len]);
+    }
+
+    fn bytes(&mut self, b: &[u8]) {
+        self.uint(b.len() as u64);
+        self.0.extend_from_slice(b);
+    }
+
+    fn raw(&mut self, b: &[u8]) {
+        self.0.extend_from_slice(b);
+    }
+}
+
+// ------------------------------------------------------------------ reading
+
+/// Reads a payload, turning positions into file offsets for errors.
+struct Reader<'a> {
+    src: SliceSource<'a>,
+    base: u64,
+    frame: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn offset(&self) -> u64 {
+        self.base + self.src.position() as u64
+    }
+
+    fn uint(&mut self, what: &str) -> Result<u64, FormatError> {
+        let at = self.offset();
+        varint::get(&mut self.src).map_err(|e| match e {
+            VarintError::Truncated => {
+                FormatError::corrupt(at, format!("frame {} ends inside {what}", self.frame))
+            }
+            VarintError::Overflow => FormatError::corrupt(at, format!("{what} overflows 64 bits")),
+        })
+    }
+
+    fn u32(&mut self, what: &str) -> Result<u32, FormatError> {
+        let at = self.offset();
+        let v = self.uint(what)?;
+        u32::try_from(v)
+            .map_err(|_| FormatError::corrupt(at, format!("{what} {v} is out of range")))
+    }
+
+    fn take(&mut self, n: u64, what: &str) -> Result<&'a [u8], FormatError> {
+        let at = self.offset();
+        usize::try_from(n)
+            .ok()
+            .and_then(|n| self.src.take(n))
+            .ok_or_else(|| {
+                FormatError::corrupt(
+                    at,
+                    format!(
+                        "{what} of {n} bytes runs past the end of frame {}",
+                        self.frame
+                    ),
+                )
+            })
+    }
+
+    fn bytes(&mut self, what: &str) -> Result<&'a [u8], FormatError> {
+        let n = self.uint(what)?;
+        self.take(n, what)
+    }
+
+    fn string(&mut self, what: &str) -> Result<String, FormatError> {
+        let at = self.offset();
+        let b = self.bytes(what)?;
+        String::from_utf8(b.to_vec())
+            .map_err(|_| FormatError::corrupt(at, format!("{what} is not UTF-8")))
+    }
+
+    fn finish(&self) -> Result<(), FormatError> {
+        if self.src.remaining() != 0 {
+            return Err(FormatError::corrupt(
+                self.offset(),
+                format!(
+                    "{} unexpected bytes at the end of frame {}",
+                    self.src.remaining(),
+                    self.frame
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A record snapshot as read, not yet decoded.
+struct RawRecord<'a> {
+    offset: u64,
+    process: u32,
+    site: u32,
+    call_no: u32,
+    start: u64,
+    size: u64,
+    kind: AllocKind,
+    state: AllocState,
+    pinned_seen: bool,
+    capped: Option<(TransferCounters, u64)>,
+    events: &'a [u8],
+    events_offset: u64,
+}
+
+/// What the frames say, applied in order.
+#[derive(Default)]
+struct Staging<'a> {
+    config: Option<HistoryConfig>,
+    modules: Vec<ModuleIdentity>,
+    sites: Vec<(u64, u64)>,
+    streams: Vec<u64>,
+    processes: Vec<ProcessInfo>,
+    records: Vec<RawRecord<'a>>,
+    stats: HistoryStats,
+    source_stats: BTreeMap<String, u64>,
+    saw_tables: bool,
+}
+
+/// Reads a binary history dump.
+pub fn read(bytes: &[u8]) -> Result<MemHistory, FormatError> {
+    if bytes.len() < HEADER_LEN {
+        if !bytes.starts_with(&BINARY_MAGIC[..bytes.len().min(8)]) {
+            return Err(FormatError::new(FormatErrorKind::Unrecognized(
+                "no pinwise binary magic".into(),
+            )));
+        }
+        return Err(FormatError::truncated(
+            bytes.len() as u64,
+            "the 16-byte file header",
+        ));
+    }
+    if bytes[..8] != BINARY_MAGIC {
+        return Err(FormatError::new(FormatErrorKind::Unrecognized(
+            "no pinwise binary magic".into(),
+        )));
+    }
+    let version = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
+    if version != BINARY_VERSION {
+        return Err(FormatError::new(FormatErrorKind::UnsupportedVersion {
+            format: "binary history",
+            found: u64::from(version),
+            supported: u64::from(BINARY_VERSION),
+        }));
+    }
+    if bytes[12..16] != [0, 0, 0, 0] {
+        return Err(FormatError::corrupt(
+            12,
+            "reserved header bytes are not zero",
+        ));
+    }
+    let mut staging = Staging::default();
+    let mut pos = HEADER_LEN;
+    let mut frame = 0usize;
+    let mut last_kind = FRAME_STATS;
+    let mut last_start = pos;
+    while pos < bytes.len() {
+        let rest = &bytes[pos..];
+        if rest.len() < FRAME_HEADER_LEN {
+            return Err(FormatError::truncated(
+                pos as u64,
+                format!(
+                    "header of frame {frame} ({} of 12 bytes present)",
+                    rest.len()
+                ),
+            ));
+        }
+        let kind = rest[0];
+        if rest[1..4] != [0, 0, 0] {
+            return Err(FormatError::corrupt(
+                pos as u64 + 1,
+                format!("frame {frame}: reserved bytes are not zero"),
+            ));
+        }
+        let len = u32::from_le_bytes([rest[4], rest[5], rest[6], rest[7]]) as usize;
+        let crc = u32::from_le_bytes([rest[8], rest[9], rest[10], rest[11]]);
+        let body_start = pos + FRAME_HEADER_LEN;
+        let Some(payload) = bytes.get(body_start..body_start.saturating_add(len)) else {
+            return Err(FormatError::truncated(
+                bytes.len() as u64,
+                format!(
+                    "frame {frame} starting at byte {pos} declares {len} bytes of payload, {} present",
+                    bytes.len() - body_start
+                ),
+            ));
+        };
+        if crc32fast::hash(payload) != crc {
+            return Err(FormatError::corrupt(
+                pos as u64,
+                format!("frame {frame}: checksum mismatch (payload of {len} bytes at byte {body_start})"),
+            ));
+        }
+        let mut r = Reader {
+            src: SliceSource::new(payload),
+            base: body_start as u64,
+            frame,
+        };
+        match kind {
+            FRAME_TABLES => read_tables(&mut r, &mut staging)?,
+            FRAME_RECORDS => read_records(&mut r, &mut staging)?,
+            FRAME_STATS => read_stats(&mut r, &mut staging)?,
+            k => {
+                return Err(FormatError::corrupt(
+                    pos as u64,
+                    format!("frame {frame}: unknown frame type {k}"),
+                ))
+            }
+        }
+        r.finish()?;
+        last_kind = kind;
+        last_start = pos;
+        pos = body_start + len;
+        frame += 1;
+    }
+    if last_kind != FRAME_STATS {
+        // Every dump or append ends with a STATS frame: without it, the last append is
+        // incomplete and its records may be missing.
+        return Err(FormatError::truncated(
+            bytes.len() as u64,
+            format!("the last dump is incomplete: it ends after frame {} (type {last_kind}) at byte {last_start}, before its stats frame", frame - 1),
+        ));
+    }
+    build(staging, bytes.len() as u64)
+}
+
+fn read_tables(r: &mut Reader<'_>, s: &mut Staging<'_>) -> Result<(), FormatError> {
+    let max_events = r.u32("max events per allocation")?;
+    let track = r.uint("track untracked")?;
+    s.config = Some(HistoryConfig {
+        max_events_per_allocation: max_events,
+        track_untracked: track != 0,
+    });
+    s.saw_tables = true;
+    let at = r.offset();
+    let first = r.uint("first module index")?;
+    if first != s.modules.len() as u64 + 1 {
+        return Err(FormatError::corrupt(
+            at,
+            format!(
+                "modules continue at index {first}, expected {}",
+                s.modules.len() + 1
+            ),
+        ));
+    }
+    let count = r.uint("module count")?;
+    for _ in 0..count {
+        let path = r.string("module path")?;
+        let at = r.offset();
+        let id_len = r.uint("build-id length")?;
+        let identity = if id_len == 0 {
+            ModuleIdentity::from_path(path)
+        } else {
+            let id = r.take(id_len - 1, "build id")?;
+            if id.is_empty() {
+                return Err(FormatError::corrupt(at, "empty build id"));
+            }
+            ModuleIdentity::with_build_id(path, id.to_vec())
+        };
+        s.modules.push(identity);
+    }
+    let at = r.offset();
+    let first = r.uint("first site index")?;
+    if first != s.sites.len() as u64 {
+        return Err(FormatError::corrupt(
+            at,
+            format!(
+                "sites continue at index {first}, expected {}",
+                s.sites.len()
+            ),
+        ));
+    }
+    let count = r.uint("site count")?;
+    for _ in 0..count {
+        let at = r.offset();
+        let module = r.uint("site module")?;
+        if module > s.modules.len() as u64 {
+            return Err(FormatError::corrupt(
+                at,
+                format!(
+                    "site refers to module {module}, only {} known",
+                    s.modules.len() + 1
+                ),
+            ));
+        }
+        let offset = r.uint("site offset")?;
+        s.sites.push((module, offset));
+    }
+    let at = r.offset();
+    let first = r.uint("first stream index")?;
+    if first != s.streams.len() as u64 {
+        return Err(FormatError::corrupt(
+            at,
+            format!(
+                "streams continue at index {first}, expected {}",
+                s.streams.len()
+            ),
+        ));
+    }
+    let count = r.uint("stream count")?;
+    for _ in 0..count {
+        let v = r.uint("stream")?;
+        s.streams.push(v);
+    }
+    let count = r.uint("process count")?;
+    let at = r.offset();
+    if (count as usize) < s.processes.len() {
+        return Err(FormatError::corrupt(at, "the process list shrank"));
+    }
+    let mut processes = Vec::new();
+    for _ in 0..count {
+        let pid = r.u32("pid")?;
+        let first_ts_ns = r.uint("process first timestamp")?;
+        let last_ts_ns = r.uint("process last timestamp")?;
+        let has_exit = r.uint("process exit flag")?;
+        let exit = r.uint("process exit timestamp")?;
+        processes.push(ProcessInfo {
+            pid,
+            first_ts_ns,
+            last_ts_ns,
+            exit_ts_ns: (has_exit != 0).then_some(exit),
+        });
+    }
+    s.processes = processes;
+    Ok(())
+}
+
+fn read_records<'a>(r: &mut Reader<'a>, s: &mut Staging<'a>) -> Result<(), FormatError> {
+    if !s.saw_tables {
+        return Err(FormatError::corrupt(
+            r.offset(),
+            "records before any tables frame",
+        ));
+    }
+    let count = r.uint("record count")?;
+    for _ in 0..count {
+        let offset = r.offset();
+        let id = r.u32("record id")?;
+        let process = r.u32("record process")?;
+        if process as usize >= s.processes.len() {
+            return Err(FormatError::corrupt(
+                offset,
+                format!(
+                    "record {id} refers to process {process}, only {} known",
+                    s.processes.len()
+                ),
+            ));
+        }
+        let site = r.u32("record site")?;
+        if site as usize >= s.sites.len() {
+            return Err(FormatError::corrupt(
+                offset,
+                format!(
+                    "record {id} refers to site {site}, only {} known",
+                    s.sites.len()
+                ),
+            ));
+        }
+        let call_no = r.u32("call number")?;
+        let start = r.uint("start")?;
+        let size = r.uint("size")?;
+        let at = r.offset();
+        let flags = r.uint("record flags")?;
+        if flags >= 1 << 7 {
+            return Err(FormatError::corrupt(
+                at,
+                format!("record {id}: unknown flag bits {flags:#x}"),
+            ));
+        }
+        let kind = match flags & 3 {
+            0 => AllocKind::Pageable,
+            1 => AllocKind::PinnedAlloc,
+            2 => AllocKind::Registered,
+            _ => AllocKind::Untracked,
+        };
+        let state = match (flags >> 2) & 7 {
+            0 => AllocState::Live,
+            1 => AllocState::Freed,
+            2 => AllocState::Replaced,
+            3 => AllocState::Unmapped,
+            4 => AllocState::Exited,
+            b => {
+                return Err(FormatError::corrupt(
+                    at,
+                    format!("record {id}: unknown state {b}"),
+                ))
+            }
+        };
+        let capped = if flags & (1 << 6) != 0 {
+            let dropped = r.uint("events dropped")?;
+            let mut c = TransferCounters::default();
+            for d in Direction::ALL {
+                c.by_direction[d.index()] = DirectionCounters {
+                    pageable_transfers: r.uint("counter")?,
+                    pageable_bytes: r.uint("counter")?,
+                    pinned_transfers: r.uint("counter")?,
+                    pinned_bytes: r.uint("counter")?,
+                };
+            }
+            Some((c, dropped))
+        } else {
+            None
+        };
+        let n = r.uint("events length")?;
+        let events_offset = r.offset();
+        let events = r.take(n, "record events")?;
+        let raw = RawRecord {
+            offset,
+            process,
+            site,
+            call_no,
+            start,
+            size,
+            kind,
+            state,
+            pinned_seen: flags & (1 << 5) != 0,
+            capped,
+            events,
+            events_offset,
+        };
+        match (id as usize).cmp(&s.records.len()) {
+            std::cmp::Ordering::Less => s.records[id as usize] = raw,
+            std::cmp::Ordering::Equal => s.records.push(raw),
+            std::cmp::Ordering::Greater => {
+                return Err(FormatError::corrupt(
+                    offset,
+                    format!("record {id} skips ids (next expected: {})", s.records.len()),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+fn read_stats(r: &mut Reader<'_>, s: &mut Staging<'_>) -> Result<(), FormatError> {
+    let mut st = HistoryStats {
+        events_ingested: r.uint("stats")?,
+        events_retained: r.uint("stats")?,
+        events_dropped_by_cap: r.uint("stats")?,
+        records: r.uint("stats")?,
+        implicit_records: r.uint("stats")?,
+        replaced_records: r.uint("stats")?,
+        unmatched_frees: r.uint("stats")?,
+        unattributed_events: r.uint("stats")?,
+        ..HistoryStats::default()
+    };
+    for i in 0..8 {
+        let t = DirTotals {
+            transfers: r.uint("stats")?,
+            bytes: r.uint("stats")?,
+        };
+        if i < 4 {
+            st.transfers[i] = t;
+        } else {
+            st.device_only_transfers[i - 4] = t;
+        }
+    }
+    let count = r.uint("source stat count")?;
+    let mut src = BTreeMap::new();
+    for _ in 0..count {
+        let k = r.string("source stat name")?;
+        let v = r.uint("source stat value")?;
+        src.insert(k, v);
+    }
+    s.stats = st;
+    s.source_stats = src;
+    Ok(())
+}
+
+struct FileTables<'s> {
+    sites: &'s [Site],
+    streams: &'s [u64],
+}
+
+impl Resolve for FileTables<'_> {
+    fn site(&self, index: u32) -> Option<Site> {
+        self.sites.get(index as usize).copied()
+    }
+    fn stream(&self, index: u32) -> Option<u64> {
+        self.streams.get(index as usize).copied()
+    }
+}
+
+fn build(s: Staging<'_>, file_len: u64) -> Result<MemHistory, FormatError> {
+    let Some(config) = s.config else {
+        return Err(FormatError::truncated(
+            file_len,
+            "no frames after the header",
+        ));
+    };
+    let modules: Arc<ModuleTable> = ModuleTable::shared();
+    let mut module_ids = vec![ModuleId::UNKNOWN];
+    for m in &s.modules {
+        module_ids.push(modules.intern(m));
+    }
+    let sites: Vec<Site> = s
+        .sites
+        .iter()
+        .map(|&(m, offset)| Site {
+            module: module_ids[m as usize],
+            offset,
+        })
+        .collect();
+    let tables = FileTables {
+        sites: &sites,
+        streams: &s.streams,
+    };
+    let mut history = MemHistory::restore(config, modules, s.processes, s.stats, s.source_stats);
+    history.restore_tables(&sites, &s.streams);
+    for (id, raw) in s.records.into_iter().enumerate() {
+        let ctx = RecordContext {
+            start: raw.start,
+            size: raw.size,
+            size_shortcut: raw.kind != AllocKind::Untracked,
+        };
+        let mut src = SliceSource::new(raw.events);
+        let mut events: Vec<RecordedEvent> = Vec::new();
+        let mut prev = 0;
+        loop {
+            let at = raw.events_offset + src.position() as u64;
+            match codec::decode(&mut src, ctx, prev, &tables) {
+                Ok(Some(ev)) => {
+                    prev = ev.ts_ns;
+                    events.push(ev);
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    return Err(FormatError::corrupt(
+                        at,
+                        format!("record {id}, event {}: {e}", events.len()),
+                    ))
+                }
+            }
+        }
+        if src.remaining() != 0 {
+            return Err(FormatError::corrupt(
+                raw.events_offset + src.position() as u64,
+                format!("record {id}: bytes after the end of its events"),
+            ));
+        }
+        history
+            .restore_record(RestoredRecord {
+                process: raw.process,
+                site: sites[raw.site as usize],
+                call_no: raw.call_no,
+                start: raw.start,
+                size: raw.size,
+                kind: raw.kind,
+                state: raw.state,
+                pinned_seen: raw.pinned_seen,
+                capped: raw.capped,
+                events,
+            })
+            .map_err(|m| FormatError::corrupt(raw.offset, format!("record {id}: {m}")))?;
+    }
+    Ok(history)
+}

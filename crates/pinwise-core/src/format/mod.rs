@@ -1,0 +1,251 @@
+//! Dumps of a history: JSON ([`json`]) and compact binary ([`binary`]), and one loader
+//! that tells them apart ([`load_history`]).
+//!
+//! Loaders never panic on any input: truncated, corrupt or wrong-version input gives a
+//! [`FormatError`] that says what is wrong and where (byte offset, or JSON path and line).
+
+pub mod binary;
+pub mod json;
+
+use std::fmt;
+use std::io::Write;
+use std::path::Path;
+
+use crate::history::MemHistory;
+
+pub use binary::{BinaryAppender, BINARY_MAGIC, BINARY_VERSION};
+pub use json::{JSON_FORMAT, JSON_VERSION};
+
+/// Which dump format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DumpFormat {
+    /// The JSON dump (schema: `schemas/history.schema.json`).
+    Json,
+    /// The compact binary dump.
+    Binary,
+}
+
+impl DumpFormat {
+    /// The format a file name suggests: `.json` is JSON, anything else binary.
+    pub fn from_path(path: &Path) -> DumpFormat {
+        match path.extension().and_then(|e| e.to_str()) {
+            Some(e) if e.eq_ignore_ascii_case("json") => DumpFormat::Json,
+            _ => DumpFormat::Binary,
+        }
+    }
+}
+
+/// What is wrong with a dump or profile.
+#[derive(Debug)]
+pub enum FormatErrorKind {
+    /// Reading or writing failed.
+    Io(std::io::Error),
+    /// Neither a pinwise binary dump nor JSON.
+    Unrecognized(String),
+    /// A format version this build does not read.
+    UnsupportedVersion {
+        /// Which format.
+        format: &'static str,
+        /// The version found.
+        found: u64,
+        /// The version this build reads.
+        supported: u64,
+    },
+    /// The input ends too early.
+    Truncated {
+        /// Byte offset where more was expected.
+        offset: u64,
+        /// What was being read.
+        what: String,
+    },
+    /// The bytes are not what they should be.
+    Corrupt {
+        /// Byte offset of the bad data.
+        offset: u64,
+        /// What is wrong.
+        what: String,
+    },
+    /// JSON that does not parse, or does not have the expected shape.
+    Json {
+        /// Where in the document (e.g. `allocations[3].events[0].type`).
+        path: String,
+        /// 1-based line (0 when unknown).
+        line: usize,
+        /// 1-based column (0 when unknown).
+        column: usize,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// An error of a loader or writer, with the file it concerns when there is one.
+#[derive(Debug)]
+pub struct FormatError {
+    /// The file, when known.
+    pub file: Option<String>,
+    /// What is wrong.
+    pub kind: FormatErrorKind,
+}
+
+impl FormatError {
+    pub(crate) fn new(kind: FormatErrorKind) -> Self {
+        FormatError { file: None, kind }
+    }
+
+    pub(crate) fn truncated(offset: u64, what: impl Into<String>) -> Self {
+        Self::new(FormatErrorKind::Truncated {
+            offset,
+            what: what.into(),
+        })
+    }
+
+    pub(crate) fn corrupt(offset: u64, what: impl Into<String>) -> Self {
+        Self::new(FormatErrorKind::Corrupt {
+            offset,
+            what: what.into(),
+        })
+    }
+
+    pub(crate) fn json(
+        path: impl Into<String>,
+        line: usize,
+        column: usize,
+        message: impl Into<String>,
+    ) -> Self {
+        Self::new(FormatErrorKind::Json {
+            path: path.into(),
+            line,
+            column,
+            message: message.into(),
+        })
+    }
+
+    pub(crate) fn io(e: std::io::Error) -> Self {
+        Self::new(FormatErrorKind::Io(e))
+    }
+
+    /// The same error, naming `file`.
+    pub fn in_file(mut self, file: impl AsRef<Path>) -> Self {
+        self.file = Some(file.as_ref().display().to_string());
+        self
+    }
+}
+
+impl fmt::Display for FormatError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(file) = &self.file {
+            write!(f, "{file}: ")?;
+        }
+        match &self.kind {
+            FormatErrorKind::Io(e) => write!(f, "{e}"),
+            FormatErrorKind::Unrecognized(what) => write!(f, "not a pinwise file: {what}"),
+            FormatErrorKind::UnsupportedVersion {
+                format,
+                found,
+                supported,
+            } => write!(
+                f,
+                "{format} version {found} is not supported (this build reads version {supported})"
+            ),
+            FormatErrorKind::Truncated { offset, what } => {
+                write!(f, "truncated at byte {offset}: {what}")
+            }
+            FormatErrorKind::Corrupt { offset, what } => {
+                write!(f, "corrupt at byte {offset}: {what}")
+            }
+            FormatErrorKind::Json {
+                path,
+                line,
+                column,
+                message,
+            } => {
+                let at = if path.is_empty() { "." } else { path };
+                if *line > 0 {
+                    write!(
+                        f,
+                        "invalid JSON at {at} (line {line}, column {column}): {message}"
+                    )
+                } else {
+                    write!(f, "invalid JSON at {at}: {message}")
+                }
+            }
+        }
+    }
+}
+
+impl std::error::Error for FormatError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.kind {
+            FormatErrorKind::Io(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// Reads a history dump, JSON or binary (told apart by the binary magic).
+pub fn load_history(path: impl AsRef<Path>) -> Result<MemHistory, FormatError> {
+    let path = path.as_ref();
+    let bytes = std::fs::read(path).map_err(|e| FormatError::io(e).in_file(path))?;
+    load_history_bytes(&bytes).map_err(|e| e.in_file(path))
+}
+
+/// Reads a history dump from memory, JSON or binary.
+pub fn load_history_bytes(bytes: &[u8]) -> Result<MemHistory, FormatError> {
+    if bytes.starts_with(&BINARY_MAGIC) {
+        return binary::read(bytes);
+    }
+    match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') => json::read(bytes),
+        None => Err(FormatError::new(FormatErrorKind::Unrecognized(
+            "the file is empty".into(),
+        ))),
+        Some(_) if bytes.len() >= 4 && BINARY_MAGIC.starts_with(&bytes[..4]) => Err(
+            FormatError::truncated(bytes.len() as u64, "binary history header"),
+        ),
+        Some(_) => Err(FormatError::new(FormatErrorKind::Unrecognized(
+            "neither the pinwise binary magic nor a JSON object".into(),
+        ))),
+    }
+}
+
+/// Writes a history dump to `path` in `format` (atomically: a temporary file renamed).
+pub fn save_history(
+    history: &MemHistory,
+    path: impl AsRef<Path>,
+    format: DumpFormat,
+) -> Result<(), FormatError> {
+    let path = path.as_ref();
+    write_atomically(path, |w| match format {
+        DumpFormat::Json => json::write(history, w),
+        DumpFormat::Binary => binary::write(history, w),
+    })
+    .map_err(|e| e.in_file(path))
+}
+
+/// Writes to a temporary file next to `path`, then renames it over `path`.
+pub(crate) fn write_atomically(
+    path: &Path,
+    write: impl FnOnce(&mut dyn Write) -> Result<(), FormatError>,
+) -> Result<(), FormatError> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "dump".into());
+    let tmp = dir.join(format!(".{name}.tmp{}", std::process::id()));
+    let result = (|| {
+        let file = std::fs::File::create(&tmp).map_err(FormatError::io)?;
+        let mut w = std::io::BufWriter::new(file);
+        write(&mut w)?;
+        w.flush().map_err(FormatError::io)?;
+        w.get_ref().sync_all().map_err(FormatError::io)?;
+        std::fs::rename(&tmp, path).map_err(FormatError::io)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}

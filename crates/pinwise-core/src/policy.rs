@@ -1,0 +1,513 @@
+//! The pinning policy: pin an allocation when what it saves on its predicted transfers
+//! exceeds what pinning it costs, and the budget allows; say why either way.
+//!
+//! For one allocation ([`Policy::decide`]):
+//!
+//! ```text
+//! saving = sum over directions of  predicted transfers x (pageable time - pinned time)(mean size)
+//! cost   = pin cost + unpin cost (size, method)
+//! pin if saving > cost x payback_factor  and  size <= remaining budget
+//! ```
+//!
+//! For a whole profile under a budget ([`Policy::plan`]): among the tags that pay back, the
+//! best net saving per pinned byte first, each taken if, at every moment of its lifetime,
+//! the bytes already planned pinned plus its size fit the budget: allocations never live
+//! at the same time share the budget.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::cost::{CostModel, PinMethod};
+use crate::event::Direction;
+use crate::history::TransferCounters;
+use crate::profile::{Profile, ProfileEntry};
+
+/// Predicted transfers of one allocation: per direction (index [`Direction::index`]), how
+/// many and how many bytes in total.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct PredictedTransfers {
+    /// Transfers per direction.
+    pub count: [f64; 4],
+    /// Bytes per direction (total over those transfers).
+    pub bytes: [f64; 4],
+}
+
+impl PredictedTransfers {
+    /// No transfers.
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// Adds `count` transfers of `bytes_each` bytes in `direction`.
+    pub fn with(mut self, direction: Direction, count: f64, bytes_each: u64) -> Self {
+        self.count[direction.index()] += count;
+        self.bytes[direction.index()] += count * bytes_each as f64;
+        self
+    }
+
+    /// What a past allocation's counters predict (the same again).
+    pub fn from_counters(c: &TransferCounters) -> Self {
+        let mut p = Self::default();
+        for d in Direction::ALL {
+            let dc = c.direction(d);
+            p.count[d.index()] = dc.transfers() as f64;
+            p.bytes[d.index()] = dc.bytes() as f64;
+        }
+        p
+    }
+
+    /// What a profile entry predicts for one run.
+    pub fn from_profile_entry(e: &ProfileEntry) -> Self {
+        let mut p = Self::default();
+        for d in Direction::ALL {
+            p.count[d.index()] = e.predicted_transfers(d);
+            p.bytes[d.index()] = e.predicted_bytes(d);
+        }
+        p
+    }
+
+    /// All predicted transfers.
+    pub fn total(&self) -> f64 {
+        self.count.iter().sum()
+    }
+}
+
+/// What is asked: should this allocation be pinned?
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PinRequest {
+    /// Its size in bytes.
+    pub size: u64,
+    /// Its predicted transfers.
+    pub transfers: PredictedTransfers,
+    /// Pinned bytes still available under the budget.
+    pub remaining_budget: u64,
+    /// How it would be pinned.
+    pub method: PinMethod,
+}
+
+/// Why the policy decided as it did.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum Reason {
+    /// The predicted saving exceeds the cost of pinning, and it fits the budget.
+    PaysBack,
+    /// No transfers are predicted: pinning would be pure cost.
+    NoTransfersPredicted,
+    /// At this size, pinned copies are not faster than pageable ones: no number of
+    /// transfers pays back.
+    NeverPaysBackAtThisSize,
+    /// Pinning would pay back only after `break_even` transfers (with the same mix of
+    /// directions and sizes); fewer are predicted.
+    TooFewTransfers {
+        /// Transfers needed to break even.
+        break_even: f64,
+        /// Transfers predicted.
+        predicted: f64,
+    },
+    /// It would pay back, but the budget has `remaining` bytes left (at some moment of its
+    /// lifetime, for plans) and it needs more.
+    BudgetFull {
+        /// Bytes left.
+        remaining: u64,
+    },
+    /// The allocation is empty.
+    EmptyAllocation,
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reason::PaysBack => write!(
+                f,
+                "pays back: the predicted saving exceeds the pinning cost"
+            ),
+            Reason::NoTransfersPredicted => write!(f, "no transfers predicted"),
+            Reason::NeverPaysBackAtThisSize => {
+                write!(
+                    f,
+                    "never pays back at this size: pinned copies are no faster"
+                )
+            }
+            Reason::TooFewTransfers {
+                break_even,
+                predicted,
+            } => write!(
+                f,
+                "too few transfers: {predicted:.1} predicted, {break_even:.1} needed to pay back"
+            ),
+            Reason::BudgetFull { remaining } => {
+                write!(f, "budget full: {remaining} bytes left")
+            }
+            Reason::EmptyAllocation => write!(f, "empty allocation"),
+        }
+    }
+}
+
+/// The answer.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Decision {
+    /// Pin it.
+    pub pin: bool,
+    /// Why.
+    pub reason: Reason,
+    /// Predicted time pinning saves on its transfers, ns.
+    pub saving_ns: f64,
+    /// Cost of pinning and unpinning it, ns.
+    pub cost_ns: f64,
+}
+
+impl Decision {
+    /// Saving minus cost, ns.
+    pub fn net_ns(&self) -> f64 {
+        self.saving_ns - self.cost_ns
+    }
+}
+
+/// Knobs of the policy.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PolicyConfig {
+    /// Pin only when the saving exceeds the cost times this (1.0: any net gain; larger
+    /// values leave a margin for predictions that do not come true).
+    pub payback_factor: f64,
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        PolicyConfig {
+            payback_factor: 1.0,
+        }
+    }
+}
+
+/// The policy: a cost model and its knobs.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    cost: CostModel,
+    config: PolicyConfig,
+}
+
+impl Policy {
+    /// A policy over `cost`, with default knobs.
+    pub fn new(cost: CostModel) -> Self {
+        Self::with_config(cost, PolicyConfig::default())
+    }
+
+    /// A policy with explicit knobs.
+    pub fn with_config(cost: CostModel, config: PolicyConfig) -> Self {
+        Policy { cost, config }
+    }
+
+    /// Its cost model.
+    pub fn cost_model(&self) -> &CostModel {
+        &self.cost
+    }
+
+    /// Its knobs.
+    pub fn config(&self) -> &PolicyConfig {
+        &self.config
+    }
+
+    /// Predicted saving of pinning, ns, for these transfers.
+    pub fn saving_ns(&self, transfers: &PredictedTransfers) -> f64 {
+        Direction::ALL
+            .iter()
+            .map(|&d| {
+                let n = transfers.count[d.index()];
+                if n <= 0.0 {
+                    return 0.0;
+                }
+                let each = (transfers.bytes[d.index()] / n).round() as u64;
+                n * self.cost.transfer_saving_ns(d, each)
+            })
+            .sum()
+    }
+
+    /// Cost of pinning and later unpinning `size` bytes by `method`, ns.
+    pub fn pin_cost_ns(&self, size: u64, method: PinMethod) -> f64 {
+        self.cost.pin_cost_ns(size, method) + self.cost.unpin_cost_ns(size, method)
+    }
+
+    /// Transfers of `size` bytes each in `direction` needed for pinning to pay back;
+    /// `None` when no number does.
+    pub fn break_even_transfers(
+        &self,
+        direction: Direction,
+        size: u64,
+        method: PinMethod,
+    ) -> Option<f64> {
+        let each = self.cost.transfer_saving_ns(direction, size);
+        (each > 0.0).then(|| self.pin_cost_ns(size, method) * self.config.payback_factor / each)
+    }
+
+    /// Decides for one allocation.
+    pub fn decide(&self, req: &PinRequest) -> Decision {
+        let cost_ns = self.pin_cost_ns(req.size, req.method);
+        let decision = |pin, reason, saving_ns| Decision {
+            pin,
+            reason,
+            saving_ns,
+            cost_ns,
+        };
+        if req.size == 0 {
+            return decision(false, Reason::EmptyAllocation, 0.0);
+        }
+        let predicted = req.transfers.total();
+        if predicted <= 0.0 {
+            return decision(false, Reason::NoTransfersPredicted, 0.0);
+        }
+        let saving = self.saving_ns(&req.transfers);
+        if saving <= 0.0 {
+            return decision(false, Reason::NeverPaysBackAtThisSize, saving);
+        }
+        let needed = cost_ns * self.config.payback_factor;
+        if saving <= needed {
+            let break_even = predicted * needed / saving;
+            return decision(
+                false,
+                Reason::TooFewTransfers {
+                    break_even,
+                    predicted,
+                },
+                saving,
+            );
+        }
+        if req.size > req.remaining_budget {
+            return decision(
+                false,
+                Reason::BudgetFull {
+                    remaining: req.remaining_budget,
+                },
+                saving,
+            );
+        }
+        decision(true, Reason::PaysBack, saving)
+    }
+
+    /// Plans which tags of `profile` to pin within `budget` bytes pinned at any moment.
+    pub fn plan(&self, profile: &Profile, budget: u64, method: PinMethod) -> Plan {
+        let mut decisions: Vec<Decision> = profile
+            .entries
+            .iter()
+            .map(|e| {
+                self.decide(&PinRequest {
+                    size: e.size,
+                    transfers: PredictedTransfers::from_profile_entry(e),
+                    remaining_budget: u64::MAX,
+                    method,
+                })
+            })
+            .collect();
+        // Candidates: best net saving per byte first (ties: profile order, for determinism).
+        let mut candidates: Vec<usize> =
+            (0..decisions.len()).filter(|&i| decisions[i].pin).collect();
+        let per_byte = |i: usize| decisions[i].net_ns() / profile.entries[i].size as f64;
+        candidates.sort_by(|&a, &b| per_byte(b).total_cmp(&per_byte(a)).then(a.cmp(&b)));
+        let mut timeline = Timeline::new(
+            profile
+                .entries
+                .iter()
+                .flat_map(|e| [Some(e.start_ns), e.end_ns])
+                .flatten(),
+        );
+        for i in candidates {
+            let e = &profile.entries[i];
+            let (from, to) = timeline.span(e.start_ns, e.end_ns);
+            let used = timeline.max(from, to);
+            let remaining = budget.saturating_sub(used);
+            if e.size <= remaining {
+                timeline.add(from, to, e.size);
+            } else {
+                decisions[i].pin = false;
+                decisions[i].reason = Reason::BudgetFull { remaining };
+            }
+        }
+        let peak = timeline.max(0, timeline.len());
+        let module_keys: Vec<String> = profile.modules.iter().map(|m| m.key.clone()).collect();
+        let index = profile
+            .entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| ((e.module, e.offset, e.call_no), i))
+            .collect();
+        Plan {
+            budget,
+            method,
+            peak_pinned_bytes: peak,
+            entries: profile
+                .entries
+                .iter()
+                .zip(decisions)
+                .map(|(e, decision)| PlannedEntry {
+                    module: e.module,
+                    offset: e.offset,
+                    call_no: e.call_no,
+                    size: e.size,
+                    decision,
+                })
+                .collect(),
+            module_keys,
+            index,
+        }
+    }
+}
+
+/// One tag's decision in a plan.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PlannedEntry {
+    /// Module index (into the profile's modules).
+    pub module: u32,
+    /// Call-site offset.
+    pub offset: u64,
+    /// Call number.
+    pub call_no: u32,
+    /// Size.
+    pub size: u64,
+    /// The decision.
+    pub decision: Decision,
+}
+
+/// Which tags of a profile to pin, within a budget.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The budget planned for, bytes.
+    pub budget: u64,
+    /// The pin method planned for.
+    pub method: PinMethod,
+    /// Most bytes pinned at once under the plan (never above the budget).
+    pub peak_pinned_bytes: u64,
+    /// Every tag of the profile with its decision, in profile order.
+    pub entries: Vec<PlannedEntry>,
+    module_keys: Vec<String>,
+    index: HashMap<(u32, u64, u32), usize>,
+}
+
+impl Plan {
+    /// The decision for (module key, offset, call number), if the profile had that tag.
+    pub fn decision(&self, module_key: &str, offset: u64, call_no: u32) -> Option<&Decision> {
+        let m = self.module_keys.iter().position(|k| k == module_key)? as u32;
+        self.decision_in(m, offset, call_no)
+    }
+
+    /// The decision by module index (see [`Profile::module_index`]).
+    pub fn decision_in(&self, module: u32, offset: u64, call_no: u32) -> Option<&Decision> {
+        self.index
+            .get(&(module, offset, call_no))
+            .map(|&i| &self.entries[i].decision)
+    }
+
+    /// The entries planned pinned.
+    pub fn pinned(&self) -> impl Iterator<Item = &PlannedEntry> + '_ {
+        self.entries.iter().filter(|e| e.decision.pin)
+    }
+
+    /// Net saving of the pinned entries, ns.
+    pub fn net_saving_ns(&self) -> f64 {
+        self.pinned().map(|e| e.decision.net_ns()).sum()
+    }
+}
+
+/// Bytes planned pinned over time: a segment tree over the elementary intervals between
+/// lifetime boundaries, with range add and range max.
+struct Timeline {
+    points: Vec<u64>,
+    max: Vec<u64>,
+    add: Vec<u64>,
+}
+
+impl Timeline {
+    fn new(points: impl Iterator<Item = u64>) -> Self {
+        let mut points: Vec<u64> = points.collect();
+        points.sort_unstable();
+        points.dedup();
+        if points.is_empty() {
+            points.push(0);
+        }
+        let n = points.len();
+        Timeline {
+            points,
+            max: vec![0; 4 * n],
+            add: vec![0; 4 * n],
+        }
+    }
+
+    /// Number of elementary intervals (the last one runs to infinity).
+    fn len(&self) -> usize {
+        self.points.len()
+    }
+
+    /// Intervals `[from, to)` covering a lifetime from `start` to `end` (`None`: forever);
+    /// an instantaneous lifetime still occupies its interval.
+    fn span(&self, start: u64, end: Option<u64>) -> (usize, usize) {
+        let from = self
+            .points
+            .partition_point(|&p| p <= start)
+            .saturating_sub(1);
+        let to = match end {
+            Some(e) => self.points.partition_point(|&p| p < e).max(from + 1),
+            None => self.len(),
+        };
+        (from, to)
+    }
+
+    fn max(&self, from: usize, to: usize) -> u64 {
+        self.query(1, 0, self.len(), from, to)
+    }
+
+    fn add(&mut self, from: usize, to: usize, v: u64) {
+        let n = self.len();
+        self.update(1, 0, n, from, to, v);
+    }
+
+    fn query(&self, node: usize, lo: usize, hi: usize, from: usize, to: usize) -> u64 {
+        if to <= lo || hi <= from {
+            return 0;
+        }
+        if from <= lo && hi <= to {
+            return self.max[node];
+        }
+        let mid = (lo + hi) / 2;
+        self.add[node]
+            + self.query(2 * node, lo, mid, from, to).max(self.query(
+                2 * node + 1,
+                mid,
+                hi,
+                from,
+                to,
+            ))
+    }
+
+    fn update(&mut self, node: usize, lo: usize, hi: usize, from: usize, to: usize, v: u64) {
+        if to <= lo || hi <= from {
+            return;
+        }
+        if from <= lo && hi <= to {
+            self.max[node] += v;
+            self.add[node] += v;
+            return;
+        }
+        let mid = (lo + hi) / 2;
+        self.update(2 * node, lo, mid, from, to, v);
+        self.update(2 * node + 1, mid, hi, from, to, v);
+        self.max[node] = self.add[node] + self.max[2 * node].max(self.max[2 * node + 1]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeline_tracks_the_most_bytes_at_once() {
+        let mut t = Timeline::new([0u64, 10, 20, 30].into_iter());
+        let a = t.span(0, Some(10));
+        let b = t.span(10, Some(20));
+        let c = t.span(5, None);
+        t.add(a.0, a.1, 100);
+        t.add(b.0, b.1, 100);
+        assert_eq!(t.max(0, t.len()), 100, "a and b never overlap");
+        t.add(c.0, c.1, 50);
+        assert_eq!(t.max(0, t.len()), 150);
+        assert_eq!(t.max(t.span(20, Some(30)).0, t.len()), 50);
+    }
+}

@@ -1,0 +1,497 @@
+//! Dump formats: JSON and binary round trips, the JSON Schema, appendable binary dumps,
+//! format detection, and loaders that never panic and say what and where on bad input.
+
+mod common;
+
+use common::*;
+use pinwise_core::event::{Direction, Event, EventKind, HostMemKind, HostState, ProbeKind};
+use pinwise_core::format::{self, binary, json, BinaryAppender, DumpFormat, FormatErrorKind};
+use pinwise_core::history::{HistoryConfig, MemHistory};
+use pinwise_core::synth::{SynthConfig, SynthEvents};
+use pinwise_core::tag::{ModuleIdentity, Site};
+use proptest::prelude::*;
+
+const A: u64 = 0x7000_0000;
+
+/// A history with every kind of event, record kind and final state.
+fn rich_history() -> MemHistory {
+    let mut h = MemHistory::new(HistoryConfig {
+        max_events_per_allocation: 8,
+        track_untracked: true,
+    });
+    let app = h.modules().intern(&ModuleIdentity::with_build_id(
+        "/opt/app/bin/train",
+        vec![0xde, 0xad, 0xbe, 0xef],
+    ));
+    let lib = h
+        .modules()
+        .intern(&ModuleIdentity::from_path("/usr/lib/libtorch.so"));
+    let at = |offset| Site {
+        module: app,
+        offset,
+    };
+    let mib = 1u64 << 20;
+    let mut ts = 1_000_000_000;
+    let mut t = || {
+        ts += 1234;
+        ts
+    };
+    h.ingest(&alloc(t(), PID, A, mib, HostMemKind::Pageable, at(0x1234)));
+    h.ingest(
+        &Event::new(
+            t(),
+            PID,
+            7,
+            ProbeKind::Uprobe,
+            EventKind::Transfer {
+                direction: Direction::HtoD,
+                host: A + 64,
+                device: 0xd00,
+                bytes: 4096,
+                is_async: true,
+                stream: 0xabc,
+                host_state: HostState::Unknown,
+            },
+        )
+        .with_site(Site {
+            module: lib,
+            offset: 0x77,
+        }),
+    );
+    h.ingest(&pin(t(), PID, A, mib));
+    h.ingest(&copy(t(), PID, Direction::DtoH, A, mib));
+    h.ingest(&Event::new(
+        t(),
+        PID,
+        7,
+        ProbeKind::Tracepoint,
+        EventKind::PageFault { addr: A + 8192 },
+    ));
+    h.ingest(&Event::new(
+        t(),
+        PID,
+        7,
+        ProbeKind::Tracepoint,
+        EventKind::Mmap {
+            start: A,
+            len: 4096,
+        },
+    ));
+    h.ingest(&unpin(t(), PID, A));
+    h.ingest(&copy_state(
+        t(),
+        PID,
+        Direction::HtoH,
+        A,
+        10,
+        HostState::Pageable,
+    ));
+    h.ingest(&free(t(), PID, A));
+    // A capped record with many copies, live at the end.
+    h.ingest(&alloc(
+        t(),
+        PID,
+        A + 4 * mib,
+        2 * mib,
+        HostMemKind::PinnedAlloc,
+        at(0x2000),
+    ));
+    for i in 0..50 {
+        h.ingest(&copy(
+            t(),
+            PID,
+            if i % 2 == 0 {
+                Direction::HtoD
+            } else {
+                Direction::DtoH
+            },
+            A + 4 * mib + i,
+            1000 + i,
+        ));
+    }
+    // Untracked memory, a registration of unknown memory, an unmapped allocation.
+    h.ingest(&copy(t(), PID, Direction::HtoD, A + 16 * mib, 300));
+    h.ingest(&pin(t(), PID, A + 32 * mib, 3 * 4096));
+    h.ingest(&alloc(
+        t(),
+        PID,
+        A + 64 * mib,
+        4096,
+        HostMemKind::Registered,
+        at(0x3000),
+    ));
+    h.ingest(&Event::new(
+        t(),
+        PID,
+        7,
+        ProbeKind::Tracepoint,
+        EventKind::Munmap {
+            start: A + 64 * mib,
+            len: 8192,
+        },
+    ));
+    // A second process that exits with a live allocation, then a new one with its pid.
+    h.ingest(&alloc(t(), 200, A, 4096, HostMemKind::Pageable, at(0x1234)));
+    h.ingest(&copy(t(), 200, Direction::HtoD, A, 4096));
+    let exit = t();
+    h.process_exited(200, exit);
+    h.ingest(&alloc(t(), 200, A, 8192, HostMemKind::Pageable, at(0x1234)));
+    // A copy with no host memory, an unmatched free, and a replaced allocation.
+    h.ingest(&Event::new(
+        t(),
+        PID,
+        7,
+        ProbeKind::Uprobe,
+        EventKind::Transfer {
+            direction: Direction::DtoD,
+            host: 0,
+            device: 1,
+            bytes: 5,
+            is_async: false,
+            stream: 0,
+            host_state: HostState::Unknown,
+        },
+    ));
+    h.ingest(&free(t(), PID, 0xdead));
+    h.ingest(&alloc(
+        t(),
+        PID,
+        A + 128 * mib,
+        4096,
+        HostMemKind::Pageable,
+        site(0x9),
+    ));
+    h.ingest(&alloc(
+        t(),
+        PID,
+        A + 128 * mib,
+        4096,
+        HostMemKind::Pageable,
+        site(0x9),
+    ));
+    h.set_source_stats([("tracer.ringbuf_drops", 3u64), ("tracer.lost_events", 1)]);
+    h
+}
+
+fn synthetic(n_alloc: u64, n_events: u64) -> MemHistory {
+    let mut h = MemHistory::default();
+    let events: Vec<Event> = SynthEvents::new(
+        SynthConfig {
+            allocations: n_alloc,
+            events: n_events,
+            live_window: 50,
+            ..SynthConfig::default()
+        },
+        &h.modules(),
+    )
+    .collect();
+    h.ingest_batch(&events);
+    h
+}
+
+#[test]
+fn the_rich_history_has_what_it_claims() {
+    let h = rich_history();
+    let states: Vec<&str> = h.allocations().map(|v| v.state().as_str()).collect();
+    for s in ["LIVE", "FREED", "REPLACED", "UNMAPPED", "EXITED"] {
+        assert!(states.contains(&s), "missing state {s}: {states:?}");
+    }
+    let kinds: Vec<&str> = h.allocations().map(|v| v.kind().as_str()).collect();
+    for k in ["PAGEABLE", "PINNED_ALLOC", "REGISTERED", "UNTRACKED"] {
+        assert!(kinds.contains(&k), "missing kind {k}");
+    }
+    assert!(h.allocations().any(|v| v.is_capped()));
+    let types: std::collections::HashSet<&str> = h
+        .allocations()
+        .flat_map(|v| v.events().map(|e| e.what.type_name()).collect::<Vec<_>>())
+        .collect();
+    assert_eq!(types.len(), 8, "{types:?}");
+}
+
+#[test]
+fn json_round_trip_keeps_everything() {
+    for h in [
+        rich_history(),
+        synthetic(2000, 20_000),
+        MemHistory::default(),
+    ] {
+        let text = json::to_string(&h);
+        let back = json::read(text.as_bytes()).unwrap();
+        assert_same_history(&h, &back);
+        assert_eq!(json::to_string(&back), text, "writing is deterministic");
+    }
+}
+
+#[test]
+fn binary_round_trip_keeps_everything_and_is_compact() {
+    for h in [
+        rich_history(),
+        synthetic(2000, 20_000),
+        MemHistory::default(),
+    ] {
+        let bytes = binary::to_bytes(&h);
+        let back = binary::read(&bytes).unwrap();
+        assert_same_history(&h, &back);
+        assert_eq!(binary::to_bytes(&back), bytes);
+    }
+    let h = synthetic(2000, 20_000);
+    let (b, j) = (binary::to_bytes(&h).len(), json::to_string(&h).len());
+    let per_event = b as f64 / h.stats().events_retained as f64;
+    // Events as the history encodes them plus ~20 bytes of record header per allocation.
+    assert!(
+        per_event < 12.0,
+        "{per_event} bytes per event in the binary dump"
+    );
+    assert!(j > 10 * b, "binary {b} vs JSON {j}");
+}
+
+#[test]
+fn the_json_dump_follows_its_schema_and_the_issues_shape() {
+    let schema: serde_json::Value =
+        serde_json::from_str(include_str!("../schemas/history.schema.json")).unwrap();
+    let validator = jsonschema::validator_for(&schema).expect("the schema compiles");
+    let doc: serde_json::Value = serde_json::from_str(&json::to_string(&rich_history())).unwrap();
+    let errors: Vec<String> = validator.iter_errors(&doc).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+    // The shape scripts rely on.
+    let a = &doc["allocations"][0];
+    for key in [
+        "start",
+        "size",
+        "tag",
+        "final_state",
+        "transfer_count",
+        "bytes_transferred",
+        "events",
+    ] {
+        assert!(a.get(key).is_some(), "allocation lacks {key}");
+    }
+    assert_eq!(a["tag"]["module"], "buildid:deadbeef");
+    assert_eq!(a["tag"]["call_no"], 1);
+    let e = &a["events"][1];
+    for key in [
+        "timestamp_ns",
+        "type",
+        "direction",
+        "bytes",
+        "call_site",
+        "probe",
+    ] {
+        assert!(e.get(key).is_some(), "event lacks {key}");
+    }
+    assert_eq!(e["type"], "DEVICE_TRANSFER");
+    assert_eq!(e["direction"], "HtoD");
+    assert_eq!(e["call_site"]["module"], "path:/usr/lib/libtorch.so");
+    // The schema rejects what it should.
+    let mut bad = doc.clone();
+    bad["allocations"][0]["events"][1]["type"] = "TELEPORT".into();
+    assert!(!validator.is_valid(&bad));
+    let mut bad = doc.clone();
+    bad["allocations"][0]["events"][1]
+        .as_object_mut()
+        .unwrap()
+        .remove("direction");
+    assert!(!validator.is_valid(&bad));
+}
+
+#[test]
+fn periodic_binary_dumps_append_and_read_back_as_of_each_append() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("trace.pwh");
+    let mut h = MemHistory::new(HistoryConfig {
+        max_events_per_allocation: 16,
+        track_untracked: true,
+    });
+    let stream: Vec<Event> = SynthEvents::new(
+        SynthConfig {
+            allocations: 3000,
+            events: 30_000,
+            live_window: 80,
+            ..SynthConfig::default()
+        },
+        &h.modules(),
+    )
+    .collect();
+    let mut appender = BinaryAppender::create(&path).unwrap();
+    let mut sizes = Vec::new();
+    for (i, chunk) in stream.chunks(4000).enumerate() {
+        h.ingest_batch(chunk);
+        h.set_source_stat("dumps", i as u64);
+        appender.append(&h).unwrap();
+        let loaded = format::load_history(&path).unwrap();
+        assert_same_history(&h, &loaded);
+        sizes.push(std::fs::metadata(&path).unwrap().len());
+    }
+    h.process_exited(4242, u64::MAX / 2);
+    appender.append(&h).unwrap();
+    assert_same_history(&h, &format::load_history(&path).unwrap());
+    // Appending writes what changed, not the whole history again.
+    let whole = binary::to_bytes(&h).len() as u64;
+    let file = std::fs::metadata(&path).unwrap().len();
+    assert!(
+        file < 2 * whole,
+        "appended file {file} vs one-shot dump {whole}"
+    );
+    assert!(sizes.windows(2).all(|w| w[1] > w[0]));
+}
+
+#[test]
+fn load_history_tells_the_formats_apart_by_content() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = rich_history();
+    for (name, fmt) in [
+        ("a.json", DumpFormat::Json),
+        ("b.bin", DumpFormat::Binary),
+        ("c.json", DumpFormat::Binary),
+        ("d", DumpFormat::Json),
+    ] {
+        let path = dir.path().join(name);
+        format::save_history(&h, &path, fmt).unwrap();
+        assert_same_history(&h, &format::load_history(&path).unwrap());
+    }
+    assert_eq!(
+        DumpFormat::from_path(std::path::Path::new("x.JSON")),
+        DumpFormat::Json
+    );
+    assert_eq!(
+        DumpFormat::from_path(std::path::Path::new("x.pwh")),
+        DumpFormat::Binary
+    );
+    let err = format::load_history(dir.path().join("missing.json")).unwrap_err();
+    assert!(err.to_string().contains("missing.json"), "{err}");
+    std::fs::write(dir.path().join("e"), "").unwrap();
+    assert!(format::load_history(dir.path().join("e"))
+        .unwrap_err()
+        .to_string()
+        .contains("empty"));
+    std::fs::write(dir.path().join("f"), "hello").unwrap();
+    let err = format::load_history(dir.path().join("f")).unwrap_err();
+    assert!(
+        matches!(err.kind, FormatErrorKind::Unrecognized(_)),
+        "{err}"
+    );
+}
+
+#[test]
+fn every_truncation_of_a_binary_dump_is_an_error_that_says_where() {
+    let bytes = binary::to_bytes(&rich_history());
+    for len in 0..bytes.len() {
+        let err = format::load_history_bytes(&bytes[..len]).unwrap_err();
+        let msg = err.to_string();
+        match &err.kind {
+            FormatErrorKind::Truncated { .. } => {
+                assert!(msg.contains("truncated at byte"), "{msg}")
+            }
+            FormatErrorKind::Unrecognized(_) => assert!(len < 4, "len {len}: {msg}"),
+            other => panic!("len {len}: unexpected {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn wrong_versions_and_corruption_are_named() {
+    let mut bytes = binary::to_bytes(&rich_history());
+    bytes[8] = 9;
+    let e = format::load_history_bytes(&bytes).unwrap_err().to_string();
+    assert!(e.contains("version 9 is not supported"), "{e}");
+    bytes[8] = 1;
+    let last = bytes.len() - 3;
+    bytes[last] ^= 0x40;
+    let e = format::load_history_bytes(&bytes).unwrap_err();
+    assert!(matches!(e.kind, FormatErrorKind::Corrupt { .. }), "{e}");
+    assert!(e.to_string().contains("checksum mismatch"), "{e}");
+    let text = json::to_string(&rich_history()).replace("\"version\":1", "\"version\":2");
+    let e = format::load_history_bytes(text.as_bytes())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("version 2 is not supported"), "{e}");
+    let text = json::to_string(&rich_history()).replacen("\"final_state\":", "\"state\":", 1);
+    let e = format::load_history_bytes(text.as_bytes()).unwrap_err();
+    let FormatErrorKind::Json { path, line, .. } = &e.kind else {
+        panic!("{e}")
+    };
+    assert_eq!(path, "allocations[0]");
+    assert_eq!(*line, 1);
+    assert!(e.to_string().contains("final_state"), "{e}");
+    let text = json::to_string(&rich_history()).replacen("\"DEVICE_TRANSFER\"", "\"TELEPORT\"", 1);
+    let e = format::load_history_bytes(text.as_bytes())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("allocations[0].events[1].type") && e.contains("TELEPORT"),
+        "{e}"
+    );
+    let e = format::load_history_bytes(br#"{"format":"pinwise-profile","version":1}"#)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("profile, not a history"), "{e}");
+    let text = json::to_string(&rich_history());
+    let e = format::load_history_bytes(&text.as_bytes()[..text.len() / 2]).unwrap_err();
+    assert!(
+        matches!(e.kind, FormatErrorKind::Json { line: 1, .. }),
+        "{e}"
+    );
+}
+
+/// Recomputes every frame's checksum, so mutations reach the decoders behind it.
+fn fix_checksums(bytes: &mut [u8]) {
+    let mut pos = 16;
+    while pos + 12 <= bytes.len() {
+        let len = u32::from_le_bytes(bytes[pos + 4..pos + 8].try_into().unwrap()) as usize;
+        let Some(payload) = bytes.get(pos + 12..pos + 12 + len) else {
+            return;
+        };
+        let crc = crc32fast::hash(payload);
+        bytes[pos + 8..pos + 12].copy_from_slice(&crc.to_le_bytes());
+        pos += 12 + len;
+    }
+}
+
+fn small_dump() -> Vec<u8> {
+    binary::to_bytes(&rich_history())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn mutated_binary_dumps_never_panic(
+        flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..8),
+        fix in any::<bool>(),
+    ) {
+        let mut bytes = small_dump();
+        for (i, v) in flips {
+            let i = i.index(bytes.len());
+            bytes[i] = v;
+        }
+        if fix {
+            fix_checksums(&mut bytes);
+        }
+        let _ = format::load_history_bytes(&bytes);
+    }
+
+    #[test]
+    fn mutated_json_dumps_never_panic(
+        flips in prop::collection::vec((any::<prop::sample::Index>(), prop::sample::select(b"0123456789{}[]\",:-ea ".to_vec())), 1..6),
+    ) {
+        let mut bytes = json::to_string(&rich_history()).into_bytes();
+        for (i, v) in flips {
+            let i = i.index(bytes.len());
+            bytes[i] = v;
+        }
+        let _ = format::load_history_bytes(&bytes);
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..512), magic in any::<bool>()) {
+        let mut input = bytes;
+        if magic {
+            let mut with = format::BINARY_MAGIC.to_vec();
+            with.extend_from_slice(&[1, 0, 0, 0, 0, 0, 0, 0]);
+            with.extend_from_slice(&input);
+            input = with;
+            fix_checksums(&mut input);
+        }
+        let _ = format::load_history_bytes(&input);
+    }
+}
