@@ -30,24 +30,9 @@ impl StreamHandle {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct EventHandle(pub u64);
 
-/// How a piece of host memory was page-locked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum PinMethod {
-    /// Allocated page-locked by the driver (`cuMemHostAlloc`).
-    AllocPinned,
-    /// Existing (already touched) memory registered with `cuMemHostRegister`.
-    Register,
-}
-
-impl PinMethod {
-    /// A short name for logs and tables: `alloc_pinned` or `register`.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            PinMethod::AllocPinned => "alloc_pinned",
-            PinMethod::Register => "register",
-        }
-    }
-}
+/// How a piece of host memory is page-locked (pinwise-core's names, shared with the cost
+/// model): `MallocHost` (`cuMemHostAlloc`) or `RegisterTouched` (`cuMemHostRegister`).
+pub use pinwise_core::PinMethod;
 
 /// A failure reported by a backend: which operation failed and the driver's own words.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

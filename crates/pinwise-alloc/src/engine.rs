@@ -26,14 +26,16 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
+use pinwise_core::policy::PredictedTransfers;
 use pinwise_core::{
-    Direction, Event, EventKind, HostMemKind, HostState, ModuleTable, ProbeKind, Site, Tag,
+    Direction, Event, EventKind, HostMemKind, HostState, ModuleTable, PinMethod, Policy, ProbeKind,
+    Reason, Site, Tag,
 };
 
-use crate::backend::{EventHandle, PinBackend, PinMethod, StreamHandle};
+use crate::backend::{EventHandle, PinBackend, StreamHandle};
 use crate::budget::{default_budget_bytes, PinBudget};
 use crate::callsite::SiteResolver;
-use crate::costs::{self, CostView};
+use crate::costs;
 use crate::error::AllocError;
 use crate::events::EventPool;
 use crate::grade::{graded_size, PAGE};
@@ -127,8 +129,8 @@ pub struct EngineConfig {
     pub huge_pages: bool,
     /// Most reuses a new pinned block is credited with (from the site's run of hot outcomes).
     pub max_reuse_credit: u32,
-    /// The cost model decisions are weighed with.
-    pub costs: Arc<dyn CostView>,
+    /// pinwise-core's policy (and its cost model): every pin-or-not decision is its.
+    pub policy: Arc<Policy>,
     /// Use mode: the advice (a planned profile).
     pub advice: Option<Arc<dyn Advice>>,
     /// Profile mode: where events go.
@@ -137,9 +139,25 @@ pub struct EngineConfig {
     pub modules: Arc<ModuleTable>,
 }
 
+impl std::fmt::Debug for EngineConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineConfig")
+            .field("mode", &self.mode)
+            .field("budget_bytes", &self.budget_bytes)
+            .field("pageable_cache_bytes", &self.pageable_cache_bytes)
+            .field("min_segment_bytes", &self.min_segment_bytes)
+            .field("history_bits", &self.history_bits)
+            .field("huge_pages", &self.huge_pages)
+            .field("max_reuse_credit", &self.max_reuse_credit)
+            .field("advice", &self.advice.is_some())
+            .field("recorder", &self.recorder.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
 impl EngineConfig {
-    /// Adaptive mode with defaults, weighing with `costs`.
-    pub fn new(costs: Arc<dyn CostView>) -> Self {
+    /// Adaptive mode with defaults, deciding with `policy`.
+    pub fn new(policy: Policy) -> Self {
         EngineConfig {
             mode: Mode::Adaptive,
             budget_bytes: None,
@@ -148,11 +166,57 @@ impl EngineConfig {
             history_bits: DEFAULT_HISTORY_BITS,
             huge_pages: true,
             max_reuse_credit: 8,
-            costs,
+            policy: Arc::new(policy),
             advice: None,
             recorder: None,
             modules: ModuleTable::shared(),
         }
+    }
+}
+
+impl EngineConfig {
+    /// Use mode following `profile`, planned with this configuration's costs, budget and
+    /// module table. The plan's summary is logged.
+    pub fn with_profile(mut self, profile: &pinwise_core::profile::Profile) -> Self {
+        let budget = self.budget_bytes.unwrap_or_else(default_budget_bytes);
+        let plan = crate::plan::Plan::new(profile, &self.policy, budget, &self.modules);
+        let s = plan.summary();
+        tracing::info!(
+            entries = s.entries,
+            pinned = s.pinned,
+            peak_bytes = s.peak_bytes,
+            unknown_modules = s.unknown_modules,
+            "use mode: profile planned"
+        );
+        self.mode = Mode::Use;
+        self.advice = Some(Arc::new(plan));
+        self
+    }
+
+    /// Use mode following the profile in `path`. A profile that cannot be read is an error
+    /// that names the file and the problem.
+    pub fn with_profile_file(self, path: &std::path::Path) -> Result<Self, AllocError> {
+        let profile =
+            pinwise_core::profile::Profile::load(path).map_err(|e| AllocError::Profile {
+                path: path.display().to_string(),
+                message: e.to_string(),
+            })?;
+        Ok(self.with_profile(&profile))
+    }
+
+    /// Profile mode: record the run; the profile is written to `output` (if any) when the
+    /// engine shuts down, and is available from the returned recorder.
+    pub fn recording(
+        mut self,
+        output: Option<std::path::PathBuf>,
+    ) -> (Self, Arc<crate::record::HistoryRecorder>) {
+        let rec = Arc::new(crate::record::HistoryRecorder::new(
+            self.modules.clone(),
+            output,
+        ));
+        self.mode = Mode::Profile;
+        self.recorder = Some(rec.clone());
+        (self, rec)
     }
 }
 
@@ -212,13 +276,24 @@ pub(crate) struct Live {
     planned: Planned,
     /// For mappings: PAGEABLE, PROMOTING, PROMOTED or NO_PROMOTION.
     promotion: AtomicU8,
-    transfers: AtomicU32,
-    saving_ns: AtomicU64,
+    /// Transfers and bytes per direction (index [`Direction::index`]).
+    transfers: [AtomicU32; 4],
+    bytes: [AtomicU64; 4],
     /// Streams with asynchronous copies on this allocation (deduplicated, small).
     async_streams: Mutex<Vec<StreamHandle>>,
 }
 
 impl Live {
+    /// The transfers seen so far, as a prediction of "the same again".
+    fn seen(&self) -> PredictedTransfers {
+        let mut t = PredictedTransfers::none();
+        for d in 0..4 {
+            t.count[d] = self.transfers[d].load(Ordering::Relaxed) as f64;
+            t.bytes[d] = self.bytes[d].load(Ordering::Relaxed) as f64;
+        }
+        t
+    }
+
     pub(crate) fn is_pinned(&self) -> bool {
         match self.origin {
             Origin::PoolBlock | Origin::Dedicated => true,
@@ -235,6 +310,8 @@ struct SiteState {
     predictor: SitePredictor,
     /// Consecutive hot outcomes most recently.
     hot_streak: u32,
+    /// Transfers (by direction, with bytes) of the last allocation that had any.
+    last_mix: PredictedTransfers,
     /// Use mode: advised-pin allocations that turned out hot / cold.
     advice_right: u32,
     advice_wrong: u32,
@@ -250,7 +327,7 @@ impl SiteState {
 pub struct Engine {
     backend: Arc<dyn PinBackend>,
     mode: Mode,
-    costs: Arc<dyn CostView>,
+    policy: Arc<Policy>,
     advice: Option<Arc<dyn Advice>>,
     recorder: Option<Arc<dyn Recorder>>,
     budget: PinBudget,
@@ -300,7 +377,7 @@ impl Engine {
         Ok(Engine {
             backend,
             mode: config.mode,
-            costs: config.costs,
+            policy: config.policy,
             advice: config.advice,
             recorder: config.recorder,
             budget: PinBudget::new(budget),
@@ -425,8 +502,8 @@ impl Engine {
                     NO_PROMOTION
                 },
             ),
-            transfers: AtomicU32::new(0),
-            saving_ns: AtomicU64::new(0),
+            transfers: Default::default(),
+            bytes: Default::default(),
             async_streams: Mutex::new(Vec::new()),
         });
         let pinned = live.is_pinned();
@@ -517,23 +594,27 @@ impl Engine {
         direction: Direction,
         stream: Option<StreamHandle>,
     ) -> bool {
-        let c = &*self.costs;
-        let saving = costs::saving_ns(c, bytes as u64, direction);
-        let n = live.transfers.fetch_add(1, Ordering::Relaxed) + 1;
-        let total_saving = live
-            .saving_ns
-            .fetch_add(saving as u64, Ordering::Relaxed)
-            .saturating_add(saving as u64);
+        let d = direction.index();
+        live.transfers[d].fetch_add(1, Ordering::Relaxed);
+        live.bytes[d].fetch_add(bytes as u64, Ordering::Relaxed);
         if let Some(s) = stream {
             let mut streams = live.async_streams.lock();
             if !streams.contains(&s) {
                 streams.push(s);
             }
         }
+        // Ski rental: register a pageable mapping in place once the transfers it has seen
+        // would have paid for registering it (the policy's decision on what was seen).
         if live.origin == Origin::Mapping
             && live.promotion.load(Ordering::Acquire) == PAGEABLE
-            && n >= 1
-            && total_saving as f64 >= costs::register_touched_ns(c, live.block_len as u64)
+            && costs::decide(
+                &self.policy,
+                live.block_len as u64,
+                live.seen(),
+                u64::MAX,
+                PinMethod::RegisterTouched,
+            )
+            .pin
         {
             self.promote(live);
         }
@@ -627,12 +708,12 @@ impl Engine {
         site: Site,
         flags: AllocFlags,
     ) -> (Tag, bool, Planned) {
-        let c = &*self.costs;
         let mut sites = self.sites.lock();
         let state = sites.entry(site).or_insert_with(|| SiteState {
             calls: 0,
             predictor: SitePredictor::new(self.history_bits),
             hot_streak: 0,
+            last_mix: PredictedTransfers::none(),
             advice_right: 0,
             advice_wrong: 0,
         });
@@ -661,31 +742,51 @@ impl Engine {
             }
         }
         let guess = state.predictor.predict();
+        // The site's last observed mix of directions and sizes, scaled to the guess.
+        let expected = costs::scaled(&state.last_mix, guess.expected_transfers as f64);
         let reuse = state.hot_streak.clamp(1, self.max_reuse_credit) as f64;
         drop(sites);
         if !guess.hot || guess.source == PredictionSource::NoHistory {
             return (tag, false, Planned::No);
         }
-        let expected = guess.expected_transfers as f64 * costs::min_saving_ns(c, size as u64);
-        let cost_now = if self.pool.lock().has_free(graded) {
-            0.0
-        } else {
-            self.new_segment_cost(graded) / reuse
-        };
-        (tag, expected > cost_now, Planned::No)
+        (
+            tag,
+            self.pin_pays_now(graded, &expected, reuse),
+            Planned::No,
+        )
     }
 
-    /// What a new segment for a `graded`-byte block would cost (pin and unpin).
-    fn new_segment_cost(&self, graded: usize) -> f64 {
-        let c = &*self.costs;
-        let seg = graded.max(self.min_segment) as u64;
-        let fresh = costs::cheapest_fresh(c, seg).1;
-        let touched_available = self.pageable.lock().has_fit(seg as usize);
-        if touched_available {
-            fresh.min(costs::register_touched_ns(c, seg))
-        } else {
-            fresh
+    /// Whether pinning a `graded`-byte block for `expected` transfers pays *now*: a free
+    /// pooled block costs nothing; otherwise the policy weighs a new segment, credited with
+    /// `reuse` allocations like this one (the site's recent run of hot outcomes), since the
+    /// pool keeps it for them.
+    fn pin_pays_now(&self, graded: usize, expected: &PredictedTransfers, reuse: f64) -> bool {
+        if self.pool.lock().has_free(graded) {
+            return self.policy.saving_ns(expected) > 0.0;
         }
+        let seg = graded.max(self.min_segment);
+        let method = if self.pageable.lock().has_fit(seg) {
+            PinMethod::RegisterTouched
+        } else {
+            // Fresh memory: judged at the cost of allocating it pinned (on the H200 the
+            // cheapest fresh way; where touching and registering is cheaper, this errs on
+            // the side of not pinning).
+            PinMethod::MallocHost
+        };
+        let remaining = self.budget.cap().saturating_sub(self.budget.reserved());
+        let d = costs::decide(
+            &self.policy,
+            seg as u64,
+            costs::scaled(expected, expected.total() * reuse),
+            remaining,
+            method,
+        );
+        if matches!(d.reason, Reason::BudgetFull { .. }) {
+            self.counters
+                .budget_refusals
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        d.pin
     }
 
     /// A block from the pinned pool, growing it within the budget if needed.
@@ -698,9 +799,8 @@ impl Engine {
         self.counters.pool_misses.fetch_add(1, Ordering::Relaxed);
         let seg_len = graded.max(self.min_segment);
         // Prefer registering a touched mapping from the pageable cache when that is cheaper.
-        let c = &*self.costs;
-        let (fresh_method, fresh_cost) = costs::cheapest_fresh(c, seg_len as u64);
-        let touched = if costs::register_touched_ns(c, seg_len as u64) < fresh_cost {
+        let (fresh_method, fresh_cost) = costs::cheapest_fresh(&self.policy, seg_len as u64);
+        let touched = if costs::register_touched_ns(&self.policy, seg_len as u64) < fresh_cost {
             self.pageable.lock().take(seg_len)
         } else {
             None
@@ -716,8 +816,8 @@ impl Engine {
         let segment = match touched {
             Some((addr, len)) => self.register_mapping(addr, len),
             None => match fresh_method {
-                PinMethod::AllocPinned => self.alloc_pinned_segment(seg_len),
-                PinMethod::Register => {
+                PinMethod::MallocHost => self.alloc_pinned_segment(seg_len),
+                PinMethod::RegisterTouched => {
                     pageable::map_anonymous(seg_len, self.huge_pages).and_then(|p| {
                         // Touch it, as the cost model assumed, then register.
                         // SAFETY: a fresh mapping of `seg_len` writable bytes.
@@ -933,14 +1033,23 @@ impl Engine {
 
     /// Gives back a live allocation's memory and trains its site with its outcome.
     pub(crate) fn release(&self, live: &Live) {
-        let c = &*self.costs;
-        let transfers = live.transfers.load(Ordering::Relaxed);
-        let saving = live.saving_ns.load(Ordering::Relaxed) as f64;
-        let hot = saving > costs::register_touched_ns(c, live.block_len as u64);
+        // The outcome: would pinning it (registering it, touched) have paid for what it saw?
+        let seen = live.seen();
+        let hot = costs::decide(
+            &self.policy,
+            live.block_len as u64,
+            seen,
+            u64::MAX,
+            PinMethod::RegisterTouched,
+        )
+        .pin;
         {
             let mut sites = self.sites.lock();
             if let Some(state) = sites.get_mut(&live.tag.site) {
-                state.predictor.record(hot, transfers);
+                state.predictor.record(hot, seen.total() as u32);
+                if seen.total() > 0.0 {
+                    state.last_mix = seen;
+                }
                 state.hot_streak = if hot { state.hot_streak + 1 } else { 0 };
                 match live.planned {
                     Planned::Pin if hot => state.advice_right += 1,

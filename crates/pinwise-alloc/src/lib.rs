@@ -28,8 +28,10 @@ mod error;
 pub mod events;
 pub mod grade;
 pub mod pageable;
+pub mod plan;
 pub mod pool;
 pub mod predict;
+pub mod record;
 mod stats;
 pub mod testing;
 

@@ -32,8 +32,8 @@ impl SegmentOrigin {
     /// The pinning method this origin stands for.
     pub fn method(self) -> PinMethod {
         match self {
-            SegmentOrigin::AllocPinned => PinMethod::AllocPinned,
-            SegmentOrigin::RegisteredMapping => PinMethod::Register,
+            SegmentOrigin::AllocPinned => PinMethod::MallocHost,
+            SegmentOrigin::RegisteredMapping => PinMethod::RegisterTouched,
         }
     }
 }

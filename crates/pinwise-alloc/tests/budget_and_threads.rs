@@ -4,18 +4,18 @@
 
 use std::sync::Arc;
 
-use pinwise_alloc::testing::{MockBackend, SyntheticCosts};
+use pinwise_alloc::testing::MockBackend;
 use pinwise_alloc::{
     AllocFlags, EngineConfig, HostAllocator, HostBuffer, PinBackend, StreamHandle,
 };
-use pinwise_core::{ModuleId, Site};
+use pinwise_core::{CostModel, ModuleId, Policy, Site};
 use proptest::prelude::*;
 
 const KIB: usize = 1024;
 const MIB: usize = 1 << 20;
 
 fn allocator(mock: &Arc<MockBackend>, budget: u64) -> HostAllocator {
-    let mut c = EngineConfig::new(Arc::new(SyntheticCosts::default()));
+    let mut c = EngineConfig::new(Policy::new(CostModel::builtin()));
     c.budget_bytes = Some(budget);
     HostAllocator::new(mock.clone(), c).unwrap()
 }
