@@ -270,6 +270,19 @@ impl Drop for Nvml {
     }
 }
 
+/// A PCI bus id in one spelling, so that CUDA's (`0000:18:00.0`) and NVML's
+/// (`00000000:18:00.0`) compare equal: lowercase, domain without leading zeros beyond four
+/// digits. Returns the input lowercased when it is not `domain:bus:device.function`.
+pub fn normalize_pci_bus_id(id: &str) -> String {
+    let id = id.trim().to_ascii_lowercase();
+    if let Some((domain, rest)) = id.split_once(':') {
+        if let Ok(domain) = u32::from_str_radix(domain, 16) {
+            return format!("{domain:04x}:{rest}");
+        }
+    }
+    id
+}
+
 /// A NUL-terminated (or full) C buffer as a `String`.
 fn c_text(buf: &mut [c_char]) -> String {
     if let Some(last) = buf.last_mut() {
@@ -279,4 +292,20 @@ fn c_text(buf: &mut [c_char]) -> String {
     unsafe { CStr::from_ptr(buf.as_ptr()) }
         .to_string_lossy()
         .into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::normalize_pci_bus_id;
+
+    #[test]
+    fn cuda_and_nvml_bus_ids_compare_equal() {
+        assert_eq!(normalize_pci_bus_id("00000000:18:00.0"), "0000:18:00.0");
+        assert_eq!(normalize_pci_bus_id("0000:1A:00.0"), "0000:1a:00.0");
+        assert_eq!(
+            normalize_pci_bus_id("00000001:18:00.0"),
+            normalize_pci_bus_id("0001:18:00.0")
+        );
+        assert_eq!(normalize_pci_bus_id("garbage"), "garbage");
+    }
 }

@@ -1,5 +1,8 @@
 //! pinwise-cuda against the CPU stand-in for libcuda.so.1 (TEST FIXTURE, not a GPU): the
 //! driver, devices, copies in every form, streams and events, typed errors.
+//!
+//! Pinned buffers stay small (well under 1 MiB each), so that all tests of this binary
+//! together stay under the 8 MiB `RLIMIT_MEMLOCK` a non-root user usually has.
 
 mod common;
 
@@ -57,18 +60,14 @@ fn sync_copies_move_the_right_bytes_both_ways() {
     assert!(back == data, "pageable round trip");
 
     // Pinned host memory, both allocators.
-    let mut pinned = PinnedHostRegion::new(&s.ctx, data.len(), CU_MEMHOSTALLOC_PORTABLE).unwrap();
+    let small = 256 * 1024 + 17;
+    let mut pinned = PinnedHostRegion::new(&s.ctx, small, CU_MEMHOSTALLOC_PORTABLE).unwrap();
     assert_eq!(pinned.allocator(), PinnedAllocator::HostAlloc);
-    pinned
-        .as_mut_slice()
-        .copy_from_slice(&pattern(data.len(), 2));
+    pinned.as_mut_slice().copy_from_slice(&pattern(small, 2));
     dev.copy_from_host(pinned.as_slice()).unwrap();
-    let mut other = PinnedHostRegion::alloc_host(&s.ctx, data.len()).unwrap();
+    let mut other = PinnedHostRegion::alloc_host(&s.ctx, small).unwrap();
     dev.copy_to_host(other.as_mut_slice()).unwrap();
-    assert!(
-        other.as_slice() == pattern(data.len(), 2),
-        "pinned round trip"
-    );
+    assert!(other.as_slice() == pattern(small, 2), "pinned round trip");
 
     // Device to device, at an offset.
     let dev2 = DeviceBuffer::new(&s.ctx, data.len()).unwrap();
@@ -77,7 +76,7 @@ fn sync_copies_move_the_right_bytes_both_ways() {
         .unwrap();
     let mut head = vec![0u8; 100];
     s.ctx.copy_dtoh(&mut head, dev2.ptr()).unwrap();
-    assert_eq!(head, pattern(data.len(), 2)[10..110]);
+    assert_eq!(head, pattern(small, 2)[10..110]);
 
     // Memset.
     dev2.fill(0xab).unwrap();
@@ -114,12 +113,15 @@ fn device_and_host_pointers_never_coincide() {
     let s = standin();
     let dev = DeviceBuffer::new(&s.ctx, MIB).unwrap();
     let host = vec![0u8; MIB];
-    let pinned = PinnedHostRegion::alloc_host(&s.ctx, MIB).unwrap();
+    let pinned = PinnedHostRegion::alloc_host(&s.ctx, 64 * 1024).unwrap();
     let d = dev.ptr().0;
-    for h in [host.as_ptr() as u64, pinned.as_ptr() as u64] {
+    for (h, len) in [
+        (host.as_ptr() as u64, host.len() as u64),
+        (pinned.as_ptr() as u64, pinned.len() as u64),
+    ] {
         assert!(
-            h + MIB as u64 <= d || d + MIB as u64 <= h,
-            "{h:#x} vs device {d:#x}"
+            h + len <= d || d + MIB as u64 <= h,
+            "host {h:#x}+{len} overlaps device {d:#x}"
         );
     }
     assert_eq!(s.ctx.memory_type(d).unwrap(), Some(MemoryType::Device));
@@ -133,7 +135,7 @@ fn device_and_host_pointers_never_coincide() {
 #[test]
 fn async_copies_on_a_stream_complete_with_events() {
     let s = standin();
-    let n = 2 * MIB;
+    let n = 256 * 1024;
     let stream = Stream::new(&s.ctx).unwrap();
     let (start, end) = (Event::new(&s.ctx).unwrap(), Event::new(&s.ctx).unwrap());
     let mut src = PinnedHostRegion::alloc_host(&s.ctx, n).unwrap();
@@ -194,7 +196,7 @@ fn async_copies_on_a_stream_complete_with_events() {
 #[test]
 fn a_stream_waits_for_an_event_recorded_on_another() {
     let s = standin();
-    let n = MIB;
+    let n = 256 * 1024;
     let (a, b) = (Stream::new(&s.ctx).unwrap(), Stream::new(&s.ctx).unwrap());
     let done_on_a = Event::new(&s.ctx).unwrap();
     let mut src = PinnedHostRegion::alloc_host(&s.ctx, n).unwrap();

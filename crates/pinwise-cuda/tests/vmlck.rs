@@ -21,6 +21,12 @@ fn page_aligned(len: usize) -> (Vec<u8>, usize) {
 
 #[test]
 fn registration_and_pinned_allocation_lock_pages_and_give_them_back() {
+    if !pinwise_testkit::require_locked_memory(
+        "registration_and_pinned_allocation_lock_pages_and_give_them_back",
+        12 << 20,
+    ) {
+        return;
+    }
     let s = standin();
     let base = locked_memory_bytes();
 

@@ -119,6 +119,14 @@ impl StandinLibs {
             .env("PINWISE_LIBCUDA", self.libcuda())
     }
 
+    /// A `Command` for `program` already pointed at the stand-ins (see
+    /// [`StandinLibs::configure`]).
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut command = Command::new(program);
+        self.configure(&mut command);
+        command
+    }
+
     /// Compiler arguments that link a C program against the cudart stand-in and let it find
     /// the stand-ins at run time: `-L<dir> -lcudart -Wl,-rpath,<dir>`.
     pub fn cudart_link_args(&self) -> Vec<String> {
@@ -188,12 +196,19 @@ fn warn_if_stale(library: &Path, crate_dir: &str) {
         .filter_map(|e| e.metadata().ok()?.modified().ok())
         .max();
     if newest_source.is_some_and(|s| s > built) {
-        eprintln!(
+        say(&format!(
             "WARNING: {} is older than {}: run `cargo build --workspace` to rebuild it",
             library.display(),
             sources.display()
-        );
+        ));
     }
+}
+
+/// Writes a line straight to the stderr stream. (libtest captures `eprintln!` of passing
+/// tests, which would hide a skip or a warning.)
+fn say(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 /// Whether the tests run in CI (`CI=true`, as GitHub Actions and most CI systems set it).
@@ -208,7 +223,7 @@ fn require(test_name: &str, missing: Option<String>) -> bool {
         None => true,
         Some(reason) if in_ci() => panic!("{test_name}: {reason} (CI=true, so this fails)"),
         Some(reason) => {
-            eprintln!("SKIPPED {test_name}: {reason}");
+            say(&format!("SKIPPED {test_name}: {reason}"));
             false
         }
     }
@@ -291,6 +306,31 @@ pub fn compile_c_source<S: AsRef<std::ffi::OsStr>>(code: &str, out: &Path, extra
     compile_c(&src, out, extra_args);
 }
 
+/// This process's `RLIMIT_MEMLOCK` soft limit in bytes (`None` = unlimited or unreadable),
+/// from `/proc/self/limits`.
+pub fn locked_memory_limit() -> Option<u64> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max locked memory"))?;
+    line.split_whitespace().nth(3)?.parse().ok()
+}
+
+/// Whether this process may lock `bytes` more of memory with `mlock` (root, or a high
+/// enough `RLIMIT_MEMLOCK`): the stand-in pins with `mlock`. Otherwise: under `CI=true`
+/// panics; elsewhere prints `SKIPPED <name>: ...` and returns `false`.
+pub fn require_locked_memory(test_name: &str, bytes: u64) -> bool {
+    let root = effective_uid() == Some(0);
+    let missing = match locked_memory_limit() {
+        Some(limit) if !root && limit < locked_memory_bytes() + bytes => Some(format!(
+            "needs {bytes} bytes of lockable memory, RLIMIT_MEMLOCK is {limit} \
+             (run as root or `ulimit -l unlimited`)"
+        )),
+        _ => None,
+    };
+    require(test_name, missing)
+}
+
 /// A `kB` field of `/proc/self/status` (`VmLck`, `VmRSS`, ...), in KiB.
 pub fn proc_status_kib(field: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -359,6 +399,16 @@ mod tests {
         let envs: Vec<_> = command.get_envs().map(|(k, _)| k.to_owned()).collect();
         assert!(envs.contains(&"PINWISE_LIBCUDA".into()));
         assert!(envs.contains(&"LD_LIBRARY_PATH".into()));
+    }
+
+    #[test]
+    fn reads_the_locked_memory_limit() {
+        let limits = std::fs::read_to_string("/proc/self/limits").unwrap();
+        let unlimited = limits
+            .lines()
+            .any(|l| l.starts_with("Max locked memory") && l.contains("unlimited"));
+        assert_eq!(locked_memory_limit().is_none(), unlimited);
+        assert!(require_locked_memory("testkit_self_test", 0) || in_ci());
     }
 
     #[test]
