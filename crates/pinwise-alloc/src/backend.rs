@@ -9,7 +9,7 @@
 //! Handles are plain integers (the driver's pointers and handles) so that the trait is easy
 //! to implement and to call from C.
 
-// (CudaBackend lands with pinwise-cuda.)
+pub mod cuda;
 
 use std::fmt;
 
