@@ -37,6 +37,12 @@ fn site(n: u64) -> Site {
 
 #[test]
 fn copies_round_trip_and_hot_buffers_end_up_pinned() {
+    if !pinwise_testkit::require_locked_memory(
+        "copies_round_trip_and_hot_buffers_end_up_pinned",
+        16 * MIB as u64,
+    ) {
+        return;
+    }
     let (_libs, backend) = standin();
     let alloc = allocator(&backend, 256 * MIB as u64);
     let dev = DeviceBuffer::new(backend.context(), 8 * MIB).unwrap();
@@ -62,6 +68,12 @@ fn copies_round_trip_and_hot_buffers_end_up_pinned() {
 /// the allocation stays pageable, the failure is counted, nothing breaks.
 #[test]
 fn pinning_failure_on_the_driver_falls_back_to_pageable() {
+    if !pinwise_testkit::require_locked_memory(
+        "pinning_failure_on_the_driver_falls_back_to_pageable",
+        64 * MIB as u64,
+    ) {
+        return;
+    }
     let (_libs, backend) = standin();
     let alloc = allocator(&backend, 1 << 30);
     let dev = DeviceBuffer::new(backend.context(), 64 * MIB).unwrap();
@@ -101,6 +113,12 @@ fn pinning_failure_on_the_driver_falls_back_to_pageable() {
 /// tight budget: data intact, budget held, nothing left pinned or locked at the end.
 #[test]
 fn sixteen_threads_with_async_copies_on_the_standin() {
+    if !pinwise_testkit::require_locked_memory(
+        "sixteen_threads_with_async_copies_on_the_standin",
+        48 * MIB as u64,
+    ) {
+        return;
+    }
     let (_libs, backend) = standin();
     set_async_delay_us(&backend, 200);
     let budget = 48 * MIB as u64;
