@@ -337,7 +337,7 @@ impl<'a> HostRegistration<'a> {
     /// Registers `memory` with `CU_MEMHOSTREGISTER_*` flags. The memory stays borrowed (and
     /// reachable through [`HostRegistration::as_mut_slice`]) until the registration ends.
     pub fn new(ctx: &Context, memory: &'a mut [u8], flags: c_uint) -> Result<HostRegistration<'a>> {
-        let ptr = NonNull::new(memory.as_mut_ptr()).expect("slices are never null");
+        let ptr = NonNull::from(&mut *memory).cast::<u8>();
         // SAFETY: the memory is borrowed mutably for 'a, which outlives the registration.
         unsafe { Self::register(ctx, ptr, memory.len(), flags) }
     }
