@@ -1,11 +1,492 @@
-//! `pinwise doctor` (being built: see the issue tracker).
+//! `pinwise doctor`: can this machine run pinwise, and how well?
+//!
+//! Every item is checked for real (libcuda loaded and asked, BPF programs loaded and a
+//! uprobe fired, ...), and each missing item says what it disables. Exit status 0 when
+//! pinwise can run (a usable libcuda with at least one device), 1 otherwise.
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+
+use pinwise_cuda::nvml::{normalize_pci_bus_id, Nvml};
+use pinwise_cuda::Driver;
+use pinwise_trace::caps::{self, CheckState};
+use serde::Serialize;
 
 /// Arguments of `pinwise doctor`.
 #[derive(Debug, clap::Args)]
-pub struct DoctorArgs {}
+pub struct DoctorArgs {
+    /// Print the findings as JSON instead of a screen for people.
+    #[arg(long)]
+    json: bool,
+    /// Skip the eBPF checks (they load BPF programs and fire a uprobe, which needs root).
+    #[arg(long)]
+    no_bpf: bool,
+}
+
+/// Outcome of one item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+enum State {
+    Ok,
+    /// Works, with a caveat worth reading.
+    Warn,
+    Failed,
+    NotApplicable,
+}
+
+impl State {
+    fn mark(self) -> &'static str {
+        match self {
+            State::Ok => "ok  ",
+            State::Warn => "warn",
+            State::Failed => "FAIL",
+            State::NotApplicable => "n/a ",
+        }
+    }
+}
+
+/// One line of the report.
+#[derive(Debug, Clone, Serialize)]
+struct Item {
+    section: &'static str,
+    name: String,
+    state: State,
+    detail: String,
+    /// What does not work because of this item (empty when it works).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    disables: String,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    can_run: bool,
+    can_trace: bool,
+    can_pin: bool,
+    verdict: String,
+    items: Vec<Item>,
+}
+
+struct Builder {
+    items: Vec<Item>,
+}
+
+impl Builder {
+    fn add(
+        &mut self,
+        section: &'static str,
+        name: impl Into<String>,
+        state: State,
+        detail: impl Into<String>,
+        disables: &str,
+    ) {
+        self.items.push(Item {
+            section,
+            name: name.into(),
+            state,
+            detail: detail.into(),
+            disables: if matches!(state, State::Ok | State::NotApplicable) {
+                String::new()
+            } else {
+                disables.to_string()
+            },
+        });
+    }
+}
 
 /// Runs `pinwise doctor`.
-pub fn run(_args: DoctorArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`pinwise doctor` is not built yet")
+pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
+    let mut b = Builder { items: Vec::new() };
+    let can_pin = check_cuda(&mut b);
+    let can_trace = if args.no_bpf {
+        b.add(
+            "eBPF tracing",
+            "checks",
+            State::NotApplicable,
+            "skipped (--no-bpf)",
+            "",
+        );
+        false
+    } else {
+        check_bpf(&mut b)
+    };
+    check_memory(&mut b);
+    check_preload(&mut b);
+
+    let trace_word = if args.no_bpf {
+        "not checked (--no-bpf)"
+    } else {
+        "does not work (see FAIL lines)"
+    };
+    let verdict = match (can_pin, can_trace) {
+        (true, true) => "pinwise can run here: tracing and smart pinning both work".to_string(),
+        (true, false) => format!(
+            "pinwise can run here: smart pinning works; `pinwise trace` (eBPF) {trace_word}"
+        ),
+        (false, true) => {
+            "pinwise cannot run here: no usable libcuda with a device (eBPF tracing itself works)"
+                .to_string()
+        }
+        (false, false) => format!(
+            "pinwise cannot run here: no usable libcuda with a device; eBPF tracing {trace_word}"
+        ),
+    };
+    let report = Report {
+        can_run: can_pin,
+        can_trace,
+        can_pin,
+        verdict,
+        items: b.items,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_screen(&report);
+    }
+    Ok(if report.can_run {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn print_screen(report: &Report) {
+    println!("pinwise doctor: can this machine run pinwise?");
+    let mut section = "";
+    for item in &report.items {
+        if item.section != section {
+            section = item.section;
+            println!("\n{section}");
+        }
+        println!(
+            "  [{}] {:<22} {}",
+            item.state.mark(),
+            item.name,
+            item.detail
+        );
+        if !item.disables.is_empty() {
+            println!("         {:<22} -> disables: {}", "", item.disables);
+        }
+    }
+    println!("\n{}", report.verdict);
+}
+
+/// libcuda, devices, NVML. Returns whether smart pinning can run (libcuda with a device).
+fn check_cuda(b: &mut Builder) -> bool {
+    const S: &str = "CUDA";
+    const NO_CUDA: &str =
+        "everything that talks to the GPU: smart pinning, `pinwise run`, calibrate, bench";
+    let driver = match Driver::shared() {
+        Ok(d) => d,
+        Err(e) => {
+            b.add(
+                S,
+                "libcuda",
+                State::Failed,
+                format!("{e} (set PINWISE_LIBCUDA=/path/to/libcuda.so.1 to choose one)"),
+                NO_CUDA,
+            );
+            return false;
+        }
+    };
+    let fixture = driver.standin_marker();
+    let mut detail = driver.path().to_string();
+    if let Some(real) = resolved_path(driver.path()) {
+        if real != Path::new(driver.path()) {
+            detail.push_str(&format!(" -> {}", real.display()));
+        }
+    }
+    if let Err(e) = driver.init() {
+        b.add(
+            S,
+            "libcuda",
+            State::Failed,
+            format!("{detail}: {e}"),
+            NO_CUDA,
+        );
+        return false;
+    }
+    match driver.version() {
+        Ok(v) => detail.push_str(&format!(
+            ", CUDA driver API {}.{}",
+            v / 1000,
+            (v % 1000) / 10
+        )),
+        Err(e) => detail.push_str(&format!(", version unknown ({e})")),
+    }
+    if let Some(marker) = &fixture {
+        b.add(
+            S,
+            "libcuda",
+            State::Warn,
+            format!("{detail}: {marker}"),
+            "real GPU figures: this is the CPU stand-in, a test fixture",
+        );
+    } else {
+        b.add(S, "libcuda", State::Ok, detail, "");
+    }
+
+    let nvml = Nvml::load();
+    let nvml_devices = nvml
+        .as_ref()
+        .ok()
+        .and_then(|n| n.devices().ok())
+        .unwrap_or_default();
+    match &nvml {
+        Ok(n) => {
+            let version = n
+                .driver_version()
+                .map(|v| format!(", driver {v}"))
+                .unwrap_or_default();
+            b.add(S, "NVML", State::Ok, format!("{}{version}", n.path()), "");
+        }
+        Err(e) => b.add(
+            S,
+            "NVML",
+            if fixture.is_some() {
+                State::NotApplicable
+            } else {
+                State::Warn
+            },
+            e.to_string(),
+            "PCIe link generation and width in this report",
+        ),
+    }
+
+    let devices = match driver.devices() {
+        Ok(d) => d,
+        Err(e) => {
+            b.add(S, "GPUs", State::Failed, e.to_string(), NO_CUDA);
+            return false;
+        }
+    };
+    if devices.is_empty() {
+        b.add(
+            S,
+            "GPUs",
+            State::Failed,
+            "libcuda reports no device",
+            NO_CUDA,
+        );
+        return false;
+    }
+    for dev in &devices {
+        let name = dev
+            .name()
+            .unwrap_or_else(|e| format!("(name unknown: {e})"));
+        let mem = dev
+            .total_memory()
+            .map(|m| format!(", {:.1} GiB", m as f64 / (1u64 << 30) as f64))
+            .unwrap_or_default();
+        let cc = dev
+            .compute_capability()
+            .map(|(ma, mi)| format!(", compute {ma}.{mi}"))
+            .unwrap_or_default();
+        let bus = dev.pci_bus_id().unwrap_or_default();
+        let link = nvml_devices
+            .iter()
+            .find(|n| {
+                n.pci_bus_id
+                    .as_deref()
+                    .is_some_and(|id| same_bus_id(id, &bus))
+            })
+            .map(|n| {
+                let p = n.pcie;
+                let f = |g: Option<u32>, w: Option<u32>| match (g, w) {
+                    (Some(g), Some(w)) => format!("Gen{g} x{w}"),
+                    _ => "unknown".to_string(),
+                };
+                format!(
+                    ", PCIe {} (max {})",
+                    f(p.current_generation, p.current_width),
+                    f(p.max_generation, p.max_width)
+                )
+            })
+            .unwrap_or_else(|| ", PCIe link unknown (no NVML)".to_string());
+        b.add(
+            S,
+            format!("GPU {}", dev.ordinal()),
+            State::Ok,
+            format!("{name}{mem}{cc}{link}, bus {bus}"),
+            "",
+        );
+    }
+    true
+}
+
+fn same_bus_id(a: &str, b: &str) -> bool {
+    !a.is_empty() && normalize_pci_bus_id(a) == normalize_pci_bus_id(b)
+}
+
+fn resolved_path(name: &str) -> Option<PathBuf> {
+    // The loader's choice is what /proc/self/maps shows for the library we just loaded.
+    let base = Path::new(name).file_name()?.to_str()?.to_string();
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    maps.lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| {
+            Path::new(p).file_name().and_then(|f| f.to_str()) == Some(base.as_str()) || *p == name
+        })
+        .map(PathBuf::from)
+        .or_else(|| std::fs::canonicalize(name).ok())
+}
+
+/// The eBPF checks of pinwise-trace. Returns whether `pinwise trace` can work.
+fn check_bpf(b: &mut Builder) -> bool {
+    const S: &str = "eBPF tracing";
+    const TRACE: &str = "`pinwise trace` (eBPF)";
+    let c = caps::capabilities();
+    let state = |s: &CheckState| match s {
+        CheckState::Ok => State::Ok,
+        CheckState::Failed => State::Failed,
+        CheckState::NotApplicable => State::NotApplicable,
+    };
+    let rows: [(&str, &caps::Check, &str); 10] = [
+        (
+            "privileges",
+            &c.privileges,
+            "`pinwise trace` needs root or CAP_BPF+CAP_PERFMON",
+        ),
+        ("bpf()", &c.bpf, TRACE),
+        (
+            "BTF (vmlinux)",
+            &c.btf_vmlinux,
+            "BTF-typed hooks (fork following falls back to a tracepoint; no fentry)",
+        ),
+        (
+            "tracefs",
+            &c.tracefs,
+            "uprobes and tracepoints cannot attach: `pinwise trace`",
+        ),
+        ("ring buffer", &c.ring_buffer, TRACE),
+        ("BPF programs load", &c.programs_load, TRACE),
+        (
+            "uprobes",
+            &c.uprobes,
+            "CUDA calls cannot be seen: `pinwise trace`",
+        ),
+        (
+            "tracepoints",
+            &c.tracepoints,
+            "mmap/munmap of pageable buffers and following child processes",
+        ),
+        (
+            "nvidia kernel hooks",
+            &c.nvidia_kernel_hooks,
+            "pinned page counts from the driver (os_lock_user_pages); user-space events still work",
+        ),
+        (
+            "kprobes",
+            &c.kprobes,
+            "nothing: pinwise uses uprobes, tracepoints and fentry, not kprobes",
+        ),
+    ];
+    for (name, check, disables) in rows {
+        let mut st = state(&check.state);
+        // Kprobes are reported, not required.
+        if name == "kprobes" && st == State::Failed {
+            st = State::Warn;
+        }
+        b.add(S, name, st, check.detail.clone(), disables);
+    }
+    c.can_trace()
+}
+
+/// memlock limit and transparent huge pages.
+fn check_memory(b: &mut Builder) {
+    const S: &str = "Host memory";
+    let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
+    let memlock = limits
+        .lines()
+        .find(|l| l.starts_with("Max locked memory"))
+        .map(|l| {
+            l.split_whitespace()
+                .skip(3)
+                .take(2)
+                .collect::<Vec<_>>()
+                .join(" / ")
+        })
+        .unwrap_or_else(|| "unknown".into());
+    let root = is_root();
+    let unlimited = memlock.starts_with("unlimited");
+    b.add(
+        S,
+        "memlock limit",
+        if unlimited || root {
+            State::Ok
+        } else {
+            State::Warn
+        },
+        format!(
+            "soft / hard: {memlock} bytes{}",
+            if root && !unlimited {
+                " (root: CAP_IPC_LOCK lifts it)"
+            } else {
+                ""
+            }
+        ),
+        "pinning above the limit fails (pinwise falls back to pageable and counts it)",
+    );
+    let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into());
+    b.add(S, "transparent huge pages", State::Ok, thp, "");
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .map(|kib| format!("{:.1} GiB", kib as f64 / (1u64 << 20) as f64))
+        .unwrap_or_else(|| "unknown".into());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    b.add(
+        S,
+        "machine",
+        State::Ok,
+        format!("Linux {kernel}, MemTotal {mem}"),
+        "",
+    );
+}
+
+/// The preload library `pinwise run` injects, next to this binary.
+fn check_preload(b: &mut Builder) {
+    let exe_dir = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf));
+    let found = exe_dir
+        .as_ref()
+        .map(|d| d.join("libpinwise_preload.so"))
+        .filter(|p| p.exists());
+    match found {
+        Some(p) => b.add(
+            "pinwise",
+            "preload library",
+            State::Ok,
+            p.display().to_string(),
+            "",
+        ),
+        None => b.add(
+            "pinwise",
+            "preload library",
+            State::Failed,
+            format!(
+                "libpinwise_preload.so not found next to {}",
+                exe_dir.map(|d| d.display().to_string()).unwrap_or_default()
+            ),
+            "`pinwise run` (build the workspace: cargo build --release --workspace)",
+        ),
+    }
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(|e| e == "0"))
+        })
+        .unwrap_or(false)
 }
