@@ -345,6 +345,7 @@ pub struct Engine {
     /// Bytes pinned outside the pool: promoted mappings and dedicated blocks.
     pinned_outside_pool: AtomicU64,
     pid: u32,
+    shut_down: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Engine {
@@ -394,6 +395,7 @@ impl Engine {
             max_reuse_credit: config.max_reuse_credit.max(1),
             pinned_outside_pool: AtomicU64::new(0),
             pid: std::process::id(),
+            shut_down: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -1158,8 +1160,12 @@ impl Engine {
 
     /// Shuts down: waits for pending copies, releases the pool and the cache, and lets the
     /// recorder write its profile. Allocations still live are left alone (their memory is
-    /// not freed). Called by `Drop`; calling it earlier reports the recorder's error.
+    /// not freed). Called by `Drop`; calling it earlier reports the recorder's error. Only
+    /// the first call does anything; the engine should not be used afterwards.
     pub fn shutdown(&self) -> Result<(), AllocError> {
+        if self.shut_down.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
         let still_live = self.live.read().len();
         if still_live > 0 {
             tracing::warn!(
