@@ -5,7 +5,7 @@
 //! turns a stream of them into per-allocation histories.
 //!
 //! An `Event` is small and `Copy`; it refers to its call site through a [`Site`], whose
-//! module is an interned [`ModuleId`] (see [`crate::tag`]), so building one never allocates.
+//! module is an interned [`ModuleId`](crate::tag::ModuleId) (see [`crate::tag`]), so building one never allocates.
 
 use serde::{Deserialize, Serialize};
 

@@ -2,7 +2,7 @@
 //!
 //! Sources (the eBPF tracer, the preload hooks, the allocator) produce [`event::Event`]s;
 //! a [`history::MemHistory`] turns them into per-allocation lives; queries, dumps
-//! ([`format`]), profiles ([`profile`]), the cost model ([`cost`]) and the pinning policy
+//! ([`format`](mod@format)), profiles ([`profile`]), the cost model ([`cost`]) and the pinning policy
 //! ([`policy`]) read it. Everything here is safe Rust that runs without a GPU and without
 //! privileges.
 //!
@@ -11,7 +11,7 @@
 //! | [`event`] | `Event`: what every source reports |
 //! | [`tag`] | `Site`, `Tag`, `ModuleTable`: an allocation's identity across runs |
 //! | [`history`] | `MemHistory`, `SharedHistory`: per-allocation lives and the queries on them |
-//! | [`format`] | JSON and binary dumps, `load_history` |
+//! | [`format`](mod@format) | JSON and binary dumps, `load_history` |
 //! | [`profile`] | `Profile`: what the allocator needs from a past run |
 //! | [`cost`] | `CostModel`: transfer and pinning times by size, from a calibration |
 //! | [`policy`] | `Policy`: pin or not, and why; budget-constrained plans |

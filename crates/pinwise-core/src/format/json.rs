@@ -608,7 +608,7 @@ fn event_from_json(
 }
 
 pub(crate) fn parse_hex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     (0..s.len())

@@ -7,14 +7,14 @@
 //! [`AllocKind::Untracked`] record covering the addresses transfers used.
 //!
 //! Memory stays small and bounded:
-//! - a record is 32 bytes ([`record`]);
-//! - events are stored delta-encoded, 5-8 bytes for a typical transfer ([`codec`]), in a
-//!   chunked arena shared by all records ([`arena`]); at most
+//! - a record is 28 bytes (`record.rs`);
+//! - events are stored delta-encoded, 5-8 bytes for a typical transfer (`codec.rs`), in a
+//!   chunked arena shared by all records (`arena.rs`); at most
 //!   [`HistoryConfig::max_events_per_allocation`] are retained per allocation, and counters
 //!   stay exact past that (kept in a side table for the capped records only);
 //! - live allocations have an entry in a per-process address index (for interior pointers
 //!   and the append position of their events), dropped when they end;
-//! - hotspot and coldspot queries use a tournament tree over the transfer counts ([`rank`]).
+//! - hotspot and coldspot queries use a tournament tree over the transfer counts (`rank.rs`).
 //!
 //! [`MemHistory`] is single-threaded; [`SharedHistory`] lets one thread feed it while
 //! others query.
@@ -29,7 +29,7 @@ mod shared;
 pub(crate) mod tables;
 mod view;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -75,7 +75,7 @@ impl Default for HistoryConfig {
 }
 
 /// A process the history has seen events from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProcessInfo {
     /// Its pid.
     pub pid: u32,
@@ -187,10 +187,79 @@ impl LiveEntry {
     }
 }
 
-#[derive(Debug, Clone)]
+/// A process: its info and the address index of its live allocations.
+#[derive(Debug, Clone, Default)]
 struct Process {
     info: ProcessInfo,
-    live: BTreeMap<u64, LiveEntry>,
+    /// Live allocations by start address (exact-start hits: frees, most copies).
+    live: FxMap<u64, LiveEntry>,
+    /// The same allocations' `[start, end)`, ordered: interior pointers and overlaps.
+    ranges: BTreeMap<u64, u64>,
+}
+
+impl Process {
+    fn new(info: ProcessInfo) -> Self {
+        Process {
+            info,
+            ..Process::default()
+        }
+    }
+
+    /// Start of the live allocation containing `addr`.
+    #[inline]
+    fn containing(&self, addr: u64) -> Option<u64> {
+        if let Some(e) = self.live.get(&addr) {
+            // Live allocations never overlap, so nothing else can contain `addr`.
+            return (addr < e.end).then_some(addr);
+        }
+        let (&start, &end) = self.ranges.range(..=addr).next_back()?;
+        (addr < end).then_some(start)
+    }
+
+    /// Starts of the live allocations overlapping `[start, end)` (an empty range at
+    /// `start` overlaps an allocation that starts there).
+    fn overlapping(&self, start: u64, end: u64) -> Vec<u64> {
+        let mut keys = Vec::new();
+        if let Some((&k, &e)) = self.ranges.range(..start).next_back() {
+            if e > start {
+                keys.push(k);
+            }
+        }
+        keys.extend(
+            self.ranges
+                .range(start..end.max(start.saturating_add(1)))
+                .map(|(&k, _)| k),
+        );
+        keys
+    }
+
+    /// Start of the first live allocation after `addr` (`u64::MAX`: none).
+    fn next_start_after(&self, addr: u64) -> u64 {
+        self.ranges
+            .range(addr.saturating_add(1)..)
+            .next()
+            .map_or(u64::MAX, |(&k, _)| k)
+    }
+
+    fn insert(&mut self, start: u64, entry: LiveEntry) {
+        self.ranges.insert(start, entry.end);
+        self.live.insert(start, entry);
+    }
+
+    fn remove(&mut self, start: u64) -> Option<LiveEntry> {
+        self.ranges.remove(&start);
+        let e = self.live.remove(&start);
+        // Give memory back after a peak of live allocations (amortized O(1)).
+        if self.live.capacity() > 1024 && self.live.len() * 4 < self.live.capacity() {
+            self.live.shrink_to(self.live.len() * 2);
+        }
+        e
+    }
+
+    fn drain(&mut self) -> Vec<LiveEntry> {
+        self.ranges.clear();
+        self.live.drain().map(|(_, e)| e).collect()
+    }
 }
 
 /// Exact counters of a record whose events were capped.
@@ -217,18 +286,18 @@ impl Store {
     fn context(&self, record: u32) -> RecordContext {
         let r = &self.records[record as usize];
         RecordContext {
-            start: r.start,
+            start: r.start(),
             size: r.size(),
             size_shortcut: r.kind() != AllocKind::Untracked,
         }
     }
 
     /// Makes a record with an empty event chain; returns its live entry.
-    fn new_record(&mut self, mut rec: AllocRecord) -> LiveEntry {
-        let (head, cursor) = self.arena.start_chain();
-        rec.events = head;
+    fn new_record(&mut self, rec: AllocRecord) -> LiveEntry {
         let end = rec.end();
         let index = self.records.push(rec);
+        let record = u32::try_from(index).expect("more than 2^32 allocation records");
+        let cursor = self.arena.start_chain(record);
         self.rank.push();
         self.stats.records += 1;
         LiveEntry {
@@ -236,7 +305,7 @@ impl Store {
             last_ts: 0,
             pin_start: 0,
             pin_end: 0,
-            record: u32::try_from(index).expect("more than 2^32 allocation records"),
+            record,
             events: 0,
             cursor,
         }
@@ -244,6 +313,7 @@ impl Store {
 
     /// Stores `ev` in the entry's record, unless the record is at the cap and the event
     /// is not one that must be kept (its start or end).
+    #[inline]
     fn append(&mut self, entry: &mut LiveEntry, ev: &RecordedEvent, keep: bool, cap: u32) {
         if entry.events >= cap && !keep {
             self.drop_event(entry.record, ev);
@@ -289,7 +359,7 @@ impl Store {
 
     fn events(&self, record: u32) -> EventIter<'_> {
         EventIter::new(
-            self.arena.reader(self.records[record as usize].events),
+            self.arena.reader(record),
             self.context(record),
             &self.tables,
         )
@@ -319,6 +389,7 @@ impl Store {
     }
 
     /// Counts a transfer in the record's count and the rank index.
+    #[inline]
     fn count_transfer(&mut self, record: u32) {
         let r = &mut self.records[record as usize];
         let old = r.transfers;
@@ -339,7 +410,9 @@ pub struct MemHistory {
     modules: Arc<ModuleTable>,
     processes: Vec<Process>,
     /// pid -> index of its current (not exited) process.
-    pid_index: HashMap<u32, u32>,
+    pid_index: FxMap<u32, u32>,
+    /// The last (pid, process index) looked up: events come in runs from one process.
+    last_pid: Option<(u32, u32)>,
     store: Store,
     source_stats: BTreeMap<String, u64>,
 }
@@ -367,7 +440,8 @@ impl MemHistory {
             config,
             modules,
             processes: Vec::new(),
-            pid_index: HashMap::new(),
+            pid_index: FxMap::default(),
+            last_pid: None,
             store: Store::default(),
             source_stats: BTreeMap::new(),
         }
@@ -437,7 +511,8 @@ impl MemHistory {
                 + s.tables.streams.heap_bytes()
                 + s.slots.heap_bytes(),
             capped_counters: s.capped.capacity() * (std::mem::size_of::<(u32, Capped)>() + 1),
-            live_index_estimate: self.live_count() * std::mem::size_of::<(u64, LiveEntry)>(),
+            live_index_estimate: self.live_count()
+                * (std::mem::size_of::<(u64, LiveEntry)>() + 1 + 2 * std::mem::size_of::<u64>()),
         }
     }
 
@@ -474,7 +549,18 @@ impl MemHistory {
                 stream,
                 host_state,
                 ..
-            } => self.on_transfer(p, ev, direction, host, bytes, is_async, stream, host_state),
+            } => {
+                let what = Recorded::Transfer {
+                    direction,
+                    bytes,
+                    host,
+                    is_async,
+                    stream,
+                    pinned: false,
+                    reported: host_state,
+                };
+                self.on_transfer(p, ev, what)
+            }
             EventKind::Mmap { start, len } => {
                 self.on_os_event(p, ev, start, Recorded::Mmap { start, len })
             }
@@ -492,30 +578,36 @@ impl MemHistory {
         let Some(p) = self.pid_index.remove(&pid) else {
             return false;
         };
+        self.last_pid = None;
         let proc_ = &mut self.processes[p as usize];
         proc_.info.exit_ts_ns = Some(ts_ns);
         proc_.info.last_ts_ns = proc_.info.last_ts_ns.max(ts_ns);
-        for (_, entry) in std::mem::take(&mut proc_.live) {
+        for entry in proc_.drain() {
             self.store.records[entry.record as usize].set_state(AllocState::Exited);
         }
         true
     }
 
+    #[inline]
     fn process_for(&mut self, pid: u32, ts: u64) -> usize {
-        let index = match self.pid_index.get(&pid) {
-            Some(&i) => i as usize,
-            None => {
-                let i = self.processes.len();
-                self.processes.push(Process {
-                    info: ProcessInfo {
-                        pid,
-                        first_ts_ns: ts,
-                        last_ts_ns: ts,
-                        exit_ts_ns: None,
-                    },
-                    live: BTreeMap::new(),
-                });
-                self.pid_index.insert(pid, i as u32);
+        let index = match self.last_pid {
+            Some((last, i)) if last == pid => i as usize,
+            _ => {
+                let i = match self.pid_index.get(&pid) {
+                    Some(&i) => i as usize,
+                    None => {
+                        let i = self.processes.len();
+                        self.processes.push(Process::new(ProcessInfo {
+                            pid,
+                            first_ts_ns: ts,
+                            last_ts_ns: ts,
+                            exit_ts_ns: None,
+                        }));
+                        self.pid_index.insert(pid, i as u32);
+                        i
+                    }
+                };
+                self.last_pid = Some((pid, i as u32));
                 i
             }
         };
@@ -548,16 +640,9 @@ impl MemHistory {
 
     /// Ends every live record of process `p` overlapping `[start, end)` with `state`.
     fn close_overlapping(&mut self, p: usize, start: u64, end: u64, state: AllocState) {
-        let live = &mut self.processes[p].live;
-        let mut keys: Vec<u64> = Vec::new();
-        if let Some((&k, e)) = live.range(..start).next_back() {
-            if e.end > start {
-                keys.push(k);
-            }
-        }
-        keys.extend(live.range(start..end.max(start + 1)).map(|(&k, _)| k));
-        for k in keys {
-            if let Some(e) = live.remove(&k) {
+        let proc_ = &mut self.processes[p];
+        for k in proc_.overlapping(start, end) {
+            if let Some(e) = proc_.remove(k) {
                 self.store.records[e.record as usize].set_state(state);
                 if state == AllocState::Replaced {
                     self.store.stats.replaced_records += 1;
@@ -589,11 +674,11 @@ impl MemHistory {
             true,
             cap,
         );
-        self.processes[p].live.insert(start, entry);
+        self.processes[p].insert(start, entry);
     }
 
     fn on_free(&mut self, p: usize, ev: &Event, start: u64) {
-        let Some(mut entry) = self.processes[p].live.remove(&start) else {
+        let Some(mut entry) = self.processes[p].remove(start) else {
             self.store.stats.unmatched_frees += 1;
             return;
         };
@@ -603,44 +688,20 @@ impl MemHistory {
         self.store.records[entry.record as usize].set_state(AllocState::Freed);
     }
 
-    /// The live entry of process `p` containing `addr`.
-    fn live_at(&mut self, p: usize, addr: u64) -> Option<&mut LiveEntry> {
-        self.processes[p]
-            .live
-            .range_mut(..=addr)
-            .next_back()
-            .map(|(_, e)| e)
-            .filter(|e| addr < e.end)
-    }
-
-    /// Start of the first live allocation of `p` after `addr` (to clip implicit records).
-    fn next_live_start(&self, p: usize, addr: u64) -> u64 {
-        self.processes[p]
-            .live
-            .range(addr.saturating_add(1)..)
-            .next()
-            .map_or(u64::MAX, |(&k, _)| k)
-    }
-
-    /// Makes an implicit record over `[start, end)` (clipped before the next live one).
-    fn implicit_record(
-        &mut self,
-        p: usize,
-        ev: &Event,
-        start: u64,
-        end: u64,
-        kind: AllocKind,
-    ) -> u64 {
+    /// Makes an implicit record over `[start, end)` (clipped before the next live one);
+    /// returns its start.
+    fn implicit_record(&mut self, p: usize, ev: &Event, start: u64, end: u64, kind: AllocKind) {
         // A zero-sized allocation at `start` contains nothing but holds the key.
         self.close_overlapping(p, start, start, AllocState::Replaced);
-        let end = end.min(self.next_live_start(p, start)).max(start + 1);
+        let end = end
+            .min(self.processes[p].next_start_after(start))
+            .max(start.saturating_add(1));
         let slot = self.slot_for(p, ev.site);
         let entry = self
             .store
             .new_record(AllocRecord::new(start, end - start, kind, slot, 0));
         self.store.stats.implicit_records += 1;
-        self.processes[p].live.insert(start, entry);
-        start
+        self.processes[p].insert(start, entry);
     }
 
     fn on_pin(&mut self, p: usize, ev: &Event, start: u64, bytes: u64, pages: Option<u64>) {
@@ -649,31 +710,32 @@ impl MemHistory {
         } else {
             pages.unwrap_or(0).saturating_mul(PAGE_SIZE)
         };
+        let key = match self.processes[p].containing(start) {
+            Some(k) => k,
+            None if len == 0 => {
+                self.store.stats.unattributed_events += 1;
+                return;
+            }
+            None => {
+                self.implicit_record(
+                    p,
+                    ev,
+                    start,
+                    start.saturating_add(len),
+                    AllocKind::Registered,
+                );
+                start
+            }
+        };
         let cap = self.config.max_events_per_allocation;
         let what = Recorded::PinPages {
             start,
             bytes,
             pages,
         };
-        if self.live_at(p, start).is_none() {
-            if len == 0 {
-                self.store.stats.unattributed_events += 1;
-                return;
-            }
-            self.implicit_record(
-                p,
-                ev,
-                start,
-                start.saturating_add(len),
-                AllocKind::Registered,
-            );
-        }
-        let store = &mut self.store;
         let entry = self.processes[p]
             .live
-            .range_mut(..=start)
-            .next_back()
-            .map(|(_, e)| e)
+            .get_mut(&key)
             .expect("a live entry contains the pinned address");
         let pin_end = if len > 0 {
             start.saturating_add(len).min(entry.end)
@@ -688,133 +750,119 @@ impl MemHistory {
             entry.pin_start = start;
             entry.pin_end = pin_end;
         }
-        store.records[entry.record as usize].set_pinned_seen();
-        store.append(entry, &Self::recorded(ev, what), false, cap);
+        self.store.records[entry.record as usize].set_pinned_seen();
+        self.store
+            .append(entry, &Self::recorded(ev, what), false, cap);
     }
 
     fn on_unpin(&mut self, p: usize, ev: &Event, start: u64, pages: Option<u64>) {
         let cap = self.config.max_events_per_allocation;
         let what = Self::recorded(ev, Recorded::UnpinPages { start, pages });
-        let store = &mut self.store;
-        let Some(entry) = self.processes[p]
-            .live
-            .range_mut(..=start)
-            .next_back()
-            .map(|(_, e)| e)
-            .filter(|e| start < e.end)
-        else {
-            store.stats.unattributed_events += 1;
+        let Some(key) = self.processes[p].containing(start) else {
+            self.store.stats.unattributed_events += 1;
             return;
         };
+        let entry = self.processes[p]
+            .live
+            .get_mut(&key)
+            .expect("containing() returned a live start");
         if entry.pin_start <= start && start < entry.pin_end {
             entry.pin_start = 0;
             entry.pin_end = 0;
         }
-        store.append(entry, &what, false, cap);
+        self.store.append(entry, &what, false, cap);
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn on_transfer(
-        &mut self,
-        p: usize,
-        ev: &Event,
-        direction: Direction,
-        host: u64,
-        bytes: u64,
-        is_async: bool,
-        stream: u64,
-        host_state: HostState,
-    ) {
+    /// `what` is the transfer with `pinned` still to be decided.
+    #[inline]
+    fn on_transfer(&mut self, p: usize, ev: &Event, mut what: Recorded) {
+        let Recorded::Transfer {
+            direction,
+            bytes,
+            host,
+            ref mut pinned,
+            reported,
+            ..
+        } = what
+        else {
+            return;
+        };
         self.store.stats.transfers[direction.index()].add(bytes);
         if host == 0 || direction == Direction::DtoD {
             self.store.stats.device_only_transfers[direction.index()].add(bytes);
             return;
         }
         let end = host.saturating_add(bytes.max(1));
-        if self.live_at(p, host).is_none() {
-            if !self.config.track_untracked {
+        let key = match self.processes[p].containing(host) {
+            Some(k) => k,
+            None if !self.config.track_untracked => {
                 self.store.stats.unattributed_events += 1;
                 return;
             }
-            self.implicit_record(p, ev, host, end, AllocKind::Untracked);
-        }
-        let next_start = self.next_live_start(p, host);
-        let cap = self.config.max_events_per_allocation;
-        let store = &mut self.store;
-        let entry = self.processes[p]
-            .live
-            .range_mut(..=host)
-            .next_back()
-            .map(|(_, e)| e)
-            .expect("a live entry contains the host pointer");
-        let rec = &mut store.records[entry.record as usize];
-        if rec.kind() == AllocKind::Untracked && end > entry.end {
-            // Untracked memory: the record grows to cover what transfers touch.
-            entry.end = end.min(next_start).max(entry.end);
-            rec.set_size(entry.end - rec.start);
-        }
-        let pinned = match host_state {
-            HostState::Pinned => true,
-            HostState::Pageable => false,
-            HostState::Unknown => {
-                rec.kind().pinned_from_start() || entry.pinned_covers(host, bytes)
+            None => {
+                self.implicit_record(p, ev, host, end, AllocKind::Untracked);
+                host
             }
         };
-        store.count_transfer(entry.record);
-        let what = Recorded::Transfer {
-            direction,
-            bytes,
-            host,
-            is_async,
-            stream,
-            pinned,
-            reported: host_state,
+        let Process { live, ranges, .. } = &mut self.processes[p];
+        let entry = live
+            .get_mut(&key)
+            .expect("containing() returned a live start");
+        let record = entry.record;
+        let kind = self.store.records[record as usize].kind();
+        if kind == AllocKind::Untracked && end > entry.end {
+            // Untracked memory: the record grows to cover what transfers touch, up to the
+            // next live allocation.
+            let next = ranges
+                .range(host.saturating_add(1)..)
+                .next()
+                .map_or(u64::MAX, |(&k, _)| k);
+            entry.end = end.min(next).max(entry.end);
+            ranges.insert(key, entry.end);
+            self.store.records[record as usize].set_size(entry.end - key);
+        }
+        *pinned = match reported {
+            HostState::Pinned => true,
+            HostState::Pageable => false,
+            HostState::Unknown => kind.pinned_from_start() || entry.pinned_covers(host, bytes),
         };
-        store.append(entry, &Self::recorded(ev, what), false, cap);
+        let cap = self.config.max_events_per_allocation;
+        self.store.count_transfer(record);
+        self.store
+            .append(entry, &Self::recorded(ev, what), false, cap);
     }
 
     fn on_os_event(&mut self, p: usize, ev: &Event, addr: u64, what: Recorded) {
         let cap = self.config.max_events_per_allocation;
-        let store = &mut self.store;
-        match self.processes[p]
+        let Some(key) = self.processes[p].containing(addr) else {
+            self.store.stats.unattributed_events += 1;
+            return;
+        };
+        let entry = self.processes[p]
             .live
-            .range_mut(..=addr)
-            .next_back()
-            .map(|(_, e)| e)
-            .filter(|e| addr < e.end)
-        {
-            Some(entry) => store.append(entry, &Self::recorded(ev, what), false, cap),
-            None => store.stats.unattributed_events += 1,
-        }
+            .get_mut(&key)
+            .expect("containing() returned a live start");
+        self.store
+            .append(entry, &Self::recorded(ev, what), false, cap);
     }
 
     fn on_munmap(&mut self, p: usize, ev: &Event, start: u64, len: u64) {
         let end = start.saturating_add(len);
         let cap = self.config.max_events_per_allocation;
         let what = Self::recorded(ev, Recorded::Munmap { start, len });
-        let live = &mut self.processes[p].live;
-        let mut keys: Vec<u64> = Vec::new();
-        if let Some((&k, e)) = live.range(..start).next_back() {
-            if e.end > start {
-                keys.push(k);
-            }
-        }
-        keys.extend(live.range(start..end).map(|(&k, _)| k));
+        let proc_ = &mut self.processes[p];
+        let keys = proc_.overlapping(start, end);
         if keys.is_empty() {
             self.store.stats.unattributed_events += 1;
             return;
         }
         for k in keys {
-            let inside = {
-                let e = &live[&k];
-                start <= k && e.end <= end
-            };
+            let inside = start <= k && proc_.ranges.get(&k).is_some_and(|&e| e <= end);
             if inside {
-                let mut e = live.remove(&k).expect("key just listed");
+                let mut e = proc_.remove(k).expect("key just listed");
                 self.store.append(&mut e, &what, true, cap);
                 self.store.records[e.record as usize].set_state(AllocState::Unmapped);
-            } else {
-                let e = live.get_mut(&k).expect("key just listed");
+            } else if let Some(e) = proc_.live.get_mut(&k) {
                 self.store.append(e, &what, false, cap);
             }
         }
@@ -856,14 +904,11 @@ impl MemHistory {
 
     /// Encoded events of a record, exactly (for the binary dump).
     pub(crate) fn record_event_bytes(&self, id: RecordId) -> Vec<u8> {
+        use crate::varint::ByteSource;
         let mut it = self.store.events(id.0);
         while it.next().is_some() {}
         let len = it.bytes_read();
-        let mut reader = self
-            .store
-            .arena
-            .reader(self.store.records[id.0 as usize].events);
-        use crate::varint::ByteSource;
+        let mut reader = self.store.arena.reader(id.0);
         (0..len).filter_map(|_| reader.next_byte()).collect()
     }
 
@@ -895,15 +940,11 @@ impl MemHistory {
         self.store.rank.at_most(max, |i| r[i].transfers)
     }
 
-    /// The live record of process index `p` containing `addr`.
+    /// The live record of process `pid` containing `addr`.
     pub(crate) fn live_record_at(&self, pid: u32, addr: u64) -> Option<u32> {
-        let p = *self.pid_index.get(&pid)? as usize;
-        self.processes[p]
-            .live
-            .range(..=addr)
-            .next_back()
-            .filter(|(_, e)| addr < e.end)
-            .map(|(_, e)| e.record)
+        let p = &self.processes[*self.pid_index.get(&pid)? as usize];
+        let key = p.containing(addr)?;
+        p.live.get(&key).map(|e| e.record)
     }
 
     // ----- rebuilding from a dump -----
@@ -922,10 +963,7 @@ impl MemHistory {
             if info.exit_ts_ns.is_none() {
                 h.pid_index.insert(info.pid, i);
             }
-            h.processes.push(Process {
-                info,
-                live: BTreeMap::new(),
-            });
+            h.processes.push(Process::new(info));
         }
         h.source_stats = source_stats;
         h.store.stats = stats;
@@ -956,6 +994,22 @@ impl MemHistory {
         if r.events.is_empty() {
             return Err("an allocation has no events".into());
         }
+        if r.state == AllocState::Live {
+            if self.processes[p].info.exit_ts_ns.is_some() {
+                return Err("a live allocation in a process that exited".into());
+            }
+            let end = r.start.saturating_add(r.size);
+            if !self.processes[p].overlapping(r.start, end).is_empty() {
+                return Err(format!(
+                    "live allocation at {:#x} overlaps another live allocation of the same process",
+                    r.start
+                ));
+            }
+        } else if r.state == AllocState::Exited && self.processes[p].info.exit_ts_ns.is_none() {
+            return Err(
+                "an allocation ended with its process, but the process has no exit time".into(),
+            );
+        }
         let site = self.store.tables.sites.intern(r.site);
         let slot = self.store.slots.intern(SlotKey {
             process: r.process,
@@ -967,15 +1021,13 @@ impl MemHistory {
         if r.pinned_seen {
             rec.set_pinned_seen();
         }
-        // Counted by the dump's own stats: do not count the record twice.
-        let records_before = self.store.stats.records;
+        // The dump's own stats already count the record and its events.
+        let stats = self.store.stats;
         let mut entry = self.store.new_record(rec);
-        self.store.stats.records = records_before;
-        let retained_before = self.store.stats.events_retained;
         for ev in &r.events {
             self.store.append(&mut entry, ev, true, u32::MAX);
         }
-        self.store.stats.events_retained = retained_before;
+        self.store.stats = stats;
         let id = entry.record;
         let transfers = match r.capped {
             Some((counters, dropped)) => {
@@ -998,17 +1050,6 @@ impl MemHistory {
                 .increment(id as usize, 0, t, |i| records[i].transfers);
         }
         if r.state == AllocState::Live {
-            let live = &mut self.processes[p].live;
-            let overlaps = live
-                .range(..r.start.saturating_add(r.size.max(1)))
-                .next_back()
-                .is_some_and(|(_, e)| e.end > r.start);
-            if overlaps || live.contains_key(&r.start) {
-                return Err(format!(
-                    "live allocation at {:#x} overlaps another live allocation of the same process",
-                    r.start
-                ));
-            }
             for ev in &r.events {
                 match ev.what {
                     Recorded::PinPages { start, bytes, .. } => {
@@ -1026,11 +1067,7 @@ impl MemHistory {
                     _ => {}
                 }
             }
-            live.insert(r.start, entry);
-        } else if self.processes[p].info.exit_ts_ns.is_none() && r.state == AllocState::Exited {
-            return Err(
-                "an allocation ended with its process, but the process has no exit time".into(),
-            );
+            self.processes[p].insert(r.start, entry);
         }
         Ok(())
     }

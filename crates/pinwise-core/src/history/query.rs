@@ -309,8 +309,7 @@ impl MemHistory {
                 est.approximate = true;
                 for d in Direction::ALL {
                     let c = counters.direction(d);
-                    if c.pageable_transfers > 0 {
-                        let each = c.pageable_bytes / c.pageable_transfers;
+                    if let Some(each) = c.pageable_bytes.checked_div(c.pageable_transfers) {
                         let n = c.pageable_transfers as f64;
                         pageable_ns += n * cost.transfer_ns(d, each, false);
                         pinned_ns += n * cost.transfer_ns(d, each, true);

@@ -1,9 +1,9 @@
-//! The per-allocation record: 32 bytes, whatever the allocation's history.
+//! The per-allocation record: 28 bytes, whatever the allocation's history.
 //!
 //! Everything else about an allocation is found through it: its process and call site
-//! through its slot (see [`super::slots`]), its events through the head of its chain in the
-//! event arena, its exact counters through the events (or a side table once its events were
-//! capped).
+//! through its slot (see [`super::tables`]), its events through the chain whose first chunk
+//! sits at the record's own index in the event arena (see [`super::arena`]), its exact
+//! counters through the events (or a side table once its events were capped).
 
 use serde::{Deserialize, Serialize};
 
@@ -153,86 +153,110 @@ const STATE_SHIFT: u32 = 58;
 const PINNED_SEEN_BIT: u64 = 1 << 61;
 const CAPPED_BIT: u64 = 1 << 62;
 
-/// One allocation, in 32 bytes.
+/// One allocation, in 28 bytes.
 ///
-/// `size_flags` packs the size (low 56 bits) with the kind (2 bits), the state (3 bits),
-/// whether pages of it were ever pinned by a registration (1 bit) and whether its events
-/// were capped (1 bit).
+/// The two 64-bit fields are stored as pairs of `u32` so that the record is 4-byte aligned
+/// and packs without padding. `size_flags` packs the size (low 56 bits) with the kind
+/// (2 bits), the state (3 bits), whether pages of it were ever pinned by a registration
+/// (1 bit) and whether its events were capped (1 bit).
 #[derive(Debug, Clone, Copy)]
 #[repr(C)]
 pub(crate) struct AllocRecord {
-    /// First byte.
-    pub start: u64,
-    size_flags: u64,
+    /// First byte (low, high halves).
+    start: [u32; 2],
+    /// Size and flags (low, high halves).
+    size_flags_halves: [u32; 2],
     /// The (process, call site) slot the allocation came from.
     pub slot: u32,
     /// Call number at that site in that process (0: no allocation was seen).
     pub call_no: u32,
     /// Transfers attributed to it, saturating at `u32::MAX` (exact counts: see counters).
     pub transfers: u32,
-    /// First chunk of its events in the arena.
-    pub events: u32,
 }
 
-const _: () = assert!(std::mem::size_of::<AllocRecord>() == 32);
+const _: () = assert!(std::mem::size_of::<AllocRecord>() == 28);
+
+const fn halves(v: u64) -> [u32; 2] {
+    [v as u32, (v >> 32) as u32]
+}
+
+const fn whole(h: [u32; 2]) -> u64 {
+    h[0] as u64 | ((h[1] as u64) << 32)
+}
 
 impl AllocRecord {
     pub fn new(start: u64, size: u64, kind: AllocKind, slot: u32, call_no: u32) -> Self {
         AllocRecord {
-            start,
-            size_flags: size.min(MAX_SIZE) | (u64::from(kind.bits()) << KIND_SHIFT),
+            start: halves(start),
+            size_flags_halves: halves(size.min(MAX_SIZE) | (u64::from(kind.bits()) << KIND_SHIFT)),
             slot,
             call_no,
             transfers: 0,
-            events: 0,
         }
     }
 
     #[inline]
+    fn size_flags(&self) -> u64 {
+        whole(self.size_flags_halves)
+    }
+
+    #[inline]
+    fn set_size_flags(&mut self, v: u64) {
+        self.size_flags_halves = halves(v);
+    }
+
+    /// First byte.
+    #[inline]
+    pub fn start(&self) -> u64 {
+        whole(self.start)
+    }
+
+    #[inline]
     pub fn size(&self) -> u64 {
-        self.size_flags & MAX_SIZE
+        self.size_flags() & MAX_SIZE
     }
 
     #[inline]
     pub fn end(&self) -> u64 {
-        self.start.saturating_add(self.size())
+        self.start().saturating_add(self.size())
     }
 
     pub fn set_size(&mut self, size: u64) {
-        self.size_flags = (self.size_flags & !MAX_SIZE) | size.min(MAX_SIZE);
+        self.set_size_flags((self.size_flags() & !MAX_SIZE) | size.min(MAX_SIZE));
     }
 
     #[inline]
     pub fn kind(&self) -> AllocKind {
-        AllocKind::from_bits((self.size_flags >> KIND_SHIFT) as u8)
+        AllocKind::from_bits((self.size_flags() >> KIND_SHIFT) as u8)
     }
 
     #[inline]
     pub fn state(&self) -> AllocState {
-        AllocState::from_bits((self.size_flags >> STATE_SHIFT) as u8)
+        AllocState::from_bits((self.size_flags() >> STATE_SHIFT) as u8)
     }
 
     pub fn set_state(&mut self, state: AllocState) {
-        self.size_flags =
-            (self.size_flags & !(7 << STATE_SHIFT)) | (u64::from(state.bits()) << STATE_SHIFT);
+        self.set_size_flags(
+            (self.size_flags() & !(7 << STATE_SHIFT)) | (u64::from(state.bits()) << STATE_SHIFT),
+        );
     }
 
     #[inline]
     pub fn pinned_seen(&self) -> bool {
-        self.size_flags & PINNED_SEEN_BIT != 0
+        self.size_flags() & PINNED_SEEN_BIT != 0
     }
 
     pub fn set_pinned_seen(&mut self) {
-        self.size_flags |= PINNED_SEEN_BIT;
+        self.set_size_flags(self.size_flags() | PINNED_SEEN_BIT);
     }
 
     #[inline]
     pub fn capped(&self) -> bool {
-        self.size_flags & CAPPED_BIT != 0
+        self.size_flags() & CAPPED_BIT != 0
     }
 
     pub fn set_capped(&mut self) {
-        self.size_flags |= CAPPED_BIT;
+        self.set_size_flags(self.size_flags() | CAPPED_BIT);
     }
 }
 
@@ -242,7 +266,8 @@ mod tests {
 
     #[test]
     fn flags_do_not_disturb_the_size() {
-        let mut r = AllocRecord::new(0x1000, 12345, AllocKind::Untracked, 7, 3);
+        let mut r = AllocRecord::new(0x7fff_1234_5000, 12345, AllocKind::Untracked, 7, 3);
+        assert_eq!(r.start(), 0x7fff_1234_5000);
         r.set_state(AllocState::Exited);
         r.set_pinned_seen();
         r.set_capped();
@@ -255,7 +280,7 @@ mod tests {
         assert_eq!(r.size(), 99);
         assert_eq!(r.state(), AllocState::Freed);
         assert_eq!(r.kind(), AllocKind::Untracked);
-        assert_eq!(r.end(), 0x1000 + 99);
+        assert_eq!(r.end(), 0x7fff_1234_5000 + 99);
         assert_eq!(
             AllocRecord::new(0, u64::MAX, AllocKind::Pageable, 0, 0).size(),
             MAX_SIZE

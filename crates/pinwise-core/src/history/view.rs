@@ -119,7 +119,7 @@ impl<'h> AllocationView<'h> {
 
     /// First byte.
     pub fn start(&self) -> u64 {
-        self.rec().start
+        self.rec().start()
     }
 
     /// Length in bytes.
