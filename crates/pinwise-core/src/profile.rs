@@ -224,13 +224,18 @@ impl Profile {
         };
         let process_start: Vec<u64> = history.processes().map(|p| p.first_ts_ns).collect();
         let mut entries: HashMap<(u32, u64, u32), ProfileEntry> = HashMap::new();
+        // Per site: the profile so far, its total size and the processes it allocated in.
+        let mut sites: HashMap<(u32, u64), (SiteProfile, u64, Vec<u32>)> = HashMap::new();
+        // One pass over the records: implicit records (call number 0) have no tag to
+        // predict and are left out.
         for v in history.allocations() {
             let tag = v.tag();
             if tag.call_no == 0 {
                 continue;
             }
             let module = module_of(tag.site.module);
-            let base = process_start[v.process_index() as usize];
+            let process = v.process_index();
+            let base = process_start[process as usize];
             let start_ns = v.alloc_ts_ns().saturating_sub(base);
             let end_ns = match v.state() {
                 AllocState::Live | AllocState::Exited => None,
@@ -261,35 +266,43 @@ impl Profile {
                 (Some(a), Some(b)) => Some(a.max(b)),
                 _ => None,
             };
+            let (s, total_size, procs) = sites
+                .entry((module, tag.site.offset))
+                .or_insert_with(|| {
+                    (
+                        SiteProfile {
+                            module,
+                            offset: tag.site.offset,
+                            allocations: 0,
+                            processes: 0,
+                            transferred: 0,
+                            mean_size: 0,
+                            max_size: 0,
+                            max_call_no: 0,
+                            transfers: PerDirection::default(),
+                        },
+                        0,
+                        Vec::new(),
+                    )
+                });
+            s.allocations += 1;
+            s.transferred += u64::from(counters.transfers() > 0);
+            s.max_size = s.max_size.max(v.size());
+            s.max_call_no = s.max_call_no.max(tag.call_no);
+            s.transfers.add(&counters);
+            *total_size = total_size.saturating_add(v.size());
+            if !procs.contains(&process) {
+                procs.push(process);
+            }
         }
         let mut entries: Vec<ProfileEntry> = entries.into_values().collect();
         entries.sort_by_key(|e| (e.module, e.offset, e.call_no));
-        let mut sites: Vec<SiteProfile> = history
-            .site_aggregates()
-            .into_iter()
-            .filter(|a| a.allocations > 0)
-            .map(|a| {
-                // Only the allocations (not implicit records) count for a site's profile.
-                let mut transfers = PerDirection::default();
-                let mut transferred = 0;
-                for v in history.by_site(a.site) {
-                    if v.tag().call_no > 0 {
-                        let c = v.counters();
-                        transfers.add(&c);
-                        transferred += u64::from(c.transfers() > 0);
-                    }
-                }
-                SiteProfile {
-                    module: module_of(a.site.module),
-                    offset: a.site.offset,
-                    allocations: a.allocations,
-                    processes: a.processes,
-                    transferred,
-                    mean_size: a.total_size / a.allocations.max(1),
-                    max_size: a.max_size,
-                    max_call_no: a.max_call_no,
-                    transfers,
-                }
+        let mut sites: Vec<SiteProfile> = sites
+            .into_values()
+            .map(|(mut s, total_size, procs)| {
+                s.mean_size = total_size / s.allocations.max(1);
+                s.processes = procs.len() as u64;
+                s
             })
             .collect();
         sites.sort_by_key(|s| (s.module, s.offset));

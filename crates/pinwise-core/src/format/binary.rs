@@ -194,6 +194,7 @@ impl BinaryAppender {
             .copied()
             .filter(|&i| i < self.records_written)
             .collect();
+        ids.sort_unstable();
         ids.extend(self.records_written..total);
         let mut p = Payload::default();
         p.uint(ids.len() as u64);
