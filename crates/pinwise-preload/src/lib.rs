@@ -1,1 +1,82 @@
-//! pinwise-preload: pinwise for unmodified programs, through LD_PRELOAD.
+//! pinwise-preload: pinwise for unmodified programs, through `LD_PRELOAD`.
+//!
+//! `pinwise run -- CMD` starts `CMD` with `libpinwise_preload.so` preloaded. The library
+//! intercepts the CUDA host-memory entry points at both levels, serves pinned requests from
+//! pinwise's pool (pinwise-alloc), promotes hot pageable buffers in place, and records every
+//! host allocation's life in a `MemHistory` (pinwise-core), written at exit as a history and
+//! as a profile for `--mode use`.
+//!
+//! # How calls are reached
+//!
+//! - **Runtime** (`cudaMallocHost`, `cudaHostAlloc`, `cudaFreeHost`, `cudaHostRegister`,
+//!   `cudaHostUnregister`, `cudaMemcpy*`): exported here, forwarded to the next definition
+//!   (the program's shared cudart). They note the application's call site for the driver
+//!   hooks underneath, and observe the call themselves if no driver hook saw it.
+//! - **Driver** (`cuMemHostAlloc`, `cuMemAllocHost_v2`, `cuMemFreeHost`,
+//!   `cuMemHostRegister(_v2)`, `cuMemHostUnregister`, the host copies in their sync/async,
+//!   `_ptds`/`_ptsz`, 2D/3D forms, and the pointer queries): exported here for programs
+//!   linked with `-lcuda`, and handed out by the intercepted `dlsym` and `cuGetProcAddress`
+//!   (all versions) to whoever looks them up: cudart, shared or static, finds every driver
+//!   entry point that way. Everything else is forwarded untouched.
+//!
+//! # Configuration (environment; `pinwise run` sets these)
+//!
+//! | variable | meaning |
+//! |---|---|
+//! | `PINWISE_MODE` | `adaptive` (default), `profile` or `use` |
+//! | `PINWISE_PROFILE` | profile to write (`profile`) or follow (`use`) |
+//! | `PINWISE_HISTORY` | history to write at exit (`.json`: JSON, else binary) |
+//! | `PINWISE_STATS_DIR` | directory for this process's statistics (`<pid>.json`) |
+//! | `PINWISE_BUDGET` | pinned budget (`8G`, `512MiB`, `25%`); default a quarter of RAM |
+//! | `PINWISE_CALIBRATION` | calibration CSV for the cost model (default: built-in H200 table) |
+//! | `PINWISE_LOG` | `stderr` or a file: where to log (nothing is logged otherwise) |
+//! | `PINWISE_LOG_LEVEL` | `error`, `warn` (default), `info`, `debug`, `trace` |
+//! | `PINWISE_DUMP_SIGNAL` | a signal (`USR2`, `SIGUSR1`, `12`) that writes the outputs now |
+//! | `PINWISE_KEEP_PINNED` | `1`: serve every pinned request pinned (still pooled) |
+//! | `PINWISE_PROMOTE_PAGEABLE` | `0`: never register the program's pageable buffers |
+//! | `PINWISE_DRIVER_HOOKS` | `0`: hand out the real driver entry points (runtime hooks only) |
+//! | `PINWISE_DISABLE` | `1`: forward everything, record nothing |
+//! | `PINWISE_LAUNCHER_PID` | set by `pinwise run`: its children write the main output paths |
+//!
+//! Processes other than the one `pinwise run` started (forked children, programs it runs)
+//! write their outputs to `<stem>.<pid>.<ext>` next to the main paths, and only if they saw
+//! any CUDA host-memory call.
+//!
+//! # Safety inside someone else's process
+//!
+//! No allocation or lock where a hook can re-enter itself (`free`, `realloc`, `munmap` cost
+//! one atomic load while nothing is promoted, and never touch thread-local storage); events
+//! go to per-thread fixed-size rings drained by a background thread; initialization is lazy
+//! and is reset in a forked child (`pthread_atfork`); nothing is written to the program's
+//! stdout; a panic or a failure inside pinwise turns pinwise off and forwards the call.
+//!
+//! | module | idea |
+//! |---|---|
+//! | [`config`] | the environment, parsed |
+//! | [`variants`] | which driver functions are hooked, under which exported names |
+//! | [`real`] | finding the real `dlsym`, driver and runtime functions |
+//! | [`ring`] | per-thread event rings and their ordered draining |
+//! | [`promote`] | lock-free tables: promoted ranges and pageable transfer counters |
+//! | `recorder` | the history, the drain thread, the output files |
+//! | `pinning` | the engine behind the hooks and the promotion of pageable buffers |
+//! | `hooks` | what every intercepted call does |
+//! | `exports` | the exported symbols (thin: a trampoline or a call into `hooks`) |
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+mod backend;
+mod clock;
+pub mod config;
+mod guard;
+mod hooks;
+mod pinning;
+pub mod promote;
+pub mod real;
+mod recorder;
+pub mod ring;
+mod state;
+mod stats;
+pub mod variants;
+
+#[cfg(not(test))]
+mod exports;

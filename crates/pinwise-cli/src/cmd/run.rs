@@ -1,11 +1,779 @@
-//! `pinwise run` (being built: see the issue tracker).
-use std::process::ExitCode;
+//! `pinwise run`: run a program with pinwise's preload library (smart pinning and
+//! in-process tracing, no code change), pass its exit status through, and print what
+//! pinwise did.
+//!
+//! The library (`libpinwise_preload.so`, next to the `pinwise` binary unless `--preload`
+//! says otherwise) is put first in `LD_PRELOAD`, and configured through environment
+//! variables (`PINWISE_MODE`, `PINWISE_PROFILE`, `PINWISE_BUDGET`, `PINWISE_HISTORY`,
+//! `PINWISE_STATS_DIR`, ...; the library's crate documentation lists them all). Each
+//! process it runs in writes its statistics into a temporary directory; after the command
+//! exits, `pinwise run` reads them and prints a summary on stderr (the command's stdout stays
+//! its own).
+//!
+//! - `--mode profile` records the run and writes a profile (`--profile`, default
+//!   `<command>.pinwise-profile.json`) for `--mode use`.
+//! - `--mode use` follows that profile; it is read before the command starts, and a
+//!   profile that cannot be used is an error that names the file and the problem.
+//! - `--mode adaptive` (the default) learns within the run.
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+
+/// File name of the preload library.
+pub const PRELOAD_FILE: &str = "libpinwise_preload.so";
+
+/// How the library decides what to pin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ModeArg {
+    /// Learn within the run, per call site.
+    Adaptive,
+    /// Behave as adaptive, record, and write a profile for `--mode use`.
+    Profile,
+    /// Follow a profile written by `--mode profile`.
+    Use,
+}
+
+impl ModeArg {
+    fn as_str(self) -> &'static str {
+        match self {
+            ModeArg::Adaptive => "adaptive",
+            ModeArg::Profile => "profile",
+            ModeArg::Use => "use",
+        }
+    }
+}
 
 /// Arguments of `pinwise run`.
 #[derive(Debug, clap::Args)]
-pub struct RunArgs {}
+#[command(after_help = "Examples:\n  \
+    pinwise run --mode profile -- ./train --epochs 1\n  \
+    pinwise run --mode use -- ./train --epochs 10\n  \
+    pinwise run --budget 8G -o run.json -- python3 train.py")]
+pub struct RunArgs {
+    /// How pinned requests are decided.
+    #[arg(long, value_enum, default_value_t = ModeArg::Adaptive)]
+    pub mode: ModeArg,
+
+    /// The profile to write (profile mode) or follow (use mode)
+    /// [default: <command>.pinwise-profile.json].
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
+
+    /// Most bytes pinwise keeps pinned in a process (`8G`, `512MiB`, `25%` of RAM)
+    /// [default: a quarter of RAM].
+    #[arg(long, value_name = "SIZE")]
+    pub budget: Option<String>,
+
+    /// Write the history here at exit (`.json`: JSON, else binary).
+    #[arg(short, long, value_name = "HISTORY")]
+    pub output: Option<PathBuf>,
+
+    /// The preload library [default: libpinwise_preload.so next to this binary].
+    #[arg(long, value_name = "PATH")]
+    pub preload: Option<PathBuf>,
+
+    /// Serve every pinned request pinned (still from the pool): never pageable.
+    #[arg(long)]
+    pub keep_pinned: bool,
+
+    /// Never register the program's own pageable buffers.
+    #[arg(long)]
+    pub no_promote: bool,
+
+    /// Also write the summary as JSON (per process and totals).
+    #[arg(long, value_name = "FILE")]
+    pub stats_json: Option<PathBuf>,
+
+    /// A signal (USR1, USR2) that makes the library write its outputs while the program
+    /// runs (for programs that never exit normally).
+    #[arg(long, value_name = "SIGNAL")]
+    pub dump_signal: Option<String>,
+
+    /// Log what the library does to this file (`stderr` for the program's stderr).
+    #[arg(long, value_name = "FILE")]
+    pub log: Option<String>,
+
+    /// The command and its arguments.
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    pub command: Vec<OsString>,
+}
+
+/// One process's statistics as the library writes them (`pinwise-preload-stats`; only what
+/// the summary uses: unknown fields are ignored, missing ones are 0).
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize)]
+#[serde(default)]
+pub struct ProcessStats {
+    /// `pinwise-preload-stats`.
+    pub format: String,
+    /// The process.
+    pub pid: u32,
+    /// Whether `pinwise run` started it.
+    pub top_process: bool,
+    /// Mode in force.
+    pub mode: String,
+    /// The libcuda was the CPU stand-in.
+    pub driver_is_standin: bool,
+    /// The allocator ran.
+    pub allocator_active: bool,
+    /// Why not.
+    pub allocator_unavailable: Option<String>,
+    /// Pinned requests.
+    pub host_allocs: u64,
+    /// Served pinned.
+    pub served_pinned: u64,
+    /// Served pageable.
+    pub served_pageable: u64,
+    /// Passed to CUDA.
+    pub forwarded: u64,
+    /// Required pinned beyond the budget.
+    pub required_outside_budget: u64,
+    /// Frees.
+    pub host_frees: u64,
+    /// Registrations by the program.
+    pub registrations: u64,
+    /// Copies by direction.
+    pub transfers: BTreeMap<String, DirectionStats>,
+    /// On pinned memory.
+    pub transfers_pinned: u64,
+    /// On pageable memory.
+    pub transfers_pageable: u64,
+    /// On memory pinwise does not know.
+    pub transfers_unknown: u64,
+    /// Program buffers registered in place.
+    pub promotions_on_transfers: u64,
+    /// Served allocations registered before a query.
+    pub promotions_on_queries: u64,
+    /// Served allocations the allocator registered.
+    pub promotions_by_allocator: u64,
+    /// Registrations refused by the driver.
+    pub promotion_failures: u64,
+    /// Registrations refused by the budget.
+    pub promotion_budget_refusals: u64,
+    /// Runtime calls recorded at the runtime level.
+    pub runtime_only: u64,
+    /// Wrappers handed out.
+    pub wrapped_by_dlsym: u64,
+    /// Wrappers handed out by cuGetProcAddress.
+    pub wrapped_by_proc_address: u64,
+    /// By the version rule.
+    pub wrapped_by_rule: u64,
+    /// Mean sampled hook cost, ns.
+    pub hook_ns_mean: Option<f64>,
+    /// Samples.
+    pub hook_samples: u64,
+    /// Events recorded.
+    pub events: u64,
+    /// Events lost.
+    pub events_lost: u64,
+    /// Records in the history.
+    pub history_records: u64,
+    /// The allocator's statistics.
+    pub engine: EngineStats,
+    /// History file.
+    pub history: OutputStats,
+    /// Profile file.
+    pub profile: OutputStats,
+    /// Problems.
+    pub problems: Vec<String>,
+}
+
+/// Copies of one direction.
+#[derive(Debug, Clone, Copy, Default, Deserialize, serde::Serialize)]
+#[serde(default)]
+pub struct DirectionStats {
+    /// Copies.
+    pub count: u64,
+    /// Bytes.
+    pub bytes: u64,
+}
+
+/// The allocator's statistics (what the summary uses).
+#[derive(Debug, Clone, Copy, Default, Deserialize, serde::Serialize)]
+#[serde(default)]
+pub struct EngineStats {
+    /// Most bytes pinned at once.
+    pub pinned_bytes_peak: u64,
+    /// The budget.
+    pub budget_bytes: u64,
+    /// Pool hits.
+    pub pool_hits: u64,
+    /// Pool misses.
+    pub pool_misses: u64,
+    /// Fallbacks to pageable.
+    pub fallbacks: u64,
+    /// Budget refusals.
+    pub budget_refusals: u64,
+    /// Use mode: allocations without advice.
+    pub advice_unmatched: u64,
+}
+
+/// An output file.
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize)]
+#[serde(default)]
+pub struct OutputStats {
+    /// Where.
+    pub path: Option<String>,
+    /// Written.
+    pub written: bool,
+    /// What went wrong.
+    pub error: Option<String>,
+}
 
 /// Runs `pinwise run`.
-pub fn run(_args: RunArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`pinwise run` is not built yet")
+pub fn run(args: RunArgs) -> Result<ExitCode> {
+    let preload = find_preload(args.preload.as_deref())?;
+    let program = args.command[0].clone();
+    let program_name = Path::new(&program)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "program".into());
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let absolute = |p: &Path| {
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            cwd.join(p)
+        }
+    };
+
+    let profile = match args.mode {
+        ModeArg::Adaptive => args.profile.as_deref().map(absolute),
+        ModeArg::Profile | ModeArg::Use => Some(absolute(
+            args.profile
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(format!("{program_name}.pinwise-profile.json")))
+                .as_path(),
+        )),
+    };
+    if args.mode == ModeArg::Use {
+        let path = profile.as_ref().expect("use mode has a profile path");
+        let p = pinwise_core::Profile::load(path).with_context(|| {
+            format!(
+                "--mode use: the profile {} cannot be used (make one with `pinwise run --mode \
+                 profile -- CMD`)",
+                path.display()
+            )
+        })?;
+        tracing::info!(entries = p.entries.len(), "profile read");
+    }
+    if args.mode == ModeArg::Profile {
+        let path = profile.as_ref().expect("profile mode has a profile path");
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            if !dir.is_dir() {
+                bail!(
+                    "--mode profile: cannot write the profile {}: {} is not a directory",
+                    path.display(),
+                    dir.display()
+                );
+            }
+        }
+    }
+    if let Some(b) = &args.budget {
+        pinwise_alloc::budget::parse_size(b).map_err(|e| anyhow::anyhow!("--budget: {e}"))?;
+    }
+    let history = args.output.as_deref().map(absolute);
+
+    let stats_dir = StatsDir::create()?;
+    let mut command = Command::new(&program);
+    command.args(&args.command[1..]);
+    let ld_preload = match std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
+        Some(old) => {
+            let mut v = preload.clone().into_os_string();
+            v.push(":");
+            v.push(old);
+            v
+        }
+        None => preload.clone().into_os_string(),
+    };
+    command
+        .env("LD_PRELOAD", ld_preload)
+        .env("PINWISE_MODE", args.mode.as_str())
+        .env("PINWISE_STATS_DIR", stats_dir.path())
+        .env("PINWISE_LAUNCHER_PID", std::process::id().to_string());
+    for (name, value) in [
+        (
+            "PINWISE_PROFILE",
+            profile.as_ref().map(|p| p.as_os_str().to_owned()),
+        ),
+        (
+            "PINWISE_HISTORY",
+            history.as_ref().map(|p| p.as_os_str().to_owned()),
+        ),
+        ("PINWISE_BUDGET", args.budget.as_ref().map(OsString::from)),
+        (
+            "PINWISE_DUMP_SIGNAL",
+            args.dump_signal.as_ref().map(OsString::from),
+        ),
+        ("PINWISE_LOG", args.log.as_ref().map(OsString::from)),
+    ] {
+        match value {
+            Some(v) => command.env(name, v),
+            None => command.env_remove(name),
+        };
+    }
+    command.env(
+        "PINWISE_KEEP_PINNED",
+        if args.keep_pinned { "1" } else { "0" },
+    );
+    command.env(
+        "PINWISE_PROMOTE_PAGEABLE",
+        if args.no_promote { "0" } else { "1" },
+    );
+
+    let started = Instant::now();
+    let mut child = command
+        .spawn()
+        .with_context(|| format!("cannot run {}", program.to_string_lossy()))?;
+    // Ctrl-C goes to the whole foreground group: the command decides what to do with it,
+    // and pinwise stays to report.
+    let ignored = IgnoreInterrupts::now();
+    let status = child.wait().context("waiting for the command failed")?;
+    drop(ignored);
+    let elapsed = started.elapsed();
+
+    let mut processes = stats_dir.read();
+    adopt_single_child_outputs(
+        &mut processes,
+        history.as_deref(),
+        profile.as_deref(),
+        args.mode,
+    );
+    let how = match (status.code(), status.signal()) {
+        (Some(c), _) => format!("exited with status {c}"),
+        (None, Some(s)) => format!("was killed by signal {s}"),
+        _ => "ended".to_string(),
+    };
+    eprintln!(
+        "pinwise: `{}` {how} after {:.2} s (mode {})",
+        program.to_string_lossy(),
+        elapsed.as_secs_f64(),
+        args.mode.as_str()
+    );
+    for line in summary_lines(&processes) {
+        eprintln!("pinwise: {line}");
+    }
+    if let Some(path) = &args.stats_json {
+        let doc = serde_json::json!({
+            "format": "pinwise-run-summary",
+            "version": 1,
+            "command": args.command.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>(),
+            "mode": args.mode.as_str(),
+            "exit_code": status.code(),
+            "signal": status.signal(),
+            "elapsed_s": elapsed.as_secs_f64(),
+            "processes": processes,
+            "totals": totals(&processes),
+        });
+        std::fs::write(path, serde_json::to_vec_pretty(&doc)?)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    drop(stats_dir);
+
+    if let Some(sig) = status.signal() {
+        // Die the same way, so that a shell sees what the command did.
+        // SAFETY: restoring the default action and raising a signal on ourselves.
+        unsafe {
+            libc::signal(sig, libc::SIG_DFL);
+            libc::raise(sig);
+        }
+        return Ok(ExitCode::from((128 + sig).clamp(0, 255) as u8));
+    }
+    Ok(ExitCode::from(
+        status.code().unwrap_or(1).clamp(0, 255) as u8
+    ))
+}
+
+/// The preload library: `explicit`, else next to this binary.
+fn find_preload(explicit: Option<&Path>) -> Result<PathBuf> {
+    let path = match explicit {
+        Some(p) => p.to_path_buf(),
+        None => {
+            let exe = std::env::current_exe().context("cannot find the pinwise binary")?;
+            exe.with_file_name(PRELOAD_FILE)
+        }
+    };
+    let path = path
+        .canonicalize()
+        .with_context(|| format!("the preload library {} is missing (build it with `cargo build -p pinwise-preload`, or pass --preload PATH)", path.display()))?;
+    let text = path.to_string_lossy();
+    if text.contains(' ') || text.contains(':') {
+        bail!(
+            "the preload library's path {} contains a space or a colon, which LD_PRELOAD \
+             cannot carry: move it",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// A temporary directory for the processes' statistics, removed when dropped.
+struct StatsDir(PathBuf);
+
+impl StatsDir {
+    fn create() -> Result<StatsDir> {
+        let base = std::env::temp_dir();
+        for attempt in 0..100u32 {
+            let dir = base.join(format!(
+                "pinwise-run-{}-{}-{attempt}",
+                std::process::id(),
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.subsec_nanos())
+                    .unwrap_or(0)
+            ));
+            match std::fs::create_dir(&dir) {
+                Ok(()) => return Ok(StatsDir(dir)),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => {
+                    return Err(e).with_context(|| format!("cannot create {}", dir.display()))
+                }
+            }
+        }
+        bail!("cannot create a temporary directory in {}", base.display())
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// Every process's statistics, the started process first, then by pid. Files that
+    /// cannot be read are reported and skipped.
+    fn read(&self) -> Vec<ProcessStats> {
+        let mut out = Vec::new();
+        let Ok(entries) = std::fs::read_dir(&self.0) else {
+            return out;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.extension().and_then(|e| e.to_str()) != Some("json") {
+                continue;
+            }
+            match std::fs::read(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|b| serde_json::from_slice::<ProcessStats>(&b).map_err(|e| e.to_string()))
+            {
+                Ok(s) => out.push(s),
+                Err(e) => eprintln!("pinwise: statistics {} unreadable: {e}", path.display()),
+            }
+        }
+        out.sort_by_key(|s| (!s.top_process, s.pid));
+        out
+    }
+}
+
+impl Drop for StatsDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// While alive, SIGINT and SIGQUIT do not stop pinwise (the command gets them).
+struct IgnoreInterrupts(libc::sighandler_t, libc::sighandler_t);
+
+impl IgnoreInterrupts {
+    fn now() -> Self {
+        // SAFETY: setting dispositions of this process; the old ones are restored on drop.
+        unsafe {
+            IgnoreInterrupts(
+                libc::signal(libc::SIGINT, libc::SIG_IGN),
+                libc::signal(libc::SIGQUIT, libc::SIG_IGN),
+            )
+        }
+    }
+}
+
+impl Drop for IgnoreInterrupts {
+    fn drop(&mut self) {
+        // SAFETY: restoring the dispositions saved by `now`.
+        unsafe {
+            libc::signal(libc::SIGINT, self.0);
+            libc::signal(libc::SIGQUIT, self.1);
+        }
+    }
+}
+
+/// When the started process used no CUDA (a shell, a launcher) and exactly one other process
+/// did, that process's history and profile become the main ones.
+fn adopt_single_child_outputs(
+    processes: &mut [ProcessStats],
+    history: Option<&Path>,
+    profile: Option<&Path>,
+    mode: ModeArg,
+) {
+    let top_idle = processes.iter().any(|p| p.top_process && p.events == 0)
+        || !processes.iter().any(|p| p.top_process);
+    let busy: Vec<usize> = processes
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| !p.top_process && p.events > 0)
+        .map(|(i, _)| i)
+        .collect();
+    if !top_idle || busy.len() != 1 {
+        return;
+    }
+    let p = &mut processes[busy[0]];
+    let adopt = |out: &mut OutputStats, main: Option<&Path>| {
+        if let (Some(main), Some(from), true) = (main, out.path.clone(), out.written) {
+            if std::fs::rename(&from, main).is_ok() {
+                out.path = Some(main.display().to_string());
+            }
+        }
+    };
+    adopt(&mut p.history, history);
+    if mode == ModeArg::Profile {
+        adopt(&mut p.profile, profile);
+    }
+}
+
+/// Sums over processes (peaks: the largest).
+fn totals(ps: &[ProcessStats]) -> serde_json::Value {
+    let sum = |f: &dyn Fn(&ProcessStats) -> u64| ps.iter().map(f).sum::<u64>();
+    let dir = |d: &str, bytes: bool| {
+        sum(&|p: &ProcessStats| {
+            p.transfers
+                .get(d)
+                .map_or(0, |s| if bytes { s.bytes } else { s.count })
+        })
+    };
+    serde_json::json!({
+        "processes": ps.len(),
+        "host_allocs": sum(&|p| p.host_allocs),
+        "served_pinned": sum(&|p| p.served_pinned),
+        "served_pageable": sum(&|p| p.served_pageable),
+        "forwarded": sum(&|p| p.forwarded),
+        "transfers_htod": dir("HtoD", false),
+        "transfers_dtoh": dir("DtoH", false),
+        "bytes_htod": dir("HtoD", true),
+        "bytes_dtoh": dir("DtoH", true),
+        "transfers_pinned": sum(&|p| p.transfers_pinned),
+        "transfers_pageable": sum(&|p| p.transfers_pageable),
+        "transfers_unknown": sum(&|p| p.transfers_unknown),
+        "pinned_bytes_peak_max": ps.iter().map(|p| p.engine.pinned_bytes_peak).max().unwrap_or(0),
+        "pool_hits": sum(&|p| p.engine.pool_hits),
+        "fallbacks": sum(&|p| p.engine.fallbacks + p.promotion_failures),
+        "budget_refusals": sum(&|p| p.engine.budget_refusals + p.promotion_budget_refusals),
+        "promotions": sum(&|p| p.promotions_on_transfers + p.promotions_on_queries + p.promotions_by_allocator),
+        "events": sum(&|p| p.events),
+        "events_lost": sum(&|p| p.events_lost),
+    })
+}
+
+/// The summary, one line each.
+pub fn summary_lines(ps: &[ProcessStats]) -> Vec<String> {
+    let mut lines = Vec::new();
+    if ps.is_empty() {
+        lines.push(
+            "no statistics were written: the library did not load (a static executable?), or \
+             the program ended without running its exit handlers (_exit, a fatal signal)"
+                .to_string(),
+        );
+        return lines;
+    }
+    if ps.iter().any(|p| p.driver_is_standin) {
+        lines.push(
+            "the libcuda in use is pinwise's CPU stand-in (TEST FIXTURE: not a GPU; timings \
+             here are not GPU figures)"
+                .to_string(),
+        );
+    }
+    if ps.len() > 1 {
+        let pids: Vec<String> = ps.iter().map(|p| p.pid.to_string()).collect();
+        lines.push(format!(
+            "{} processes wrote statistics (pids {}); totals below",
+            ps.len(),
+            pids.join(", ")
+        ));
+    }
+    let sum = |f: &dyn Fn(&ProcessStats) -> u64| ps.iter().map(f).sum::<u64>();
+    let dir = |d: &str| {
+        let count = sum(&|p| p.transfers.get(d).map_or(0, |s| s.count));
+        let bytes = sum(&|p| p.transfers.get(d).map_or(0, |s| s.bytes));
+        (count, bytes)
+    };
+    lines.push(format!(
+        "pinned requests {}: {} served pinned (pool hits {}, misses {}), {} served pageable, \
+         {} passed to CUDA ({} over the budget but required pinned)",
+        sum(&|p| p.host_allocs),
+        sum(&|p| p.served_pinned),
+        sum(&|p| p.engine.pool_hits),
+        sum(&|p| p.engine.pool_misses),
+        sum(&|p| p.served_pageable),
+        sum(&|p| p.forwarded),
+        sum(&|p| p.required_outside_budget),
+    ));
+    let (htod, htod_b) = dir("HtoD");
+    let (dtoh, dtoh_b) = dir("DtoH");
+    let (dtod, _) = dir("DtoD");
+    let (htoh, _) = dir("HtoH");
+    lines.push(format!(
+        "transfers seen {}: HtoD {htod} ({}), DtoH {dtoh} ({}), DtoD {dtod}, HtoH {htoh}; host \
+         side pinned {}, pageable {}, not known to pinwise {}",
+        htod + dtoh + dtod + htoh,
+        bytes(htod_b),
+        bytes(dtoh_b),
+        sum(&|p| p.transfers_pinned),
+        sum(&|p| p.transfers_pageable),
+        sum(&|p| p.transfers_unknown),
+    ));
+    let peak = ps
+        .iter()
+        .map(|p| p.engine.pinned_bytes_peak)
+        .max()
+        .unwrap_or(0);
+    let budget = ps.iter().map(|p| p.engine.budget_bytes).max().unwrap_or(0);
+    lines.push(format!(
+        "pinned bytes peak {} (budget {}); promotions in place {} (program buffers {}, \
+         allocator {}, before a pointer query {}); fallbacks to pageable {}; budget refusals {}",
+        bytes(peak),
+        if budget > 0 {
+            bytes(budget)
+        } else {
+            "-".into()
+        },
+        sum(&|p| p.promotions_on_transfers + p.promotions_by_allocator + p.promotions_on_queries),
+        sum(&|p| p.promotions_on_transfers),
+        sum(&|p| p.promotions_by_allocator),
+        sum(&|p| p.promotions_on_queries),
+        sum(&|p| p.engine.fallbacks + p.promotion_failures),
+        sum(&|p| p.engine.budget_refusals + p.promotion_budget_refusals),
+    ));
+    let samples = sum(&|p| p.hook_samples);
+    if samples > 0 {
+        let mean = ps
+            .iter()
+            .filter_map(|p| p.hook_ns_mean.map(|m| m * p.hook_samples as f64))
+            .sum::<f64>()
+            / samples as f64;
+        lines.push(format!(
+            "hook cost {mean:.0} ns per intercepted copy (pinwise's bookkeeping, sampled: {samples} \
+             samples; the CUDA call itself excluded)"
+        ));
+    }
+    let wrapped = sum(&|p| p.wrapped_by_dlsym + p.wrapped_by_proc_address + p.wrapped_by_rule);
+    if wrapped == 0 && sum(&|p| p.events) == 0 {
+        lines.push(
+            "no CUDA host-memory call was seen (the program did not use CUDA, or reached the \
+             driver some way pinwise does not intercept)"
+                .into(),
+        );
+    }
+    for p in ps {
+        let who = if ps.len() > 1 {
+            format!("[pid {}] ", p.pid)
+        } else {
+            String::new()
+        };
+        for (what, out) in [("history", &p.history), ("profile", &p.profile)] {
+            match (&out.path, out.written, &out.error) {
+                (Some(path), true, _) => lines.push(format!("{who}{what} written to {path}")),
+                (Some(path), false, Some(e)) => {
+                    lines.push(format!("{who}{what} NOT written to {path}: {e}"))
+                }
+                _ => {}
+            }
+        }
+        if p.mode == "use" && p.engine.advice_unmatched > 0 {
+            lines.push(format!(
+                "{who}use mode: {} allocations had no matching advice in the profile (decided \
+                 adaptively)",
+                p.engine.advice_unmatched
+            ));
+        }
+        if let Some(why) = &p.allocator_unavailable {
+            if p.host_allocs > 0 || p.events > 0 {
+                lines.push(format!("{who}the allocator did not run: {why}"));
+            }
+        }
+        if p.events_lost > 0 {
+            lines.push(format!("{who}{} events were lost", p.events_lost));
+        }
+        for problem in &p.problems {
+            lines.push(format!("{who}problem: {problem}"));
+        }
+    }
+    lines
+}
+
+/// `12.0 MiB`.
+fn bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_read_well() {
+        assert_eq!(bytes(512), "512 B");
+        assert_eq!(bytes(12 << 20), "12.0 MiB");
+        assert_eq!(bytes(3 << 30), "3.0 GiB");
+    }
+
+    #[test]
+    fn an_empty_run_says_why_there_is_nothing() {
+        let lines = summary_lines(&[]);
+        assert_eq!(lines.len(), 1);
+        assert!(lines[0].contains("no statistics"));
+    }
+
+    #[test]
+    fn statistics_files_parse_and_sum() {
+        let a: ProcessStats = serde_json::from_str(
+            r#"{"format":"pinwise-preload-stats","pid":1,"top_process":true,"mode":"use",
+               "driver_is_standin":true,"host_allocs":3,"served_pinned":2,"served_pageable":1,
+               "transfers":{"HtoD":{"count":4,"bytes":400},"DtoH":{"count":1,"bytes":100}},
+               "engine":{"pinned_bytes_peak":8192,"budget_bytes":1048576,"advice_unmatched":2},
+               "history":{"path":"/tmp/h.json","written":true},
+               "some_future_field":7}"#,
+        )
+        .unwrap();
+        let mut b = a.clone();
+        b.pid = 2;
+        b.top_process = false;
+        b.engine.pinned_bytes_peak = 4096;
+        let lines = summary_lines(&[a, b]);
+        let text = lines.join("\n");
+        assert!(text.contains("TEST FIXTURE"), "{text}");
+        assert!(text.contains("2 processes"), "{text}");
+        assert!(
+            text.contains("pinned requests 6: 4 served pinned"),
+            "{text}"
+        );
+        assert!(text.contains("HtoD 8 (800 B)"), "{text}");
+        assert!(
+            text.contains("pinned bytes peak 8.0 KiB (budget 1.0 MiB)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("[pid 1] history written to /tmp/h.json"),
+            "{text}"
+        );
+        assert!(
+            text.contains("2 allocations had no matching advice"),
+            "{text}"
+        );
+    }
 }

@@ -1,0 +1,296 @@
+//! The library's configuration, from the environment (see the crate documentation).
+//!
+//! Parsing never fails: a value that cannot be understood is reported in
+//! [`Config::problems`] (logged, and written to the statistics so that `pinwise run` shows
+//! it) and its default is used.
+
+use std::path::PathBuf;
+
+use pinwise_alloc::Mode;
+
+/// Environment variable names.
+pub mod env {
+    /// `adaptive`, `profile` or `use`.
+    pub const MODE: &str = "PINWISE_MODE";
+    /// Profile to write or read.
+    pub const PROFILE: &str = "PINWISE_PROFILE";
+    /// History to write at exit.
+    pub const HISTORY: &str = "PINWISE_HISTORY";
+    /// Directory for per-process statistics.
+    pub const STATS_DIR: &str = "PINWISE_STATS_DIR";
+    /// Pinned budget.
+    pub const BUDGET: &str = "PINWISE_BUDGET";
+    /// Calibration CSV.
+    pub const CALIBRATION: &str = "PINWISE_CALIBRATION";
+    /// Log destination.
+    pub const LOG: &str = "PINWISE_LOG";
+    /// Log level.
+    pub const LOG_LEVEL: &str = "PINWISE_LOG_LEVEL";
+    /// Signal that writes the outputs.
+    pub const DUMP_SIGNAL: &str = "PINWISE_DUMP_SIGNAL";
+    /// Serve every pinned request pinned.
+    pub const KEEP_PINNED: &str = "PINWISE_KEEP_PINNED";
+    /// Register hot pageable buffers of the program.
+    pub const PROMOTE_PAGEABLE: &str = "PINWISE_PROMOTE_PAGEABLE";
+    /// Hand out driver wrappers through `dlsym`/`cuGetProcAddress`.
+    pub const DRIVER_HOOKS: &str = "PINWISE_DRIVER_HOOKS";
+    /// Forward everything, record nothing.
+    pub const DISABLE: &str = "PINWISE_DISABLE";
+    /// The pid of `pinwise run`.
+    pub const LAUNCHER_PID: &str = "PINWISE_LAUNCHER_PID";
+}
+
+/// Where log lines go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogTarget {
+    /// Nowhere (the default: a library inside someone else's program stays quiet).
+    Off,
+    /// The program's stderr.
+    Stderr,
+    /// A file (appended to).
+    File(PathBuf),
+}
+
+/// The parsed configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Forward everything, record nothing.
+    pub disabled: bool,
+    /// How pinned requests are decided.
+    pub mode: Mode,
+    /// Profile to write (profile mode) or follow (use mode).
+    pub profile_path: Option<PathBuf>,
+    /// History to write at exit.
+    pub history_path: Option<PathBuf>,
+    /// Directory for statistics.
+    pub stats_dir: Option<PathBuf>,
+    /// Pinned budget in bytes; `None`: the allocator's default.
+    pub budget_bytes: Option<u64>,
+    /// Calibration CSV.
+    pub calibration: Option<PathBuf>,
+    /// Log destination.
+    pub log: LogTarget,
+    /// Log level (`tracing` filter directive).
+    pub log_level: String,
+    /// Signal number that writes the outputs.
+    pub dump_signal: Option<i32>,
+    /// Serve every pinned request pinned.
+    pub keep_pinned: bool,
+    /// Register hot pageable buffers of the program in place.
+    pub promote_pageable: bool,
+    /// Hand out driver wrappers through `dlsym` and `cuGetProcAddress`.
+    pub driver_hooks: bool,
+    /// The pid of the `pinwise run` that started the program.
+    pub launcher_pid: Option<u32>,
+    /// Values that could not be understood, each with what was done instead.
+    pub problems: Vec<String>,
+}
+
+impl Config {
+    /// The configuration of this process's environment.
+    pub fn from_env() -> Config {
+        Config::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// The configuration `get` describes (`get(name)` is the variable's value, if set).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Config {
+        let mut problems = Vec::new();
+        let set = |k: &str| get(k).filter(|v| !v.trim().is_empty());
+        let path = |k: &str| set(k).map(PathBuf::from);
+        let mut flag = |k: &str, default: bool| match set(k) {
+            None => default,
+            Some(v) => match parse_bool(&v) {
+                Some(b) => b,
+                None => {
+                    problems.push(format!(
+                        "{k}={v:?} is not 0/1/true/false/yes/no/on/off; using {}",
+                        u8::from(default)
+                    ));
+                    default
+                }
+            },
+        };
+        let disabled = flag(env::DISABLE, false);
+        let keep_pinned = flag(env::KEEP_PINNED, false);
+        let promote_pageable = flag(env::PROMOTE_PAGEABLE, true);
+        let driver_hooks = flag(env::DRIVER_HOOKS, true);
+        let profile_path = path(env::PROFILE);
+        let mut mode = match set(env::MODE).as_deref().map(str::trim) {
+            None => Mode::Adaptive,
+            Some("adaptive") => Mode::Adaptive,
+            Some("profile") => Mode::Profile,
+            Some("use") => Mode::Use,
+            Some(other) => {
+                problems.push(format!(
+                    "{}={other:?} is not adaptive, profile or use; using adaptive",
+                    env::MODE
+                ));
+                Mode::Adaptive
+            }
+        };
+        if mode == Mode::Use && profile_path.is_none() {
+            problems.push(format!(
+                "{}=use needs {} (the profile to follow); using adaptive",
+                env::MODE,
+                env::PROFILE
+            ));
+            mode = Mode::Adaptive;
+        }
+        let budget_bytes =
+            set(env::BUDGET).and_then(|v| match pinwise_alloc::budget::parse_size(&v) {
+                Ok(b) => Some(b),
+                Err(e) => {
+                    problems.push(format!("{}: {e}; using the default budget", env::BUDGET));
+                    None
+                }
+            });
+        let log = match set(env::LOG) {
+            None => LogTarget::Off,
+            Some(v) if v == "stderr" || v == "-" => LogTarget::Stderr,
+            Some(v) => LogTarget::File(PathBuf::from(v)),
+        };
+        let log_level = set(env::LOG_LEVEL).unwrap_or_else(|| "warn".to_string());
+        let dump_signal = set(env::DUMP_SIGNAL).and_then(|v| match parse_signal(&v) {
+            Some(s) => Some(s),
+            None => {
+                problems.push(format!(
+                    "{}={v:?} is not a signal this library may take (USR1, USR2, a real-time \
+                     signal, or their numbers); no dump signal",
+                    env::DUMP_SIGNAL
+                ));
+                None
+            }
+        });
+        let launcher_pid = set(env::LAUNCHER_PID).and_then(|v| v.trim().parse().ok());
+        Config {
+            disabled,
+            mode,
+            profile_path,
+            history_path: path(env::HISTORY),
+            stats_dir: path(env::STATS_DIR),
+            budget_bytes,
+            calibration: path(env::CALIBRATION),
+            log,
+            log_level,
+            dump_signal,
+            keep_pinned,
+            promote_pageable,
+            driver_hooks,
+            launcher_pid,
+            problems,
+        }
+    }
+}
+
+/// `1/0`, `true/false`, `yes/no`, `on/off` (any case).
+pub fn parse_bool(v: &str) -> Option<bool> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Some(true),
+        "0" | "false" | "no" | "off" => Some(false),
+        _ => None,
+    }
+}
+
+/// A signal the library may install a handler for: `USR1`, `USR2` (with or without `SIG`),
+/// `RTMIN+n`, or a number among those. Signals with another meaning (`INT`, `TERM`, `SEGV`,
+/// ...) are refused: taking them over would change how the program behaves.
+pub fn parse_signal(v: &str) -> Option<i32> {
+    let v = v.trim();
+    let name = v
+        .strip_prefix("SIG")
+        .or_else(|| v.strip_prefix("sig"))
+        .unwrap_or(v);
+    let n = match name.to_ascii_uppercase().as_str() {
+        "USR1" => libc::SIGUSR1,
+        "USR2" => libc::SIGUSR2,
+        s if s.starts_with("RTMIN+") => {
+            libc::SIGRTMIN() + s["RTMIN+".len()..].parse::<i32>().ok()?
+        }
+        s => s.parse().ok()?,
+    };
+    let allowed = n == libc::SIGUSR1
+        || n == libc::SIGUSR2
+        || (libc::SIGRTMIN()..=libc::SIGRTMAX()).contains(&n);
+    allowed.then_some(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn config(pairs: &[(&str, &str)]) -> Config {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_lookup(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults_are_adaptive_quiet_and_enabled() {
+        let c = config(&[]);
+        assert_eq!(c.mode, Mode::Adaptive);
+        assert!(!c.disabled && !c.keep_pinned && c.promote_pageable && c.driver_hooks);
+        assert_eq!(c.log, LogTarget::Off);
+        assert!(c.problems.is_empty());
+        assert_eq!(c.budget_bytes, None);
+    }
+
+    #[test]
+    fn values_are_read() {
+        let c = config(&[
+            (env::MODE, "use"),
+            (env::PROFILE, "/tmp/p.json"),
+            (env::BUDGET, "512M"),
+            (env::LOG, "stderr"),
+            (env::DUMP_SIGNAL, "SIGUSR2"),
+            (env::KEEP_PINNED, "yes"),
+            (env::PROMOTE_PAGEABLE, "off"),
+            (env::LAUNCHER_PID, "42"),
+        ]);
+        assert_eq!(c.mode, Mode::Use);
+        assert_eq!(c.profile_path, Some(PathBuf::from("/tmp/p.json")));
+        assert_eq!(c.budget_bytes, Some(512 << 20));
+        assert_eq!(c.log, LogTarget::Stderr);
+        assert_eq!(c.dump_signal, Some(libc::SIGUSR2));
+        assert!(c.keep_pinned && !c.promote_pageable);
+        assert_eq!(c.launcher_pid, Some(42));
+        assert!(c.problems.is_empty(), "{:?}", c.problems);
+    }
+
+    #[test]
+    fn bad_values_are_reported_and_defaulted() {
+        let c = config(&[
+            (env::MODE, "fast"),
+            (env::BUDGET, "lots"),
+            (env::DUMP_SIGNAL, "INT"),
+            (env::DISABLE, "maybe"),
+        ]);
+        assert_eq!(c.mode, Mode::Adaptive);
+        assert_eq!(c.budget_bytes, None);
+        assert_eq!(c.dump_signal, None);
+        assert!(!c.disabled);
+        assert_eq!(c.problems.len(), 4, "{:?}", c.problems);
+        assert!(c.problems[0].contains("PINWISE_DISABLE"));
+        assert!(c.problems.iter().any(|p| p.contains("\"fast\"")));
+    }
+
+    #[test]
+    fn use_mode_without_a_profile_falls_back() {
+        let c = config(&[(env::MODE, "use")]);
+        assert_eq!(c.mode, Mode::Adaptive);
+        assert!(c.problems[0].contains("PINWISE_PROFILE"));
+    }
+
+    #[test]
+    fn signals() {
+        assert_eq!(parse_signal("USR1"), Some(libc::SIGUSR1));
+        assert_eq!(parse_signal("sigusr2"), Some(libc::SIGUSR2));
+        assert_eq!(parse_signal("12"), Some(12));
+        assert_eq!(parse_signal("RTMIN+2"), Some(libc::SIGRTMIN() + 2));
+        assert_eq!(parse_signal("TERM"), None);
+        assert_eq!(parse_signal("9"), None);
+        assert_eq!(parse_signal("nonsense"), None);
+    }
+}

@@ -1,0 +1,874 @@
+//! What every intercepted call does. The exports (`exports`) decode the C arguments and
+//! call these with a closure that forwards the call to the real function; everything here
+//! forwards unchanged when pinwise is off, when pinwise's own code is running on this
+//! thread, or when anything inside pinwise panics (pinwise then turns itself off).
+
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use pinwise_alloc::{AllocError, StreamHandle};
+use pinwise_core::{Direction, EventKind, HostMemKind, HostState};
+use pinwise_cuda::sys::{
+    CUdeviceptr, CUresult, CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, CUDA_ERROR_INVALID_VALUE,
+    CUDA_MEMCPY2D, CUDA_MEMCPY3D, CUDA_SUCCESS, CU_MEMORYTYPE_ARRAY, CU_MEMORYTYPE_DEVICE,
+    CU_MEMORYTYPE_HOST, CU_MEMORYTYPE_UNIFIED, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+    CU_POINTER_ATTRIBUTE_RANGE_SIZE, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_STREAM_PER_THREAD,
+};
+
+use crate::clock::now_ns;
+use crate::guard;
+use crate::pinning::PROMOTED_RANGES;
+use crate::real;
+use crate::state::{self, State};
+use crate::stats::{self, HookStats};
+use crate::variants::{self, Hooked};
+
+/// Sample the bookkeeping time of one copy in this many.
+const SAMPLE_EVERY: u32 = 16;
+
+/// The state, when this hook should do its work.
+#[inline]
+fn active() -> Option<&'static State> {
+    if !state::enabled() || guard::inside() {
+        return None;
+    }
+    state::get()
+}
+
+/// Runs pinwise's part of a hook; a panic turns pinwise off instead of unwinding into C.
+fn guarded<R>(f: impl FnOnce() -> R) -> Option<R> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => Some(r),
+        Err(_) => {
+            state::turn_off("a panic inside a hook");
+            None
+        }
+    }
+}
+
+// ---------- allocation ----------
+
+/// `cuMemHostAlloc` / `cuMemAllocHost_v2` (flags 0) from return address `caller`.
+///
+/// # Safety
+/// `pp` is NULL or writable (CUDA's contract).
+pub unsafe fn host_alloc(
+    caller: usize,
+    pp: *mut *mut c_void,
+    size: usize,
+    flags: c_uint,
+    forward: impl FnOnce() -> CUresult,
+) -> CUresult {
+    let Some(st) = active() else {
+        return forward();
+    };
+    if pp.is_null() || size == 0 {
+        return forward();
+    }
+    let site_addr = guard::driver_site(caller);
+    HookStats::bump(&st.stats.host_allocs);
+    let served = guarded(|| {
+        let pinning = st.pinning_or_start()?;
+        let site = st.recorder.resolve(site_addr);
+        Some((pinning.alloc(size, flags, site), site))
+    })
+    .flatten();
+    match served {
+        Some((Ok(a), site)) => {
+            // SAFETY: `pp` is non-null and writable (checked above; CUDA's contract).
+            unsafe { *pp = a.ptr as *mut c_void };
+            HookStats::bump(if a.pinned {
+                &st.stats.served_pinned
+            } else {
+                &st.stats.served_pageable
+            });
+            let stamp = st.recorder.stamp();
+            st.recorder.record(
+                stamp,
+                EventKind::Alloc {
+                    start: a.ptr as u64,
+                    size: size as u64,
+                    kind: if a.pinned {
+                        HostMemKind::PinnedAlloc
+                    } else {
+                        HostMemKind::Pageable
+                    },
+                    flags,
+                },
+                Some(site),
+                0,
+            );
+            return CUDA_SUCCESS;
+        }
+        Some((Err(AllocError::PinningUnavailable { .. }), _)) => {
+            HookStats::bump(&st.stats.required_outside_budget);
+        }
+        _ => {}
+    }
+    HookStats::bump(&st.stats.forwarded);
+    let rc = forward();
+    // SAFETY: `pp` is non-null; on success CUDA wrote the allocation there.
+    let p = if rc == CUDA_SUCCESS {
+        unsafe { *pp }
+    } else {
+        std::ptr::null_mut()
+    };
+    if !p.is_null() {
+        let stamp = st.recorder.stamp();
+        st.recorder.record(
+            stamp,
+            EventKind::Alloc {
+                start: p as u64,
+                size: size as u64,
+                kind: HostMemKind::PinnedAlloc,
+                flags,
+            },
+            None,
+            site_addr,
+        );
+    }
+    rc
+}
+
+/// `cuMemFreeHost` from `caller`.
+pub fn host_free(caller: usize, p: *mut c_void, forward: impl FnOnce() -> CUresult) -> CUresult {
+    let Some(st) = active() else {
+        return forward();
+    };
+    if p.is_null() {
+        return forward();
+    }
+    let site_addr = guard::driver_site(caller);
+    HookStats::bump(&st.stats.host_frees);
+    if let Some(pinning) = st.pinning() {
+        if pinning.owns(p as usize) {
+            let stamp = st.recorder.stamp();
+            st.recorder
+                .record(stamp, EventKind::Free { start: p as u64 }, None, site_addr);
+            if let Some(rc) =
+                guarded(|| pinning.free(p as usize, &st.stats, &st.recorder)).flatten()
+            {
+                return rc;
+            }
+        }
+    }
+    // Stamped before the memory is released, so that a reuse of the address by another
+    // thread comes after this free in the history.
+    let stamp = st.recorder.stamp();
+    let rc = forward();
+    if rc == CUDA_SUCCESS {
+        st.recorder
+            .record(stamp, EventKind::Free { start: p as u64 }, None, site_addr);
+    } else {
+        st.recorder.cancel(stamp);
+    }
+    rc
+}
+
+// ---------- registration by the program ----------
+
+/// `cuMemHostRegister(_v2)` from `caller`.
+pub fn host_register(
+    caller: usize,
+    p: *mut c_void,
+    size: usize,
+    forward: impl FnOnce() -> CUresult,
+) -> CUresult {
+    let Some(st) = active() else {
+        return forward();
+    };
+    let site_addr = guard::driver_site(caller);
+    HookStats::bump(&st.stats.registrations);
+    if let Some(pinning) = st.pinning() {
+        guarded(|| pinning.before_program_register(p as usize, size, &st.stats, &st.recorder));
+    }
+    let rc = forward();
+    if rc == CUDA_SUCCESS && !p.is_null() {
+        let stamp = st.recorder.stamp();
+        st.recorder.record(
+            stamp,
+            EventKind::PinPages {
+                start: p as u64,
+                bytes: size as u64,
+                pages: None,
+            },
+            None,
+            site_addr,
+        );
+    }
+    rc
+}
+
+/// `cuMemHostUnregister` from `caller`. A pointer only pinwise registered is not the
+/// program's to unregister: the answer is plain CUDA's (not registered).
+pub fn host_unregister(
+    caller: usize,
+    p: *mut c_void,
+    forward: impl FnOnce() -> CUresult,
+) -> CUresult {
+    let Some(st) = active() else {
+        return forward();
+    };
+    if PROMOTED_RANGES.registered_at(p as usize).is_some() {
+        return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+    }
+    let site_addr = guard::driver_site(caller);
+    HookStats::bump(&st.stats.unregistrations);
+    let stamp = st.recorder.stamp();
+    let rc = forward();
+    if rc == CUDA_SUCCESS {
+        st.recorder.record(
+            stamp,
+            EventKind::UnpinPages {
+                start: p as u64,
+                pages: None,
+            },
+            None,
+            site_addr,
+        );
+    } else {
+        st.recorder.cancel(stamp);
+    }
+    rc
+}
+
+// ---------- copies ----------
+
+/// A copy that touches host memory, as the hooks describe it.
+#[derive(Debug, Clone, Copy)]
+pub struct Copy {
+    /// Which way.
+    pub direction: Direction,
+    /// First host byte (0: none, a device-to-device copy).
+    pub host: usize,
+    /// The device side (0: none).
+    pub device: u64,
+    /// Bytes moved.
+    pub bytes: usize,
+    /// Host bytes spanned (more than `bytes` for pitched copies).
+    pub span: usize,
+    /// The stream, for the asynchronous forms.
+    pub stream: Option<usize>,
+    /// Whether the entry point has per-thread default-stream semantics.
+    pub per_thread: bool,
+}
+
+impl Copy {
+    /// A plain 1D copy.
+    pub fn linear(
+        direction: Direction,
+        host: usize,
+        device: u64,
+        bytes: usize,
+        stream: Option<usize>,
+        h: Hooked,
+    ) -> Copy {
+        Copy {
+            direction,
+            host,
+            device,
+            bytes,
+            span: bytes,
+            stream,
+            per_thread: h.per_thread(),
+        }
+    }
+}
+
+/// A copy entry point from `caller`; `describe` says what it copies (`None`: nothing that
+/// involves host memory, or not decodable).
+pub fn copy(
+    caller: usize,
+    describe: impl FnOnce(&State) -> Option<Copy>,
+    forward: impl FnOnce() -> CUresult,
+) -> CUresult {
+    let Some(st) = active() else {
+        return forward();
+    };
+    let t0 = if guard::sample(SAMPLE_EVERY) {
+        now_ns()
+    } else {
+        0
+    };
+    let site_addr = guard::driver_site(caller);
+    guarded(|| {
+        if let Some(c) = describe(st) {
+            note_and_record(st, &c, site_addr);
+        }
+    });
+    if t0 != 0 {
+        st.stats.hook_sample(now_ns().saturating_sub(t0));
+    }
+    forward()
+}
+
+/// Learns from a copy (promoting what turned hot) and records it.
+fn note_and_record(st: &State, c: &Copy, site_addr: usize) {
+    let stream = c.stream.map(|s| {
+        StreamHandle(if c.per_thread && s == 0 {
+            CU_STREAM_PER_THREAD as u64
+        } else {
+            s as u64
+        })
+    });
+    let host_state = match (c.host, c.direction) {
+        (0, _) | (_, Direction::DtoD) => HostState::Unknown,
+        _ => match st.pinning_or_start() {
+            Some(p) => p.note_copy(
+                c.host,
+                c.bytes,
+                c.span,
+                c.direction,
+                stream,
+                &st.stats,
+                &st.recorder,
+            ),
+            None => HostState::Unknown,
+        },
+    };
+    st.stats.transfer(c.direction, c.bytes as u64);
+    HookStats::bump(match host_state {
+        HostState::Pinned => &st.stats.transfers_pinned,
+        HostState::Pageable => &st.stats.transfers_pageable,
+        HostState::Unknown => &st.stats.transfers_unknown,
+    });
+    let stamp = st.recorder.stamp();
+    st.recorder.record(
+        stamp,
+        EventKind::Transfer {
+            direction: c.direction,
+            host: c.host as u64,
+            device: c.device,
+            bytes: c.bytes as u64,
+            is_async: c.stream.is_some(),
+            stream: stream.map_or(0, |s| s.0),
+            host_state,
+        },
+        None,
+        site_addr,
+    );
+}
+
+/// Host or device, as the driver says (pageable memory the driver does not know is host).
+fn is_host(st: &State, ptr: u64) -> Option<bool> {
+    let p = st.pinning_or_start()?;
+    let mut t: c_uint = 0;
+    let _inside = guard::Inside::enter();
+    // SAFETY: a valid out-parameter of the attribute's type (CUmemorytype).
+    let rc = unsafe {
+        (p.driver.pointer_get_attribute)(
+            &mut t as *mut c_uint as *mut c_void,
+            CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+            ptr,
+        )
+    };
+    Some(rc != CUDA_SUCCESS || t == CU_MEMORYTYPE_HOST)
+}
+
+/// A unified copy (`cuMemcpy`, `cudaMemcpyDefault`): the driver tells each side.
+pub fn unified(
+    st: &State,
+    dst: u64,
+    src: u64,
+    bytes: usize,
+    stream: Option<usize>,
+    per_thread: bool,
+) -> Option<Copy> {
+    let (dst_host, src_host) = (is_host(st, dst)?, is_host(st, src)?);
+    let (direction, host, device) = match (src_host, dst_host) {
+        (true, false) => (Direction::HtoD, src, dst),
+        (false, true) => (Direction::DtoH, dst, src),
+        (true, true) => (Direction::HtoH, dst, 0),
+        (false, false) => (Direction::DtoD, 0, dst),
+    };
+    Some(Copy {
+        direction,
+        host: host as usize,
+        device,
+        bytes,
+        span: bytes,
+        stream,
+        per_thread,
+    })
+}
+
+/// Which side of a pitched copy is host memory, from its memory type.
+fn side_is_host(st: &State, memory_type: c_uint, host: usize, device: u64) -> Option<bool> {
+    match memory_type {
+        CU_MEMORYTYPE_HOST => Some(true),
+        CU_MEMORYTYPE_DEVICE | CU_MEMORYTYPE_ARRAY => Some(false),
+        CU_MEMORYTYPE_UNIFIED => is_host(st, if host != 0 { host as u64 } else { device }),
+        _ => None,
+    }
+}
+
+/// A 2D copy from its descriptor.
+///
+/// # Safety
+/// `p` is NULL or points to a valid descriptor (CUDA's contract).
+pub unsafe fn copy_2d(
+    st: &State,
+    p: *const CUDA_MEMCPY2D,
+    stream: Option<usize>,
+    per_thread: bool,
+) -> Option<Copy> {
+    // SAFETY: the caller's contract.
+    let d = unsafe { p.as_ref()? };
+    let src = side_is_host(st, d.srcMemoryType, d.srcHost as usize, d.srcDevice)?;
+    let dst = side_is_host(st, d.dstMemoryType, d.dstHost as usize, d.dstDevice)?;
+    let bytes = d.WidthInBytes.checked_mul(d.Height)?;
+    let first = |base: usize, x: usize, y: usize, pitch: usize| base + y * pitch + x;
+    let span = |pitch: usize| d.Height.saturating_sub(1) * pitch + d.WidthInBytes;
+    let host_src = || {
+        let base = if d.srcHost.is_null() {
+            d.srcDevice as usize
+        } else {
+            d.srcHost as usize
+        };
+        (
+            first(base, d.srcXInBytes, d.srcY, d.srcPitch),
+            span(d.srcPitch),
+        )
+    };
+    let host_dst = || {
+        let base = if d.dstHost.is_null() {
+            d.dstDevice as usize
+        } else {
+            d.dstHost as usize
+        };
+        (
+            first(base, d.dstXInBytes, d.dstY, d.dstPitch),
+            span(d.dstPitch),
+        )
+    };
+    let (direction, (host, span), device) = match (src, dst) {
+        (true, false) => (Direction::HtoD, host_src(), d.dstDevice),
+        (false, true) => (Direction::DtoH, host_dst(), d.srcDevice),
+        (true, true) => (Direction::HtoH, host_dst(), 0),
+        (false, false) => (Direction::DtoD, (0, 0), d.dstDevice),
+    };
+    Some(Copy {
+        direction,
+        host,
+        device,
+        bytes,
+        span,
+        stream,
+        per_thread,
+    })
+}
+
+/// A 3D copy from its descriptor.
+///
+/// # Safety
+/// `p` is NULL or points to a valid descriptor (CUDA's contract).
+pub unsafe fn copy_3d(
+    st: &State,
+    p: *const CUDA_MEMCPY3D,
+    stream: Option<usize>,
+    per_thread: bool,
+) -> Option<Copy> {
+    // SAFETY: the caller's contract.
+    let d = unsafe { p.as_ref()? };
+    let src = side_is_host(st, d.srcMemoryType, d.srcHost as usize, d.srcDevice)?;
+    let dst = side_is_host(st, d.dstMemoryType, d.dstHost as usize, d.dstDevice)?;
+    let bytes = d.WidthInBytes.checked_mul(d.Height)?.checked_mul(d.Depth)?;
+    let place = |base: usize, x: usize, y: usize, z: usize, pitch: usize, height: usize| {
+        let first = base + (z * height + y) * pitch + x;
+        let span = (d.Depth.saturating_sub(1) * height + d.Height.saturating_sub(1)) * pitch
+            + d.WidthInBytes;
+        (first, span)
+    };
+    let host_src = || {
+        let base = if d.srcHost.is_null() {
+            d.srcDevice as usize
+        } else {
+            d.srcHost as usize
+        };
+        place(base, d.srcXInBytes, d.srcY, d.srcZ, d.srcPitch, d.srcHeight)
+    };
+    let host_dst = || {
+        let base = if d.dstHost.is_null() {
+            d.dstDevice as usize
+        } else {
+            d.dstHost as usize
+        };
+        place(base, d.dstXInBytes, d.dstY, d.dstZ, d.dstPitch, d.dstHeight)
+    };
+    let (direction, (host, span), device) = match (src, dst) {
+        (true, false) => (Direction::HtoD, host_src(), d.dstDevice),
+        (false, true) => (Direction::DtoH, host_dst(), d.srcDevice),
+        (true, true) => (Direction::HtoH, host_dst(), 0),
+        (false, false) => (Direction::DtoD, (0, 0), d.dstDevice),
+    };
+    Some(Copy {
+        direction,
+        host,
+        device,
+        bytes,
+        span,
+        stream,
+        per_thread,
+    })
+}
+
+// ---------- pointer queries ----------
+
+/// Before a query about `ptr`: a served pageable allocation is registered first.
+fn before_query(st: &State, ptr: usize) {
+    if let Some(p) = st.pinning() {
+        guarded(|| p.before_query(ptr, &st.stats, &st.recorder));
+    }
+}
+
+/// `cuMemHostGetDevicePointer_v2`.
+pub fn host_get_device_pointer(p: *mut c_void, forward: impl FnOnce() -> CUresult) -> CUresult {
+    if let Some(st) = active() {
+        before_query(st, p as usize);
+    }
+    forward()
+}
+
+/// `cuMemHostGetFlags`: for pinwise's allocations, the flags the program asked for.
+///
+/// # Safety
+/// `pflags` is NULL or writable (CUDA's contract).
+pub unsafe fn host_get_flags(
+    pflags: *mut c_uint,
+    p: *mut c_void,
+    forward: impl FnOnce() -> CUresult,
+) -> CUresult {
+    let Some(st) = active() else {
+        return forward();
+    };
+    before_query(st, p as usize);
+    let Some((_, _, flags)) = st.pinning().and_then(|pn| pn.served_containing(p as usize)) else {
+        return forward();
+    };
+    HookStats::bump(&st.stats.queries_answered);
+    if pflags.is_null() {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    // SAFETY: non-null and writable (CUDA's contract).
+    unsafe { *pflags = flags };
+    CUDA_SUCCESS
+}
+
+/// Corrects a range attribute of a pinwise allocation (the driver sees the pool segment;
+/// plain CUDA would report the allocation).
+///
+/// # Safety
+/// `data` points to storage of the attribute's type.
+unsafe fn correct_range(st: &State, attribute: c_int, data: *mut c_void, ptr: usize) {
+    if data.is_null()
+        || (attribute != CU_POINTER_ATTRIBUTE_RANGE_START_ADDR
+            && attribute != CU_POINTER_ATTRIBUTE_RANGE_SIZE)
+    {
+        return;
+    }
+    let Some((start, size, _)) = st.pinning().and_then(|p| p.served_containing(ptr)) else {
+        return;
+    };
+    HookStats::bump(&st.stats.queries_answered);
+    // SAFETY: the caller's contract: RANGE_START_ADDR is a CUdeviceptr, RANGE_SIZE a size_t.
+    unsafe {
+        if attribute == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR {
+            *(data as *mut CUdeviceptr) = start as CUdeviceptr;
+        } else {
+            *(data as *mut usize) = size;
+        }
+    }
+}
+
+/// `cuPointerGetAttribute`.
+///
+/// # Safety
+/// `data` is NULL or storage of the attribute's type (CUDA's contract).
+pub unsafe fn pointer_get_attribute(
+    data: *mut c_void,
+    attribute: c_int,
+    ptr: CUdeviceptr,
+    forward: impl FnOnce() -> CUresult,
+) -> CUresult {
+    let Some(st) = active() else {
+        return forward();
+    };
+    before_query(st, ptr as usize);
+    let rc = forward();
+    if rc == CUDA_SUCCESS {
+        // SAFETY: the caller's contract.
+        unsafe { correct_range(st, attribute, data, ptr as usize) };
+    }
+    rc
+}
+
+/// `cuPointerGetAttributes`.
+///
+/// # Safety
+/// `attributes` and `data` are NULL or arrays of `n` (CUDA's contract).
+pub unsafe fn pointer_get_attributes(
+    n: c_uint,
+    attributes: *const c_int,
+    data: *mut *mut c_void,
+    ptr: CUdeviceptr,
+    forward: impl FnOnce() -> CUresult,
+) -> CUresult {
+    let Some(st) = active() else {
+        return forward();
+    };
+    before_query(st, ptr as usize);
+    let rc = forward();
+    if rc == CUDA_SUCCESS && !attributes.is_null() && !data.is_null() {
+        for i in 0..n as usize {
+            // SAFETY: arrays of `n` entries (the caller's contract).
+            unsafe { correct_range(st, *attributes.add(i), *data.add(i), ptr as usize) };
+        }
+    }
+    rc
+}
+
+// ---------- entry points handed out ----------
+
+/// `dlsym`'s decision (the trampoline forwards to the real `dlsym` when this returns NULL,
+/// so that `RTLD_NEXT` keeps the caller's meaning): our wrapper for a hooked driver name.
+///
+/// # Safety
+/// `name` is NULL or a C string; `handle` a handle or pseudo-handle (dlsym's contract).
+pub unsafe fn dlsym_decision(handle: *mut c_void, name: *const c_char) -> *mut c_void {
+    real::ensure_real_dlsym();
+    if name.is_null() {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: a C string (dlsym's contract).
+    let cname = unsafe { CStr::from_ptr(name) };
+    let Some(h) = variants::by_symbol(cname.to_bytes()) else {
+        return std::ptr::null_mut();
+    };
+    if !state::enabled()
+        || !state::DRIVER_HOOKS.load(std::sync::atomic::Ordering::Relaxed)
+        || guard::inside()
+    {
+        return std::ptr::null_mut();
+    }
+    let wrapper = real::wrapper(h);
+    if wrapper == 0 {
+        return std::ptr::null_mut();
+    }
+    if handle != libc::RTLD_DEFAULT && handle != libc::RTLD_NEXT {
+        let found = {
+            let _inside = guard::Inside::enter();
+            let found = real::dlsym(handle, cname);
+            if found != 0 && !real::is_wrapper(found) {
+                if let Some(lib) = real::handle_of(found) {
+                    real::offer_libcuda_handle(lib);
+                }
+                real::offer_real(h, found);
+            }
+            found
+        };
+        if found == 0 {
+            return std::ptr::null_mut(); // the real dlsym says why
+        }
+    }
+    HookStats::bump(&stats::WRAPPED_BY_DLSYM);
+    wrapper as *mut c_void
+}
+
+/// After a successful `cuGetProcAddress`: replaces the answer by our wrapper when it is a
+/// hooked variant (identified by address, else by the driver's version rule).
+///
+/// # Safety
+/// `symbol` is a C string and `pfn` a pointer the real call wrote (CUDA's contract).
+pub unsafe fn wrap_proc_address(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    cuda_version: c_int,
+    flags: u64,
+) {
+    if symbol.is_null()
+        || pfn.is_null()
+        || !state::enabled()
+        || !state::DRIVER_HOOKS.load(std::sync::atomic::Ordering::Relaxed)
+        || guard::inside()
+    {
+        return;
+    }
+    // SAFETY: the caller's contract.
+    let (name, answer) = unsafe { (CStr::from_ptr(symbol).to_bytes(), *pfn as usize) };
+    if answer == 0 || variants::by_base(name).next().is_none() {
+        return;
+    }
+    let _inside = guard::Inside::enter();
+    if real::is_wrapper(answer) {
+        // The driver answered our own export (its table refers to the interposed name).
+        HookStats::bump(&stats::WRAPPED_BY_PROC_ADDRESS);
+        return;
+    }
+    if real::libcuda_handle().is_none() {
+        if let Some(lib) = real::handle_of(answer) {
+            real::offer_libcuda_handle(lib);
+        }
+    }
+    let by_identity = variants::by_base(name).find(|&h| real::exported(h) == Some(answer));
+    let chosen = match by_identity {
+        Some(h) => {
+            HookStats::bump(&stats::WRAPPED_BY_PROC_ADDRESS);
+            Some(h)
+        }
+        None => {
+            let h = variants::by_rule(name, cuda_version, flags);
+            if h.is_some() {
+                HookStats::bump(&stats::WRAPPED_BY_RULE);
+            } else {
+                HookStats::bump(&stats::PROC_ADDRESS_UNRECOGNIZED);
+            }
+            h
+        }
+    };
+    let Some(h) = chosen else { return };
+    let wrapper = real::wrapper(h);
+    if wrapper == 0 {
+        return;
+    }
+    real::offer_real(h, answer);
+    // SAFETY: `pfn` is the caller's writable out-parameter.
+    unsafe { *pfn = wrapper as *mut c_void };
+}
+
+// ---------- the runtime level ----------
+
+/// A runtime call from `caller` (0: unknown): driver hooks underneath attribute to it;
+/// if none of them saw the call, `observe` records it at this level.
+pub fn runtime_call(
+    caller: usize,
+    copy: bool,
+    forward: impl FnOnce() -> c_int,
+    observe: impl FnOnce(&'static State, c_int),
+) -> c_int {
+    if !state::enabled() || guard::inside() {
+        return forward();
+    }
+    let frame = guard::enter_runtime(caller, copy);
+    let rc = forward();
+    let seen = guard::leave_runtime(frame);
+    if !seen && rc == 0 {
+        if let Some(st) = state::get() {
+            HookStats::bump(&st.stats.runtime_only);
+            guarded(|| observe(st, rc));
+        }
+    }
+    rc
+}
+
+/// Records a pinned allocation the runtime made without a driver hook seeing it.
+pub fn observe_alloc(st: &State, caller: usize, p: *mut c_void, size: usize, flags: c_uint) {
+    if p.is_null() {
+        return;
+    }
+    HookStats::bump(&st.stats.host_allocs);
+    HookStats::bump(&st.stats.forwarded);
+    let stamp = st.recorder.stamp();
+    st.recorder.record(
+        stamp,
+        EventKind::Alloc {
+            start: p as u64,
+            size: size as u64,
+            kind: HostMemKind::PinnedAlloc,
+            flags,
+        },
+        None,
+        caller,
+    );
+}
+
+/// Records an event the runtime caused without a driver hook seeing it.
+pub fn observe(st: &State, caller: usize, kind: EventKind) {
+    let stamp = st.recorder.stamp();
+    st.recorder.record(stamp, kind, None, caller);
+}
+
+/// Records a copy the runtime made without a driver hook seeing it.
+pub fn observe_copy(st: &State, caller: usize, c: Option<Copy>) {
+    if let Some(c) = c {
+        note_and_record(st, &c, caller);
+    }
+}
+
+/// A runtime copy of `count` bytes of `cudaMemcpyKind` `kind` (0 HtoH, 1 HtoD, 2 DtoH,
+/// 3 DtoD, 4 default).
+pub fn runtime_copy(
+    st: &State,
+    dst: usize,
+    src: usize,
+    count: usize,
+    kind: c_int,
+    stream: Option<usize>,
+    per_thread: bool,
+) -> Option<Copy> {
+    let linear = |direction, host: usize, device: usize| Copy {
+        direction,
+        host,
+        device: device as u64,
+        bytes: count,
+        span: count,
+        stream,
+        per_thread,
+    };
+    match kind {
+        0 => Some(linear(Direction::HtoH, dst, 0)),
+        1 => Some(linear(Direction::HtoD, src, dst)),
+        2 => Some(linear(Direction::DtoH, dst, src)),
+        3 => Some(linear(Direction::DtoD, 0, dst)),
+        4 => unified(st, dst as u64, src as u64, count, stream, per_thread),
+        _ => None,
+    }
+}
+
+/// Whether `ptr` is an allocation pinwise served (the runtime's free of it is pinwise's).
+pub fn served_by_pinwise(ptr: *mut c_void) -> Option<&'static State> {
+    if ptr.is_null() || !state::enabled() || guard::inside() {
+        return None;
+    }
+    let st = state::current()?;
+    st.pinning()?.owns(ptr as usize).then_some(st)
+}
+
+/// `cudaFreeHost` of an allocation pinwise served: freed here (cudart never saw it as
+/// its own). Returns the runtime error code.
+pub fn runtime_free_served(caller: usize, ptr: *mut c_void) -> c_int {
+    let rc = host_free(caller, ptr, || CUDA_ERROR_INVALID_VALUE);
+    if rc == CUDA_SUCCESS {
+        0
+    } else {
+        1 // cudaErrorInvalidValue
+    }
+}
+
+/// Before the runtime registers `[p, p + size)` for the program.
+pub fn runtime_before_register(p: *mut c_void, size: usize) {
+    if let Some(st) = active() {
+        if let Some(pinning) = st.pinning() {
+            guarded(|| pinning.before_program_register(p as usize, size, &st.stats, &st.recorder));
+        }
+    }
+}
+
+/// Whether `p` is registered by pinwise only (the program may not unregister it).
+pub fn registered_by_pinwise_only(p: *mut c_void) -> bool {
+    state::enabled() && PROMOTED_RANGES.registered_at(p as usize).is_some()
+}
+
+/// Before a runtime query about `ptr`.
+pub fn runtime_before_query(ptr: *const c_void) {
+    if let Some(st) = active() {
+        before_query(st, ptr as usize);
+    }
+}
+
+/// `cudaHostGetFlags` for an allocation pinwise served: the flags the program asked for.
+pub fn served_flags(ptr: *const c_void) -> Option<c_uint> {
+    let st = active()?;
+    let (_, _, flags) = st.pinning()?.served_containing(ptr as usize)?;
+    HookStats::bump(&st.stats.queries_answered);
+    Some(flags)
+}

@@ -1,0 +1,505 @@
+//! Smart pinning behind the hooks.
+//!
+//! - Pinned requests go to pinwise-alloc's [`Engine`]: a pooled pinned block, or (for a
+//!   request the profile or the online policy predicts cold) pageable memory. Requests whose
+//!   flags need pinned semantics (mapped, portable, write-combined), small ones (a pooled
+//!   block costs nothing) and all of them under `PINWISE_KEEP_PINNED` are served pinned.
+//! - A pageable allocation served for a pinned request is registered before the program
+//!   asks a pointer query about it (device pointer, flags, attributes), so the answer is
+//!   the one plain CUDA would give; the allocator also registers it in place once its
+//!   copies pay for it.
+//! - The program's own pageable buffers are registered in place (page-aligned range) once
+//!   their copies have saved what registering costs, and unregistered before they are
+//!   freed, reallocated or unmapped ([`before_free`], [`before_munmap`]).
+//! - One budget for the process: the engine's, which promotions reserve from too.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+use pinwise_alloc::pageable::{mapping_len, MMAP_FROM};
+use pinwise_alloc::{AllocError, AllocFlags, Allocation, Engine, EngineConfig, Mode, StreamHandle};
+use pinwise_core::profile::Profile;
+use pinwise_core::{Direction, EventKind, HostState, ModuleTable, PinMethod, Policy, Site};
+use pinwise_cuda::sys::{
+    CUresult, CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, CUDA_ERROR_INVALID_VALUE, CUDA_SUCCESS,
+};
+
+use crate::backend::{Driver, PreloadBackend};
+use crate::config::Config;
+use crate::guard;
+use crate::promote::{Owner, Promoted, PromotedTable, TransferCounters, NEVER, PROMOTED, TRACKING};
+use crate::recorder::Recorder;
+use crate::stats::HookStats;
+
+/// Page size of registrations.
+pub const PAGE: usize = 4096;
+
+/// Ranges pinwise registered in memory it does not own.
+pub static PROMOTED_RANGES: PromotedTable = PromotedTable::new();
+/// Per host pointer counters of the program's pageable copies.
+pub static COUNTERS: TransferCounters = TransferCounters::new();
+
+/// The page-aligned range holding `[addr, addr + len)`: (start, length).
+pub fn page_span(addr: usize, len: usize) -> (usize, usize) {
+    let start = addr & !(PAGE - 1);
+    let end = addr.saturating_add(len.max(1)).next_multiple_of(PAGE);
+    (start, end - start)
+}
+
+/// One allocation the engine served for a pinned request.
+#[derive(Debug, Clone, Copy)]
+struct Served {
+    size: usize,
+    flags: u32,
+    /// Served pageable, and not (yet) registered by the allocator.
+    pageable: bool,
+}
+
+/// The engine and what the hooks keep beside it. See the module documentation.
+pub struct Pinning {
+    /// The real driver functions.
+    pub driver: &'static Driver,
+    /// The allocator.
+    pub engine: Engine,
+    policy: Arc<Policy>,
+    served: RwLock<BTreeMap<usize, Served>>,
+    /// Served allocations still pageable and unregistered (0: queries and copies need not
+    /// look them up).
+    pageable_live: AtomicUsize,
+    keep_pinned: bool,
+    promote_pageable: bool,
+}
+
+/// What a copy found about its host side, for the history.
+fn state_of(pinned: bool) -> HostState {
+    if pinned {
+        HostState::Pinned
+    } else {
+        HostState::Pageable
+    }
+}
+
+impl Pinning {
+    /// The engine for `config` on `driver`. Use mode follows `profile` (already read).
+    pub fn new(
+        driver: &'static Driver,
+        config: &Config,
+        policy: Arc<Policy>,
+        modules: Arc<ModuleTable>,
+        profile: Option<&Profile>,
+    ) -> Result<Pinning, String> {
+        let mut ec = EngineConfig::new((*policy).clone());
+        ec.policy = policy.clone();
+        ec.budget_bytes = config.budget_bytes;
+        ec.modules = modules;
+        ec.mode = Mode::Adaptive;
+        if let (Mode::Use, Some(p)) = (config.mode, profile) {
+            ec = ec.with_profile(p);
+        }
+        let engine = Engine::new(Arc::new(PreloadBackend::new(driver)), ec)
+            .map_err(|e| format!("the allocator could not start: {e}"))?;
+        Ok(Pinning {
+            driver,
+            engine,
+            policy,
+            served: RwLock::new(BTreeMap::new()),
+            pageable_live: AtomicUsize::new(0),
+            keep_pinned: config.keep_pinned,
+            promote_pageable: config.promote_pageable,
+        })
+    }
+
+    /// Serves a pinned request of `size` bytes with CUDA `flags` from `site`. `Err`: the
+    /// caller passes the request to CUDA (plain behaviour).
+    pub fn alloc(&self, size: usize, flags: u32, site: Site) -> Result<Allocation, AllocError> {
+        let required = flags != 0 || size < MMAP_FROM || self.keep_pinned;
+        let af = if required {
+            AllocFlags::REQUIRE_PINNED
+        } else {
+            AllocFlags::NONE
+        };
+        let a = {
+            let _inside = guard::Inside::enter();
+            self.engine.alloc_with_cuda_flags(size, site, af, flags)?
+        };
+        self.served.write().insert(
+            a.ptr as usize,
+            Served {
+                size,
+                flags,
+                pageable: !a.pinned,
+            },
+        );
+        if !a.pinned {
+            self.pageable_live.fetch_add(1, Ordering::AcqRel);
+        }
+        Ok(a)
+    }
+
+    /// Whether `p` starts an allocation pinwise served.
+    pub fn owns(&self, p: usize) -> bool {
+        self.served.read().contains_key(&p)
+    }
+
+    /// The served allocation containing `ptr`: (start, size, CUDA flags).
+    pub fn served_containing(&self, ptr: usize) -> Option<(usize, usize, u32)> {
+        let served = self.served.read();
+        let (&start, s) = served.range(..=ptr).next_back()?;
+        (ptr < start + s.size.max(1)).then_some((start, s.size, s.flags))
+    }
+
+    /// Frees a served allocation. `None`: `p` is not one (the caller forwards it).
+    pub fn free(&self, p: usize, stats: &HookStats, rec: &Recorder) -> Option<CUresult> {
+        let s = self.served.write().remove(&p)?;
+        if s.pageable {
+            self.pageable_live.fetch_sub(1, Ordering::AcqRel);
+        }
+        if let Some(i) = PROMOTED_RANGES.overlapping_used(Owner::Pinwise, p, p + 1) {
+            self.demote(i, stats, rec);
+        }
+        let _inside = guard::Inside::enter();
+        // SAFETY: `p` is a live allocation of this engine (it was in `served`), and the
+        // program gave it back (cuMemFreeHost): it uses it no more.
+        match unsafe { self.engine.free(p as *mut u8) } {
+            Ok(()) => Some(CUDA_SUCCESS),
+            Err(e) => {
+                tracing::warn!(error = %e, "freeing a pinwise allocation failed");
+                Some(CUDA_ERROR_INVALID_VALUE)
+            }
+        }
+    }
+
+    /// Notes a copy of `bytes` whose host side starts at `host` and spans `span` bytes,
+    /// before it is issued: promotes what turned hot, and says whether the host side is
+    /// pinned for it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn note_copy(
+        &self,
+        host: usize,
+        bytes: usize,
+        span: usize,
+        direction: Direction,
+        stream: Option<StreamHandle>,
+        stats: &HookStats,
+        rec: &Recorder,
+    ) -> HostState {
+        let engine_view = {
+            let _inside = guard::Inside::enter();
+            self.engine
+                .note_transfer(host as *const u8, bytes, direction, stream)
+        };
+        if let Some(pinned) = engine_view {
+            if pinned && self.pageable_live.load(Ordering::Acquire) > 0 {
+                self.saw_allocator_promotion(host, stats, rec);
+            }
+            let pinned = pinned || PROMOTED_RANGES.covering(host, span).is_some();
+            return state_of(pinned);
+        }
+        if PROMOTED_RANGES.covering(host, span).is_some() {
+            return HostState::Pinned;
+        }
+        if !self.promote_pageable || host == 0 {
+            return HostState::Unknown;
+        }
+        let Some(i) = COUNTERS.slot(host) else {
+            return HostState::Unknown;
+        };
+        let c = COUNTERS.get(i);
+        if c.state() != TRACKING {
+            return HostState::Unknown;
+        }
+        let cost = self.policy.cost_model();
+        let saving = c.saving(bytes as u64, direction.index() as u8, || {
+            cost.transfer_saving_ns(direction, bytes as u64).max(0.0) as u64
+        });
+        let (saved, span) = c.note(span, saving);
+        if saved == 0 {
+            return HostState::Unknown;
+        }
+        let threshold = c.threshold(span, || {
+            let (_, reg_len) = page_span(host, span);
+            (self
+                .policy
+                .pin_cost_ns(reg_len as u64, PinMethod::RegisterTouched)
+                * self.policy.config().payback_factor) as u64
+        });
+        if saved > threshold && self.promote_program(host, span, i, stats, rec) {
+            return HostState::Pinned;
+        }
+        HostState::Unknown
+    }
+
+    /// Registers the program's buffer `[host, host + span)` in place (page-aligned).
+    fn promote_program(
+        &self,
+        host: usize,
+        span: usize,
+        counter: usize,
+        stats: &HookStats,
+        rec: &Recorder,
+    ) -> bool {
+        let (reg_start, reg_len) = page_span(host, span);
+        let budget = self.engine.budget();
+        if !budget.try_reserve(reg_len as u64) {
+            HookStats::bump(&stats.promotion_budget_refusals);
+            return false;
+        }
+        let c = COUNTERS.get(counter);
+        let Some(e) = PROMOTED_RANGES.claim(Promoted {
+            owner: Owner::Program,
+            user_start: host,
+            user_end: host + span,
+            reg_start,
+            reg_len,
+            context: self.driver.current_context(),
+            counter: counter + 1,
+            budgeted: true,
+        }) else {
+            budget.release(reg_len as u64);
+            return false;
+        };
+        // SAFETY: the program just handed this range to a copy, so it is mapped; it stays
+        // registered only until the program frees, reallocates or unmaps it (the hooks
+        // unregister it first).
+        let rc = unsafe { self.driver.register(reg_start, reg_len) };
+        if rc != CUDA_SUCCESS {
+            PROMOTED_RANGES.abandon(e);
+            budget.release(reg_len as u64);
+            c.set_state(NEVER);
+            if rc != CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED {
+                HookStats::bump(&stats.promotion_failures);
+                tracing::info!(
+                    host,
+                    span,
+                    error = %self.driver.error_text(rc),
+                    "registering a hot pageable buffer failed; it stays pageable"
+                );
+            }
+            return false;
+        }
+        PROMOTED_RANGES.activate(e);
+        c.set_state(PROMOTED);
+        HookStats::bump(&stats.promotions_on_transfers);
+        let stamp = rec.stamp();
+        rec.record(
+            stamp,
+            EventKind::PinPages {
+                start: host as u64,
+                bytes: span as u64,
+                pages: Some((reg_len / PAGE) as u64),
+            },
+            None,
+            0,
+        );
+        true
+    }
+
+    /// The allocator registered a served pageable allocation in place: note it once.
+    fn saw_allocator_promotion(&self, host: usize, stats: &HookStats, rec: &Recorder) {
+        let found = {
+            let served = self.served.read();
+            served
+                .range(..=host)
+                .next_back()
+                .filter(|(&start, s)| s.pageable && host < start + s.size.max(1))
+                .map(|(&start, s)| (start, s.size))
+        };
+        let Some((start, size)) = found else { return };
+        {
+            let mut served = self.served.write();
+            match served.get_mut(&start) {
+                Some(s) if s.pageable => s.pageable = false,
+                _ => return,
+            }
+        }
+        self.pageable_live.fetch_sub(1, Ordering::AcqRel);
+        HookStats::bump(&stats.promotions_by_allocator);
+        let stamp = rec.stamp();
+        rec.record(
+            stamp,
+            EventKind::PinPages {
+                start: start as u64,
+                bytes: size as u64,
+                pages: Some((mapping_len(size) / PAGE) as u64),
+            },
+            None,
+            0,
+        );
+    }
+
+    /// Before a pointer query about `ptr` reaches the driver: a served allocation still
+    /// pageable is registered, so the answer is the one plain CUDA would give. Queries the
+    /// runtime makes inside a copy are its own business and promote nothing.
+    pub fn before_query(&self, ptr: usize, stats: &HookStats, rec: &Recorder) {
+        if self.pageable_live.load(Ordering::Acquire) == 0 || guard::in_runtime_copy() {
+            return;
+        }
+        let found = {
+            let served = self.served.read();
+            served
+                .range(..=ptr)
+                .next_back()
+                .filter(|(&start, s)| s.pageable && ptr < start + s.size.max(1))
+                .map(|(&start, s)| (start, s.size))
+        };
+        let Some((start, size)) = found else { return };
+        if PROMOTED_RANGES
+            .overlapping_used(Owner::Pinwise, start, start + 1)
+            .is_some()
+            || self
+                .engine
+                .lookup(start as *const u8)
+                .is_some_and(|(_, pinned)| pinned)
+        {
+            return;
+        }
+        let reg_len = mapping_len(size);
+        let budgeted = self.engine.budget().try_reserve(reg_len as u64);
+        if !budgeted {
+            // The program's semantics need it pinned: go over the budget, and say so.
+            HookStats::bump(&stats.required_outside_budget);
+        }
+        let Some(e) = PROMOTED_RANGES.claim(Promoted {
+            owner: Owner::Pinwise,
+            user_start: start,
+            user_end: start + size,
+            reg_start: start,
+            reg_len,
+            context: self.driver.current_context(),
+            counter: 0,
+            budgeted,
+        }) else {
+            if budgeted {
+                self.engine.budget().release(reg_len as u64);
+            }
+            return;
+        };
+        // SAFETY: an anonymous mapping of `reg_len` bytes the allocator made for this live
+        // allocation; it is unregistered (here, on cuMemFreeHost) before it is released.
+        let rc = unsafe { self.driver.register(start, reg_len) };
+        if rc != CUDA_SUCCESS {
+            PROMOTED_RANGES.abandon(e);
+            if budgeted {
+                self.engine.budget().release(reg_len as u64);
+            }
+            HookStats::bump(&stats.promotion_failures);
+            tracing::warn!(
+                start,
+                size,
+                error = %self.driver.error_text(rc),
+                "registering a served allocation before a pointer query failed"
+            );
+            return;
+        }
+        PROMOTED_RANGES.activate(e);
+        HookStats::bump(&stats.promotions_on_queries);
+        let stamp = rec.stamp();
+        rec.record(
+            stamp,
+            EventKind::PinPages {
+                start: start as u64,
+                bytes: size as u64,
+                pages: Some((reg_len / PAGE) as u64),
+            },
+            None,
+            0,
+        );
+    }
+
+    /// Before the program registers `[start, start + len)`: pinwise's own registrations of
+    /// those pages give way (else the program's would fail).
+    pub fn before_program_register(
+        &self,
+        start: usize,
+        len: usize,
+        stats: &HookStats,
+        rec: &Recorder,
+    ) {
+        let (s, l) = page_span(start, len);
+        while let Some(i) = PROMOTED_RANGES.overlapping_registered(s, s + l) {
+            if !self.demote(i, stats, rec) {
+                break;
+            }
+        }
+    }
+
+    /// Unregisters promoted range `i` (from any thread, any path: no thread-local storage,
+    /// no lock). Returns whether this call did it.
+    pub fn demote(&self, i: usize, stats: &HookStats, rec: &Recorder) -> bool {
+        let Some(p) = PROMOTED_RANGES.begin_demote(i) else {
+            return false;
+        };
+        // SAFETY: `p.reg_start` starts a range registered by `Driver::register`, taken out
+        // of the table by this call only.
+        let rc = unsafe { self.driver.unregister(p.reg_start, p.context) };
+        if rc == CUDA_SUCCESS {
+            if p.budgeted {
+                self.engine.budget().release(p.reg_len as u64);
+            }
+        } else {
+            // Still locked: keep its bytes reserved, since they are still pinned.
+            HookStats::bump(&stats.promotion_failures);
+        }
+        if p.counter != 0 {
+            COUNTERS.get(p.counter - 1).reset();
+        }
+        PROMOTED_RANGES.finish_demote(i);
+        HookStats::bump(&stats.demotions);
+        rec.record_global(
+            EventKind::UnpinPages {
+                start: p.user_start as u64,
+                pages: Some((p.reg_len / PAGE) as u64),
+            },
+            None,
+        );
+        true
+    }
+}
+
+/// Before `free(p)` or `realloc(p, ..)`: unregisters pinwise's registrations inside the
+/// block. Cost while nothing is promoted: one atomic load (the caller checks
+/// [`PromotedTable::any_active`] first).
+pub fn before_free(p: usize) {
+    let Some(st) = crate::state::current() else {
+        return;
+    };
+    let Some(pinning) = st.pinning() else { return };
+    // SAFETY: `p` is a live heap block the program is about to free (its contract with
+    // free/realloc); malloc_usable_size only reads its header.
+    let usable = unsafe { libc::malloc_usable_size(p as *mut libc::c_void) };
+    let end = p.saturating_add(usable.max(1));
+    while let Some(i) = PROMOTED_RANGES.overlapping_used(Owner::Program, p, end) {
+        if !pinning.demote(i, &st.stats, &st.recorder) {
+            break;
+        }
+    }
+}
+
+/// Before `munmap(addr, len)`: unregisters pinwise's registrations of those pages.
+pub fn before_munmap(addr: usize, len: usize) {
+    let Some(st) = crate::state::current() else {
+        return;
+    };
+    let Some(pinning) = st.pinning() else { return };
+    let end = addr.saturating_add(len);
+    while let Some(i) = PROMOTED_RANGES.overlapping_registered(addr, end) {
+        if !pinning.demote(i, &st.stats, &st.recorder) {
+            break;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn page_spans_cover_whole_pages() {
+        assert_eq!(page_span(0x1000, 0x1000), (0x1000, 0x1000));
+        assert_eq!(page_span(0x1010, 0x1000), (0x1000, 0x2000));
+        assert_eq!(page_span(0x1fff, 1), (0x1000, 0x1000));
+        assert_eq!(page_span(0x2000, 0), (0x2000, 0x1000));
+    }
+}

@@ -1,0 +1,541 @@
+//! Lock-free tables behind in-place promotion.
+//!
+//! - [`PromotedTable`]: the ranges pinwise has registered (`cuMemHostRegister`) inside
+//!   memory it does not own: the program's hot pageable buffers, and pinwise-served
+//!   pageable allocations promoted because the program asked a pointer query about them.
+//!   The `free`/`realloc`/`munmap` hooks read it without locks or thread-local storage;
+//!   while it is empty they cost one atomic load ([`PromotedTable::any_active`]).
+//! - [`TransferCounters`]: per host pointer of the program's pageable copies, the saving
+//!   pinning would have brought so far, so that a buffer is registered once its copies
+//!   have paid for it (the ski-rental rule the allocator uses for its own mappings).
+//!
+//! Both are fixed-size arrays of atomics (usable in `static`s, reset in a forked child).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+
+/// Entries of the promoted table.
+pub const PROMOTED_CAP: usize = 512;
+
+const FREE: u8 = 0;
+const CLAIMED: u8 = 1;
+const ACTIVE: u8 = 2;
+const DEMOTING: u8 = 3;
+
+/// What a promoted range lies in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Owner {
+    /// A pageable buffer of the program (it frees it with `free`/`munmap`).
+    Program = 0,
+    /// A pageable allocation pinwise served for a pinned request (freed with
+    /// `cuMemFreeHost`).
+    Pinwise = 1,
+}
+
+/// One promoted range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Promoted {
+    /// Who owns the memory.
+    pub owner: Owner,
+    /// The buffer's bytes as pinwise saw them used (copies' host range).
+    pub user_start: usize,
+    /// One past the last.
+    pub user_end: usize,
+    /// The registered, page-aligned range (what `cuMemHostUnregister` takes back).
+    pub reg_start: usize,
+    /// Its length.
+    pub reg_len: usize,
+    /// The CUDA context current when it was registered (made current again to unregister
+    /// it from a thread without one).
+    pub context: usize,
+    /// Index + 1 of its [`TransferCounters`] slot (0: none).
+    pub counter: usize,
+    /// Whether its bytes are reserved in the pinned budget (a registration the program's
+    /// semantics required may have had to go over it).
+    pub budgeted: bool,
+}
+
+#[derive(Default)]
+struct Entry {
+    state: AtomicU8,
+    owner: AtomicU8,
+    user_start: AtomicUsize,
+    user_end: AtomicUsize,
+    reg_start: AtomicUsize,
+    reg_len: AtomicUsize,
+    context: AtomicUsize,
+    counter: AtomicUsize,
+    budgeted: AtomicBool,
+}
+
+impl Entry {
+    const fn new() -> Self {
+        Entry {
+            state: AtomicU8::new(FREE),
+            owner: AtomicU8::new(0),
+            user_start: AtomicUsize::new(0),
+            user_end: AtomicUsize::new(0),
+            reg_start: AtomicUsize::new(0),
+            reg_len: AtomicUsize::new(0),
+            context: AtomicUsize::new(0),
+            counter: AtomicUsize::new(0),
+            budgeted: AtomicBool::new(false),
+        }
+    }
+
+    fn read(&self) -> Promoted {
+        Promoted {
+            owner: if self.owner.load(Ordering::Relaxed) == Owner::Pinwise as u8 {
+                Owner::Pinwise
+            } else {
+                Owner::Program
+            },
+            user_start: self.user_start.load(Ordering::Relaxed),
+            user_end: self.user_end.load(Ordering::Relaxed),
+            reg_start: self.reg_start.load(Ordering::Relaxed),
+            reg_len: self.reg_len.load(Ordering::Relaxed),
+            context: self.context.load(Ordering::Relaxed),
+            counter: self.counter.load(Ordering::Relaxed),
+            budgeted: self.budgeted.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// The registered ranges. See the module documentation.
+pub struct PromotedTable {
+    entries: [Entry; PROMOTED_CAP],
+    /// Entries ever claimed: readers scan only `entries[..high_water]`.
+    high_water: AtomicUsize,
+    /// Entries ACTIVE now.
+    active: AtomicUsize,
+}
+
+impl Default for PromotedTable {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl PromotedTable {
+    /// An empty table (usable in a `static`).
+    pub const fn new() -> Self {
+        PromotedTable {
+            entries: [const { Entry::new() }; PROMOTED_CAP],
+            high_water: AtomicUsize::new(0),
+            active: AtomicUsize::new(0),
+        }
+    }
+
+    /// Whether any range is registered now: the only cost of the `free` hook otherwise.
+    #[inline]
+    pub fn any_active(&self) -> bool {
+        self.active.load(Ordering::Acquire) != 0
+    }
+
+    /// Ranges registered now.
+    pub fn active_count(&self) -> usize {
+        self.active.load(Ordering::Acquire)
+    }
+
+    fn scan(&self) -> impl Iterator<Item = (usize, &Entry)> {
+        let n = self.high_water.load(Ordering::Acquire).min(PROMOTED_CAP);
+        self.entries[..n].iter().enumerate()
+    }
+
+    /// Reserves an entry for `p` before registering it. `None` when the table is full or an
+    /// entry being registered or registered overlaps `p`'s registered range (registering
+    /// the same pages twice fails; the caller stays pageable).
+    pub fn claim(&self, p: Promoted) -> Option<usize> {
+        let (start, end) = (p.reg_start, p.reg_start + p.reg_len);
+        let overlaps = self.scan().any(|(_, e)| {
+            let s = e.state.load(Ordering::Acquire);
+            (s == CLAIMED || s == ACTIVE || s == DEMOTING) && {
+                let rs = e.reg_start.load(Ordering::Relaxed);
+                rs < end && start < rs + e.reg_len.load(Ordering::Relaxed)
+            }
+        });
+        if overlaps {
+            return None;
+        }
+        for (i, e) in self.entries.iter().enumerate() {
+            if e.state
+                .compare_exchange(FREE, CLAIMED, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                e.owner.store(p.owner as u8, Ordering::Relaxed);
+                e.user_start.store(p.user_start, Ordering::Relaxed);
+                e.user_end.store(p.user_end, Ordering::Relaxed);
+                e.reg_start.store(p.reg_start, Ordering::Relaxed);
+                e.reg_len.store(p.reg_len, Ordering::Relaxed);
+                e.context.store(p.context, Ordering::Relaxed);
+                e.counter.store(p.counter, Ordering::Relaxed);
+                e.budgeted.store(p.budgeted, Ordering::Relaxed);
+                self.high_water.fetch_max(i + 1, Ordering::AcqRel);
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    /// The claimed entry `i` is registered: readers see it from now on.
+    pub fn activate(&self, i: usize) {
+        self.entries[i].state.store(ACTIVE, Ordering::Release);
+        self.active.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The claimed entry `i` could not be registered: frees it.
+    pub fn abandon(&self, i: usize) {
+        self.entries[i].state.store(FREE, Ordering::Release);
+    }
+
+    /// Takes entry `i` for unregistering; `None` if another thread took it first or it is
+    /// not registered. Readers no longer see it.
+    pub fn begin_demote(&self, i: usize) -> Option<Promoted> {
+        let e = &self.entries[i];
+        e.state
+            .compare_exchange(ACTIVE, DEMOTING, Ordering::AcqRel, Ordering::Acquire)
+            .ok()?;
+        self.active.fetch_sub(1, Ordering::AcqRel);
+        Some(e.read())
+    }
+
+    /// The demoted entry `i` is unregistered: frees it.
+    pub fn finish_demote(&self, i: usize) {
+        self.entries[i].state.store(FREE, Ordering::Release);
+    }
+
+    fn first_active(&self, mut pred: impl FnMut(&Entry) -> bool) -> Option<usize> {
+        if !self.any_active() {
+            return None;
+        }
+        self.scan()
+            .find(|(_, e)| e.state.load(Ordering::Acquire) == ACTIVE && pred(e))
+            .map(|(i, _)| i)
+    }
+
+    /// A registered entry whose registered range holds all of `[addr, addr + len)`.
+    pub fn covering(&self, addr: usize, len: usize) -> Option<usize> {
+        let end = addr.saturating_add(len.max(1));
+        self.first_active(|e| {
+            let rs = e.reg_start.load(Ordering::Relaxed);
+            rs <= addr && end <= rs + e.reg_len.load(Ordering::Relaxed)
+        })
+    }
+
+    /// A registered entry of `owner` whose used range overlaps `[start, end)`.
+    pub fn overlapping_used(&self, owner: Owner, start: usize, end: usize) -> Option<usize> {
+        self.first_active(|e| {
+            e.owner.load(Ordering::Relaxed) == owner as u8
+                && e.user_start.load(Ordering::Relaxed) < end
+                && start < e.user_end.load(Ordering::Relaxed)
+        })
+    }
+
+    /// A registered entry whose registered pages overlap `[start, end)`.
+    pub fn overlapping_registered(&self, start: usize, end: usize) -> Option<usize> {
+        self.first_active(|e| {
+            let rs = e.reg_start.load(Ordering::Relaxed);
+            rs < end && start < rs + e.reg_len.load(Ordering::Relaxed)
+        })
+    }
+
+    /// The registered entry whose registration starts at `addr` (what
+    /// `cuMemHostUnregister(addr)` would take back).
+    pub fn registered_at(&self, addr: usize) -> Option<usize> {
+        self.first_active(|e| e.reg_start.load(Ordering::Relaxed) == addr)
+    }
+
+    /// The entry `i` as it is now.
+    pub fn get(&self, i: usize) -> Promoted {
+        self.entries[i].read()
+    }
+
+    /// Forgets everything (a forked child: the registrations belong to the parent).
+    pub fn forget_all(&self) {
+        for e in &self.entries {
+            e.state.store(FREE, Ordering::Relaxed);
+        }
+        self.active.store(0, Ordering::Release);
+        self.high_water.store(0, Ordering::Release);
+    }
+}
+
+/// Slots of the transfer counters (a power of two).
+pub const COUNTERS_CAP: usize = 4096;
+/// Slots probed before giving up on a key.
+const PROBES: usize = 32;
+
+/// Still learning.
+pub const TRACKING: u8 = 0;
+/// Registered (the promoted table has it).
+pub const PROMOTED: u8 = 1;
+/// Never to be registered (registration failed, or was refused).
+pub const NEVER: u8 = 2;
+
+/// What pinwise learned about the copies from one host pointer of the program.
+#[derive(Default)]
+pub struct Counter {
+    key: AtomicUsize,
+    state: AtomicU8,
+    /// Predicted saving of the copies seen (ns).
+    saved_ns: AtomicU64,
+    /// The largest host span a copy from this pointer touched.
+    span: AtomicUsize,
+    /// (bytes << 2 | direction) of the last saving computed, and that saving (ns).
+    cached_key: AtomicU64,
+    cached_saving: AtomicU64,
+    /// Copies seen.
+    copies: AtomicU64,
+    /// The span the cached threshold is for, and the threshold (ns).
+    threshold_span: AtomicUsize,
+    threshold_ns: AtomicU64,
+}
+
+impl Counter {
+    const fn new() -> Self {
+        Counter {
+            key: AtomicUsize::new(0),
+            state: AtomicU8::new(TRACKING),
+            saved_ns: AtomicU64::new(0),
+            span: AtomicUsize::new(0),
+            cached_key: AtomicU64::new(0),
+            cached_saving: AtomicU64::new(0),
+            copies: AtomicU64::new(0),
+            threshold_span: AtomicUsize::new(0),
+            threshold_ns: AtomicU64::new(0),
+        }
+    }
+
+    /// The saving a registration of `span` bytes must be paid by (ns), from the cache when
+    /// the span is the same as last time, else from `compute` (then cached).
+    pub fn threshold(&self, span: usize, compute: impl FnOnce() -> u64) -> u64 {
+        if self.threshold_span.load(Ordering::Acquire) == span {
+            return self.threshold_ns.load(Ordering::Relaxed);
+        }
+        let t = compute();
+        self.threshold_ns.store(t, Ordering::Relaxed);
+        self.threshold_span.store(span, Ordering::Release);
+        t
+    }
+
+    /// `TRACKING`, `PROMOTED` or `NEVER`.
+    pub fn state(&self) -> u8 {
+        self.state.load(Ordering::Acquire)
+    }
+
+    /// Sets the state.
+    pub fn set_state(&self, s: u8) {
+        self.state.store(s, Ordering::Release);
+    }
+
+    /// Notes one copy of `span` host bytes saving `saving_ns` if pinned; returns (total
+    /// saving so far, largest span so far).
+    pub fn note(&self, span: usize, saving_ns: u64) -> (u64, usize) {
+        self.copies.fetch_add(1, Ordering::Relaxed);
+        let span = self.span.fetch_max(span, Ordering::Relaxed).max(span);
+        let saved = self
+            .saved_ns
+            .fetch_add(saving_ns, Ordering::Relaxed)
+            .saturating_add(saving_ns);
+        (saved, span)
+    }
+
+    /// The saving of a copy of `bytes` in direction `dir`, from the cache when the last
+    /// copy was the same, else from `compute` (which is then cached).
+    pub fn saving(&self, bytes: u64, dir: u8, compute: impl FnOnce() -> u64) -> u64 {
+        let key = (bytes << 2 | u64::from(dir & 3)) | (1 << 63);
+        if self.cached_key.load(Ordering::Acquire) == key {
+            return self.cached_saving.load(Ordering::Relaxed);
+        }
+        let s = compute();
+        self.cached_saving.store(s, Ordering::Relaxed);
+        self.cached_key.store(key, Ordering::Release);
+        s
+    }
+
+    /// Starts learning again (the buffer at this address was freed).
+    pub fn reset(&self) {
+        self.saved_ns.store(0, Ordering::Relaxed);
+        self.span.store(0, Ordering::Relaxed);
+        self.set_state(TRACKING);
+    }
+
+    /// Copies seen.
+    pub fn copies(&self) -> u64 {
+        self.copies.load(Ordering::Relaxed)
+    }
+}
+
+/// Per host pointer counters of pageable copies. See the module documentation.
+pub struct TransferCounters {
+    slots: [Counter; COUNTERS_CAP],
+    /// Keys refused because their probe sequence was full.
+    refused: AtomicU64,
+}
+
+impl Default for TransferCounters {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TransferCounters {
+    /// An empty table (usable in a `static`).
+    pub const fn new() -> Self {
+        TransferCounters {
+            slots: [const { Counter::new() }; COUNTERS_CAP],
+            refused: AtomicU64::new(0),
+        }
+    }
+
+    /// The slot of `key` (a host pointer, not 0), inserting it if new. `None` when the
+    /// table has no room near the key's hash (counted).
+    pub fn slot(&self, key: usize) -> Option<usize> {
+        debug_assert_ne!(key, 0);
+        let h = (key as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52;
+        for probe in 0..PROBES {
+            let i = (h as usize + probe) & (COUNTERS_CAP - 1);
+            let k = self.slots[i].key.load(Ordering::Acquire);
+            if k == key {
+                return Some(i);
+            }
+            if k == 0 {
+                match self.slots[i].key.compare_exchange(
+                    0,
+                    key,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => return Some(i),
+                    Err(other) if other == key => return Some(i),
+                    Err(_) => continue,
+                }
+            }
+        }
+        self.refused.fetch_add(1, Ordering::Relaxed);
+        None
+    }
+
+    /// Slot `i`.
+    pub fn get(&self, i: usize) -> &Counter {
+        &self.slots[i]
+    }
+
+    /// Keys refused for lack of room.
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+
+    /// Forgets everything (a forked child).
+    pub fn forget_all(&self) {
+        for c in &self.slots {
+            c.key.store(0, Ordering::Relaxed);
+            c.reset();
+            c.cached_key.store(0, Ordering::Relaxed);
+            c.copies.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn range(user: (usize, usize), reg: (usize, usize)) -> Promoted {
+        Promoted {
+            owner: Owner::Program,
+            user_start: user.0,
+            user_end: user.1,
+            reg_start: reg.0,
+            reg_len: reg.1 - reg.0,
+            context: 0,
+            counter: 0,
+            budgeted: true,
+        }
+    }
+
+    #[test]
+    fn promoted_ranges_are_found_only_while_active() {
+        let t = PromotedTable::new();
+        assert!(!t.any_active());
+        let i = t.claim(range((0x1010, 0x3010), (0x1000, 0x4000))).unwrap();
+        assert!(!t.any_active(), "claimed is not yet registered");
+        assert_eq!(t.covering(0x1010, 16), None);
+        assert_eq!(
+            t.claim(range((0x3800, 0x3900), (0x3000, 0x4000))),
+            None,
+            "overlapping pages are refused while one is being registered"
+        );
+        t.activate(i);
+        assert!(t.any_active());
+        assert_eq!(t.covering(0x1010, 0x2000), Some(i));
+        assert_eq!(
+            t.covering(0x3f00, 0x200),
+            None,
+            "runs past the registered pages"
+        );
+        assert_eq!(t.overlapping_used(Owner::Program, 0x3000, 0x3008), Some(i));
+        assert_eq!(t.overlapping_used(Owner::Program, 0x3010, 0x3020), None);
+        assert_eq!(t.overlapping_used(Owner::Pinwise, 0x1000, 0x2000), None);
+        assert_eq!(t.overlapping_registered(0x3fff, 0x5000), Some(i));
+        assert_eq!(t.registered_at(0x1000), Some(i));
+        assert_eq!(t.registered_at(0x1010), None);
+        let p = t.begin_demote(i).unwrap();
+        assert_eq!(p.reg_start, 0x1000);
+        assert!(t.begin_demote(i).is_none(), "one demoter only");
+        assert!(!t.any_active());
+        t.finish_demote(i);
+        let j = t.claim(range((0x3800, 0x3900), (0x3000, 0x4000))).unwrap();
+        t.abandon(j);
+        t.forget_all();
+        assert_eq!(t.active_count(), 0);
+    }
+
+    #[test]
+    fn counters_accumulate_and_cache() {
+        let c = TransferCounters::new();
+        let i = c.slot(0x7000_1000).unwrap();
+        assert_eq!(c.slot(0x7000_1000), Some(i));
+        let k = c.get(i);
+        let mut computed = 0;
+        for _ in 0..3 {
+            let s = k.saving(1 << 20, 0, || {
+                computed += 1;
+                500
+            });
+            k.note(1 << 20, s);
+        }
+        assert_eq!(computed, 1, "the same copy's saving is computed once");
+        assert_eq!(k.note(2 << 20, 0), (1500, 2 << 20));
+        assert_eq!(k.copies(), 4);
+        k.set_state(PROMOTED);
+        k.reset();
+        assert_eq!(k.state(), TRACKING);
+        assert_eq!(k.note(4096, 1), (1, 4096));
+        let mut computed = 0;
+        for _ in 0..2 {
+            assert_eq!(
+                k.threshold(8192, || {
+                    computed += 1;
+                    77
+                }),
+                77
+            );
+        }
+        assert_eq!(computed, 1);
+        assert_eq!(k.threshold(4096, || 5), 5);
+    }
+
+    #[test]
+    fn counters_refuse_when_crowded_instead_of_looping() {
+        let c = TransferCounters::new();
+        let mut refused = 0;
+        for key in 1..=(COUNTERS_CAP + 100) {
+            if c.slot(key * 4096).is_none() {
+                refused += 1;
+            }
+        }
+        assert!(refused >= 100);
+        assert_eq!(c.refused(), refused as u64);
+    }
+}

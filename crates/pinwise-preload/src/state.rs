@@ -1,0 +1,499 @@
+//! The library's state in this process: created lazily by the first hook that needs it
+//! (safe before `main`, never from `free`), forgotten in a forked child, written out at
+//! exit and on the dump signal.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::Mutex;
+use pinwise_alloc::Mode;
+use pinwise_core::profile::Profile;
+use pinwise_core::{CostModel, DumpFormat, ModuleTable, Policy};
+
+use crate::backend::Driver;
+use crate::config::{Config, LogTarget};
+use crate::guard::Inside;
+use crate::pinning::{Pinning, COUNTERS, PROMOTED_RANGES};
+use crate::recorder::{Recorder, GENERATION, GLOBAL, RINGS};
+use crate::stats::{EngineStats, HookStats, OutputStats, ProcessStats};
+
+/// Everything pinwise keeps in one process.
+pub struct State {
+    /// This process.
+    pub pid: u32,
+    /// The configuration.
+    pub config: Config,
+    /// The history and its feeding.
+    pub recorder: Recorder,
+    /// The hooks' counters.
+    pub stats: HookStats,
+    modules: Arc<ModuleTable>,
+    policy: Arc<Policy>,
+    /// Use mode: the profile followed.
+    profile: Option<Profile>,
+    pinning: OnceLock<Result<Pinning, String>>,
+    problems: Mutex<Vec<String>>,
+    top_process: bool,
+    drain_thread: OnceLock<std::thread::Thread>,
+}
+
+/// The state, once created (null: not yet, or reset in a forked child).
+static STATE: AtomicPtr<State> = AtomicPtr::new(std::ptr::null_mut());
+/// 0: not created; 1: being created; 2: created.
+static INIT: AtomicU8 = AtomicU8::new(0);
+/// Set from the environment when the library is loaded: forward everything.
+pub static DISABLED: AtomicBool = AtomicBool::new(false);
+/// Set from the environment when the library is loaded: hand out driver wrappers.
+pub static DRIVER_HOOKS: AtomicBool = AtomicBool::new(true);
+/// Set by the dump signal's handler; the drain thread writes the outputs.
+static DUMP_REQUESTED: AtomicBool = AtomicBool::new(false);
+/// Whether pinwise turned itself off after a failure of its own (a panic).
+static BROKEN: AtomicBool = AtomicBool::new(false);
+/// Whether the program's `free`/`realloc`/`munmap` are pinwise's hooks (checked at load).
+static FREE_HOOKS_EFFECTIVE: AtomicBool = AtomicBool::new(true);
+
+/// Records whether the `free`/`realloc`/`munmap` hooks see the program's calls.
+pub fn set_free_hooks_effective(effective: bool) {
+    FREE_HOOKS_EFFECTIVE.store(effective, Ordering::Relaxed);
+}
+
+/// Called when the library is loaded (before `main`): only what needs no allocation of
+/// note and cannot fail.
+pub fn on_load() {
+    crate::real::ensure_real_dlsym();
+    let off = |name: &std::ffi::CStr| {
+        // SAFETY: getenv with a constant name; the value is only read here.
+        let v = unsafe { libc::getenv(name.as_ptr()) };
+        if v.is_null() {
+            return None;
+        }
+        // SAFETY: a NUL-terminated string of the environment.
+        let v = unsafe { std::ffi::CStr::from_ptr(v) }.to_bytes();
+        Some(matches!(v, b"1" | b"true" | b"yes" | b"on"))
+    };
+    if off(c"PINWISE_DISABLE") == Some(true) {
+        DISABLED.store(true, Ordering::Relaxed);
+    }
+    // SAFETY: getenv with a constant name.
+    let hooks = unsafe { libc::getenv(c"PINWISE_DRIVER_HOOKS".as_ptr()) };
+    if !hooks.is_null() {
+        // SAFETY: a NUL-terminated string of the environment.
+        let v = unsafe { std::ffi::CStr::from_ptr(hooks) }.to_bytes();
+        if matches!(v, b"0" | b"false" | b"no" | b"off") {
+            DRIVER_HOOKS.store(false, Ordering::Relaxed);
+        }
+    }
+    // SAFETY: registering plain function pointers; the handlers only touch atomics and
+    // leaked memory (child) or write files (exit).
+    unsafe {
+        libc::pthread_atfork(None, None, Some(in_forked_child));
+        libc::atexit(at_exit);
+    }
+}
+
+/// Whether hooks should do anything at all.
+#[inline]
+pub fn enabled() -> bool {
+    !DISABLED.load(Ordering::Relaxed) && !BROKEN.load(Ordering::Relaxed)
+}
+
+/// Turns pinwise off for the rest of the process (a bug of its own was caught): every hook
+/// forwards from now on.
+pub fn turn_off(why: &str) {
+    BROKEN.store(true, Ordering::Relaxed);
+    if let Some(st) = current() {
+        st.problem(format!("pinwise turned itself off: {why}"));
+    }
+}
+
+/// The state if it exists (never creates it; no thread-local storage: usable from `free`).
+#[inline]
+pub fn current() -> Option<&'static State> {
+    let p = STATE.load(Ordering::Acquire);
+    // SAFETY: a non-null pointer is a leaked `Box<State>`, valid for the process's life.
+    unsafe { p.as_ref() }
+}
+
+/// The state, created on first use. `None` when pinwise is off, or when called from
+/// pinwise's own code while it creates the state.
+pub fn get() -> Option<&'static State> {
+    if let Some(st) = current() {
+        return Some(st);
+    }
+    if !enabled() || crate::guard::inside() {
+        return None;
+    }
+    loop {
+        match INIT.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => {
+                let _inside = Inside::enter();
+                let st: &'static State = Box::leak(Box::new(State::create()));
+                STATE.store(st as *const State as *mut State, Ordering::Release);
+                INIT.store(2, Ordering::Release);
+                st.start_drain_thread();
+                return Some(st);
+            }
+            Err(2) => return current(),
+            Err(_) => std::thread::yield_now(),
+        }
+    }
+}
+
+/// Wakes the drain thread (a ring is filling up).
+pub fn wake_drain_thread() {
+    if let Some(t) = current().and_then(|st| st.drain_thread.get()) {
+        t.unpark();
+    }
+}
+
+extern "C" fn in_forked_child() {
+    // The child has one thread; the parent's state (its locks, its engine, its rings) is
+    // left alone, leaked: a fresh one is made if the child uses CUDA.
+    GENERATION.fetch_add(1, Ordering::AcqRel);
+    STATE.store(std::ptr::null_mut(), Ordering::Release);
+    INIT.store(0, Ordering::Release);
+    RINGS.forget_all();
+    GLOBAL.reset_in_child();
+    PROMOTED_RANGES.forget_all();
+    COUNTERS.forget_all();
+}
+
+extern "C" fn at_exit() {
+    let Some(st) = current() else { return };
+    // SAFETY: getpid has no preconditions.
+    if st.pid != unsafe { libc::getpid() } as u32 {
+        return;
+    }
+    let _inside = Inside::enter();
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        st.recorder.drain(true, None);
+        st.write_outputs(false);
+        st.recorder.finish();
+    }));
+}
+
+/// The dump signal's previous action (`sa_sigaction` and `sa_flags`), chained to.
+static PREVIOUS_HANDLER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static PREVIOUS_FLAGS: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+extern "C" fn on_dump_signal(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // Async-signal-safe: one atomic store; the drain thread does the work.
+    DUMP_REQUESTED.store(true, Ordering::Relaxed);
+    let previous = PREVIOUS_HANDLER.load(Ordering::Relaxed);
+    if previous == libc::SIG_DFL || previous == libc::SIG_IGN {
+        return;
+    }
+    if PREVIOUS_FLAGS.load(Ordering::Relaxed) & libc::SA_SIGINFO != 0 {
+        // SAFETY: the program installed this three-argument handler for this signal.
+        let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+            unsafe { std::mem::transmute(previous) };
+        f(sig, info, ctx);
+    } else {
+        // SAFETY: the program installed this one-argument handler for this signal.
+        let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(previous) };
+        f(sig);
+    }
+}
+
+impl State {
+    fn create() -> State {
+        let config = Config::from_env();
+        // SAFETY: getpid/getppid have no preconditions.
+        let (pid, ppid) = unsafe { (libc::getpid() as u32, libc::getppid() as u32) };
+        init_logging(&config);
+        let mut problems = config.problems.clone();
+        for p in &problems {
+            tracing::warn!("pinwise: {p}");
+        }
+        let cost = match &config.calibration {
+            Some(path) => CostModel::from_csv_file(path).unwrap_or_else(|e| {
+                problems.push(format!(
+                    "calibration {}: {e}; using the built-in cost model",
+                    path.display()
+                ));
+                CostModel::builtin()
+            }),
+            None => CostModel::builtin(),
+        };
+        let mut profile = None;
+        let mut config = config;
+        if config.mode == Mode::Use {
+            if let Some(path) = &config.profile_path {
+                match Profile::load(path) {
+                    Ok(p) => profile = Some(p),
+                    Err(e) => {
+                        problems.push(format!(
+                            "profile {} could not be read ({e}); running adaptive",
+                            path.display()
+                        ));
+                        config.mode = Mode::Adaptive;
+                    }
+                }
+            }
+        }
+        if config.promote_pageable && !FREE_HOOKS_EFFECTIVE.load(Ordering::Relaxed) {
+            config.promote_pageable = false;
+            problems.push(
+                "the program defines its own free/realloc/munmap: pinwise cannot see its \
+                 buffers freed, so it does not register them (in-place promotion is off)"
+                    .into(),
+            );
+        }
+        let modules = ModuleTable::shared();
+        let top_process = GENERATION.load(Ordering::Acquire) == 1
+            && config.launcher_pid.is_none_or(|l| l == ppid);
+        State {
+            pid,
+            recorder: Recorder::new(pid, modules.clone()),
+            stats: HookStats::default(),
+            modules,
+            policy: Arc::new(Policy::new(cost)),
+            profile,
+            pinning: OnceLock::new(),
+            problems: Mutex::new(problems),
+            top_process,
+            drain_thread: OnceLock::new(),
+            config,
+        }
+    }
+
+    /// Notes a problem (logged, and written to the statistics).
+    pub fn problem(&self, text: String) {
+        tracing::warn!("pinwise: {text}");
+        self.problems.lock().push(text);
+    }
+
+    /// The allocator, created on first use once libcuda is loaded. `None` while it cannot
+    /// be (no libcuda yet: tried again later), or if it failed (the reason is kept).
+    pub fn pinning(&self) -> Option<&Pinning> {
+        match self.pinning.get() {
+            Some(Ok(p)) => Some(p),
+            Some(Err(_)) => None,
+            None => None,
+        }
+    }
+
+    /// The allocator, creating it if libcuda is loaded now.
+    pub fn pinning_or_start(&self) -> Option<&Pinning> {
+        if let Some(r) = self.pinning.get() {
+            return r.as_ref().ok();
+        }
+        let _inside = Inside::enter();
+        let driver = match Driver::load() {
+            Ok(d) => d,
+            // Not loaded yet (a hook ran before cudart opened libcuda): try again later.
+            Err(e) if crate::real::libcuda_handle().is_none() => {
+                tracing::debug!("allocator not started yet: {e}");
+                return None;
+            }
+            Err(e) => {
+                let _ = self.pinning.set(Err(e.clone()));
+                self.problem(format!("the allocator is off: {e}"));
+                return None;
+            }
+        };
+        let driver: &'static Driver = Box::leak(Box::new(driver));
+        let made = Pinning::new(
+            driver,
+            &self.config,
+            self.policy.clone(),
+            self.modules.clone(),
+            self.profile.as_ref(),
+        );
+        if let Err(e) = &made {
+            self.problem(format!("the allocator is off: {e}"));
+        }
+        let _ = self.pinning.set(made);
+        self.pinning()
+    }
+
+    fn start_drain_thread(&'static self) {
+        if let Some(sig) = self.config.dump_signal {
+            install_dump_handler(sig);
+        }
+        let spawned = std::thread::Builder::new()
+            .name("pinwise-drain".into())
+            .spawn(move || self.drain_loop());
+        match spawned {
+            Ok(h) => {
+                let _ = self.drain_thread.set(h.thread().clone());
+            }
+            Err(e) => self.problem(format!(
+                "no drain thread ({e}): full rings are drained by the threads that fill them"
+            )),
+        }
+    }
+
+    fn drain_loop(&'static self) {
+        let _inside = Inside::enter();
+        block_all_signals();
+        let generation = GENERATION.load(Ordering::Acquire);
+        loop {
+            std::thread::park_timeout(std::time::Duration::from_millis(10));
+            if GENERATION.load(Ordering::Acquire) != generation || current().is_none() {
+                return;
+            }
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.recorder.drain(false, None);
+                if DUMP_REQUESTED.swap(false, Ordering::Relaxed) {
+                    self.write_outputs(true);
+                }
+            }));
+        }
+    }
+
+    /// Writes the history, the profile (profile mode) and the statistics. `snapshot`: on
+    /// the dump signal (the process goes on).
+    pub fn write_outputs(&self, snapshot: bool) {
+        let events = self.recorder.with_history(|h| h.stats().events_ingested);
+        if !self.top_process && events == 0 {
+            return; // a child that never used CUDA: nothing to say
+        }
+        let mut stats = ProcessStats::from_hooks(&self.stats);
+        stats.pid = self.pid;
+        stats.top_process = self.top_process;
+        stats.snapshot = snapshot;
+        stats.mode = self.config.mode.as_str().to_string();
+        stats.events = events;
+        stats.events_lost = self.recorder.lost();
+        stats.inline_drains = self.recorder.inline_drains();
+        match self.pinning.get() {
+            Some(Ok(p)) => {
+                stats.allocator_active = true;
+                stats.driver_is_standin = p.driver.standin;
+                stats.engine = EngineStats::from(p.engine.stats());
+            }
+            Some(Err(e)) => stats.allocator_unavailable = Some(e.clone()),
+            None => {
+                stats.allocator_unavailable =
+                    Some("no CUDA host-memory call needed it (or libcuda never loaded)".into());
+                stats.driver_is_standin = crate::real::libcuda_is_standin();
+            }
+        }
+        stats.history = match &self.config.history_path {
+            None => OutputStats::default(),
+            Some(path) => {
+                let path = self.output_path(path);
+                let r = self.recorder.with_history(|h| {
+                    pinwise_core::save_history(h, &path, DumpFormat::from_path(&path))
+                });
+                output(path, r.map_err(|e| e.to_string()))
+            }
+        };
+        stats.history_records = self.recorder.with_history(|h| h.len() as u64);
+        stats.profile = match (&self.config.profile_path, self.config.mode) {
+            (Some(path), Mode::Profile) => {
+                let path = self.output_path(path);
+                let r = self
+                    .recorder
+                    .with_history(|h| Profile::from_history(h).save(&path));
+                output(path, r.map_err(|e| e.to_string()))
+            }
+            (Some(path), Mode::Use) => OutputStats {
+                path: Some(path.display().to_string()),
+                written: false,
+                error: None,
+            },
+            _ => OutputStats::default(),
+        };
+        stats.problems = self.problems.lock().clone();
+        if let Some(dir) = &self.config.stats_dir {
+            let path = dir.join(format!("{}.json", self.pid));
+            let written = serde_json::to_vec_pretty(&stats)
+                .map_err(std::io::Error::other)
+                .and_then(|bytes| write_file(&path, &bytes));
+            if let Err(e) = written {
+                tracing::warn!(path = %path.display(), error = %e, "pinwise: statistics not written");
+            }
+        }
+    }
+
+    /// `path` for this process: itself for the process `pinwise run` started, else
+    /// `<stem>.<pid>.<ext>` beside it.
+    fn output_path(&self, path: &Path) -> PathBuf {
+        if self.top_process {
+            return path.to_path_buf();
+        }
+        per_process_path(path, self.pid)
+    }
+}
+
+/// `<stem>.<pid>.<ext>` beside `path` (`<name>.<pid>` when it has no extension).
+pub fn per_process_path(path: &Path, pid: u32) -> PathBuf {
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let name = match path.extension() {
+        Some(ext) => format!("{stem}.{pid}.{}", ext.to_string_lossy()),
+        None => format!("{stem}.{pid}"),
+    };
+    path.with_file_name(name)
+}
+
+fn output(path: PathBuf, r: Result<(), String>) -> OutputStats {
+    OutputStats {
+        path: Some(path.display().to_string()),
+        written: r.is_ok(),
+        error: r.err(),
+    }
+}
+
+/// Writes `bytes` to `path` through a temporary file renamed into place.
+fn write_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)
+}
+
+fn init_logging(config: &Config) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_new(&config.log_level).unwrap_or_else(|_| EnvFilter::new("warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false)
+        .with_target(false);
+    let _ = match &config.log {
+        LogTarget::Off => return,
+        LogTarget::Stderr => builder.with_writer(std::io::stderr).try_init(),
+        LogTarget::File(path) => {
+            match std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+            {
+                Ok(f) => builder.with_writer(std::sync::Mutex::new(f)).try_init(),
+                Err(_) => return,
+            }
+        }
+    };
+}
+
+fn install_dump_handler(sig: i32) {
+    // SAFETY: the handler only stores an atomic and chains to the program's own handler,
+    // if it had one; `old` is a valid out-parameter.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        let mut old: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = on_dump_signal as *const () as usize;
+        action.sa_flags = libc::SA_RESTART | libc::SA_SIGINFO;
+        libc::sigemptyset(&mut action.sa_mask);
+        if libc::sigaction(sig, &action, &mut old) == 0 {
+            PREVIOUS_HANDLER.store(old.sa_sigaction, Ordering::Relaxed);
+            PREVIOUS_FLAGS.store(old.sa_flags, Ordering::Relaxed);
+        }
+    }
+}
+
+fn block_all_signals() {
+    // SAFETY: changes only this (pinwise's own) thread's signal mask.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
+    }
+}
