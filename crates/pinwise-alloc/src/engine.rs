@@ -125,7 +125,8 @@ pub struct EngineConfig {
     pub min_segment_bytes: usize,
     /// Outcomes remembered per call site by the predictor.
     pub history_bits: u8,
-    /// Advise large pageable mappings to use transparent huge pages.
+    /// Advise large pageable mappings to use transparent huge pages, and populate them at
+    /// allocation (see [`crate::pageable`]).
     pub huge_pages: bool,
     /// Most reuses a new pinned block is credited with (from the site's run of hot outcomes).
     pub max_reuse_credit: u32,
@@ -244,6 +245,15 @@ enum Origin {
     Heap,
     /// Its own `cuMemHostAlloc` with non-default CUDA flags (not pooled).
     Dedicated,
+}
+
+/// Why memory that was wanted pinned was not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PinRefusal {
+    /// The budget had no room (counted in `budget_refusals`).
+    Budget,
+    /// The driver refused (counted in `fallbacks`).
+    Driver,
 }
 
 /// State of a pageable mapping with respect to promotion.
@@ -468,16 +478,19 @@ impl Engine {
 
         let mut served: Option<(usize, usize, Origin)> = None;
         if want_pin {
-            if required && cuda_flags != 0 {
-                served = self.alloc_dedicated(graded, cuda_flags)?;
+            let r = if required && cuda_flags != 0 {
+                self.alloc_dedicated(graded, cuda_flags)
             } else {
-                served = self.alloc_pinned_block(graded);
-            }
-            if served.is_none() {
-                if required {
-                    return Err(AllocError::PinningUnavailable { size });
+                self.alloc_pinned_block(graded)
+            };
+            match r {
+                Ok(s) => served = Some(s),
+                Err(_) if required => return Err(AllocError::PinningUnavailable { size }),
+                // Counted as a budget refusal where the budget refused.
+                Err(PinRefusal::Budget) => {}
+                Err(PinRefusal::Driver) => {
+                    self.counters.fallbacks.fetch_add(1, Ordering::Relaxed);
                 }
-                self.counters.fallbacks.fetch_add(1, Ordering::Relaxed);
             }
         }
         let planned = if served.is_none() && planned == Planned::Pin {
@@ -792,11 +805,11 @@ impl Engine {
     }
 
     /// A block from the pinned pool, growing it within the budget if needed.
-    fn alloc_pinned_block(&self, graded: usize) -> Option<(usize, usize, Origin)> {
+    fn alloc_pinned_block(&self, graded: usize) -> Result<(usize, usize, Origin), PinRefusal> {
         self.reclaim_pending();
         if let Some(addr) = self.pool.lock().take(graded) {
             self.counters.pool_hits.fetch_add(1, Ordering::Relaxed);
-            return Some((addr, graded, Origin::PoolBlock));
+            return Ok((addr, graded, Origin::PoolBlock));
         }
         self.counters.pool_misses.fetch_add(1, Ordering::Relaxed);
         let seg_len = graded.max(self.min_segment);
@@ -812,7 +825,7 @@ impl Engine {
             if let Some((a, l)) = touched {
                 self.return_mapping(a, l);
             }
-            return None;
+            return Err(PinRefusal::Budget);
         }
         let t = std::time::Instant::now();
         let segment = match touched {
@@ -833,12 +846,16 @@ impl Engine {
         match segment {
             Some(seg) => {
                 debug_assert_eq!(seg.len, reserve);
-                let addr = self.pool.lock().add_segment(seg, graded)?;
-                Some((addr, graded, Origin::PoolBlock))
+                let addr = self
+                    .pool
+                    .lock()
+                    .add_segment(seg, graded)
+                    .expect("taking from a fresh segment");
+                Ok((addr, graded, Origin::PoolBlock))
             }
             None => {
                 self.budget.release(reserve as u64);
-                None
+                Err(PinRefusal::Driver)
             }
         }
     }
@@ -848,9 +865,9 @@ impl Engine {
         &self,
         graded: usize,
         cuda_flags: u32,
-    ) -> Result<Option<(usize, usize, Origin)>, AllocError> {
+    ) -> Result<(usize, usize, Origin), PinRefusal> {
         if !self.reserve_or_trim(graded as u64) {
-            return Ok(None);
+            return Err(PinRefusal::Budget);
         }
         let t = std::time::Instant::now();
         let r = self.backend.alloc_pinned(graded, cuda_flags);
@@ -860,12 +877,12 @@ impl Engine {
                 self.counters.pins_alloc.fetch_add(1, Ordering::Relaxed);
                 self.pinned_outside_pool
                     .fetch_add(graded as u64, Ordering::Relaxed);
-                Ok(Some((p as usize, graded, Origin::Dedicated)))
+                Ok((p as usize, graded, Origin::Dedicated))
             }
             Err(e) => {
                 tracing::debug!(error = %e, "dedicated pinned allocation failed");
                 self.budget.release(graded as u64);
-                Ok(None)
+                Err(PinRefusal::Driver)
             }
         }
     }

@@ -14,13 +14,16 @@
 //! - [`predict`]: the adaptive mode's per-call-site pattern history table;
 //! - [`callsite`]: allocation identity (call site normalized across runs);
 //! - [`costs`]: the view of the cost model that decisions weigh;
-//! - [`backend`]: the driver operations it needs, behind [`backend::PinBackend`].
+//! - [`backend`]: the driver operations it needs, behind [`backend::PinBackend`];
+//! - [`calibrate`] and [`bench`]: `pinwise calibrate` and `pinwise bench alloc`.
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod backend;
+pub mod bench;
 pub mod budget;
 mod buffer;
+pub mod calibrate;
 pub mod callsite;
 pub mod costs;
 pub mod engine;

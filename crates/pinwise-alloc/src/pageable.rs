@@ -6,7 +6,10 @@
 //! is kept in a bounded cache of *touched* mappings: reusing it costs no page faults, and
 //! the pinned pool can register it instead of calling `cuMemHostAlloc` (registering touched
 //! memory is about 8x cheaper on the H200). Mappings of 2 MiB and more are advised to use
-//! transparent huge pages, which makes their first touch much cheaper.
+//! transparent huge pages and are populated at once (`MADV_POPULATE_WRITE`): the program is
+//! about to write them, and populating a range in the kernel, in huge pages where it can, is
+//! several times faster than faulting it in page by page (1 GiB on the development VM: about
+//! 135 ms against 570 ms).
 
 use std::collections::BTreeSet;
 
@@ -19,7 +22,8 @@ pub const MMAP_FROM: usize = 64 * 1024;
 pub const HUGE_FROM: usize = 2 << 20;
 
 /// Maps `len` bytes (whole pages) of anonymous read-write memory. With `huge`, mappings of
-/// [`HUGE_FROM`] bytes or more are advised to use transparent huge pages.
+/// [`HUGE_FROM`] bytes or more are advised to use transparent huge pages and populated at
+/// once (where the kernel supports it; otherwise they fault in as usual).
 pub fn map_anonymous(len: usize, huge: bool) -> Option<*mut u8> {
     debug_assert!(len.is_multiple_of(PAGE) && len > 0);
     // SAFETY: an anonymous private mapping at an address of the kernel's choosing touches
@@ -38,8 +42,12 @@ pub fn map_anonymous(len: usize, huge: bool) -> Option<*mut u8> {
         return None;
     }
     if huge && len >= HUGE_FROM {
-        // SAFETY: advice on a mapping we just made; failure (THP disabled) is harmless.
-        unsafe { libc::madvise(p, len, libc::MADV_HUGEPAGE) };
+        // SAFETY: advice on a mapping we just made; failure (THP disabled, a kernel older
+        // than 5.14 without MADV_POPULATE_WRITE) is harmless: pages then fault in on use.
+        unsafe {
+            libc::madvise(p, len, libc::MADV_HUGEPAGE);
+            libc::madvise(p, len, libc::MADV_POPULATE_WRITE);
+        }
     }
     Some(p as *mut u8)
 }

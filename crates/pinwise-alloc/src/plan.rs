@@ -8,7 +8,12 @@
 //! max) and charges each candidate the cost of growing the pool's peak by its increase.
 //!
 //! 1. Each profile entry gets its predicted saving: its transfers per direction times what
-//!    one such transfer saves when pinned (cost model).
+//!    one such transfer saves when pinned (cost model). Only *hot* entries are candidates:
+//!    those whose own transfers pay for pinning them in place (the policy's decision for
+//!    registering touched memory), the same notion of hot the adaptive mode learns. A buffer
+//!    copied once, whose one copy does not pay for pinning it, stays pageable even where the
+//!    pool could amortize a block over many such buffers: that would hold pinned memory for
+//!    one copy per buffer.
 //! 2. Call sites, most saving per byte first, are tried *as a group* (all their entries with
 //!    a saving): a site whose allocations recur one after another needs one block for all
 //!    of them, and its summed saving is weighed against that one block. A group that does
@@ -107,7 +112,15 @@ impl Plan {
             let saving = policy.saving_ns(&transfers);
             advice.insert(key, (graded, false));
             let (s, t) = (coord(e.start_ns), coord(end_of(e)));
-            if saving > 0.0 {
+            let hot = costs::decide(
+                policy,
+                graded as u64,
+                transfers,
+                u64::MAX,
+                PinMethod::RegisterTouched,
+            )
+            .pin;
+            if hot && saving > 0.0 {
                 candidates.push(Candidate {
                     key,
                     graded,

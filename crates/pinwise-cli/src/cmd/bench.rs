@@ -1,11 +1,179 @@
-//! `pinwise bench` (being built: see the issue tracker).
+//! `pinwise bench alloc`: the smart allocator against pageable memory, pinning everything
+//! (`cuMemHostAlloc` per allocation) and a caching pinned pool (what PyTorch does), on the
+//! seed's hot/cold workload. Writes CSV, a markdown table and an SVG plot.
+//!
+//! On the CPU stand-in for libcuda it runs (as a smoke test) and labels every output as
+//! TEST FIXTURE numbers, not GPU figures.
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use indicatif::{ProgressBar, ProgressStyle};
+use pinwise_alloc::backend::cuda::CudaBackend;
+use pinwise_alloc::bench::{self, BenchConfig, CudaDevice, StrategyKind, Summary};
+use pinwise_alloc::PinBackend;
+use pinwise_core::{CostModel, Policy};
+
+use super::calibrate::parse_size;
 
 /// Arguments of `pinwise bench`.
 #[derive(Debug, clap::Args)]
-pub struct BenchArgs {}
+pub struct BenchArgs {
+    #[command(subcommand)]
+    what: BenchWhat,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum BenchWhat {
+    /// The smart pinning allocator against pageable, pin-everything and a caching pool.
+    Alloc(AllocArgs),
+}
+
+/// Arguments of `pinwise bench alloc`.
+#[derive(Debug, clap::Args)]
+struct AllocArgs {
+    /// Buffer sizes, comma-separated (e.g. `4K,1M,256M`). Default: 4 KiB to 1 GiB in steps
+    /// of 4 (`--quick`: 64K,1M,16M,256M).
+    #[arg(long, value_delimiter = ',', value_parser = parse_size)]
+    sizes: Option<Vec<usize>>,
+    /// Repeats of every (size, strategy); medians are reported. Default 3 (`--quick`: 1).
+    #[arg(long)]
+    repeats: Option<usize>,
+    /// A short run: four sizes, one repeat, fewer iterations.
+    #[arg(long)]
+    quick: bool,
+    /// Calibration file from `pinwise calibrate` (default: the built-in H200 calibration).
+    #[arg(long)]
+    calibration: Option<PathBuf>,
+    /// Directory for alloc-runs.csv, alloc-summary.csv, alloc.md and alloc.svg.
+    #[arg(short, long, default_value = "bench-results/alloc")]
+    out: PathBuf,
+    /// Strategies to run, comma-separated (default: all): pageable, pin-each, caching-pool,
+    /// smart-profile-run, smart, adaptive, smart-misaligned, smart-budget-1.1x.
+    #[arg(long, value_delimiter = ',', value_parser = parse_strategy)]
+    strategies: Option<Vec<StrategyKind>>,
+    /// Pinned budget for pinwise's strategies (e.g. `8G`, `25%`; default a quarter of RAM).
+    #[arg(long, value_parser = parse_size)]
+    budget: Option<usize>,
+    /// Hot buffers per iteration.
+    #[arg(long, default_value_t = 2)]
+    hot: usize,
+    /// Cold buffers per iteration (the first is copied once, the others never).
+    #[arg(long, default_value_t = 2)]
+    cold: usize,
+    /// Round trips of each hot buffer per iteration.
+    #[arg(long, default_value_t = 8)]
+    round_trips: usize,
+    /// Hot bytes to move per run (sets the iterations per size), e.g. `16G`.
+    #[arg(long, value_parser = parse_size)]
+    target_bytes: Option<usize>,
+    /// CUDA device ordinal.
+    #[arg(long, default_value_t = 0)]
+    device: usize,
+}
+
+fn parse_strategy(s: &str) -> Result<StrategyKind, String> {
+    StrategyKind::from_name(s).ok_or_else(|| {
+        let names: Vec<&str> = StrategyKind::ALL.iter().map(|k| k.name()).collect();
+        format!("unknown strategy `{s}` (known: {})", names.join(", "))
+    })
+}
 
 /// Runs `pinwise bench`.
-pub fn run(_args: BenchArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`pinwise bench` is not built yet")
+pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
+    match args.what {
+        BenchWhat::Alloc(a) => alloc(a),
+    }
+}
+
+fn alloc(a: AllocArgs) -> anyhow::Result<ExitCode> {
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let costs = match &a.calibration {
+        Some(p) => CostModel::from_csv_file(p)?,
+        None => CostModel::builtin(),
+    };
+    let policy = Policy::new(costs);
+    let mut config = if a.quick {
+        BenchConfig::quick(policy)
+    } else {
+        BenchConfig::standard(policy)
+    };
+    if let Some(mut sizes) = a.sizes {
+        anyhow::ensure!(!sizes.is_empty(), "--sizes is empty");
+        sizes.sort_unstable();
+        sizes.dedup();
+        config.sizes = sizes;
+    }
+    if let Some(r) = a.repeats {
+        config.repeats = r.max(1);
+    }
+    if let Some(s) = a.strategies {
+        anyhow::ensure!(!s.is_empty(), "--strategies is empty");
+        config.strategies = s;
+    }
+    if let Some(t) = a.target_bytes {
+        config.target_hot_bytes = t as u64;
+    }
+    anyhow::ensure!(a.hot >= 1, "--hot must be at least 1");
+    config.hot_buffers = a.hot;
+    config.cold_buffers = a.cold;
+    config.round_trips = a.round_trips.max(1);
+    config.budget_bytes = a.budget.map(|b| b as u64);
+
+    let driver = pinwise_cuda::Driver::shared()
+        .context("pinwise bench alloc needs the CUDA driver (libcuda.so.1, or PINWISE_LIBCUDA)")?;
+    let backend = Arc::new(
+        CudaBackend::on_device(&driver, a.device)
+            .with_context(|| format!("CUDA device {}", a.device))?,
+    );
+    if backend.is_fixture() {
+        eprintln!(
+            "note: {} -- every number below is a TEST FIXTURE number, not a GPU figure",
+            backend.describe()
+        );
+    }
+    let device = CudaDevice::new(backend.clone());
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} bench alloc [{bar:30}] {pos}/{len} {msg} ({elapsed})",
+        )
+        .expect("valid template")
+        .progress_chars("=> "),
+    );
+    let report = bench::run(&config, &device, &mut |p| {
+        bar.set_length(p.total as u64);
+        bar.set_position(p.done as u64);
+        bar.set_message(p.label.clone());
+    })
+    .map_err(|e| anyhow::anyhow!("bench alloc failed: {e}"))?;
+    bar.finish_and_clear();
+    let date = bench::utc_now();
+    let files = bench::write_all(&report, &a.out, &command, &date)
+        .map_err(|e| anyhow::anyhow!("writing results: {e}"))?;
+    let s = Summary::of(&report);
+    if report.fixture {
+        println!("TEST FIXTURE RUN on {} -- not GPU figures", report.device);
+    }
+    println!(
+        "{:>8}  {:>14} {:>10} {:>10} {:>8}  {:>14}",
+        "size", "best other", "its ms", "smart ms", "ratio", "pinned/hot set"
+    );
+    for v in &s.verdicts {
+        println!(
+            "{:>8}  {:>14} {:>10.2} {:>10.2} {:>8.3}  {:>14.3}",
+            bench::human_size(v.size),
+            v.best_other.name(),
+            v.best_other_ms,
+            v.smart_ms,
+            v.time_ratio,
+            v.pinned_ratio
+        );
+    }
+    println!("{:.0} s; wrote:", report.wall_s);
+    for f in files {
+        println!("  {}", f.display());
+    }
+    Ok(ExitCode::SUCCESS)
 }

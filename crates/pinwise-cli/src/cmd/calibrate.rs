@@ -1,11 +1,112 @@
-//! `pinwise calibrate` (being built: see the issue tracker).
+//! `pinwise calibrate`: measure this machine's transfer and pinning costs and write the
+//! calibration file the allocator (and `pinwise bench alloc --calibration`) loads.
+//!
+//! On the CPU stand-in for libcuda it runs too, but the file says it is TEST FIXTURE data,
+//! not a GPU calibration.
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use indicatif::{ProgressBar, ProgressStyle};
+use pinwise_alloc::backend::cuda::CudaBackend;
+use pinwise_alloc::bench::{human_size, CudaDevice};
+use pinwise_alloc::calibrate::{calibrate, CalibrationConfig};
+use pinwise_alloc::PinBackend;
 
 /// Arguments of `pinwise calibrate`.
 #[derive(Debug, clap::Args)]
-pub struct CalibrateArgs {}
+pub struct CalibrateArgs {
+    /// Where to write the calibration (CSV in the format of pinwise-core's built-in table).
+    #[arg(short, long, default_value = "pinwise-calibration.csv")]
+    out: PathBuf,
+    /// Sizes to measure, comma-separated (e.g. `4K,64K,1M,16M,256M,1G`). Default: 4 KiB to
+    /// 1 GiB in steps of 4.
+    #[arg(long, value_delimiter = ',', value_parser = parse_size)]
+    sizes: Option<Vec<usize>>,
+    /// Measurements per figure (the median is kept).
+    #[arg(long, default_value_t = 3)]
+    repeats: usize,
+    /// CUDA device ordinal.
+    #[arg(long, default_value_t = 0)]
+    device: usize,
+}
+
+pub(crate) fn parse_size(s: &str) -> Result<usize, String> {
+    pinwise_alloc::budget::parse_size(s).map(|v| v as usize)
+}
 
 /// Runs `pinwise calibrate`.
-pub fn run(_args: CalibrateArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`pinwise calibrate` is not built yet")
+pub fn run(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
+    let driver = pinwise_cuda::Driver::shared()
+        .context("pinwise calibrate needs the CUDA driver (libcuda.so.1, or PINWISE_LIBCUDA)")?;
+    let backend = Arc::new(
+        CudaBackend::on_device(&driver, args.device)
+            .with_context(|| format!("CUDA device {}", args.device))?,
+    );
+    if backend.is_fixture() {
+        eprintln!(
+            "note: {} -- the calibration is labelled TEST FIXTURE data, not a GPU calibration",
+            backend.describe()
+        );
+    }
+    let mut config = CalibrationConfig::default();
+    if let Some(sizes) = args.sizes {
+        anyhow::ensure!(!sizes.is_empty(), "--sizes is empty");
+        config.sizes = sizes;
+        config.sizes.sort_unstable();
+        config.sizes.dedup();
+    }
+    config.repeats = args.repeats.max(1);
+    let device = CudaDevice::new(backend.clone());
+    let bar = ProgressBar::new(config.sizes.len() as u64);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} calibrating [{bar:30}] {pos}/{len} {msg} ({elapsed})",
+        )
+        .expect("valid template")
+        .progress_chars("=> "),
+    );
+    let started = std::time::Instant::now();
+    let model = calibrate(&config, &device, &mut |p| {
+        bar.set_position(p.done as u64);
+        bar.set_message(human_size(p.size));
+    })
+    .map_err(|e| anyhow::anyhow!("calibration failed: {e}"))?;
+    bar.finish_and_clear();
+    std::fs::write(&args.out, model.to_csv())
+        .with_context(|| format!("writing {}", args.out.display()))?;
+    println!(
+        "calibrated {} sizes in {:.1} s on {}; wrote {}",
+        model.points().len(),
+        started.elapsed().as_secs_f64(),
+        backend.describe(),
+        args.out.display()
+    );
+    if backend.is_fixture() {
+        println!("(TEST FIXTURE data: measured on the CPU stand-in, not a GPU)");
+    }
+    println!(
+        "{:>10} {:>13} {:>11} {:>13} {:>11} {:>14} {:>14}",
+        "size",
+        "pageable H2D",
+        "pinned H2D",
+        "pageable D2H",
+        "pinned D2H",
+        "cuMemHostAlloc",
+        "register"
+    );
+    for p in model.points() {
+        println!(
+            "{:>10} {:>10.2} GB/s {:>8.2} GB/s {:>10.2} GB/s {:>8.2} GB/s {:>11.1} us {:>11.1} us",
+            human_size(p.size_bytes as usize),
+            p.pageable_h2d_gbps,
+            p.pinned_h2d_gbps,
+            p.pageable_d2h_gbps,
+            p.pinned_d2h_gbps,
+            p.mallochost_us,
+            p.hostregister_us
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,680 @@
+//! `pinwise bench alloc`: the seed's experiment.
+//!
+//! For each size, a loop of iterations; each iteration allocates `hot_buffers` hot buffers
+//! and `cold_buffers` cold ones, interleaved (hot0, cold0, hot1, cold1, ...; each role at
+//! its own call site), all live at once; writes every buffer (the program filling its data);
+//! copies each hot buffer to the device and back `round_trips` times; copies the first cold
+//! buffer to the device once (the others never); and frees them all. Copies are the CUDA
+//! driver's synchronous ones on real device buffers, so timings include the transfer.
+//!
+//! Each strategy ([`StrategyKind`]) runs the same loop from a fresh state; strategies are
+//! interleaved within each repeat (in an order that changes from repeat to repeat), and the
+//! report gives medians over repeats of: total time (allocation + fill + transfers + free),
+//! hot-transfer bandwidth, and peak pinned bytes. The number of iterations per size is
+//! sized by bytes (`target_hot_bytes`), so that small sizes run many iterations and large
+//! ones few. Teardown (releasing pools) is timed separately and not part of the total.
+
+mod report;
+mod strategies;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::Mutex;
+use pinwise_core::profile::Profile;
+use pinwise_core::{Direction, Policy, Site};
+
+use crate::backend::cuda::CudaBackend;
+use crate::backend::{DevicePtr, PinBackend, StreamHandle};
+use crate::callsite::location_offset;
+use crate::engine::{Engine, EngineConfig};
+use crate::testing::MockBackend;
+
+pub use report::{
+    markdown, runs_csv, summary_csv, svg, write_all, SizeVerdict, Summary, SummaryRow,
+};
+pub use strategies::StrategyKind;
+use strategies::{CachingPool, EngineStrategy, Pageable, PinEach, Strategy};
+
+const KIB: usize = 1 << 10;
+const MIB: usize = 1 << 20;
+const GIB: usize = 1 << 30;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct BenchConfig {
+    /// Buffer sizes, bytes.
+    pub sizes: Vec<usize>,
+    /// Repeats of every (size, strategy); the report gives medians.
+    pub repeats: usize,
+    /// Hot buffers per iteration.
+    pub hot_buffers: usize,
+    /// Cold buffers per iteration (the first copied once, the others never).
+    pub cold_buffers: usize,
+    /// Round trips (host to device and back) of each hot buffer per iteration.
+    pub round_trips: usize,
+    /// Hot bytes to move per run; iterations = this / (hot bytes per iteration), clamped.
+    pub target_hot_bytes: u64,
+    /// Fewest iterations per run.
+    pub min_iterations: usize,
+    /// Most iterations per run.
+    pub max_iterations: usize,
+    /// Strategies to run.
+    pub strategies: Vec<StrategyKind>,
+    /// pinwise-core's policy (with the calibration) for the pinwise strategies.
+    pub policy: Policy,
+    /// Pinned budget for the pinwise strategies (`None`: the default).
+    pub budget_bytes: Option<u64>,
+}
+
+impl BenchConfig {
+    /// The default experiment: 4 KiB to 1 GiB in steps of 4, 3 repeats, 2 hot and 2 cold
+    /// buffers, 8 round trips, 16 GiB of hot copies per run (3 to 64 iterations).
+    pub fn standard(policy: Policy) -> Self {
+        BenchConfig {
+            sizes: (0..10).map(|i| (4 * KIB) << (2 * i)).collect(),
+            repeats: 3,
+            hot_buffers: 2,
+            cold_buffers: 2,
+            round_trips: 8,
+            target_hot_bytes: 16 << 30,
+            min_iterations: 3,
+            max_iterations: 64,
+            strategies: StrategyKind::ALL.to_vec(),
+            policy,
+            budget_bytes: None,
+        }
+    }
+
+    /// A quick look: 64 KiB, 1 MiB, 16 MiB and 256 MiB, one repeat, fewer iterations.
+    pub fn quick(policy: Policy) -> Self {
+        BenchConfig {
+            sizes: vec![64 * KIB, MIB, 16 * MIB, 256 * MIB],
+            repeats: 1,
+            target_hot_bytes: 4 << 30,
+            min_iterations: 3,
+            max_iterations: 16,
+            ..BenchConfig::standard(policy)
+        }
+    }
+
+    /// Iterations of one run at `size`.
+    pub fn iterations(&self, size: usize) -> usize {
+        let per_iter = (size * self.hot_buffers * self.round_trips * 2).max(1) as u64;
+        (self.target_hot_bytes.div_ceil(per_iter) as usize)
+            .clamp(self.min_iterations.max(1), self.max_iterations.max(1))
+    }
+
+    /// Bytes of hot buffers live at once: the hot working set.
+    pub fn hot_working_set(&self, size: usize) -> u64 {
+        (size * self.hot_buffers) as u64
+    }
+}
+
+/// The GPU (or a fixture) the benchmark runs on: device memory plus the allocator backend.
+pub trait BenchDevice {
+    /// The backend every strategy pins and copies through.
+    fn backend(&self) -> Arc<dyn PinBackend>;
+    /// Device memory of `len` bytes.
+    fn alloc_device(&self, len: usize) -> Result<DevicePtr, String>;
+    /// Frees device memory from [`BenchDevice::alloc_device`].
+    fn free_device(&self, ptr: DevicePtr);
+}
+
+/// The CUDA driver (real GPU, or the CPU stand-in, which says it is a fixture).
+pub struct CudaDevice {
+    backend: Arc<CudaBackend>,
+    buffers: Mutex<HashMap<u64, pinwise_cuda::DeviceBuffer>>,
+}
+
+impl CudaDevice {
+    /// On `backend`'s device.
+    pub fn new(backend: Arc<CudaBackend>) -> Self {
+        CudaDevice {
+            backend,
+            buffers: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl BenchDevice for CudaDevice {
+    fn backend(&self) -> Arc<dyn PinBackend> {
+        self.backend.clone()
+    }
+    fn alloc_device(&self, len: usize) -> Result<DevicePtr, String> {
+        let b = pinwise_cuda::DeviceBuffer::new(self.backend.context(), len)
+            .map_err(|e| e.to_string())?;
+        let p = b.ptr().0;
+        self.buffers.lock().insert(p, b);
+        Ok(DevicePtr(p))
+    }
+    fn free_device(&self, ptr: DevicePtr) {
+        self.buffers.lock().remove(&ptr.0);
+    }
+}
+
+/// The mock backend (a test fixture) as a bench device, for tests of the benchmark itself.
+pub struct MockDevice(pub Arc<MockBackend>);
+
+impl BenchDevice for MockDevice {
+    fn backend(&self) -> Arc<dyn PinBackend> {
+        self.0.clone()
+    }
+    fn alloc_device(&self, len: usize) -> Result<DevicePtr, String> {
+        Ok(self.0.alloc_device(len))
+    }
+    fn free_device(&self, ptr: DevicePtr) {
+        self.0.free_device(ptr);
+    }
+}
+
+/// One run: one strategy at one size, one repeat.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunRow {
+    /// Buffer size, bytes.
+    pub size: usize,
+    /// Strategy.
+    pub strategy: StrategyKind,
+    /// Repeat number (0-based).
+    pub repeat: usize,
+    /// Iterations of the loop.
+    pub iterations: usize,
+    /// Allocation + fill + transfers + free over all iterations, ns.
+    pub total_ns: u64,
+    /// Time in hot round trips, ns.
+    pub hot_ns: u64,
+    /// Bytes moved by hot round trips.
+    pub hot_bytes: u64,
+    /// Most bytes page-locked at once.
+    pub peak_pinned: u64,
+    /// Allocations served page-locked.
+    pub pinned_allocations: u64,
+    /// Allocations made.
+    pub allocations: u64,
+    /// Releasing the strategy's pools after the run (not in `total_ns`), ns.
+    pub teardown_ns: u64,
+}
+
+impl RunRow {
+    /// Hot-transfer bandwidth, GB/s (1e9 bytes/s).
+    pub fn hot_gbps(&self) -> f64 {
+        if self.hot_ns == 0 {
+            0.0
+        } else {
+            self.hot_bytes as f64 / self.hot_ns as f64
+        }
+    }
+}
+
+/// Progress of a benchmark, for a progress bar.
+#[derive(Debug, Clone)]
+pub struct Progress {
+    /// Runs done.
+    pub done: usize,
+    /// Runs in all.
+    pub total: usize,
+    /// What runs now.
+    pub label: String,
+}
+
+/// A finished benchmark.
+#[derive(Debug, Clone)]
+pub struct BenchReport {
+    /// The settings it ran with.
+    pub config: BenchConfig,
+    /// Every run.
+    pub rows: Vec<RunRow>,
+    /// The device, as the backend describes it.
+    pub device: String,
+    /// True when it ran on a test fixture: its figures are not GPU figures.
+    pub fixture: bool,
+    /// Where the calibration came from.
+    pub calibration: String,
+    /// Wall time of the whole benchmark, seconds.
+    pub wall_s: f64,
+}
+
+/// The roles' call sites: one source location each, so the engine sees distinct sites that
+/// are the same in every run of this build.
+fn role_sites(self_module: pinwise_core::ModuleId, n: usize) -> Vec<Site> {
+    (0..n)
+        .map(|role| Site {
+            module: self_module,
+            offset: location_offset(file!(), line!(), role as u32),
+        })
+        .collect()
+}
+
+/// Runs the benchmark on `device`, calling `progress` before each run.
+pub fn run(
+    config: &BenchConfig,
+    device: &dyn BenchDevice,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<BenchReport, String> {
+    let started = Instant::now();
+    let backend = device.backend();
+    let roles = config.hot_buffers + config.cold_buffers;
+    let mut rows = Vec::new();
+    let total = config.sizes.len() * config.repeats * config.strategies.len();
+    let mut done = 0;
+    // Profiles recorded by profile runs, by size (the latest).
+    let mut profiles: HashMap<usize, Profile> = HashMap::new();
+    for (si, &size) in config.sizes.iter().enumerate() {
+        let iterations = config.iterations(size);
+        let dev: Vec<DevicePtr> = (0..roles)
+            .map(|_| device.alloc_device(size))
+            .collect::<Result<_, _>>()?;
+        let result = (|| -> Result<(), String> {
+            for repeat in 0..config.repeats {
+                for kind in interleaved(&config.strategies, si, repeat) {
+                    progress(&Progress {
+                        done,
+                        total,
+                        label: format!("{} x {} {}", human_size(size), iterations, kind.name()),
+                    });
+                    let row = run_one(
+                        config,
+                        &backend,
+                        &dev,
+                        size,
+                        iterations,
+                        repeat,
+                        kind,
+                        &mut profiles,
+                    )?;
+                    rows.push(row);
+                    done += 1;
+                }
+            }
+            Ok(())
+        })();
+        for d in dev {
+            device.free_device(d);
+        }
+        result?;
+    }
+    progress(&Progress {
+        done,
+        total,
+        label: "done".into(),
+    });
+    Ok(BenchReport {
+        config: config.clone(),
+        rows,
+        device: backend.describe(),
+        fixture: backend.is_fixture(),
+        calibration: config.policy.cost_model().source().to_string(),
+        wall_s: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// The strategies in a different order for each (size, repeat): a rotation, reversed every
+/// other repeat, so every strategy runs early and late, next to different neighbours. The
+/// smart profile run stays immediately before the smart use run that follows its profile.
+fn interleaved(kinds: &[StrategyKind], size_index: usize, repeat: usize) -> Vec<StrategyKind> {
+    let pair = kinds.contains(&StrategyKind::SmartProfile) && kinds.contains(&StrategyKind::Smart);
+    let mut units: Vec<Vec<StrategyKind>> = Vec::new();
+    for &k in kinds {
+        match k {
+            StrategyKind::Smart if pair => {}
+            StrategyKind::SmartProfile if pair => {
+                units.push(vec![StrategyKind::SmartProfile, StrategyKind::Smart])
+            }
+            k => units.push(vec![k]),
+        }
+    }
+    if !units.is_empty() {
+        let k = (size_index * 3 + repeat * 5) % units.len();
+        units.rotate_left(k);
+        if repeat % 2 == 1 {
+            units.reverse();
+        }
+    }
+    units.into_iter().flatten().collect()
+}
+
+/// An engine configuration for the pinwise strategies.
+fn engine_config(config: &BenchConfig) -> EngineConfig {
+    let mut c = EngineConfig::new(config.policy.clone());
+    c.budget_bytes = config.budget_bytes;
+    c
+}
+
+/// Records a profile of the workload at `size` without timing it (for the misaligned and
+/// budget strategies when no profile run of that size happened yet).
+fn record_profile(
+    config: &BenchConfig,
+    backend: &Arc<dyn PinBackend>,
+    size: usize,
+) -> Result<Profile, String> {
+    let dev: Vec<DevicePtr> = Vec::new();
+    let (c, rec) = engine_config(config).recording(None);
+    let engine = Engine::new(backend.clone(), c).map_err(|e| e.to_string())?;
+    let sites = role_sites(engine.sites().self_module(), roles(config));
+    let mut s = EngineStrategy {
+        engine: Some(engine),
+        sites,
+    };
+    // No device copies: only the notes matter for the profile, so note them without copying.
+    workload(
+        config,
+        None,
+        &dev,
+        size,
+        config.iterations(size),
+        &mut s,
+        true,
+    )?;
+    s.teardown()?;
+    rec.last_profile()
+        .ok_or_else(|| "the profile run left no profile".to_string())
+}
+
+/// The latest profile of the workload at `size`, recorded (untimed) if there is none yet.
+fn profile_at<'p>(
+    profiles: &'p mut HashMap<usize, Profile>,
+    config: &BenchConfig,
+    backend: &Arc<dyn PinBackend>,
+    size: usize,
+) -> Result<&'p Profile, String> {
+    if let std::collections::hash_map::Entry::Vacant(v) = profiles.entry(size) {
+        v.insert(record_profile(config, backend, size)?);
+    }
+    Ok(&profiles[&size])
+}
+
+fn roles(config: &BenchConfig) -> usize {
+    config.hot_buffers + config.cold_buffers
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_one(
+    config: &BenchConfig,
+    backend: &Arc<dyn PinBackend>,
+    dev: &[DevicePtr],
+    size: usize,
+    iterations: usize,
+    repeat: usize,
+    kind: StrategyKind,
+    profiles: &mut HashMap<usize, Profile>,
+) -> Result<RunRow, String> {
+    let mut recorder = None;
+    let mut strategy: Box<dyn Strategy> = match kind {
+        StrategyKind::Pageable => Box::new(Pageable),
+        StrategyKind::PinEach => Box::new(PinEach {
+            backend: backend.clone(),
+            live: HashMap::new(),
+            live_bytes: 0,
+            peak: 0,
+            allocations: 0,
+        }),
+        StrategyKind::CachingPool => Box::new(CachingPool {
+            backend: backend.clone(),
+            free: HashMap::new(),
+            live: HashMap::new(),
+            cached_bytes: 0,
+            allocations: 0,
+        }),
+        _ => {
+            let c = engine_config(config);
+            let c = match kind {
+                StrategyKind::Adaptive => c,
+                StrategyKind::SmartProfile => {
+                    let (c, rec) = c.recording(None);
+                    recorder = Some(rec);
+                    c
+                }
+                StrategyKind::Smart => {
+                    // Follows the profile of the profile run just before it (the two run
+                    // back to back); without one (smart-profile-run not selected), an
+                    // untimed profile run records it.
+                    c.with_profile(profile_at(profiles, config, backend, size)?)
+                }
+                StrategyKind::SmartMisaligned => {
+                    let other = (size / 4).max(KIB);
+                    c.with_profile(profile_at(profiles, config, backend, other)?)
+                }
+                StrategyKind::SmartTightBudget => {
+                    let mut c = c;
+                    c.budget_bytes = Some(config.hot_working_set(size) * 11 / 10);
+                    c.with_profile(profile_at(profiles, config, backend, size)?)
+                }
+                _ => unreachable!("baselines handled above"),
+            };
+            let engine = Engine::new(backend.clone(), c).map_err(|e| e.to_string())?;
+            let sites = role_sites(engine.sites().self_module(), roles(config));
+            Box::new(EngineStrategy {
+                engine: Some(engine),
+                sites,
+            })
+        }
+    };
+    let (total_ns, hot_ns, hot_bytes, allocations) = workload(
+        config,
+        Some(backend),
+        dev,
+        size,
+        iterations,
+        strategy.as_mut(),
+        false,
+    )?;
+    let peak_pinned = strategy.peak_pinned();
+    let pinned_allocations = strategy.pinned_allocations();
+    let t = Instant::now();
+    strategy.teardown()?;
+    let teardown_ns = t.elapsed().as_nanos() as u64;
+    if let Some(rec) = recorder {
+        if let Some(p) = rec.last_profile() {
+            profiles.insert(size, p);
+        }
+    }
+    Ok(RunRow {
+        size,
+        strategy: kind,
+        repeat,
+        iterations,
+        total_ns,
+        hot_ns,
+        hot_bytes,
+        peak_pinned,
+        pinned_allocations,
+        allocations,
+        teardown_ns,
+    })
+}
+
+/// The loop. Returns (total ns, hot ns, hot bytes, allocations). With `backend` `None`
+/// (or `notes_only`), copies are only noted, not made (recording a profile).
+fn workload(
+    config: &BenchConfig,
+    backend: Option<&Arc<dyn PinBackend>>,
+    dev: &[DevicePtr],
+    size: usize,
+    iterations: usize,
+    s: &mut dyn Strategy,
+    notes_only: bool,
+) -> Result<(u64, u64, u64, u64), String> {
+    let roles = roles(config);
+    let copy = |ptr: *mut u8, d: DevicePtr, dir: Direction| -> Result<(), String> {
+        if notes_only {
+            return Ok(());
+        }
+        let b = backend.ok_or("no device to copy to")?;
+        // SAFETY: `ptr` is a live allocation of `size` bytes from the strategy and `d` a device
+        // buffer of `size` bytes; the copies are synchronous.
+        unsafe {
+            match dir {
+                Direction::HtoD => b.copy_htod(d, ptr, size, None),
+                _ => b.copy_dtoh(ptr, d, size, None),
+            }
+        }
+        .map_err(|e| e.to_string())
+    };
+    let mut hot_ns = 0u64;
+    let mut hot_bytes = 0u64;
+    let mut allocations = 0u64;
+    let start = Instant::now();
+    for it in 0..iterations {
+        // Interleaved roles: hot0, cold0, hot1, cold1, ... (extra ones of either kind last).
+        let order: Vec<(usize, bool)> = interleave_roles(config.hot_buffers, config.cold_buffers);
+        let mut ptrs: Vec<*mut u8> = vec![std::ptr::null_mut(); roles];
+        for &(role, _) in &order {
+            ptrs[role] = s.alloc(size, role)?;
+            allocations += 1;
+        }
+        for &p in &ptrs {
+            // SAFETY: a live allocation of `size` bytes.
+            unsafe { std::ptr::write_bytes(p, it as u8, size) };
+        }
+        for &(role, hot) in &order {
+            if !hot {
+                continue;
+            }
+            let d = dev.get(role).copied().unwrap_or(DevicePtr(0));
+            for _ in 0..config.round_trips {
+                let t = Instant::now();
+                s.note(ptrs[role], size, Direction::HtoD);
+                copy(ptrs[role], d, Direction::HtoD)?;
+                s.note(ptrs[role], size, Direction::DtoH);
+                copy(ptrs[role], d, Direction::DtoH)?;
+                hot_ns += t.elapsed().as_nanos() as u64;
+                hot_bytes += 2 * size as u64;
+            }
+        }
+        // The first cold buffer goes to the device once; the others never.
+        if let Some(&(role, _)) = order.iter().find(|(_, hot)| !hot) {
+            let d = dev.get(role).copied().unwrap_or(DevicePtr(0));
+            s.note(ptrs[role], size, Direction::HtoD);
+            copy(ptrs[role], d, Direction::HtoD)?;
+            if let (false, Some(b)) = (notes_only, backend) {
+                b.synchronize_stream(StreamHandle::DEFAULT)
+                    .map_err(|e| e.to_string())?;
+            }
+        }
+        for &(role, _) in &order {
+            s.free(ptrs[role])?;
+        }
+    }
+    Ok((
+        start.elapsed().as_nanos() as u64,
+        hot_ns,
+        hot_bytes,
+        allocations,
+    ))
+}
+
+/// Roles in allocation order, with whether each is hot: roles `0..hot` are hot, the rest
+/// cold; the order alternates hot and cold.
+fn interleave_roles(hot: usize, cold: usize) -> Vec<(usize, bool)> {
+    let mut out = Vec::with_capacity(hot + cold);
+    for i in 0..hot.max(cold) {
+        if i < hot {
+            out.push((i, true));
+        }
+        if i < cold {
+            out.push((hot + i, false));
+        }
+    }
+    out
+}
+
+/// `4 KiB`, `16 MiB`, `1 GiB`.
+pub fn human_size(bytes: usize) -> String {
+    if bytes >= GIB && bytes.is_multiple_of(GIB) {
+        format!("{} GiB", bytes / GIB)
+    } else if bytes >= MIB && bytes.is_multiple_of(MIB) {
+        format!("{} MiB", bytes / MIB)
+    } else if bytes >= KIB && bytes.is_multiple_of(KIB) {
+        format!("{} KiB", bytes / KIB)
+    } else {
+        format!("{bytes} B")
+    }
+}
+
+/// The current UTC time as `YYYY-MM-DD HH:MM:SS UTC`.
+pub fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + (month <= 2) as i64;
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Where the CLI writes results by default.
+pub fn default_output_dir() -> PathBuf {
+    PathBuf::from("bench-results")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pinwise_core::CostModel;
+
+    #[test]
+    fn iterations_are_sized_by_bytes() {
+        let c = BenchConfig::standard(Policy::new(CostModel::builtin()));
+        assert_eq!(c.iterations(4 * KIB), 64);
+        assert_eq!(c.iterations(16 * MIB), 32);
+        assert_eq!(c.iterations(GIB), 3);
+        assert_eq!(c.sizes.len(), 10);
+        assert_eq!(*c.sizes.last().unwrap(), GIB);
+    }
+
+    #[test]
+    fn utc_dates_look_right() {
+        let d = utc_now();
+        assert_eq!(d.len(), "2026-11-21 08:34:12 UTC".len(), "{d}");
+        assert!(d.starts_with("20"), "{d}");
+    }
+
+    #[test]
+    fn roles_alternate() {
+        assert_eq!(
+            interleave_roles(2, 2),
+            vec![(0, true), (2, false), (1, true), (3, false)]
+        );
+        assert_eq!(interleave_roles(1, 3).len(), 4);
+    }
+
+    #[test]
+    fn the_profile_run_comes_just_before_the_use_run() {
+        for size_index in 0..4 {
+            for repeat in 0..4 {
+                let o = interleaved(&StrategyKind::ALL, size_index, repeat);
+                let p = o
+                    .iter()
+                    .position(|&k| k == StrategyKind::SmartProfile)
+                    .unwrap();
+                assert_eq!(o[p + 1], StrategyKind::Smart, "{o:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn order_changes_between_repeats() {
+        let k = StrategyKind::ALL;
+        assert_ne!(interleaved(&k, 0, 0), interleaved(&k, 0, 1));
+        let mut a = interleaved(&k, 3, 2);
+        a.sort();
+        let mut b = k.to_vec();
+        b.sort();
+        assert_eq!(a, b, "every strategy still runs once");
+    }
+}

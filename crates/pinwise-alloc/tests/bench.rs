@@ -1,0 +1,99 @@
+//! `bench alloc` itself, on the mock backend (a test fixture): it runs every strategy,
+//! interleaved, counts what each pins, and writes its CSV, markdown and SVG, labelled as
+//! fixture output. (Its timings here mean nothing and are not checked.)
+
+use std::sync::Arc;
+
+use pinwise_alloc::bench::{self, BenchConfig, MockDevice, StrategyKind, Summary};
+use pinwise_alloc::testing::MockBackend;
+use pinwise_core::{CostModel, Policy};
+
+const MIB: usize = 1 << 20;
+
+fn config() -> BenchConfig {
+    BenchConfig {
+        sizes: vec![4096, 256 << 10, 4 * MIB],
+        repeats: 2,
+        target_hot_bytes: 64 * MIB as u64,
+        min_iterations: 3,
+        max_iterations: 8,
+        ..BenchConfig::standard(Policy::new(CostModel::builtin()))
+    }
+}
+
+#[test]
+fn runs_every_strategy_and_writes_labelled_outputs() {
+    let mock = Arc::new(MockBackend::new());
+    let device = MockDevice(mock.clone());
+    let cfg = config();
+    let mut seen = 0;
+    let report = bench::run(&cfg, &device, &mut |p| {
+        assert!(p.done <= p.total);
+        seen += 1;
+    })
+    .unwrap();
+    assert!(report.fixture);
+    assert_eq!(report.rows.len(), 3 * 2 * StrategyKind::ALL.len());
+    assert!(seen > report.rows.len());
+
+    let s = Summary::of(&report);
+    let row = |size: usize, k: StrategyKind| {
+        s.rows
+            .iter()
+            .find(|r| r.size == size && r.strategy == k)
+            .unwrap()
+            .clone()
+    };
+    let hot_set = cfg.hot_working_set(4 * MIB);
+    // What each strategy pins, at 4 MiB.
+    assert_eq!(row(4 * MIB, StrategyKind::Pageable).peak_pinned, 0);
+    assert_eq!(
+        row(4 * MIB, StrategyKind::PinEach).peak_pinned,
+        4 * 4 * MIB as u64
+    );
+    assert_eq!(
+        row(4 * MIB, StrategyKind::CachingPool).peak_pinned,
+        4 * 4 * MIB as u64
+    );
+    assert_eq!(
+        row(4 * MIB, StrategyKind::Smart).peak_pinned,
+        hot_set,
+        "smart pins exactly the hot buffers"
+    );
+    assert!(row(4 * MIB, StrategyKind::SmartTightBudget).peak_pinned <= hot_set * 11 / 10);
+    // At 4 KiB nothing pays: smart pins nothing.
+    assert_eq!(row(4096, StrategyKind::Smart).peak_pinned, 0);
+    // Hot bytes are counted: 2 buffers x 8 round trips x 2 directions per iteration.
+    let r = report
+        .rows
+        .iter()
+        .find(|r| r.size == 4 * MIB && r.strategy == StrategyKind::Pageable)
+        .unwrap();
+    assert_eq!(r.hot_bytes, (r.iterations * 2 * 8 * 2 * 4 * MIB) as u64);
+    assert_eq!(r.allocations, (r.iterations * 4) as u64);
+    assert_eq!(s.verdicts.len(), 3);
+
+    let dir = tempfile::tempdir().unwrap();
+    let files =
+        bench::write_all(&report, dir.path(), "pinwise bench alloc (test)", "today").unwrap();
+    assert_eq!(files.len(), 4);
+    let md = std::fs::read_to_string(dir.path().join("alloc.md")).unwrap();
+    assert!(md.contains("TEST FIXTURE RUN"), "{md}");
+    assert!(md.contains("| 4 MiB |"));
+    assert!(md.contains("Verdicts"));
+    let csv = std::fs::read_to_string(dir.path().join("alloc-runs.csv")).unwrap();
+    assert!(csv.lines().next().unwrap().contains("TEST FIXTURE"));
+    assert_eq!(csv.lines().count(), 2 + report.rows.len());
+    let svg = std::fs::read_to_string(dir.path().join("alloc.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("TEST FIXTURE"));
+    assert_eq!(
+        mock.pinned_bytes(),
+        0,
+        "every strategy released what it pinned"
+    );
+    if let Some(keep) = std::env::var_os("PINWISE_KEEP_BENCH_OUTPUT") {
+        for f in files {
+            std::fs::copy(&f, std::path::Path::new(&keep).join(f.file_name().unwrap())).unwrap();
+        }
+    }
+}
