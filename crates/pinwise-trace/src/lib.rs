@@ -6,6 +6,8 @@
 //! - [`raw`]: ring-buffer records (layouts generated from `src/bpf/pinwise_events.h`).
 //! - [`procmaps`], [`sites`]: addresses to ASLR-stable call sites; [`symbolize`]: sites
 //!   to function and line, for reports.
+pub mod agent;
+pub mod caps;
 pub mod error;
 pub mod libs;
 pub mod loader;
@@ -17,5 +19,7 @@ pub mod skel;
 pub mod symbolize;
 pub mod translate;
 
+pub use agent::{TraceStats, TracerAgent, TracerConfig};
+pub use caps::{capabilities, Capabilities, Check, CheckState};
 pub use error::TraceError;
 pub use symbolize::{symbolize, Symbol, Symbolizer};

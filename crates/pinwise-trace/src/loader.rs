@@ -112,7 +112,7 @@ pub struct Probes {
     kernel_hooks: KernelHookStatus,
     links: Vec<Link>,
     uprobes: Vec<AttachedUprobe>,
-    attached_files: HashSet<(u64, u64)>,
+    known_files: HashSet<(u64, u64)>,
     stats_fd: Option<OwnedFd>,
     stats_error: Option<String>,
 }
@@ -236,7 +236,7 @@ impl Probes {
             kernel_hooks: KernelHookStatus::NotApplicable("not tried".into()),
             links: Vec::new(),
             uprobes: Vec::new(),
-            attached_files: HashSet::new(),
+            known_files: HashSet::new(),
             stats_fd: None,
             stats_error: None,
         };
@@ -372,17 +372,29 @@ impl Probes {
         &self.uprobes
     }
 
-    /// Whether a file (by `(dev, inode)` as [`file_id`] gives it) was attached already.
-    pub fn is_attached(&self, path: &Path) -> bool {
-        file_id(path).is_some_and(|id| self.attached_files.contains(&id))
+    /// Whether a file (by `(dev, inode)` as [`file_id`] gives it) was looked at already
+    /// (probed, or found to export nothing pinwise probes).
+    pub fn knows_file(&self, path: &Path) -> bool {
+        file_id(path).is_some_and(|id| self.known_files.contains(&id))
+    }
+
+    /// The files with uprobes on them.
+    pub fn probed_files(&self) -> Vec<PathBuf> {
+        let mut files: Vec<PathBuf> = Vec::new();
+        for u in &self.uprobes {
+            if !files.contains(&u.path) {
+                files.push(u.path.clone());
+            }
+        }
+        files
     }
 
     /// Attaches every probe of `library`'s role to the functions `path` exports. Returns
-    /// how many were attached; a file already attached (same device and inode) is skipped
-    /// (returns 0), since probing it twice would report each call twice.
+    /// how many were attached; a file looked at before (same device and inode) is skipped
+    /// (returns 0): probing it twice would report each call twice.
     pub fn attach_library(&mut self, path: &Path, library: Library) -> Result<usize, TraceError> {
         let id = file_id(path).ok_or_else(|| TraceError::NoSuchLibrary(path.to_path_buf()))?;
-        if self.attached_files.contains(&id) {
+        if self.known_files.contains(&id) {
             return Ok(0);
         }
         let specs: Vec<&UprobeSpec> = UPROBES.iter().filter(|s| s.library == library).collect();
@@ -427,10 +439,33 @@ impl Probes {
         for e in &errors {
             tracing::warn!("uprobe on {} not attached: {e}", path.display());
         }
-        if attached > 0 {
-            self.attached_files.insert(id);
-        }
+        self.known_files.insert(id);
         Ok(attached)
+    }
+
+    /// Attaches one BPF program at a file offset of `path` as an entry uprobe reporting
+    /// function id `func` (for self-tests; real probes go through
+    /// [`Probes::attach_library`]).
+    pub fn attach_raw_uprobe(
+        &mut self,
+        path: &Path,
+        offset: u64,
+        program: &'static str,
+        func: u32,
+    ) -> Result<(), TraceError> {
+        let opts = UprobeOpts {
+            cookie: u64::from(func),
+            ..Default::default()
+        };
+        let link = self
+            .program(program)?
+            .attach_uprobe_with_opts(-1, path, offset as usize, opts)
+            .map_err(|e| TraceError::Attach {
+                what: format!("uprobe {program} on {}+{offset:#x}", path.display()),
+                detail: format!("{e:#}"),
+            })?;
+        self.links.push(link);
+        Ok(())
     }
 
     /// Adds a process to the traced set.

@@ -130,13 +130,15 @@ fn parse_line(line: &str) -> Option<Mapping> {
 
 /// A path under which this process (the tracer) can open a file that process `pid` maps
 /// as `path`: through `/proc/PID/root` when the process lives in another mount namespace.
+/// When the process is gone (its root unreadable), the path as it is, on the guess that it
+/// lived in the tracer's namespace.
 pub fn path_in_process(pid: u32, path: &str) -> PathBuf {
     let own_root = std::fs::read_link("/proc/self/root").ok();
-    let their_root = std::fs::read_link(format!("/proc/{pid}/root")).ok();
-    if own_root.is_some() && own_root == their_root {
-        PathBuf::from(path)
-    } else {
-        Path::new(&format!("/proc/{pid}/root")).join(path.trim_start_matches('/'))
+    match std::fs::read_link(format!("/proc/{pid}/root")) {
+        Ok(theirs) if own_root.as_ref() != Some(&theirs) => {
+            Path::new(&format!("/proc/{pid}/root")).join(path.trim_start_matches('/'))
+        }
+        _ => PathBuf::from(path),
     }
 }
 

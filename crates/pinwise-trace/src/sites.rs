@@ -91,10 +91,36 @@ pub struct SiteChoice {
 }
 
 struct ModuleEntry {
-    id: ModuleId,
+    identity: ModuleIdentity,
+    /// Interned on first use, so that the module table holds only modules with sites.
+    id: Option<ModuleId>,
     role: ModuleRole,
     /// Where the tracer can read the file, for checking call instructions.
     file: Option<File>,
+}
+
+impl ModuleEntry {
+    /// Reads what identifies the module (its build ID) and opens it, while the process
+    /// that maps it is alive (its `/proc/PID/root` may be needed to reach the file).
+    fn open(pid: u32, m: &Mapping) -> ModuleEntry {
+        let shown = m.file_path().unwrap_or("?").to_string();
+        let readable: PathBuf = path_in_process(pid, &shown);
+        let build_id = blazesym::helper::read_elf_build_id(&readable)
+            .ok()
+            .flatten()
+            .map(|id| id.to_vec())
+            .filter(|id| !id.is_empty());
+        let identity = match build_id {
+            Some(id) => ModuleIdentity::with_build_id(shown, id),
+            None => ModuleIdentity::from_path(shown),
+        };
+        ModuleEntry {
+            identity,
+            id: None,
+            role: ModuleRole::of_file_name(m.file_name().unwrap_or("")),
+            file: File::open(&readable).ok(),
+        }
+    }
 }
 
 /// Counters of how call sites were resolved.
@@ -120,6 +146,9 @@ pub struct SiteResolver {
     stale: HashSet<u32>,
     /// When each process's maps were last re-read because an address was missing.
     last_miss_reread: HashMap<u32, Instant>,
+    /// Processes whose maps could not be read any more (exited): their last snapshot is
+    /// all there is.
+    gone: HashSet<u32>,
     call_checks: HashMap<(u64, u64, u64), bool>,
     stats: SiteStats,
 }
@@ -133,6 +162,7 @@ impl SiteResolver {
             processes: HashMap::new(),
             stale: HashSet::new(),
             last_miss_reread: HashMap::new(),
+            gone: HashSet::new(),
             call_checks: HashMap::new(),
             stats: SiteStats::default(),
         }
@@ -151,14 +181,27 @@ impl SiteResolver {
     /// Re-reads the maps of `pid` (a library was loaded, or the process exec'd). Returns
     /// false when the process is gone (the old snapshot is kept).
     pub fn refresh(&mut self, pid: u32) -> bool {
-        self.stats.maps_reads += 1;
         self.stale.remove(&pid);
+        if self.gone.contains(&pid) {
+            return false;
+        }
+        self.stats.maps_reads += 1;
         match ProcMaps::read(pid) {
             Ok(maps) if !maps.is_empty() => {
+                // Identify the modules now: the process may be gone when an address in
+                // them needs a site.
+                for m in maps.mappings().iter().filter(|m| m.exec && m.is_file()) {
+                    self.by_file
+                        .entry((m.dev, m.inode))
+                        .or_insert_with(|| ModuleEntry::open(pid, m));
+                }
                 self.processes.insert(pid, maps);
                 true
             }
-            _ => false,
+            _ => {
+                self.gone.insert(pid);
+                false
+            }
         }
     }
 
@@ -166,6 +209,7 @@ impl SiteResolver {
     pub fn forget(&mut self, pid: u32) {
         self.processes.remove(&pid);
         self.stale.remove(&pid);
+        self.gone.remove(&pid);
     }
 
     /// Notes that `pid` mapped something new: its maps are re-read before the next use
@@ -223,35 +267,34 @@ impl SiteResolver {
             .cloned()
     }
 
-    fn module(&mut self, pid: u32, m: &Mapping) -> &ModuleEntry {
-        let key = (m.dev, m.inode);
+    /// A place in a module, before it is interned (only chosen sites are).
+    fn entry(&mut self, pid: u32, m: &Mapping) -> &mut ModuleEntry {
+        self.by_file
+            .entry((m.dev, m.inode))
+            .or_insert_with(|| ModuleEntry::open(pid, m))
+    }
+
+    /// Interns the module of `file` (a key of `by_file`) and makes the site.
+    fn intern(&mut self, place: Place) -> Site {
         let modules = &self.modules;
-        self.by_file.entry(key).or_insert_with(|| {
-            let shown = m.file_path().unwrap_or("?").to_string();
-            let readable: PathBuf = path_in_process(pid, &shown);
-            let build_id = blazesym::helper::read_elf_build_id(&readable)
-                .ok()
-                .flatten()
-                .map(|id| id.to_vec())
-                .filter(|id| !id.is_empty());
-            let identity = match build_id {
-                Some(id) => ModuleIdentity::with_build_id(shown.clone(), id),
-                None => ModuleIdentity::from_path(shown.clone()),
-            };
-            ModuleEntry {
-                id: modules.intern(&identity),
-                role: ModuleRole::of_file_name(m.file_name().unwrap_or("")),
-                file: File::open(&readable).ok(),
-            }
-        })
+        let entry = self
+            .by_file
+            .get_mut(&place.file)
+            .expect("places are made from known files");
+        let module = *entry.id.get_or_insert_with(|| modules.intern(&entry.identity));
+        Site {
+            module,
+            offset: place.offset,
+        }
     }
 
     /// The site of an exact address (a return address BPF read at a function entry).
     pub fn site(&mut self, pid: u32, addr: u64) -> Option<Site> {
-        self.place(pid, addr, true).map(|(site, _)| site)
+        let place = self.place(pid, addr, true)?;
+        Some(self.intern(place))
     }
 
-    fn place(&mut self, pid: u32, addr: u64, reread_on_miss: bool) -> Option<(Site, ModuleRole)> {
+    fn place(&mut self, pid: u32, addr: u64, reread_on_miss: bool) -> Option<Place> {
         if addr == 0 {
             return None;
         }
@@ -261,22 +304,18 @@ impl SiteResolver {
             }
             return None;
         };
-        let offset = m.file_offset(addr);
-        let entry = self.module(pid, &m);
-        let placed = (
-            Site {
-                module: entry.id,
-                offset,
-            },
-            entry.role,
-        );
+        let role = self.entry(pid, &m).role;
         self.stats.resolved += 1;
-        Some(placed)
+        Some(Place {
+            file: (m.dev, m.inode),
+            offset: m.file_offset(addr),
+            role,
+        })
     }
 
-    /// Whether the code right before `addr` in its file is a call instruction, i.e. `addr`
-    /// is a return address and not a stale pointer into code.
-    fn follows_call(&mut self, pid: u32, addr: u64) -> Option<(Site, ModuleRole)> {
+    /// `addr`'s place if the code right before it in its file is a call instruction, i.e.
+    /// `addr` is a return address and not a stale pointer into code.
+    fn follows_call(&mut self, pid: u32, addr: u64) -> Option<Place> {
         let m = self.mapping(pid, addr, false)?;
         if !m.exec {
             return None;
@@ -286,7 +325,7 @@ impl SiteResolver {
         let ok = match self.call_checks.get(&key) {
             Some(ok) => *ok,
             None => {
-                let entry = self.module(pid, &m);
+                let entry = self.entry(pid, &m);
                 let ok = offset >= 8
                     && entry.file.as_ref().is_some_and(|f| {
                         let mut code = [0u8; 8];
@@ -299,59 +338,62 @@ impl SiteResolver {
         if !ok {
             return None;
         }
-        let entry = self.module(pid, &m);
-        let placed = (
-            Site {
-                module: entry.id,
-                offset,
-            },
-            entry.role,
-        );
-        Some(placed)
+        let role = self.entry(pid, &m).role;
+        Some(Place {
+            file: (m.dev, m.inode),
+            offset,
+            role,
+        })
     }
 
     /// Chooses the application's call site among exact return addresses (tried first, in
     /// order) and then the words of a stack window (only those that follow a call).
     pub fn choose(&mut self, pid: u32, exact: &[u64], stack: &[u8]) -> SiteChoice {
-        let mut fallback = None;
+        let mut fallback: Option<Place> = None;
         let mut through_cuda = false;
+        let mut chosen: Option<Place> = None;
         for &addr in exact {
-            if let Some((site, role)) = self.place(pid, addr, true) {
-                if role.is_application() {
-                    return SiteChoice {
-                        site: Some(site),
-                        in_application: true,
-                        through_cuda,
-                    };
+            if let Some(place) = self.place(pid, addr, true) {
+                if place.role.is_application() {
+                    chosen = Some(place);
+                    break;
                 }
-                through_cuda |= role.is_cuda();
-                fallback.get_or_insert(site);
+                through_cuda |= place.role.is_cuda();
+                fallback.get_or_insert(place);
             }
         }
-        for word in stack.chunks_exact(8) {
-            let addr = u64::from_le_bytes(word.try_into().expect("8-byte chunk"));
-            if addr < 0x1000 {
-                continue;
-            }
-            if let Some((site, role)) = self.follows_call(pid, addr) {
-                if role.is_application() {
-                    self.stats.from_stack += 1;
-                    return SiteChoice {
-                        site: Some(site),
-                        in_application: true,
-                        through_cuda,
-                    };
+        if chosen.is_none() {
+            for word in stack.chunks_exact(8) {
+                let addr = u64::from_le_bytes(word.try_into().expect("8-byte chunk"));
+                if addr < 0x1000 {
+                    continue;
                 }
-                through_cuda |= role.is_cuda();
-                fallback.get_or_insert(site);
+                if let Some(place) = self.follows_call(pid, addr) {
+                    if place.role.is_application() {
+                        self.stats.from_stack += 1;
+                        chosen = Some(place);
+                        break;
+                    }
+                    through_cuda |= place.role.is_cuda();
+                    fallback.get_or_insert(place);
+                }
             }
         }
+        let in_application = chosen.is_some();
         SiteChoice {
-            site: fallback,
-            in_application: false,
+            site: chosen.or(fallback).map(|p| self.intern(p)),
+            in_application,
             through_cuda,
         }
     }
+}
+
+/// An address placed in a module file, not interned yet.
+#[derive(Debug, Clone, Copy)]
+struct Place {
+    file: (u64, u64),
+    offset: u64,
+    role: ModuleRole,
 }
 
 /// Whether the 8 bytes of code before a return address end with an x86-64 call:

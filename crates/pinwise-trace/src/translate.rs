@@ -268,8 +268,10 @@ impl Translator {
                     })
                 }
                 kinds::PROC_EXEC => {
+                    // A new address space: read it now, while the process surely lives.
                     self.ranges.remove(&pid);
                     self.sites.forget(pid);
+                    self.sites.refresh(pid);
                     Some(ProcessNews::Exec(pid))
                 }
                 kinds::EXEC_MAP => {

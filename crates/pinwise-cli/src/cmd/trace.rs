@@ -1,11 +1,557 @@
-//! `pinwise trace` (being built: see the issue tracker).
-use std::process::ExitCode;
+//! `pinwise trace`: trace an unmodified CUDA process with eBPF, write its history, and
+//! print a short summary.
+//!
+//! `pinwise trace -- CMD ARGS...` launches CMD traced from its first instruction (its exit
+//! status is passed through); `pinwise trace --pid N [--duration 30s]` traces a running
+//! process until it exits, the duration ends, or Ctrl-C. Whatever ends the trace, what was
+//! seen is written. Everything pinwise prints goes to stderr, so that a traced command's
+//! stdout stays its own; `--summary-json FILE` writes the summary for scripts.
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, ExitStatus};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use pinwise_core::history::Summary;
+use pinwise_core::{CostModel, Direction, DumpFormat};
+use pinwise_trace::agent::{TraceStats, TracerAgent, TracerConfig};
+use pinwise_trace::libs::LibraryOverrides;
+use pinwise_trace::loader::{BpfConfig, KernelHookStatus};
+use pinwise_trace::{caps, Symbolizer};
+
+/// History file format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FormatArg {
+    /// JSON (readable; the schema is in pinwise-core).
+    Json,
+    /// Compact binary (appendable; `pinwise report` reads both).
+    Bin,
+}
 
 /// Arguments of `pinwise trace`.
 #[derive(Debug, clap::Args)]
-pub struct TraceArgs {}
+#[command(
+    after_help = "Examples:\n  pinwise trace -- ./my_cuda_app --size 64M\n  \
+                  pinwise trace --pid 4242 --duration 30s -o run.json\n\n\
+                  Needs root (or CAP_BPF and CAP_PERFMON)."
+)]
+pub struct TraceArgs {
+    /// Trace this running process (and the children it forks from now on).
+    #[arg(long, value_name = "PID", conflicts_with = "command")]
+    pub pid: Option<u32>,
+
+    /// Stop after this long (`30s`, `2m`, `500ms`; a bare number is seconds). Default: until
+    /// the process exits, or Ctrl-C.
+    #[arg(long, value_parser = parse_duration, value_name = "TIME")]
+    pub duration: Option<Duration>,
+
+    /// Where to write the history [default: pinwise-trace-<PID>.json or .bin].
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+
+    /// Format of the history file.
+    #[arg(long, value_enum, default_value_t = FormatArg::Json)]
+    pub format: FormatArg,
+
+    /// Probe this libcuda instead of looking for it.
+    #[arg(long, value_name = "PATH")]
+    pub libcuda: Option<PathBuf>,
+
+    /// Probe this libcudart (besides the executable's own symbols) instead of looking.
+    #[arg(long, value_name = "PATH")]
+    pub libcudart: Option<PathBuf>,
+
+    /// Size of the BPF ring buffer (`256K`, `4M`, ...; rounded up to a power of two).
+    /// Events that find it full are dropped and counted, never waited for.
+    #[arg(long, value_parser = parse_size, default_value = "4M", value_name = "BYTES")]
+    pub ringbuf_size: u64,
+
+    /// Also write the history every TIME while tracing (binary: appended; JSON: rewritten).
+    #[arg(long, value_parser = parse_duration, value_name = "TIME")]
+    pub dump_every: Option<Duration>,
+
+    /// Anonymous mappings from this size up become tracked pageable allocations.
+    #[arg(long, value_parser = parse_size, default_value = "1M", value_name = "BYTES")]
+    pub min_mmap: u64,
+
+    /// Record user page faults on tracked memory (costly: every first touch is an event).
+    #[arg(long)]
+    pub page_faults: bool,
+
+    /// Do not try the kernel hooks into the nvidia module (fentry on os_lock_user_pages).
+    #[arg(long)]
+    pub no_kernel_hooks: bool,
+
+    /// Hotspots shown in the summary.
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    pub top: usize,
+
+    /// Also write the summary (counts, bytes by direction, drops, probe costs) as JSON.
+    #[arg(long, value_name = "FILE")]
+    pub summary_json: Option<PathBuf>,
+
+    /// The command to launch and trace, after `--`.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+/// Parses `30s`, `2m`, `500ms`, `1h`, or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(s.len());
+    let (number, unit) = s.split_at(split);
+    let value: f64 = number
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration (examples: 30s, 2m, 500ms)"))?;
+    let secs = match unit.trim() {
+        "" | "s" => value,
+        "ms" => value / 1e3,
+        "m" | "min" => value * 60.0,
+        "h" => value * 3600.0,
+        other => {
+            return Err(format!(
+                "unknown time unit `{other}` in `{s}` (use ms, s, m, h)"
+            ))
+        }
+    };
+    if !(secs.is_finite() && secs > 0.0) {
+        return Err(format!("`{s}`: the duration must be positive"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// Parses `4M`, `256K`, `1G`, `4096` (bytes; K/M/G are powers of 1024, `iB`/`B` allowed).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let value: u64 = number
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size (examples: 4M, 256K, 4096)"))?;
+    let unit = unit.trim().trim_end_matches("iB").trim_end_matches('B');
+    let shift = match unit.to_ascii_uppercase().as_str() {
+        "" => 0,
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        other => {
+            return Err(format!(
+                "unknown size unit `{other}` in `{s}` (use K, M, G)"
+            ))
+        }
+    };
+    value
+        .checked_mul(1 << shift)
+        .ok_or_else(|| format!("`{s}` is too large"))
+}
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_interrupt(_signal: libc::c_int) {
+    // Only an atomic store: async-signal-safe.
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// Ctrl-C and SIGTERM end the trace (what was seen is written) instead of killing pinwise.
+fn catch_interrupts() {
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: installs a handler that only stores to an atomic; `sigaction` is given a
+        // zeroed, then filled, struct.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_interrupt as *const () as usize;
+            libc::sigemptyset(&mut action.sa_mask);
+            action.sa_flags = libc::SA_RESTART;
+            libc::sigaction(signal, &action, std::ptr::null_mut());
+        }
+    }
+}
+
+fn status(msg: impl AsRef<str>) {
+    eprintln!("pinwise trace: {}", msg.as_ref());
+}
+
+/// Why the trace ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Ending {
+    CommandExited(ExitStatus),
+    ProcessExited,
+    Duration,
+    Interrupted,
+}
 
 /// Runs `pinwise trace`.
-pub fn run(_args: TraceArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`pinwise trace` is not built yet")
+pub fn run(args: TraceArgs) -> Result<ExitCode> {
+    if args.pid.is_none() && args.command.is_empty() {
+        bail!("nothing to trace: give a command after `--` (pinwise trace -- ./app) or --pid N");
+    }
+    let privileges = caps::check_privileges();
+    if !privileges.is_ok() {
+        bail!("{}", privileges.detail);
+    }
+    if let Some(pid) = args.pid {
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            bail!("no process with PID {pid}");
+        }
+    }
+    let ringbuf_bytes = u32::try_from(args.ringbuf_size)
+        .ok()
+        .filter(|&b| b <= 1 << 30)
+        .ok_or_else(|| anyhow::anyhow!("--ringbuf-size {} is above 1 GiB", args.ringbuf_size))?;
+    let config = TracerConfig {
+        bpf: BpfConfig {
+            ringbuf_bytes,
+            min_mmap_bytes: args.min_mmap.max(1),
+            page_faults: args.page_faults,
+            kernel_hooks: !args.no_kernel_hooks,
+            ..BpfConfig::default()
+        },
+        libraries: LibraryOverrides {
+            libcuda: args.libcuda.clone(),
+            libcudart: args.libcudart.clone(),
+        },
+        ..TracerConfig::default()
+    };
+    let format = match args.format {
+        FormatArg::Json => DumpFormat::Json,
+        FormatArg::Bin => DumpFormat::Binary,
+    };
+    catch_interrupts();
+    let mut agent = TracerAgent::new(config);
+    let started = Instant::now();
+
+    let mut child = None;
+    let (target_pid, what) = match args.pid {
+        Some(pid) => {
+            agent
+                .start_pid(pid)
+                .with_context(|| format!("cannot trace PID {pid}"))?;
+            (pid, format!("PID {pid}"))
+        }
+        None => {
+            let mut command = Command::new(&args.command[0]);
+            command.args(&args.command[1..]);
+            let c = agent
+                .launch(&mut command)
+                .with_context(|| format!("cannot trace `{}`", args.command[0].to_string_lossy()))?;
+            let pid = c.id();
+            child = Some(c);
+            (pid, format!("`{}` (PID {pid})", shell_words(&args.command)))
+        }
+    };
+    let output = args.output.clone().unwrap_or_else(|| {
+        PathBuf::from(format!(
+            "pinwise-trace-{target_pid}.{}",
+            if format == DumpFormat::Json {
+                "json"
+            } else {
+                "bin"
+            }
+        ))
+    });
+    if let Some(every) = args.dump_every {
+        agent
+            .dump_every(&output, format, every)
+            .context("setting up periodic dumps")?;
+    }
+    let stats_now = agent.stats();
+    status(format!(
+        "tracing {what}: {} uprobes on {} files; kernel hooks: {}",
+        stats_now.uprobes,
+        stats_now.probed_files.len(),
+        hooks_text(stats_now.kernel_hooks.as_ref())
+    ));
+
+    let ending = wait_for_end(
+        &mut agent,
+        child.as_mut(),
+        target_pid,
+        args.duration,
+        started,
+    );
+    match &ending {
+        Ending::Interrupted => status("interrupted: writing what was seen"),
+        Ending::ProcessExited if args.pid.is_some() => {
+            status(format!("PID {target_pid} exited: writing what was seen"))
+        }
+        Ending::Duration => status("duration reached"),
+        _ => {}
+    }
+    let stats = agent.stop().context("stopping the tracer")?;
+    let elapsed = started.elapsed();
+    if agent.periodic_dump_error().is_none() || args.dump_every.is_none() {
+        agent
+            .dump(&output, format)
+            .with_context(|| format!("writing the history to {}", output.display()))?;
+    }
+
+    let summary = agent.history().read().summary(&CostModel::builtin());
+    print_summary(&agent, &summary, &stats, &what, elapsed, args.top);
+    status(format!("history written to {}", output.display()));
+    if let Some(path) = &args.summary_json {
+        write_summary_json(path, &agent, &summary, &stats, target_pid, elapsed)?;
+    }
+
+    // A launched command's exit status is passed through. After Ctrl-C it normally got
+    // the signal too; wait for it either way.
+    let code = match (ending, child) {
+        (Ending::CommandExited(st), _) => exit_code(st),
+        (_, Some(mut c)) => match c.wait() {
+            Ok(st) => exit_code(st),
+            Err(_) => ExitCode::FAILURE,
+        },
+        _ => ExitCode::SUCCESS,
+    };
+    Ok(code)
+}
+
+fn wait_for_end(
+    agent: &mut TracerAgent,
+    mut child: Option<&mut std::process::Child>,
+    pid: u32,
+    duration: Option<Duration>,
+    started: Instant,
+) -> Ending {
+    loop {
+        if INTERRUPTED.load(Ordering::SeqCst) {
+            return Ending::Interrupted;
+        }
+        if let Some(c) = child.as_deref_mut() {
+            if let Ok(Some(st)) = c.try_wait() {
+                return Ending::CommandExited(st);
+            }
+        } else if agent.has_exited(pid) || !Path::new(&format!("/proc/{pid}")).exists() {
+            return Ending::ProcessExited;
+        }
+        if duration.is_some_and(|d| started.elapsed() >= d) {
+            return Ending::Duration;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn exit_code(status: ExitStatus) -> ExitCode {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => ExitCode::from(code.clamp(0, 255) as u8),
+        (None, Some(signal)) => ExitCode::from((128 + signal).clamp(0, 255) as u8),
+        _ => ExitCode::FAILURE,
+    }
+}
+
+fn shell_words(words: &[OsString]) -> String {
+    words
+        .iter()
+        .map(|w| w.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn hooks_text(hooks: Option<&KernelHookStatus>) -> String {
+    match hooks {
+        Some(KernelHookStatus::Attached) => "attached (os_lock_user_pages)".into(),
+        Some(KernelHookStatus::NotApplicable(why)) => format!("not applicable ({why})"),
+        Some(KernelHookStatus::Refused(err)) => format!("refused by the kernel: {err}"),
+        None => "?".into(),
+    }
+}
+
+/// `1.5 MiB`, `64 KiB`, `12 B`.
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+fn site_text(agent: &TracerAgent, symbolizer: &Symbolizer, site: pinwise_core::Site) -> String {
+    let Some(module) = agent.history().modules().get(site.module) else {
+        return "?".into();
+    };
+    let name = Path::new(&module.path)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| module.path.clone());
+    let place = format!("{name}+{:#x}", site.offset);
+    match symbolizer.symbolize(&module, site.offset) {
+        Some(sym) => format!("{place} {sym}"),
+        None => place,
+    }
+}
+
+fn print_summary(
+    agent: &TracerAgent,
+    summary: &Summary,
+    stats: &TraceStats,
+    what: &str,
+    elapsed: Duration,
+    top: usize,
+) {
+    status(format!(
+        "{what}: {:.2} s, {} events, {} allocations, {} dropped (ring buffer full)",
+        elapsed.as_secs_f64(),
+        stats.records,
+        summary.records,
+        stats.ringbuf_drops
+    ));
+    let dirs: Vec<String> = Direction::ALL
+        .iter()
+        .map(|d| {
+            let all = summary.by_direction[d.index()].all;
+            format!("{} {} ({})", d.as_str(), all.transfers, bytes(all.bytes))
+        })
+        .collect();
+    status(format!(
+        "transfers: {}; pageable share of host<->device bytes: {:.1} %",
+        dirs.join(", "),
+        summary.pageable_share * 100.0
+    ));
+    let symbolizer = Symbolizer::new();
+    let hot = agent.hotspots(top);
+    if !hot.is_empty() {
+        status("top hotspots (transfers, bytes, size, kind, call site):");
+        for (i, a) in hot.iter().enumerate() {
+            status(format!(
+                "  {}. {:>6} transfers {:>10}  {:>10} {:<12} #{} {}",
+                i + 1,
+                a.transfer_count,
+                bytes(a.bytes_transferred),
+                bytes(a.size),
+                a.kind.as_str(),
+                a.tag.call_no,
+                site_text(agent, &symbolizer, a.tag.site)
+            ));
+        }
+    }
+    let costs: Vec<String> = stats
+        .program_costs
+        .iter()
+        .filter_map(|c| {
+            Some(format!(
+                "{} {:.0} ns x {}",
+                c.program,
+                c.ns_per_run()?,
+                c.run_count
+            ))
+        })
+        .collect();
+    if !costs.is_empty() {
+        status(format!(
+            "BPF cost per run (kernel side, all processes): {}",
+            costs.join(", ")
+        ));
+    } else if let Some(why) = &stats.program_costs_unavailable {
+        status(format!("BPF cost unavailable: {why}"));
+    }
+    let lost = stats.pending_full + stats.returns_without_entry + stats.decode_errors;
+    if lost > 0 || stats.user_read_failures > 0 {
+        status(format!(
+            "incomplete records: {} calls whose entry or return was missed, {} failed reads \
+             of the traced process's memory, {} undecodable records",
+            stats.pending_full + stats.returns_without_entry,
+            stats.user_read_failures,
+            stats.decode_errors
+        ));
+    }
+    status(format!(
+        "tracer memory: RSS {} (peak {})",
+        bytes(stats.tracer_rss_bytes),
+        bytes(stats.tracer_peak_rss_bytes)
+    ));
+}
+
+fn write_summary_json(
+    path: &Path,
+    agent: &TracerAgent,
+    summary: &Summary,
+    stats: &TraceStats,
+    pid: u32,
+    elapsed: Duration,
+) -> Result<()> {
+    let symbolizer = Symbolizer::new();
+    let hotspots: Vec<serde_json::Value> = agent
+        .hotspots(usize::MAX)
+        .iter()
+        .map(|a| {
+            let module = agent.history().modules().get(a.tag.site.module);
+            serde_json::json!({
+                "pid": a.pid,
+                "start": a.start,
+                "size": a.size,
+                "kind": a.kind.as_str(),
+                "state": format!("{:?}", a.state),
+                "module": module.as_ref().map(|m| m.key()),
+                "module_path": module.as_ref().map(|m| m.path.clone()),
+                "offset": a.tag.site.offset,
+                "call_no": a.tag.call_no,
+                "transfer_count": a.transfer_count,
+                "bytes_transferred": a.bytes_transferred,
+                "by_direction": Direction::ALL.iter().map(|d| {
+                    let c = a.counters.direction(*d);
+                    (d.as_str().to_string(), serde_json::json!({"transfers": c.transfers(), "bytes": c.bytes()}))
+                }).collect::<serde_json::Map<_, _>>(),
+                "site": module.as_ref().and_then(|m| symbolizer.symbolize(m, a.tag.site.offset)),
+            })
+        })
+        .collect();
+    let by_direction: serde_json::Map<String, serde_json::Value> = Direction::ALL
+        .iter()
+        .map(|d| {
+            let all = summary.by_direction[d.index()].all;
+            (
+                d.as_str().to_string(),
+                serde_json::json!({"transfers": all.transfers, "bytes": all.bytes}),
+            )
+        })
+        .collect();
+    let value = serde_json::json!({
+        "pid": pid,
+        "seconds": elapsed.as_secs_f64(),
+        "summary": summary,
+        "by_direction": by_direction,
+        "tracer": stats,
+        "allocations": hotspots,
+    });
+    let text = serde_json::to_string_pretty(&value)?;
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_durations_and_sizes() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("5 parsecs").is_err());
+        assert!(parse_duration("soon").is_err());
+        assert_eq!(parse_size("4M"), Ok(4 << 20));
+        assert_eq!(parse_size("256KiB"), Ok(256 << 10));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("1g"), Ok(1 << 30));
+        assert!(parse_size("4Q").is_err());
+        assert!(parse_size("99999999999G").is_err());
+    }
+
+    #[test]
+    fn formats_byte_counts() {
+        assert_eq!(bytes(12), "12 B");
+        assert_eq!(bytes(1536), "1.5 KiB");
+        assert_eq!(bytes(64 << 20), "64.0 MiB");
+    }
 }

@@ -353,6 +353,15 @@ static __always_inline int remember_call(struct pt_regs *ctx, __u64 out_ptr, __u
 		return 0;
 	__u16 func = bpf_get_attach_cookie(ctx);
 	count_hit(func);
+	struct pending_call *outer = bpf_map_lookup_elem(&pending, &pid_tgid);
+	if (outer && PT_REGS_SP(ctx) < outer->entry_sp) {
+		/* An entry point called from inside another probed one: the outer call
+		 * reports when it returns. (Not deeper: the outer entry is stale, or this is
+		 * a tail call; it is replaced.) */
+		if (outer->depth < 255)
+			outer->depth++;
+		return 0;
+	}
 	struct pending_call call = {};
 	call.out_ptr = out_ptr;
 	call.out_pitch = out_pitch;
@@ -360,6 +369,7 @@ static __always_inline int remember_call(struct pt_regs *ctx, __u64 out_ptr, __u
 	call.flags = flags;
 	call.func = func;
 	call.call_site = entry_return_address(ctx);
+	call.entry_sp = PT_REGS_SP(ctx);
 	call.site_source = PW_SITE_DRIVER;
 	if (want_runtime_site) {
 		/* Inside cudaMallocHost & co.? Their caller is the application's call site, if
@@ -387,6 +397,11 @@ static __always_inline int report_return(struct pt_regs *ctx, __u16 kind)
 	if (!call) {
 		if (is_traced(pid_tgid >> 32))
 			count(PW_CNT_RETURN_WITHOUT_ENTRY);
+		return 0;
+	}
+	/* The return of a nested call (its stack pointer is below the outer call's). */
+	if (call->depth && PT_REGS_SP(ctx) < call->entry_sp + 8) {
+		call->depth--;
 		return 0;
 	}
 	struct pw_range_event *e = reserve(sizeof(*e));

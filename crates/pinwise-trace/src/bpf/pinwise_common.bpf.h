@@ -55,10 +55,15 @@ struct pending_call {
 	/* Bytes (for cuMemAllocPitch: the height; bytes = pitch x height). */
 	__u64 len;
 	__u64 call_site;
+	/* Stack pointer at entry: tells nested calls (deeper) from a stale entry whose
+	 * return was never seen (not deeper). */
+	__u64 entry_sp;
 	__u32 flags;
 	__u16 func;
 	__u8 site_source;
-	__u8 _pad0;
+	/* Probed calls made inside this one (one entry point calling another): the
+	 * outermost call reports, when it returns. */
+	__u8 depth;
 };
 
 struct {

@@ -1,0 +1,730 @@
+//! [`TracerAgent`]: the tracer as a library. It loads the BPF programs, probes the CUDA
+//! libraries of its target (a running process, a command it launches, or its own process),
+//! and feeds a [`SharedHistory`] from a background thread, which others can query while
+//! it runs (hotspots, coldspots, lookups) and dump once or every N seconds.
+//!
+//! ```no_run
+//! use pinwise_trace::agent::{TracerAgent, TracerConfig};
+//! let mut agent = TracerAgent::new(TracerConfig::default());
+//! let mut child = agent.launch(&mut std::process::Command::new("./my_cuda_app"))?;
+//! child.wait().ok();
+//! let stats = agent.stop()?;
+//! for hot in agent.hotspots(5) {
+//!     println!("{:#x}: {} transfers", hot.start, hot.transfer_count);
+//! }
+//! # Ok::<(), pinwise_trace::TraceError>(())
+//! ```
+
+use std::cell::RefCell;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use pinwise_core::format::BinaryAppender;
+use pinwise_core::history::AllocationInfo;
+use pinwise_core::{DumpFormat, Event, HistoryConfig, SharedHistory};
+
+use crate::error::TraceError;
+use crate::libs::{self, LaunchEnv, Libraries, LibraryOverrides};
+use crate::loader::{BpfConfig, KernelHookStatus, ProgramCost, Probes};
+use crate::probes::{func_name, Library};
+use crate::raw::{self, counters, DecodeError, RawEvent};
+use crate::procmaps::ProcMaps;
+use crate::sites::{SiteResolver, SiteStats};
+use crate::translate::{ProcessNews, TranslateStats, Translator};
+
+/// Settings of a tracer.
+#[derive(Debug, Clone)]
+pub struct TracerConfig {
+    /// The BPF side: ring buffer size, mmap threshold, page faults, kernel hooks.
+    pub bpf: BpfConfig,
+    /// The history: events kept per allocation, untracked memory.
+    pub history: HistoryConfig,
+    /// `--libcuda` / `--libcudart`.
+    pub libraries: LibraryOverrides,
+    /// How long the event thread waits for the ring buffer before looking again (events
+    /// that do not wake it are picked up at this pace).
+    pub poll_interval: Duration,
+}
+
+impl Default for TracerConfig {
+    fn default() -> Self {
+        TracerConfig {
+            bpf: BpfConfig::default(),
+            history: HistoryConfig::default(),
+            libraries: LibraryOverrides::default(),
+            poll_interval: Duration::from_millis(20),
+        }
+    }
+}
+
+/// Hits of one probed function in traced processes.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct FunctionHits {
+    /// The function (or kernel event).
+    pub function: &'static str,
+    /// Times it was hit in traced processes (counted in BPF, drops included).
+    pub hits: u64,
+}
+
+/// What the tracer saw and what it cost.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct TraceStats {
+    /// Ring-buffer records received.
+    pub records: u64,
+    /// Records that could not be decoded.
+    pub decode_errors: u64,
+    /// Events lost because the ring buffer was full.
+    pub ringbuf_drops: u64,
+    /// Calls whose entry could not be remembered until their return (map full).
+    pub pending_full: u64,
+    /// Returns seen without their entry (the trace started mid-call, or a map was full).
+    pub returns_without_entry: u64,
+    /// Reads of the traced process's memory that failed (arguments, stacks).
+    pub user_read_failures: u64,
+    /// Children that could not be traced (traced-process map full).
+    pub tgid_map_full: u64,
+    /// Translation counters.
+    pub translate: TranslateStats,
+    /// Call-site resolution counters.
+    pub sites: SiteStats,
+    /// Hits per probed function (non-zero only).
+    pub function_hits: Vec<FunctionHits>,
+    /// Kernel-side cost per BPF program (from the kernel's run-time statistics).
+    pub program_costs: Vec<ProgramCost>,
+    /// Why `program_costs` is empty, when the kernel refused run-time statistics.
+    pub program_costs_unavailable: Option<String>,
+    /// Files probed with uprobes, and how many uprobes in all.
+    pub probed_files: Vec<PathBuf>,
+    /// Number of uprobes attached.
+    pub uprobes: usize,
+    /// The kernel hooks into the nvidia module.
+    pub kernel_hooks: Option<KernelHookStatus>,
+    /// Processes seen exiting.
+    pub processes_exited: u64,
+    /// Resident memory of the tracer's process (bytes), now and at its peak.
+    pub tracer_rss_bytes: u64,
+    /// Peak resident memory of the tracer's process (bytes).
+    pub tracer_peak_rss_bytes: u64,
+}
+
+#[derive(Default)]
+struct LiveStats {
+    records: u64,
+    decode_errors: u64,
+    translate: TranslateStats,
+    sites: SiteStats,
+    exited: HashSet<u32>,
+}
+
+struct PeriodicDump {
+    path: PathBuf,
+    format: DumpFormat,
+    every: Duration,
+    last: Instant,
+    appender: Option<BinaryAppender>,
+    last_error: Option<String>,
+}
+
+struct SharedState {
+    stop: AtomicBool,
+    live: Mutex<LiveStats>,
+    dump: Mutex<Option<PeriodicDump>>,
+}
+
+struct Running {
+    probes: Arc<Mutex<Probes>>,
+    shared: Arc<SharedState>,
+    worker: JoinHandle<()>,
+}
+
+/// The tracer: probes, an event thread, and the history it fills.
+pub struct TracerAgent {
+    config: TracerConfig,
+    history: SharedHistory,
+    running: Option<Running>,
+    last_stats: Option<TraceStats>,
+}
+
+impl TracerAgent {
+    /// An agent with its own new history.
+    pub fn new(config: TracerConfig) -> Self {
+        let history = SharedHistory::new(config.history);
+        Self::with_history(config, history)
+    }
+
+    /// An agent feeding an existing history.
+    pub fn with_history(config: TracerConfig, history: SharedHistory) -> Self {
+        TracerAgent {
+            config,
+            history,
+            running: None,
+            last_stats: None,
+        }
+    }
+
+    /// The history being filled (cheap to clone; readable while tracing).
+    pub fn history(&self) -> &SharedHistory {
+        &self.history
+    }
+
+    /// Whether the agent is tracing.
+    pub fn is_running(&self) -> bool {
+        self.running.is_some()
+    }
+
+    /// Starts tracing the running process `pid` (and the children it forks from now on).
+    /// Fails when the process does not exist or maps no libcuda (unless `--libcuda` says
+    /// which one to probe).
+    pub fn start_pid(&mut self, pid: u32) -> Result<(), TraceError> {
+        self.check_idle()?;
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            return Err(TraceError::NoSuchProcess(pid));
+        }
+        let libs = libs::in_process(pid)
+            .map_err(|_| TraceError::NoSuchProcess(pid))?
+            .with_overrides(&self.config.libraries, None);
+        if libs.has_no_driver() {
+            return Err(TraceError::NoLibcuda {
+                target: format!("PID {pid}"),
+            });
+        }
+        let probes = self.prepare(&libs)?;
+        probes.trace_process(pid)?;
+        self.run(probes, None);
+        Ok(())
+    }
+
+    /// Starts tracing this very process (the C ABI's use: a program asking for advice
+    /// about itself). The event thread's own memory activity is not traced. libcuda need
+    /// not be loaded yet: it is looked for where the loader would find it.
+    pub fn start_self(&mut self) -> Result<(), TraceError> {
+        self.check_idle()?;
+        let pid = std::process::id();
+        let mut libs = libs::in_process(pid).map_err(|e| TraceError::io("reading own maps", e))?;
+        if libs.has_no_driver() {
+            if let Ok(exe) = std::env::current_exe() {
+                let found = libs::for_command(&exe, &LaunchEnv::current());
+                libs.driver = found.driver;
+                libs.runtime.extend(found.runtime);
+            }
+        }
+        let libs = libs.with_overrides(&self.config.libraries, None);
+        if libs.has_no_driver() {
+            return Err(TraceError::NoLibcuda {
+                target: "this process".into(),
+            });
+        }
+        let probes = self.prepare(&libs)?;
+        probes.trace_process(pid)?;
+        self.run(probes, Some(pid));
+        Ok(())
+    }
+
+    /// Launches `command` traced from its first instruction (and its children), and
+    /// returns it running. The libraries it will use are found before it starts, the way
+    /// the dynamic loader will find them (its `LD_LIBRARY_PATH` and `PATH` included).
+    pub fn launch(&mut self, command: &mut Command) -> Result<Child, TraceError> {
+        self.check_idle()?;
+        let program = PathBuf::from(command.get_program());
+        let env = launch_env(command);
+        let executable = libs::resolve_program(&program, &env).ok_or_else(|| TraceError::Launch {
+            program: program.display().to_string(),
+            source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such program"),
+        })?;
+        let libs = libs::for_command(&executable, &env)
+            .with_overrides(&self.config.libraries, Some(&executable));
+        if libs.has_no_driver() {
+            return Err(TraceError::NoLibcuda {
+                target: format!("`{}`", program.display()),
+            });
+        }
+        let probes = self.prepare(&libs)?;
+        // The event thread runs before the command starts, so that it reads the command's
+        // maps while the command is alive, however short its life.
+        self.run(probes, None);
+        let probes = Arc::clone(&self.running.as_ref().expect("just started").probes);
+        // While the tracer is a "spawner", the kernel adds the processes it forks to the
+        // traced set at fork time: the command is traced before it runs anything.
+        let me = std::process::id();
+        let marked = probes.lock().set_spawner(me, true);
+        let spawned = marked.and_then(|()| {
+            let spawned = command.spawn().map_err(|source| TraceError::Launch {
+                program: program.display().to_string(),
+                source,
+            });
+            let cleared = probes.lock().set_spawner(me, false);
+            let child = spawned?;
+            cleared?;
+            probes.lock().trace_process(child.id())?;
+            Ok(child)
+        });
+        if spawned.is_err() {
+            let _ = self.stop();
+        }
+        spawned
+    }
+
+    fn check_idle(&self) -> Result<(), TraceError> {
+        if self.running.is_some() {
+            return Err(TraceError::State("already tracing; stop it first"));
+        }
+        Ok(())
+    }
+
+    fn prepare(&self, libs: &Libraries) -> Result<Probes, TraceError> {
+        for p in libs.driver.iter().chain(&libs.runtime) {
+            if !p.is_file() {
+                return Err(TraceError::NoSuchLibrary(p.clone()));
+            }
+        }
+        let mut probes = Probes::load(&self.config.bpf)?;
+        let mut driver_probes = 0;
+        let mut last_error = None;
+        for path in &libs.driver {
+            match probes.attach_library(path, Library::Driver) {
+                Ok(n) => driver_probes += n,
+                Err(e) => last_error = Some(e),
+            }
+        }
+        if driver_probes == 0 {
+            return Err(last_error.unwrap_or_else(|| TraceError::NothingAttached {
+                path: libs.driver.first().cloned().unwrap_or_default(),
+                detail: "it exports none of the CUDA driver entry points pinwise probes".into(),
+            }));
+        }
+        for path in &libs.runtime {
+            if let Err(e) = probes.attach_library(path, Library::Runtime) {
+                tracing::debug!("runtime probes on {}: {e}", path.display());
+            }
+        }
+        tracing::info!(
+            "{} uprobes on {} files; kernel hooks: {:?}",
+            probes.uprobes().len(),
+            probes.probed_files().len(),
+            probes.kernel_hooks()
+        );
+        Ok(probes)
+    }
+
+    fn run(&mut self, probes: Probes, self_pid: Option<u32>) {
+        let probes = Arc::new(Mutex::new(probes));
+        let shared = Arc::new(SharedState {
+            stop: AtomicBool::new(false),
+            live: Mutex::new(LiveStats::default()),
+            dump: Mutex::new(None),
+        });
+        let worker = {
+            let probes = Arc::clone(&probes);
+            let shared = Arc::clone(&shared);
+            let history = self.history.clone();
+            let poll = self.config.poll_interval;
+            std::thread::Builder::new()
+                .name("pinwise-trace".into())
+                .spawn(move || event_loop(&probes, &shared, &history, poll, self_pid))
+                .expect("spawning the tracer's event thread")
+        };
+        self.last_stats = None;
+        self.running = Some(Running {
+            probes,
+            shared,
+            worker,
+        });
+    }
+
+    /// Stops tracing: drains the ring buffer into the history, detaches every probe, and
+    /// returns the final statistics (also kept for [`TracerAgent::stats`]).
+    pub fn stop(&mut self) -> Result<TraceStats, TraceError> {
+        let running = self
+            .running
+            .take()
+            .ok_or(TraceError::State("not tracing"))?;
+        running.shared.stop.store(true, Ordering::SeqCst);
+        if running.worker.join().is_err() {
+            tracing::error!("the tracer's event thread panicked; the history may be incomplete");
+        }
+        let stats = collect_stats(&running.probes.lock(), &running.shared);
+        self.record_source_stats(&stats);
+        if let Some(dump) = running.shared.dump.lock().as_mut() {
+            write_periodic(&self.history, dump);
+        }
+        self.last_stats = Some(stats.clone());
+        Ok(stats)
+        // `running.probes` drops here: links detach, maps and programs are freed.
+    }
+
+    fn record_source_stats(&self, s: &TraceStats) {
+        self.history.write().set_source_stats([
+            ("tracer.records", s.records),
+            ("tracer.decode_errors", s.decode_errors),
+            ("tracer.ringbuf_drops", s.ringbuf_drops),
+            ("tracer.pending_full", s.pending_full),
+            ("tracer.returns_without_entry", s.returns_without_entry),
+            ("tracer.user_read_failures", s.user_read_failures),
+            ("tracer.failed_cuda_calls", s.translate.failed_cuda_calls),
+            ("tracer.cuda_internal_mmaps", s.translate.cuda_internal_mmaps),
+            ("tracer.sites_unknown", s.translate.sites_unknown),
+            ("tracer.uprobes", s.uprobes as u64),
+        ]);
+    }
+
+    /// Statistics now (while tracing) or of the last trace.
+    pub fn stats(&self) -> TraceStats {
+        match &self.running {
+            Some(r) => collect_stats(&r.probes.lock(), &r.shared),
+            None => self.last_stats.clone().unwrap_or_default(),
+        }
+    }
+
+    /// The processes traced now (those still alive).
+    pub fn traced_processes(&self) -> Vec<u32> {
+        match &self.running {
+            Some(r) => r.probes.lock().traced_processes(),
+            None => Vec::new(),
+        }
+    }
+
+    /// Whether `pid` was seen exiting during this trace.
+    pub fn has_exited(&self, pid: u32) -> bool {
+        self.running
+            .as_ref()
+            .is_some_and(|r| r.shared.live.lock().exited.contains(&pid))
+    }
+
+    /// The `n` allocations with the most transfers.
+    pub fn hotspots(&self, n: usize) -> Vec<AllocationInfo> {
+        self.history.hotspots(n)
+    }
+
+    /// The `n` allocations with the fewest transfers.
+    pub fn coldspots(&self, n: usize) -> Vec<AllocationInfo> {
+        self.history.coldspots(n)
+    }
+
+    /// Allocations with at least `min` transfers.
+    pub fn hotspots_threshold(&self, min: u64) -> Vec<AllocationInfo> {
+        self.history.hotspots_threshold(min)
+    }
+
+    /// Allocations with at most `max` transfers.
+    pub fn coldspots_threshold(&self, max: u64) -> Vec<AllocationInfo> {
+        self.history.coldspots_threshold(max)
+    }
+
+    /// Writes the history as it is now to `path`.
+    pub fn dump(&self, path: &Path, format: DumpFormat) -> Result<(), TraceError> {
+        let history = self.history.read();
+        pinwise_core::save_history(&history, path, format).map_err(|e| TraceError::Dump {
+            path: path.to_path_buf(),
+            detail: e.to_string(),
+        })
+    }
+
+    /// Dumps the history to `path` every `every` while tracing, and once more at
+    /// [`TracerAgent::stop`]. Binary dumps are appended (each append holds what changed);
+    /// JSON dumps are rewritten whole (through a temporary file, so a reader never sees
+    /// half a file).
+    pub fn dump_every(
+        &mut self,
+        path: &Path,
+        format: DumpFormat,
+        every: Duration,
+    ) -> Result<(), TraceError> {
+        let running = self
+            .running
+            .as_ref()
+            .ok_or(TraceError::State("periodic dumps need a running trace"))?;
+        let appender = match format {
+            DumpFormat::Binary => Some(BinaryAppender::create(path).map_err(|e| TraceError::Dump {
+                path: path.to_path_buf(),
+                detail: e.to_string(),
+            })?),
+            DumpFormat::Json => None,
+        };
+        *running.shared.dump.lock() = Some(PeriodicDump {
+            path: path.to_path_buf(),
+            format,
+            every,
+            last: Instant::now(),
+            appender,
+            last_error: None,
+        });
+        Ok(())
+    }
+
+    /// The last error of the periodic dump, if its latest write failed.
+    pub fn periodic_dump_error(&self) -> Option<String> {
+        self.running
+            .as_ref()
+            .and_then(|r| r.shared.dump.lock().as_ref().and_then(|d| d.last_error.clone()))
+    }
+}
+
+impl Drop for TracerAgent {
+    fn drop(&mut self) {
+        if self.running.is_some() {
+            let _ = self.stop();
+        }
+    }
+}
+
+fn launch_env(command: &Command) -> LaunchEnv {
+    let mut env = LaunchEnv::current();
+    for (key, value) in command.get_envs() {
+        if key == "PATH" {
+            env.path = value.map(|v| v.to_os_string());
+        } else if key == "LD_LIBRARY_PATH" {
+            env.ld_library_path = value.map(|v| v.to_os_string());
+        }
+    }
+    if let Some(dir) = command.get_current_dir() {
+        env.cwd = Some(match &env.cwd {
+            Some(cwd) => cwd.join(dir),
+            None => dir.to_path_buf(),
+        });
+    }
+    env
+}
+
+fn write_periodic(history: &SharedHistory, dump: &mut PeriodicDump) {
+    let result = match (&dump.format, dump.appender.as_mut()) {
+        (DumpFormat::Binary, Some(appender)) => {
+            appender.append(&history.read()).map_err(|e| e.to_string())
+        }
+        _ => {
+            let tmp = dump.path.with_extension("tmp");
+            pinwise_core::save_history(&history.read(), &tmp, dump.format)
+                .map_err(|e| e.to_string())
+                .and_then(|()| std::fs::rename(&tmp, &dump.path).map_err(|e| e.to_string()))
+        }
+    };
+    dump.last = Instant::now();
+    match result {
+        Ok(()) => dump.last_error = None,
+        Err(e) => {
+            tracing::warn!("periodic dump to {} failed: {e}", dump.path.display());
+            dump.last_error = Some(e);
+        }
+    }
+}
+
+fn own_tid() -> u32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() as u32 }
+}
+
+/// The event thread: polls the ring buffer, translates records into events, feeds the
+/// history, follows processes (new libraries to probe, exits), and writes periodic dumps.
+fn event_loop(
+    probes: &Arc<Mutex<Probes>>,
+    shared: &SharedState,
+    history: &SharedHistory,
+    poll: Duration,
+    self_pid: Option<u32>,
+) {
+    if self_pid.is_some() {
+        if let Err(e) = probes.lock().ignore_thread(own_tid()) {
+            tracing::warn!("{e}");
+        }
+    }
+    let batch: Rc<RefCell<Vec<Result<RawEvent, DecodeError>>>> = Rc::default();
+    let ring = {
+        let guard = probes.lock();
+        let map = guard.events_map();
+        let mut builder = libbpf_rs::RingBufferBuilder::new();
+        let sink = Rc::clone(&batch);
+        let added = builder
+            .add(&map, move |data: &[u8]| {
+                sink.borrow_mut().push(raw::decode(data));
+                0
+            })
+            .map(|_| ());
+        match added.and_then(|()| builder.build()) {
+            Ok(ring) => ring,
+            Err(e) => {
+                tracing::error!("cannot read the BPF ring buffer: {e:#}");
+                return;
+            }
+        }
+    };
+    let mut translator = Translator::new(SiteResolver::new(history.modules()));
+    let mut events: Vec<Event> = Vec::with_capacity(4096);
+    let mut news: Vec<(ProcessNews, u64)> = Vec::new();
+    // Probing newly mapped libraries reads their symbol tables, which can take a while:
+    // another thread does it, so that this one keeps reading events (and the maps of
+    // short-lived processes while they are alive).
+    let (attach_jobs, attach_rx) = std::sync::mpsc::channel::<(u32, ProcMaps)>();
+    let attacher = {
+        let probes = Arc::clone(probes);
+        std::thread::Builder::new()
+            .name("pinwise-attach".into())
+            .spawn(move || attach_loop(&probes, attach_rx))
+            .map_err(|e| tracing::warn!("no thread for probing new libraries: {e}"))
+            .ok()
+    };
+    loop {
+        let stopping = shared.stop.load(Ordering::SeqCst);
+        let polled = if stopping {
+            ring.consume()
+        } else {
+            ring.poll(poll)
+        };
+        if let Err(e) = polled {
+            if e.kind() != libbpf_rs::ErrorKind::Interrupted {
+                tracing::warn!("ring buffer poll: {e:#}");
+            }
+        }
+        let records: Vec<_> = std::mem::take(&mut *batch.borrow_mut());
+        let mut decode_errors = 0;
+        for record in &records {
+            match record {
+                Ok(raw) => {
+                    let ts = raw.header().ts_ns;
+                    if let Some(n) = translator.translate(raw, &mut events) {
+                        news.push((n, ts));
+                    }
+                }
+                Err(e) => {
+                    decode_errors += 1;
+                    tracing::debug!("{e}");
+                }
+            }
+        }
+        if stopping {
+            translator.flush(&mut events);
+        }
+        if !events.is_empty() {
+            history.ingest_batch(&events);
+            events.clear();
+        }
+        handle_news(&news, &attach_jobs, &mut translator, history, shared);
+        news.clear();
+        {
+            let mut live = shared.live.lock();
+            live.records += records.len() as u64;
+            live.decode_errors += decode_errors;
+            live.translate = translator.stats();
+            live.sites = translator.sites().stats();
+        }
+        if let Some(dump) = shared.dump.lock().as_mut() {
+            if dump.last.elapsed() >= dump.every && !stopping {
+                write_periodic(history, dump);
+            }
+        }
+        if stopping {
+            break;
+        }
+    }
+    drop(attach_jobs);
+    if let Some(attacher) = attacher {
+        let _ = attacher.join();
+    }
+}
+
+/// Probes the CUDA libraries that appear in the maps it is sent (until the channel closes).
+fn attach_loop(probes: &Mutex<Probes>, jobs: std::sync::mpsc::Receiver<(u32, ProcMaps)>) {
+    for (pid, maps) in jobs {
+        let found = libs::in_maps(pid, &maps);
+        for (paths, library) in [
+            (&found.driver, Library::Driver),
+            (&found.runtime, Library::Runtime),
+        ] {
+            for path in paths {
+                if probes.lock().knows_file(path) {
+                    continue;
+                }
+                match probes.lock().attach_library(path, library) {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(
+                        "PID {pid} mapped {}: {n} uprobes attached",
+                        path.display()
+                    ),
+                    Err(e) => tracing::debug!("{}: {e}", path.display()),
+                }
+            }
+        }
+    }
+}
+
+fn handle_news(
+    news: &[(ProcessNews, u64)],
+    attach_jobs: &std::sync::mpsc::Sender<(u32, ProcMaps)>,
+    translator: &mut Translator,
+    history: &SharedHistory,
+    shared: &SharedState,
+) {
+    let mut check: Vec<u32> = Vec::new();
+    for &(n, ts) in news {
+        match n {
+            ProcessNews::Exited(pid) => {
+                history.write().process_exited(pid, ts);
+                shared.live.lock().exited.insert(pid);
+            }
+            // A fork copies the parent's address space: nothing new to probe.
+            ProcessNews::Forked { .. } => {}
+            ProcessNews::Exec(pid) | ProcessNews::LibraryMapped(pid) => check.push(pid),
+        }
+    }
+    check.sort_unstable();
+    check.dedup();
+    for pid in check {
+        if let Some(maps) = translator.sites().maps(pid).cloned() {
+            let _ = attach_jobs.send((pid, maps));
+        }
+    }
+}
+
+fn status_kib(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn collect_stats(probes: &Probes, shared: &SharedState) -> TraceStats {
+    let c = probes.counters();
+    let live = shared.live.lock();
+    TraceStats {
+        records: live.records,
+        decode_errors: live.decode_errors,
+        ringbuf_drops: c[counters::RINGBUF_DROPS as usize],
+        pending_full: c[counters::PENDING_FULL as usize],
+        returns_without_entry: c[counters::RETURN_WITHOUT_ENTRY as usize],
+        user_read_failures: c[counters::USER_READ_FAILED as usize],
+        tgid_map_full: c[counters::TGID_MAP_FULL as usize],
+        translate: live.translate,
+        sites: live.sites,
+        function_hits: probes
+            .function_hits()
+            .into_iter()
+            .enumerate()
+            .filter(|(_, hits)| *hits > 0)
+            .map(|(id, hits)| FunctionHits {
+                function: func_name(id as u32),
+                hits,
+            })
+            .collect(),
+        program_costs: probes
+            .program_costs()
+            .into_iter()
+            .filter(|c| c.run_count > 0)
+            .collect(),
+        program_costs_unavailable: probes.stats_error().map(String::from),
+        probed_files: probes.probed_files(),
+        uprobes: probes.uprobes().len(),
+        kernel_hooks: Some(probes.kernel_hooks().clone()),
+        processes_exited: live.exited.len() as u64,
+        tracer_rss_bytes: status_kib("VmRSS:") * 1024,
+        tracer_peak_rss_bytes: status_kib("VmHWM:") * 1024,
+    }
+}
