@@ -1,1 +1,38 @@
 //! pinwise-report: what a person reads after a trace.
+//!
+//! | module | idea |
+//! |---|---|
+//! | [`input`] | reading history dumps and profiles, with a progress bar on large files |
+//! | [`analysis`] | [`Report`]: totals, estimated times, hot/cold spots, pinned for nothing, source health |
+//! | [`budget`] | the saving-versus-pinned-budget curve and the budget for a share of the saving |
+//! | [`sites`] | naming call sites: [`SiteResolver`] (the caller symbolizes), labels |
+//! | [`text`] | the terminal rendering (100 columns) |
+//! | [`html`] | the self-contained HTML page; [`plots`] draws its SVG plots |
+//! | [`perfetto`] | the timeline in Chrome's trace event format (Perfetto, chrome://tracing) |
+//! | [`diff`] | two histories or profiles side by side |
+//! | [`units`] | bytes, durations and counts for people |
+//!
+//! Estimated times come from core's cost model: a history records what moved, not how long
+//! it took. Nothing here needs a GPU or privileges.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod analysis;
+pub mod budget;
+pub mod diff;
+pub mod error;
+pub mod html;
+pub mod input;
+pub mod perfetto;
+pub mod plots;
+pub mod progress;
+pub mod sites;
+mod tags;
+pub mod text;
+pub mod units;
+
+pub use analysis::{build_report, Report, ReportOptions};
+pub use error::ReportError;
+pub use input::{load_any, load_history, InputInfo, InputKind, Loaded};
+pub use progress::Progress;
+pub use sites::{NoSymbols, SiteLabel, SiteNames, SiteResolver, SourceLocation};

@@ -1,11 +1,167 @@
-//! `pinwise diff` (being built: see the issue tracker).
+//! `pinwise diff A B`: two histories or profiles side by side (per call site and per tag:
+//! what got hotter or colder, appeared or disappeared, changed size), and whether the
+//! pinning A advises still pays back in B: a check that a profile still matches the program.
+use std::io::Write as _;
+use std::path::PathBuf;
 use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use pinwise_core::Policy;
+use pinwise_report::diff::{self, DiffOptions};
+use pinwise_report::Progress;
+
+use super::report::{cost_model, parse_share, resolver, PinMethodArg};
+
+/// Exit status when B confirms less of A's advice than `--fail-under` asks.
+pub const EXIT_MISMATCH: u8 = 2;
 
 /// Arguments of `pinwise diff`.
 #[derive(Debug, clap::Args)]
-pub struct DiffArgs {}
+#[command(after_help = "Examples:\n  pinwise diff profile.json new-run.bin\n  \
+                  pinwise diff old.bin new.bin --json\n  \
+                  pinwise diff app.profile.json today.bin --fail-under 0.8   # exit 2 when the \
+                  profile no longer matches")]
+pub struct DiffArgs {
+    /// The reference: a history (binary or JSON) or a profile.
+    #[arg(value_name = "A")]
+    pub a: PathBuf,
+
+    /// What to compare with it: a history or a profile.
+    #[arg(value_name = "B")]
+    pub b: PathBuf,
+
+    /// Print the comparison as JSON.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Relative change that counts as hotter, colder, resized (0.25: 25 %).
+    #[arg(long, default_value_t = 0.25, value_name = "SHARE")]
+    pub threshold: f64,
+
+    /// Rows in each table.
+    #[arg(long, default_value_t = 15, value_name = "N")]
+    pub top: usize,
+
+    /// Exit with status 2 when B confirms less than this share of A's estimated pinning
+    /// saving (0 to 1).
+    #[arg(long, value_parser = parse_share, value_name = "SHARE")]
+    pub fail_under: Option<f64>,
+
+    /// Calibration CSV for the cost model [default: built-in (H200)].
+    #[arg(long, value_name = "FILE")]
+    pub calibration: Option<PathBuf>,
+
+    /// How pinning is costed.
+    #[arg(long, value_enum, default_value_t = PinMethodArg::Register)]
+    pub pin_method: PinMethodArg,
+
+    /// Name call sites by module and offset only (no symbol look-up).
+    #[arg(long)]
+    pub no_symbols: bool,
+
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+}
 
 /// Runs `pinwise diff`.
-pub fn run(_args: DiffArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`pinwise diff` is not built yet")
+pub fn run(args: DiffArgs) -> Result<ExitCode> {
+    anyhow::ensure!(
+        args.threshold.is_finite() && args.threshold >= 0.0,
+        "--threshold must be a share of 0 or more, not {}",
+        args.threshold
+    );
+    let cost = cost_model(args.calibration.as_deref())?;
+    let mut progress = Progress::new(!args.quiet);
+    let (a, a_info) = pinwise_report::load_any(&args.a, &mut progress)?;
+    let (b, b_info) = pinwise_report::load_any(&args.b, &mut progress)?;
+    progress.stage("comparing");
+    let (pa, pb) = (diff::entries_of(&a), diff::entries_of(&b));
+    drop((a, b));
+    let mut resolver = resolver(args.no_symbols);
+    let report = diff::diff(
+        &pa,
+        a_info,
+        &pb,
+        b_info,
+        &Policy::new(cost),
+        &DiffOptions {
+            top: args.top,
+            threshold: args.threshold,
+            pin_method: args.pin_method.into(),
+        },
+        resolver.as_mut(),
+    );
+    progress.finish();
+    let mut stdout = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer_pretty(&mut stdout, &report).context("writing the JSON diff")?;
+        writeln!(stdout)?;
+    } else {
+        write!(stdout, "{}", diff::render_text(&report))?;
+    }
+    stdout.flush()?;
+    match args.fail_under {
+        Some(min) if report.pinning.share < min => {
+            eprintln!(
+                "pinwise: B confirms {:.1} % of A's pinning saving, under --fail-under {:.1} %",
+                report.pinning.share * 100.0,
+                min * 100.0
+            );
+            Ok(ExitCode::from(EXIT_MISMATCH))
+        }
+        _ => Ok(ExitCode::SUCCESS),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: PathBuf, b: PathBuf) -> DiffArgs {
+        DiffArgs {
+            a,
+            b,
+            json: false,
+            threshold: 0.25,
+            top: 5,
+            fail_under: None,
+            calibration: None,
+            pin_method: PinMethodArg::Register,
+            no_symbols: true,
+            quiet: true,
+        }
+    }
+
+    #[test]
+    fn a_history_matches_itself_and_its_profile() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = super::super::report::tests::synthetic_history(dir.path(), 21);
+        let history = pinwise_core::load_history(&file).unwrap();
+        let profile = dir.path().join("p.json");
+        pinwise_core::Profile::from_history(&history)
+            .save(&profile)
+            .unwrap();
+        for b in [file.clone(), profile.clone()] {
+            let code = run(DiffArgs {
+                fail_under: Some(1.0),
+                ..args(file.clone(), b)
+            })
+            .unwrap();
+            assert_eq!(code, ExitCode::SUCCESS);
+        }
+    }
+
+    #[test]
+    fn another_input_fails_a_strict_check() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = super::super::report::tests::synthetic_history(dir.path(), 22);
+        let b = super::super::report::tests::synthetic_history(dir.path(), 23);
+        let code = run(DiffArgs {
+            fail_under: Some(0.99),
+            ..args(a, b)
+        })
+        .unwrap();
+        assert_eq!(code, ExitCode::from(EXIT_MISMATCH));
+    }
 }

@@ -1,11 +1,314 @@
-//! `pinwise report` (being built: see the issue tracker).
+//! `pinwise report`: where a history's transfer time goes and what pinning would save, in
+//! the terminal (100 columns), as JSON, or as a self-contained HTML page with plots.
+//!
+//! Also home of what `export` and `diff` share with it: the cost model from `--calibration`,
+//! the pin method argument, and the call-site resolver backed by pinwise-trace's blazesym
+//! symbolizer.
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use pinwise_core::{CostModel, ModuleIdentity, PinMethod};
+use pinwise_report::{NoSymbols, Progress, ReportOptions, SiteResolver, SourceLocation};
+
+/// How the smart allocator would pin memory (what pinning costs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PinMethodArg {
+    /// Register memory already allocated and touched (`cuMemHostRegister`).
+    Register,
+    /// Allocate pinned memory (`cuMemHostAlloc`).
+    Mallochost,
+}
+
+impl From<PinMethodArg> for PinMethod {
+    fn from(m: PinMethodArg) -> Self {
+        match m {
+            PinMethodArg::Register => PinMethod::RegisterTouched,
+            PinMethodArg::Mallochost => PinMethod::MallocHost,
+        }
+    }
+}
 
 /// Arguments of `pinwise report`.
 #[derive(Debug, clap::Args)]
-pub struct ReportArgs {}
+#[command(after_help = "Examples:\n  pinwise report run.json\n  \
+                  pinwise report run.bin --html report.html\n  \
+                  pinwise report run.bin --json > report.json\n  \
+                  pinwise report run.bin --calibration my-gpu.csv\n\n\
+                  Times are estimates from the cost model (built in: measured on an H200; \
+                  `pinwise calibrate` measures this machine's): a history records what moved, \
+                  not how long it took.")]
+pub struct ReportArgs {
+    /// History file written by `pinwise trace` or `pinwise run` (binary or JSON).
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+
+    /// Print the report as JSON (to stdout) instead of text.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Also write a self-contained HTML page with plots here.
+    #[arg(long, value_name = "OUT.html")]
+    pub html: Option<PathBuf>,
+
+    /// Calibration CSV for the cost model (`pinwise calibrate` writes one) [default: the
+    /// built-in one, measured on an NVIDIA H200].
+    #[arg(long, value_name = "FILE")]
+    pub calibration: Option<PathBuf>,
+
+    /// Rows in each table.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub top: usize,
+
+    /// Share of the attainable saving the pinned budget should capture (0 to 1).
+    #[arg(long, default_value_t = 0.9, value_parser = parse_share, value_name = "SHARE")]
+    pub capture: f64,
+
+    /// How the smart allocator would pin (its pinning costs).
+    #[arg(long, value_enum, default_value_t = PinMethodArg::Register)]
+    pub pin_method: PinMethodArg,
+
+    /// Name call sites by module and offset only (no symbol look-up).
+    #[arg(long)]
+    pub no_symbols: bool,
+
+    /// No progress bar (it shows on a terminal only, when reading takes long).
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// Parses a share between 0 and 1.
+pub(crate) fn parse_share(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number (a share between 0 and 1, like 0.9)"))?;
+    if (0.0..=1.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("{v} is not between 0 and 1"))
+    }
+}
+
+/// The cost model: the calibration file's, or the built-in one.
+pub(crate) fn cost_model(calibration: Option<&Path>) -> Result<CostModel> {
+    match calibration {
+        Some(path) => CostModel::from_csv_file(path)
+            .with_context(|| format!("cannot use the calibration {}", path.display())),
+        None => Ok(CostModel::builtin()),
+    }
+}
+
+/// Call sites named through pinwise-trace's symbolizer (blazesym: DWARF, else the symbol
+/// table; a file whose build ID changed is not used).
+pub(crate) struct BlazeResolver {
+    symbolizer: pinwise_trace::Symbolizer,
+}
+
+impl SiteResolver for BlazeResolver {
+    fn resolve(&mut self, module: &ModuleIdentity, offset: u64) -> Option<SourceLocation> {
+        self.symbolizer
+            .symbolize(module, offset)
+            .map(|s| SourceLocation {
+                function: s.function,
+                file: s.file,
+                line: s.line,
+            })
+    }
+}
+
+/// The resolver the commands use: blazesym, or none with `--no-symbols`.
+pub(crate) fn resolver(no_symbols: bool) -> Box<dyn SiteResolver> {
+    if no_symbols {
+        Box::new(NoSymbols)
+    } else {
+        Box::new(BlazeResolver {
+            symbolizer: pinwise_trace::Symbolizer::new(),
+        })
+    }
+}
 
 /// Runs `pinwise report`.
-pub fn run(_args: ReportArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`pinwise report` is not built yet")
+pub fn run(args: ReportArgs) -> Result<ExitCode> {
+    let cost = cost_model(args.calibration.as_deref())?;
+    let mut progress = Progress::new(!args.quiet);
+    let (history, info) = pinwise_report::load_history(&args.file, &mut progress)?;
+    let options = ReportOptions {
+        top: args.top,
+        capture_share: args.capture,
+        pin_method: args.pin_method.into(),
+        ..ReportOptions::default()
+    };
+    let mut resolver = resolver(args.no_symbols);
+    let report = pinwise_report::build_report(
+        &history,
+        info,
+        &cost,
+        &options,
+        resolver.as_mut(),
+        &mut progress,
+    );
+    if let Some(path) = &args.html {
+        progress.stage("drawing the HTML report");
+        pinwise_report::html::write(&report, path)?;
+    }
+    progress.finish();
+    let mut stdout = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer_pretty(&mut stdout, &report).context("writing the JSON report")?;
+        writeln!(stdout)?;
+    } else {
+        write!(stdout, "{}", pinwise_report::text::render(&report))?;
+    }
+    stdout.flush()?;
+    if let Some(path) = &args.html {
+        eprintln!("pinwise: wrote the HTML report to {}", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use pinwise_core::synth::{SynthConfig, SynthEvents};
+    use pinwise_core::{save_history, DumpFormat, HistoryConfig, MemHistory, ModuleTable, Site};
+
+    /// A small synthetic history (not a measurement) saved in `dir`.
+    pub(crate) fn synthetic_history(dir: &Path, seed: u64) -> PathBuf {
+        let mut h = MemHistory::new(HistoryConfig::default());
+        let modules = h.modules();
+        let cfg = SynthConfig {
+            seed,
+            allocations: 400,
+            events: 4000,
+            live_window: 40,
+            ..SynthConfig::default()
+        };
+        for e in SynthEvents::new(cfg, &modules) {
+            h.ingest(&e);
+        }
+        let path = dir.join(format!("synth-{seed}.bin"));
+        save_history(&h, &path, DumpFormat::Binary).unwrap();
+        path
+    }
+
+    fn args(file: PathBuf) -> ReportArgs {
+        ReportArgs {
+            file,
+            json: false,
+            html: None,
+            calibration: None,
+            top: 5,
+            capture: 0.9,
+            pin_method: PinMethodArg::Register,
+            no_symbols: true,
+            quiet: true,
+        }
+    }
+
+    #[test]
+    fn reports_a_history_and_writes_the_html_page() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = synthetic_history(dir.path(), 3);
+        let html = dir.path().join("r.html");
+        let code = run(ReportArgs {
+            html: Some(html.clone()),
+            ..args(file)
+        })
+        .unwrap();
+        assert_eq!(code, ExitCode::SUCCESS);
+        let page = std::fs::read_to_string(&html).unwrap();
+        assert!(page.starts_with("<!DOCTYPE html>"));
+        assert_eq!(page.matches("<svg").count(), pinwise_report::html::PLOTS);
+    }
+
+    #[test]
+    fn a_corrupt_file_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = synthetic_history(dir.path(), 4);
+        let bytes = std::fs::read(&file).unwrap();
+        let cut = dir.path().join("cut.bin");
+        std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+        let err = run(args(cut.clone())).unwrap_err();
+        let msg = format!("{err:#}");
+        assert!(msg.contains(&cut.display().to_string()), "{msg}");
+        assert!(
+            msg.contains("truncated") || msg.contains("corrupt"),
+            "{msg}"
+        );
+        let missing = dir.path().join("missing.bin");
+        let msg = format!("{:#}", run(args(missing.clone())).unwrap_err());
+        assert!(
+            msg.contains("cannot read") && msg.contains("missing.bin"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn a_bad_calibration_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = synthetic_history(dir.path(), 5);
+        let cal = dir.path().join("cal.csv");
+        std::fs::write(&cal, "size_bytes,nonsense\n1,2\n").unwrap();
+        let err = run(ReportArgs {
+            calibration: Some(cal),
+            ..args(file)
+        })
+        .unwrap_err();
+        assert!(format!("{err:#}").contains("cal.csv"), "{err:#}");
+    }
+
+    #[test]
+    fn shares_outside_zero_to_one_are_refused() {
+        assert_eq!(parse_share("0.9"), Ok(0.9));
+        assert!(parse_share("1.5").is_err());
+        assert!(parse_share("ninety").is_err());
+    }
+
+    #[inline(never)]
+    fn a_function_the_resolver_names() -> u64 {
+        std::hint::black_box(7)
+    }
+
+    #[test]
+    fn the_blazesym_resolver_names_functions_of_this_binary() {
+        // This test binary's own function, found through /proc/self/maps as a site would be.
+        let addr = a_function_the_resolver_names as *const () as u64 + 1;
+        assert_eq!(a_function_the_resolver_names(), 7);
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let exe = std::env::current_exe().unwrap().canonicalize().unwrap();
+        let (module, offset) = maps
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                let (lo, hi) = f[0].split_once('-')?;
+                let (lo, hi) = (
+                    u64::from_str_radix(lo, 16).ok()?,
+                    u64::from_str_radix(hi, 16).ok()?,
+                );
+                let off = u64::from_str_radix(f[2], 16).ok()?;
+                let path = f.get(5)?;
+                (lo <= addr && addr < hi && Path::new(path) == exe)
+                    .then(|| (path.to_string(), addr - lo + off))
+            })
+            .next()
+            .expect("the test binary is mapped");
+        let table = ModuleTable::new();
+        let id = table.intern(&ModuleIdentity::from_path(module));
+        let mut r = resolver(false);
+        let mut names = pinwise_report::SiteNames::new(r.as_mut());
+        let label = names.site(&table, Site { module: id, offset });
+        let loc = label.location.as_ref().expect("symbolized");
+        assert!(
+            loc.function.contains("a_function_the_resolver_names"),
+            "{loc:?}"
+        );
+        assert!(label.short().contains("report.rs:"), "{}", label.short());
+        // With --no-symbols: module and offset.
+        let mut none = resolver(true);
+        let mut names = pinwise_report::SiteNames::new(none.as_mut());
+        let plain = names.site(&table, Site { module: id, offset });
+        assert!(plain.location.is_none());
+        assert!(plain.short().contains("+0x"), "{}", plain.short());
+    }
 }

@@ -1,0 +1,281 @@
+//! How much pinned memory the smart allocator would need: the saving-versus-budget curve,
+//! and the smallest budget that captures a given share of the attainable saving.
+//!
+//! Core's [`Policy::plan`] decides which tags of a profile to pin within one budget: among
+//! the tags that pay back ([`Policy::decide`] without a budget), best net saving per pinned
+//! byte first, each taken if it fits the budget at every moment of its lifetime. Planning
+//! again for every point of a curve would cost a full plan per point, so the curve here
+//! follows the same order once: after taking
+//! the best `k` tags, the budget they need is the most bytes they hold pinned at once (a
+//! segment tree over their lifetimes, as in core) and the saving is the sum of their net
+//! savings. At a budget `B` the plan takes at least every tag of the longest prefix that
+//! needs no more than `B` (they fit, whatever else it takes), so the curve is a lower
+//! bound of what the plan achieves at each budget. The headline budget is read off the
+//! curve and then checked with one real [`Policy::plan`] at that budget, whose saving is
+//! the figure reported.
+
+use serde::Serialize;
+
+use pinwise_core::policy::{PinRequest, Plan, PredictedTransfers};
+use pinwise_core::profile::Profile;
+use pinwise_core::{Decision, PinMethod, Policy};
+
+/// One point of the curve.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct BudgetPoint {
+    /// Pinned bytes needed at once.
+    pub budget_bytes: u64,
+    /// Net saving (transfer time saved minus pinning costs) with that budget, ns.
+    pub net_saving_ns: f64,
+}
+
+/// The budget analysis of one profile.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BudgetAnalysis {
+    /// How pinning was costed.
+    pub method: PinMethod,
+    /// Tags in the profile.
+    pub tags: u64,
+    /// Tags whose pinning pays back (without a budget).
+    pub tags_worth_pinning: u64,
+    /// Net saving if every tag that pays back were pinned, ns.
+    pub attainable_ns: f64,
+    /// Pinned bytes at once that pinning all of them needs.
+    pub attainable_peak_bytes: u64,
+    /// Share of the attainable saving asked for (e.g. 0.9).
+    pub share_asked: f64,
+    /// The smallest budget on the curve that reaches that share.
+    pub budget_bytes: u64,
+    /// Net saving of core's plan at that budget, ns.
+    pub plan_saving_ns: f64,
+    /// Tags that plan pins.
+    pub plan_pinned_tags: u64,
+    /// Most bytes that plan holds pinned at once.
+    pub plan_peak_bytes: u64,
+    /// The curve, budget increasing (thinned to at most a few hundred points).
+    pub curve: Vec<BudgetPoint>,
+}
+
+impl BudgetAnalysis {
+    /// `plan_saving_ns` as a share of `attainable_ns` (1 when nothing is attainable).
+    pub fn plan_share(&self) -> f64 {
+        if self.attainable_ns > 0.0 {
+            self.plan_saving_ns / self.attainable_ns
+        } else {
+            1.0
+        }
+    }
+}
+
+/// Most points kept on the curve.
+pub const MAX_CURVE_POINTS: usize = 400;
+
+/// Analyses `profile` under `policy`: the curve, and the budget for `share` of the saving.
+pub fn analyse(
+    profile: &Profile,
+    policy: &Policy,
+    method: PinMethod,
+    share: f64,
+) -> BudgetAnalysis {
+    let share = share.clamp(0.0, 1.0);
+    // Without a budget, core's plan pins exactly the tags its policy says pay back: the
+    // same decisions, without the plan's index and timeline.
+    let decisions: Vec<Decision> = profile
+        .entries
+        .iter()
+        .map(|e| {
+            policy.decide(&PinRequest {
+                size: e.size,
+                transfers: PredictedTransfers::from_profile_entry(e),
+                remaining_budget: u64::MAX,
+                method,
+            })
+        })
+        .collect();
+    let curve = prefix_curve(profile, &decisions);
+    let attainable = curve.last().copied().unwrap_or(BudgetPoint {
+        budget_bytes: 0,
+        net_saving_ns: 0.0,
+    });
+    let target = share * attainable.net_saving_ns;
+    let budget_bytes = curve
+        .iter()
+        .find(|p| p.net_saving_ns >= target)
+        .map_or(attainable.budget_bytes, |p| p.budget_bytes);
+    let at_budget: Plan = policy.plan(profile, budget_bytes, method);
+    BudgetAnalysis {
+        method,
+        tags: profile.entries.len() as u64,
+        tags_worth_pinning: decisions.iter().filter(|d| d.pin).count() as u64,
+        attainable_ns: attainable.net_saving_ns,
+        attainable_peak_bytes: attainable.budget_bytes,
+        share_asked: share,
+        budget_bytes,
+        plan_saving_ns: at_budget.net_saving_ns(),
+        plan_pinned_tags: at_budget.pinned().count() as u64,
+        plan_peak_bytes: at_budget.peak_pinned_bytes,
+        curve: thin(curve, MAX_CURVE_POINTS),
+    }
+}
+
+/// The curve of the plan's order: one point per tag taken (budget never decreasing); its
+/// last point is every tag that pays back.
+fn prefix_curve(profile: &Profile, decisions: &[Decision]) -> Vec<BudgetPoint> {
+    let entries = &profile.entries;
+    let mut order: Vec<usize> = (0..entries.len()).filter(|&i| decisions[i].pin).collect();
+    // The plan's order: best net saving per byte first, ties in profile order.
+    let per_byte = |i: usize| decisions[i].net_ns() / entries[i].size.max(1) as f64;
+    order.sort_by(|&a, &b| per_byte(b).total_cmp(&per_byte(a)).then(a.cmp(&b)));
+    // The lifetime boundaries of every entry, as core's plan takes them: its peaks for a
+    // set of tags are then exactly the plan's.
+    let mut timeline = MaxTimeline::new(
+        entries
+            .iter()
+            .flat_map(|e| [Some(e.start_ns), e.end_ns])
+            .flatten(),
+    );
+    let mut curve = Vec::with_capacity(order.len() + 1);
+    curve.push(BudgetPoint {
+        budget_bytes: 0,
+        net_saving_ns: 0.0,
+    });
+    let mut saving = 0.0;
+    for i in order {
+        let e = &entries[i];
+        let (from, to) = timeline.span(e.start_ns, e.end_ns);
+        timeline.add(from, to, e.size);
+        saving += decisions[i].net_ns();
+        curve.push(BudgetPoint {
+            budget_bytes: timeline.peak(),
+            net_saving_ns: saving,
+        });
+    }
+    curve
+}
+
+/// Keeps at most `max` points: the first, the last, and evenly spaced ones between (by
+/// index), always keeping the last point of each budget (the most saving it buys).
+fn thin(curve: Vec<BudgetPoint>, max: usize) -> Vec<BudgetPoint> {
+    // Only the last point of each budget matters: same budget, more saving.
+    let mut dedup: Vec<BudgetPoint> = Vec::with_capacity(curve.len());
+    for p in curve {
+        match dedup.last_mut() {
+            Some(last) if last.budget_bytes == p.budget_bytes => *last = p,
+            _ => dedup.push(p),
+        }
+    }
+    if dedup.len() <= max || max < 2 {
+        return dedup;
+    }
+    let n = dedup.len();
+    (0..max).map(|k| dedup[k * (n - 1) / (max - 1)]).collect()
+}
+
+/// Bytes pinned over time: range add, maximum over everything. Its intervals follow
+/// core's plan (`pinwise_core::policy`): the elementary intervals between lifetime
+/// boundaries, a lifetime covering those from the one holding its start to the one before
+/// its end (at least one), to the last when it never ended.
+struct MaxTimeline {
+    points: Vec<u64>,
+    max: Vec<u64>,
+    add: Vec<u64>,
+}
+
+impl MaxTimeline {
+    fn new(points: impl Iterator<Item = u64>) -> Self {
+        let mut points: Vec<u64> = points.collect();
+        points.sort_unstable();
+        points.dedup();
+        if points.is_empty() {
+            points.push(0);
+        }
+        let n = points.len();
+        MaxTimeline {
+            points,
+            max: vec![0; 4 * n],
+            add: vec![0; 4 * n],
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.points.len()
+    }
+
+    fn span(&self, start: u64, end: Option<u64>) -> (usize, usize) {
+        let from = self
+            .points
+            .partition_point(|&p| p <= start)
+            .saturating_sub(1);
+        let to = match end {
+            Some(e) => self.points.partition_point(|&p| p < e).max(from + 1),
+            None => self.len(),
+        };
+        (from, to)
+    }
+
+    fn peak(&self) -> u64 {
+        self.max[1]
+    }
+
+    fn add(&mut self, from: usize, to: usize, v: u64) {
+        let n = self.len();
+        self.update(1, 0, n, from, to, v);
+    }
+
+    fn update(&mut self, node: usize, lo: usize, hi: usize, from: usize, to: usize, v: u64) {
+        if to <= lo || hi <= from {
+            return;
+        }
+        if from <= lo && hi <= to {
+            self.max[node] += v;
+            self.add[node] += v;
+            return;
+        }
+        let mid = (lo + hi) / 2;
+        self.update(2 * node, lo, mid, from, to, v);
+        self.update(2 * node + 1, mid, hi, from, to, v);
+        self.max[node] = self.add[node] + self.max[2 * node].max(self.max[2 * node + 1]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_timeline_peaks_where_lifetimes_overlap() {
+        let mut t = MaxTimeline::new([0u64, 10, 20, 30].into_iter());
+        let (a0, a1) = t.span(0, Some(10));
+        t.add(a0, a1, 100);
+        let (b0, b1) = t.span(10, Some(20));
+        t.add(b0, b1, 100);
+        assert_eq!(t.peak(), 100, "back to back lifetimes share the budget");
+        let (c0, c1) = t.span(5, None);
+        t.add(c0, c1, 50);
+        assert_eq!(t.peak(), 150);
+    }
+
+    #[test]
+    fn thinning_keeps_ends_and_the_best_point_of_each_budget() {
+        let pts = |v: &[(u64, f64)]| -> Vec<BudgetPoint> {
+            v.iter()
+                .map(|&(budget_bytes, net_saving_ns)| BudgetPoint {
+                    budget_bytes,
+                    net_saving_ns,
+                })
+                .collect()
+        };
+        let c = thin(pts(&[(0, 0.0), (10, 1.0), (10, 2.0), (20, 3.0)]), 10);
+        assert_eq!(c, pts(&[(0, 0.0), (10, 2.0), (20, 3.0)]));
+        let long: Vec<BudgetPoint> = (0..1000u64)
+            .map(|i| BudgetPoint {
+                budget_bytes: i,
+                net_saving_ns: i as f64,
+            })
+            .collect();
+        let t = thin(long, 11);
+        assert_eq!(t.len(), 11);
+        assert_eq!(t[0].budget_bytes, 0);
+        assert_eq!(t[10].budget_bytes, 999);
+    }
+}

@@ -1,0 +1,768 @@
+//! Two histories or profiles side by side: what got hotter or colder, what appeared or
+//! disappeared, what changed size, and whether the pinning one of them advises still holds
+//! for the other (for checking that a profile still matches the program).
+//!
+//! Both inputs are reduced to per-tag profile entries (a history through the same
+//! entries a profile holds). Tags and call sites match by module identity key (build ID,
+//! else path), offset and, for tags, call number, so a rebuilt program matches nothing:
+//! the diff then says which modules changed identity.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use pinwise_core::policy::{PinRequest, PredictedTransfers};
+use pinwise_core::profile::{Profile, ProfileEntry};
+use pinwise_core::{Decision, Direction, PinMethod, Policy};
+
+use crate::input::{InputInfo, Loaded};
+use crate::sites::{SiteLabel, SiteNames, SiteResolver};
+use crate::text::{wrap, Align, Table, WIDTH};
+use crate::units::{bytes, count, duration_ns, fit, percent};
+
+/// What to compare, and how sensitively.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DiffOptions {
+    /// Rows of each table.
+    pub top: usize,
+    /// Relative change that counts (0.25: 25 %).
+    pub threshold: f64,
+    /// How pinning is costed for the pin agreement.
+    pub pin_method: PinMethod,
+}
+
+impl Default for DiffOptions {
+    /// 15 rows, 25 %, pinning by registration.
+    fn default() -> Self {
+        DiffOptions {
+            top: 15,
+            threshold: 0.25,
+            pin_method: PinMethod::RegisterTouched,
+        }
+    }
+}
+
+/// One input, summed up.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Side {
+    /// The file.
+    pub input: InputInfo,
+    /// Processes it covers (per-process figures divide by this).
+    pub processes: u64,
+    /// Tags (call site + call number).
+    pub tags: u64,
+    /// Call sites.
+    pub sites: u64,
+    /// Allocations (tag instances).
+    pub allocations: u64,
+    /// Transfers attributed to them.
+    pub transfers: u64,
+    /// Bytes.
+    pub bytes: u64,
+}
+
+/// A change of one call site.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum Change {
+    /// Only in B.
+    Appeared,
+    /// Only in A.
+    Disappeared,
+    /// More transfers per allocation in B.
+    Hotter,
+    /// Fewer transfers per allocation in B.
+    Colder,
+    /// Another mean allocation size.
+    Resized,
+    /// More allocations per process.
+    MoreAllocations,
+    /// Fewer allocations per process.
+    FewerAllocations,
+}
+
+impl Change {
+    /// How it is written.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Change::Appeared => "appeared",
+            Change::Disappeared => "disappeared",
+            Change::Hotter => "hotter",
+            Change::Colder => "colder",
+            Change::Resized => "resized",
+            Change::MoreAllocations => "more allocs",
+            Change::FewerAllocations => "fewer allocs",
+        }
+    }
+}
+
+/// A call site in one input.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+pub struct SiteSide {
+    /// Allocations made there, per process.
+    pub allocations_per_process: f64,
+    /// Transfers per allocation.
+    pub transfers_per_allocation: f64,
+    /// Bytes moved, per process.
+    pub bytes_per_process: f64,
+    /// Mean size (of each tag's largest instance).
+    pub mean_size: u64,
+    /// Largest.
+    pub max_size: u64,
+    /// Highest call number.
+    pub max_call_no: u32,
+}
+
+/// One call site in both inputs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SiteDiff {
+    /// The site.
+    pub site: SiteLabel,
+    /// What changed (empty: nothing beyond the threshold).
+    pub changes: Vec<Change>,
+    /// In A.
+    pub a: Option<SiteSide>,
+    /// In B.
+    pub b: Option<SiteSide>,
+}
+
+/// Tags compared one to one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct TagCounts {
+    /// In both.
+    pub matched: u64,
+    /// Only in A.
+    pub only_a: u64,
+    /// Only in B.
+    pub only_b: u64,
+    /// In both, with another size.
+    pub resized: u64,
+    /// In both, more transfers per instance in B (beyond the threshold).
+    pub hotter: u64,
+    /// In both, fewer.
+    pub colder: u64,
+}
+
+/// A tag whose pinning advice differs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TagChange {
+    /// Its call site.
+    pub site: SiteLabel,
+    /// Its call number.
+    pub call_no: u32,
+    /// Size in A, if there.
+    pub size_a: Option<u64>,
+    /// Size in B, if there.
+    pub size_b: Option<u64>,
+    /// Net saving of pinning it, per A (ns), if there.
+    pub net_a_ns: Option<f64>,
+    /// Net saving of pinning it, per B (ns), if there.
+    pub net_b_ns: Option<f64>,
+    /// What B says of pinning it.
+    pub verdict_b: String,
+}
+
+/// Whether the pinning A advises holds in B.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PinAgreement {
+    /// Tags that pay back per A.
+    pub pinned_a: u64,
+    /// Their net saving per A, ns.
+    pub saving_a_ns: f64,
+    /// Of those, tags that also pay back per B.
+    pub confirmed: u64,
+    /// Their net saving per A, ns.
+    pub confirmed_ns: f64,
+    /// `confirmed_ns / saving_a_ns` (1 when A advises nothing).
+    pub share: f64,
+    /// Tags that pay back per B.
+    pub pinned_b: u64,
+    /// A's advice that B does not confirm, most saving first.
+    pub lost: Vec<TagChange>,
+    /// What pays back per B but A does not advise, most saving first.
+    pub missed: Vec<TagChange>,
+}
+
+/// A module at the same path with another identity.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ModuleChange {
+    /// The path.
+    pub path: String,
+    /// Its identity key in A.
+    pub key_a: String,
+    /// In B.
+    pub key_b: String,
+}
+
+/// The comparison.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DiffReport {
+    /// Input A (the reference: e.g. the profile).
+    pub a: Side,
+    /// Input B (e.g. a new run).
+    pub b: Side,
+    /// The threshold used.
+    pub threshold: f64,
+    /// Modules whose identity changed (rebuilt): their sites cannot match.
+    pub module_changes: Vec<ModuleChange>,
+    /// Sites per change.
+    pub site_counts: BTreeMap<Change, u64>,
+    /// Sites in both inputs with nothing changed beyond the threshold.
+    pub sites_unchanged: u64,
+    /// The changed sites, largest change (bytes per process) first.
+    pub sites: Vec<SiteDiff>,
+    /// Tags one to one.
+    pub tags: TagCounts,
+    /// Whether A's pinning advice holds in B.
+    pub pinning: PinAgreement,
+    /// One sentence.
+    pub verdict: String,
+}
+
+/// The profile entries of an input.
+pub fn entries_of(loaded: &Loaded) -> Profile {
+    match loaded {
+        Loaded::Profile(p) => (**p).clone(),
+        Loaded::History(h) => crate::tags::profile_of(h),
+    }
+}
+
+type SiteKey = (String, u64);
+/// A changed site while sorting: weight, key, changes, A's side, B's side.
+type ChangedSite = (
+    f64,
+    SiteKey,
+    Vec<Change>,
+    Option<SiteSide>,
+    Option<SiteSide>,
+);
+type TagKey = (String, u64, u32);
+
+/// A profile indexed by module key.
+struct Indexed<'p> {
+    profile: &'p Profile,
+    tags: HashMap<TagKey, &'p ProfileEntry>,
+    sites: BTreeMap<SiteKey, SiteSide>,
+    processes: f64,
+}
+
+impl<'p> Indexed<'p> {
+    fn new(profile: &'p Profile) -> Self {
+        let key = |e: &ProfileEntry| profile.modules[e.module as usize].key.clone();
+        let processes = profile.processes.max(1) as f64;
+        let mut tags = HashMap::with_capacity(profile.entries.len());
+        // Per site: instances, transfers, bytes, size sum, max size, max call number.
+        let mut acc: BTreeMap<SiteKey, (u64, u64, u64, u128, u64, u32)> = BTreeMap::new();
+        for e in &profile.entries {
+            let k = key(e);
+            let a = acc.entry((k.clone(), e.offset)).or_default();
+            let inst = u64::from(e.instances);
+            a.0 += inst;
+            a.1 += e.transfers.transfers();
+            a.2 += Direction::ALL
+                .iter()
+                .map(|&d| e.transfers.get(d).bytes)
+                .sum::<u64>();
+            a.3 += u128::from(e.size) * u128::from(inst);
+            a.4 = a.4.max(e.size);
+            a.5 = a.5.max(e.call_no);
+            tags.insert((k, e.offset, e.call_no), e);
+        }
+        let sites = acc
+            .into_iter()
+            .map(|(k, (inst, xfers, b, size_sum, max, call))| {
+                let n = inst.max(1) as f64;
+                (
+                    k,
+                    SiteSide {
+                        allocations_per_process: inst as f64 / processes,
+                        transfers_per_allocation: xfers as f64 / n,
+                        bytes_per_process: b as f64 / processes,
+                        mean_size: (size_sum / u128::from(inst.max(1))) as u64,
+                        max_size: max,
+                        max_call_no: call,
+                    },
+                )
+            })
+            .collect();
+        Indexed {
+            profile,
+            tags,
+            sites,
+            processes,
+        }
+    }
+
+    fn side(&self, input: InputInfo) -> Side {
+        let p = self.profile;
+        Side {
+            input,
+            processes: p.processes,
+            tags: p.entries.len() as u64,
+            sites: self.sites.len() as u64,
+            allocations: p.entries.iter().map(|e| u64::from(e.instances)).sum(),
+            transfers: p.entries.iter().map(|e| e.transfers.transfers()).sum(),
+            bytes: p
+                .entries
+                .iter()
+                .map(|e| {
+                    Direction::ALL
+                        .iter()
+                        .map(|&d| e.transfers.get(d).bytes)
+                        .sum::<u64>()
+                })
+                .sum(),
+        }
+    }
+
+    fn path_of(&self, key: &str) -> String {
+        self.profile
+            .modules
+            .iter()
+            .find(|m| m.key == key)
+            .map_or_else(|| "?".into(), |m| m.path.clone())
+    }
+}
+
+fn relative(a: f64, b: f64) -> f64 {
+    if a == b {
+        0.0
+    } else {
+        (b - a) / a.abs().max(1e-9)
+    }
+}
+
+fn decide(policy: &Policy, e: &ProfileEntry, method: PinMethod) -> Decision {
+    policy.decide(&PinRequest {
+        size: e.size,
+        transfers: PredictedTransfers::from_profile_entry(e),
+        remaining_budget: u64::MAX,
+        method,
+    })
+}
+
+/// Compares `a` (the reference) with `b`.
+#[allow(clippy::too_many_arguments)]
+pub fn diff(
+    a: &Profile,
+    a_info: InputInfo,
+    b: &Profile,
+    b_info: InputInfo,
+    policy: &Policy,
+    options: &DiffOptions,
+    resolver: &mut dyn SiteResolver,
+) -> DiffReport {
+    let mut names = SiteNames::new(resolver);
+    let ia = Indexed::new(a);
+    let ib = Indexed::new(b);
+    let t = options.threshold;
+
+    // Modules at the same path with another identity.
+    let mut module_changes = Vec::new();
+    for ma in &a.modules {
+        for mb in &b.modules {
+            if ma.path == mb.path && ma.key != mb.key && ma.path != "?" {
+                module_changes.push(ModuleChange {
+                    path: ma.path.clone(),
+                    key_a: ma.key.clone(),
+                    key_b: mb.key.clone(),
+                });
+            }
+        }
+    }
+
+    // Sites.
+    let mut keys: Vec<&SiteKey> = ia.sites.keys().chain(ib.sites.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    let mut site_counts: BTreeMap<Change, u64> = BTreeMap::new();
+    let mut unchanged = 0;
+    let mut changed: Vec<ChangedSite> = Vec::new();
+    for k in keys {
+        let (sa, sb) = (ia.sites.get(k).copied(), ib.sites.get(k).copied());
+        let mut changes = Vec::new();
+        match (sa, sb) {
+            (Some(_), None) => changes.push(Change::Disappeared),
+            (None, Some(_)) => changes.push(Change::Appeared),
+            (Some(x), Some(y)) => {
+                let heat = relative(x.transfers_per_allocation, y.transfers_per_allocation);
+                let moved = (y.transfers_per_allocation - x.transfers_per_allocation).abs();
+                if heat > t && moved >= 0.5 {
+                    changes.push(Change::Hotter);
+                } else if heat < -t && moved >= 0.5 {
+                    changes.push(Change::Colder);
+                }
+                if relative(x.mean_size as f64, y.mean_size as f64).abs() > t {
+                    changes.push(Change::Resized);
+                }
+                let allocs = relative(x.allocations_per_process, y.allocations_per_process);
+                if allocs > t {
+                    changes.push(Change::MoreAllocations);
+                } else if allocs < -t {
+                    changes.push(Change::FewerAllocations);
+                }
+            }
+            (None, None) => {}
+        }
+        if changes.is_empty() {
+            unchanged += 1;
+            continue;
+        }
+        for c in &changes {
+            *site_counts.entry(*c).or_default() += 1;
+        }
+        let weight = (sb.map_or(0.0, |s| s.bytes_per_process)
+            - sa.map_or(0.0, |s| s.bytes_per_process))
+        .abs()
+        .max(1.0)
+            * sa.or(sb)
+                .map_or(1.0, |s| 1.0 + s.transfers_per_allocation.min(1.0));
+        changed.push((weight, k.clone(), changes, sa, sb));
+    }
+    changed.sort_by(|x, y| y.0.total_cmp(&x.0).then(x.1.cmp(&y.1)));
+    let sites: Vec<SiteDiff> = changed
+        .into_iter()
+        .take(options.top)
+        .map(|(_, (key, offset), changes, a, b)| {
+            let path = if a.is_some() {
+                ia.path_of(&key)
+            } else {
+                ib.path_of(&key)
+            };
+            SiteDiff {
+                site: names.profile_site(&key, &path, offset),
+                changes,
+                a,
+                b,
+            }
+        })
+        .collect();
+
+    // Tags.
+    let mut tags = TagCounts::default();
+    for (k, ea) in &ia.tags {
+        match ib.tags.get(k) {
+            None => tags.only_a += 1,
+            Some(eb) => {
+                tags.matched += 1;
+                if ea.size != eb.size {
+                    tags.resized += 1;
+                }
+                let per = |e: &ProfileEntry| {
+                    e.transfers.transfers() as f64 / f64::from(e.instances.max(1))
+                };
+                let (x, y) = (per(ea), per(eb));
+                let r = relative(x, y);
+                if r > t && (y - x) >= 0.5 {
+                    tags.hotter += 1;
+                } else if r < -t && (x - y) >= 0.5 {
+                    tags.colder += 1;
+                }
+            }
+        }
+    }
+    tags.only_b = ib.tags.keys().filter(|k| !ia.tags.contains_key(*k)).count() as u64;
+
+    // Pinning advice.
+    let method = options.pin_method;
+    let mut saving_a = 0.0;
+    let mut confirmed_ns = 0.0;
+    let (mut pinned_a, mut confirmed) = (0u64, 0u64);
+    let mut lost: Vec<(f64, TagKey)> = Vec::new();
+    for (k, ea) in &ia.tags {
+        let da = decide(policy, ea, method);
+        if !da.pin {
+            continue;
+        }
+        pinned_a += 1;
+        saving_a += da.net_ns();
+        match ib.tags.get(k).map(|eb| decide(policy, eb, method)) {
+            Some(db) if db.pin => {
+                confirmed += 1;
+                confirmed_ns += da.net_ns();
+            }
+            _ => lost.push((da.net_ns(), k.clone())),
+        }
+    }
+    let mut missed: Vec<(f64, TagKey)> = Vec::new();
+    let mut pinned_b = 0;
+    for (k, eb) in &ib.tags {
+        let db = decide(policy, eb, method);
+        if !db.pin {
+            continue;
+        }
+        pinned_b += 1;
+        let a_pins = ia
+            .tags
+            .get(k)
+            .is_some_and(|ea| decide(policy, ea, method).pin);
+        if !a_pins {
+            missed.push((db.net_ns(), k.clone()));
+        }
+    }
+    let by_saving = |v: &mut Vec<(f64, TagKey)>| {
+        v.sort_by(|x, y| y.0.total_cmp(&x.0).then(x.1.cmp(&y.1)));
+        v.truncate(options.top);
+    };
+    by_saving(&mut lost);
+    by_saving(&mut missed);
+    let mut tag_change = |k: &TagKey| {
+        let ea = ia.tags.get(k).copied();
+        let eb = ib.tags.get(k).copied();
+        let path = if ea.is_some() {
+            ia.path_of(&k.0)
+        } else {
+            ib.path_of(&k.0)
+        };
+        TagChange {
+            site: names.profile_site(&k.0, &path, k.1),
+            call_no: k.2,
+            size_a: ea.map(|e| e.size),
+            size_b: eb.map(|e| e.size),
+            net_a_ns: ea.map(|e| decide(policy, e, method).net_ns()),
+            net_b_ns: eb.map(|e| decide(policy, e, method).net_ns()),
+            verdict_b: match eb {
+                None => "not in B".into(),
+                Some(e) => {
+                    let d = decide(policy, e, method);
+                    if d.pin {
+                        "pays back".into()
+                    } else {
+                        d.reason.to_string()
+                    }
+                }
+            },
+        }
+    };
+    let lost: Vec<TagChange> = lost.iter().map(|(_, k)| tag_change(k)).collect();
+    let missed: Vec<TagChange> = missed.iter().map(|(_, k)| tag_change(k)).collect();
+    let share = if saving_a > 0.0 {
+        confirmed_ns / saving_a
+    } else {
+        1.0
+    };
+    let pinning = PinAgreement {
+        pinned_a,
+        saving_a_ns: saving_a,
+        confirmed,
+        confirmed_ns,
+        share,
+        pinned_b,
+        lost,
+        missed,
+    };
+    let verdict = verdict(&pinning, &module_changes, &tags);
+    let _ = (ia.processes, ib.processes);
+    DiffReport {
+        a: ia.side(a_info),
+        b: ib.side(b_info),
+        threshold: t,
+        module_changes,
+        site_counts,
+        sites_unchanged: unchanged,
+        sites,
+        tags,
+        pinning,
+        verdict,
+    }
+}
+
+fn verdict(p: &PinAgreement, modules: &[ModuleChange], tags: &TagCounts) -> String {
+    let rebuilt = if modules.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " {} module(s) changed identity (rebuilt?): their call sites cannot match; profile again.",
+            modules.len()
+        )
+    };
+    if tags.matched == 0 && (tags.only_a > 0 || tags.only_b > 0) {
+        return format!("No tag in common: A and B are not the same program (or build).{rebuilt}");
+    }
+    if p.pinned_a == 0 {
+        return format!(
+            "A advises pinning nothing; B finds {} tags worth pinning.{rebuilt}",
+            count(p.pinned_b)
+        );
+    }
+    let how = if p.share >= 0.9 {
+        "still matches"
+    } else if p.share >= 0.5 {
+        "partly matches"
+    } else {
+        "no longer matches"
+    };
+    format!(
+        "A's advice {how} B: {} of the {} tags A would pin also pay back in B, {} of A's \
+         estimated saving.{rebuilt}",
+        count(p.confirmed),
+        count(p.pinned_a),
+        percent(p.share)
+    )
+}
+
+/// The text rendering of a diff, at most 100 columns.
+pub fn render_text(d: &DiffReport) -> String {
+    let mut out = String::new();
+    let side = |name: &str, s: &Side| {
+        format!(
+            "{name}: {} ({}): {} processes, {} tags at {} sites, {} allocations, {} transfers, {}",
+            s.input.path,
+            s.input.kind.describe(),
+            count(s.processes),
+            count(s.tags),
+            count(s.sites),
+            count(s.allocations),
+            count(s.transfers),
+            bytes(s.bytes)
+        )
+    };
+    let _ = writeln!(out, "{}", wrap(&side("A", &d.a), 3));
+    let _ = writeln!(out, "{}", wrap(&side("B", &d.b), 3));
+    let _ = writeln!(out);
+    let _ = writeln!(out, "{}", wrap(&d.verdict, 0));
+    for m in &d.module_changes {
+        let _ = writeln!(
+            out,
+            "{}",
+            wrap(
+                &format!("! {}: {} in A, {} in B", m.path, m.key_a, m.key_b),
+                2
+            )
+        );
+    }
+
+    let _ = writeln!(out);
+    let _ = writeln!(out, "CALL SITES (changes beyond {})", percent(d.threshold));
+    let mut counts: Vec<String> = d
+        .site_counts
+        .iter()
+        .map(|(c, n)| format!("{} {}", count(*n), c.as_str()))
+        .collect();
+    counts.push(format!("{} unchanged", count(d.sites_unchanged)));
+    let _ = writeln!(out, "{}", wrap(&counts.join(", "), 2));
+    if !d.sites.is_empty() {
+        let t = Table::new(&[
+            ("call site", 30, Align::Left),
+            ("change", 16, Align::Left),
+            ("allocs/proc A -> B", 19, Align::Right),
+            ("xfers/alloc A -> B", 16, Align::Right),
+            ("mean size A -> B", 14, Align::Right),
+        ]);
+        let _ = writeln!(out, "{}", t.header());
+        for s in &d.sites {
+            let pair = |f: &dyn Fn(&SiteSide) -> String| {
+                format!(
+                    "{}->{}",
+                    s.a.as_ref().map_or("-".into(), f),
+                    s.b.as_ref().map_or("-".into(), f)
+                )
+            };
+            let changes: Vec<&str> = s.changes.iter().map(|c| c.as_str()).collect();
+            let _ = writeln!(
+                out,
+                "{}",
+                t.row(&[
+                    s.site.short_fit(30),
+                    changes.join(","),
+                    pair(&|x| compact(x.allocations_per_process)),
+                    pair(&|x| compact(x.transfers_per_allocation)),
+                    pair(&|x| bytes(x.mean_size).replace(' ', "")),
+                ])
+            );
+        }
+    }
+
+    let tg = &d.tags;
+    let _ = writeln!(out);
+    let _ = writeln!(out, "TAGS (call site + call number)");
+    let _ = writeln!(
+        out,
+        "{}",
+        wrap(
+            &format!(
+                "{} in both, {} only in A, {} only in B; of those in both: {} resized, {} hotter, {} colder",
+                count(tg.matched),
+                count(tg.only_a),
+                count(tg.only_b),
+                count(tg.resized),
+                count(tg.hotter),
+                count(tg.colder)
+            ),
+            2
+        )
+    );
+
+    let p = &d.pinning;
+    let _ = writeln!(out);
+    let _ = writeln!(out, "PINNING ADVICE (cost model, no budget)");
+    let _ = writeln!(
+        out,
+        "{}",
+        wrap(
+            &format!(
+                "A: {} tags pay back (net {}); B confirms {} of them ({}); B: {} tags pay back.",
+                count(p.pinned_a),
+                duration_ns(p.saving_a_ns),
+                count(p.confirmed),
+                percent(p.share),
+                count(p.pinned_b)
+            ),
+            2
+        )
+    );
+    for (title, rows) in [
+        ("advised by A, not confirmed by B", &p.lost),
+        ("paying back in B, not advised by A", &p.missed),
+    ] {
+        if rows.is_empty() {
+            continue;
+        }
+        let _ = writeln!(out);
+        let _ = writeln!(out, "{title}:");
+        let t = Table::new(&[
+            ("call site", 34, Align::Left),
+            ("call#", 6, Align::Right),
+            ("size A->B", 19, Align::Right),
+            ("net A", 9, Align::Right),
+            ("net B", 9, Align::Right),
+            ("in B", 18, Align::Left),
+        ]);
+        let _ = writeln!(out, "{}", t.header());
+        for r in rows {
+            let size = format!(
+                "{}->{}",
+                r.size_a.map_or("-".into(), |s| bytes(s).replace(' ', "")),
+                r.size_b.map_or("-".into(), |s| bytes(s).replace(' ', ""))
+            );
+            let ns = |v: Option<f64>| v.map_or("-".into(), duration_ns);
+            let _ = writeln!(
+                out,
+                "{}",
+                t.row(&[
+                    r.site.short_fit(34),
+                    r.call_no.to_string(),
+                    size,
+                    ns(r.net_a_ns),
+                    ns(r.net_b_ns),
+                    fit(&r.verdict_b, 18, false),
+                ])
+            );
+        }
+    }
+    debug_assert!(out.lines().all(|l| l.chars().count() <= WIDTH));
+    out
+}
+
+/// A number in at most 6 characters: `0.5`, `12.3`, `1.2k`, `3.4M`.
+fn compact(v: f64) -> String {
+    if v < 10.0 {
+        format!("{v:.1}")
+    } else if v < 1000.0 {
+        format!("{v:.0}")
+    } else if v < 1e6 {
+        format!("{:.1}k", v / 1e3)
+    } else {
+        format!("{:.1}M", v / 1e6)
+    }
+}

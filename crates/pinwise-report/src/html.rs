@@ -1,0 +1,592 @@
+//! The HTML report: one self-contained page (inline CSS, SVG and a little JS; a Content
+//! Security Policy that forbids loading anything), with the text report's content and
+//! four plots.
+//!
+//! The page's script makes the tables sortable and checks the page: when every plot and
+//! table is in place it sets `data-pinwise-check="ok"` on the `<html>` element and logs
+//! `pinwise-report: ok` to the console; otherwise it logs an error saying what is missing.
+//! The test suite loads the page in headless Chromium and reads both.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use crate::analysis::{AllocationRow, Report};
+use crate::error::ReportError;
+use crate::plots;
+use crate::text::{
+    budget_sentence, events_sentence, kind_name, overview_sentence, saving_sentence, state_name,
+    waste_sentence,
+};
+use crate::units::{bytes, count, duration_ns, percent};
+
+/// Number of plots on the page (the page's self-check expects this many).
+pub const PLOTS: usize = 4;
+
+/// Escapes text for HTML content and attribute values.
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+const STYLE: &str = r#"
+:root { --fg: #222; --muted: #666; --line: #ddd; --accent: #3182bd; --warn: #b45309; }
+* { box-sizing: border-box; }
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: var(--fg);
+       margin: 0 auto; padding: 24px 32px 48px; max-width: 1040px; background: #fff; }
+h1 { font-size: 22px; margin: 0 0 4px; }
+h2 { font-size: 17px; margin: 32px 0 8px; padding-bottom: 4px; border-bottom: 1px solid var(--line); }
+p { margin: 6px 0; }
+.muted { color: var(--muted); }
+.banner { padding: 8px 12px; border-radius: 6px; background: #f3f6fa; margin: 10px 0; }
+.banner.warn { background: #fff4e5; border: 1px solid #f0b46b; color: #6b3a00; font-weight: 600; }
+.cards { display: grid; grid-template-columns: repeat(4, 1fr); gap: 10px; margin: 14px 0; }
+.card { border: 1px solid var(--line); border-radius: 8px; padding: 10px 12px; }
+.card .v { font-size: 20px; font-weight: 600; }
+.card .k { color: var(--muted); font-size: 12px; }
+table { border-collapse: collapse; width: 100%; margin: 8px 0; font-size: 13px; }
+th, td { padding: 4px 8px; border-bottom: 1px solid #eee; text-align: right; white-space: nowrap; }
+th { background: #fafafa; cursor: pointer; user-select: none; position: sticky; top: 0; }
+th.sorted-asc::after { content: " \25B2"; font-size: 10px; }
+th.sorted-desc::after { content: " \25BC"; font-size: 10px; }
+td.l, th.l { text-align: left; }
+td.site { max-width: 340px; overflow: hidden; text-overflow: ellipsis; }
+td.reason { white-space: normal; min-width: 140px; max-width: 220px; font-size: 12px; }
+.scroll { overflow-x: auto; }
+.yes { color: #1a7f37; font-weight: 600; }
+figure { margin: 12px 0 20px; }
+figure svg { width: 100%; height: auto; display: block; }
+figcaption { color: var(--muted); font-size: 12.5px; margin-top: 4px; }
+code { font-size: 12.5px; }
+.warnings li, td.loss { color: var(--warn); font-weight: 600; }
+"#;
+
+const SCRIPT: &str = r#"
+(function () {
+  "use strict";
+  function cellValue(td) {
+    var v = td.getAttribute("data-v");
+    if (v !== null && v !== "") { return parseFloat(v); }
+    return td.textContent.trim().toLowerCase();
+  }
+  function sortBy(table, col, th) {
+    var body = table.tBodies[0];
+    var rows = Array.prototype.slice.call(body.rows);
+    var desc = !th.classList.contains("sorted-desc");
+    rows.sort(function (a, b) {
+      var x = cellValue(a.cells[col]), y = cellValue(b.cells[col]);
+      var r = (typeof x === "number" && typeof y === "number") ? x - y : String(x).localeCompare(String(y));
+      return desc ? -r : r;
+    });
+    Array.prototype.forEach.call(th.parentNode.children, function (h) {
+      h.classList.remove("sorted-asc", "sorted-desc");
+    });
+    th.classList.add(desc ? "sorted-desc" : "sorted-asc");
+    rows.forEach(function (r) { body.appendChild(r); });
+  }
+  var tables = document.querySelectorAll("table.sortable");
+  Array.prototype.forEach.call(tables, function (table) {
+    Array.prototype.forEach.call(table.tHead.rows[0].cells, function (th, col) {
+      th.addEventListener("click", function () { sortBy(table, col, th); });
+    });
+  });
+  var problems = [];
+  var expected = parseInt(document.documentElement.getAttribute("data-plots"), 10);
+  var plots = document.querySelectorAll("figure.plot svg");
+  if (plots.length !== expected) { problems.push(plots.length + " plots of " + expected); }
+  Array.prototype.forEach.call(plots, function (svg, i) {
+    if (svg.childElementCount === 0) { problems.push("plot " + (i + 1) + " is empty"); }
+    var box = svg.getBoundingClientRect();
+    if (box.width < 100 || box.height < 50) { problems.push("plot " + (i + 1) + " is not laid out"); }
+  });
+  if (tables.length === 0) { problems.push("no table"); }
+  if (problems.length === 0) {
+    document.documentElement.setAttribute("data-pinwise-check", "ok");
+    console.log("pinwise-report: ok (" + plots.length + " plots, " + tables.length + " tables)");
+  } else {
+    document.documentElement.setAttribute("data-pinwise-check", "failed: " + problems.join("; "));
+    console.error("pinwise-report: " + problems.join("; "));
+  }
+})();
+"#;
+
+/// The page, as a string.
+pub fn render(report: &Report) -> Result<String, ReportError> {
+    let traffic = plots::traffic(report)?;
+    let lifetimes = plots::lifetimes(report)?;
+    let sizes = plots::size_classes(report)?;
+    let curve = plots::budget_curve(report)?;
+
+    let mut h = String::with_capacity(256 * 1024);
+    let title = format!("pinwise report: {}", report.input.path);
+    let _ = write!(
+        h,
+        "<!DOCTYPE html>\n<html lang=\"en\" data-plots=\"{PLOTS}\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; \
+         style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <title>{}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n",
+        escape(&title)
+    );
+    header(&mut h, report);
+    cards(&mut h, report);
+
+    section(&mut h, "Transfers by direction");
+    directions(&mut h, report);
+    let _ = writeln!(h, "<p>{}</p>", escape(&saving_sentence(report)));
+    figure(
+        &mut h,
+        &traffic,
+        &format!(
+            "Bytes moved over time, by direction and host memory state (buckets of {}).{}",
+            duration_ns(report.plots.traffic.bucket_ns as f64),
+            if report.plots.traffic.incomplete {
+                " Some transfers are missing: events past the per-allocation cap are counted \
+                 but not kept."
+            } else {
+                ""
+            }
+        ),
+    );
+
+    section(&mut h, "Pinned budget the smart allocator would need");
+    let _ = writeln!(h, "<p>{}</p>", escape(&budget_sentence(report)));
+    figure(
+        &mut h,
+        &curve,
+        "Net saving against the pinned budget: allocations taken best saving per pinned byte \
+         first (the order of core's plan); a budget is the most bytes they hold pinned at once. \
+         The curve is a lower bound of the plan at each budget; the red point is core's plan at \
+         the chosen budget.",
+    );
+
+    section(&mut h, "Hotspots: the allocations with the most transfers");
+    allocation_table(&mut h, &report.hotspots, "No allocation was transferred.");
+    figure(
+        &mut h,
+        &lifetimes,
+        &format!(
+            "Lifetimes of the {} allocations that moved the most bytes, one mark per transfer \
+             (paler bars: end not seen).",
+            report.plots.lifetimes.len()
+        ),
+    );
+
+    section(
+        &mut h,
+        "Coldspots: the allocations with the fewest transfers (largest first)",
+    );
+    allocation_table(&mut h, &report.coldspots, "No allocation recorded.");
+    figure(
+        &mut h,
+        &sizes,
+        &format!(
+            "Allocations by size class: hot when their transfers pay back pinning by {} (policy \
+             of pinwise-core, cost model {}), warm when transferred too little, cold when never.",
+            crate::text::method_name(report.budget.method),
+            report.cost_model
+        ),
+    );
+
+    section(&mut h, "Call sites by bytes transferred");
+    sites(&mut h, report);
+
+    section(
+        &mut h,
+        "Pinned for nothing: pinned memory whose transfers did not pay back its pinning",
+    );
+    let _ = writeln!(h, "<p>{}</p>", escape(&waste_sentence(report)));
+    waste(&mut h, report);
+
+    section(
+        &mut h,
+        "Source: what the tracer and the history say about themselves",
+    );
+    source(&mut h, report);
+
+    let _ = write!(
+        h,
+        "<p class=\"muted\">Made by pinwise {}. Sites show function (file:line) when symbols were \
+         found, else module+offset.</p>\n<script>{SCRIPT}</script>\n</body>\n</html>\n",
+        escape(report.pinwise_version)
+    );
+    Ok(h)
+}
+
+/// Writes the page to `path`.
+pub fn write(report: &Report, path: &Path) -> Result<(), ReportError> {
+    let page = render(report)?;
+    std::fs::write(path, page).map_err(|source| ReportError::Write {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn section(h: &mut String, title: &str) {
+    let _ = writeln!(h, "<h2>{}</h2>", escape(title));
+}
+
+fn figure(h: &mut String, svg: &str, caption: &str) {
+    let _ = writeln!(
+        h,
+        "<figure class=\"plot\">{svg}<figcaption>{}</figcaption></figure>",
+        escape(caption)
+    );
+}
+
+fn header(h: &mut String, r: &Report) {
+    let _ = writeln!(
+        h,
+        "<h1>pinwise report</h1>\n<p><code>{}</code> <span class=\"muted\">({}, {})</span></p>\n<p>{}</p>\n\
+         <p class=\"muted\">cost model: {}</p>",
+        escape(&r.input.path),
+        escape(r.input.kind.describe()),
+        escape(&bytes(r.input.file_bytes)),
+        escape(&overview_sentence(r)),
+        escape(&r.cost_model)
+    );
+    let class = if r.provenance.cpu_standin {
+        "banner warn"
+    } else {
+        "banner"
+    };
+    let _ = write!(h, "<div class=\"{class}\">{}", escape(&r.provenance.note));
+    if !r.provenance.evidence.is_empty() {
+        let _ = write!(
+            h,
+            " <span class=\"muted\">(evidence: {})</span>",
+            escape(&r.provenance.evidence.join("; "))
+        );
+    }
+    let _ = writeln!(h, "</div>");
+}
+
+fn cards(h: &mut String, r: &Report) {
+    let dir = |i: usize| &r.directions[i];
+    let items = [
+        (
+            bytes(dir(0).bytes),
+            format!("host to device, {} transfers", count(dir(0).transfers)),
+        ),
+        (
+            bytes(dir(1).bytes),
+            format!("device to host, {} transfers", count(dir(1).transfers)),
+        ),
+        (
+            percent(r.pageable_share),
+            "of host<->device bytes from pageable memory".to_owned(),
+        ),
+        (
+            duration_ns(r.saving.net_saving_pin_worthwhile_ns),
+            "pinning would save (net, estimated)".to_owned(),
+        ),
+        (
+            bytes(r.budget.budget_bytes),
+            format!(
+                "pinned budget for {} of the saving",
+                percent(r.budget.share_asked)
+            ),
+        ),
+        (
+            bytes(r.pinned_for_nothing.wasted_bytes),
+            "pinned for nothing".to_owned(),
+        ),
+        (count(r.overview.records), "allocation records".to_owned()),
+        (
+            count(r.source.losses.values().sum()),
+            "events lost by the sources".to_owned(),
+        ),
+    ];
+    let _ = writeln!(h, "<div class=\"cards\">");
+    for (v, k) in items {
+        let _ = writeln!(
+            h,
+            "<div class=\"card\"><div class=\"v\">{}</div><div class=\"k\">{}</div></div>",
+            escape(&v),
+            escape(&k)
+        );
+    }
+    let _ = writeln!(h, "</div>");
+}
+
+/// A cell: shown text, and the value sorting uses.
+fn num(shown: String, value: f64) -> String {
+    format!("<td data-v=\"{value}\">{}</td>", escape(&shown))
+}
+
+fn text_cell(shown: &str, class: &str) -> String {
+    format!("<td class=\"{class}\">{}</td>", escape(shown))
+}
+
+fn table_head(h: &mut String, columns: &[(&str, bool)]) {
+    let _ = write!(
+        h,
+        "<div class=\"scroll\"><table class=\"sortable\"><thead><tr>"
+    );
+    for (name, left) in columns {
+        let class = if *left { " class=\"l\"" } else { "" };
+        let _ = write!(h, "<th{class}>{}</th>", escape(name));
+    }
+    let _ = writeln!(h, "</tr></thead><tbody>");
+}
+
+fn table_end(h: &mut String) {
+    let _ = writeln!(h, "</tbody></table></div>");
+}
+
+fn directions(h: &mut String, r: &Report) {
+    table_head(
+        h,
+        &[
+            ("direction", true),
+            ("transfers", false),
+            ("bytes", false),
+            ("from pageable", false),
+            ("est. time", false),
+            ("if pinned", false),
+            ("saving", false),
+            ("unattributed transfers", false),
+        ],
+    );
+    for d in &r.directions {
+        let host = d.attributed.bytes();
+        let share = if host > 0 {
+            d.attributed.pageable_bytes as f64 / host as f64
+        } else {
+            0.0
+        };
+        let time = |v: Option<f64>| match v {
+            Some(ns) => num(duration_ns(ns), ns),
+            None => num("-".into(), 0.0),
+        };
+        let saving = match (d.estimated_ns, d.estimated_if_pinned_ns) {
+            (Some(a), Some(b)) => Some(a - b),
+            _ => None,
+        };
+        let _ = writeln!(
+            h,
+            "<tr>{}{}{}{}{}{}{}{}</tr>",
+            text_cell(d.direction.as_str(), "l"),
+            num(count(d.transfers), d.transfers as f64),
+            num(bytes(d.bytes), d.bytes as f64),
+            num(if host > 0 { percent(share) } else { "-".into() }, share),
+            time(d.estimated_ns),
+            time(d.estimated_if_pinned_ns),
+            time(saving),
+            num(
+                count(d.unattributed_transfers),
+                d.unattributed_transfers as f64
+            ),
+        );
+    }
+    table_end(h);
+}
+
+fn allocation_table(h: &mut String, rows: &[AllocationRow], empty: &str) {
+    if rows.is_empty() {
+        let _ = writeln!(h, "<p class=\"muted\">{}</p>", escape(empty));
+        return;
+    }
+    table_head(
+        h,
+        &[
+            ("call site", true),
+            ("call #", false),
+            ("pid", false),
+            ("size", false),
+            ("kind", true),
+            ("state", true),
+            ("transfers", false),
+            ("HtoD", false),
+            ("DtoH", false),
+            ("bytes", false),
+            ("pageable", false),
+            ("lifetime", false),
+            ("pinning pays", true),
+        ],
+    );
+    for a in rows {
+        let pageable = if a.bytes > 0 {
+            a.pageable_bytes as f64 / a.bytes as f64
+        } else {
+            0.0
+        };
+        let pays = if a.pinning_pays {
+            format!(
+                "<td class=\"l reason yes\" data-v=\"{}\" title=\"{}\">yes, +{}</td>",
+                a.net_saving_ns,
+                escape(&a.reason),
+                escape(&duration_ns(a.net_saving_ns))
+            )
+        } else {
+            format!(
+                "<td class=\"l reason\" data-v=\"{}\">{}</td>",
+                a.net_saving_ns,
+                escape(&format!("no: {}", a.reason))
+            )
+        };
+        let _ = writeln!(
+            h,
+            "<tr><td class=\"l site\" title=\"{}\">{}</td>{}{}{}{}{}{}{}{}{}{}{}{pays}</tr>",
+            escape(&a.site.long()),
+            escape(&a.site.short()),
+            num(
+                if a.call_no > 0 {
+                    a.call_no.to_string()
+                } else {
+                    "-".into()
+                },
+                f64::from(a.call_no)
+            ),
+            num(a.pid.to_string(), f64::from(a.pid)),
+            num(bytes(a.size), a.size as f64),
+            text_cell(kind_name(a.kind), "l"),
+            text_cell(state_name(a.state), "l"),
+            num(count(a.transfers), a.transfers as f64),
+            num(count(a.htod), a.htod as f64),
+            num(count(a.dtoh), a.dtoh as f64),
+            num(bytes(a.bytes), a.bytes as f64),
+            num(
+                if a.bytes > 0 {
+                    percent(pageable)
+                } else {
+                    "-".into()
+                },
+                pageable
+            ),
+            match a.lifetime_ns {
+                Some(ns) => num(duration_ns(ns as f64), ns as f64),
+                None => num("not seen".into(), f64::MAX),
+            },
+        );
+    }
+    table_end(h);
+}
+
+fn sites(h: &mut String, r: &Report) {
+    if r.sites.is_empty() {
+        let _ = writeln!(h, "<p class=\"muted\">No call site.</p>");
+        return;
+    }
+    table_head(
+        h,
+        &[
+            ("call site", true),
+            ("allocations", false),
+            ("untracked records", false),
+            ("transfers", false),
+            ("bytes", false),
+            ("pageable", false),
+            ("smallest", false),
+            ("largest", false),
+            ("max call #", false),
+        ],
+    );
+    for s in &r.sites {
+        let pageable = if s.bytes > 0 {
+            s.pageable_bytes as f64 / s.bytes as f64
+        } else {
+            0.0
+        };
+        let _ = writeln!(
+            h,
+            "<tr><td class=\"l site\" title=\"{}\">{}</td>{}{}{}{}{}{}{}{}</tr>",
+            escape(&s.site.long()),
+            escape(&s.site.short()),
+            num(count(s.allocations), s.allocations as f64),
+            num(count(s.implicit_records), s.implicit_records as f64),
+            num(count(s.transfers), s.transfers as f64),
+            num(bytes(s.bytes), s.bytes as f64),
+            num(
+                if s.bytes > 0 {
+                    percent(pageable)
+                } else {
+                    "-".into()
+                },
+                pageable
+            ),
+            num(bytes(s.min_size), s.min_size as f64),
+            num(bytes(s.max_size), s.max_size as f64),
+            num(count(u64::from(s.max_call_no)), f64::from(s.max_call_no)),
+        );
+    }
+    table_end(h);
+}
+
+fn waste(h: &mut String, r: &Report) {
+    let p = &r.pinned_for_nothing;
+    if p.sites.is_empty() {
+        return;
+    }
+    table_head(
+        h,
+        &[
+            ("call site", true),
+            ("allocations", false),
+            ("never transferred", false),
+            ("bytes", false),
+            ("transfers", false),
+            ("largest", false),
+            ("unearned pinning cost", false),
+        ],
+    );
+    for w in &p.sites {
+        let _ = writeln!(
+            h,
+            "<tr><td class=\"l site\" title=\"{}\">{}</td>{}{}{}{}{}{}</tr>",
+            escape(&w.site.long()),
+            escape(&w.site.short()),
+            num(count(w.allocations), w.allocations as f64),
+            num(count(w.never_transferred), w.never_transferred as f64),
+            num(bytes(w.bytes), w.bytes as f64),
+            num(count(w.transfers), w.transfers as f64),
+            num(bytes(w.max_size), w.max_size as f64),
+            num(duration_ns(w.wasted_ns), w.wasted_ns),
+        );
+    }
+    table_end(h);
+}
+
+fn source(h: &mut String, r: &Report) {
+    let _ = writeln!(h, "<p>{}</p>", escape(&events_sentence(r)));
+    if r.source.stats.is_empty() {
+        let _ = writeln!(
+            h,
+            "<p class=\"muted\">No source statistics recorded in this history.</p>"
+        );
+    } else {
+        table_head(h, &[("statistic", true), ("value", false)]);
+        for (k, v) in &r.source.stats {
+            let class = if r.source.losses.contains_key(k) {
+                "l loss"
+            } else {
+                "l"
+            };
+            let _ = writeln!(
+                h,
+                "<tr>{}{}</tr>",
+                text_cell(k, class),
+                num(count(*v), *v as f64)
+            );
+        }
+        table_end(h);
+    }
+    if r.source.warnings.is_empty() {
+        let _ = writeln!(h, "<p class=\"muted\">No drops or losses reported.</p>");
+    } else {
+        let _ = writeln!(h, "<ul class=\"warnings\">");
+        for w in &r.source.warnings {
+            let _ = writeln!(h, "<li>{}</li>", escape(w));
+        }
+        let _ = writeln!(h, "</ul>");
+    }
+}

@@ -1,0 +1,477 @@
+//! The HTML report's plots, drawn with plotters' SVG backend into strings that the page
+//! embeds (no image files, no network).
+
+use plotters::coord::ranged1d::SegmentValue;
+use plotters::prelude::*;
+
+use pinwise_core::history::AllocKind;
+
+use crate::analysis::{Report, TRAFFIC_SERIES};
+use crate::error::ReportError;
+use crate::units;
+
+/// Width of every plot, pixels.
+pub const PLOT_WIDTH: u32 = 960;
+
+const FONT: &str = "sans-serif";
+const GRID: RGBColor = RGBColor(215, 215, 215);
+const FINE_GRID: RGBColor = RGBColor(242, 242, 242);
+const TEXT: RGBColor = RGBColor(40, 40, 40);
+
+/// Colors of the traffic series, in [`TRAFFIC_SERIES`] order.
+pub const TRAFFIC_COLORS: [RGBColor; 4] = [
+    RGBColor(230, 85, 13),   // HtoD pageable: orange
+    RGBColor(49, 130, 189),  // HtoD pinned: blue
+    RGBColor(253, 174, 107), // DtoH pageable: light orange
+    RGBColor(158, 202, 225), // DtoH pinned: light blue
+];
+
+/// Color of a kind of memory on the timeline.
+pub fn kind_color(kind: AllocKind) -> RGBColor {
+    match kind {
+        AllocKind::Pageable => RGBColor(253, 174, 107),
+        AllocKind::PinnedAlloc => RGBColor(107, 174, 214),
+        AllocKind::Registered => RGBColor(116, 196, 118),
+        AllocKind::Untracked => RGBColor(189, 189, 189),
+    }
+}
+
+const PAGEABLE_MARK: RGBColor = RGBColor(166, 54, 3);
+const PINNED_MARK: RGBColor = RGBColor(8, 69, 148);
+const HOT: RGBColor = RGBColor(49, 130, 189);
+const WARM: RGBColor = RGBColor(253, 208, 60);
+const COLD: RGBColor = RGBColor(189, 189, 189);
+
+/// Draws into an SVG string of `width` x `height`.
+fn svg(
+    plot: &'static str,
+    size: (u32, u32),
+    draw: impl FnOnce(&DrawingArea<SVGBackend<'_>, plotters::coord::Shift>) -> Result<(), String>,
+) -> Result<String, ReportError> {
+    let mut out = String::new();
+    {
+        let root = SVGBackend::with_string(&mut out, size).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| plot_error(plot, e))?;
+        draw(&root).map_err(|message| ReportError::Plot { plot, message })?;
+        root.present().map_err(|e| plot_error(plot, e))?;
+    }
+    Ok(out)
+}
+
+fn plot_error(plot: &'static str, e: impl std::fmt::Display) -> ReportError {
+    ReportError::Plot {
+        plot,
+        message: e.to_string(),
+    }
+}
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+fn message(
+    root: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+    text: &str,
+) -> Result<(), String> {
+    root.draw(&Text::new(
+        text.to_owned(),
+        (20, 20),
+        (FONT, 16).into_font().color(&TEXT),
+    ))
+    .map_err(err)
+}
+
+/// A formatter of seconds for an axis spanning `span` seconds.
+fn seconds_axis(span: f64) -> impl Fn(&f64) -> String {
+    move |v: &f64| {
+        if *v == 0.0 {
+            "0".into()
+        } else if span >= 20.0 {
+            format!("{v:.0} s")
+        } else if span >= 2.0 {
+            format!("{v:.1} s")
+        } else if span >= 0.02 {
+            format!("{:.0} ms", v * 1e3)
+        } else {
+            format!("{:.0} us", v * 1e6)
+        }
+    }
+}
+
+/// A plain number for an axis: no decimals from 10 up.
+fn number(v: &f64) -> String {
+    if v.abs() >= 10.0 || *v == 0.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.1}")
+    }
+}
+
+/// Bytes moved per second over the trace, stacked by direction and host memory state.
+pub fn traffic(report: &Report) -> Result<String, ReportError> {
+    let t = &report.plots.traffic;
+    svg("bytes over time", (PLOT_WIDTH, 340), |root| {
+        if t.buckets.iter().all(|b| b.iter().all(|&v| v == 0)) {
+            return message(root, "No host<->device transfer in this history.");
+        }
+        let bucket_s = t.bucket_ns as f64 / 1e9;
+        // GB/s in each bucket, cumulated bottom-up in series order.
+        let stacked: Vec<[f64; 4]> = t
+            .buckets
+            .iter()
+            .map(|b| {
+                let mut acc = [0.0; 4];
+                let mut sum = 0.0;
+                for (i, v) in b.iter().enumerate() {
+                    sum += *v as f64 / t.bucket_ns as f64; // bytes/ns = GB/s
+                    acc[i] = sum;
+                }
+                acc
+            })
+            .collect();
+        let top = stacked.iter().map(|s| s[3]).fold(0.0, f64::max).max(1e-9) * 1.08;
+        let x_end = (t.buckets.len() as f64 * bucket_s).max(1e-9);
+        let seconds = seconds_axis(x_end);
+        let mut chart = ChartBuilder::on(root)
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(70)
+            .build_cartesian_2d(0f64..x_end, 0f64..top)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .light_line_style(FINE_GRID)
+            .bold_line_style(GRID)
+            .x_desc("time since the first event")
+            .y_desc("GB/s (mean over each bucket)")
+            .x_label_formatter(&seconds)
+            .y_label_formatter(&number)
+            .label_style((FONT, 12))
+            .axis_desc_style((FONT, 13))
+            .draw()
+            .map_err(err)?;
+        for series in (0..4).rev() {
+            let points = stacked.iter().enumerate().flat_map(|(i, s)| {
+                // A step per bucket: flat over its width.
+                [
+                    (i as f64 * bucket_s, s[series]),
+                    ((i + 1) as f64 * bucket_s, s[series]),
+                ]
+            });
+            chart
+                .draw_series(AreaSeries::new(
+                    points,
+                    0.0,
+                    TRAFFIC_COLORS[series].filled(),
+                ))
+                .map_err(err)?
+                .label(TRAFFIC_SERIES[series])
+                .legend(move |(x, y)| {
+                    Rectangle::new(
+                        [(x, y - 5), (x + 14, y + 5)],
+                        TRAFFIC_COLORS[series].filled(),
+                    )
+                });
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(GRID)
+            .label_font((FONT, 12))
+            .draw()
+            .map_err(err)
+    })
+}
+
+/// The busiest allocations' lives, one row each, with a mark per transfer.
+pub fn lifetimes(report: &Report) -> Result<String, ReportError> {
+    let rows = &report.plots.lifetimes;
+    let height = 90 + 18 * rows.len().max(1) as u32;
+    svg("allocation lifetimes", (PLOT_WIDTH, height), |root| {
+        if rows.is_empty() {
+            return message(root, "No allocation was transferred.");
+        }
+        let n = rows.len();
+        let span = (report.overview.span_ns as f64 / 1e9).max(1e-9);
+        let seconds = seconds_axis(span);
+        let labels: Vec<String> = rows
+            .iter()
+            .map(|r| units::fit(&r.label, 44, false))
+            .collect();
+        // Row 0 at the top.
+        let y_of = |i: usize| n - 1 - i;
+        let label_of = |v: &SegmentValue<usize>| match v {
+            SegmentValue::CenterOf(y) | SegmentValue::Exact(y) if *y < n => {
+                labels[n - 1 - *y].clone()
+            }
+            _ => String::new(),
+        };
+        let mut chart = ChartBuilder::on(root)
+            .margin(12)
+            .margin_top(34)
+            .x_label_area_size(40)
+            .y_label_area_size(300)
+            .build_cartesian_2d(0f64..span, (0..n - 1).into_segmented())
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .light_line_style(FINE_GRID)
+            .bold_line_style(GRID)
+            .y_labels(n)
+            .x_desc("time since the first event")
+            .x_label_formatter(&seconds)
+            .y_label_formatter(&label_of)
+            .label_style((FONT, 11))
+            .axis_desc_style((FONT, 13))
+            .draw()
+            .map_err(err)?;
+        let secs = |ns: u64| ns as f64 / 1e9;
+        chart
+            .draw_series(rows.iter().enumerate().map(|(i, r)| {
+                let y = y_of(i);
+                let color = kind_color(r.kind);
+                let style = if r.ended {
+                    color.filled()
+                } else {
+                    color.mix(0.55).filled()
+                };
+                let mut rect = Rectangle::new(
+                    [
+                        (secs(r.start_ns), SegmentValue::Exact(y)),
+                        (
+                            secs(r.end_ns).max(secs(r.start_ns)),
+                            SegmentValue::Exact(y + 1),
+                        ),
+                    ],
+                    style,
+                );
+                rect.set_margin(3, 3, 0, 0);
+                rect
+            }))
+            .map_err(err)?;
+        chart
+            .draw_series(rows.iter().enumerate().flat_map(|(i, r)| {
+                let y = y_of(i);
+                r.transfers.iter().map(move |&(at, pinned)| {
+                    let color = if pinned { PINNED_MARK } else { PAGEABLE_MARK };
+                    let x = secs(at);
+                    PathElement::new(
+                        vec![(x, SegmentValue::Exact(y)), (x, SegmentValue::Exact(y + 1))],
+                        color.stroke_width(1),
+                    )
+                })
+            }))
+            .map_err(err)?;
+        // Legend: kinds and marks.
+        let legend: [(&str, RGBColor); 6] = [
+            ("pageable", kind_color(AllocKind::Pageable)),
+            (
+                "pinned (cuMemHostAlloc)",
+                kind_color(AllocKind::PinnedAlloc),
+            ),
+            ("registered", kind_color(AllocKind::Registered)),
+            ("untracked", kind_color(AllocKind::Untracked)),
+            ("| copy, pageable", PAGEABLE_MARK),
+            ("| copy, pinned", PINNED_MARK),
+        ];
+        let mut x = 12;
+        for (name, color) in legend {
+            root.draw(&Rectangle::new([(x, 10), (x + 12, 20)], color.filled()))
+                .map_err(err)?;
+            root.draw(&Text::new(
+                name.to_owned(),
+                (x + 16, 9),
+                (FONT, 12).into_font().color(&TEXT),
+            ))
+            .map_err(err)?;
+            x += 30 + 6 * name.len() as i32;
+        }
+        Ok(())
+    })
+}
+
+/// A layer of the size-class bars: name, color, and its bottom and top in a class.
+type Layer = (
+    &'static str,
+    RGBColor,
+    fn(&crate::analysis::SizeClass) -> (u64, u64),
+);
+
+/// Allocations by size class: hot (pinning pays back), warm, cold (never transferred).
+pub fn size_classes(report: &Report) -> Result<String, ReportError> {
+    let classes = &report.plots.size_classes;
+    svg("hot and cold by size", (PLOT_WIDTH, 340), |root| {
+        if classes.is_empty() {
+            return message(root, "No allocation in this history.");
+        }
+        let n = classes.len();
+        let top = classes
+            .iter()
+            .map(|c| c.hot + c.warm + c.cold)
+            .max()
+            .unwrap_or(1) as f64
+            * 1.3; // room for the legend
+        let labels: Vec<String> = classes
+            .iter()
+            .map(|c| units::bytes(c.min_size).replace(".00", ""))
+            .collect();
+        let label_of = |v: &SegmentValue<usize>| match v {
+            SegmentValue::CenterOf(i) if *i < n => format!("{}+", labels[*i]),
+            _ => String::new(),
+        };
+        let mut chart = ChartBuilder::on(root)
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(70)
+            .build_cartesian_2d((0..n - 1).into_segmented(), 0f64..top)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .light_line_style(FINE_GRID)
+            .bold_line_style(GRID)
+            .x_labels(n)
+            .x_label_formatter(&label_of)
+            .x_desc("allocation size (class: from this size to twice it)")
+            .y_desc("allocations")
+            .y_label_formatter(&number)
+            .label_style((FONT, 11))
+            .axis_desc_style((FONT, 13))
+            .draw()
+            .map_err(err)?;
+        let layers: [Layer; 3] = [
+            ("hot: pinning pays back", HOT, |c| (0, c.hot)),
+            ("warm: transferred, not enough to pay back", WARM, |c| {
+                (c.hot, c.hot + c.warm)
+            }),
+            ("cold: never transferred", COLD, |c| {
+                (c.hot + c.warm, c.hot + c.warm + c.cold)
+            }),
+        ];
+        for (name, color, range) in layers {
+            chart
+                .draw_series(classes.iter().enumerate().map(|(i, c)| {
+                    let (lo, hi) = range(c);
+                    let mut r = Rectangle::new(
+                        [
+                            (SegmentValue::Exact(i), lo as f64),
+                            (SegmentValue::Exact(i + 1), hi as f64),
+                        ],
+                        color.filled(),
+                    );
+                    r.set_margin(0, 0, 3, 3);
+                    r
+                }))
+                .map_err(err)?
+                .label(name)
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 5), (x + 14, y + 5)], color.filled())
+                });
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(GRID)
+            .label_font((FONT, 12))
+            .draw()
+            .map_err(err)
+    })
+}
+
+/// Net saving against the pinned budget, with the budget chosen for the asked share.
+pub fn budget_curve(report: &Report) -> Result<String, ReportError> {
+    let b = &report.budget;
+    svg("saving versus pinned budget", (PLOT_WIDTH, 340), |root| {
+        if b.curve.len() < 2 || b.attainable_ns <= 0.0 {
+            return message(
+                root,
+                "No allocation pays back its pinning: nothing to budget for.",
+            );
+        }
+        let x_max = b.curve.last().map_or(1, |p| p.budget_bytes).max(1) as f64 * 1.02;
+        // Milliseconds, or seconds for savings of more than 10 s.
+        let (unit, unit_name) = if b.attainable_ns.max(b.plan_saving_ns) > 10e9 {
+            (1e9, "s")
+        } else {
+            (1e6, "ms")
+        };
+        let y_max = b.attainable_ns.max(b.plan_saving_ns) / unit * 1.1;
+        let mut chart = ChartBuilder::on(root)
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(70)
+            .build_cartesian_2d(0f64..x_max, 0f64..y_max)
+            .map_err(err)?;
+        let bytes_label = |v: &f64| units::bytes(v.max(0.0) as u64);
+        chart
+            .configure_mesh()
+            .light_line_style(FINE_GRID)
+            .bold_line_style(GRID)
+            .x_desc("pinned budget (bytes pinned at once)")
+            .y_desc(format!("net saving, {unit_name}"))
+            .x_label_formatter(&bytes_label)
+            .y_label_formatter(&number)
+            .label_style((FONT, 12))
+            .axis_desc_style((FONT, 13))
+            .draw()
+            .map_err(err)?;
+        let line = RGBColor(49, 130, 189);
+        let steps = b.curve.windows(2).flat_map(|w| {
+            [
+                (w[0].budget_bytes as f64, w[0].net_saving_ns / unit),
+                (w[1].budget_bytes as f64, w[0].net_saving_ns / unit),
+                (w[1].budget_bytes as f64, w[1].net_saving_ns / unit),
+            ]
+        });
+        chart
+            .draw_series(LineSeries::new(steps, line.stroke_width(2)))
+            .map_err(err)?
+            .label("best allocations per pinned byte first")
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 14, y)], line.stroke_width(2))
+            });
+        let target = b.share_asked * b.attainable_ns / unit;
+        let grey = RGBColor(120, 120, 120);
+        chart
+            .draw_series(std::iter::once(PathElement::new(
+                vec![(0.0, target), (x_max, target)],
+                grey.stroke_width(1),
+            )))
+            .map_err(err)?
+            .label(format!(
+                "{} of the attainable saving",
+                units::percent(b.share_asked)
+            ))
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 14, y)], grey.stroke_width(1))
+            });
+        let red = RGBColor(203, 24, 29);
+        let (bx, by) = (b.budget_bytes as f64, b.plan_saving_ns / unit);
+        chart
+            .draw_series([PathElement::new(
+                vec![(bx, 0.0), (bx, by)],
+                red.stroke_width(1),
+            )])
+            .map_err(err)?;
+        chart
+            .draw_series(std::iter::once(Circle::new((bx, by), 5, red.filled())))
+            .map_err(err)?
+            .label(format!(
+                "budget {}: core's plan nets {}",
+                units::bytes(b.budget_bytes),
+                units::duration_ns(b.plan_saving_ns)
+            ))
+            .legend(move |(x, y)| Circle::new((x + 7, y), 4, red.filled()));
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(GRID)
+            .label_font((FONT, 12))
+            .draw()
+            .map_err(err)
+    })
+}

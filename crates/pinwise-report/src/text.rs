@@ -1,0 +1,520 @@
+//! The terminal rendering of a [`Report`]: plain text, at most [`WIDTH`] columns.
+
+use std::fmt::Write as _;
+
+use pinwise_core::history::{AllocKind, AllocState};
+use pinwise_core::PinMethod;
+
+use crate::analysis::{AllocationRow, Report};
+use crate::units::{bytes, count, duration_ns, fit, offset_s, percent};
+
+/// Columns the text report fits in.
+pub const WIDTH: usize = 100;
+
+/// How a table column is aligned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Align {
+    Left,
+    Right,
+}
+
+/// A fixed-width text table.
+pub(crate) struct Table {
+    columns: Vec<(&'static str, usize, Align)>,
+}
+
+impl Table {
+    pub(crate) fn new(columns: &[(&'static str, usize, Align)]) -> Self {
+        let t = Table {
+            columns: columns.to_vec(),
+        };
+        debug_assert!(t.width() <= WIDTH, "table wider than {WIDTH}");
+        t
+    }
+
+    fn width(&self) -> usize {
+        self.columns.iter().map(|c| c.1).sum::<usize>() + self.columns.len().saturating_sub(1)
+    }
+
+    pub(crate) fn header(&self) -> String {
+        let titles: Vec<String> = self.columns.iter().map(|c| c.0.to_owned()).collect();
+        let mut s = self.row(&titles);
+        s.push('\n');
+        s.push_str(&"-".repeat(self.width()));
+        s
+    }
+
+    pub(crate) fn row(&self, cells: &[String]) -> String {
+        let mut line = String::new();
+        for (i, ((_, width, align), cell)) in self.columns.iter().zip(cells).enumerate() {
+            if i > 0 {
+                line.push(' ');
+            }
+            let cell = fit(cell, *width, false);
+            match align {
+                Align::Left => {
+                    let _ = write!(line, "{cell:<width$}");
+                }
+                Align::Right => {
+                    let _ = write!(line, "{cell:>width$}");
+                }
+            }
+        }
+        line.trim_end().to_owned()
+    }
+}
+
+/// Wraps `text` at [`WIDTH`] columns, each line after the first indented by `indent`.
+pub(crate) fn wrap(text: &str, indent: usize) -> String {
+    let mut out = String::new();
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        let len = line.chars().count();
+        if len > 0 && len + 1 + word.chars().count() > WIDTH {
+            out.push_str(&line);
+            out.push('\n');
+            line = " ".repeat(indent);
+        }
+        if !line.trim().is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    out.push_str(&line);
+    out
+}
+
+/// Short name of a kind of memory (at most 8 characters).
+pub(crate) fn kind_name(kind: AllocKind) -> &'static str {
+    match kind {
+        AllocKind::Pageable => "pageable",
+        AllocKind::PinnedAlloc => "pinned",
+        AllocKind::Registered => "register",
+        AllocKind::Untracked => "untrackd",
+    }
+}
+
+/// Short name of a state.
+pub(crate) fn state_name(state: AllocState) -> &'static str {
+    match state {
+        AllocState::Live => "live",
+        AllocState::Freed => "freed",
+        AllocState::Replaced => "replaced",
+        AllocState::Unmapped => "unmapped",
+        AllocState::Exited => "exited",
+    }
+}
+
+/// How a pin method is named in sentences.
+pub(crate) fn method_name(method: PinMethod) -> &'static str {
+    match method {
+        PinMethod::RegisterTouched => "registering touched memory (cuMemHostRegister)",
+        PinMethod::MallocHost => "allocating pinned memory (cuMemHostAlloc)",
+    }
+}
+
+fn section(out: &mut String, title: &str) {
+    let _ = writeln!(out);
+    let _ = writeln!(out, "{title}");
+}
+
+/// The text report.
+pub fn render(report: &Report) -> String {
+    let mut out = String::new();
+    header(&mut out, report);
+    directions(&mut out, report);
+    budget(&mut out, report);
+    allocations(
+        &mut out,
+        "HOTSPOTS: the allocations with the most transfers",
+        &report.hotspots,
+        "no allocation was transferred",
+    );
+    allocations(
+        &mut out,
+        "COLDSPOTS: the allocations with the fewest transfers (largest first)",
+        &report.coldspots,
+        "no allocation recorded",
+    );
+    sites(&mut out, report);
+    pinned_for_nothing(&mut out, report);
+    source(&mut out, report);
+    out
+}
+
+fn header(out: &mut String, r: &Report) {
+    let _ = writeln!(
+        out,
+        "{}",
+        fit(
+            &format!(
+                "pinwise report: {} ({}, {})",
+                r.input.path,
+                r.input.kind.describe(),
+                bytes(r.input.file_bytes)
+            ),
+            WIDTH,
+            true
+        )
+    );
+    let _ = writeln!(out, "{}", wrap(&overview_sentence(r), 2));
+    let _ = writeln!(out, "{}", wrap(&format!("cost model: {}", r.cost_model), 2));
+    let mark = if r.provenance.cpu_standin {
+        "!!"
+    } else {
+        "note:"
+    };
+    let _ = writeln!(out, "{}", wrap(&format!("{mark} {}", r.provenance.note), 2));
+    for e in &r.provenance.evidence {
+        let _ = writeln!(out, "{}", wrap(&format!("   evidence: {e}"), 4));
+    }
+}
+
+fn directions(out: &mut String, r: &Report) {
+    section(
+        out,
+        "TRANSFERS BY DIRECTION (estimated times from the cost model)",
+    );
+    let t = Table::new(&[
+        ("direction", 9, Align::Left),
+        ("transfers", 13, Align::Right),
+        ("bytes", 10, Align::Right),
+        ("from pageable", 13, Align::Right),
+        ("est. time", 10, Align::Right),
+        ("if pinned", 10, Align::Right),
+        ("saving", 10, Align::Right),
+        ("unattributed", 14, Align::Right),
+    ]);
+    let _ = writeln!(out, "{}", t.header());
+    for d in &r.directions {
+        let host_bytes = d.attributed.bytes();
+        let time = |v: Option<f64>| v.map_or("-".to_owned(), duration_ns);
+        let saving = match (d.estimated_ns, d.estimated_if_pinned_ns) {
+            (Some(a), Some(b)) => duration_ns(a - b),
+            _ => "-".into(),
+        };
+        let _ = writeln!(
+            out,
+            "{}",
+            t.row(&[
+                d.direction.as_str().to_owned(),
+                count(d.transfers),
+                bytes(d.bytes),
+                if host_bytes > 0 {
+                    percent(d.attributed.pageable_bytes as f64 / host_bytes as f64)
+                } else {
+                    "-".into()
+                },
+                time(d.estimated_ns),
+                time(d.estimated_if_pinned_ns),
+                saving,
+                if d.unattributed_transfers > 0 {
+                    format!("{} xfers", count(d.unattributed_transfers))
+                } else {
+                    "-".into()
+                },
+            ])
+        );
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(out, "{}", wrap(&saving_sentence(r), 0));
+}
+
+/// What pinning would save, in one paragraph.
+pub(crate) fn saving_sentence(r: &Report) -> String {
+    let s = &r.saving;
+    format!(
+        "From pageable memory: {} of host<->device bytes. Pinning would save {} of transfer \
+         time; pinning every allocation with pageable transfers would cost {} (net {}); \
+         pinning only the {} allocations where it pays back nets {}.{}",
+        percent(r.pageable_share),
+        duration_ns(s.transfer_saving_ns),
+        duration_ns(s.pin_all_cost_ns),
+        duration_ns(s.net_saving_pin_all_ns),
+        count(s.allocations_worth_pinning),
+        duration_ns(s.net_saving_pin_worthwhile_ns),
+        if s.approximate {
+            " (approximate: some allocations' events were capped, their sizes are averages)"
+        } else {
+            ""
+        }
+    )
+}
+
+/// The pinned budget the smart allocator would need, in one paragraph.
+pub(crate) fn budget_sentence(r: &Report) -> String {
+    let b = &r.budget;
+    if b.tags_worth_pinning == 0 {
+        return format!(
+            "No allocation of this history pays back its pinning (of {} tags), when pinning by \
+             {}: the smart allocator would pin nothing.",
+            count(b.tags),
+            method_name(b.method)
+        );
+    }
+    format!(
+        "Pinning by {}, {} of {} tags pay back; pinning all of them nets {} and holds {} pinned \
+         at once. To capture {} of that, a budget of {} suffices: core's plan at that budget \
+         pins {} tags (at most {} at once) and nets {} ({}).",
+        method_name(b.method),
+        count(b.tags_worth_pinning),
+        count(b.tags),
+        duration_ns(b.attainable_ns),
+        bytes(b.attainable_peak_bytes),
+        percent(b.share_asked),
+        bytes(b.budget_bytes),
+        count(b.plan_pinned_tags),
+        bytes(b.plan_peak_bytes),
+        duration_ns(b.plan_saving_ns),
+        percent(b.plan_share()),
+    )
+}
+
+/// Pinned memory that did not pay back, in one sentence.
+pub(crate) fn waste_sentence(r: &Report) -> String {
+    let p = &r.pinned_for_nothing;
+    if p.pinned_allocations == 0 {
+        return "No pinned memory in this history.".into();
+    }
+    format!(
+        "{} of {} pinned allocations ({} of {}) did not pay back: {} never transferred, {} too \
+         rarely; pinning cost not earned back: {}.",
+        count(p.never_transferred + p.rarely_transferred),
+        count(p.pinned_allocations),
+        bytes(p.wasted_bytes),
+        bytes(p.pinned_bytes),
+        count(p.never_transferred),
+        count(p.rarely_transferred),
+        duration_ns(p.wasted_ns)
+    )
+}
+
+/// The history's own bookkeeping, in one sentence.
+pub(crate) fn events_sentence(r: &Report) -> String {
+    let s = &r.history_stats;
+    format!(
+        "events: {} ingested, {} kept, {} over the per-allocation cap; {} unattributed; {} \
+         unmatched frees; {} replaced records",
+        count(s.events_ingested),
+        count(s.events_retained),
+        count(s.events_dropped_by_cap),
+        count(s.unattributed_events),
+        count(s.unmatched_frees),
+        count(s.replaced_records)
+    )
+}
+
+/// The overview line: processes, records, span.
+pub(crate) fn overview_sentence(r: &Report) -> String {
+    let o = &r.overview;
+    let pids = match o.pids.len() {
+        0 => "no process".to_owned(),
+        1 => format!("1 process (pid {})", o.pids[0]),
+        n => format!("{n} processes"),
+    };
+    format!(
+        "{pids}; {} records ({} implicit, {} live at the end); trace span {}",
+        count(o.records),
+        count(o.implicit_records),
+        count(o.live),
+        offset_s(o.span_ns)
+    )
+}
+
+fn budget(out: &mut String, r: &Report) {
+    section(out, "PINNED BUDGET the smart allocator would need");
+    let _ = writeln!(out, "{}", wrap(&budget_sentence(r), 0));
+}
+
+fn allocations(out: &mut String, title: &str, rows: &[AllocationRow], empty: &str) {
+    section(out, title);
+    if rows.is_empty() {
+        let _ = writeln!(out, "({empty})");
+        return;
+    }
+    let t = Table::new(&[
+        ("call site", 34, Align::Left),
+        ("call#", 6, Align::Right),
+        ("size", 9, Align::Right),
+        ("kind", 8, Align::Left),
+        ("xfers", 9, Align::Right),
+        ("bytes", 9, Align::Right),
+        ("pageable", 8, Align::Right),
+        ("pin pays", 9, Align::Left),
+    ]);
+    let _ = writeln!(out, "{}", t.header());
+    for a in rows {
+        let _ = writeln!(
+            out,
+            "{}",
+            t.row(&[
+                a.site.short_fit(34),
+                if a.call_no > 0 {
+                    a.call_no.to_string()
+                } else {
+                    "-".into()
+                },
+                bytes(a.size),
+                kind_name(a.kind).to_owned(),
+                count(a.transfers),
+                bytes(a.bytes),
+                if a.bytes > 0 {
+                    percent(a.pageable_bytes as f64 / a.bytes as f64)
+                } else {
+                    "-".into()
+                },
+                if a.pinning_pays {
+                    format!("+{}", duration_ns(a.net_saving_ns))
+                } else {
+                    "no".into()
+                },
+            ])
+        );
+    }
+}
+
+fn sites(out: &mut String, r: &Report) {
+    section(out, "CALL SITES by bytes transferred");
+    if r.sites.is_empty() {
+        let _ = writeln!(out, "(no call site)");
+        return;
+    }
+    let t = Table::new(&[
+        ("call site", 32, Align::Left),
+        ("allocs", 9, Align::Right),
+        ("xfers", 10, Align::Right),
+        ("bytes", 9, Align::Right),
+        ("pageable", 8, Align::Right),
+        ("sizes", 17, Align::Right),
+        ("max call#", 9, Align::Right),
+    ]);
+    let _ = writeln!(out, "{}", t.header());
+    for s in &r.sites {
+        let sizes = if s.allocations == 0 {
+            "-".to_owned()
+        } else if s.min_size == s.max_size {
+            bytes(s.max_size)
+        } else {
+            format!("{}-{}", bytes(s.min_size), bytes(s.max_size)).replace(' ', "")
+        };
+        let allocs = if s.implicit_records > 0 {
+            format!("{}+{}u", count(s.allocations), count(s.implicit_records))
+        } else {
+            count(s.allocations)
+        };
+        let _ = writeln!(
+            out,
+            "{}",
+            t.row(&[
+                s.site.short_fit(32),
+                allocs,
+                count(s.transfers),
+                bytes(s.bytes),
+                if s.bytes > 0 {
+                    percent(s.pageable_bytes as f64 / s.bytes as f64)
+                } else {
+                    "-".into()
+                },
+                sizes,
+                if s.max_call_no > 0 {
+                    count(u64::from(s.max_call_no))
+                } else {
+                    "-".into()
+                },
+            ])
+        );
+    }
+    if r.sites.iter().any(|s| s.implicit_records > 0) {
+        let _ = writeln!(
+            out,
+            "(+Nu: N implicit records of untracked memory first touched by copies from the site)"
+        );
+    }
+}
+
+fn pinned_for_nothing(out: &mut String, r: &Report) {
+    let p = &r.pinned_for_nothing;
+    section(
+        out,
+        "PINNED FOR NOTHING: pinned memory whose transfers did not pay back its pinning",
+    );
+    if p.pinned_allocations == 0 {
+        let _ = writeln!(out, "(no pinned memory in this history)");
+        return;
+    }
+    let _ = writeln!(out, "{}", wrap(&waste_sentence(r), 0));
+    if p.sites.is_empty() {
+        return;
+    }
+    let t = Table::new(&[
+        ("call site", 36, Align::Left),
+        ("allocs", 9, Align::Right),
+        ("never", 9, Align::Right),
+        ("bytes", 9, Align::Right),
+        ("xfers", 9, Align::Right),
+        ("largest", 9, Align::Right),
+        ("unearned", 10, Align::Right),
+    ]);
+    let _ = writeln!(out, "{}", t.header());
+    for w in &p.sites {
+        let _ = writeln!(
+            out,
+            "{}",
+            t.row(&[
+                w.site.short_fit(36),
+                count(w.allocations),
+                count(w.never_transferred),
+                bytes(w.bytes),
+                count(w.transfers),
+                bytes(w.max_size),
+                duration_ns(w.wasted_ns),
+            ])
+        );
+    }
+}
+
+fn source(out: &mut String, r: &Report) {
+    section(
+        out,
+        "SOURCE: what the tracer and the history say about themselves",
+    );
+    let _ = writeln!(out, "{}", wrap(&events_sentence(r), 2));
+    if r.source.stats.is_empty() {
+        let _ = writeln!(out, "no source statistics recorded in this history");
+    }
+    for (k, v) in &r.source.stats {
+        let flag = if r.source.losses.contains_key(k) {
+            "!"
+        } else {
+            " "
+        };
+        let _ = writeln!(out, "{flag} {:<44} {:>16}", fit(k, 44, true), count(*v));
+    }
+    for w in &r.source.warnings {
+        let _ = writeln!(out, "{}", wrap(&format!("! {w}"), 2));
+    }
+    if r.source.warnings.is_empty() {
+        let _ = writeln!(out, "no drops or losses reported");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrapping_keeps_lines_within_the_width() {
+        let text = "word ".repeat(100);
+        for line in wrap(&text, 2).lines() {
+            assert!(line.chars().count() <= WIDTH, "{line:?}");
+        }
+        assert_eq!(wrap("short text", 0), "short text");
+    }
+
+    #[test]
+    fn tables_fit_cells_and_align() {
+        let t = Table::new(&[("a", 4, Align::Left), ("b", 5, Align::Right)]);
+        assert_eq!(t.row(&["toolong".into(), "1".into()]), "too~     1");
+        assert_eq!(t.header().lines().nth(1), Some("----------"));
+    }
+}
