@@ -35,6 +35,16 @@ fn active() -> Option<&'static State> {
     state::get()
 }
 
+/// The state, when a driver-level hook should do its work (`PINWISE_DRIVER_HOOKS=0` turns
+/// them into plain forwarding, even where a driver hands out our exports itself).
+#[inline]
+fn driver_active() -> Option<&'static State> {
+    if !state::DRIVER_HOOKS.load(std::sync::atomic::Ordering::Relaxed) {
+        return None;
+    }
+    active()
+}
+
 /// Runs pinwise's part of a hook; a panic turns pinwise off instead of unwinding into C.
 fn guarded<R>(f: impl FnOnce() -> R) -> Option<R> {
     match catch_unwind(AssertUnwindSafe(f)) {
@@ -59,7 +69,7 @@ pub unsafe fn host_alloc(
     flags: c_uint,
     forward: impl FnOnce() -> CUresult,
 ) -> CUresult {
-    let Some(st) = active() else {
+    let Some(st) = driver_active() else {
         return forward();
     };
     if pp.is_null() || size == 0 {
@@ -132,7 +142,7 @@ pub unsafe fn host_alloc(
 
 /// `cuMemFreeHost` from `caller`.
 pub fn host_free(caller: usize, p: *mut c_void, forward: impl FnOnce() -> CUresult) -> CUresult {
-    let Some(st) = active() else {
+    let Some(st) = driver_active() else {
         return forward();
     };
     if p.is_null() {
@@ -174,7 +184,7 @@ pub fn host_register(
     size: usize,
     forward: impl FnOnce() -> CUresult,
 ) -> CUresult {
-    let Some(st) = active() else {
+    let Some(st) = driver_active() else {
         return forward();
     };
     let site_addr = guard::driver_site(caller);
@@ -206,7 +216,7 @@ pub fn host_unregister(
     p: *mut c_void,
     forward: impl FnOnce() -> CUresult,
 ) -> CUresult {
-    let Some(st) = active() else {
+    let Some(st) = driver_active() else {
         return forward();
     };
     if PROMOTED_RANGES.registered_at(p as usize).is_some() {
@@ -282,7 +292,7 @@ pub fn copy(
     describe: impl FnOnce(&State) -> Option<Copy>,
     forward: impl FnOnce() -> CUresult,
 ) -> CUresult {
-    let Some(st) = active() else {
+    let Some(st) = driver_active() else {
         return forward();
     };
     let t0 = if guard::sample(SAMPLE_EVERY) {
@@ -523,7 +533,7 @@ fn before_query(st: &State, ptr: usize) {
 
 /// `cuMemHostGetDevicePointer_v2`.
 pub fn host_get_device_pointer(p: *mut c_void, forward: impl FnOnce() -> CUresult) -> CUresult {
-    if let Some(st) = active() {
+    if let Some(st) = driver_active() {
         before_query(st, p as usize);
     }
     forward()
@@ -538,7 +548,7 @@ pub unsafe fn host_get_flags(
     p: *mut c_void,
     forward: impl FnOnce() -> CUresult,
 ) -> CUresult {
-    let Some(st) = active() else {
+    let Some(st) = driver_active() else {
         return forward();
     };
     before_query(st, p as usize);
@@ -590,7 +600,7 @@ pub unsafe fn pointer_get_attribute(
     ptr: CUdeviceptr,
     forward: impl FnOnce() -> CUresult,
 ) -> CUresult {
-    let Some(st) = active() else {
+    let Some(st) = driver_active() else {
         return forward();
     };
     before_query(st, ptr as usize);
@@ -613,7 +623,7 @@ pub unsafe fn pointer_get_attributes(
     ptr: CUdeviceptr,
     forward: impl FnOnce() -> CUresult,
 ) -> CUresult {
-    let Some(st) = active() else {
+    let Some(st) = driver_active() else {
         return forward();
     };
     before_query(st, ptr as usize);

@@ -566,6 +566,7 @@ mod tests {
                 n: 1,
             });
         }
-        assert_eq!(Q.dropped(), 10);
+        // One pushed above plus CAP + 10 here: CAP fit, 11 are dropped and counted.
+        assert_eq!(Q.dropped(), 11);
     }
 }

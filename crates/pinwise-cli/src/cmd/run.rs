@@ -186,6 +186,9 @@ pub struct ProcessStats {
     pub profile: OutputStats,
     /// Problems.
     pub problems: Vec<String>,
+    /// The file as the library wrote it (for `--stats-json`).
+    #[serde(skip)]
+    pub raw: serde_json::Value,
 }
 
 /// Copies of one direction.
@@ -372,7 +375,13 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             "exit_code": status.code(),
             "signal": status.signal(),
             "elapsed_s": elapsed.as_secs_f64(),
-            "processes": processes,
+            "processes": processes.iter().map(|p| {
+                // The library's own record, with the output paths as they are now.
+                let mut raw = p.raw.clone();
+                raw["history"] = serde_json::to_value(&p.history).unwrap_or_default();
+                raw["profile"] = serde_json::to_value(&p.profile).unwrap_or_default();
+                raw
+            }).collect::<Vec<_>>(),
             "totals": totals(&processes),
         });
         std::fs::write(path, serde_json::to_vec_pretty(&doc)?)
@@ -461,8 +470,14 @@ impl StatsDir {
             }
             match std::fs::read(&path)
                 .map_err(|e| e.to_string())
-                .and_then(|b| serde_json::from_slice::<ProcessStats>(&b).map_err(|e| e.to_string()))
-            {
+                .and_then(|b| {
+                    let raw: serde_json::Value =
+                        serde_json::from_slice(&b).map_err(|e| e.to_string())?;
+                    let mut s: ProcessStats =
+                        serde_json::from_value(raw.clone()).map_err(|e| e.to_string())?;
+                    s.raw = raw;
+                    Ok(s)
+                }) {
                 Ok(s) => out.push(s),
                 Err(e) => eprintln!("pinwise: statistics {} unreadable: {e}", path.display()),
             }

@@ -1,0 +1,251 @@
+//! A C program using the CUDA runtime (the cudart stand-in, which like the real one opens
+//! libcuda with dlopen and finds every entry point with cuGetProcAddress) run under
+//! `pinwise run` in each mode: same bytes out as without pinwise, a history whose counts are
+//! exactly the program's own, and a use run whose decisions follow the profile run.
+//! TEST FIXTURES throughout: nothing here is a GPU figure.
+
+mod common;
+
+use common::*;
+use pinwise_core::history::{AllocKind, AllocState};
+use pinwise_core::{Direction, Profile};
+
+#[test]
+fn every_mode_gives_the_same_output_and_an_exact_history() {
+    let s = Setup::new();
+    let exe = s.build_cudart("cudart_workload.c", &[]);
+    let plain = s.run_plain(&exe, &[]);
+    assert_ok(&plain, "plain run");
+    let expected = calls(&plain);
+    assert_eq!(expected["alloc"], 7);
+
+    for mode in ["adaptive", "profile", "use"] {
+        let hist = s.path(&format!("{mode}.json"));
+        let sum = s.path(&format!("{mode}-summary.json"));
+        let out = s.run_pinwise(
+            &[
+                "--mode",
+                mode,
+                "-o",
+                hist.to_str().unwrap(),
+                "--stats-json",
+                sum.to_str().unwrap(),
+            ],
+            &exe,
+            &[],
+        );
+        assert_ok(&out, mode);
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&plain.stdout),
+            "{mode}: stdout differs from the run without pinwise"
+        );
+        assert_eq!(out.stdout, plain.stdout, "{mode}: byte-identical");
+        assert_eq!(
+            calls(&out),
+            expected,
+            "{mode}: the program did the same calls"
+        );
+
+        let h = history(&hist);
+        let allocs = allocations(&h);
+        assert_eq!(
+            allocs.len() as u64,
+            expected["alloc"],
+            "{mode}: allocations"
+        );
+        assert_eq!(
+            allocs
+                .iter()
+                .filter(|a| a.state() == AllocState::Freed)
+                .count() as u64,
+            expected["free"],
+            "{mode}: frees"
+        );
+        assert_eq!(
+            transfers(&h, Direction::HtoD),
+            expected["htod"],
+            "{mode}: HtoD"
+        );
+        assert_eq!(
+            transfers(&h, Direction::DtoH),
+            expected["dtoh"],
+            "{mode}: DtoH"
+        );
+        assert_eq!(h.stats().unmatched_frees, 0, "{mode}");
+        let ps: Vec<_> = h.processes().collect();
+        assert_eq!(ps.len(), 1, "{mode}: one process");
+        // Every allocation's transfers are attributed to it: 12 rounds × 2 for the hot
+        // buffers, 1 × 2 for the cold ones, 5 × 2 for the small one.
+        let mut counts: Vec<u64> = allocs.iter().map(|a| a.transfer_count()).collect();
+        counts.sort_unstable();
+        assert_eq!(counts, vec![2, 2, 2, 10, 24, 24, 24], "{mode}");
+
+        let summary = summary(&sum);
+        let totals = &summary["totals"];
+        assert_eq!(
+            totals["transfers_htod"], expected["htod"],
+            "{mode}: {summary}"
+        );
+        assert_eq!(totals["host_allocs"], expected["alloc"], "{mode}");
+        assert_eq!(totals["events_lost"], 0, "{mode}");
+        assert_eq!(summary["processes"][0]["driver_is_standin"], true);
+        assert_eq!(summary["exit_code"], 0);
+    }
+}
+
+#[test]
+fn the_profile_changes_the_use_runs_decisions_as_predicted() {
+    let s = Setup::new();
+    let exe = s.build_cudart("cudart_workload.c", &[]);
+    let run = |args: &[&str], name: &str| {
+        let hist = s.path(&format!("{name}.json"));
+        let sum = s.path(&format!("{name}-summary.json"));
+        let mut all = args.to_vec();
+        all.extend([
+            "-o",
+            hist.to_str().unwrap(),
+            "--stats-json",
+            sum.to_str().unwrap(),
+        ]);
+        let out = s.run_pinwise(&all, &exe, &[]);
+        assert_ok(&out, name);
+        (history(&hist), summary(&sum))
+    };
+    let profile_path = s.path("workload.profile.json");
+    let profile_arg = profile_path.to_str().unwrap();
+    let (adaptive, adaptive_sum) = run(&["--mode", "adaptive"], "adaptive");
+    let (recorded, _) = run(&["--mode", "profile", "--profile", profile_arg], "profile");
+    let (used, used_sum) = run(&["--mode", "use", "--profile", profile_arg], "use");
+
+    // The profile: the hot site's three 4 MiB allocations were copied 24 times each, the
+    // cold site's 2 times each.
+    let profile = Profile::load(&profile_path).expect("the profile run wrote a profile");
+    let mut per_call: Vec<(u64, u32, u64)> = profile
+        .entries
+        .iter()
+        .map(|e| (e.offset, e.call_no, e.transfers.transfers()))
+        .collect();
+    per_call.sort_unstable();
+    assert_eq!(per_call.len(), 7, "{per_call:?}");
+    let sites = by_site(&recorded);
+    assert_eq!(sites.len(), 2, "two call sites: {sites:?}");
+    let (hot_site, cold_site) = {
+        let mut it = sites.iter();
+        let (a, av) = it.next().unwrap();
+        let (b, _) = it.next().unwrap();
+        if av.len() == 4 {
+            (*a, *b)
+        } else {
+            (*b, *a)
+        }
+    };
+
+    // Adaptive: the hot site's first allocation has no history yet, so it is served
+    // pageable and registered in place once its copies pay; the next ones come pinned.
+    let a = by_site(&adaptive);
+    let hot_kinds: Vec<AllocKind> = a[&hot_site].iter().map(|e| e.1).collect();
+    assert_eq!(
+        hot_kinds,
+        vec![
+            AllocKind::Pageable,
+            AllocKind::PinnedAlloc,
+            AllocKind::PinnedAlloc,
+            AllocKind::PinnedAlloc
+        ],
+        "adaptive, hot site"
+    );
+    let first_hot = adaptive
+        .allocations()
+        .find(|v| v.tag().site.offset == hot_site && v.tag().call_no == 1)
+        .unwrap();
+    assert!(
+        first_hot.pinned_by_registration(),
+        "adaptive: the first hot buffer was promoted in place"
+    );
+    assert!(adaptive_sum["processes"][0]["promotions_by_allocator"].as_u64() >= Some(1));
+
+    // Use: the profile predicted every hot allocation hot and every cold one cold; the
+    // use run pins the first hot one from the start and never promotes.
+    let u = by_site(&used);
+    let hot_kinds: Vec<AllocKind> = u[&hot_site].iter().map(|e| e.1).collect();
+    assert_eq!(hot_kinds, vec![AllocKind::PinnedAlloc; 4], "use, hot site");
+    let cold_kinds: Vec<AllocKind> = u[&cold_site].iter().map(|e| e.1).collect();
+    assert_eq!(cold_kinds, vec![AllocKind::Pageable; 3], "use, cold site");
+    let p = &used_sum["processes"][0];
+    assert_eq!(p["promotions_by_allocator"], 0, "{p}");
+    assert_eq!(p["served_pinned"], 4, "{p}");
+    assert_eq!(p["served_pageable"], 3, "{p}");
+    assert_eq!(
+        p["engine"]["advice_unmatched"], 0,
+        "every allocation matched the profile"
+    );
+    // The hot buffers' copies ran pinned from the first one in the use run.
+    let first_hot = used
+        .allocations()
+        .find(|v| v.tag().site.offset == hot_site && v.tag().call_no == 1)
+        .unwrap();
+    let c = first_hot.counters();
+    assert_eq!(c.direction(Direction::HtoD).pageable_transfers, 0);
+    assert_eq!(c.direction(Direction::HtoD).pinned_transfers, 12);
+}
+
+#[test]
+fn without_driver_hooks_the_runtime_level_records_the_same_history() {
+    let s = Setup::new();
+    let exe = s.build_cudart("cudart_workload.c", &[]);
+    let plain = s.run_plain(&exe, &[]);
+    assert_ok(&plain, "plain");
+    let expected = calls(&plain);
+    let hist = s.path("runtime-only.json");
+    let sum = s.path("runtime-only-summary.json");
+    let mut c = s.libs.command(pinwise());
+    c.args(["run", "-o", hist.to_str().unwrap(), "--stats-json"])
+        .arg(&sum)
+        .arg("--")
+        .arg(&exe)
+        .current_dir(s.dir.path())
+        .env_remove("LD_PRELOAD")
+        .env("PINWISE_DRIVER_HOOKS", "0");
+    let out = c.output().unwrap();
+    assert_ok(&out, "runtime hooks only");
+    assert_eq!(out.stdout, plain.stdout);
+    let h = history(&hist);
+    assert_eq!(allocations(&h).len() as u64, expected["alloc"]);
+    assert_eq!(transfers(&h, Direction::HtoD), expected["htod"]);
+    assert_eq!(transfers(&h, Direction::DtoH), expected["dtoh"]);
+    let p = &summary(&sum)["processes"][0];
+    assert_eq!(p["wrapped_by_proc_address"], 0, "{p}");
+    assert_eq!(p["wrapped_by_dlsym"], 0, "{p}");
+    // Every allocation, free and copy was seen at the runtime level only.
+    let runtime_only = expected["alloc"] + expected["free"] + expected["htod"] + expected["dtoh"];
+    assert_eq!(p["runtime_only"], runtime_only, "{p}");
+}
+
+#[test]
+fn the_budget_holds_and_the_output_does_not_change() {
+    let s = Setup::new();
+    let exe = s.build_cudart("cudart_workload.c", &[]);
+    let plain = s.run_plain(&exe, &[]);
+    assert_ok(&plain, "plain");
+    let sum = s.path("budget.json");
+    let budget: u64 = 5 << 20;
+    let out = s.run_pinwise(
+        &["--budget", "5M", "--stats-json", sum.to_str().unwrap()],
+        &exe,
+        &[],
+    );
+    assert_ok(&out, "5 MiB budget");
+    assert_eq!(out.stdout, plain.stdout);
+    let p = &summary(&sum)["processes"][0];
+    assert_eq!(p["engine"]["budget_bytes"], budget);
+    let peak = p["engine"]["pinned_bytes_peak"].as_u64().unwrap();
+    assert!(peak <= budget, "peak {peak} over the budget {budget}: {p}");
+    assert!(peak > 0, "something was pinned: {p}");
+    let refused = p["engine"]["budget_refusals"].as_u64().unwrap()
+        + p["promotion_budget_refusals"].as_u64().unwrap();
+    assert!(
+        refused > 0,
+        "an 8 MiB buffer cannot be registered within 5 MiB: {p}"
+    );
+}

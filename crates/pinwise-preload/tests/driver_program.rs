@@ -1,0 +1,115 @@
+//! A C program linked with `-lcuda` (the libcuda stand-in, a TEST FIXTURE): it reaches the
+//! exported driver symbols directly, looks entry points up with cuGetProcAddress (default
+//! and per-thread variants), asks pointer queries about pinned requests, makes 2D and
+//! unified copies, registers memory itself, and frees, reallocates and unmaps hot pageable
+//! buffers. Under `pinwise run` its output must not change, its history must count exactly
+//! what it did, and everything pinwise registered must be unregistered again.
+
+mod common;
+
+use common::*;
+use pinwise_core::history::{AllocKind, AllocState};
+use pinwise_core::Direction;
+
+fn check_run(
+    s: &Setup,
+    exe: &std::path::Path,
+    mode_args: &[&str],
+    name: &str,
+) -> serde_json::Value {
+    let plain = s.run_plain(exe, &[]);
+    assert_ok(&plain, "plain run");
+    let expected = calls(&plain);
+    let hist = s.path(&format!("{name}.bin"));
+    let sum = s.path(&format!("{name}-summary.json"));
+    let mut args = mode_args.to_vec();
+    args.extend([
+        "-o",
+        hist.to_str().unwrap(),
+        "--stats-json",
+        sum.to_str().unwrap(),
+    ]);
+    let out = s.run_pinwise(&args, exe, &[]);
+    assert_ok(&out, name);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&plain.stdout),
+        "{name}: output differs"
+    );
+    assert_eq!(out.stdout, plain.stdout, "{name}: byte-identical");
+    assert_eq!(calls(&out), expected);
+
+    let h = history(&hist);
+    let allocs = allocations(&h);
+    assert_eq!(allocs.len() as u64, expected["alloc"], "{name}");
+    assert!(
+        allocs.iter().all(|a| a.state() == AllocState::Freed),
+        "{name}: all freed"
+    );
+    assert_eq!(transfers(&h, Direction::HtoD), expected["htod"], "{name}");
+    assert_eq!(transfers(&h, Direction::DtoH), expected["dtoh"], "{name}");
+    // The mapped allocation keeps its flags and is pinned, whatever the mode.
+    let mapped: Vec<_> = allocs.iter().filter(|a| a.size() == 1 << 20).collect();
+    assert_eq!(mapped.len(), 1, "{name}");
+    assert_eq!(
+        mapped[0].kind(),
+        AllocKind::PinnedAlloc,
+        "{name}: mapped is pinned"
+    );
+    // The program's own registration is in the history.
+    assert!(
+        h.allocations()
+            .any(|a| a.pinned_by_registration() && a.size() >= 4 << 20),
+        "{name}: registered buffer"
+    );
+    let summary = summary(&sum);
+    let p = summary["processes"][0].clone();
+    assert_eq!(p["registrations"], expected["register"], "{name}: {p}");
+    // Entry points came through cuGetProcAddress (two lookups of hooked names) and as
+    // exported symbols; all copies were seen at the driver level.
+    assert!(
+        p["wrapped_by_proc_address"].as_u64() >= Some(2),
+        "{name}: {p}"
+    );
+    assert_eq!(p["runtime_only"], 0, "{name}");
+    p
+}
+
+#[test]
+fn a_driver_api_program_is_unchanged_and_exactly_recorded_in_every_mode() {
+    let s = Setup::new();
+    let exe = s.build_driver("driver_workload.c", &["-lpthread"]);
+    let profile = s.path("driver.profile.json");
+    let profile = profile.to_str().unwrap();
+    for (mode, name) in [
+        ("adaptive", "adaptive"),
+        ("profile", "profile"),
+        ("use", "use"),
+    ] {
+        let p = check_run(&s, &exe, &["--mode", mode, "--profile", profile], name);
+        // Whatever pinwise registered inside memory it does not own was unregistered before
+        // the memory went away (free on a context-less thread, realloc, munmap, the
+        // program's own registration of the same pages, cuMemFreeHost).
+        let promoted = p["promotions_on_transfers"].as_u64().unwrap()
+            + p["promotions_on_queries"].as_u64().unwrap();
+        assert!(
+            promoted >= 1,
+            "{name}: the hot pageable buffers were promoted: {p}"
+        );
+        assert_eq!(p["demotions"].as_u64().unwrap(), promoted, "{name}: {p}");
+        assert_eq!(p["promotion_failures"], 0, "{name}: {p}");
+    }
+}
+
+#[test]
+fn a_query_on_a_pageable_served_request_is_answered_as_plain_cuda_would() {
+    // The cold site's third allocation is served pageable (adaptive mode learned the site
+    // is cold); the program then asks its flags, memory type, range and device pointer.
+    // The output line "queries ..." is compared with the plain run's in the test above;
+    // here: pinwise registered it first, and answered the flags and range itself.
+    let s = Setup::new();
+    let exe = s.build_driver("driver_workload.c", &["-lpthread"]);
+    let p = check_run(&s, &exe, &["--mode", "adaptive"], "queries");
+    assert_eq!(p["promotions_on_queries"], 1, "{p}");
+    assert!(p["queries_answered"].as_u64() >= Some(2), "{p}");
+}

@@ -1,0 +1,76 @@
+//! A Rust program using the CUDA runtime through FFI (like crates such as cudarc), built
+//! with `rustc` at test time against the cudart stand-in (a TEST FIXTURE): its `Vec`s are
+//! the program's own pageable memory (Rust's allocator: malloc and free underneath).
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+use pinwise_core::Direction;
+
+fn rustc() -> std::path::PathBuf {
+    if let Some(r) = std::env::var_os("RUSTC") {
+        return r.into();
+    }
+    // Cargo runs tests with CARGO set; rustc sits next to it.
+    if let Some(cargo) = std::env::var_os("CARGO") {
+        let sibling = std::path::Path::new(&cargo).with_file_name("rustc");
+        if sibling.is_file() {
+            return sibling;
+        }
+    }
+    "rustc".into()
+}
+
+#[test]
+fn a_rust_program_runs_unchanged_in_every_mode() {
+    let s = Setup::new();
+    let exe = s.path("rust_workload");
+    let dir = s.libs.dir().display().to_string();
+    let out = Command::new(rustc())
+        .args(["-O", "--edition", "2021", "-L", &dir, "-C"])
+        .arg(format!("link-arg=-Wl,-rpath,{dir}"))
+        .arg(program_source("rust_workload.rs"))
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .expect("run rustc");
+    assert_ok(&out, "rustc");
+    let plain = s.run_plain(&exe, &[]);
+    assert_ok(&plain, "plain");
+    let expected = calls(&plain);
+    let profile = s.path("rust.profile.json");
+    for mode in ["adaptive", "profile", "use"] {
+        let hist = s.path(&format!("rust-{mode}.json"));
+        let sum = s.path(&format!("rust-{mode}-summary.json"));
+        let out = s.run_pinwise(
+            &[
+                "--mode",
+                mode,
+                "--profile",
+                profile.to_str().unwrap(),
+                "-o",
+                hist.to_str().unwrap(),
+                "--stats-json",
+                sum.to_str().unwrap(),
+            ],
+            &exe,
+            &[],
+        );
+        assert_ok(&out, mode);
+        assert_eq!(out.stdout, plain.stdout, "{mode}: byte-identical");
+        let h = history(&hist);
+        assert_eq!(allocations(&h).len() as u64, expected["alloc"], "{mode}");
+        assert_eq!(transfers(&h, Direction::HtoD), expected["htod"], "{mode}");
+        assert_eq!(transfers(&h, Direction::DtoH), expected["dtoh"], "{mode}");
+        let p = &summary(&sum)["processes"][0];
+        // The two 8 MiB Vecs are copied 8 times each: hot, registered in place, and
+        // unregistered when Rust frees them.
+        assert!(
+            p["promotions_on_transfers"].as_u64() >= Some(1),
+            "{mode}: {p}"
+        );
+        assert_eq!(p["demotions"], p["promotions_on_transfers"], "{mode}: {p}");
+    }
+}
