@@ -389,11 +389,12 @@ pub fn build_report(
             max_call_no: a.max_call_no,
         })
         .collect();
+    let several_processes = history.processes().count() > 1;
     let lifetimes = pass
         .lifetime_ids()
         .into_iter()
         .filter_map(|id| history.view(pinwise_core::history::RecordId(id)))
-        .map(|v| lifetime(&v, &mut names, &modules, origin, span))
+        .map(|v| lifetime(&v, &mut names, &modules, origin, span, several_processes))
         .collect();
     let pinned_for_nothing = pass.waste.finish(&mut names, &modules, options.top);
 
@@ -536,6 +537,7 @@ fn lifetime(
     modules: &ModuleTable,
     origin: u64,
     span: u64,
+    with_pid: bool,
 ) -> Lifetime {
     let start = v.alloc_ts_ns().saturating_sub(origin);
     let end = v.end_ts_ns().map(|e| e.saturating_sub(origin));
@@ -553,11 +555,16 @@ fn lifetime(
     }
     let call_no = v.tag().call_no;
     let site = names.site(modules, v.site()).short();
+    let pid = if with_pid {
+        format!("pid {}: ", v.pid())
+    } else {
+        String::new()
+    };
     Lifetime {
         label: if call_no > 0 {
-            format!("{site} #{call_no}")
+            format!("{pid}{site} #{call_no}")
         } else {
-            format!("{site} (untracked)")
+            format!("{pid}{site} (untracked)")
         },
         kind: v.kind(),
         size: v.size(),

@@ -42,7 +42,7 @@ const STYLE: &str = r#"
 :root { --fg: #222; --muted: #666; --line: #ddd; --accent: #3182bd; --warn: #b45309; }
 * { box-sizing: border-box; }
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: var(--fg);
-       margin: 0 auto; padding: 24px 32px 48px; max-width: 1040px; background: #fff; }
+       margin: 0 auto; padding: 24px 32px 48px; max-width: 1180px; background: #fff; }
 h1 { font-size: 22px; margin: 0 0 4px; }
 h2 { font-size: 17px; margin: 32px 0 8px; padding-bottom: 4px; border-bottom: 1px solid var(--line); }
 p { margin: 6px 0; }
@@ -53,13 +53,13 @@ p { margin: 6px 0; }
 .card { border: 1px solid var(--line); border-radius: 8px; padding: 10px 12px; }
 .card .v { font-size: 20px; font-weight: 600; }
 .card .k { color: var(--muted); font-size: 12px; }
-table { border-collapse: collapse; width: 100%; margin: 8px 0; font-size: 13px; }
-th, td { padding: 4px 8px; border-bottom: 1px solid #eee; text-align: right; white-space: nowrap; }
+table { border-collapse: collapse; width: 100%; margin: 8px 0; font-size: 12.5px; }
+th, td { padding: 4px 6px; border-bottom: 1px solid #eee; text-align: right; white-space: nowrap; }
 th { background: #fafafa; cursor: pointer; user-select: none; position: sticky; top: 0; }
 th.sorted-asc::after { content: " \25B2"; font-size: 10px; }
 th.sorted-desc::after { content: " \25BC"; font-size: 10px; }
 td.l, th.l { text-align: left; }
-td.site { max-width: 340px; overflow: hidden; text-overflow: ellipsis; }
+td.site { max-width: 300px; overflow: hidden; text-overflow: ellipsis; }
 td.reason { white-space: normal; min-width: 140px; max-width: 220px; font-size: 12px; }
 .scroll { overflow-x: auto; }
 .yes { color: #1a7f37; font-weight: 600; }
@@ -147,7 +147,8 @@ pub fn render(report: &Report) -> Result<String, ReportError> {
         &mut h,
         &traffic,
         &format!(
-            "Bytes moved over time, by direction and host memory state (buckets of {}).{}",
+            "Bytes moved over time, by direction and host memory state (buckets of {}). A copy \
+             counts where it started: a rate above the link's bandwidth means copies queued.{}",
             duration_ns(report.plots.traffic.bucket_ns as f64),
             if report.plots.traffic.incomplete {
                 " Some transfers are missing: events past the per-allocation cap are counted \
@@ -406,8 +407,7 @@ fn allocation_table(h: &mut String, rows: &[AllocationRow], empty: &str) {
             ("kind", true),
             ("state", true),
             ("transfers", false),
-            ("HtoD", false),
-            ("DtoH", false),
+            ("HtoD / DtoH", false),
             ("bytes", false),
             ("pageable", false),
             ("lifetime", false),
@@ -436,7 +436,7 @@ fn allocation_table(h: &mut String, rows: &[AllocationRow], empty: &str) {
         };
         let _ = writeln!(
             h,
-            "<tr><td class=\"l site\" title=\"{}\">{}</td>{}{}{}{}{}{}{}{}{}{}{}{pays}</tr>",
+            "<tr><td class=\"l site\" title=\"{}\">{}</td>{}{}{}{}{}{}{}{}{}{}{pays}</tr>",
             escape(&a.site.long()),
             escape(&a.site.short()),
             num(
@@ -452,8 +452,10 @@ fn allocation_table(h: &mut String, rows: &[AllocationRow], empty: &str) {
             text_cell(kind_name(a.kind), "l"),
             text_cell(state_name(a.state), "l"),
             num(count(a.transfers), a.transfers as f64),
-            num(count(a.htod), a.htod as f64),
-            num(count(a.dtoh), a.dtoh as f64),
+            num(
+                format!("{} / {}", count(a.htod), count(a.dtoh)),
+                a.htod as f64
+            ),
             num(bytes(a.bytes), a.bytes as f64),
             num(
                 if a.bytes > 0 {

@@ -388,7 +388,9 @@ fn allocation(
                     .find(|e| matches!(e.what, Recorded::Transfer { .. }))
                     .map_or(end, |e| e.ts_ns.clamp(at, end));
                 let modeled = cost.transfer_ns(direction, bytes, pinned);
-                let room = (next - at) as f64;
+                let room = next - at;
+                // Whole nanoseconds, so that slices end exactly where the next one starts.
+                let dur_ns = (modeled.round() as u64).min(room);
                 let state = if pinned { "pinned" } else { "pageable" };
                 w.event(&TraceEvent {
                     name: format!("{} {} ({state})", direction.as_str(), units::bytes(bytes))
@@ -396,7 +398,7 @@ fn allocation(
                     cat: Some("transfer"),
                     ph: "X",
                     ts: us(at - origin),
-                    dur: Some(modeled.min(room).max(0.0) / 1e3),
+                    dur: Some(us(dur_ns)),
                     pid,
                     tid: lane,
                     s: None,
@@ -408,7 +410,7 @@ fn allocation(
                         "stream": format!("{stream:#x}"),
                         "offset_in_allocation": host.saturating_sub(v.start()),
                         "modeled_ns": modeled,
-                        "clamped": modeled > room,
+                        "clamped": modeled.round() as u64 > room,
                     })),
                 })?;
                 summary.transfers += 1;

@@ -98,6 +98,15 @@ fn seconds_axis(span: f64) -> impl Fn(&f64) -> String {
     }
 }
 
+/// A count for an axis: whole numbers only (other ticks stay blank).
+fn whole(v: &f64) -> String {
+    if v.fract() == 0.0 {
+        format!("{v:.0}")
+    } else {
+        String::new()
+    }
+}
+
 /// A plain number for an axis: no decimals from 10 up.
 fn number(v: &f64) -> String {
     if v.abs() >= 10.0 || *v == 0.0 {
@@ -143,7 +152,7 @@ pub fn traffic(report: &Report) -> Result<String, ReportError> {
             .light_line_style(FINE_GRID)
             .bold_line_style(GRID)
             .x_desc("time since the first event")
-            .y_desc("GB/s (mean over each bucket)")
+            .y_desc("GB/s issued (bytes of the copies started in a bucket / its width)")
             .x_label_formatter(&seconds)
             .y_label_formatter(&number)
             .label_style((FONT, 12))
@@ -336,7 +345,7 @@ pub fn size_classes(report: &Report) -> Result<String, ReportError> {
             .x_label_formatter(&label_of)
             .x_desc("allocation size (class: from this size to twice it)")
             .y_desc("allocations")
-            .y_label_formatter(&number)
+            .y_label_formatter(&whole)
             .label_style((FONT, 11))
             .axis_desc_style((FONT, 13))
             .draw()

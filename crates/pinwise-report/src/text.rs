@@ -6,7 +6,7 @@ use pinwise_core::history::{AllocKind, AllocState};
 use pinwise_core::PinMethod;
 
 use crate::analysis::{AllocationRow, Report};
-use crate::units::{bytes, count, duration_ns, fit, offset_s, percent};
+use crate::units::{bytes, count, duration_ns, fit, percent};
 
 /// Columns the text report fits in.
 pub const WIDTH: usize = 100;
@@ -252,10 +252,17 @@ pub(crate) fn budget_sentence(r: &Report) -> String {
             method_name(b.method)
         );
     }
+    let per_run = match r.overview.pids.len() {
+        0 | 1 => String::new(),
+        n => format!(
+            " Per run: a profile predicts one process's transfers (here the mean of {n} \
+             processes), so these savings are for one of them."
+        ),
+    };
     format!(
         "Pinning by {}, {} of {} tags pay back; pinning all of them nets {} and holds {} pinned \
          at once. To capture {} of that, a budget of {} suffices: core's plan at that budget \
-         pins {} tags (at most {} at once) and nets {} ({}).",
+         pins {} (at most {} at once) and nets {} ({}).{per_run}",
         method_name(b.method),
         count(b.tags_worth_pinning),
         count(b.tags),
@@ -263,11 +270,16 @@ pub(crate) fn budget_sentence(r: &Report) -> String {
         bytes(b.attainable_peak_bytes),
         percent(b.share_asked),
         bytes(b.budget_bytes),
-        count(b.plan_pinned_tags),
+        plural(b.plan_pinned_tags, "tag", "tags"),
         bytes(b.plan_peak_bytes),
         duration_ns(b.plan_saving_ns),
         percent(b.plan_share()),
     )
+}
+
+/// `1 tag`, `2 tags`.
+pub(crate) fn plural(n: u64, one: &str, many: &str) -> String {
+    format!("{} {}", count(n), if n == 1 { one } else { many })
 }
 
 /// Pinned memory that did not pay back, in one sentence.
@@ -317,7 +329,7 @@ pub(crate) fn overview_sentence(r: &Report) -> String {
         count(o.records),
         count(o.implicit_records),
         count(o.live),
-        offset_s(o.span_ns)
+        duration_ns(o.span_ns as f64)
     )
 }
 

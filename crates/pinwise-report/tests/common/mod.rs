@@ -39,11 +39,11 @@ impl SiteResolver for ScenarioSymbols {
     }
 }
 
-fn ev(ts: u64, pid: u32, kind: EventKind) -> Event {
+pub fn ev(ts: u64, pid: u32, kind: EventKind) -> Event {
     Event::new(ts, pid, pid, ProbeKind::Uprobe, kind)
 }
 
-fn alloc(ts: u64, pid: u32, start: u64, size: u64, kind: HostMemKind, site: Site) -> Event {
+pub fn alloc(ts: u64, pid: u32, start: u64, size: u64, kind: HostMemKind, site: Site) -> Event {
     Event::new(
         ts,
         pid,
@@ -59,7 +59,7 @@ fn alloc(ts: u64, pid: u32, start: u64, size: u64, kind: HostMemKind, site: Site
     .with_site(site)
 }
 
-fn copy(ts: u64, pid: u32, direction: Direction, host: u64, bytes: u64, site: Site) -> Event {
+pub fn copy(ts: u64, pid: u32, direction: Direction, host: u64, bytes: u64, site: Site) -> Event {
     ev(
         ts,
         pid,
