@@ -177,3 +177,168 @@ fn alloc(a: AllocArgs) -> anyhow::Result<ExitCode> {
     }
     Ok(ExitCode::SUCCESS)
 }
+
+#[cfg(test)]
+mod tests {
+    //! `pinwise bench alloc` and `pinwise calibrate` as a user runs them, on the CPU
+    //! stand-in for libcuda (a TEST FIXTURE): they run, and say their numbers are fixture
+    //! numbers. Runs the `pinwise` binary built next to this test.
+    use std::path::PathBuf;
+    use std::process::Command;
+
+    use pinwise_testkit::StandinLibs;
+
+    fn pinwise_binary() -> Option<PathBuf> {
+        let exe = std::env::current_exe().ok()?;
+        let bin = exe.parent()?.parent()?.join("pinwise");
+        bin.exists().then_some(bin)
+    }
+
+    fn binary_or_skip(test: &str) -> Option<PathBuf> {
+        match pinwise_binary() {
+            Some(b) => Some(b),
+            None if pinwise_testkit::in_ci() => {
+                panic!("{test}: the pinwise binary is not built (cargo build --workspace)")
+            }
+            None => {
+                eprintln!(
+                    "SKIPPED {test}: the pinwise binary is not built (cargo build --workspace)"
+                );
+                None
+            }
+        }
+    }
+
+    #[test]
+    fn bench_alloc_and_calibrate_run_on_the_standin_and_say_fixture() {
+        let test = "bench_alloc_and_calibrate_run_on_the_standin_and_say_fixture";
+        let Some(bin) = binary_or_skip(test) else {
+            return;
+        };
+        if !pinwise_testkit::require_locked_memory(test, 16 << 20) {
+            return;
+        }
+        let libs = StandinLibs::new();
+        let dir = tempfile::tempdir().unwrap();
+        let out = libs
+            .command(&bin)
+            .args([
+                "bench",
+                "alloc",
+                "--quick",
+                "--sizes",
+                "64K,1M",
+                "--target-bytes",
+                "16M",
+            ])
+            .arg("--out")
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(stdout.contains("TEST FIXTURE RUN"), "{stdout}");
+        for f in [
+            "alloc-runs.csv",
+            "alloc-summary.csv",
+            "alloc.md",
+            "alloc.svg",
+        ] {
+            let text = std::fs::read_to_string(dir.path().join(f)).unwrap();
+            assert!(
+                text.contains("TEST FIXTURE") || f == "alloc-summary.csv",
+                "{f}"
+            );
+        }
+
+        let cal = dir.path().join("cal.csv");
+        let out = libs
+            .command(&bin)
+            .args(["calibrate", "--sizes", "4K,1M", "--repeats", "2", "--out"])
+            .arg(&cal)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let csv = std::fs::read_to_string(&cal).unwrap();
+        assert!(
+            csv.starts_with("# pinwise calibration (source: TEST FIXTURE"),
+            "{csv}"
+        );
+        // The calibration it wrote is accepted by bench alloc.
+        let out = libs
+            .command(&bin)
+            .args([
+                "bench",
+                "alloc",
+                "--sizes",
+                "64K",
+                "--repeats",
+                "1",
+                "--target-bytes",
+                "1M",
+            ])
+            .args([
+                "--strategies",
+                "pageable,smart-profile-run,smart",
+                "--calibration",
+            ])
+            .arg(&cal)
+            .arg("--out")
+            .arg(dir.path().join("again"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    #[test]
+    fn bad_inputs_are_clear_errors() {
+        let Some(bin) = binary_or_skip("bad_inputs_are_clear_errors") else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let bad = dir.path().join("bad.csv");
+        std::fs::write(&bad, "size_bytes,nonsense\n1,2\n").unwrap();
+        let out = Command::new(&bin)
+            .args(["bench", "alloc", "--calibration"])
+            .arg(&bad)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("bad.csv") && err.contains("missing column"),
+            "{err}"
+        );
+
+        let out = Command::new(&bin)
+            .args(["bench", "alloc", "--quick"])
+            .env("PINWISE_LIBCUDA", dir.path().join("no-libcuda.so.1"))
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("needs the CUDA driver") && err.contains("no-libcuda.so.1"),
+            "{err}"
+        );
+
+        let out = Command::new(&bin)
+            .args(["bench", "alloc", "--strategies", "fastest"])
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("unknown strategy `fastest`"));
+    }
+}
