@@ -1,7 +1,8 @@
 //! Compiles the BPF programs in `src/bpf/` with clang into `OUT_DIR/<name>.bpf.o` (embedded
 //! in the library with `include_bytes!`) and generates their libbpf-rs skeletons, whose
-//! `types` module is the Rust side of `pinwise_events.h` (generated from the objects' BTF). Needs clang with the BPF target (Debian's `clang` package) and the kernel's
-//! UAPI headers (`linux-libc-dev`); `CLANG=/path/to/clang` picks another compiler.
+//! `types` module is the Rust side of `pinwise_events.h` (generated from the objects' BTF).
+//! Needs clang with the BPF target (Debian's `clang` package) and the kernel's UAPI headers
+//! (`linux-libc-dev`); `CLANG=/path/to/clang` picks another compiler.
 use std::env;
 use std::path::PathBuf;
 

@@ -32,10 +32,10 @@ use pinwise_core::{DumpFormat, Event, HistoryConfig, SharedHistory};
 
 use crate::error::TraceError;
 use crate::libs::{self, LaunchEnv, Libraries, LibraryOverrides};
-use crate::loader::{BpfConfig, KernelHookStatus, ProgramCost, Probes};
+use crate::loader::{BpfConfig, KernelHookStatus, Probes, ProgramCost};
 use crate::probes::{func_name, Library};
-use crate::raw::{self, counters, DecodeError, RawEvent};
 use crate::procmaps::ProcMaps;
+use crate::raw::{self, counters, DecodeError, RawEvent};
 use crate::sites::{SiteResolver, SiteStats};
 use crate::translate::{ProcessNews, TranslateStats, Translator};
 
@@ -234,10 +234,11 @@ impl TracerAgent {
         self.check_idle()?;
         let program = PathBuf::from(command.get_program());
         let env = launch_env(command);
-        let executable = libs::resolve_program(&program, &env).ok_or_else(|| TraceError::Launch {
-            program: program.display().to_string(),
-            source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such program"),
-        })?;
+        let executable =
+            libs::resolve_program(&program, &env).ok_or_else(|| TraceError::Launch {
+                program: program.display().to_string(),
+                source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such program"),
+            })?;
         let libs = libs::for_command(&executable, &env)
             .with_overrides(&self.config.libraries, Some(&executable));
         if libs.has_no_driver() {
@@ -368,7 +369,10 @@ impl TracerAgent {
             ("tracer.returns_without_entry", s.returns_without_entry),
             ("tracer.user_read_failures", s.user_read_failures),
             ("tracer.failed_cuda_calls", s.translate.failed_cuda_calls),
-            ("tracer.cuda_internal_mmaps", s.translate.cuda_internal_mmaps),
+            (
+                "tracer.cuda_internal_mmaps",
+                s.translate.cuda_internal_mmaps,
+            ),
             ("tracer.sites_unknown", s.translate.sites_unknown),
             ("tracer.uprobes", s.uprobes as u64),
         ]);
@@ -441,10 +445,12 @@ impl TracerAgent {
             .as_ref()
             .ok_or(TraceError::State("periodic dumps need a running trace"))?;
         let appender = match format {
-            DumpFormat::Binary => Some(BinaryAppender::create(path).map_err(|e| TraceError::Dump {
-                path: path.to_path_buf(),
-                detail: e.to_string(),
-            })?),
+            DumpFormat::Binary => {
+                Some(BinaryAppender::create(path).map_err(|e| TraceError::Dump {
+                    path: path.to_path_buf(),
+                    detail: e.to_string(),
+                })?)
+            }
             DumpFormat::Json => None,
         };
         *running.shared.dump.lock() = Some(PeriodicDump {
@@ -460,9 +466,13 @@ impl TracerAgent {
 
     /// The last error of the periodic dump, if its latest write failed.
     pub fn periodic_dump_error(&self) -> Option<String> {
-        self.running
-            .as_ref()
-            .and_then(|r| r.shared.dump.lock().as_ref().and_then(|d| d.last_error.clone()))
+        self.running.as_ref().and_then(|r| {
+            r.shared
+                .dump
+                .lock()
+                .as_ref()
+                .and_then(|d| d.last_error.clone())
+        })
     }
 }
 
@@ -641,10 +651,9 @@ fn attach_loop(probes: &Mutex<Probes>, jobs: std::sync::mpsc::Receiver<(u32, Pro
                 }
                 match probes.lock().attach_library(path, library) {
                     Ok(0) => {}
-                    Ok(n) => tracing::info!(
-                        "PID {pid} mapped {}: {n} uprobes attached",
-                        path.display()
-                    ),
+                    Ok(n) => {
+                        tracing::info!("PID {pid} mapped {}: {n} uprobes attached", path.display())
+                    }
                     Err(e) => tracing::debug!("{}: {e}", path.display()),
                 }
             }

@@ -117,7 +117,10 @@ const SELF_TEST_ARGS: (u64, u64, u64) = (0x5157_0001, 0x5157_0002, 4242);
 /// Capability bits of this process (`CapEff` of `/proc/self/status`).
 fn effective_capabilities() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let hex = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?.trim();
+    let hex = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))?
+        .trim();
     u64::from_str_radix(hex, 16).ok()
 }
 
@@ -350,10 +353,17 @@ fn attach_self_test_uprobe(probes: &mut Probes) -> Result<String, String> {
         .find(addr)
         .filter(|m| m.is_file())
         .ok_or("the self-test function is in no file mapping")?;
-    let path = m.file_path().ok_or("the self-test function's file has no path")?;
+    let path = m
+        .file_path()
+        .ok_or("the self-test function's file has no path")?;
     let offset = m.file_offset(addr);
     probes
-        .attach_raw_uprobe(Path::new(path), offset, "copy_htod", crate::probes::UPROBES[0].func)
+        .attach_raw_uprobe(
+            Path::new(path),
+            offset,
+            "copy_htod",
+            crate::probes::UPROBES[0].func,
+        )
         .map_err(|e| format!("attaching a uprobe to {path}+{offset:#x}: {e}"))?;
     Ok(format!("{path}+{offset:#x}"))
 }

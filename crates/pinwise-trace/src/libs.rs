@@ -84,20 +84,22 @@ impl Libraries {
 
     /// Applies `--libcuda`/`--libcudart`: an override replaces the search for that role
     /// (the executable stays a runtime candidate, for static cudart).
+    /// An override is kept even if the file does not exist, so that the error names it.
     pub fn with_overrides(self, overrides: &LibraryOverrides, executable: Option<&Path>) -> Self {
         let driver = match &overrides.libcuda {
             Some(p) => vec![p.clone()],
             None => self.driver,
         };
         let runtime = match &overrides.libcudart {
-            Some(p) => executable
-                .map(Path::to_path_buf)
-                .into_iter()
-                .chain([p.clone()])
-                .collect(),
+            Some(p) => {
+                let mut runtime =
+                    Libraries::from_candidates([], executable.map(Path::to_path_buf)).runtime;
+                runtime.push(p.clone());
+                runtime
+            }
             None => self.runtime,
         };
-        Libraries::from_candidates(driver, runtime)
+        Libraries { driver, runtime }
     }
 
     /// Whether no driver library was found.

@@ -17,7 +17,8 @@ use blazesym::inspect::source::{Elf as InspectElf, Source as InspectSource};
 use blazesym::inspect::Inspector;
 use blazesym::SymType;
 use libbpf_rs::{
-    Link, MapCore, MapFlags, Object, ObjectBuilder, OpenObject, TracepointCategory, UprobeOpts,
+    Link, MapCore, MapFlags, Object, ObjectBuilder, OpenObject, TracepointCategory,
+    UprobeMultiOpts, UprobeOpts,
 };
 
 use crate::error::TraceError;
@@ -115,6 +116,9 @@ pub struct Probes {
     known_files: HashSet<(u64, u64)>,
     stats_fd: Option<OwnedFd>,
     stats_error: Option<String>,
+    /// Uprobes go through `uprobe_multi` links (one per program and file): attaching is
+    /// faster and detaching waits for one grace period per link, not per probe.
+    multi: bool,
 }
 
 fn open(bytes: &[u8], name: &str) -> Result<OpenObject, TraceError> {
@@ -173,6 +177,15 @@ pub fn ringbuf_size(requested: u32) -> u32 {
         .unwrap_or(1 << 31)
 }
 
+/// Whether this kernel has `uprobe_multi` links (Linux 6.6 and later).
+pub fn uprobe_multi_supported() -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut parts = release.trim().split(|c: char| !c.is_ascii_digit());
+    let major: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    let minor: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    (major, minor) >= (6, 6)
+}
+
 /// Whether the kernel has BTF for itself (`/sys/kernel/btf/vmlinux`).
 pub fn has_vmlinux_btf() -> bool {
     Path::new("/sys/kernel/btf/vmlinux").exists()
@@ -209,6 +222,17 @@ impl Probes {
     /// apply). Uprobes come later, per library ([`Probes::attach_library`]).
     pub fn load(config: &BpfConfig) -> Result<Probes, TraceError> {
         route_libbpf_logs();
+        if uprobe_multi_supported() {
+            match Self::load_with(config, true) {
+                Ok(p) => return Ok(p),
+                Err(e @ TraceError::NotPermitted { .. }) => return Err(e),
+                Err(e) => tracing::debug!("loading with uprobe_multi failed ({e}); without"),
+            }
+        }
+        Self::load_with(config, false)
+    }
+
+    fn load_with(config: &BpfConfig, multi: bool) -> Result<Probes, TraceError> {
         let mut open_main = open(MAIN_OBJECT, "pinwise")?;
         set_rodata(&mut open_main, config, true);
         let btf = has_vmlinux_btf();
@@ -227,6 +251,10 @@ impl Probes {
             } else if name == FORK_TRACEPOINT.0 {
                 prog.set_autoload(!btf);
             }
+            let section = prog.section().to_string_lossy();
+            if multi && (section.starts_with("uprobe") || section.starts_with("uretprobe")) {
+                prog.set_attach_type(libbpf_rs::ProgramAttachType::TraceUprobeMulti);
+            }
         }
         let main = open_main.load().map_err(|e| TraceError::from_load(&e))?;
 
@@ -239,6 +267,7 @@ impl Probes {
             known_files: HashSet::new(),
             stats_fd: None,
             stats_error: None,
+            multi,
         };
 
         let mut tracepoints: Vec<(&str, &str, &str)> = TRACEPOINTS.to_vec();
@@ -399,8 +428,9 @@ impl Probes {
         }
         let specs: Vec<&UprobeSpec> = UPROBES.iter().filter(|s| s.library == library).collect();
         let offsets = symbol_offsets(path, specs.iter().map(|s| s.symbol))?;
-        let mut attached = 0;
-        let mut errors = Vec::new();
+        // (program, retprobe) -> the probes it gets in this file.
+        type Group<'a> = ((&'static str, bool), Vec<(&'a UprobeSpec, u64)>);
+        let mut groups: Vec<Group> = Vec::new();
         for spec in specs {
             let Some(&offset) = offsets.get(spec.symbol) else {
                 continue;
@@ -408,25 +438,62 @@ impl Probes {
             let progs = [(spec.entry, false)]
                 .into_iter()
                 .chain(spec.ret.map(|r| (r, true)));
-            for (program, retprobe) in progs {
-                let prog = self.program(program)?;
-                let opts = UprobeOpts {
-                    cookie: spec.func as u64,
+            for key in progs {
+                match groups.iter_mut().find(|(k, _)| *k == key) {
+                    Some((_, list)) => list.push((spec, offset)),
+                    None => groups.push((key, vec![(spec, offset)])),
+                }
+            }
+        }
+        let mut attached = 0;
+        let mut errors = Vec::new();
+        for ((program, retprobe), probes) in groups {
+            let prog = self.program(program)?;
+            let links: Vec<(Result<Link, libbpf_rs::Error>, Vec<&UprobeSpec>)> = if self.multi {
+                let opts = UprobeMultiOpts {
+                    offsets: probes.iter().map(|(_, o)| *o as usize).collect(),
+                    cookies: probes.iter().map(|(s, _)| u64::from(s.func)).collect(),
                     retprobe,
                     ..Default::default()
                 };
-                match prog.attach_uprobe_with_opts(-1, path, offset as usize, opts) {
+                vec![(
+                    prog.attach_uprobe_multi_with_opts(-1, path, "", opts),
+                    probes.iter().map(|(s, _)| *s).collect(),
+                )]
+            } else {
+                probes
+                    .iter()
+                    .map(|(spec, offset)| {
+                        let opts = UprobeOpts {
+                            cookie: u64::from(spec.func),
+                            retprobe,
+                            ..Default::default()
+                        };
+                        (
+                            prog.attach_uprobe_with_opts(-1, path, *offset as usize, opts),
+                            vec![*spec],
+                        )
+                    })
+                    .collect()
+            };
+            for (link, specs) in links {
+                match link {
                     Ok(link) => {
                         self.links.push(link);
-                        self.uprobes.push(AttachedUprobe {
-                            symbol: spec.symbol,
-                            path: path.to_path_buf(),
-                            program,
-                            retprobe,
-                        });
-                        attached += 1;
+                        for spec in specs {
+                            self.uprobes.push(AttachedUprobe {
+                                symbol: spec.symbol,
+                                path: path.to_path_buf(),
+                                program,
+                                retprobe,
+                            });
+                            attached += 1;
+                        }
                     }
-                    Err(e) => errors.push(format!("{}: {e:#}", spec.symbol)),
+                    Err(e) => {
+                        let names: Vec<&str> = specs.iter().map(|s| s.symbol).collect();
+                        errors.push(format!("{}: {e:#}", names.join(", ")));
+                    }
                 }
             }
         }
@@ -453,17 +520,25 @@ impl Probes {
         program: &'static str,
         func: u32,
     ) -> Result<(), TraceError> {
-        let opts = UprobeOpts {
-            cookie: u64::from(func),
-            ..Default::default()
+        let prog = self.program(program)?;
+        let link = if self.multi {
+            let opts = UprobeMultiOpts {
+                offsets: vec![offset as usize],
+                cookies: vec![u64::from(func)],
+                ..Default::default()
+            };
+            prog.attach_uprobe_multi_with_opts(-1, path, "", opts)
+        } else {
+            let opts = UprobeOpts {
+                cookie: u64::from(func),
+                ..Default::default()
+            };
+            prog.attach_uprobe_with_opts(-1, path, offset as usize, opts)
         };
-        let link = self
-            .program(program)?
-            .attach_uprobe_with_opts(-1, path, offset as usize, opts)
-            .map_err(|e| TraceError::Attach {
-                what: format!("uprobe {program} on {}+{offset:#x}", path.display()),
-                detail: format!("{e:#}"),
-            })?;
+        let link = link.map_err(|e| TraceError::Attach {
+            what: format!("uprobe {program} on {}+{offset:#x}", path.display()),
+            detail: format!("{e:#}"),
+        })?;
         self.links.push(link);
         Ok(())
     }
@@ -559,6 +634,23 @@ impl Probes {
             }
         }
         out
+    }
+}
+
+impl Drop for Probes {
+    /// Detaches every probe. Each detach waits for the kernel's grace periods (30-110 ms
+    /// each on the dev VM); dropping the links from several threads lets those waits
+    /// overlap.
+    fn drop(&mut self) {
+        let links = std::mem::take(&mut self.links);
+        std::thread::scope(|scope| {
+            for link in links {
+                // If no thread can be started, the closure (and the link) is dropped here.
+                let _ = std::thread::Builder::new()
+                    .name("pinwise-detach".into())
+                    .spawn_scoped(scope, move || drop(link));
+            }
+        });
     }
 }
 

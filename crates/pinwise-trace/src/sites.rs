@@ -281,7 +281,9 @@ impl SiteResolver {
             .by_file
             .get_mut(&place.file)
             .expect("places are made from known files");
-        let module = *entry.id.get_or_insert_with(|| modules.intern(&entry.identity));
+        let module = *entry
+            .id
+            .get_or_insert_with(|| modules.intern(&entry.identity));
         Site {
             module,
             offset: place.offset,
