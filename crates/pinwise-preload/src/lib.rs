@@ -67,6 +67,7 @@
 mod backend;
 mod clock;
 pub mod config;
+pub mod elf;
 mod guard;
 mod hooks;
 mod pinning;

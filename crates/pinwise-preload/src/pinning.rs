@@ -282,6 +282,12 @@ impl Pinning {
         PROMOTED_RANGES.activate(e);
         c.set_state(PROMOTED);
         HookStats::bump(&stats.promotions_on_transfers);
+        tracing::debug!(
+            host,
+            span,
+            reg_len,
+            "hot pageable buffer registered in place"
+        );
         let stamp = rec.stamp();
         rec.record(
             stamp,
@@ -395,6 +401,11 @@ impl Pinning {
         }
         PROMOTED_RANGES.activate(e);
         HookStats::bump(&stats.promotions_on_queries);
+        tracing::debug!(
+            start,
+            size,
+            "served pageable allocation registered before a query"
+        );
         let stamp = rec.stamp();
         rec.record(
             stamp,

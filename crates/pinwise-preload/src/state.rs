@@ -161,7 +161,10 @@ extern "C" fn in_forked_child() {
 }
 
 extern "C" fn at_exit() {
-    let Some(st) = current() else { return };
+    let Some(st) = current() else {
+        write_idle_stats();
+        return;
+    };
     // SAFETY: getpid has no preconditions.
     if st.pid != unsafe { libc::getpid() } as u32 {
         return;
@@ -233,14 +236,35 @@ impl State {
                 }
             }
         }
-        if config.promote_pageable && !FREE_HOOKS_EFFECTIVE.load(Ordering::Relaxed) {
-            config.promote_pageable = false;
-            problems.push(
-                "the program defines its own free/realloc/munmap: pinwise cannot see its \
-                 buffers freed, so it does not register them (in-place promotion is off)"
-                    .into(),
-            );
+        if config.promote_pageable {
+            let own = std::fs::read_link("/proc/self/exe")
+                .ok()
+                .and_then(|exe| {
+                    crate::elf::defined_functions(&exe, &["free", "realloc", "munmap"]).ok()
+                })
+                .unwrap_or_default();
+            if !own.is_empty() || !FREE_HOOKS_EFFECTIVE.load(Ordering::Relaxed) {
+                config.promote_pageable = false;
+                problems.push(format!(
+                    "the program defines its own {}: pinwise cannot see its buffers freed, so \
+                     it does not register them (in-place promotion is off)",
+                    if own.is_empty() {
+                        "free/realloc/munmap".to_string()
+                    } else {
+                        own.join("/")
+                    }
+                ));
+            }
         }
+        tracing::info!(
+            pid,
+            mode = config.mode.as_str(),
+            budget = ?config.budget_bytes,
+            promote_pageable = config.promote_pageable,
+            keep_pinned = config.keep_pinned,
+            "pinwise-preload {} active",
+            env!("CARGO_PKG_VERSION")
+        );
         let modules = ModuleTable::shared();
         let top_process = GENERATION.load(Ordering::Acquire) == 1
             && config.launcher_pid.is_none_or(|l| l == ppid);
@@ -408,6 +432,13 @@ impl State {
                 tracing::warn!(path = %path.display(), error = %e, "pinwise: statistics not written");
             }
         }
+        tracing::info!(
+            events,
+            snapshot,
+            history = ?stats.history.path,
+            profile = ?stats.profile.path,
+            "pinwise-preload outputs written"
+        );
     }
 
     /// `path` for this process: itself for the process `pinwise run` started, else
@@ -418,6 +449,37 @@ impl State {
         }
         per_process_path(path, self.pid)
     }
+}
+
+/// At exit of a process that never needed pinwise (no CUDA host-memory call): if it is the
+/// process `pinwise run` started, a statistics file saying so (so that `pinwise run` knows
+/// the library was loaded).
+fn write_idle_stats() {
+    let _inside = Inside::enter();
+    let _ = std::panic::catch_unwind(|| {
+        if !enabled() || GENERATION.load(Ordering::Acquire) != 1 {
+            return;
+        }
+        let Some(dir) = std::env::var_os(crate::config::env::STATS_DIR) else {
+            return;
+        };
+        // SAFETY: getpid/getppid have no preconditions.
+        let (pid, ppid) = unsafe { (libc::getpid() as u32, libc::getppid() as u32) };
+        let launcher = std::env::var(crate::config::env::LAUNCHER_PID)
+            .ok()
+            .and_then(|v| v.parse::<u32>().ok());
+        if launcher.is_some_and(|l| l != ppid) {
+            return;
+        }
+        let mut stats = ProcessStats::from_hooks(&HookStats::default());
+        stats.pid = pid;
+        stats.top_process = true;
+        stats.mode = std::env::var(crate::config::env::MODE).unwrap_or_else(|_| "adaptive".into());
+        stats.allocator_unavailable = Some("no CUDA host-memory call was made".into());
+        if let Ok(bytes) = serde_json::to_vec_pretty(&stats) {
+            let _ = write_file(&PathBuf::from(dir).join(format!("{pid}.json")), &bytes);
+        }
+    });
 }
 
 /// `<stem>.<pid>.<ext>` beside `path` (`<name>.<pid>` when it has no extension).

@@ -1,0 +1,130 @@
+//! Which functions an ELF file defines, from its symbol tables (`.symtab` when not stripped,
+//! and `.dynsym`). Used once per process to see whether the executable brings its own
+//! `free`, `realloc` or `munmap`: calls bound inside the executable never reach pinwise's
+//! hooks, so pinwise must then not register the program's memory.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+const SHT_SYMTAB: u32 = 2;
+const SHT_DYNSYM: u32 = 11;
+const STT_FUNC: u8 = 2;
+const STT_GNU_IFUNC: u8 = 10;
+/// Symbol tables larger than this are not read (a huge unstripped binary): unknown.
+const MAX_TABLE: u64 = 64 << 20;
+
+fn read_at(f: &File, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; len];
+    f.read_exact_at(&mut buf, offset)?;
+    Ok(buf)
+}
+
+fn u16_at(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// The names among `wanted` that `path` defines as functions (64-bit little-endian ELF).
+/// `Err` when the file cannot be read or is not such an ELF file.
+pub fn defined_functions(path: &Path, wanted: &[&str]) -> std::io::Result<Vec<String>> {
+    let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_string());
+    let f = File::open(path)?;
+    let header = read_at(&f, 0, 64)?;
+    if &header[..4] != b"\x7fELF" || header[4] != 2 || header[5] != 1 {
+        return Err(bad("not a 64-bit little-endian ELF file"));
+    }
+    let shoff = u64_at(&header, 0x28);
+    let shentsize = u16_at(&header, 0x3a) as usize;
+    let shnum = u16_at(&header, 0x3c) as usize;
+    if shentsize < 64 || shnum == 0 {
+        return Ok(Vec::new());
+    }
+    let sections = read_at(&f, shoff, shentsize * shnum)?;
+    let section = |i: usize| &sections[i * shentsize..i * shentsize + 64];
+    let mut found = Vec::new();
+    for i in 0..shnum {
+        let sh = section(i);
+        let kind = u32_at(sh, 4);
+        if kind != SHT_SYMTAB && kind != SHT_DYNSYM {
+            continue;
+        }
+        let (offset, size, link) = (u64_at(sh, 24), u64_at(sh, 32), u32_at(sh, 40) as usize);
+        if link >= shnum || size > MAX_TABLE {
+            continue;
+        }
+        let strings = section(link);
+        let (str_off, str_size) = (u64_at(strings, 24), u64_at(strings, 32));
+        if str_size > MAX_TABLE {
+            continue;
+        }
+        let symbols = read_at(&f, offset, size as usize)?;
+        let names = read_at(&f, str_off, str_size as usize)?;
+        for sym in symbols.chunks_exact(24) {
+            let info = sym[4];
+            let defined = u16_at(sym, 6) != 0;
+            let func = matches!(info & 0xf, STT_FUNC | STT_GNU_IFUNC);
+            let bind = info >> 4;
+            if !(defined && func && (bind == 1 || bind == 2)) {
+                continue;
+            }
+            let start = u32_at(sym, 0) as usize;
+            let Some(rest) = names.get(start..) else {
+                continue;
+            };
+            let name = &rest[..rest.iter().position(|&b| b == 0).unwrap_or(rest.len())];
+            if let Some(w) = wanted.iter().find(|w| w.as_bytes() == name) {
+                if !found.iter().any(|f: &String| f == w) {
+                    found.push(w.to_string());
+                }
+            }
+        }
+    }
+    Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_what_this_test_binary_defines_and_not_what_it_does_not() {
+        let exe = std::env::current_exe().unwrap();
+        let found = defined_functions(&exe, &["main", "free", "munmap"]).unwrap();
+        assert_eq!(found, vec!["main".to_string()]);
+    }
+
+    #[test]
+    fn libc_defines_free() {
+        // Whatever libc this test runs on: find it through this process's maps.
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let libc = maps
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(5))
+            .find(|p| p.contains("libc.so"))
+            .expect("libc is mapped");
+        let found = defined_functions(Path::new(libc), &["free", "no_such_function"]).unwrap();
+        assert_eq!(found, vec!["free".to_string()]);
+    }
+
+    #[test]
+    fn non_elf_input_is_an_error_not_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("x");
+        std::fs::write(
+            &p,
+            b"not an elf file at all, just text long enough for a header ........",
+        )
+        .unwrap();
+        assert!(defined_functions(&p, &["free"]).is_err());
+        std::fs::write(&p, b"\x7fELF").unwrap();
+        assert!(defined_functions(&p, &["free"]).is_err(), "truncated");
+    }
+}
