@@ -18,7 +18,7 @@ use pinwise_core::{Decision, Direction, PinMethod, Policy};
 
 use crate::input::{InputInfo, Loaded};
 use crate::sites::{SiteLabel, SiteNames, SiteResolver};
-use crate::text::{wrap, Align, Table, WIDTH};
+use crate::text::{plural, wrap, Align, Table, WIDTH};
 use crate::units::{bytes, count, duration_ns, fit, percent};
 
 /// What to compare, and how sensitively.
@@ -606,10 +606,10 @@ pub fn render_text(d: &DiffReport) -> String {
     let mut out = String::new();
     let side = |name: &str, s: &Side| {
         format!(
-            "{name}: {} ({}): {} processes, {} tags at {} sites, {} allocations, {} transfers, {}",
+            "{name}: {} ({}): {}, {} tags at {} sites, {} allocations, {} transfers, {}",
             s.input.path,
             s.input.kind.describe(),
-            count(s.processes),
+            plural(s.processes, "process", "processes"),
             count(s.tags),
             count(s.sites),
             count(s.allocations),

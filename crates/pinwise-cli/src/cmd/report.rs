@@ -311,4 +311,215 @@ pub(crate) mod tests {
         assert!(plain.location.is_none());
         assert!(plain.short().contains("+0x"), "{}", plain.short());
     }
+
+    /// `pinwise report`, `export` and `diff` (the built binary) on histories that
+    /// `pinwise run` and `pinwise trace` wrote for a program on the CPU stand-ins for
+    /// libcuda and libcudart (TEST FIXTURES, not a GPU): `bench/gpu/trace/workload.c`,
+    /// which prints what it did.
+    mod standin_runs {
+        use std::process::{Command, Output};
+
+        use pinwise_core::Direction;
+        use pinwise_testkit::{compile_c, require_bpf, StandinLibs};
+        use serde_json::Value;
+
+        use super::*;
+
+        fn workload(libs: &StandinLibs, dir: &Path) -> PathBuf {
+            let src =
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/gpu/trace/workload.c");
+            let exe = dir.join("workload");
+            let mut args: Vec<String> = vec!["-DPINWISE_STANDIN".into()];
+            args.extend(libs.cudart_link_args());
+            args.extend(libs.cuda_link_args());
+            args.push("-lpthread".into());
+            compile_c(&src, &exe, &args);
+            exe
+        }
+
+        /// The `pinwise` binary cargo built next to this test (`target/<profile>/pinwise`).
+        fn pinwise() -> Command {
+            let exe = std::env::current_exe().unwrap();
+            let bin = exe
+                .parent()
+                .and_then(Path::parent)
+                .map(|d| d.join("pinwise"))
+                .unwrap();
+            assert!(
+                bin.is_file(),
+                "{} is missing: build the workspace first (scripts/test.sh does)",
+                bin.display()
+            );
+            Command::new(bin)
+        }
+
+        fn ok(output: Output, what: &str) -> Output {
+            assert!(
+                output.status.success(),
+                "{what} failed ({}):\n{}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+            );
+            output
+        }
+
+        /// Runs `pinwise <how> -o out -- workload 2`; returns what the workload says it did.
+        fn record(libs: &StandinLibs, how: &[&str], out: &Path) -> Value {
+            let dir = out.parent().unwrap();
+            let exe = workload(libs, dir);
+            let output = ok(
+                pinwise()
+                    .env("LD_LIBRARY_PATH", libs.ld_library_path())
+                    .args(how)
+                    .arg("-o")
+                    .arg(out)
+                    .arg("--")
+                    .arg(&exe)
+                    .arg("2")
+                    .output()
+                    .unwrap(),
+                &format!("pinwise {}", how.join(" ")),
+            );
+            serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+                panic!(
+                    "the workload's output is not JSON ({e}): {}",
+                    String::from_utf8_lossy(&output.stdout)
+                )
+            })
+        }
+
+        /// Checks report (text, JSON, HTML) and export on one history against what the
+        /// workload did.
+        fn check_outputs(history: &Path, expected: &Value) {
+            let dir = history.parent().unwrap();
+            let json = ok(
+                pinwise()
+                    .arg("report")
+                    .arg(history)
+                    .arg("--json")
+                    .output()
+                    .unwrap(),
+                "pinwise report --json",
+            );
+            let report: Value = serde_json::from_slice(&json.stdout).unwrap();
+            for d in [Direction::HtoD, Direction::DtoH, Direction::DtoD] {
+                let row = &report["directions"][d.index()];
+                assert_eq!(row["direction"], d.as_str());
+                assert_eq!(row["transfers"], expected[d.as_str()]["transfers"], "{d:?}");
+                assert_eq!(row["bytes"], expected[d.as_str()]["bytes"], "{d:?}");
+            }
+            let hot = report["hotspots"].as_array().unwrap();
+            assert!(!hot.is_empty());
+            for row in hot {
+                let loc = &row["site"]["location"];
+                assert_eq!(loc["function"], "worker", "{row}");
+                assert!(
+                    loc["file"].as_str().unwrap().ends_with("workload.c"),
+                    "{row}"
+                );
+                assert!(loc["line"].as_u64().unwrap() > 0, "{row}");
+            }
+            let text = ok(
+                pinwise()
+                    .arg("report")
+                    .arg(history)
+                    .arg("--html")
+                    .arg(dir.join("r.html"))
+                    .output()
+                    .unwrap(),
+                "pinwise report --html",
+            );
+            let text = String::from_utf8(text.stdout).unwrap();
+            assert!(text.contains("worker (workload.c:"), "{text}");
+            assert!(text.lines().all(|l| l.chars().count() <= 100), "{text}");
+            let page = std::fs::read_to_string(dir.join("r.html")).unwrap();
+            assert_eq!(page.matches("<svg").count(), pinwise_report::html::PLOTS);
+            let trace = dir.join("t.json");
+            ok(
+                pinwise()
+                    .arg("export")
+                    .arg(history)
+                    .arg("--perfetto")
+                    .arg(&trace)
+                    .output()
+                    .unwrap(),
+                "pinwise export",
+            );
+            let v: Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
+            let events = v["traceEvents"].as_array().unwrap();
+            for e in events {
+                for field in ["name", "ph", "ts", "pid", "tid"] {
+                    assert!(e.get(field).is_some(), "no {field} in {e}");
+                }
+                if e["ph"] == "X" {
+                    assert!(e["dur"].as_f64().unwrap() >= 0.0, "{e}");
+                }
+            }
+            let copies = events.iter().filter(|e| e["cat"] == "transfer").count() as u64;
+            let host_copies = expected["HtoD"]["transfers"].as_u64().unwrap()
+                + expected["DtoH"]["transfers"].as_u64().unwrap();
+            assert_eq!(copies, host_copies, "every host copy is a slice");
+        }
+
+        fn diff_matches(a: &Path, b: &Path) {
+            let out = ok(
+                pinwise()
+                    .arg("diff")
+                    .arg(a)
+                    .arg(b)
+                    .arg("--json")
+                    .args(["--fail-under", "1"])
+                    .output()
+                    .unwrap(),
+                "pinwise diff",
+            );
+            let d: Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert_eq!(d["tags"]["only_a"], 0, "{d}");
+            assert_eq!(d["tags"]["only_b"], 0, "{d}");
+            assert!(d["tags"]["matched"].as_u64().unwrap() > 0, "{d}");
+            assert!(d["module_changes"].as_array().unwrap().is_empty(), "{d}");
+        }
+
+        #[test]
+        fn histories_written_by_pinwise_run() {
+            let libs = StandinLibs::new();
+            let preload = libs
+                .cuda_standin()
+                .parent()
+                .unwrap()
+                .join("libpinwise_preload.so");
+            assert!(
+                preload.is_file(),
+                "{} is missing: build the workspace first",
+                preload.display()
+            );
+            let dir = tempfile::tempdir().unwrap();
+            let preload = preload.display().to_string();
+            let mut files = Vec::new();
+            for run in 1..=2 {
+                let out = dir.path().join(format!("run{run}.bin"));
+                let expected = record(&libs, &["run", "--preload", &preload], &out);
+                check_outputs(&out, &expected);
+                files.push(out);
+            }
+            diff_matches(&files[0], &files[1]);
+        }
+
+        #[test]
+        fn histories_written_by_pinwise_trace() {
+            if !require_bpf("histories_written_by_pinwise_trace") {
+                return;
+            }
+            let libs = StandinLibs::new();
+            let dir = tempfile::tempdir().unwrap();
+            let mut files = Vec::new();
+            for (run, format) in [(1, "bin"), (2, "json")] {
+                let out = dir.path().join(format!("trace{run}.{format}"));
+                let expected = record(&libs, &["trace", "--format", format], &out);
+                check_outputs(&out, &expected);
+                files.push(out);
+            }
+            diff_matches(&files[0], &files[1]);
+        }
+    }
 }
