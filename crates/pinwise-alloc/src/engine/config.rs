@@ -1,0 +1,188 @@
+//! How an [`super::Engine`] is set up: its mode, the flags of a request, and where advice (use
+//! mode) and events (profile mode) come from and go.
+
+use std::sync::Arc;
+
+use pinwise_core::{Event, ModuleTable, Policy, Tag};
+
+use crate::budget::default_budget_bytes;
+use crate::error::AllocError;
+use crate::predict::DEFAULT_HISTORY_BITS;
+
+/// How the allocator decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Learn within the run, per call site (no profile).
+    Adaptive,
+    /// Behave as adaptive and record what happens, for a profile written at the end.
+    Profile,
+    /// Follow a profile's advice where it matches this run; adaptive elsewhere.
+    Use,
+}
+
+impl Mode {
+    /// `adaptive`, `profile` or `use`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Mode::Adaptive => "adaptive",
+            Mode::Profile => "profile",
+            Mode::Use => "use",
+        }
+    }
+}
+
+/// Flags of one allocation request (a C-friendly bit set).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AllocFlags(pub u32);
+
+impl AllocFlags {
+    /// No constraint: the engine decides.
+    pub const NONE: AllocFlags = AllocFlags(0);
+    /// The caller needs page-locked memory (e.g. it asked CUDA for pinned memory): pin it or
+    /// fail, never serve it pageable.
+    pub const REQUIRE_PINNED: AllocFlags = AllocFlags(1);
+    /// Never pin this allocation (not even by promotion).
+    pub const NEVER_PIN: AllocFlags = AllocFlags(2);
+
+    /// Whether all bits of `other` are set.
+    pub const fn contains(self, other: AllocFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+/// What a profile advises for one allocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Advised {
+    /// Pin it.
+    Pin,
+    /// Leave it pageable.
+    Pageable,
+    /// The profile knows nothing that matches (other tag, other size): decide adaptively.
+    Unknown,
+}
+
+/// Advice for use mode: implemented by [`crate::plan::Plan`] (a profile planned with
+/// pinwise-core's policy), or by anything else that can say pin or not per tag.
+pub trait Advice: Send + Sync {
+    /// The advice for allocation `tag` of `size` bytes.
+    fn advise(&self, tag: &Tag, size: usize) -> Advised;
+}
+
+/// Receives the engine's events (profile mode): implemented by
+/// [`crate::record::HistoryRecorder`], which feeds a `MemHistory` and writes the profile.
+pub trait Recorder: Send + Sync {
+    /// One event; called outside the engine's locks.
+    fn record(&self, event: Event);
+    /// Called once when the engine shuts down (writes the profile).
+    fn finish(&self) -> Result<(), AllocError>;
+}
+
+/// Settings of an [`Engine`].
+#[derive(Clone)]
+pub struct EngineConfig {
+    /// How decisions are made.
+    pub mode: Mode,
+    /// Hard cap on pinned bytes; `None`: a quarter of the machine's memory.
+    pub budget_bytes: Option<u64>,
+    /// Freed large pageable mappings kept for reuse; `None`: an eighth of the machine's
+    /// memory.
+    pub pageable_cache_bytes: Option<usize>,
+    /// Smallest pinned segment obtained at once (small blocks are carved from it).
+    pub min_segment_bytes: usize,
+    /// Outcomes remembered per call site by the predictor.
+    pub history_bits: u8,
+    /// Advise large pageable mappings to use transparent huge pages, and populate them at
+    /// allocation (see [`crate::pageable`]).
+    pub huge_pages: bool,
+    /// Most reuses a new pinned block is credited with (from the site's run of hot outcomes).
+    pub max_reuse_credit: u32,
+    /// pinwise-core's policy (and its cost model): every pin-or-not decision is its.
+    pub policy: Arc<Policy>,
+    /// Use mode: the advice (a planned profile).
+    pub advice: Option<Arc<dyn Advice>>,
+    /// Profile mode: where events go.
+    pub recorder: Option<Arc<dyn Recorder>>,
+    /// The module table call sites are interned in (shared with the advice and recorder).
+    pub modules: Arc<ModuleTable>,
+}
+
+impl std::fmt::Debug for EngineConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineConfig")
+            .field("mode", &self.mode)
+            .field("budget_bytes", &self.budget_bytes)
+            .field("pageable_cache_bytes", &self.pageable_cache_bytes)
+            .field("min_segment_bytes", &self.min_segment_bytes)
+            .field("history_bits", &self.history_bits)
+            .field("huge_pages", &self.huge_pages)
+            .field("max_reuse_credit", &self.max_reuse_credit)
+            .field("advice", &self.advice.is_some())
+            .field("recorder", &self.recorder.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl EngineConfig {
+    /// Adaptive mode with defaults, deciding with `policy`.
+    pub fn new(policy: Policy) -> Self {
+        EngineConfig {
+            mode: Mode::Adaptive,
+            budget_bytes: None,
+            pageable_cache_bytes: None,
+            min_segment_bytes: 64 * 1024,
+            history_bits: DEFAULT_HISTORY_BITS,
+            huge_pages: true,
+            max_reuse_credit: 8,
+            policy: Arc::new(policy),
+            advice: None,
+            recorder: None,
+            modules: ModuleTable::shared(),
+        }
+    }
+}
+
+impl EngineConfig {
+    /// Use mode following `profile`, planned with this configuration's costs, budget and
+    /// module table. The plan's summary is logged.
+    pub fn with_profile(mut self, profile: &pinwise_core::profile::Profile) -> Self {
+        let budget = self.budget_bytes.unwrap_or_else(default_budget_bytes);
+        let plan = crate::plan::Plan::new(profile, &self.policy, budget, &self.modules);
+        let s = plan.summary();
+        tracing::info!(
+            entries = s.entries,
+            pinned = s.pinned,
+            peak_bytes = s.peak_bytes,
+            unknown_modules = s.unknown_modules,
+            "use mode: profile planned"
+        );
+        self.mode = Mode::Use;
+        self.advice = Some(Arc::new(plan));
+        self
+    }
+
+    /// Use mode following the profile in `path`. A profile that cannot be read is an error
+    /// that names the file and the problem.
+    pub fn with_profile_file(self, path: &std::path::Path) -> Result<Self, AllocError> {
+        let profile =
+            pinwise_core::profile::Profile::load(path).map_err(|e| AllocError::Profile {
+                path: path.display().to_string(),
+                message: e.to_string(),
+            })?;
+        Ok(self.with_profile(&profile))
+    }
+
+    /// Profile mode: record the run; the profile is written to `output` (if any) when the
+    /// engine shuts down, and is available from the returned recorder.
+    pub fn recording(
+        mut self,
+        output: Option<std::path::PathBuf>,
+    ) -> (Self, Arc<crate::record::HistoryRecorder>) {
+        let rec = Arc::new(crate::record::HistoryRecorder::new(
+            self.modules.clone(),
+            output,
+        ));
+        self.mode = Mode::Profile;
+        self.recorder = Some(rec.clone());
+        (self, rec)
+    }
+}

@@ -1,0 +1,578 @@
+//! The engine: decides, per allocation, pinned or pageable, and serves it.
+//!
+//! It works on raw pointers, call sites and flags, so that the Rust API
+//! ([`crate::HostAllocator`]), the C ABI and the preload library all drive the same code.
+//! One `Engine` is one allocator instance; there is no global state.
+//!
+//! For each allocation the engine
+//! 1. derives the tag (call site + call number at that site),
+//! 2. asks, in order: the caller's flags (pinned required?), the advice of a profile (use
+//!    mode; only where the tag and size match and the site has not proved the advice wrong),
+//!    and otherwise the site's pattern-history predictor (adaptive behaviour), weighing the
+//!    predicted saving against what pinning would cost *now* (nothing when a pooled block
+//!    is free; registering touched memory when the pageable cache has some; else
+//!    allocating pinned),
+//! 3. serves it from the pinned pool (within the budget) or the pageable path; any failure
+//!    to pin falls back to pageable memory and is counted.
+//!
+//! Transfers are learned through [`Engine::note_transfer`]. A pageable mapping whose
+//! transfers have already saved what registering it costs is registered in place
+//! ("promoted"): the ski-rental rule, never worse than twice the best choice in hindsight.
+//! When an allocation is freed its outcome (would pinning it have paid?) trains its site's
+//! predictor.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+use pinwise_core::policy::PredictedTransfers;
+use pinwise_core::{
+    Direction, Event, EventKind, HostMemKind, HostState, PinMethod, Policy, ProbeKind, Site, Tag,
+};
+
+mod config;
+mod decide;
+mod serve;
+
+pub use config::{Advice, Advised, AllocFlags, EngineConfig, Mode, Recorder};
+use decide::SiteState;
+
+use crate::backend::{PinBackend, StreamHandle};
+use crate::budget::{default_budget_bytes, PinBudget};
+use crate::callsite::SiteResolver;
+use crate::costs;
+use crate::error::AllocError;
+use crate::events::EventPool;
+use crate::grade::{graded_size, PAGE};
+use crate::pageable::{self, PageableCache};
+use crate::pool::PinnedPool;
+use crate::stats::{AllocStats, Counters};
+
+/// One allocation handed out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Allocation {
+    /// First byte (page-aligned for pinned blocks and large pageable mappings).
+    pub ptr: *mut u8,
+    /// Bytes asked for.
+    pub size: usize,
+    /// Whether it was served page-locked.
+    pub pinned: bool,
+    /// Its identity: call site and call number.
+    pub tag: Tag,
+}
+
+/// Where an allocation's memory came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// A block of the pinned pool.
+    PoolBlock,
+    /// Its own anonymous mapping (pageable, promotable).
+    Mapping,
+    /// The global heap (small pageable).
+    Heap,
+    /// Its own `cuMemHostAlloc` with non-default CUDA flags (not pooled).
+    Dedicated,
+}
+
+/// Why memory that was wanted pinned was not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PinRefusal {
+    /// The budget had no room (counted in `budget_refusals`).
+    Budget,
+    /// The driver refused (counted in `fallbacks`).
+    Driver,
+}
+
+/// State of a pageable mapping with respect to promotion.
+const PAGEABLE: u8 = 0;
+const PROMOTING: u8 = 1;
+const PROMOTED: u8 = 2;
+const NO_PROMOTION: u8 = 3;
+
+/// Whether and how a profile's advice was followed for an allocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Planned {
+    /// Not advised (not use mode, or the advice did not match).
+    No,
+    /// The advice said pin, and it was followed.
+    Pin,
+    /// The advice said pageable, and it was followed.
+    Pageable,
+}
+
+/// The engine's record of a live allocation.
+#[derive(Debug)]
+pub(crate) struct Live {
+    pub(crate) start: usize,
+    pub(crate) size: usize,
+    /// Length of the block or mapping behind it.
+    block_len: usize,
+    pub(crate) tag: Tag,
+    origin: Origin,
+    flags: AllocFlags,
+    planned: Planned,
+    /// For mappings: PAGEABLE, PROMOTING, PROMOTED or NO_PROMOTION.
+    promotion: AtomicU8,
+    /// Transfers and bytes per direction (index [`Direction::index`]).
+    transfers: [AtomicU32; 4],
+    bytes: [AtomicU64; 4],
+    /// Streams with asynchronous copies on this allocation (deduplicated, small).
+    async_streams: Mutex<Vec<StreamHandle>>,
+}
+
+impl Live {
+    /// The transfers seen so far, as a prediction of "the same again".
+    fn seen(&self) -> PredictedTransfers {
+        let mut t = PredictedTransfers::none();
+        for d in 0..4 {
+            t.count[d] = self.transfers[d].load(Ordering::Relaxed) as f64;
+            t.bytes[d] = self.bytes[d].load(Ordering::Relaxed) as f64;
+        }
+        t
+    }
+
+    pub(crate) fn is_pinned(&self) -> bool {
+        match self.origin {
+            Origin::PoolBlock | Origin::Dedicated => true,
+            Origin::Mapping => self.promotion.load(Ordering::Acquire) == PROMOTED,
+            Origin::Heap => false,
+        }
+    }
+}
+
+/// The smart pinning allocator's engine. See the module documentation.
+pub struct Engine {
+    backend: Arc<dyn PinBackend>,
+    mode: Mode,
+    policy: Arc<Policy>,
+    advice: Option<Arc<dyn Advice>>,
+    recorder: Option<Arc<dyn Recorder>>,
+    budget: PinBudget,
+    pool: Mutex<PinnedPool>,
+    pageable: Mutex<PageableCache>,
+    events: EventPool,
+    live: RwLock<BTreeMap<usize, Arc<Live>>>,
+    sites: Mutex<HashMap<Site, SiteState>>,
+    resolver: SiteResolver,
+    counters: Counters,
+    min_segment: usize,
+    history_bits: u8,
+    huge_pages: bool,
+    max_reuse_credit: u32,
+    /// Bytes pinned outside the pool: promoted mappings and dedicated blocks.
+    pinned_outside_pool: AtomicU64,
+    pid: u32,
+    shut_down: std::sync::atomic::AtomicBool,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("mode", &self.mode)
+            .field("backend", &self.backend.describe())
+            .field("budget", &self.budget)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Engine {
+    /// An engine on `backend` with `config`.
+    pub fn new(backend: Arc<dyn PinBackend>, config: EngineConfig) -> Result<Self, AllocError> {
+        if config.mode == Mode::Use && config.advice.is_none() {
+            return Err(AllocError::Config(
+                "use mode needs advice (a profile); none was given".into(),
+            ));
+        }
+        if config.mode == Mode::Profile && config.recorder.is_none() {
+            return Err(AllocError::Config(
+                "profile mode needs a recorder (where to write the profile); none was given".into(),
+            ));
+        }
+        let budget = config.budget_bytes.unwrap_or_else(default_budget_bytes);
+        // The cache of touched pageable mappings does not depend on the pinned budget: a
+        // tight budget leaves more buffers pageable, and they are worth keeping touched.
+        let cache = config
+            .pageable_cache_bytes
+            .unwrap_or((default_budget_bytes() / 2).min(usize::MAX as u64) as usize);
+        Ok(Engine {
+            backend,
+            mode: config.mode,
+            policy: config.policy,
+            advice: config.advice,
+            recorder: config.recorder,
+            budget: PinBudget::new(budget),
+            pool: Mutex::new(PinnedPool::new()),
+            pageable: Mutex::new(PageableCache::new(cache)),
+            events: EventPool::new(),
+            live: RwLock::new(BTreeMap::new()),
+            sites: Mutex::new(HashMap::new()),
+            resolver: SiteResolver::new(config.modules),
+            counters: Counters::default(),
+            min_segment: config.min_segment_bytes.max(PAGE).next_multiple_of(PAGE),
+            history_bits: config.history_bits,
+            huge_pages: config.huge_pages,
+            max_reuse_credit: config.max_reuse_credit.max(1),
+            pinned_outside_pool: AtomicU64::new(0),
+            pid: std::process::id(),
+            shut_down: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
+    /// The mode.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &Arc<dyn PinBackend> {
+        &self.backend
+    }
+
+    /// The resolver that turns return addresses and source locations into sites.
+    pub fn sites(&self) -> &SiteResolver {
+        &self.resolver
+    }
+
+    /// The pinned budget.
+    pub fn budget(&self) -> &PinBudget {
+        &self.budget
+    }
+
+    /// A snapshot of the statistics.
+    pub fn stats(&self) -> AllocStats {
+        let pool = self.pool.lock();
+        let pool_bytes = pool.segment_bytes() as u64;
+        let pending = pool.pending_count() as u64;
+        drop(pool);
+        let cached = self.pageable.lock().cached_bytes() as u64;
+        self.counters.snapshot(
+            &self.budget,
+            pool_bytes,
+            self.pinned_outside_pool.load(Ordering::Relaxed),
+            pending,
+            cached,
+            self.live.read().len() as u64,
+        )
+    }
+
+    /// Allocates `size` bytes for call site `site`. Fails only when no memory at all can be
+    /// had, or when `flags` require pinned memory and it cannot be pinned.
+    pub fn alloc(
+        &self,
+        size: usize,
+        site: Site,
+        flags: AllocFlags,
+    ) -> Result<Allocation, AllocError> {
+        self.alloc_with_cuda_flags(size, site, flags, 0)
+    }
+
+    /// As [`Engine::alloc`], with CUDA host-allocation flags (`CU_MEMHOSTALLOC_*`) for a
+    /// required pinned allocation: non-zero flags get a dedicated `cuMemHostAlloc` with them.
+    pub fn alloc_with_cuda_flags(
+        &self,
+        size: usize,
+        site: Site,
+        flags: AllocFlags,
+        cuda_flags: u32,
+    ) -> Result<Allocation, AllocError> {
+        if size == 0 {
+            return Err(AllocError::ZeroSize);
+        }
+        if size > isize::MAX as usize / 2 {
+            return Err(AllocError::TooLarge(size));
+        }
+        let graded = graded_size(size);
+        let (tag, want_pin, planned) = self.decide(size, graded, site, flags);
+        let required = flags.contains(AllocFlags::REQUIRE_PINNED);
+
+        let mut served: Option<(usize, usize, Origin)> = None;
+        if want_pin {
+            let r = if required && cuda_flags != 0 {
+                self.alloc_dedicated(graded, cuda_flags)
+            } else {
+                self.alloc_pinned_block(graded)
+            };
+            match r {
+                Ok(s) => served = Some(s),
+                Err(_) if required => return Err(AllocError::PinningUnavailable { size }),
+                // Counted as a budget refusal where the budget refused.
+                Err(PinRefusal::Budget) => {}
+                Err(PinRefusal::Driver) => {
+                    self.counters.fallbacks.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        let planned = if served.is_none() && planned == Planned::Pin {
+            Planned::No
+        } else {
+            planned
+        };
+        let (start, len, origin) = match served {
+            Some(s) => s,
+            None => self.alloc_pageable(size)?,
+        };
+        let live = Arc::new(Live {
+            start,
+            size,
+            block_len: len,
+            tag,
+            origin,
+            flags,
+            planned,
+            promotion: AtomicU8::new(
+                if origin == Origin::Mapping && !flags.contains(AllocFlags::NEVER_PIN) {
+                    PAGEABLE
+                } else {
+                    NO_PROMOTION
+                },
+            ),
+            transfers: Default::default(),
+            bytes: Default::default(),
+            async_streams: Mutex::new(Vec::new()),
+        });
+        let pinned = live.is_pinned();
+        self.live.write().insert(start, live);
+        self.counters.allocations.fetch_add(1, Ordering::Relaxed);
+        if pinned {
+            self.counters
+                .pinned_allocations
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        self.emit(
+            Some(site),
+            EventKind::Alloc {
+                start: start as u64,
+                size: size as u64,
+                kind: if pinned {
+                    HostMemKind::PinnedAlloc
+                } else {
+                    HostMemKind::Pageable
+                },
+                flags: cuda_flags,
+            },
+        );
+        Ok(Allocation {
+            ptr: start as *mut u8,
+            size,
+            pinned,
+            tag,
+        })
+    }
+
+    /// Frees an allocation made by this engine. A pointer it did not hand out is an error
+    /// and nothing is touched.
+    ///
+    /// # Safety
+    /// The memory is not used after this call (asynchronous copies recorded through
+    /// [`Engine::note_transfer`] may still be in flight: the engine waits for them).
+    pub unsafe fn free(&self, ptr: *mut u8) -> Result<(), AllocError> {
+        let live = self
+            .live
+            .write()
+            .remove(&(ptr as usize))
+            .ok_or(AllocError::UnknownPointer(ptr as usize))?;
+        self.release(&live);
+        Ok(())
+    }
+
+    /// Frees a live allocation the caller holds (a [`crate::HostBuffer`] being dropped).
+    pub(crate) fn free_live(&self, live: &Arc<Live>) {
+        let removed = self.live.write().remove(&live.start);
+        debug_assert!(removed.is_some_and(|r| Arc::ptr_eq(&r, live)));
+        self.release(live);
+    }
+
+    pub(crate) fn live_of(&self, ptr: usize) -> Option<Arc<Live>> {
+        self.live.read().get(&ptr).cloned()
+    }
+
+    /// The size asked for the live allocation starting at `ptr`, and whether it is pinned now.
+    pub fn lookup(&self, ptr: *const u8) -> Option<(usize, bool)> {
+        self.live
+            .read()
+            .get(&(ptr as usize))
+            .map(|l| (l.size, l.is_pinned()))
+    }
+
+    /// Notes a copy of `bytes` between the allocation containing `ptr` and the device, on
+    /// `stream` when asynchronous. Call it just before issuing the copy: a pageable mapping
+    /// whose transfers already paid for registering it is promoted first, so this copy runs
+    /// pinned. Returns whether the host side is pinned for the copy; `None` when `ptr` is in
+    /// no allocation of this engine.
+    pub fn note_transfer(
+        &self,
+        ptr: *const u8,
+        bytes: usize,
+        direction: Direction,
+        stream: Option<StreamHandle>,
+    ) -> Option<bool> {
+        let live = self.find_containing(ptr as usize)?;
+        Some(self.note_transfer_on(&live, ptr as usize, bytes, direction, stream))
+    }
+
+    pub(crate) fn note_transfer_on(
+        &self,
+        live: &Live,
+        host: usize,
+        bytes: usize,
+        direction: Direction,
+        stream: Option<StreamHandle>,
+    ) -> bool {
+        let d = direction.index();
+        live.transfers[d].fetch_add(1, Ordering::Relaxed);
+        live.bytes[d].fetch_add(bytes as u64, Ordering::Relaxed);
+        if let Some(s) = stream {
+            let mut streams = live.async_streams.lock();
+            if !streams.contains(&s) {
+                streams.push(s);
+            }
+        }
+        // Ski rental: register a pageable mapping in place once the transfers it has seen
+        // would have paid for registering it (the policy's decision on what was seen).
+        if live.origin == Origin::Mapping
+            && live.promotion.load(Ordering::Acquire) == PAGEABLE
+            && costs::decide(
+                &self.policy,
+                live.block_len as u64,
+                live.seen(),
+                u64::MAX,
+                PinMethod::RegisterTouched,
+            )
+            .pin
+        {
+            self.promote(live);
+        }
+        let pinned = live.is_pinned();
+        if pinned {
+            self.counters
+                .transfers_pinned
+                .fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.counters
+                .transfers_pageable
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        self.emit(
+            None,
+            EventKind::Transfer {
+                direction,
+                host: host as u64,
+                device: 0,
+                bytes: bytes as u64,
+                is_async: stream.is_some(),
+                stream: stream.map_or(0, |s| s.0),
+                host_state: if pinned {
+                    HostState::Pinned
+                } else {
+                    HostState::Pageable
+                },
+            },
+        );
+        pinned
+    }
+
+    pub(crate) fn find_containing(&self, addr: usize) -> Option<Arc<Live>> {
+        let live = self.live.read();
+        let (_, l) = live.range(..=addr).next_back()?;
+        (addr < l.start + l.size.max(1)).then(|| l.clone())
+    }
+
+    /// Releases every idle pinned segment and the pageable cache (keeps blocks in use).
+    pub fn trim(&self) {
+        self.reclaim_pending();
+        let idle = self.pool.lock().take_free_segments(usize::MAX);
+        for seg in idle {
+            self.release_segment(seg);
+        }
+        let cached = self.pageable.lock().drain();
+        for (a, l) in cached {
+            // SAFETY: cached mappings are ours, unregistered and unused.
+            unsafe { pageable::unmap(a as *mut u8, l) };
+        }
+    }
+
+    fn emit(&self, site: Option<Site>, kind: EventKind) {
+        let Some(rec) = &self.recorder else { return };
+        let mut ev = Event::new(
+            monotonic_ns(),
+            self.pid,
+            current_tid(),
+            ProbeKind::AllocatorCallback,
+            kind,
+        );
+        ev.site = site;
+        rec.record(ev);
+    }
+
+    /// Shuts down: waits for pending copies, releases the pool and the cache, and lets the
+    /// recorder write its profile. Allocations still live are left alone (their memory is
+    /// not freed). Called by `Drop`; calling it earlier reports the recorder's error. Only
+    /// the first call does anything; the engine should not be used afterwards.
+    pub fn shutdown(&self) -> Result<(), AllocError> {
+        if self.shut_down.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let still_live = self.live.read().len();
+        if still_live > 0 {
+            tracing::warn!(
+                still_live,
+                "pinwise allocator shut down with allocations still live; their memory is kept"
+            );
+        }
+        // Wait for every pending block's copies.
+        {
+            let mut pool = self.pool.lock();
+            let backend = &self.backend;
+            let done = pool.reclaim(|e| {
+                let _ = backend.synchronize_event(e);
+                true
+            });
+            drop(pool);
+            self.events.put_back(done);
+        }
+        self.trim();
+        self.events.destroy_all(&*self.backend);
+        match &self.recorder {
+            Some(r) => r.finish(),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        if let Err(e) = self.shutdown() {
+            tracing::error!(error = %e, "pinwise allocator: writing the profile failed");
+        }
+    }
+}
+
+/// Touches one byte per page so the pages are populated.
+///
+/// # Safety
+/// `p..p+len` is writable memory nobody else uses.
+unsafe fn touch_pages(p: *mut u8, len: usize) {
+    let mut off = 0;
+    while off < len {
+        // SAFETY: inside the caller's writable range.
+        unsafe { p.add(off).write_volatile(0) };
+        off += PAGE;
+    }
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds (what the kernel's `bpf_ktime_get_ns` returns).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn current_tid() -> u32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() as u32 }
+}

@@ -1,0 +1,388 @@
+//! Serving and giving back memory: pool blocks (growing the pool within the budget, the
+//! cheapest way), dedicated pinned blocks, pageable memory, in-place promotion of a hot
+//! pageable mapping, and what happens when an allocation is freed.
+
+use std::sync::atomic::Ordering;
+
+use pinwise_core::{EventKind, PinMethod};
+
+use super::touch_pages;
+use super::{Engine, Live, Origin, PinRefusal, NO_PROMOTION, PAGEABLE, PROMOTED, PROMOTING};
+use crate::backend::{EventHandle, StreamHandle};
+use crate::costs;
+use crate::error::AllocError;
+use crate::grade::PAGE;
+use crate::pageable::{self, MMAP_FROM};
+use crate::pool::{Segment, SegmentOrigin};
+
+impl Engine {
+    /// Registers a live pageable mapping in place, within the budget.
+    pub(super) fn promote(&self, live: &Live) {
+        if live
+            .promotion
+            .compare_exchange(PAGEABLE, PROMOTING, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return;
+        }
+        if !self.budget.try_reserve(live.block_len as u64) {
+            self.counters
+                .budget_refusals
+                .fetch_add(1, Ordering::Relaxed);
+            // Try again at a later transfer: the budget may have room by then.
+            live.promotion.store(PAGEABLE, Ordering::Release);
+            return;
+        }
+        let t = std::time::Instant::now();
+        // SAFETY: `live.start..+len` is our own anonymous mapping, alive until the allocation
+        // is freed, and `release` unregisters it before reusing or unmapping it.
+        let r = unsafe { self.backend.register(live.start as *mut u8, live.block_len) };
+        self.counters.add_pin_time(t.elapsed());
+        match r {
+            Ok(()) => {
+                self.pinned_outside_pool
+                    .fetch_add(live.block_len as u64, Ordering::Relaxed);
+                self.counters.promotions.fetch_add(1, Ordering::Relaxed);
+                self.counters.pins_register.fetch_add(1, Ordering::Relaxed);
+                live.promotion.store(PROMOTED, Ordering::Release);
+                self.emit(
+                    None,
+                    EventKind::PinPages {
+                        start: live.start as u64,
+                        bytes: live.block_len as u64,
+                        pages: Some((live.block_len / PAGE) as u64),
+                    },
+                );
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "promotion failed; staying pageable");
+                self.budget.release(live.block_len as u64);
+                self.counters.fallbacks.fetch_add(1, Ordering::Relaxed);
+                live.promotion.store(NO_PROMOTION, Ordering::Release);
+            }
+        }
+    }
+
+    /// A block from the pinned pool, growing it within the budget if needed.
+    pub(super) fn alloc_pinned_block(
+        &self,
+        graded: usize,
+    ) -> Result<(usize, usize, Origin), PinRefusal> {
+        self.reclaim_pending();
+        if let Some(addr) = self.pool.lock().take(graded) {
+            self.counters.pool_hits.fetch_add(1, Ordering::Relaxed);
+            return Ok((addr, graded, Origin::PoolBlock));
+        }
+        self.counters.pool_misses.fetch_add(1, Ordering::Relaxed);
+        let seg_len = graded.max(self.min_segment);
+        // Prefer registering a touched mapping from the pageable cache when that is cheaper.
+        let (fresh_method, fresh_cost) = costs::cheapest_fresh(&self.policy, seg_len as u64);
+        let touched = if costs::register_touched_ns(&self.policy, seg_len as u64) < fresh_cost {
+            self.pageable.lock().take(seg_len)
+        } else {
+            None
+        };
+        let reserve = touched.map_or(seg_len, |(_, l)| l);
+        if !self.reserve_or_trim(reserve as u64) {
+            if let Some((a, l)) = touched {
+                self.return_mapping(a, l);
+            }
+            return Err(PinRefusal::Budget);
+        }
+        let t = std::time::Instant::now();
+        let segment = match touched {
+            Some((addr, len)) => self.register_mapping(addr, len),
+            None => match fresh_method {
+                PinMethod::MallocHost => self.alloc_pinned_segment(seg_len),
+                PinMethod::RegisterTouched => {
+                    pageable::map_anonymous(seg_len, self.huge_pages).and_then(|p| {
+                        // Touch it, as the cost model assumed, then register.
+                        // SAFETY: a fresh mapping of `seg_len` writable bytes.
+                        unsafe { touch_pages(p, seg_len) };
+                        self.register_mapping(p as usize, seg_len)
+                    })
+                }
+            },
+        };
+        self.counters.add_pin_time(t.elapsed());
+        match segment {
+            Some(seg) => {
+                debug_assert_eq!(seg.len, reserve);
+                let addr = self
+                    .pool
+                    .lock()
+                    .add_segment(seg, graded)
+                    .expect("taking from a fresh segment");
+                Ok((addr, graded, Origin::PoolBlock))
+            }
+            None => {
+                self.budget.release(reserve as u64);
+                Err(PinRefusal::Driver)
+            }
+        }
+    }
+
+    /// A dedicated pinned allocation with CUDA flags (not pooled).
+    pub(super) fn alloc_dedicated(
+        &self,
+        graded: usize,
+        cuda_flags: u32,
+    ) -> Result<(usize, usize, Origin), PinRefusal> {
+        if !self.reserve_or_trim(graded as u64) {
+            return Err(PinRefusal::Budget);
+        }
+        let t = std::time::Instant::now();
+        let r = self.backend.alloc_pinned(graded, cuda_flags);
+        self.counters.add_pin_time(t.elapsed());
+        match r {
+            Ok(p) => {
+                self.counters.pins_alloc.fetch_add(1, Ordering::Relaxed);
+                self.pinned_outside_pool
+                    .fetch_add(graded as u64, Ordering::Relaxed);
+                Ok((p as usize, graded, Origin::Dedicated))
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "dedicated pinned allocation failed");
+                self.budget.release(graded as u64);
+                Err(PinRefusal::Driver)
+            }
+        }
+    }
+
+    pub(super) fn alloc_pinned_segment(&self, len: usize) -> Option<Segment> {
+        match self.backend.alloc_pinned(len, 0) {
+            Ok(p) => {
+                self.counters.pins_alloc.fetch_add(1, Ordering::Relaxed);
+                Some(Segment {
+                    base: p as usize,
+                    len,
+                    origin: SegmentOrigin::AllocPinned,
+                })
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "cuMemHostAlloc for the pool failed");
+                None
+            }
+        }
+    }
+
+    /// Registers our own mapping as a pool segment; on failure the mapping goes back to the
+    /// pageable cache.
+    pub(super) fn register_mapping(&self, addr: usize, len: usize) -> Option<Segment> {
+        // SAFETY: `addr..addr+len` is an anonymous mapping this engine owns and that nobody
+        // uses; it stays mapped while it is a pool segment.
+        match unsafe { self.backend.register(addr as *mut u8, len) } {
+            Ok(()) => {
+                self.counters.pins_register.fetch_add(1, Ordering::Relaxed);
+                Some(Segment {
+                    base: addr,
+                    len,
+                    origin: SegmentOrigin::RegisteredMapping,
+                })
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "registering a mapping for the pool failed");
+                self.return_mapping(addr, len);
+                None
+            }
+        }
+    }
+
+    /// Reserves `bytes` of budget, releasing idle pool segments first if that makes room.
+    pub(super) fn reserve_or_trim(&self, bytes: u64) -> bool {
+        if self.budget.try_reserve(bytes) {
+            return true;
+        }
+        let need = (self.budget.reserved() + bytes).saturating_sub(self.budget.cap());
+        let idle = self.pool.lock().take_free_segments(need as usize);
+        if idle.is_empty() {
+            self.counters
+                .budget_refusals
+                .fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        for seg in idle {
+            self.release_segment(seg);
+        }
+        if self.budget.try_reserve(bytes) {
+            true
+        } else {
+            self.counters
+                .budget_refusals
+                .fetch_add(1, Ordering::Relaxed);
+            false
+        }
+    }
+
+    /// Unpins a segment taken out of the pool and releases its budget.
+    pub(super) fn release_segment(&self, seg: Segment) {
+        let t = std::time::Instant::now();
+        match seg.origin {
+            SegmentOrigin::AllocPinned => {
+                // SAFETY: the segment came from alloc_pinned and was removed from the pool.
+                if let Err(e) = unsafe { self.backend.free_pinned(seg.base as *mut u8) } {
+                    tracing::warn!(error = %e, "cuMemFreeHost of a pool segment failed");
+                }
+            }
+            SegmentOrigin::RegisteredMapping => {
+                // SAFETY: the segment is a mapping we registered, removed from the pool.
+                match unsafe { self.backend.unregister(seg.base as *mut u8) } {
+                    Ok(()) => self.return_mapping(seg.base, seg.len),
+                    Err(e) => {
+                        // Still locked: never reuse or unmap it. Leak it rather than risk
+                        // handing out memory the driver believes is registered.
+                        tracing::warn!(error = %e, "unregistering a pool segment failed");
+                    }
+                }
+            }
+        }
+        self.counters.add_unpin_time(t.elapsed());
+        self.budget.release(seg.len as u64);
+    }
+
+    /// Pageable memory: a cached or new mapping for large sizes, the heap for small ones.
+    pub(super) fn alloc_pageable(&self, size: usize) -> Result<(usize, usize, Origin), AllocError> {
+        if size < MMAP_FROM {
+            let layout = std::alloc::Layout::from_size_align(size, 64)
+                .map_err(|_| AllocError::TooLarge(size))?;
+            // SAFETY: `size > 0` (checked by alloc), so the layout is non-zero. Zeroed so that
+            // the bytes are initialized (buffers hand them out as `&[u8]`).
+            let p = unsafe { std::alloc::alloc_zeroed(layout) };
+            if p.is_null() {
+                return Err(AllocError::OutOfMemory(size));
+            }
+            return Ok((p as usize, size, Origin::Heap));
+        }
+        let len = pageable::mapping_len(size);
+        if let Some((a, l)) = self.pageable.lock().take(len) {
+            self.counters
+                .pageable_cache_hits
+                .fetch_add(1, Ordering::Relaxed);
+            return Ok((a, l, Origin::Mapping));
+        }
+        match pageable::map_anonymous(len, self.huge_pages) {
+            Some(p) => Ok((p as usize, len, Origin::Mapping)),
+            None => Err(AllocError::OutOfMemory(size)),
+        }
+    }
+
+    /// Returns a mapping to the pageable cache, unmapping what the cache evicts.
+    pub(super) fn return_mapping(&self, addr: usize, len: usize) {
+        let evicted = self.pageable.lock().put(addr, len);
+        for (a, l) in evicted {
+            // SAFETY: evicted mappings are ours, unregistered and unused.
+            unsafe { pageable::unmap(a as *mut u8, l) };
+        }
+    }
+
+    /// Polls the events of pending pool blocks and frees those whose copies completed.
+    pub(super) fn reclaim_pending(&self) {
+        let mut pool = self.pool.lock();
+        if pool.pending_count() == 0 {
+            return;
+        }
+        let backend = &self.backend;
+        let done = pool.reclaim(|e| backend.event_completed(e).unwrap_or(false));
+        drop(pool);
+        self.events.put_back(done);
+    }
+
+    /// Events recorded now on each stream in `streams`, for a block freed with copies
+    /// possibly in flight. A stream whose event cannot be had is synchronized instead.
+    pub(super) fn completion_events(&self, streams: &[StreamHandle]) -> Vec<EventHandle> {
+        let mut out = Vec::with_capacity(streams.len());
+        for &s in streams {
+            let recorded = self.events.take(&*self.backend).and_then(|e| {
+                match self.backend.record_event(e, s) {
+                    Ok(()) => Ok(e),
+                    Err(err) => {
+                        self.events.put_back([e]);
+                        Err(err)
+                    }
+                }
+            });
+            match recorded {
+                Ok(e) => out.push(e),
+                Err(e) => {
+                    tracing::debug!(error = %e, "no event for a freed block; synchronizing");
+                    let _ = self.backend.synchronize_stream(s);
+                }
+            }
+        }
+        out
+    }
+
+    /// Gives back a live allocation's memory and trains its site with its outcome.
+    pub(crate) fn release(&self, live: &Live) {
+        let hot = self.learn_outcome(live);
+        let streams = std::mem::take(&mut *live.async_streams.lock());
+        match live.origin {
+            Origin::PoolBlock => {
+                let events = self.completion_events(&streams);
+                let ok = self.pool.lock().give_back(live.start, events);
+                debug_assert!(ok, "a live pool block is in use in the pool");
+            }
+            Origin::Dedicated => {
+                for s in &streams {
+                    let _ = self.backend.synchronize_stream(*s);
+                }
+                let t = std::time::Instant::now();
+                // SAFETY: a dedicated block from alloc_pinned, freed once (removed from `live`).
+                if let Err(e) = unsafe { self.backend.free_pinned(live.start as *mut u8) } {
+                    tracing::warn!(error = %e, "cuMemFreeHost failed");
+                }
+                self.counters.add_unpin_time(t.elapsed());
+                self.pinned_outside_pool
+                    .fetch_sub(live.block_len as u64, Ordering::Relaxed);
+                self.budget.release(live.block_len as u64);
+            }
+            Origin::Mapping => {
+                for s in &streams {
+                    let _ = self.backend.synchronize_stream(*s);
+                }
+                // Wait out a promotion in progress on another thread (a racing transfer).
+                while live.promotion.load(Ordering::Acquire) == PROMOTING {
+                    std::hint::spin_loop();
+                }
+                if live.promotion.load(Ordering::Acquire) == PROMOTED {
+                    self.pinned_outside_pool
+                        .fetch_sub(live.block_len as u64, Ordering::Relaxed);
+                    if hot {
+                        // Adopt it: the site is hot, its next allocation will want a pinned
+                        // block of this size, and this one is already pinned and touched.
+                        self.pool.lock().add_segment(
+                            Segment {
+                                base: live.start,
+                                len: live.block_len,
+                                origin: SegmentOrigin::RegisteredMapping,
+                            },
+                            0,
+                        );
+                        self.counters.adoptions.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        self.release_segment(Segment {
+                            base: live.start,
+                            len: live.block_len,
+                            origin: SegmentOrigin::RegisteredMapping,
+                        });
+                    }
+                } else {
+                    self.return_mapping(live.start, live.block_len);
+                }
+            }
+            Origin::Heap => {
+                let layout = std::alloc::Layout::from_size_align(live.size, 64)
+                    .expect("layout was valid at allocation");
+                // SAFETY: allocated by alloc_pageable with this layout, freed once.
+                unsafe { std::alloc::dealloc(live.start as *mut u8, layout) };
+            }
+        }
+        let _ = live.flags;
+        self.emit(
+            Some(live.tag.site),
+            EventKind::Free {
+                start: live.start as u64,
+            },
+        );
+    }
+}
