@@ -48,6 +48,15 @@ pub fn decide(
     })
 }
 
+/// Whether an allocation with transfers `t` (seen, or predicted) is worth holding pinned at
+/// all: it is copied more than once, and pinning makes its copies faster. A buffer copied
+/// once gains at most one faster copy, while its pinned memory stays pinned for its whole
+/// life; pinned memory is for reused buffers. (Whether a worthy allocation is then pinned is
+/// the policy's decision on what pinning it costs.)
+pub fn worth_pinning(p: &Policy, t: &PredictedTransfers) -> bool {
+    t.total() >= 2.0 && p.saving_ns(t) > 0.0
+}
+
 /// `t` scaled so that its total is `count` transfers (same mix of directions and sizes).
 pub fn scaled(t: &PredictedTransfers, count: f64) -> PredictedTransfers {
     let total = t.total();

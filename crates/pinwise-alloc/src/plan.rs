@@ -8,12 +8,11 @@
 //! max) and charges each candidate the cost of growing the pool's peak by its increase.
 //!
 //! 1. Each profile entry gets its predicted saving: its transfers per direction times what
-//!    one such transfer saves when pinned (cost model). Only *hot* entries are candidates:
-//!    those whose own transfers pay for pinning them in place (the policy's decision for
-//!    registering touched memory), the same notion of hot the adaptive mode learns. A buffer
-//!    copied once, whose one copy does not pay for pinning it, stays pageable even where the
-//!    pool could amortize a block over many such buffers: that would hold pinned memory for
-//!    one copy per buffer.
+//!    one such transfer saves when pinned (cost model). Only entries worth pinning at all are
+//!    candidates: copied more than once, faster pinned ([`costs::worth_pinning`]; the same
+//!    notion of hot the adaptive mode learns). A buffer copied once stays pageable even where
+//!    the pool could amortize a block over many such buffers: that would hold pinned memory
+//!    for one faster copy per buffer.
 //! 2. Call sites, most saving per byte first, are tried *as a group* (all their entries with
 //!    a saving): a site whose allocations recur one after another needs one block for all
 //!    of them, and its summed saving is weighed against that one block. A group that does
@@ -112,15 +111,7 @@ impl Plan {
             let saving = policy.saving_ns(&transfers);
             advice.insert(key, (graded, false));
             let (s, t) = (coord(e.start_ns), coord(end_of(e)));
-            let hot = costs::decide(
-                policy,
-                graded as u64,
-                transfers,
-                u64::MAX,
-                PinMethod::RegisterTouched,
-            )
-            .pin;
-            if hot && saving > 0.0 {
+            if costs::worth_pinning(policy, &transfers) {
                 candidates.push(Candidate {
                     key,
                     graded,

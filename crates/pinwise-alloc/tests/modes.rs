@@ -244,3 +244,50 @@ fn a_tight_budget_keeps_the_plan_within_it() {
     assert!(pinned.iter().all(|p| p.iter().filter(|&&x| x).count() <= 1));
     assert!(r.mock.peak_pinned_bytes() <= 3 * MIB as u64);
 }
+
+#[test]
+fn small_hot_buffers_are_pinned_through_the_pool() {
+    // At 64 KiB, 16 copies do not pay for registering one buffer (~150 us on the H200), but
+    // one pooled block serves the site's allocation in every iteration: the plan pins it.
+    let w = Workload {
+        size: 64 << 10,
+        iterations: 10,
+        ..SEED
+    };
+    let profile = profile_of(w, 1);
+    let r = run(1, |c| c.with_profile(&profile));
+    let pinned = drive(&r, w);
+    assert!(
+        pinned.iter().all(|p| *p == [true, false, true, false]),
+        "{pinned:?}"
+    );
+    assert_eq!(r.mock.peak_pinned_bytes(), 2 * (64 << 10));
+}
+
+#[test]
+fn a_buffer_copied_once_is_never_pinned_even_where_one_copy_pays() {
+    // At 64 MiB one host-to-device copy saves about what registering the buffer costs on the
+    // H200; still, a buffer copied once is not worth holding pinned, in any mode.
+    let w = Workload {
+        size: 64 * MIB,
+        iterations: 3,
+        transfers: [16, 1, 16, 0],
+    };
+    let profile = profile_of(w, 1);
+    let used = run(1, |c| c.with_profile(&profile));
+    assert!(drive(&used, w)
+        .iter()
+        .all(|p| *p == [true, false, true, false]));
+    assert_eq!(used.mock.peak_pinned_bytes(), 2 * 64 * MIB as u64);
+    let adaptive = run(1, |c| c);
+    let pinned = drive(&adaptive, w);
+    assert!(
+        pinned.iter().all(|p| !p[1]),
+        "the once-copied buffer: {pinned:?}"
+    );
+    assert_eq!(
+        adaptive.engine.stats().promotions,
+        2,
+        "only the two hot buffers"
+    );
+}

@@ -127,19 +127,12 @@ impl Engine {
         d.pin
     }
 
-    /// The outcome of a freed allocation (would pinning it, by registering it in place, have
-    /// paid for the transfers it saw? the policy decides), recorded in its site's predictor
-    /// and in the trust of the profile's advice there. Returns whether it was hot.
+    /// The outcome of a freed allocation (hot: it was worth pinning, see
+    /// [`costs::worth_pinning`]), recorded in its site's predictor and in the trust of the
+    /// profile's advice there. Returns whether it was hot.
     pub(super) fn learn_outcome(&self, live: &Live) -> bool {
         let seen = live.seen();
-        let hot = costs::decide(
-            &self.policy,
-            live.block_len as u64,
-            seen,
-            u64::MAX,
-            PinMethod::RegisterTouched,
-        )
-        .pin;
+        let hot = costs::worth_pinning(&self.policy, &seen);
         let mut sites = self.sites.lock();
         if let Some(state) = sites.get_mut(&live.tag.site) {
             state.predictor.record(hot, seen.total() as u32);

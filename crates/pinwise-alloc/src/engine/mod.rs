@@ -428,10 +428,12 @@ impl Engine {
                 streams.push(s);
             }
         }
-        // Ski rental: register a pageable mapping in place once the transfers it has seen
-        // would have paid for registering it (the policy's decision on what was seen).
+        // Ski rental: register a pageable mapping in place once it has been copied more than
+        // once and the transfers it has seen would have paid for registering it (the policy's
+        // decision on what was seen).
         if live.origin == Origin::Mapping
             && live.promotion.load(Ordering::Acquire) == PAGEABLE
+            && costs::worth_pinning(&self.policy, &live.seen())
             && costs::decide(
                 &self.policy,
                 live.block_len as u64,
