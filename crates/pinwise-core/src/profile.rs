@@ -266,9 +266,8 @@ impl Profile {
                 (Some(a), Some(b)) => Some(a.max(b)),
                 _ => None,
             };
-            let (s, total_size, procs) = sites
-                .entry((module, tag.site.offset))
-                .or_insert_with(|| {
+            let (s, total_size, procs) =
+                sites.entry((module, tag.site.offset)).or_insert_with(|| {
                     (
                         SiteProfile {
                             module,

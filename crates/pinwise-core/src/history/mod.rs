@@ -22,10 +22,13 @@
 mod arena;
 pub(crate) mod codec;
 mod counters;
+mod live;
 mod query;
 mod rank;
 pub(crate) mod record;
+mod restore;
 mod shared;
+mod store;
 pub(crate) mod tables;
 mod view;
 
@@ -35,18 +38,17 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::event::{Direction, Event, EventKind, HostState};
-use crate::segvec::SegVec;
 use crate::tag::{ModuleTable, Site};
-use arena::{Cursor, EventArena};
-use codec::{RecordContext, MAX_EVENT_LEN};
-use rank::TransferRank;
+use live::{LiveEntry, Process};
 use record::AllocRecord;
-use tables::{EventTables, FxMap, SlotKey, Slots};
+use store::{Capped, Store};
+use tables::{EventTables, FxMap, SlotKey};
 
 pub use codec::{Recorded, RecordedEvent};
 pub use counters::{DirectionCounters, TransferCounters};
 pub use query::{DirectionSummary, SavingEstimate, SiteAggregate, Summary};
 pub use record::{AllocKind, AllocState, RecordId};
+pub(crate) use restore::RestoredRecord;
 pub use shared::SharedHistory;
 pub use view::{AllocationInfo, AllocationView, EventIter};
 
@@ -159,247 +161,6 @@ impl MemoryUsage {
             + self.tables
             + self.capped_counters
             + self.live_index_estimate
-    }
-}
-
-/// A live allocation's entry in its process's address index.
-#[derive(Debug, Clone, Copy)]
-struct LiveEntry {
-    /// One past the last byte.
-    end: u64,
-    /// Timestamp of the last retained event (events are delta-encoded against it).
-    last_ts: u64,
-    /// Page-locked range inside the allocation (`pin_end == 0`: none).
-    pin_start: u64,
-    pin_end: u64,
-    record: u32,
-    /// Events retained so far.
-    events: u32,
-    /// Where its next event goes.
-    cursor: Cursor,
-}
-
-impl LiveEntry {
-    fn pinned_covers(&self, start: u64, bytes: u64) -> bool {
-        self.pin_end > self.pin_start
-            && self.pin_start <= start
-            && start.saturating_add(bytes) <= self.pin_end
-    }
-}
-
-/// A process: its info and the address index of its live allocations.
-#[derive(Debug, Clone, Default)]
-struct Process {
-    info: ProcessInfo,
-    /// Live allocations by start address (exact-start hits: frees, most copies).
-    live: FxMap<u64, LiveEntry>,
-    /// The same allocations' `[start, end)`, ordered: interior pointers and overlaps.
-    ranges: BTreeMap<u64, u64>,
-}
-
-impl Process {
-    fn new(info: ProcessInfo) -> Self {
-        Process {
-            info,
-            ..Process::default()
-        }
-    }
-
-    /// Start of the live allocation containing `addr`.
-    #[inline]
-    fn containing(&self, addr: u64) -> Option<u64> {
-        if let Some(e) = self.live.get(&addr) {
-            // Live allocations never overlap, so nothing else can contain `addr`.
-            return (addr < e.end).then_some(addr);
-        }
-        let (&start, &end) = self.ranges.range(..=addr).next_back()?;
-        (addr < end).then_some(start)
-    }
-
-    /// Starts of the live allocations overlapping `[start, end)` (an empty range at
-    /// `start` overlaps an allocation that starts there).
-    fn overlapping(&self, start: u64, end: u64) -> Vec<u64> {
-        let mut keys = Vec::new();
-        if let Some((&k, &e)) = self.ranges.range(..start).next_back() {
-            if e > start {
-                keys.push(k);
-            }
-        }
-        keys.extend(
-            self.ranges
-                .range(start..end.max(start.saturating_add(1)))
-                .map(|(&k, _)| k),
-        );
-        keys
-    }
-
-    /// Start of the first live allocation after `addr` (`u64::MAX`: none).
-    fn next_start_after(&self, addr: u64) -> u64 {
-        self.ranges
-            .range(addr.saturating_add(1)..)
-            .next()
-            .map_or(u64::MAX, |(&k, _)| k)
-    }
-
-    fn insert(&mut self, start: u64, entry: LiveEntry) {
-        self.ranges.insert(start, entry.end);
-        self.live.insert(start, entry);
-    }
-
-    fn remove(&mut self, start: u64) -> Option<LiveEntry> {
-        self.ranges.remove(&start);
-        let e = self.live.remove(&start);
-        // Give memory back after a peak of live allocations (amortized O(1)).
-        if self.live.capacity() > 1024 && self.live.len() * 4 < self.live.capacity() {
-            self.live.shrink_to(self.live.len() * 2);
-        }
-        e
-    }
-
-    fn drain(&mut self) -> Vec<LiveEntry> {
-        self.ranges.clear();
-        self.live.drain().map(|(_, e)| e).collect()
-    }
-}
-
-/// Exact counters of a record whose events were capped.
-#[derive(Debug, Clone, Copy, Default)]
-struct Capped {
-    counters: TransferCounters,
-    dropped: u64,
-}
-
-/// Records, their events and indexes: everything but the live-address index, so that a
-/// live entry (borrowed from a process) and the store can be changed together.
-#[derive(Debug, Clone, Default)]
-struct Store {
-    records: SegVec<AllocRecord, 12>,
-    arena: EventArena,
-    rank: TransferRank,
-    tables: EventTables,
-    slots: Slots,
-    capped: FxMap<u32, Capped>,
-    stats: HistoryStats,
-}
-
-impl Store {
-    fn context(&self, record: u32) -> RecordContext {
-        let r = &self.records[record as usize];
-        RecordContext {
-            start: r.start(),
-            size: r.size(),
-            size_shortcut: r.kind() != AllocKind::Untracked,
-        }
-    }
-
-    /// Makes a record with an empty event chain; returns its live entry.
-    fn new_record(&mut self, rec: AllocRecord) -> LiveEntry {
-        let end = rec.end();
-        let index = self.records.push(rec);
-        let record = u32::try_from(index).expect("more than 2^32 allocation records");
-        let cursor = self.arena.start_chain(record);
-        self.rank.push();
-        self.stats.records += 1;
-        LiveEntry {
-            end,
-            last_ts: 0,
-            pin_start: 0,
-            pin_end: 0,
-            record,
-            events: 0,
-            cursor,
-        }
-    }
-
-    /// Stores `ev` in the entry's record, unless the record is at the cap and the event
-    /// is not one that must be kept (its start or end).
-    #[inline]
-    fn append(&mut self, entry: &mut LiveEntry, ev: &RecordedEvent, keep: bool, cap: u32) {
-        if entry.events >= cap && !keep {
-            self.drop_event(entry.record, ev);
-            return;
-        }
-        let ctx = self.context(entry.record);
-        let mut buf = [0u8; MAX_EVENT_LEN];
-        let n = codec::encode(ev, ctx, entry.last_ts, &mut self.tables, &mut buf);
-        self.arena.append(&mut entry.cursor, &buf[..n]);
-        entry.last_ts = ev.ts_ns;
-        entry.events += 1;
-        self.stats.events_retained += 1;
-    }
-
-    fn drop_event(&mut self, record: u32, ev: &RecordedEvent) {
-        self.stats.events_dropped_by_cap += 1;
-        if !self.records[record as usize].capped() {
-            let counters = self.counters_from_events(record);
-            self.capped.insert(
-                record,
-                Capped {
-                    counters,
-                    dropped: 0,
-                },
-            );
-            self.records[record as usize].set_capped();
-        }
-        let capped = self
-            .capped
-            .get_mut(&record)
-            .expect("a capped record has counters");
-        capped.dropped += 1;
-        if let Recorded::Transfer {
-            direction,
-            bytes,
-            pinned,
-            ..
-        } = ev.what
-        {
-            capped.counters.add(direction, bytes, pinned);
-        }
-    }
-
-    fn events(&self, record: u32) -> EventIter<'_> {
-        EventIter::new(
-            self.arena.reader(record),
-            self.context(record),
-            &self.tables,
-        )
-    }
-
-    fn counters_from_events(&self, record: u32) -> TransferCounters {
-        let mut c = TransferCounters::default();
-        for ev in self.events(record) {
-            if let Recorded::Transfer {
-                direction,
-                bytes,
-                pinned,
-                ..
-            } = ev.what
-            {
-                c.add(direction, bytes, pinned);
-            }
-        }
-        c
-    }
-
-    fn counters(&self, record: u32) -> TransferCounters {
-        match self.capped.get(&record) {
-            Some(c) => c.counters,
-            None => self.counters_from_events(record),
-        }
-    }
-
-    /// Counts a transfer in the record's count and the rank index.
-    #[inline]
-    fn count_transfer(&mut self, record: u32) {
-        let r = &mut self.records[record as usize];
-        let old = r.transfers;
-        if old == u32::MAX {
-            return;
-        }
-        r.transfers = old + 1;
-        let records = &self.records;
-        self.rank
-            .increment(record as usize, old, old + 1, |i| records[i].transfers);
     }
 }
 
@@ -946,144 +707,4 @@ impl MemHistory {
         let key = p.containing(addr)?;
         p.live.get(&key).map(|e| e.record)
     }
-
-    // ----- rebuilding from a dump -----
-
-    /// Rebuilds a history from the parts of a dump. Records must come in id order.
-    pub(crate) fn restore(
-        config: HistoryConfig,
-        modules: Arc<ModuleTable>,
-        processes: Vec<ProcessInfo>,
-        stats: HistoryStats,
-        source_stats: BTreeMap<String, u64>,
-    ) -> Self {
-        let mut h = MemHistory::with_modules(config, modules);
-        for info in processes {
-            let i = h.processes.len() as u32;
-            if info.exit_ts_ns.is_none() {
-                h.pid_index.insert(info.pid, i);
-            }
-            h.processes.push(Process::new(info));
-        }
-        h.source_stats = source_stats;
-        h.store.stats = stats;
-        h
-    }
-
-    /// Interns a dump's call sites and streams in the dump's order (so that re-dumping a
-    /// loaded history gives the same bytes).
-    pub(crate) fn restore_tables(&mut self, sites: &[Site], streams: &[u64]) {
-        for &s in sites {
-            self.store.tables.sites.intern(s);
-        }
-        for &s in streams {
-            self.store.tables.streams.intern(s);
-        }
-    }
-
-    /// Adds one record of a dump. Errors say what is inconsistent.
-    pub(crate) fn restore_record(&mut self, r: RestoredRecord) -> Result<(), String> {
-        let p = r.process as usize;
-        if p >= self.processes.len() {
-            return Err(format!(
-                "process index {} but only {} processes",
-                r.process,
-                self.processes.len()
-            ));
-        }
-        if r.events.is_empty() {
-            return Err("an allocation has no events".into());
-        }
-        if r.state == AllocState::Live {
-            if self.processes[p].info.exit_ts_ns.is_some() {
-                return Err("a live allocation in a process that exited".into());
-            }
-            let end = r.start.saturating_add(r.size);
-            if !self.processes[p].overlapping(r.start, end).is_empty() {
-                return Err(format!(
-                    "live allocation at {:#x} overlaps another live allocation of the same process",
-                    r.start
-                ));
-            }
-        } else if r.state == AllocState::Exited && self.processes[p].info.exit_ts_ns.is_none() {
-            return Err(
-                "an allocation ended with its process, but the process has no exit time".into(),
-            );
-        }
-        let site = self.store.tables.sites.intern(r.site);
-        let slot = self.store.slots.intern(SlotKey {
-            process: r.process,
-            site,
-        });
-        self.store.slots.saw_call(slot, r.call_no);
-        let mut rec = AllocRecord::new(r.start, r.size, r.kind, slot, r.call_no);
-        rec.set_state(r.state);
-        if r.pinned_seen {
-            rec.set_pinned_seen();
-        }
-        // The dump's own stats already count the record and its events.
-        let stats = self.store.stats;
-        let mut entry = self.store.new_record(rec);
-        for ev in &r.events {
-            self.store.append(&mut entry, ev, true, u32::MAX);
-        }
-        self.store.stats = stats;
-        let id = entry.record;
-        let transfers = match r.capped {
-            Some((counters, dropped)) => {
-                self.store.capped.insert(id, Capped { counters, dropped });
-                self.store.records[id as usize].set_capped();
-                counters.transfers()
-            }
-            None => r
-                .events
-                .iter()
-                .filter(|e| matches!(e.what, Recorded::Transfer { .. }))
-                .count() as u64,
-        };
-        let t = u32::try_from(transfers).unwrap_or(u32::MAX);
-        if t > 0 {
-            self.store.records[id as usize].transfers = t;
-            let records = &self.store.records;
-            self.store
-                .rank
-                .increment(id as usize, 0, t, |i| records[i].transfers);
-        }
-        if r.state == AllocState::Live {
-            for ev in &r.events {
-                match ev.what {
-                    Recorded::PinPages { start, bytes, .. } => {
-                        entry.pin_start = start;
-                        entry.pin_end = if bytes > 0 {
-                            start.saturating_add(bytes).min(entry.end)
-                        } else {
-                            entry.end
-                        };
-                    }
-                    Recorded::UnpinPages { .. } => {
-                        entry.pin_start = 0;
-                        entry.pin_end = 0;
-                    }
-                    _ => {}
-                }
-            }
-            self.processes[p].insert(r.start, entry);
-        }
-        Ok(())
-    }
-}
-
-/// One record as a dump describes it (decoded), for [`MemHistory::restore_record`].
-#[derive(Debug, Clone)]
-pub(crate) struct RestoredRecord {
-    pub process: u32,
-    pub site: Site,
-    pub call_no: u32,
-    pub start: u64,
-    pub size: u64,
-    pub kind: AllocKind,
-    pub state: AllocState,
-    pub pinned_seen: bool,
-    pub capped: Option<(TransferCounters, u64)>,
-    pub events: Vec<RecordedEvent>,
 }
