@@ -253,6 +253,17 @@ pub fn run(
     device: &dyn BenchDevice,
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<BenchReport, String> {
+    run_with_checkpoints(config, device, progress, &mut |_| {})
+}
+
+/// As [`run`], calling `checkpoint` with the report so far after each size (so that a run
+/// cut short still leaves the sizes it finished).
+pub fn run_with_checkpoints(
+    config: &BenchConfig,
+    device: &dyn BenchDevice,
+    progress: &mut dyn FnMut(&Progress),
+    checkpoint: &mut dyn FnMut(&BenchReport),
+) -> Result<BenchReport, String> {
     let started = Instant::now();
     let backend = device.backend();
     let roles = config.hot_buffers + config.cold_buffers;
@@ -294,6 +305,14 @@ pub fn run(
             device.free_device(d);
         }
         result?;
+        checkpoint(&BenchReport {
+            config: config.clone(),
+            rows: rows.clone(),
+            device: backend.describe(),
+            fixture: backend.is_fixture(),
+            calibration: config.policy.cost_model().source().to_string(),
+            wall_s: started.elapsed().as_secs_f64(),
+        });
     }
     progress(&Progress {
         done,

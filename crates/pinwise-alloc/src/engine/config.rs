@@ -129,7 +129,7 @@ impl EngineConfig {
             mode: Mode::Adaptive,
             budget_bytes: None,
             pageable_cache_bytes: None,
-            min_segment_bytes: 64 * 1024,
+            min_segment_bytes: crate::grade::PAGE,
             history_bits: DEFAULT_HISTORY_BITS,
             huge_pages: true,
             max_reuse_credit: 8,

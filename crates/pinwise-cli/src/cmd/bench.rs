@@ -142,14 +142,24 @@ fn alloc(a: AllocArgs) -> anyhow::Result<ExitCode> {
         .expect("valid template")
         .progress_chars("=> "),
     );
-    let report = bench::run(&config, &device, &mut |p| {
-        bar.set_length(p.total as u64);
-        bar.set_position(p.done as u64);
-        bar.set_message(p.label.clone());
-    })
+    let date = bench::utc_now();
+    // Results are written after each size, so a run cut short keeps what it finished.
+    let report = bench::run_with_checkpoints(
+        &config,
+        &device,
+        &mut |p| {
+            bar.set_length(p.total as u64);
+            bar.set_position(p.done as u64);
+            bar.set_message(p.label.clone());
+        },
+        &mut |partial| {
+            if let Err(e) = bench::write_all(partial, &a.out, &command, &date) {
+                bar.println(format!("warning: writing partial results: {e}"));
+            }
+        },
+    )
     .map_err(|e| anyhow::anyhow!("bench alloc failed: {e}"))?;
     bar.finish_and_clear();
-    let date = bench::utc_now();
     let files = bench::write_all(&report, &a.out, &command, &date)
         .map_err(|e| anyhow::anyhow!("writing results: {e}"))?;
     let s = Summary::of(&report);
