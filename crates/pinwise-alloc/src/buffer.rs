@@ -75,12 +75,6 @@ pub struct HostBuffer {
     live: Arc<Live>,
 }
 
-// SAFETY: a HostBuffer owns its memory exclusively (like a Box<[u8]>); the engine it points
-// to is Sync.
-unsafe impl Send for HostBuffer {}
-// SAFETY: shared access only reads the bytes (`&[u8]`) or the engine (Sync).
-unsafe impl Sync for HostBuffer {}
-
 impl HostBuffer {
     /// Bytes asked for.
     pub fn len(&self) -> usize {
@@ -202,5 +196,19 @@ impl HostBuffer {
 impl Drop for HostBuffer {
     fn drop(&mut self) {
         self.engine.free_live(&self.live);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn buffers_and_allocators_cross_threads() {
+        assert_send_sync::<HostBuffer>();
+        assert_send_sync::<HostAllocator>();
+        assert_send_sync::<Engine>();
     }
 }
