@@ -52,9 +52,69 @@
 #define PINWISE_DTOH 1
 
 /**
+ * Dump format: JSON.
+ */
+#define PINWISE_DUMP_JSON 0
+
+/**
+ * Dump format: compact binary (appendable; periodic dumps append).
+ */
+#define PINWISE_DUMP_BINARY 1
+
+/**
+ * Allocation kind: pageable memory whose allocation was seen (a large mmap).
+ */
+#define PINWISE_KIND_PAGEABLE 0
+
+/**
+ * Allocation kind: page-locked memory allocated by CUDA.
+ */
+#define PINWISE_KIND_PINNED_ALLOC 1
+
+/**
+ * Allocation kind: memory registered with `cudaHostRegister`/`cuMemHostRegister`.
+ */
+#define PINWISE_KIND_REGISTERED 2
+
+/**
+ * Allocation kind: memory whose allocation was never seen (made from its transfers).
+ */
+#define PINWISE_KIND_UNTRACKED 3
+
+/**
+ * Allocation state: still allocated.
+ */
+#define PINWISE_STATE_LIVE 0
+
+/**
+ * Allocation state: freed.
+ */
+#define PINWISE_STATE_FREED 1
+
+/**
+ * Allocation state: a new allocation took its addresses before its free was seen.
+ */
+#define PINWISE_STATE_REPLACED 2
+
+/**
+ * Allocation state: unmapped while live.
+ */
+#define PINWISE_STATE_UNMAPPED 3
+
+/**
+ * Allocation state: its process exited while it was live.
+ */
+#define PINWISE_STATE_EXITED 4
+
+/**
  * An allocator instance (opaque to C).
  */
 typedef struct PinwiseAllocator PinwiseAllocator;
+
+/**
+ * A tracer instance (opaque to C).
+ */
+typedef struct PinwiseTracer PinwiseTracer;
 
 /**
  * Settings for `pinwise_alloc_create`. Fill with `pinwise_alloc_config_init` first.
@@ -139,6 +199,158 @@ typedef struct PinwiseAllocStats {
    */
   uint64_t transfers_pageable;
 } PinwiseAllocStats;
+
+/**
+ * Settings for `pinwise_tracer_create`. Fill with `pinwise_tracer_config_init` first.
+ */
+typedef struct PinwiseTracerConfig {
+  /**
+   * BPF ring buffer size in bytes (rounded up to a power of two); events that find it
+   * full are dropped and counted, never waited for.
+   */
+  uint32_t ringbuf_bytes;
+  /**
+   * Anonymous mappings from this size up become tracked pageable allocations.
+   */
+  uint64_t min_mmap_bytes;
+  /**
+   * Nonzero: record user page faults on tracked memory (costly).
+   */
+  uint32_t page_faults;
+  /**
+   * Nonzero: try the kernel hooks into the nvidia module.
+   */
+  uint32_t kernel_hooks;
+  /**
+   * Events kept per allocation (counters stay exact past it).
+   */
+  uint32_t max_events_per_allocation;
+  /**
+   * The libcuda to probe (NUL-terminated path), or NULL to look for it.
+   */
+  const char *libcuda;
+  /**
+   * The libcudart to probe, or NULL to look for it.
+   */
+  const char *libcudart;
+} PinwiseTracerConfig;
+
+/**
+ * What the tracer saw and what it cost (see `pinwise_tracer_get_stats`).
+ */
+typedef struct PinwiseTracerStats {
+  /**
+   * Ring-buffer records received.
+   */
+  uint64_t records;
+  /**
+   * Events lost because the ring buffer was full.
+   */
+  uint64_t ringbuf_drops;
+  /**
+   * Calls whose entry or return was missed.
+   */
+  uint64_t incomplete_calls;
+  /**
+   * Records that could not be decoded.
+   */
+  uint64_t decode_errors;
+  /**
+   * Uprobes attached.
+   */
+  uint64_t uprobes;
+  /**
+   * 1 when the kernel hooks into the nvidia module are attached.
+   */
+  uint32_t kernel_hooks_attached;
+  /**
+   * Reserved (0).
+   */
+  uint32_t reserved;
+  /**
+   * Allocations in the history.
+   */
+  uint64_t allocations;
+  /**
+   * Kernel-side BPF run time of all probes, ns, and how many runs (system-wide).
+   */
+  uint64_t bpf_run_time_ns;
+  /**
+   * See `bpf_run_time_ns`.
+   */
+  uint64_t bpf_run_count;
+  /**
+   * Resident memory of this process, bytes.
+   */
+  uint64_t rss_bytes;
+} PinwiseTracerStats;
+
+/**
+ * One allocation, as the queries return it.
+ */
+typedef struct PinwiseAllocationInfo {
+  /**
+   * Process.
+   */
+  uint32_t pid;
+  /**
+   * `PINWISE_KIND_*`.
+   */
+  uint32_t kind;
+  /**
+   * `PINWISE_STATE_*`.
+   */
+  uint32_t state;
+  /**
+   * Call number at its call site (1 for the first allocation there; 0 for memory whose
+   * allocation was not seen).
+   */
+  uint32_t call_no;
+  /**
+   * First byte.
+   */
+  uint64_t start;
+  /**
+   * Length in bytes.
+   */
+  uint64_t size;
+  /**
+   * Index of its call site's module (for `pinwise_tracer_describe_site`).
+   */
+  uint32_t module;
+  /**
+   * Reserved (0).
+   */
+  uint32_t reserved;
+  /**
+   * Offset of the call site in its module's file (stable across runs of one build).
+   */
+  uint64_t offset;
+  /**
+   * Transfers to or from it (exact).
+   */
+  uint64_t transfer_count;
+  /**
+   * Bytes transferred (exact).
+   */
+  uint64_t bytes_transferred;
+  /**
+   * Bytes moved host to device.
+   */
+  uint64_t htod_bytes;
+  /**
+   * Bytes moved device to host.
+   */
+  uint64_t dtoh_bytes;
+  /**
+   * Bytes moved while the memory was pageable.
+   */
+  uint64_t pageable_bytes;
+  /**
+   * When it was allocated (CLOCK_MONOTONIC ns).
+   */
+  uint64_t alloc_ts_ns;
+} PinwiseAllocationInfo;
 
 #ifdef __cplusplus
 extern "C" {
@@ -271,6 +483,172 @@ int pinwise_alloc_get_stats(const struct PinwiseAllocator *a, struct PinwiseAllo
  * `a` is from `pinwise_alloc_create`.
  */
 int pinwise_alloc_is_fixture(const struct PinwiseAllocator *a);
+
+/**
+ * The last error on this thread, as a NUL-terminated string ("" if none). Valid until the
+ * next pinwise call on this thread.
+ */
+const char *pinwise_tracer_last_error(void);
+
+/**
+ * Fills `config` with the defaults: 4 MiB ring buffer, mappings from 1 MiB tracked, no
+ * page faults, kernel hooks tried, 1024 events per allocation, libraries looked for.
+ *
+ * # Safety
+ * `config` is NULL (ignored) or valid for writing.
+ */
+void pinwise_tracer_config_init(struct PinwiseTracerConfig *config);
+
+/**
+ * Creates a tracer (not tracing yet). `config` NULL means the defaults. Returns NULL on
+ * failure (see `pinwise_tracer_last_error`).
+ *
+ * # Safety
+ * `config` is NULL or points to a config filled by `pinwise_tracer_config_init` (its
+ * strings NULL or NUL-terminated).
+ */
+struct PinwiseTracer *pinwise_tracer_create(const struct PinwiseTracerConfig *config);
+
+/**
+ * Starts tracing this process (its CUDA libraries need not be loaded yet). Returns 0, or
+ * -1 (not root, BPF unavailable, no libcuda found, already tracing, ...).
+ *
+ * # Safety
+ * `t` is NULL or a live tracer, not used by another thread during the call.
+ */
+int pinwise_tracer_start_self(struct PinwiseTracer *t);
+
+/**
+ * Starts tracing the running process `pid` (and the children it forks from now on).
+ *
+ * # Safety
+ * As `pinwise_tracer_start_self`.
+ */
+int pinwise_tracer_start_pid(struct PinwiseTracer *t, uint32_t pid);
+
+/**
+ * Stops tracing: every event seen so far is in the history; probes are detached. The
+ * history stays queryable. `stats` (may be NULL) receives the final statistics.
+ *
+ * # Safety
+ * As `pinwise_tracer_start_self`; `stats` is NULL or valid for writing.
+ */
+int pinwise_tracer_stop(struct PinwiseTracer *t, struct PinwiseTracerStats *stats);
+
+/**
+ * 1 while tracing, 0 otherwise (or for NULL).
+ *
+ * # Safety
+ * `t` is NULL or a live tracer.
+ */
+int pinwise_tracer_is_running(const struct PinwiseTracer *t);
+
+/**
+ * Statistics now (while tracing) or of the last trace.
+ *
+ * # Safety
+ * `t` is NULL or a live tracer; `out` valid for writing.
+ */
+int pinwise_tracer_get_stats(const struct PinwiseTracer *t, struct PinwiseTracerStats *out);
+
+/**
+ * Writes the (up to) `n` allocations with the most transfers to `out`, hottest first;
+ * returns how many were written.
+ *
+ * # Safety
+ * `t` is NULL or a live tracer; `out` valid for writing `n` elements.
+ */
+size_t pinwise_tracer_hotspots(const struct PinwiseTracer *t,
+                               size_t n,
+                               struct PinwiseAllocationInfo *out);
+
+/**
+ * Writes the (up to) `n` allocations with the fewest transfers to `out`, coldest first;
+ * returns how many were written.
+ *
+ * # Safety
+ * As `pinwise_tracer_hotspots`.
+ */
+size_t pinwise_tracer_coldspots(const struct PinwiseTracer *t,
+                                size_t n,
+                                struct PinwiseAllocationInfo *out);
+
+/**
+ * Allocations with at least `min_transfers` transfers: writes up to `capacity` of them to
+ * `out` (may be NULL to count) and returns how many there are in all.
+ *
+ * # Safety
+ * `t` is NULL or a live tracer; `out` NULL or valid for writing `capacity` elements.
+ */
+size_t pinwise_tracer_hotspots_threshold(const struct PinwiseTracer *t,
+                                         uint64_t min_transfers,
+                                         struct PinwiseAllocationInfo *out,
+                                         size_t capacity);
+
+/**
+ * Allocations with at most `max_transfers` transfers (see
+ * `pinwise_tracer_hotspots_threshold`).
+ *
+ * # Safety
+ * As `pinwise_tracer_hotspots_threshold`.
+ */
+size_t pinwise_tracer_coldspots_threshold(const struct PinwiseTracer *t,
+                                          uint64_t max_transfers,
+                                          struct PinwiseAllocationInfo *out,
+                                          size_t capacity);
+
+/**
+ * The live allocation of process `pid` containing `addr`: 1 and `*out` filled when there
+ * is one, 0 when none, -1 on error.
+ *
+ * # Safety
+ * `t` is NULL or a live tracer; `out` valid for writing.
+ */
+int pinwise_tracer_lookup(const struct PinwiseTracer *t,
+                          uint32_t pid,
+                          uint64_t addr,
+                          struct PinwiseAllocationInfo *out);
+
+/**
+ * Writes "module+0xOFFSET function (file:line)" for the allocation's call site into `buf`
+ * (NUL-terminated, truncated to `len`). Returns the length of the full text (excluding the
+ * NUL), or -1.
+ *
+ * # Safety
+ * `t` is NULL or a live tracer; `info` valid; `buf` valid for writing `len` bytes.
+ */
+int pinwise_tracer_describe_site(const struct PinwiseTracer *t,
+                                 const struct PinwiseAllocationInfo *info,
+                                 char *buf,
+                                 size_t len);
+
+/**
+ * Writes the history as it is now to `path` (`PINWISE_DUMP_JSON` or `PINWISE_DUMP_BINARY`).
+ *
+ * # Safety
+ * `t` is NULL or a live tracer; `path` a NUL-terminated string.
+ */
+int pinwise_tracer_dump(const struct PinwiseTracer *t, const char *path, uint32_t format);
+
+/**
+ * While tracing, writes the history to `path` every `interval_ms` milliseconds (binary:
+ * appended; JSON: rewritten), and once more at stop.
+ *
+ * # Safety
+ * As `pinwise_tracer_start_self`; `path` a NUL-terminated string.
+ */
+int pinwise_tracer_dump_every(struct PinwiseTracer *t,
+                              const char *path,
+                              uint32_t format,
+                              uint32_t interval_ms);
+
+/**
+ * Stops tracing if needed and frees the tracer. NULL is ignored.
+ *
+ * # Safety
+ * `t` is NULL or a live tracer, not used again afterwards.
+ */
+void pinwise_tracer_destroy(struct PinwiseTracer *t);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -78,7 +78,7 @@ cudaError_t cudaFree(void *ptr);
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, int kind);
 #else
 #include <cuda.h>
-#include <cuda_runtime.h>
+#include <cuda_runtime_api.h>
 #endif
 
 #define KiB 1024UL

@@ -580,10 +580,12 @@ fn event_loop(
     };
     loop {
         let stopping = shared.stop.load(Ordering::SeqCst);
+        // Events submitted without a wakeup (copies, until enough data waits) do not make
+        // `poll` return early; `consume` takes whatever is there once the wait is over.
         let polled = if stopping {
             ring.consume()
         } else {
-            ring.poll(poll)
+            ring.poll(poll).and_then(|()| ring.consume())
         };
         if let Err(e) = polled {
             if e.kind() != libbpf_rs::ErrorKind::Interrupted {

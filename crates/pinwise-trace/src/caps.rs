@@ -314,6 +314,7 @@ fn self_test(probes: &mut Probes) -> (Check, Check) {
     let (mut got_uprobe, mut got_munmap) = (false, false);
     while Instant::now() < deadline && !(got_uprobe && got_munmap) {
         let _ = ring.poll(Duration::from_millis(20));
+        let _ = ring.consume();
         for ev in seen.borrow().iter() {
             match ev {
                 RawEvent::Copy(c) if c.h.pid == pid && (c.dst, c.src, c.bytes) == (dst, src, n) => {
