@@ -190,7 +190,7 @@ pub fn markdown(report: &BenchReport, s: &Summary, command: &str, date: &str) ->
     if report.fixture {
         let _ = writeln!(
             out,
-            "> **TEST FIXTURE RUN** — {}. These numbers measure the CPU stand-in, not a GPU; \
+            "> **TEST FIXTURE RUN** — {}. These numbers measure a test fixture, not a GPU; \
              they only show that the benchmark runs.\n",
             report.device
         );
@@ -310,7 +310,7 @@ pub fn svg(report: &BenchReport, s: &Summary, path: &Path) -> Result<(), String>
     let root = SVGBackend::new(path, (1400, 560)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let title = if report.fixture {
-        "pinwise bench alloc — TEST FIXTURE (CPU stand-in), not GPU figures".to_string()
+        "pinwise bench alloc — TEST FIXTURE run, not GPU figures".to_string()
     } else {
         format!("pinwise bench alloc — {}", report.device)
     };
@@ -318,15 +318,24 @@ pub fn svg(report: &BenchReport, s: &Summary, path: &Path) -> Result<(), String>
         .titled(&title, ("sans-serif", 20))
         .map_err(|e| e.to_string())?;
     let (left, right) = root.split_horizontally(700);
-    let sizes: Vec<f64> = s.rows.iter().map(|r| r.size as f64).collect();
-    let (xmin, xmax) = (
-        sizes.iter().copied().fold(f64::MAX, f64::min),
-        sizes.iter().copied().fold(0.0, f64::max),
-    );
+    // x is log2(size), labelled with the sizes themselves (4 KiB, 16 KiB, ...).
+    let log2 = |size: usize| (size.max(1) as f64).log2();
+    let sizes: Vec<f64> = s.rows.iter().map(|r| log2(r.size)).collect();
     if sizes.is_empty() {
         return Err("no results to plot".into());
     }
-    let (xmin, xmax) = (xmin / 1.5, xmax * 1.5);
+    let (xmin, xmax) = (
+        sizes.iter().copied().fold(f64::MAX, f64::min) - 0.5,
+        sizes.iter().copied().fold(f64::MIN, f64::max) + 0.5,
+    );
+    let x_label = |x: &f64| {
+        if (x - x.round()).abs() < 1e-6 && x.round() as i64 % 2 == 0 {
+            human_size(1usize << (x.round() as u32))
+        } else {
+            String::new()
+        }
+    };
+    let x_ticks = ((xmax - xmin).ceil() as usize + 1).min(64);
     let times: Vec<f64> = s.rows.iter().map(|r| r.total_ms.max(1e-3)).collect();
     let (tmin, tmax) = (
         times.iter().copied().fold(f64::MAX, f64::min) / 1.5,
@@ -350,12 +359,13 @@ pub fn svg(report: &BenchReport, s: &Summary, path: &Path) -> Result<(), String>
         .margin(10)
         .x_label_area_size(40)
         .y_label_area_size(60)
-        .build_cartesian_2d((xmin..xmax).log_scale(), (tmin..tmax).log_scale())
+        .build_cartesian_2d(xmin..xmax, (tmin..tmax).log_scale())
         .map_err(|e| e.to_string())?;
     chart
         .configure_mesh()
         .x_desc("buffer size")
-        .x_label_formatter(&|x| human_size(*x as usize))
+        .x_labels(x_ticks)
+        .x_label_formatter(&x_label)
         .y_desc("ms")
         .draw()
         .map_err(|e| e.to_string())?;
@@ -364,7 +374,7 @@ pub fn svg(report: &BenchReport, s: &Summary, path: &Path) -> Result<(), String>
             .rows
             .iter()
             .filter(|r| r.strategy == *k)
-            .map(|r| (r.size as f64, r.total_ms.max(1e-3)))
+            .map(|r| (log2(r.size), r.total_ms.max(1e-3)))
             .collect();
         let c = color(i);
         chart
@@ -389,12 +399,13 @@ pub fn svg(report: &BenchReport, s: &Summary, path: &Path) -> Result<(), String>
         .margin(10)
         .x_label_area_size(40)
         .y_label_area_size(50)
-        .build_cartesian_2d((xmin..xmax).log_scale(), 0.0..rmax)
+        .build_cartesian_2d(xmin..xmax, 0.0..rmax)
         .map_err(|e| e.to_string())?;
     chart
         .configure_mesh()
         .x_desc("buffer size")
-        .x_label_formatter(&|x| human_size(*x as usize))
+        .x_labels(x_ticks)
+        .x_label_formatter(&x_label)
         .draw()
         .map_err(|e| e.to_string())?;
     chart
@@ -410,7 +421,7 @@ pub fn svg(report: &BenchReport, s: &Summary, path: &Path) -> Result<(), String>
             .rows
             .iter()
             .filter(|r| r.strategy == *k)
-            .map(|r| (r.size as f64, r.peak_pinned as f64 / hot_set(r.size)))
+            .map(|r| (log2(r.size), r.peak_pinned as f64 / hot_set(r.size)))
             .collect();
         let c = color(i);
         chart
