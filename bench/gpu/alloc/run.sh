@@ -13,14 +13,18 @@
 #   cargo build --release -p pinwise-cli -p pinwise-capi      # on the development machine
 #   OUT=/some/dir bash bench/gpu/alloc/run.sh [extra `pinwise bench alloc` arguments]
 # Everything goes under $OUT/alloc/; the last lines printed are the summary.
+# (A dry run on the development machine, on the CPU stand-in -- fixture numbers only:
+#   PINWISE_BIN=target/debug/pinwise PINWISE_LIB=target/debug/libpinwise.so \
+#   PINWISE_LIBCUDA=<dir with libcuda.so.1 -> the stand-in> OUT=/tmp/x \
+#   bash bench/gpu/alloc/run.sh --quick --sizes 64K,1M )
 # Budget: calibrate well under a minute; the default bench about 4 minutes on an H200.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 : "${OUT:?set OUT to the output directory}"
 R="$OUT/alloc"
 mkdir -p "$R"
-PW=target/release/pinwise
-LIB=target/release/libpinwise.so
+PW=${PINWISE_BIN:-target/release/pinwise}
+LIB=${PINWISE_LIB:-target/release/libpinwise.so}
 status=0
 
 if [[ ! -x $PW ]]; then
@@ -58,7 +62,11 @@ echo "bench alloc: $(( $(date +%s) - start )) s"
 echo "== C example"
 if [[ -f $LIB ]] && command -v cc >/dev/null; then
   libdir=$(cd "$(dirname "$LIB")" && pwd)
-  cudadir=$(dirname "$(ldconfig -p | awk '/libcuda\.so\.1 / {print $NF; exit}')")
+  if [[ -n ${PINWISE_LIBCUDA:-} ]]; then
+    cudadir=$(dirname "$PINWISE_LIBCUDA")   # a dry run on the CPU stand-in (test fixture)
+  else
+    cudadir=$(dirname "$(ldconfig -p | awk '/libcuda\.so\.1 / {print $NF; exit}')")
+  fi
   if cc -O2 -Iinclude examples/c/alloc_demo.c -L"$libdir" -lpinwise -Wl,-rpath,"$libdir" \
        -L"$cudadir" -l:libcuda.so.1 -o "$R/alloc_demo" > "$R/c-example.log" 2>&1; then
     {
@@ -77,7 +85,7 @@ else
 fi
 
 echo "== summary ($R)"
-head -3 "$R/calibrate.log" 2>/dev/null | tail -1
+grep -E "^calibrated|TEST FIXTURE" "$R/calibrate.log" 2>/dev/null
 sed -n '/size  *best other/,$p' "$R/bench.log" 2>/dev/null
 ls "$R"
 exit $status
