@@ -153,4 +153,4 @@ log "done in $(( $(date +%s) - START )) s; results in $OUT/results.md"
 echo
 echo "== pinwise trace on $DEVICE ($MODE mode) =="
 grep -E "^(PASS|FAIL) .*failed checks" "$OUT/verdicts.txt" || echo "no correctness verdicts"
-sed -n '/^## Cost per traced call/,/^$/p;/^## Transfer-heavy loop/,/^$/p;/^## Sustained event rate/,/^$/p' "$OUT/results.md"
+awk '/^## (Cost per traced call|Transfer-heavy loop|Sustained event rate)/{show=1} /^## Tracer memory/{show=0} show' "$OUT/results.md"

@@ -145,7 +145,9 @@ fn set_rodata(object: &mut OpenObject, config: &BpfConfig, is_main: bool) {
         let Some(data) = map.initial_value_mut() else {
             continue;
         };
-        let wakeup = config.wakeup_bytes.max(1);
+        // Below the ring's size, or the consumer is never woken before the ring is full.
+        let ring = u64::from(ringbuf_size(config.ringbuf_bytes));
+        let wakeup = config.wakeup_bytes.clamp(1, (ring / 8).max(1));
         if is_main {
             put(data, offset_of!(MainRo, cfg_wakeup_bytes), wakeup);
             put(

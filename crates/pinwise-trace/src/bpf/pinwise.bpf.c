@@ -434,7 +434,7 @@ static __always_inline int report_return(struct pt_regs *ctx, __u16 kind)
 		 * stack: the caller's frames are intact right after the return. */
 		if (kind != PW_EV_DEV_ALLOC && call->site_source != PW_SITE_RUNTIME)
 			read_stack(e, PT_REGS_SP(ctx));
-		submit(e, 1);
+		submit(e, 0);
 	}
 	bpf_map_delete_elem(&pending, &pid_tgid);
 	return 0;
@@ -507,7 +507,7 @@ static __always_inline int emit_release(__u16 kind, __u16 func, __u64 addr, __u6
 	e->addr = addr;
 	e->len = len;
 	e->call_site = call_site;
-	submit(e, 1);
+	submit(e, 0);
 	return 0;
 }
 
@@ -669,7 +669,7 @@ int on_mmap_exit(struct tp_sys_exit *ctx)
 	e->site_source = PW_SITE_NONE;
 	__builtin_memset(e->_pad0, 0, sizeof(e->_pad0));
 	read_stack(e, user_sp());
-	submit(e, 1);
+	submit(e, 0);
 	return 0;
 }
 
