@@ -12,7 +12,8 @@ use crate::budget::PinBudget;
 pub struct AllocStats {
     /// Page-locked bytes now (pool segments, promoted and dedicated allocations).
     pub pinned_bytes: u64,
-    /// The most page-locked bytes at once.
+    /// The most bytes reserved for pinning at once: an upper bound of the page-locked bytes
+    /// at any moment (reservation comes before pinning, release after unpinning).
     pub pinned_bytes_peak: u64,
     /// The pinned budget (cap) in bytes.
     pub budget_bytes: u64,

@@ -94,7 +94,7 @@ fn run_ops(alloc: &HostAllocator, mock: &MockBackend, thread: u64, ops: &[Op]) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
 
     /// Whatever the threads do, the bytes actually page-locked never exceed the budget.
     #[test]
