@@ -12,7 +12,6 @@ use pinwise_core::history::{
     SavingEstimate, TransferCounters,
 };
 use pinwise_core::policy::{PinRequest, PredictedTransfers};
-use pinwise_core::profile::Profile;
 use pinwise_core::{CostModel, Direction, MemHistory, ModuleTable, PinMethod, Policy, Site};
 
 use crate::budget::{self, BudgetAnalysis};
@@ -337,19 +336,22 @@ pub fn build_report(
     let mut names = SiteNames::new(resolver);
     let (origin, span) = trace_span(history);
 
-    // Core's summary and per-site aggregates read the history on a thread of their own
-    // while this one makes the pass, the profile and the budget.
-    let (pass, budget, summary, mut aggregates) = std::thread::scope(|scope| {
+    // The pass runs on every core; then core's summary and per-site aggregates read the
+    // history on a thread of their own while this one builds the profile and the budget
+    // (single-threaded work).
+    progress.stage("analysing allocations");
+    let (pass, tags) = Pass::run(history, cost, &policy, options, origin, span);
+    let (budget, summary, mut aggregates) = std::thread::scope(|scope| {
         let core_queries = scope.spawn(|| (history.summary(cost), history.site_aggregates()));
-        progress.stage("analysing allocations");
-        let (pass, profile) = Pass::run(history, cost, &policy, options, origin, span);
+        progress.stage("building the profile");
+        let profile = tags.finish();
         progress.stage("planning the pinned budget");
         let budget = budget::analyse(&profile, &policy, options.pin_method, options.capture_share);
         progress.stage("summing up");
         let (summary, aggregates) = core_queries
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        (pass, budget, summary, aggregates)
+        (budget, summary, aggregates)
     });
 
     progress.stage("ranking call sites");
@@ -617,7 +619,7 @@ impl Pass {
         options: &ReportOptions,
         origin: u64,
         span: u64,
-    ) -> (Pass, Profile) {
+    ) -> (Pass, TagProfile) {
         let bucket_ns = span.div_ceil(options.time_buckets.max(1) as u64).max(1);
         let input = PassInput {
             history,
@@ -668,7 +670,7 @@ impl Pass {
             .into_iter()
             .map(|(_, _, id)| id)
             .collect();
-        (pass, profile.finish())
+        (pass, profile)
     }
 
     fn empty(input: &PassInput<'_>) -> Pass {

@@ -17,7 +17,7 @@
 use serde::Serialize;
 
 use pinwise_core::policy::{PinRequest, Plan, PredictedTransfers};
-use pinwise_core::profile::Profile;
+use pinwise_core::profile::{Profile, ProfileEntry};
 use pinwise_core::{Decision, PinMethod, Policy};
 
 /// One point of the curve.
@@ -80,18 +80,7 @@ pub fn analyse(
     let share = share.clamp(0.0, 1.0);
     // Without a budget, core's plan pins exactly the tags its policy says pay back: the
     // same decisions, without the plan's index and timeline.
-    let decisions: Vec<Decision> = profile
-        .entries
-        .iter()
-        .map(|e| {
-            policy.decide(&PinRequest {
-                size: e.size,
-                transfers: PredictedTransfers::from_profile_entry(e),
-                remaining_budget: u64::MAX,
-                method,
-            })
-        })
-        .collect();
+    let decisions = decide_all(profile, policy, method);
     let curve = prefix_curve(profile, &decisions);
     let attainable = curve.last().copied().unwrap_or(BudgetPoint {
         budget_bytes: 0,
@@ -102,7 +91,12 @@ pub fn analyse(
         .iter()
         .find(|p| p.net_saving_ns >= target)
         .map_or(attainable.budget_bytes, |p| p.budget_bytes);
+    let started = std::time::Instant::now();
     let at_budget: Plan = policy.plan(profile, budget_bytes, method);
+    tracing::debug!(
+        "core's plan at {budget_bytes} bytes: {:.3} s",
+        started.elapsed().as_secs_f64()
+    );
     BudgetAnalysis {
         method,
         tags: profile.entries.len() as u64,
@@ -118,14 +112,52 @@ pub fn analyse(
     }
 }
 
+/// Entries per thread below which deciding stays on one thread.
+const MIN_DECISIONS_PER_THREAD: usize = 100_000;
+
+/// The policy's decision for every entry, without a budget (on several threads for large
+/// profiles: each decision is independent).
+fn decide_all(profile: &Profile, policy: &Policy, method: PinMethod) -> Vec<Decision> {
+    let decide = |e: &ProfileEntry| {
+        policy.decide(&PinRequest {
+            size: e.size,
+            transfers: PredictedTransfers::from_profile_entry(e),
+            remaining_budget: u64::MAX,
+            method,
+        })
+    };
+    let entries = &profile.entries;
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |t| t.get())
+        .clamp(1, 8)
+        .min(entries.len().div_ceil(MIN_DECISIONS_PER_THREAD).max(1));
+    if threads == 1 {
+        return entries.iter().map(decide).collect();
+    }
+    let chunk = entries.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let parts: Vec<_> = entries
+            .chunks(chunk)
+            .map(|part| scope.spawn(move || part.iter().map(decide).collect::<Vec<_>>()))
+            .collect();
+        parts
+            .into_iter()
+            .flat_map(|p| p.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    })
+}
+
 /// The curve of the plan's order: one point per tag taken (budget never decreasing); its
 /// last point is every tag that pays back.
 fn prefix_curve(profile: &Profile, decisions: &[Decision]) -> Vec<BudgetPoint> {
     let entries = &profile.entries;
-    let mut order: Vec<usize> = (0..entries.len()).filter(|&i| decisions[i].pin).collect();
     // The plan's order: best net saving per byte first, ties in profile order.
-    let per_byte = |i: usize| decisions[i].net_ns() / entries[i].size.max(1) as f64;
-    order.sort_by(|&a, &b| per_byte(b).total_cmp(&per_byte(a)).then(a.cmp(&b)));
+    let mut keyed: Vec<(f64, usize)> = (0..entries.len())
+        .filter(|&i| decisions[i].pin)
+        .map(|i| (decisions[i].net_ns() / entries[i].size.max(1) as f64, i))
+        .collect();
+    keyed.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    let order = keyed.into_iter().map(|(_, i)| i);
     // The lifetime boundaries of every entry, as core's plan takes them: its peaks for a
     // set of tags are then exactly the plan's.
     let mut timeline = MaxTimeline::new(

@@ -1,6 +1,7 @@
 //! A progress bar on stderr for work on large files: hidden until the work turns out to
 //! take long (a large file, or a stage running past half a second), and never drawn when
-//! stderr is not a terminal (indicatif checks).
+//! stderr is not a terminal (indicatif checks). Each stage's duration is logged at debug
+//! level (`pinwise -vv`).
 
 use std::time::{Duration, Instant};
 
@@ -18,6 +19,8 @@ pub struct Progress {
     enabled: bool,
     shown: bool,
     started: Instant,
+    /// The stage under way and when it began.
+    current: Option<(String, Instant)>,
 }
 
 impl Progress {
@@ -28,6 +31,7 @@ impl Progress {
             enabled,
             shown: false,
             started: Instant::now(),
+            current: None,
         }
     }
 
@@ -56,8 +60,17 @@ impl Progress {
         }
     }
 
+    /// Logs how long the stage under way took, and starts `next` (if any).
+    fn next_stage(&mut self, next: Option<&str>) {
+        if let Some((name, began)) = self.current.take() {
+            tracing::debug!("{name}: {:.3} s", began.elapsed().as_secs_f64());
+        }
+        self.current = next.map(|n| (n.to_owned(), Instant::now()));
+    }
+
     /// Starts a stage measured in bytes (reading a file of `total` bytes).
     pub fn bytes_stage(&mut self, message: &str, total: u64) {
+        self.next_stage(Some(message));
         self.bar.set_style(
             ProgressStyle::with_template(
                 "{spinner} {msg} [{bar:30}] {bytes}/{total_bytes} ({bytes_per_sec})",
@@ -76,6 +89,7 @@ impl Progress {
 
     /// Starts a stage with no measure of its own (decoding, analysing).
     pub fn stage(&mut self, message: &str) {
+        self.next_stage(Some(message));
         self.show_if_slow();
         self.bar.set_style(
             ProgressStyle::with_template("{spinner} {msg} ({elapsed})")
@@ -90,8 +104,9 @@ impl Progress {
         self.show_if_slow();
     }
 
-    /// Removes the bar.
-    pub fn finish(&self) {
+    /// Removes the bar (and logs the last stage's duration).
+    pub fn finish(&mut self) {
+        self.next_stage(None);
         self.bar.finish_and_clear();
     }
 }

@@ -120,12 +120,25 @@ impl TagProfile {
     }
 
     /// The profile (entries ordered by module, offset and call number; no site aggregates).
-    pub(crate) fn finish(mut self) -> Profile {
-        // Stable: instances of a tag stay in creation order (the first one names its kind).
-        self.entries
-            .sort_by_key(|e| (e.module, e.offset, e.call_no));
-        let mut merged: Vec<ProfileEntry> = Vec::with_capacity(self.entries.len());
-        for e in self.entries {
+    pub(crate) fn finish(self) -> Profile {
+        // Sort small keys, not the entries: (tag, creation order), so that instances of a
+        // tag stay in creation order (the first one names its kind).
+        let mut order: Vec<(u128, u32)> = self
+            .entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                let tag = (u128::from(e.module) << 96)
+                    | (u128::from(e.offset) << 32)
+                    | u128::from(e.call_no);
+                (tag, i as u32)
+            })
+            .collect();
+        order.sort_unstable();
+        let mut slots: Vec<Option<ProfileEntry>> = self.entries.into_iter().map(Some).collect();
+        let mut merged: Vec<ProfileEntry> = Vec::with_capacity(slots.len());
+        for (_, i) in order {
+            let e = slots[i as usize].take().expect("each entry is taken once");
             match merged.last_mut() {
                 Some(m) if (m.module, m.offset, m.call_no) == (e.module, e.offset, e.call_no) => {
                     // Another process's instance of the same tag.
