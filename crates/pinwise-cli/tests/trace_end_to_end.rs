@@ -368,3 +368,171 @@ fn traces_a_running_process_by_pid_until_it_exits() {
     );
     assert_eq!(got.bytes, expected["HtoD"]["bytes"].as_u64().unwrap());
 }
+
+#[test]
+fn ctrl_c_writes_what_was_seen_and_passes_the_signal_status_through() {
+    if !require_bpf("ctrl_c_writes_what_was_seen_and_passes_the_signal_status_through") {
+        return;
+    }
+    use std::os::unix::process::CommandExt;
+    let libs = StandinLibs::new();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("interrupted.json");
+    // Its own process group, as a terminal's foreground job: Ctrl-C reaches pinwise and
+    // the command alike.
+    let mut tracer = pinwise()
+        .env("LD_LIBRARY_PATH", libs.ld_library_path())
+        .arg("trace")
+        .arg("-o")
+        .arg(&out)
+        .args(["--", "sleep", "30"])
+        .process_group(0)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut stderr = tracer.stderr.take().unwrap();
+    // Wait until tracing has started (the first status line), then press Ctrl-C.
+    let mut seen = Vec::new();
+    let mut byte = [0u8; 1];
+    while !String::from_utf8_lossy(&seen).contains("tracing `sleep 30`") {
+        use std::io::Read;
+        if stderr.read(&mut byte).unwrap() == 0 {
+            break;
+        }
+        seen.push(byte[0]);
+    }
+    // SAFETY: sends SIGINT to the process group we created for pinwise.
+    assert_eq!(
+        unsafe { libc::kill(-(tracer.id() as i32), libc::SIGINT) },
+        0
+    );
+    let status = tracer.wait().unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
+    let text = format!("{}{rest}", String::from_utf8_lossy(&seen));
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "{text}"
+    );
+    assert!(
+        text.contains("interrupted: writing what was seen"),
+        "{text}"
+    );
+    assert_eq!(
+        status.code(),
+        Some(130),
+        "128 + SIGINT, from the command: {text}"
+    );
+    assert!(
+        load_history(&out).is_ok(),
+        "the history was written: {text}"
+    );
+}
+
+#[test]
+fn refuses_to_run_without_privileges_and_says_why() {
+    use std::os::unix::process::CommandExt;
+    // Needs root to drop to another user.
+    if pinwise_testkit::effective_uid() != Some(0) {
+        eprintln!(
+            "SKIPPED refuses_to_run_without_privileges_and_says_why: needs root to drop privileges"
+        );
+        return;
+    }
+    let output = pinwise()
+        .args(["trace", "--", "true"])
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("not root") && stderr.contains("CAP_BPF"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn follows_the_children_of_a_launched_command() {
+    if !require_bpf("follows_the_children_of_a_launched_command") {
+        return;
+    }
+    let libs = StandinLibs::new();
+    let dir = tempfile::tempdir().unwrap();
+    let workload = build_workload(&libs, dir.path());
+    let out = dir.path().join("children.json");
+    // The shell forks the workload (`; true` keeps it from exec'ing in place).
+    let script = format!("{} 2; true", workload.display());
+    let output = pinwise()
+        .env("LD_LIBRARY_PATH", libs.ld_library_path())
+        .arg("trace")
+        .arg("-o")
+        .arg(&out)
+        .args(["--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let expected: serde_json::Value =
+        serde_json::from_slice(String::from_utf8_lossy(&output.stdout).trim().as_bytes()).unwrap();
+    let history = load_history(&out).unwrap();
+    let summary = history.summary(&CostModel::builtin());
+    for dir in [Direction::HtoD, Direction::DtoH] {
+        let got = summary.by_direction[dir.index()].all;
+        assert_eq!(
+            (got.transfers, got.bytes),
+            (
+                expected[dir.as_str()]["transfers"].as_u64().unwrap(),
+                expected[dir.as_str()]["bytes"].as_u64().unwrap()
+            ),
+            "{} in the child: {stderr}",
+            dir.as_str()
+        );
+    }
+    let pids: BTreeSet<u32> = history.allocations().map(|v| v.info().pid).collect();
+    assert_eq!(pids.len(), 1, "allocations are the child's: {pids:?}");
+}
+
+#[test]
+fn page_faults_on_tracked_memory_when_asked_for() {
+    if !require_bpf("page_faults_on_tracked_memory_when_asked_for") {
+        return;
+    }
+    let libs = StandinLibs::new();
+    let dir = tempfile::tempdir().unwrap();
+    let workload = build_workload(&libs, dir.path());
+    let out = dir.path().join("faults.json");
+    let output = pinwise()
+        .env("LD_LIBRARY_PATH", libs.ld_library_path())
+        .arg("trace")
+        .arg("--page-faults")
+        .arg("-o")
+        .arg(&out)
+        .arg("--")
+        .arg(&workload)
+        .arg("1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let dump: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    // memset of the 8 MiB pageable buffer touches each of its pages.
+    let pageable = dump["allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["kind"] == "PAGEABLE")
+        .expect("the pageable buffer");
+    let faults = pageable["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "PAGE_FAULT")
+        .count();
+    assert!(
+        faults >= 4,
+        "page faults recorded on the tracked buffer: {faults}\n{stderr}"
+    );
+}

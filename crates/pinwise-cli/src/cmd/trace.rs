@@ -296,16 +296,35 @@ pub fn run(args: TraceArgs) -> Result<ExitCode> {
     }
 
     // A launched command's exit status is passed through. After Ctrl-C it normally got
-    // the signal too; wait for it either way.
+    // the signal too; wait for it either way. A second Ctrl-C now ends pinwise at once
+    // (what was seen is written already) and leaves the command running.
     let code = match (ending, child) {
         (Ending::CommandExited(st), _) => exit_code(st),
-        (_, Some(mut c)) => match c.wait() {
-            Ok(st) => exit_code(st),
-            Err(_) => ExitCode::FAILURE,
-        },
+        (_, Some(mut c)) => {
+            restore_default_interrupts();
+            if let Ok(None) = c.try_wait() {
+                status(format!(
+                    "waiting for PID {} to exit (Ctrl-C again to leave it running)",
+                    c.id()
+                ));
+            }
+            match c.wait() {
+                Ok(st) => exit_code(st),
+                Err(_) => ExitCode::FAILURE,
+            }
+        }
         _ => ExitCode::SUCCESS,
     };
     Ok(code)
+}
+
+fn restore_default_interrupts() {
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: resets the disposition to the default; no handler involved.
+        unsafe {
+            libc::signal(signal, libc::SIG_DFL);
+        }
+    }
 }
 
 fn wait_for_end(
