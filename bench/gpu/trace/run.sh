@@ -122,7 +122,7 @@ fi
 
 # ---- 2. overhead ----------------------------------------------------------------------
 declare -A CALLS=([htod]=100000 [htod_async]=100000 [dtoh]=100000 [unified]=100000
-                  [copy2d]=100000 [host_alloc]=2000 [register]=2000 [dev_alloc]=2000 [mmap]=20000)
+                  [copy2d]=100000 [host_alloc]=1000 [register]=2000 [dev_alloc]=2000 [mmap]=20000)
 for kind in htod htod_async dtoh unified copy2d host_alloc register dev_alloc mmap; do
   n=$(( ${CALLS[$kind]} / SCALE ))
   log "calls $kind x $n: plain and traced, 3 times each"
