@@ -106,7 +106,7 @@ const SCRIPT: &str = r#"
   Array.prototype.forEach.call(plots, function (svg, i) {
     if (svg.childElementCount === 0) { problems.push("plot " + (i + 1) + " is empty"); }
     var box = svg.getBoundingClientRect();
-    if (box.width < 100 || box.height < 50) { problems.push("plot " + (i + 1) + " is not laid out"); }
+    if (box.width < 100 || box.height < 20) { problems.push("plot " + (i + 1) + " is not laid out"); }
   });
   if (tables.length === 0) { problems.push("no table"); }
   if (problems.length === 0) {

@@ -69,16 +69,19 @@ fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
-fn message(
-    root: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
-    text: &str,
-) -> Result<(), String> {
-    root.draw(&Text::new(
-        text.to_owned(),
-        (20, 20),
-        (FONT, 16).into_font().color(&TEXT),
-    ))
-    .map_err(err)
+/// Height of a plot that has nothing to show but a sentence.
+const MESSAGE_HEIGHT: u32 = 48;
+
+/// A plot with nothing to draw: one sentence saying so.
+fn message(plot: &'static str, text: &str) -> Result<String, ReportError> {
+    svg(plot, (PLOT_WIDTH, MESSAGE_HEIGHT), |root| {
+        root.draw(&Text::new(
+            text.to_owned(),
+            (20, 16),
+            (FONT, 16).into_font().color(&TEXT),
+        ))
+        .map_err(err)
+    })
 }
 
 /// A formatter of seconds for an axis spanning `span` seconds.
@@ -119,10 +122,13 @@ fn number(v: &f64) -> String {
 /// Bytes moved per second over the trace, stacked by direction and host memory state.
 pub fn traffic(report: &Report) -> Result<String, ReportError> {
     let t = &report.plots.traffic;
+    if t.buckets.iter().all(|b| b.iter().all(|&v| v == 0)) {
+        return message(
+            "bytes over time",
+            "No host<->device transfer in this history.",
+        );
+    }
     svg("bytes over time", (PLOT_WIDTH, 340), |root| {
-        if t.buckets.iter().all(|b| b.iter().all(|&v| v == 0)) {
-            return message(root, "No host<->device transfer in this history.");
-        }
         let bucket_s = t.bucket_ns as f64 / 1e9;
         // GB/s in each bucket, cumulated bottom-up in series order.
         let stacked: Vec<[f64; 4]> = t
@@ -197,10 +203,10 @@ pub fn traffic(report: &Report) -> Result<String, ReportError> {
 pub fn lifetimes(report: &Report) -> Result<String, ReportError> {
     let rows = &report.plots.lifetimes;
     let height = 90 + 18 * rows.len().max(1) as u32;
+    if rows.is_empty() {
+        return message("allocation lifetimes", "No allocation was transferred.");
+    }
     svg("allocation lifetimes", (PLOT_WIDTH, height), |root| {
-        if rows.is_empty() {
-            return message(root, "No allocation was transferred.");
-        }
         let n = rows.len();
         let span = (report.overview.span_ns as f64 / 1e9).max(1e-9);
         let seconds = seconds_axis(span);
@@ -311,10 +317,10 @@ type Layer = (
 /// Allocations by size class: hot (pinning pays back), warm, cold (never transferred).
 pub fn size_classes(report: &Report) -> Result<String, ReportError> {
     let classes = &report.plots.size_classes;
+    if classes.is_empty() {
+        return message("hot and cold by size", "No allocation in this history.");
+    }
     svg("hot and cold by size", (PLOT_WIDTH, 340), |root| {
-        if classes.is_empty() {
-            return message(root, "No allocation in this history.");
-        }
         let n = classes.len();
         let top = classes
             .iter()
@@ -393,13 +399,13 @@ pub fn size_classes(report: &Report) -> Result<String, ReportError> {
 /// Net saving against the pinned budget, with the budget chosen for the asked share.
 pub fn budget_curve(report: &Report) -> Result<String, ReportError> {
     let b = &report.budget;
+    if b.curve.len() < 2 || b.attainable_ns <= 0.0 {
+        return message(
+            "saving versus pinned budget",
+            "No allocation pays back its pinning: nothing to budget for.",
+        );
+    }
     svg("saving versus pinned budget", (PLOT_WIDTH, 340), |root| {
-        if b.curve.len() < 2 || b.attainable_ns <= 0.0 {
-            return message(
-                root,
-                "No allocation pays back its pinning: nothing to budget for.",
-            );
-        }
         let x_max = b.curve.last().map_or(1, |p| p.budget_bytes).max(1) as f64 * 1.02;
         // Milliseconds, or seconds for savings of more than 10 s.
         let (unit, unit_name) = if b.attainable_ns.max(b.plan_saving_ns) > 10e9 {
