@@ -1,31 +1,63 @@
-//! Per-thread state of the hooks: the re-entrancy guard and the runtime call in progress.
+//! Per-thread state of the hooks: the re-entrancy guard, the runtime call in progress, the
+//! sampling tick, and the thread's event ring.
 //!
-//! All of it is `const`-initialized thread-local storage without destructors: touching it
-//! never allocates. (The `free`/`realloc`/`munmap` hooks do not touch it at all: they may
-//! run while a thread is being torn down.)
+//! One `const`-initialized thread-local struct without a destructor: a hook reaches all of
+//! it with one thread-local access, and touching it never allocates. (The `free`/`realloc`/
+//! `munmap` hooks' fast path does not touch it at all: they may run while a thread is being
+//! torn down.)
 
 use std::cell::Cell;
 
-thread_local! {
+/// Everything a hook keeps per thread.
+pub struct ThreadState {
     /// Depth of pinwise's own code on this thread: while > 0, hooks forward at once.
-    static DEPTH: Cell<u32> = const { Cell::new(0) };
+    depth: Cell<u32>,
     /// Whether a runtime call is in progress.
-    static RUNTIME_ACTIVE: Cell<bool> = const { Cell::new(false) };
+    runtime_active: Cell<bool>,
     /// The application's call site of the runtime call in progress (0: unknown).
-    static RUNTIME_SITE: Cell<usize> = const { Cell::new(0) };
+    runtime_site: Cell<usize>,
     /// Whether a driver hook observed the runtime call in progress.
-    static RUNTIME_SEEN: Cell<bool> = const { Cell::new(false) };
+    runtime_seen: Cell<bool>,
     /// Whether the runtime call in progress is a copy (its pointer queries are the
     /// runtime's own, not the program's).
-    static RUNTIME_COPY: Cell<bool> = const { Cell::new(false) };
+    runtime_copy: Cell<bool>,
     /// Calls counted for sampling the hook cost.
-    static SAMPLE_TICK: Cell<u32> = const { Cell::new(0) };
+    sample_tick: Cell<u32>,
+    /// This thread's event ring (owned by [`crate::recorder`]) and the generation it
+    /// belongs to (a forked child's generation differs), and the thread id.
+    pub ring: Cell<*const ()>,
+    /// See `ring`.
+    pub ring_generation: Cell<u64>,
+    /// See `ring`.
+    pub tid: Cell<u32>,
+}
+
+thread_local! {
+    static THREAD: ThreadState = const {
+        ThreadState {
+            depth: Cell::new(0),
+            runtime_active: Cell::new(false),
+            runtime_site: Cell::new(0),
+            runtime_seen: Cell::new(false),
+            runtime_copy: Cell::new(false),
+            sample_tick: Cell::new(0),
+            ring: Cell::new(std::ptr::null()),
+            ring_generation: Cell::new(0),
+            tid: Cell::new(0),
+        }
+    };
+}
+
+/// Runs `f` on this thread's state (one thread-local access).
+#[inline]
+pub fn with<R>(f: impl FnOnce(&ThreadState) -> R) -> R {
+    THREAD.with(f)
 }
 
 /// Whether pinwise's own code is running on this thread.
 #[inline]
 pub fn inside() -> bool {
-    DEPTH.with(|d| d.get() > 0)
+    with(|t| t.depth.get() > 0)
 }
 
 /// Marks pinwise's own code as running on this thread until dropped.
@@ -35,7 +67,7 @@ impl Inside {
     /// Enters.
     #[inline]
     pub fn enter() -> Inside {
-        DEPTH.with(|d| d.set(d.get() + 1));
+        with(|t| t.depth.set(t.depth.get() + 1));
         Inside(())
     }
 }
@@ -43,7 +75,7 @@ impl Inside {
 impl Drop for Inside {
     #[inline]
     fn drop(&mut self) {
-        DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+        with(|t| t.depth.set(t.depth.get().saturating_sub(1)));
     }
 }
 
@@ -60,49 +92,61 @@ pub struct RuntimeFrame {
 /// Starts a runtime call made from `site` (0: unknown): driver hooks below attribute to it.
 #[inline]
 pub fn enter_runtime(site: usize, copy: bool) -> RuntimeFrame {
-    RuntimeFrame {
-        active: RUNTIME_ACTIVE.with(|c| c.replace(true)),
-        site: RUNTIME_SITE.with(|c| c.replace(site)),
-        seen: RUNTIME_SEEN.with(|c| c.replace(false)),
-        copy: RUNTIME_COPY.with(|c| c.replace(copy)),
-    }
+    with(|t| RuntimeFrame {
+        active: t.runtime_active.replace(true),
+        site: t.runtime_site.replace(site),
+        seen: t.runtime_seen.replace(false),
+        copy: t.runtime_copy.replace(copy),
+    })
 }
 
 /// Ends the runtime call; returns whether a driver hook observed it.
 #[inline]
 pub fn leave_runtime(saved: RuntimeFrame) -> bool {
-    RUNTIME_ACTIVE.with(|c| c.set(saved.active));
-    RUNTIME_SITE.with(|c| c.set(saved.site));
-    RUNTIME_COPY.with(|c| c.set(saved.copy));
-    RUNTIME_SEEN.with(|c| c.replace(saved.seen))
+    with(|t| {
+        t.runtime_active.set(saved.active);
+        t.runtime_site.set(saved.site);
+        t.runtime_copy.set(saved.copy);
+        t.runtime_seen.replace(saved.seen)
+    })
 }
 
 /// For a driver hook: the call site to attribute to (the runtime caller's when inside a
 /// runtime call, else `own`), marking the runtime call as observed.
 #[inline]
 pub fn driver_site(own: usize) -> usize {
-    if !RUNTIME_ACTIVE.with(|c| c.get()) {
+    with(|t| driver_site_in(t, own))
+}
+
+#[inline]
+fn driver_site_in(t: &ThreadState, own: usize) -> usize {
+    if !t.runtime_active.get() {
         return own;
     }
-    RUNTIME_SEEN.with(|c| c.set(true));
-    match RUNTIME_SITE.with(|c| c.get()) {
+    t.runtime_seen.set(true);
+    match t.runtime_site.get() {
         0 => own,
         rt => rt,
     }
 }
 
+/// For a copy hook, in one thread-local access: `None` when pinwise's own code runs on
+/// this thread (forward at once); else the call site to attribute to and whether to time
+/// this call (one in `every`).
+#[inline]
+pub fn copy_prologue(own: usize, every: u32) -> Option<(usize, bool)> {
+    with(|t| {
+        if t.depth.get() > 0 {
+            return None;
+        }
+        let n = t.sample_tick.get().wrapping_add(1);
+        t.sample_tick.set(n);
+        Some((driver_site_in(t, own), n % every == 0))
+    })
+}
+
 /// Whether a runtime copy is in progress on this thread.
 #[inline]
 pub fn in_runtime_copy() -> bool {
-    RUNTIME_COPY.with(|c| c.get())
-}
-
-/// Whether this call should be timed (one in `every`, per thread).
-#[inline]
-pub fn sample(every: u32) -> bool {
-    SAMPLE_TICK.with(|c| {
-        let n = c.get().wrapping_add(1);
-        c.set(n);
-        n % every == 0
-    })
+    with(|t| t.runtime_copy.get())
 }

@@ -292,15 +292,16 @@ pub fn copy(
     describe: impl FnOnce(&State) -> Option<Copy>,
     forward: impl FnOnce() -> CUresult,
 ) -> CUresult {
-    let Some(st) = driver_active() else {
+    if !state::enabled() || !state::DRIVER_HOOKS.load(std::sync::atomic::Ordering::Relaxed) {
+        return forward();
+    }
+    let Some((site_addr, timed)) = guard::copy_prologue(caller, SAMPLE_EVERY) else {
         return forward();
     };
-    let t0 = if guard::sample(SAMPLE_EVERY) {
-        now_ns()
-    } else {
-        0
+    let Some(st) = state::get() else {
+        return forward();
     };
-    let site_addr = guard::driver_site(caller);
+    let t0 = if timed { now_ns() } else { 0 };
     guarded(|| {
         if let Some(c) = describe(st) {
             note_and_record(st, &c, site_addr);
@@ -336,12 +337,6 @@ fn note_and_record(st: &State, c: &Copy, site_addr: usize) {
             None => HostState::Unknown,
         },
     };
-    st.stats.transfer(c.direction, c.bytes as u64);
-    HookStats::bump(match host_state {
-        HostState::Pinned => &st.stats.transfers_pinned,
-        HostState::Pageable => &st.stats.transfers_pageable,
-        HostState::Unknown => &st.stats.transfers_unknown,
-    });
     let stamp = st.recorder.stamp();
     st.recorder.record(
         stamp,
@@ -667,7 +662,8 @@ pub unsafe fn dlsym_decision(handle: *mut c_void, name: *const c_char) -> *mut c
     if handle != libc::RTLD_DEFAULT && handle != libc::RTLD_NEXT {
         let found = {
             let _inside = guard::Inside::enter();
-            let found = real::dlsym(handle, cname);
+            // SAFETY: the program passed `handle` to dlsym, whose contract is ours.
+            let found = real::dlsym(unsafe { real::Handle::from_raw(handle) }, cname);
             if found != 0 && !real::is_wrapper(found) {
                 if let Some(lib) = real::handle_of(found) {
                     real::offer_libcuda_handle(lib);

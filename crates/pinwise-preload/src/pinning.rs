@@ -68,6 +68,13 @@ pub struct Pinning {
     /// Served allocations still pageable and unregistered (0: queries and copies need not
     /// look them up).
     pageable_live: AtomicUsize,
+    /// The span of addresses served allocations ever had: a copy outside it is the
+    /// program's own memory, and skips the allocator's lookup.
+    served_lo: AtomicUsize,
+    served_hi: AtomicUsize,
+    /// Per direction, the smallest copy that pinning makes faster (smaller ones never pay
+    /// for a registration: their copies are not counted).
+    min_saving_bytes: [u64; 4],
     keep_pinned: bool,
     promote_pageable: bool,
 }
@@ -100,12 +107,16 @@ impl Pinning {
         }
         let engine = Engine::new(Arc::new(PreloadBackend::new(driver)), ec)
             .map_err(|e| format!("the allocator could not start: {e}"))?;
+        let min_saving_bytes = Direction::ALL.map(|d| smallest_saving_copy(&policy, d));
         Ok(Pinning {
             driver,
             engine,
             policy,
             served: RwLock::new(BTreeMap::new()),
             pageable_live: AtomicUsize::new(0),
+            served_lo: AtomicUsize::new(usize::MAX),
+            served_hi: AtomicUsize::new(0),
+            min_saving_bytes,
             keep_pinned: config.keep_pinned,
             promote_pageable: config.promote_pageable,
         })
@@ -124,6 +135,10 @@ impl Pinning {
             let _inside = guard::Inside::enter();
             self.engine.alloc_with_cuda_flags(size, site, af, flags)?
         };
+        let start = a.ptr as usize;
+        self.served_lo.fetch_min(start, Ordering::AcqRel);
+        self.served_hi
+            .fetch_max(start + mapping_len(size), Ordering::AcqRel);
         self.served.write().insert(
             a.ptr as usize,
             Served {
@@ -185,10 +200,13 @@ impl Pinning {
         stats: &HookStats,
         rec: &Recorder,
     ) -> HostState {
-        let engine_view = {
-            let _inside = guard::Inside::enter();
+        let maybe_served = host >= self.served_lo.load(Ordering::Acquire)
+            && host < self.served_hi.load(Ordering::Acquire);
+        let engine_view = if maybe_served {
             self.engine
                 .note_transfer(host as *const u8, bytes, direction, stream)
+        } else {
+            None
         };
         if let Some(pinned) = engine_view {
             if pinned && self.pageable_live.load(Ordering::Acquire) > 0 {
@@ -200,7 +218,10 @@ impl Pinning {
         if PROMOTED_RANGES.covering(host, span).is_some() {
             return HostState::Pinned;
         }
-        if !self.promote_pageable || host == 0 {
+        if !self.promote_pageable
+            || host == 0
+            || (bytes as u64) < self.min_saving_bytes[direction.index()]
+        {
             return HostState::Unknown;
         }
         let Some(i) = COUNTERS.slot(host) else {
@@ -469,6 +490,31 @@ impl Pinning {
     }
 }
 
+/// The smallest copy in `direction` that pinned host memory makes faster, by the policy's
+/// cost model (from there on the saving grows with the size); `u64::MAX` when none up to
+/// 64 GiB does.
+fn smallest_saving_copy(policy: &Policy, direction: Direction) -> u64 {
+    let saves = |b: u64| policy.cost_model().transfer_saving_ns(direction, b) > 0.0;
+    let mut hi = 4096u64;
+    while !saves(hi) {
+        if hi >= 64 << 30 {
+            return u64::MAX;
+        }
+        hi *= 2;
+    }
+    // saves(hi); find the smallest size that saves in (lo, hi] (`lo` does not, or is 0).
+    let mut lo = if hi == 4096 { 0 } else { hi / 2 };
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if saves(mid) {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    hi
+}
+
 /// Before `free(p)` or `realloc(p, ..)`: unregisters pinwise's registrations inside the
 /// block. Cost while nothing is promoted: one atomic load (the caller checks
 /// [`PromotedTable::any_active`] first).
@@ -505,6 +551,22 @@ pub fn before_munmap(addr: usize, len: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_smallest_saving_copy_is_found_per_direction() {
+        let policy = Policy::new(pinwise_core::CostModel::builtin());
+        for d in [Direction::HtoD, Direction::DtoH] {
+            let cut = smallest_saving_copy(&policy, d);
+            let cost = policy.cost_model();
+            assert!((1..64 << 20).contains(&cut), "{d:?}: {cut}");
+            assert!(cost.transfer_saving_ns(d, cut) > 0.0);
+            assert!(cut == 1 || cost.transfer_saving_ns(d, cut - 1) <= 0.0);
+            assert!(cost.transfer_saving_ns(d, 64 << 20) > 0.0);
+        }
+        // On the H200 table, a 4 KiB host-to-device copy is slower pinned: small ones never
+        // pay there.
+        assert!(smallest_saving_copy(&policy, Direction::HtoD) > 4096);
+    }
 
     #[test]
     fn page_spans_cover_whole_pages() {

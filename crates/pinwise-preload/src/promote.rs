@@ -284,8 +284,6 @@ pub struct Counter {
     /// (bytes << 2 | direction) of the last saving computed, and that saving (ns).
     cached_key: AtomicU64,
     cached_saving: AtomicU64,
-    /// Copies seen.
-    copies: AtomicU64,
     /// The span the cached threshold is for, and the threshold (ns).
     threshold_span: AtomicUsize,
     threshold_ns: AtomicU64,
@@ -300,7 +298,6 @@ impl Counter {
             span: AtomicUsize::new(0),
             cached_key: AtomicU64::new(0),
             cached_saving: AtomicU64::new(0),
-            copies: AtomicU64::new(0),
             threshold_span: AtomicUsize::new(0),
             threshold_ns: AtomicU64::new(0),
         }
@@ -331,12 +328,21 @@ impl Counter {
     /// Notes one copy of `span` host bytes saving `saving_ns` if pinned; returns (total
     /// saving so far, largest span so far).
     pub fn note(&self, span: usize, saving_ns: u64) -> (u64, usize) {
-        self.copies.fetch_add(1, Ordering::Relaxed);
-        let span = self.span.fetch_max(span, Ordering::Relaxed).max(span);
-        let saved = self
-            .saved_ns
-            .fetch_add(saving_ns, Ordering::Relaxed)
-            .saturating_add(saving_ns);
+        // Read first: the common case (the same buffer copied again) writes nothing but
+        // the saving.
+        let known = self.span.load(Ordering::Relaxed);
+        let span = if span > known {
+            self.span.fetch_max(span, Ordering::Relaxed).max(span)
+        } else {
+            known
+        };
+        let saved = if saving_ns == 0 {
+            self.saved_ns.load(Ordering::Relaxed)
+        } else {
+            self.saved_ns
+                .fetch_add(saving_ns, Ordering::Relaxed)
+                .saturating_add(saving_ns)
+        };
         (saved, span)
     }
 
@@ -358,11 +364,6 @@ impl Counter {
         self.saved_ns.store(0, Ordering::Relaxed);
         self.span.store(0, Ordering::Relaxed);
         self.set_state(TRACKING);
-    }
-
-    /// Copies seen.
-    pub fn copies(&self) -> u64 {
-        self.copies.load(Ordering::Relaxed)
     }
 }
 
@@ -432,7 +433,7 @@ impl TransferCounters {
             c.key.store(0, Ordering::Relaxed);
             c.reset();
             c.cached_key.store(0, Ordering::Relaxed);
-            c.copies.store(0, Ordering::Relaxed);
+            c.threshold_span.store(0, Ordering::Relaxed);
         }
     }
 }
@@ -507,7 +508,6 @@ mod tests {
         }
         assert_eq!(computed, 1, "the same copy's saving is computed once");
         assert_eq!(k.note(2 << 20, 0), (1500, 2 << 20));
-        assert_eq!(k.copies(), 4);
         k.set_state(PROMOTED);
         k.reset();
         assert_eq!(k.state(), TRACKING);

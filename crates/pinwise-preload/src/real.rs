@@ -48,14 +48,39 @@ pub fn ensure_real_dlsym() {
     PINWISE_REAL_DLSYM.store(addr, Ordering::Release);
 }
 
-/// The real `dlsym(handle, name)`. As called from this library, `RTLD_NEXT` means "after
-/// pinwise" (callers wanting another module's `RTLD_NEXT` go through the trampoline).
-pub fn dlsym(handle: *mut c_void, name: &CStr) -> usize {
+/// A handle `dlsym` accepts: a pseudo-handle, or one the loader gave out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Handle(*mut c_void);
+
+impl Handle {
+    /// `RTLD_NEXT`: as used from this library, "the next object after pinwise".
+    pub const NEXT: Handle = Handle(libc::RTLD_NEXT);
+    /// `RTLD_DEFAULT`: the global scope.
+    pub const DEFAULT: Handle = Handle(libc::RTLD_DEFAULT);
+
+    /// A handle from a raw pointer.
+    ///
+    /// # Safety
+    /// `raw` came from `dlopen` (and the object was not closed since), or is a
+    /// pseudo-handle: what `dlsym` requires of its first argument.
+    pub unsafe fn from_raw(raw: *mut c_void) -> Handle {
+        Handle(raw)
+    }
+
+    /// The raw pointer.
+    pub fn as_ptr(self) -> *mut c_void {
+        self.0
+    }
+}
+
+/// The real `dlsym(handle, name)`, as an address (0: not found).
+pub fn dlsym(handle: Handle, name: &CStr) -> usize {
     ensure_real_dlsym();
     // SAFETY: the address is glibc's dlsym (or `no_dlsym`), whose signature this is.
     let f: DlsymFn = unsafe { std::mem::transmute(PINWISE_REAL_DLSYM.load(Ordering::Acquire)) };
-    // SAFETY: a handle the caller got from the loader (or a pseudo-handle) and a C string.
-    unsafe { f(handle, name.as_ptr()) as usize }
+    // SAFETY: `Handle` holds what dlsym accepts (its constructor's contract); `name` is a
+    // C string.
+    unsafe { f(handle.0, name.as_ptr()) as usize }
 }
 
 /// Addresses of our own exported wrappers, per hooked variant (filled when the library is
@@ -90,19 +115,21 @@ pub fn offer_real(h: Hooked, addr: usize) {
     let _ = REAL[h as usize].compare_exchange(0, addr, Ordering::AcqRel, Ordering::Acquire);
 }
 
-/// Remembers a handle libcuda was opened with (from an intercepted `dlsym` on it).
-pub fn offer_libcuda_handle(handle: *mut c_void) {
-    if !handle.is_null() {
-        let _ = LIBCUDA.compare_exchange(0, handle as usize, Ordering::AcqRel, Ordering::Acquire);
+/// Remembers a handle of the loaded libcuda.
+pub fn offer_libcuda_handle(handle: Handle) {
+    if !handle.0.is_null() {
+        let _ = LIBCUDA.compare_exchange(0, handle.0 as usize, Ordering::AcqRel, Ordering::Acquire);
     }
 }
 
 /// A handle of the loaded libcuda, if it is loaded: one seen in an intercepted `dlsym`, or
 /// `dlopen("libcuda.so.1", RTLD_NOLOAD)`. Never loads it.
-pub fn libcuda_handle() -> Option<*mut c_void> {
+pub fn libcuda_handle() -> Option<Handle> {
     let h = LIBCUDA.load(Ordering::Acquire);
     if h != 0 {
-        return Some(h as *mut c_void);
+        // SAFETY: only handles from dlopen are stored in LIBCUDA (and libcuda is never
+        // closed: the driver keeps itself loaded).
+        return Some(unsafe { Handle::from_raw(h as *mut c_void) });
     }
     // SAFETY: RTLD_NOLOAD only returns a handle to an already loaded library.
     let h = unsafe {
@@ -114,21 +141,26 @@ pub fn libcuda_handle() -> Option<*mut c_void> {
     if h.is_null() {
         return None;
     }
-    offer_libcuda_handle(h);
-    Some(LIBCUDA.load(Ordering::Acquire) as *mut c_void)
+    // SAFETY: a handle dlopen just gave out.
+    offer_libcuda_handle(unsafe { Handle::from_raw(h) });
+    // SAFETY: as above (the first handle stored wins; it came from dlopen too).
+    Some(unsafe { Handle::from_raw(LIBCUDA.load(Ordering::Acquire) as *mut c_void) })
 }
 
 /// The handle of the library that contains `addr` (already loaded), e.g. the libcuda a
 /// `cuGetProcAddress` pointer came from.
-pub fn handle_of(addr: usize) -> Option<*mut c_void> {
-    // SAFETY: dladdr only reads the loader's tables; `info` is a valid out-parameter.
+pub fn handle_of(addr: usize) -> Option<Handle> {
+    // SAFETY: an all-zero Dl_info is valid (null pointers); it is an out-parameter.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    if unsafe { libc::dladdr(addr as *const c_void, &mut info) } == 0 || info.dli_fname.is_null() {
+    // SAFETY: dladdr only reads the loader's tables and writes `info`.
+    let found = unsafe { libc::dladdr(addr as *const c_void, &mut info) };
+    if found == 0 || info.dli_fname.is_null() {
         return None;
     }
     // SAFETY: dli_fname is the loader's C string for a loaded object; NOLOAD never loads.
     let h = unsafe { libc::dlopen(info.dli_fname, libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
-    (!h.is_null()).then_some(h)
+    // SAFETY: a handle dlopen just gave out.
+    (!h.is_null()).then(|| unsafe { Handle::from_raw(h) })
 }
 
 /// libcuda's own export of `h`'s name, if libcuda is loaded and has it.
@@ -155,7 +187,7 @@ pub fn real(h: Hooked) -> Option<usize> {
         return Some(a);
     }
     let found = exported(h).or_else(|| {
-        let a = dlsym(libc::RTLD_NEXT, h.csymbol());
+        let a = dlsym(Handle::NEXT, h.csymbol());
         (a != 0 && !is_wrapper(a)).then_some(a)
     })?;
     offer_real(h, found);
@@ -201,7 +233,7 @@ impl RuntimeFn {
         if a != 0 {
             return Some(a);
         }
-        let a = dlsym(libc::RTLD_NEXT, self.name);
+        let a = dlsym(Handle::NEXT, self.name);
         let a = if a != 0 {
             a
         } else {
@@ -238,7 +270,8 @@ fn in_loaded_cudart(name: &CStr) -> Option<usize> {
         if h.is_null() {
             return 0;
         }
-        let a = dlsym(h, search.name);
+        // SAFETY: a handle dlopen just gave out.
+        let a = dlsym(unsafe { Handle::from_raw(h) }, search.name);
         if a != 0 {
             search.found = a;
             return 1;

@@ -8,9 +8,12 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use pinwise_alloc::callsite::SiteResolver;
-use pinwise_core::{Event, EventKind, HistoryConfig, MemHistory, ModuleTable, ProbeKind, Site};
+use pinwise_core::{
+    Event, EventKind, HistoryConfig, HostState, MemHistory, ModuleTable, ProbeKind, Site,
+};
 
 use crate::clock::now_ns;
+use crate::guard;
 use crate::ring::{release_below, GlobalQueue, Registry, Ring, Stamped, RING_CAP};
 
 /// An event as a hook leaves it: its call site still a raw return address.
@@ -36,13 +39,6 @@ pub static GLOBAL: GlobalQueue<Raw> = GlobalQueue::new();
 /// Bumped in a forked child: thread-local ring handles of older generations are stale.
 pub static GENERATION: AtomicU64 = AtomicU64::new(1);
 
-#[derive(Clone, Copy)]
-struct ThreadRing {
-    ring: *const Ring<Raw>,
-    generation: u64,
-    tid: u32,
-}
-
 /// Releases the thread's ring when the thread ends.
 struct ReleaseOnExit(Cell<*const Ring<Raw>>);
 
@@ -57,30 +53,32 @@ impl Drop for ReleaseOnExit {
 }
 
 thread_local! {
-    static THREAD_RING: Cell<ThreadRing> = const {
-        Cell::new(ThreadRing { ring: std::ptr::null(), generation: 0, tid: 0 })
-    };
     static RELEASE_ON_EXIT: ReleaseOnExit = const { ReleaseOnExit(Cell::new(std::ptr::null())) };
 }
 
 /// This thread's ring (claimed on first use in this generation) and thread id.
+#[inline]
 fn thread_ring() -> (Option<&'static Ring<Raw>>, u32) {
     let generation = GENERATION.load(Ordering::Acquire);
-    let current = THREAD_RING.with(|c| c.get());
-    if current.generation == generation {
+    let (ring, ring_generation, tid) =
+        guard::with(|t| (t.ring.get(), t.ring_generation.get(), t.tid.get()));
+    if ring_generation == generation {
         // SAFETY: registered rings are leaked, valid for the process's life.
-        return (unsafe { current.ring.as_ref() }, current.tid);
+        return (unsafe { (ring as *const Ring<Raw>).as_ref() }, tid);
     }
+    claim_thread_ring(generation)
+}
+
+#[cold]
+fn claim_thread_ring(generation: u64) -> (Option<&'static Ring<Raw>>, u32) {
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::gettid() } as u32;
     let ring = RINGS.claim();
     let ptr = ring.map_or(std::ptr::null(), |r| r as *const Ring<Raw>);
-    THREAD_RING.with(|c| {
-        c.set(ThreadRing {
-            ring: ptr,
-            generation,
-            tid,
-        })
+    guard::with(|t| {
+        t.ring.set(ptr as *const ());
+        t.ring_generation.set(generation);
+        t.tid.set(tid);
     });
     if !ptr.is_null() {
         let _ = RELEASE_ON_EXIT.try_with(|r| r.0.set(ptr));
@@ -100,6 +98,29 @@ pub struct Stamp {
 struct Collector {
     pending: Vec<Raw>,
     ready: Vec<Raw>,
+    tally: Tally,
+    /// Recently resolved call sites (direct-mapped by return address): the same few sites
+    /// make most calls.
+    sites: Box<[(usize, Site); SITE_CACHE]>,
+}
+
+/// Entries of the call-site cache.
+const SITE_CACHE: usize = 256;
+
+/// What the recorded copies were, counted as they reach the history (by the drain, so the
+/// hooks count nothing themselves).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Tally {
+    /// Copies per direction (index `Direction::index`).
+    pub transfers: [u64; 4],
+    /// Bytes per direction.
+    pub bytes: [u64; 4],
+    /// Copies whose host side was pinned when issued.
+    pub pinned: u64,
+    /// Copies whose host side was pageable when issued.
+    pub pageable: u64,
+    /// Copies on memory pinwise does not know (the history decides).
+    pub unknown: u64,
 }
 
 /// The history and the machinery that feeds it. See the module documentation.
@@ -123,6 +144,8 @@ impl Recorder {
             collector: Mutex::new(Collector {
                 pending: Vec::with_capacity(RING_CAP),
                 ready: Vec::with_capacity(RING_CAP),
+                tally: Tally::default(),
+                sites: Box::new([(0, Site::UNKNOWN); SITE_CACHE]),
             }),
             finished: AtomicBool::new(false),
             inline_drains: AtomicU64::new(0),
@@ -182,7 +205,7 @@ impl Recorder {
                         }
                     }
                 }
-                if ring.len() > RING_CAP / 2 {
+                if ring.half_full() {
                     crate::state::wake_drain_thread();
                 }
             }
@@ -210,7 +233,12 @@ impl Recorder {
     /// announcement must not hold its own drain back.
     pub fn drain(&self, last: bool, own: Option<&Ring<Raw>>) {
         let mut c = self.collector.lock();
-        let Collector { pending, ready } = &mut *c;
+        let Collector {
+            pending,
+            ready,
+            tally,
+            sites,
+        } = &mut *c;
         // SAFETY: the collector lock makes this the only consumer.
         let wm_rings = unsafe { RINGS.collect(pending, own, now_ns) };
         // SAFETY: as above.
@@ -226,7 +254,26 @@ impl Recorder {
         }
         for raw in ready.iter_mut() {
             if raw.caller != 0 && raw.event.site.is_none() {
-                raw.event.site = Some(self.resolver.resolve(raw.caller));
+                let slot = &mut sites[(raw.caller >> 2) % SITE_CACHE];
+                if slot.0 != raw.caller {
+                    *slot = (raw.caller, self.resolver.resolve(raw.caller));
+                }
+                raw.event.site = Some(slot.1);
+            }
+            if let EventKind::Transfer {
+                direction,
+                bytes,
+                host_state,
+                ..
+            } = raw.event.kind
+            {
+                tally.transfers[direction.index()] += 1;
+                tally.bytes[direction.index()] += bytes;
+                match host_state {
+                    HostState::Pinned => tally.pinned += 1,
+                    HostState::Pageable => tally.pageable += 1,
+                    HostState::Unknown => tally.unknown += 1,
+                }
             }
         }
         let mut h = self.history.lock();
@@ -243,6 +290,11 @@ impl Recorder {
     /// From now on events are counted, not recorded (the outputs were written at exit).
     pub fn finish(&self) {
         self.finished.store(true, Ordering::Relaxed);
+    }
+
+    /// The copies recorded so far.
+    pub fn tally(&self) -> Tally {
+        self.collector.lock().tally
     }
 
     /// Times a full ring was drained by its own thread.

@@ -23,21 +23,37 @@ pub trait Stamped: Copy {
 }
 
 /// Slots per ring.
-pub const RING_CAP: usize = 1024;
+pub const RING_CAP: usize = 4096;
 
 /// `busy` while a push is announced but has no timestamp yet.
 const STARTING: u64 = 1;
 
-/// One thread's ring. See the module documentation.
-pub struct Ring<T: Stamped> {
-    /// Events pushed (written by the producer).
+/// What the producer writes, on a cache line of its own (the consumer writing `tail` on
+/// the same line would make every push a cache miss).
+#[repr(C, align(64))]
+struct ProducerSide {
+    /// Events pushed.
     head: AtomicUsize,
-    /// Events taken (written by the consumer).
-    tail: AtomicUsize,
+    /// The consumer's `tail` as the producer last read it (re-read only when the ring
+    /// looks full or half full).
+    seen_tail: AtomicUsize,
     /// 0: idle; [`STARTING`]; else the timestamp of the push in flight.
     busy: AtomicU64,
-    /// Whether a live thread owns it.
+}
+
+/// What the consumer writes, on a cache line of its own.
+#[repr(C, align(64))]
+struct ConsumerSide {
+    /// Events taken.
+    tail: AtomicUsize,
+    /// Whether a live thread owns the ring.
     owned: AtomicBool,
+}
+
+/// One thread's ring. See the module documentation.
+pub struct Ring<T: Stamped> {
+    producer: ProducerSide,
+    consumer: ConsumerSide,
     slots: [UnsafeCell<MaybeUninit<T>>; RING_CAP],
 }
 
@@ -49,10 +65,16 @@ unsafe impl<T: Stamped + Send> Sync for Ring<T> {}
 impl<T: Stamped> Ring<T> {
     /// A new empty ring, owned, on the heap (built in place: it is too large for a stack).
     pub fn new_boxed() -> Box<Ring<T>> {
-        // SAFETY: all-zero bytes are a valid `Ring`: atomics at 0 / false, and
-        // `MaybeUninit` slots need no initialization.
-        let ring = unsafe { Box::<Ring<T>>::new_zeroed().assume_init() };
-        ring.owned.store(true, Ordering::Relaxed);
+        let layout = std::alloc::Layout::new::<Ring<T>>();
+        // SAFETY: the layout is not zero-sized.
+        let raw = unsafe { std::alloc::alloc_zeroed(layout) } as *mut Ring<T>;
+        if raw.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        // SAFETY: allocated above with the global allocator and `Ring`'s layout; all-zero
+        // bytes are a valid `Ring` (atomics at 0 / false, `MaybeUninit` slots need nothing).
+        let ring = unsafe { Box::from_raw(raw) };
+        ring.consumer.owned.store(true, Ordering::Relaxed);
         ring
     }
 
@@ -60,9 +82,11 @@ impl<T: Stamped> Ring<T> {
     /// announcement (see the module documentation).
     #[inline]
     pub fn begin(&self, clock: impl FnOnce() -> u64) -> u64 {
-        self.busy.store(STARTING, Ordering::SeqCst);
+        // The announcement must be visible before the clock is read (one full fence); the
+        // timestamp itself only narrows it, and may be seen late.
+        self.producer.busy.store(STARTING, Ordering::SeqCst);
         let ts = clock().max(STARTING + 1);
-        self.busy.store(ts, Ordering::SeqCst);
+        self.producer.busy.store(ts, Ordering::Release);
         ts
     }
 
@@ -71,14 +95,18 @@ impl<T: Stamped> Ring<T> {
     /// [`Ring::end`].
     #[inline]
     pub fn push(&self, item: T) -> Result<(), T> {
-        let head = self.head.load(Ordering::Relaxed);
-        let tail = self.tail.load(Ordering::Acquire);
-        if head.wrapping_sub(tail) >= RING_CAP {
-            return Err(item);
+        let p = &self.producer;
+        let head = p.head.load(Ordering::Relaxed);
+        if head.wrapping_sub(p.seen_tail.load(Ordering::Relaxed)) >= RING_CAP {
+            let tail = self.consumer.tail.load(Ordering::Acquire);
+            p.seen_tail.store(tail, Ordering::Relaxed);
+            if head.wrapping_sub(tail) >= RING_CAP {
+                return Err(item);
+            }
         }
         // SAFETY: slot `head` is free (head - tail < CAP) and only this producer writes it.
         unsafe { (*self.slots[head % RING_CAP].get()).write(item) };
-        self.head.store(head.wrapping_add(1), Ordering::Release);
+        p.head.store(head.wrapping_add(1), Ordering::Release);
         self.end();
         Ok(())
     }
@@ -86,14 +114,29 @@ impl<T: Stamped> Ring<T> {
     /// Ends an announcement without a push.
     #[inline]
     pub fn end(&self) {
-        self.busy.store(0, Ordering::Release);
+        self.producer.busy.store(0, Ordering::Release);
+    }
+
+    /// For the producer: whether the ring is more than half full (reads the consumer's
+    /// position only when its last known one says so).
+    #[inline]
+    pub fn half_full(&self) -> bool {
+        let p = &self.producer;
+        let head = p.head.load(Ordering::Relaxed);
+        if head.wrapping_sub(p.seen_tail.load(Ordering::Relaxed)) <= RING_CAP / 2 {
+            return false;
+        }
+        let tail = self.consumer.tail.load(Ordering::Acquire);
+        p.seen_tail.store(tail, Ordering::Relaxed);
+        head.wrapping_sub(tail) > RING_CAP / 2
     }
 
     /// Events waiting.
     pub fn len(&self) -> usize {
-        self.head
+        self.producer
+            .head
             .load(Ordering::Acquire)
-            .wrapping_sub(self.tail.load(Ordering::Acquire))
+            .wrapping_sub(self.consumer.tail.load(Ordering::Acquire))
     }
 
     /// Whether no event waits.
@@ -103,7 +146,7 @@ impl<T: Stamped> Ring<T> {
 
     /// Marks the ring as no longer owned (its thread ended); it is reused once drained.
     pub fn release(&self) {
-        self.owned.store(false, Ordering::Release);
+        self.consumer.owned.store(false, Ordering::Release);
     }
 
     /// Takes every waiting event into `out`.
@@ -111,15 +154,15 @@ impl<T: Stamped> Ring<T> {
     /// # Safety
     /// Only one consumer at a time (the caller holds the collector's lock).
     unsafe fn drain_into(&self, out: &mut Vec<T>) {
-        let tail = self.tail.load(Ordering::Relaxed);
-        let head = self.head.load(Ordering::Acquire);
+        let tail = self.consumer.tail.load(Ordering::Relaxed);
+        let head = self.producer.head.load(Ordering::Acquire);
         let mut i = tail;
         while i != head {
             // SAFETY: slots tail..head were published by the producer's release store.
             out.push(unsafe { (*self.slots[i % RING_CAP].get()).assume_init() });
             i = i.wrapping_add(1);
         }
-        self.tail.store(head, Ordering::Release);
+        self.consumer.tail.store(head, Ordering::Release);
     }
 }
 
@@ -152,9 +195,10 @@ impl<T: Stamped + Send> Registry<T> {
             }
             // SAFETY: registered rings are leaked boxes, valid for the process's life.
             let ring: &'static Ring<T> = unsafe { &*p };
-            if !ring.owned.load(Ordering::Acquire)
+            if !ring.consumer.owned.load(Ordering::Acquire)
                 && ring.is_empty()
                 && ring
+                    .consumer
                     .owned
                     .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
                     .is_ok()
@@ -194,7 +238,7 @@ impl<T: Stamped + Send> Registry<T> {
             // SAFETY: registered rings are leaked boxes, valid for the process's life.
             let ring: &Ring<T> = unsafe { &*p };
             let is_own = own.is_some_and(|o| std::ptr::eq(o, ring));
-            match ring.busy.load(Ordering::SeqCst) {
+            match ring.producer.busy.load(Ordering::SeqCst) {
                 0 => {}
                 _ if is_own => {}
                 STARTING => watermark = 0,

@@ -375,7 +375,7 @@ impl State {
         if !self.top_process && events == 0 {
             return; // a child that never used CUDA: nothing to say
         }
-        let mut stats = ProcessStats::from_hooks(&self.stats);
+        let mut stats = ProcessStats::from_hooks(&self.stats, &self.recorder.tally());
         stats.pid = self.pid;
         stats.top_process = self.top_process;
         stats.snapshot = snapshot;
@@ -471,7 +471,7 @@ fn write_idle_stats() {
         if launcher.is_some_and(|l| l != ppid) {
             return;
         }
-        let mut stats = ProcessStats::from_hooks(&HookStats::default());
+        let mut stats = ProcessStats::from_hooks(&HookStats::default(), &Default::default());
         stats.pid = pid;
         stats.top_process = true;
         stats.mode = std::env::var(crate::config::env::MODE).unwrap_or_else(|_| "adaptive".into());

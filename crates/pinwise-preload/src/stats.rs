@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use pinwise_core::Direction;
 use serde::Serialize;
 
+use crate::recorder::Tally;
+
 /// The `format` field of the statistics file.
 pub const STATS_FORMAT: &str = "pinwise-preload-stats";
 /// Its version.
@@ -23,7 +25,7 @@ pub static WRAPPED_BY_RULE: AtomicU64 = AtomicU64::new(0);
 pub static PROC_ADDRESS_UNRECOGNIZED: AtomicU64 = AtomicU64::new(0);
 
 /// Live counters of the hooks.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct HookStats {
     /// Pinned allocation requests (`cuMemHostAlloc`, `cuMemAllocHost`, runtime forms).
     pub host_allocs: AtomicU64,
@@ -42,16 +44,6 @@ pub struct HookStats {
     pub registrations: AtomicU64,
     /// Unregistrations by the program.
     pub unregistrations: AtomicU64,
-    /// Copies by direction (index [`Direction::index`]) and their bytes.
-    pub transfers: [AtomicU64; 4],
-    /// Bytes of those copies.
-    pub transfer_bytes: [AtomicU64; 4],
-    /// Copies whose host side was pinned when issued.
-    pub transfers_pinned: AtomicU64,
-    /// Copies whose host side was pageable when issued.
-    pub transfers_pageable: AtomicU64,
-    /// Copies on memory pinwise does not know (the history decides from what it saw).
-    pub transfers_unknown: AtomicU64,
     /// Program buffers registered in place because their copies paid for it.
     pub promotions_on_transfers: AtomicU64,
     /// Pageable allocations served for pinned requests, registered because the program
@@ -75,6 +67,40 @@ pub struct HookStats {
     pub hook_ns: AtomicU64,
     /// Samples in `hook_ns`.
     pub hook_samples: AtomicU64,
+    /// The samples by [`HOOK_BUCKET_NS`]-wide buckets (the last one: everything above), for
+    /// a median that a preempted sample cannot move.
+    pub hook_buckets: [AtomicU64; HOOK_BUCKETS],
+}
+
+/// Width of a hook-time bucket, ns.
+pub const HOOK_BUCKET_NS: u64 = 4;
+/// Buckets of the hook-time histogram.
+pub const HOOK_BUCKETS: usize = 256;
+
+impl Default for HookStats {
+    fn default() -> Self {
+        HookStats {
+            host_allocs: AtomicU64::new(0),
+            served_pinned: AtomicU64::new(0),
+            served_pageable: AtomicU64::new(0),
+            forwarded: AtomicU64::new(0),
+            required_outside_budget: AtomicU64::new(0),
+            host_frees: AtomicU64::new(0),
+            registrations: AtomicU64::new(0),
+            unregistrations: AtomicU64::new(0),
+            promotions_on_transfers: AtomicU64::new(0),
+            promotions_on_queries: AtomicU64::new(0),
+            promotions_by_allocator: AtomicU64::new(0),
+            demotions: AtomicU64::new(0),
+            promotion_failures: AtomicU64::new(0),
+            promotion_budget_refusals: AtomicU64::new(0),
+            runtime_only: AtomicU64::new(0),
+            queries_answered: AtomicU64::new(0),
+            hook_ns: AtomicU64::new(0),
+            hook_samples: AtomicU64::new(0),
+            hook_buckets: [const { AtomicU64::new(0) }; HOOK_BUCKETS],
+        }
+    }
 }
 
 impl HookStats {
@@ -84,18 +110,34 @@ impl HookStats {
         c.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Counts one copy.
-    #[inline]
-    pub fn transfer(&self, d: Direction, bytes: u64) {
-        self.transfers[d.index()].fetch_add(1, Ordering::Relaxed);
-        self.transfer_bytes[d.index()].fetch_add(bytes, Ordering::Relaxed);
-    }
-
     /// Adds one timed sample.
     #[inline]
     pub fn hook_sample(&self, ns: u64) {
         self.hook_ns.fetch_add(ns, Ordering::Relaxed);
         self.hook_samples.fetch_add(1, Ordering::Relaxed);
+        let b = ((ns / HOOK_BUCKET_NS) as usize).min(HOOK_BUCKETS - 1);
+        self.hook_buckets[b].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The median sampled hook time, ns (the middle of its bucket); `None` without samples.
+    pub fn hook_median_ns(&self) -> Option<f64> {
+        let counts: Vec<u64> = self
+            .hook_buckets
+            .iter()
+            .map(|b| b.load(Ordering::Relaxed))
+            .collect();
+        let total: u64 = counts.iter().sum();
+        if total == 0 {
+            return None;
+        }
+        let mut seen = 0;
+        for (i, c) in counts.iter().enumerate() {
+            seen += c;
+            if seen * 2 >= total {
+                return Some((i as u64 * HOOK_BUCKET_NS) as f64 + HOOK_BUCKET_NS as f64 / 2.0);
+            }
+        }
+        None
     }
 }
 
@@ -256,8 +298,11 @@ pub struct ProcessStats {
     pub proc_address_unrecognized: u64,
     /// Pointer queries answered or corrected.
     pub queries_answered: u64,
-    /// Mean sampled hook bookkeeping per intercepted copy, ns (`None`: no sample).
+    /// Mean sampled hook bookkeeping per intercepted copy, ns (`None`: no sample); a
+    /// preempted sample inflates it.
     pub hook_ns_mean: Option<f64>,
+    /// Median of the same samples, ns (4 ns buckets).
+    pub hook_ns_median: Option<f64>,
     /// Samples behind it.
     pub hook_samples: u64,
     /// Events recorded into the history.
@@ -279,12 +324,13 @@ pub struct ProcessStats {
 }
 
 impl ProcessStats {
-    /// The hooks' counters into a statistics record (other fields default).
-    pub fn from_hooks(h: &HookStats) -> ProcessStats {
+    /// The hooks' counters and the recorded copies into a statistics record (other fields
+    /// default).
+    pub fn from_hooks(h: &HookStats, copies: &Tally) -> ProcessStats {
         let r = |c: &AtomicU64| c.load(Ordering::Relaxed);
         let dir = |d: Direction| DirectionStats {
-            count: r(&h.transfers[d.index()]),
-            bytes: r(&h.transfer_bytes[d.index()]),
+            count: copies.transfers[d.index()],
+            bytes: copies.bytes[d.index()],
         };
         let samples = r(&h.hook_samples);
         ProcessStats {
@@ -304,9 +350,9 @@ impl ProcessStats {
                 DtoD: dir(Direction::DtoD),
                 HtoH: dir(Direction::HtoH),
             },
-            transfers_pinned: r(&h.transfers_pinned),
-            transfers_pageable: r(&h.transfers_pageable),
-            transfers_unknown: r(&h.transfers_unknown),
+            transfers_pinned: copies.pinned,
+            transfers_pageable: copies.pageable,
+            transfers_unknown: copies.unknown,
             promotions_on_transfers: r(&h.promotions_on_transfers),
             promotions_on_queries: r(&h.promotions_on_queries),
             promotions_by_allocator: r(&h.promotions_by_allocator),
@@ -320,8 +366,26 @@ impl ProcessStats {
             proc_address_unrecognized: r(&PROC_ADDRESS_UNRECOGNIZED),
             queries_answered: r(&h.queries_answered),
             hook_ns_mean: (samples > 0).then(|| r(&h.hook_ns) as f64 / samples as f64),
+            hook_ns_median: h.hook_median_ns(),
             hook_samples: samples,
             ..Default::default()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_median_ignores_a_few_preempted_samples() {
+        let h = HookStats::default();
+        assert_eq!(h.hook_median_ns(), None);
+        for ns in [40, 42, 44, 45, 47, 50_000, 90_000] {
+            h.hook_sample(ns);
+        }
+        assert_eq!(h.hook_median_ns(), Some(46.0));
+        let mean = h.hook_ns.load(Ordering::Relaxed) as f64 / 7.0;
+        assert!(mean > 1000.0, "the mean is moved: {mean}");
     }
 }

@@ -170,6 +170,8 @@ pub struct ProcessStats {
     pub wrapped_by_rule: u64,
     /// Mean sampled hook cost, ns.
     pub hook_ns_mean: Option<f64>,
+    /// Median sampled hook cost, ns.
+    pub hook_ns_median: Option<f64>,
     /// Samples.
     pub hook_samples: u64,
     /// Events recorded.
@@ -665,14 +667,21 @@ pub fn summary_lines(ps: &[ProcessStats]) -> Vec<String> {
     ));
     let samples = sum(&|p| p.hook_samples);
     if samples > 0 {
-        let mean = ps
+        // The process with the most samples speaks for the run (medians do not add up).
+        let busiest = ps
             .iter()
-            .filter_map(|p| p.hook_ns_mean.map(|m| m * p.hook_samples as f64))
-            .sum::<f64>()
-            / samples as f64;
+            .max_by_key(|p| p.hook_samples)
+            .expect("samples > 0");
+        let median = busiest
+            .hook_ns_median
+            .map_or("-".to_string(), |m| format!("{m:.0} ns"));
+        let mean = busiest
+            .hook_ns_mean
+            .map_or("-".to_string(), |m| format!("{m:.0} ns"));
         lines.push(format!(
-            "hook cost {mean:.0} ns per intercepted copy (pinwise's bookkeeping, sampled: {samples} \
-             samples; the CUDA call itself excluded)"
+            "hook cost per intercepted copy: median {median} (mean {mean}; {} samples, one copy \
+             in 16 timed; pinwise's bookkeeping only, the CUDA call itself excluded)",
+            busiest.hook_samples
         ));
     }
     let wrapped = sum(&|p| p.wrapped_by_dlsym + p.wrapped_by_proc_address + p.wrapped_by_rule);

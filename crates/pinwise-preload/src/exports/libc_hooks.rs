@@ -37,7 +37,7 @@ fn next(slot: &AtomicUsize, name: &std::ffi::CStr) -> usize {
     {
         return 0;
     }
-    let found = crate::real::dlsym(libc::RTLD_NEXT, name);
+    let found = crate::real::dlsym(crate::real::Handle::NEXT, name);
     let found = if found > LOOKING_UP { found } else { 0 };
     slot.store(found, Ordering::Release);
     found
@@ -63,7 +63,7 @@ pub fn hooks_effective() -> bool {
     [c"free", c"realloc", c"munmap"]
         .iter()
         .zip(ours)
-        .all(|(name, mine)| crate::real::dlsym(libc::RTLD_DEFAULT, name) == mine)
+        .all(|(name, mine)| crate::real::dlsym(crate::real::Handle::DEFAULT, name) == mine)
 }
 
 /// `free`.
