@@ -3,7 +3,10 @@
 //! | module | idea |
 //! |---|---|
 //! | [`input`] | reading history dumps and profiles, with a progress bar on large files |
-//! | [`analysis`] | [`Report`]: totals, estimated times, hot/cold spots, pinned for nothing, source health |
+//! | [`analysis`] | [`build_report`]: a history, the cost model and a resolver make a [`Report`] |
+//! | [`model`] | [`Report`]'s parts: totals, estimated times, hot/cold spots, pinned for nothing, source health, plot data |
+//! | `pass` | the one pass over every allocation and its events, on several threads |
+//! | `health` | the sources' own statistics, and whether the run used the CPU stand-in |
 //! | [`budget`] | the saving-versus-pinned-budget curve and the budget for a share of the saving |
 //! | [`sites`] | naming call sites: [`SiteResolver`] (the caller symbolizes), labels |
 //! | [`text`] | the terminal rendering (100 columns) |
@@ -21,8 +24,11 @@ pub mod analysis;
 pub mod budget;
 pub mod diff;
 pub mod error;
+mod health;
 pub mod html;
 pub mod input;
+pub mod model;
+mod pass;
 pub mod perfetto;
 pub mod plots;
 pub mod progress;

@@ -1,0 +1,93 @@
+//! What the history says about its sources: their own statistics (drops, lost events),
+//! the history's bookkeeping, and whether the run used the CPU stand-in for libcuda.
+
+use std::collections::BTreeMap;
+
+use pinwise_core::{MemHistory, ModuleTable};
+
+use crate::model::{Provenance, SourceHealth};
+
+/// Words in a source statistic's name that mean information was lost or is doubtful.
+const LOSS_WORDS: [&str; 8] = [
+    "drop", "lost", "error", "fail", "full", "unknown", "without", "overflow",
+];
+
+pub(crate) fn source_health(history: &MemHistory) -> SourceHealth {
+    let stats = history.source_stats().clone();
+    let losses: BTreeMap<String, u64> = stats
+        .iter()
+        .filter(|(k, &v)| v > 0 && LOSS_WORDS.iter().any(|w| k.contains(w)))
+        .map(|(k, &v)| (k.clone(), v))
+        .collect();
+    let mut warnings = Vec::new();
+    for (k, v) in &losses {
+        warnings.push(format!("source statistic {k} = {v}"));
+    }
+    let s = history.stats();
+    if s.events_dropped_by_cap > 0 {
+        warnings.push(format!(
+            "{} events were not kept (per-allocation cap of {}); counters stay exact, timelines miss them",
+            s.events_dropped_by_cap,
+            history.config().max_events_per_allocation
+        ));
+    }
+    if s.unmatched_frees > 0 {
+        warnings.push(format!(
+            "{} frees of addresses with no live allocation",
+            s.unmatched_frees
+        ));
+    }
+    if s.unattributed_events > 0 {
+        warnings.push(format!(
+            "{} events could not be attributed to an allocation",
+            s.unattributed_events
+        ));
+    }
+    if s.replaced_records > 0 {
+        warnings.push(format!(
+            "{} allocations were replaced before their free was seen (missed frees?)",
+            s.replaced_records
+        ));
+    }
+    SourceHealth {
+        stats,
+        losses,
+        warnings,
+    }
+}
+
+/// The stand-in's names, as they appear in its file names and in statistics sources may
+/// record (`libpinwise_standin_cuda.so`, `pinwise-standin-libs-*`, `*standin*`).
+const STANDIN_MARK: &str = "standin";
+
+pub(crate) fn provenance(history: &MemHistory, modules: &ModuleTable) -> Provenance {
+    let mut evidence: Vec<String> = history
+        .source_stats()
+        .iter()
+        .filter(|(k, &v)| v > 0 && k.to_ascii_lowercase().contains(STANDIN_MARK))
+        .map(|(k, v)| format!("source statistic {k} = {v}"))
+        .collect();
+    evidence.extend(
+        modules
+            .snapshot()
+            .iter()
+            .filter(|m| m.path.to_ascii_lowercase().contains(STANDIN_MARK))
+            .map(|m| format!("call sites in {}", m.path)),
+    );
+    let cpu_standin = !evidence.is_empty();
+    let note = if cpu_standin {
+        "This history comes from a run on the CPU stand-in for libcuda (a test fixture): no \
+         GPU moved these bytes. Times below are what the cost model predicts for the same \
+         transfers on the calibrated GPU, not figures of this run."
+            .to_owned()
+    } else {
+        "The history does not record which device ran. Times below are estimates from the \
+         cost model (the history records what moved, not how long it took)."
+            .to_owned()
+    };
+    Provenance {
+        cpu_standin,
+        evidence,
+        note,
+    }
+}
