@@ -1,4 +1,4 @@
-//! Building a [`Report`] from a history: [`crate::pass`] goes once over every allocation and
+//! Building a [`Report`] from a history: the pass (`pass.rs`) goes once over every allocation and
 //! its events (totals, estimated times, plots, pinned-for-nothing memory, the profile);
 //! core's queries give the hotspots, per-site aggregates and the saving estimate; the
 //! profile gives the budget ([`crate::budget`]).
