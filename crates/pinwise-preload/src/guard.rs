@@ -21,6 +21,9 @@ pub struct ThreadState {
     /// Whether the runtime call in progress is a copy (its pointer queries are the
     /// runtime's own, not the program's).
     runtime_copy: Cell<bool>,
+    /// The `cudaMemcpyKind` of the runtime copy in progress (-1: none or unknown): tells a
+    /// unified driver copy underneath its direction without asking the driver.
+    runtime_kind: Cell<i32>,
     /// Calls counted for sampling the hook cost.
     sample_tick: Cell<u32>,
     /// This thread's event ring (owned by [`crate::recorder`]) and the generation it
@@ -40,6 +43,7 @@ thread_local! {
             runtime_site: Cell::new(0),
             runtime_seen: Cell::new(false),
             runtime_copy: Cell::new(false),
+            runtime_kind: Cell::new(-1),
             sample_tick: Cell::new(0),
             ring: Cell::new(std::ptr::null()),
             ring_generation: Cell::new(0),
@@ -87,16 +91,19 @@ pub struct RuntimeFrame {
     site: usize,
     seen: bool,
     copy: bool,
+    kind: i32,
 }
 
 /// Starts a runtime call made from `site` (0: unknown): driver hooks below attribute to it.
+/// `copy`: a copy, of `cudaMemcpyKind` `kind` when known (-1: not known).
 #[inline]
-pub fn enter_runtime(site: usize, copy: bool) -> RuntimeFrame {
+pub fn enter_runtime(site: usize, copy: bool, kind: i32) -> RuntimeFrame {
     with(|t| RuntimeFrame {
         active: t.runtime_active.replace(true),
         site: t.runtime_site.replace(site),
         seen: t.runtime_seen.replace(false),
         copy: t.runtime_copy.replace(copy),
+        kind: t.runtime_kind.replace(kind),
     })
 }
 
@@ -107,6 +114,7 @@ pub fn leave_runtime(saved: RuntimeFrame) -> bool {
         t.runtime_active.set(saved.active);
         t.runtime_site.set(saved.site);
         t.runtime_copy.set(saved.copy);
+        t.runtime_kind.set(saved.kind);
         t.runtime_seen.replace(saved.seen)
     })
 }
@@ -143,6 +151,12 @@ pub fn copy_prologue(own: usize, every: u32) -> Option<(usize, bool)> {
         t.sample_tick.set(n);
         Some((driver_site_in(t, own), n % every == 0))
     })
+}
+
+/// The `cudaMemcpyKind` of the runtime copy in progress, if known.
+#[inline]
+pub fn runtime_copy_kind() -> Option<i32> {
+    with(|t| Some(t.runtime_kind.get()).filter(|k| *k >= 0))
 }
 
 /// Whether a runtime copy is in progress on this thread.

@@ -379,7 +379,14 @@ pub fn unified(
     stream: Option<usize>,
     per_thread: bool,
 ) -> Option<Copy> {
-    let (dst_host, src_host) = (is_host(st, dst)?, is_host(st, src)?);
+    let (dst_host, src_host) = match guard::runtime_copy_kind() {
+        // cudaMemcpyHostToHost, HostToDevice, DeviceToHost, DeviceToDevice.
+        Some(0) => (true, true),
+        Some(1) => (false, true),
+        Some(2) => (true, false),
+        Some(3) => (false, false),
+        _ => (is_host(st, dst)?, is_host(st, src)?),
+    };
     let (direction, host, device) = match (src_host, dst_host) {
         (true, false) => (Direction::HtoD, src, dst),
         (false, true) => (Direction::DtoH, dst, src),
@@ -751,10 +758,26 @@ pub fn runtime_call(
     forward: impl FnOnce() -> c_int,
     observe: impl FnOnce(&'static State, c_int),
 ) -> c_int {
+    runtime_call_kind(caller, copy, -1, forward, observe)
+}
+
+/// [`runtime_call`] for a 1D copy of `cudaMemcpyKind` `kind` (a unified driver copy
+/// underneath then knows its direction without asking the driver).
+pub fn runtime_call_kind(
+    caller: usize,
+    copy: bool,
+    kind: c_int,
+    forward: impl FnOnce() -> c_int,
+    observe: impl FnOnce(&'static State, c_int),
+) -> c_int {
     if !state::enabled() || guard::inside() {
         return forward();
     }
-    let frame = guard::enter_runtime(caller, copy);
+    let frame = guard::enter_runtime(
+        caller,
+        copy,
+        if (0..=3).contains(&kind) { kind } else { -1 },
+    );
     let rc = forward();
     let seen = guard::leave_runtime(frame);
     if !seen && rc == 0 {

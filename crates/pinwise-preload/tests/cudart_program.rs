@@ -7,8 +7,10 @@
 mod common;
 
 use common::*;
+use pinwise_alloc::engine::{Advice, Advised};
+use pinwise_alloc::plan::Plan;
 use pinwise_core::history::{AllocKind, AllocState};
-use pinwise_core::{Direction, Profile};
+use pinwise_core::{CostModel, Direction, Policy, Profile};
 
 #[test]
 fn every_mode_gives_the_same_output_and_an_exact_history() {
@@ -165,17 +167,37 @@ fn the_profile_changes_the_use_runs_decisions_as_predicted() {
     );
     assert!(adaptive_sum["processes"][0]["promotions_by_allocator"].as_u64() >= Some(1));
 
-    // Use: the profile predicted every hot allocation hot and every cold one cold; the
-    // use run pins the first hot one from the start and never promotes.
+    // Use: every allocation is served as the plan made from the profile says (the plan
+    // weighs each tag's recorded copies against what pinning it costs, given the pool's
+    // blocks); the hot site's, at least, are all pinned from the start, and nothing needs a
+    // promotion.
+    let policy = Policy::new(CostModel::builtin());
+    let plan = Plan::new(
+        &profile,
+        &policy,
+        pinwise_alloc::budget::default_budget_bytes(),
+        &used.modules(),
+    );
+    let mut predicted_pinned = 0;
+    for a in allocations(&used) {
+        let advised = plan.advise(&a.tag(), a.size() as usize);
+        let small = a.size() < 64 * 1024; // always served pinned (a pooled block is free)
+        let expected = match advised {
+            Advised::Pin => AllocKind::PinnedAlloc,
+            Advised::Pageable if small => AllocKind::PinnedAlloc,
+            Advised::Pageable => AllocKind::Pageable,
+            Advised::Unknown => panic!("tag {:?} not in the profile", a.tag()),
+        };
+        predicted_pinned += u64::from(expected == AllocKind::PinnedAlloc);
+        assert_eq!(a.kind(), expected, "use run, {:?} ({:?})", a.tag(), advised);
+    }
     let u = by_site(&used);
     let hot_kinds: Vec<AllocKind> = u[&hot_site].iter().map(|e| e.1).collect();
     assert_eq!(hot_kinds, vec![AllocKind::PinnedAlloc; 4], "use, hot site");
-    let cold_kinds: Vec<AllocKind> = u[&cold_site].iter().map(|e| e.1).collect();
-    assert_eq!(cold_kinds, vec![AllocKind::Pageable; 3], "use, cold site");
+    assert!(u.contains_key(&cold_site));
     let p = &used_sum["processes"][0];
     assert_eq!(p["promotions_by_allocator"], 0, "{p}");
-    assert_eq!(p["served_pinned"], 4, "{p}");
-    assert_eq!(p["served_pageable"], 3, "{p}");
+    assert_eq!(p["served_pinned"], predicted_pinned, "{p}");
     assert_eq!(
         p["engine"]["advice_unmatched"], 0,
         "every allocation matched the profile"

@@ -48,6 +48,13 @@ fn check_run(
     );
     assert_eq!(transfers(&h, Direction::HtoD), expected["htod"], "{name}");
     assert_eq!(transfers(&h, Direction::DtoH), expected["dtoh"], "{name}");
+    // The queried allocation's answers were plain CUDA's (compared with the plain run's
+    // output above): memory type host, range its own size, flags 0.
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("queries flags=0 type=1 range=3145728 devptr-is-host=1"),
+        "{text}"
+    );
     // The mapped allocation keeps its flags and is pinned, whatever the mode.
     let mapped: Vec<_> = allocs.iter().filter(|a| a.size() == 1 << 20).collect();
     assert_eq!(mapped.len(), 1, "{name}");
@@ -103,10 +110,10 @@ fn a_driver_api_program_is_unchanged_and_exactly_recorded_in_every_mode() {
 
 #[test]
 fn a_query_on_a_pageable_served_request_is_answered_as_plain_cuda_would() {
-    // The cold site's third allocation is served pageable (adaptive mode learned the site
-    // is cold); the program then asks its flags, memory type, range and device pointer.
-    // The output line "queries ..." is compared with the plain run's in the test above;
-    // here: pinwise registered it first, and answered the flags and range itself.
+    // The queried allocation is its site's first: adaptive mode has no history for it and
+    // serves it pageable; the program then asks its flags, memory type, range and device
+    // pointer. Pinwise registers it before the first query reaches the driver, and
+    // answers the flags and the range itself (the driver would see the pool's segment).
     let s = Setup::new();
     let exe = s.build_driver("driver_workload.c", &["-lpthread"]);
     let p = check_run(&s, &exe, &["--mode", "adaptive"], "queries");

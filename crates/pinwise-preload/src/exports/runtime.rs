@@ -85,7 +85,7 @@ export_with_caller!(cudaHostAlloc => host_alloc, 3);
 
 unsafe extern "C" fn free_host(ptr: *mut c_void, caller: usize) -> CudaError {
     if hooks::served_by_pinwise(ptr).is_some() {
-        let frame = crate::guard::enter_runtime(caller, false);
+        let frame = crate::guard::enter_runtime(caller, false, -1);
         let rc = hooks::runtime_free_served(caller, ptr);
         crate::guard::leave_runtime(frame);
         return rc;
@@ -239,9 +239,10 @@ fn memcpy_common(
     caller: usize,
 ) -> CudaError {
     let f = next_or_return!(slot, MemcpyFn);
-    hooks::runtime_call(
+    hooks::runtime_call_kind(
         caller,
         true,
+        kind,
         // SAFETY: the caller's arguments, passed on.
         || unsafe { f(dst, src, count, kind) },
         |st, _| {
@@ -271,9 +272,10 @@ fn memcpy_async_common(
     caller: usize,
 ) -> CudaError {
     let f = next_or_return!(slot, MemcpyAsyncFn);
-    hooks::runtime_call(
+    hooks::runtime_call_kind(
         caller,
         true,
+        kind,
         // SAFETY: the caller's arguments, passed on.
         || unsafe { f(dst, src, count, kind, stream) },
         |st, _| {

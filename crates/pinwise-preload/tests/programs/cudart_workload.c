@@ -124,6 +124,13 @@ int main(int argc, char **argv) {
     unsigned char *cold_pageable = malloc(pageable / 8);
     fill(cold_pageable, pageable / 8, 11);
     printf("pageable-cold %016llx\n", (unsigned long long)rounds(cold_pageable, pageable / 8, dev, 1, s));
+    /* cudaMemcpyDefault: the direction comes from the pointers (unified addressing). */
+    CHECK(cudaMemcpy(dev, cold_pageable, 4096, 4 /* cudaMemcpyDefault */));
+    n_htod++;
+    memset(cold_pageable, 0, 4096);
+    CHECK(cudaMemcpy(cold_pageable, dev, 4096, 4));
+    n_dtoh++;
+    printf("default-kind %016llx\n", (unsigned long long)fnv(cold_pageable, 4096, 0xcbf29ce484222325ULL));
     free(cold_pageable);
 
     CHECK(cudaStreamDestroy(s));

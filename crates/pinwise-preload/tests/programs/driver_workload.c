@@ -111,6 +111,13 @@ __attribute__((noinline)) static void *alloc_cold(size_t n) {
     return p;
 }
 
+__attribute__((noinline)) static void *alloc_queried(size_t n) {
+    void *p;
+    CHECK(cuMemAllocHost_v2(&p, n));
+    n_alloc++;
+    return p;
+}
+
 static void *free_elsewhere(void *p) {
     /* A thread with no CUDA context frees a buffer pinwise may have registered. */
     free(p);
@@ -136,20 +143,25 @@ int main(void) {
     for (int i = 0; i < 3; i++) {
         unsigned char *p = alloc_cold(big);
         fill(p, big, 50 + i);
-        if (i == 2) {
-            /* Queries on a pinned request: answers must be plain CUDA's, whatever pinwise
-             * served. */
-            unsigned flags = 99, type = 0;
-            size_t range = 0;
-            CUdeviceptr dp = 0;
-            CHECK(cuMemHostGetFlags(&flags, p + 100));
-            CHECK(cuPointerGetAttribute(&type, 2 /* MEMORY_TYPE */, (CUdeviceptr)(uintptr_t)p));
-            CHECK(cuPointerGetAttribute(&range, 12 /* RANGE_SIZE */, (CUdeviceptr)(uintptr_t)(p + 5)));
-            CHECK(cuMemHostGetDevicePointer_v2(&dp, p, 0));
-            printf("queries flags=%u type=%u range=%zu devptr-is-host=%d\n", flags, type, range,
-                   dp == (CUdeviceptr)(uintptr_t)p);
-        }
         printf("cold[%d] %016llx\n", i, (unsigned long long)rounds(p, big, 1));
+        CHECK(cuMemFreeHost(p));
+        n_free++;
+    }
+
+    /* Queries on a pinned request (its site's first, so an adaptive allocator has no
+     * history for it yet): the answers must be plain CUDA's, whatever pinwise served. */
+    {
+        unsigned char *p = alloc_queried(3 << 20);
+        unsigned flags = 99, type = 0;
+        size_t range = 0;
+        CUdeviceptr dp = 0;
+        fill(p, 3 << 20, 60);
+        CHECK(cuMemHostGetFlags(&flags, p + 100));
+        CHECK(cuPointerGetAttribute(&type, 2 /* MEMORY_TYPE */, (CUdeviceptr)(uintptr_t)p));
+        CHECK(cuPointerGetAttribute(&range, 12 /* RANGE_SIZE */, (CUdeviceptr)(uintptr_t)(p + 5)));
+        CHECK(cuMemHostGetDevicePointer_v2(&dp, p, 0));
+        printf("queries flags=%u type=%u range=%zu devptr-is-host=%d %016llx\n", flags, type, range,
+               dp == (CUdeviceptr)(uintptr_t)p, (unsigned long long)rounds(p, 3 << 20, 1));
         CHECK(cuMemFreeHost(p));
         n_free++;
     }
