@@ -34,7 +34,7 @@ use crate::error::TraceError;
 use crate::libs::{self, LaunchEnv, Libraries, LibraryOverrides};
 use crate::loader::{BpfConfig, KernelHookStatus, Probes, ProgramCost};
 use crate::probes::{func_name, Library};
-use crate::procmaps::ProcMaps;
+use crate::procmaps::{self, ProcMaps};
 use crate::raw::{self, counters, DecodeError, RawEvent};
 use crate::sites::{SiteResolver, SiteStats};
 use crate::translate::{ProcessNews, TranslateStats, Translator};
@@ -187,9 +187,12 @@ impl TracerAgent {
         if !Path::new(&format!("/proc/{pid}")).exists() {
             return Err(TraceError::NoSuchProcess(pid));
         }
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+            .ok()
+            .and_then(|p| p.to_str().map(|p| procmaps::path_in_process(pid, p)));
         let libs = libs::in_process(pid)
             .map_err(|_| TraceError::NoSuchProcess(pid))?
-            .with_overrides(&self.config.libraries, None);
+            .with_overrides(&self.config.libraries, exe.as_deref());
         if libs.has_no_driver() {
             return Err(TraceError::NoLibcuda {
                 target: format!("PID {pid}"),
@@ -676,6 +679,8 @@ fn handle_news(
             ProcessNews::Exited(pid) => {
                 history.write().process_exited(pid, ts);
                 shared.live.lock().exited.insert(pid);
+                // Its exit is its last event: its maps snapshot is no longer needed.
+                translator.sites().forget(pid);
             }
             // A fork copies the parent's address space: nothing new to probe.
             ProcessNews::Forked { .. } => {}
