@@ -4,7 +4,9 @@
 # Needs, carried from the build machine at the same relative paths in a copy of the repo:
 #   target/release/pinwise                   cargo build --release -p pinwise-cli
 #   target/release/libpinwise_preload.so     cargo build --release -p pinwise-preload
-# and on the machine: nvcc (/usr/local/cuda/bin), a C compiler, python3 with PyTorch.
+# (the release profile keeps debug info: `strip --strip-debug` both before carrying them, to
+# stay under the carry limit; about 3 MB for the library), and on the machine: nvcc
+# (/usr/local/cuda/bin), a C compiler, python3 with PyTorch.
 #
 # What it does (about 3 minutes; every command has its own time limit, and the script stops
 # starting new ones past $BUDGET_S seconds, default 330):
