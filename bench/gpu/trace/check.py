@@ -126,6 +126,12 @@ def table(out):
         lines.append("")
         lines.append("**CPU stand-in for libcuda (test fixture): these are not GPU figures.**")
     lines.append("")
+    first = os.path.join(out, "workload_shared.summary.json")
+    if os.path.exists(first):
+        hooks = load(first)["tracer"].get("kernel_hooks") or {}
+        lines.append(f"Kernel hooks into the nvidia module (fexit os_lock_user_pages): "
+                     f"**{hooks.get('state', '?')}** {hooks.get('detail') or ''}")
+        lines.append("")
     verdicts = os.path.join(out, "verdicts.txt")
     if os.path.exists(verdicts):
         lines.append("## Recorded counts against what the programs did")

@@ -101,6 +101,9 @@ cat > "$OUT/meta.json" <<EOF
  "command": "OUT=$OUT bash bench/gpu/trace/run.sh", "pinwise": "$("$PINWISE" --version 2>/dev/null)"}
 EOF
 
+# What the machine lets the tracer do (where `pinwise doctor` exists).
+"$PINWISE" doctor --json > "$OUT/doctor.json" 2> "$OUT/doctor.log" || log "pinwise doctor unavailable or failed (see doctor.log)"
+
 # ---- 1. correctness -----------------------------------------------------------------
 VARIANTS=(shared)
 [[ $MODE == gpu ]] && VARIANTS+=(static)
