@@ -48,10 +48,16 @@ def check_workload(expected_path, summary_path, exe):
     exp = last_json_line(expected_path)
     s = load(summary_path)
     c = Checker(f"workload {os.path.basename(exe)}")
-    for d in ("HtoD", "DtoH", "DtoD"):
+    for d in ("HtoD", "DtoH"):
         got = s["by_direction"][d]
         c.expect(f"{d} transfers, bytes", (got["transfers"], got["bytes"]),
                  (exp[d]["transfers"], exp[d]["bytes"]))
+    # Device-to-device copies move no host memory: cuMemcpyDtoD is not probed (on purpose:
+    # frameworks make many), so a DtoD copy is seen only when the runtime issues it as a
+    # unified cuMemcpy. Reported, not checked.
+    got = s["by_direction"]["DtoD"]
+    print(f"INFO {c.name}: DtoD seen {got['transfers']} ({got['bytes']} bytes); the program "
+          f"made {exp['DtoD']['transfers']} ({exp['DtoD']['bytes']} bytes)")
     c.expect("ring buffer drops", s["tracer"]["ringbuf_drops"], 0)
     exe_real = os.path.realpath(exe)
     sites = set()

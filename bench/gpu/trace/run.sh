@@ -67,6 +67,12 @@ if [[ $MODE == gpu ]]; then
   DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)
   log "GPU mode: $DEVICE, driver $DRIVER"
   NVCC=(nvcc -O2 -Wno-deprecated-gpu-targets)
+  # Link against the toolkit's libcuda stub where there is no unversioned libcuda.so; at
+  # run time the loader finds the driver's libcuda.so.1 (the stub's soname).
+  CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
+  for stubs in "$CUDA_HOME/lib64/stubs" "$CUDA_HOME/targets/x86_64-linux/lib/stubs"; do
+    [[ -d $stubs ]] && NVCC+=(-L"$stubs")
+  done
   "${NVCC[@]}" -o "$BUILD/workload_shared" "$SRC/workload.c" -cudart shared -lcuda -lpthread \
     && "${NVCC[@]}" -o "$BUILD/workload_static" "$SRC/workload.c" -cudart static -lcuda -lpthread \
     && "${NVCC[@]}" -o "$BUILD/overhead" "$SRC/overhead.c" -lcuda -lpthread \
@@ -151,6 +157,10 @@ done
 
 # ---- 3. table and summary -----------------------------------------------------------------
 python3 "$SRC/check.py" table "$OUT" > /dev/null
+# Keep the histories of the correctness runs (small); the benchmark runs' go.
+for h in "$TMP"/workload_*.history.json "$TMP"/torch.history.json; do
+  [[ -f $h ]] && mv "$h" "$OUT/"
+done
 rm -rf "$TMP"
 log "done in $(( $(date +%s) - START )) s; results in $OUT/results.md"
 echo
