@@ -3,12 +3,12 @@
 //!
 //! ```text
 //! cargo run --release -p pinwise-report --example report_bench -- \
-//!     [--allocations 1000000] [--events 10000000] [--file /tmp/pinwise-1m.pwh] [--html OUT]
+//!     [--allocations 1000000] [--events 10000000] [--json] [--file PATH] [--html OUT]
 //! ```
 //!
-//! Writes the history to `--file` (binary) unless it exists, then reads it back and times
-//! each phase: read and decode, analysis (every allocation and event), the text rendering,
-//! the HTML page, the Perfetto export. Prints one line per phase.
+//! Writes the history to `--file` (binary, or JSON with `--json`) unless it exists, then
+//! reads it back and times each phase: read and decode, analysis (every allocation and
+//! event), the text rendering, and the HTML page if asked. Prints one line per phase.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -29,10 +29,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let allocations: u64 = arg(&args, "--allocations", 1_000_000);
     let events: u64 = arg(&args, "--events", 10 * allocations);
+    let json = args.iter().any(|a| a == "--json");
     let file: PathBuf = arg(
         &args,
         "--file",
-        std::env::temp_dir().join(format!("pinwise-synth-{allocations}-{events}.pwh")),
+        std::env::temp_dir().join(format!(
+            "pinwise-synth-{allocations}-{events}.{}",
+            if json { "json" } else { "pwh" }
+        )),
     );
     let html: Option<PathBuf> = args
         .iter()
@@ -52,7 +56,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         for e in SynthEvents::new(cfg, &modules) {
             history.ingest(&e);
         }
-        save_history(&history, &file, DumpFormat::Binary)?;
+        let format = if json {
+            DumpFormat::Json
+        } else {
+            DumpFormat::Binary
+        };
+        save_history(&history, &file, format)?;
         println!(
             "generated {} ({} records, {} events) in {:.2} s",
             file.display(),

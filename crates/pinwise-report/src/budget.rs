@@ -206,9 +206,12 @@ fn thin(curve: Vec<BudgetPoint>, max: usize) -> Vec<BudgetPoint> {
 /// Bytes pinned over time: range add, maximum over everything. Its intervals follow
 /// core's plan (`pinwise_core::policy`): the elementary intervals between lifetime
 /// boundaries, a lifetime covering those from the one holding its start to the one before
-/// its end (at least one), to the last when it never ended.
+/// its end (at least one), to the last when it never ended. A bottom-up segment tree: each
+/// node holds the maximum of its range including what was added to the whole node.
 struct MaxTimeline {
     points: Vec<u64>,
+    /// Leaves from `size` on; intervals past the last point stay 0.
+    size: usize,
     max: Vec<u64>,
     add: Vec<u64>,
 }
@@ -221,11 +224,12 @@ impl MaxTimeline {
         if points.is_empty() {
             points.push(0);
         }
-        let n = points.len();
+        let size = points.len().next_power_of_two();
         MaxTimeline {
             points,
-            max: vec![0; 4 * n],
-            add: vec![0; 4 * n],
+            size,
+            max: vec![0; 2 * size],
+            add: vec![0; size],
         }
     }
 
@@ -249,24 +253,40 @@ impl MaxTimeline {
         self.max[1]
     }
 
+    /// Adds `v` to intervals `[from, to)`.
     fn add(&mut self, from: usize, to: usize, v: u64) {
-        let n = self.len();
-        self.update(1, 0, n, from, to, v);
+        let (mut l, mut r) = (from + self.size, to + self.size);
+        let (first, last) = (l, r - 1);
+        while l < r {
+            if l & 1 == 1 {
+                self.apply(l, v);
+                l += 1;
+            }
+            if r & 1 == 1 {
+                r -= 1;
+                self.apply(r, v);
+            }
+            l >>= 1;
+            r >>= 1;
+        }
+        self.rebuild(first);
+        self.rebuild(last);
     }
 
-    fn update(&mut self, node: usize, lo: usize, hi: usize, from: usize, to: usize, v: u64) {
-        if to <= lo || hi <= from {
-            return;
-        }
-        if from <= lo && hi <= to {
-            self.max[node] += v;
+    fn apply(&mut self, node: usize, v: u64) {
+        self.max[node] += v;
+        if node < self.size {
             self.add[node] += v;
-            return;
         }
-        let mid = (lo + hi) / 2;
-        self.update(2 * node, lo, mid, from, to, v);
-        self.update(2 * node + 1, mid, hi, from, to, v);
-        self.max[node] = self.add[node] + self.max[2 * node].max(self.max[2 * node + 1]);
+    }
+
+    /// Recomputes the ancestors of `node`.
+    fn rebuild(&mut self, mut node: usize) {
+        node >>= 1;
+        while node >= 1 {
+            self.max[node] = self.max[2 * node].max(self.max[2 * node + 1]) + self.add[node];
+            node >>= 1;
+        }
     }
 }
 
@@ -285,6 +305,30 @@ mod tests {
         let (c0, c1) = t.span(5, None);
         t.add(c0, c1, 50);
         assert_eq!(t.peak(), 150);
+    }
+
+    #[test]
+    fn the_timeline_agrees_with_a_brute_force_count() {
+        // Deterministic pseudo-random lifetimes over 37 boundaries.
+        let mut x = 12345u64;
+        let mut next = || {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x >> 33
+        };
+        let points: Vec<u64> = (0..37).map(|i| i * 10).collect();
+        let mut t = MaxTimeline::new(points.iter().copied());
+        let mut brute = vec![0u64; t.len()];
+        for _ in 0..200 {
+            let a = next() % 370;
+            let end = (next() % 4 != 0).then(|| a + next() % 100);
+            let v = next() % 1000;
+            let (from, to) = t.span(a, end);
+            t.add(from, to, v);
+            for b in &mut brute[from..to] {
+                *b += v;
+            }
+            assert_eq!(t.peak(), *brute.iter().max().unwrap());
+        }
     }
 
     #[test]
