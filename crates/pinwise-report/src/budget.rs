@@ -312,7 +312,9 @@ mod tests {
         // Deterministic pseudo-random lifetimes over 37 boundaries.
         let mut x = 12345u64;
         let mut next = || {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             x >> 33
         };
         let points: Vec<u64> = (0..37).map(|i| i * 10).collect();
