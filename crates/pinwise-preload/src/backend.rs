@@ -165,6 +165,13 @@ impl Driver {
         }
     }
 
+    /// Waits for `stream`'s work (`cuStreamSynchronize`).
+    pub fn synchronize(&self, stream: usize) -> CUresult {
+        let _inside = Inside::enter();
+        // SAFETY: a stream handle the program just used (or a default-stream handle).
+        unsafe { (self.stream_synchronize)(stream as CUstream) }
+    }
+
     /// `CUDA_ERROR_NAME (code)` for an error code.
     pub fn error_text(&self, rc: CUresult) -> String {
         let mut name: *const c_char = std::ptr::null();

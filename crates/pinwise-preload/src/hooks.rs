@@ -302,19 +302,32 @@ pub fn copy(
         return forward();
     };
     let t0 = if timed { now_ns() } else { 0 };
-    guarded(|| {
-        if let Some(c) = describe(st) {
-            note_and_record(st, &c, site_addr);
-        }
-    });
+    let finish_on =
+        guarded(|| describe(st).and_then(|c| note_and_record(st, &c, site_addr))).flatten();
     if t0 != 0 {
         st.stats.hook_sample(now_ns().saturating_sub(t0));
     }
-    forward()
+    let rc = forward();
+    if let (CUDA_SUCCESS, Some(stream)) = (rc, finish_on) {
+        // The program's own pageable memory, registered by pinwise: as on pageable memory,
+        // the copy is done when the call returns (the program may reuse the buffer at once).
+        if let Some(p) = st.pinning() {
+            let _ = p.driver.synchronize(stream);
+        }
+    }
+    rc
 }
 
-/// Learns from a copy (promoting what turned hot) and records it.
-fn note_and_record(st: &State, c: &Copy, site_addr: usize) {
+/// Learns from a copy (promoting what turned hot) and records it. Returns the stream to
+/// wait on after issuing it, for an asynchronous copy on the program's own pageable memory
+/// that pinwise registered.
+fn note_and_record(st: &State, c: &Copy, site_addr: usize) -> Option<usize> {
+    note_and_record_as(st, c, site_addr, true)
+}
+
+/// [`note_and_record`]; `learn: false` records only (a copy that already happened: it must
+/// not register anything, since no hook would wait for a later asynchronous copy on it).
+fn note_and_record_as(st: &State, c: &Copy, site_addr: usize, learn: bool) -> Option<usize> {
     let stream = c.stream.map(|s| {
         StreamHandle(if c.per_thread && s == 0 {
             CU_STREAM_PER_THREAD as u64
@@ -322,8 +335,9 @@ fn note_and_record(st: &State, c: &Copy, site_addr: usize) {
             s as u64
         })
     });
-    let host_state = match (c.host, c.direction) {
-        (0, _) | (_, Direction::DtoD) => HostState::Unknown,
+    let (host_state, program_registered) = match (c.host, c.direction) {
+        (0, _) | (_, Direction::DtoD) => (HostState::Unknown, false),
+        _ if !learn => (HostState::Unknown, false),
         _ => match st.pinning_or_start() {
             Some(p) => p.note_copy(
                 c.host,
@@ -334,7 +348,7 @@ fn note_and_record(st: &State, c: &Copy, site_addr: usize) {
                 &st.stats,
                 &st.recorder,
             ),
-            None => HostState::Unknown,
+            None => (HostState::Unknown, false),
         },
     };
     let stamp = st.recorder.stamp();
@@ -352,6 +366,10 @@ fn note_and_record(st: &State, c: &Copy, site_addr: usize) {
         None,
         site_addr,
     );
+    match stream {
+        Some(s) if program_registered => Some(s.0 as usize),
+        _ => None,
+    }
 }
 
 /// Host or device, as the driver says (pageable memory the driver does not know is host).
@@ -819,7 +837,8 @@ pub fn observe(st: &State, caller: usize, kind: EventKind) {
 /// Records a copy the runtime made without a driver hook seeing it.
 pub fn observe_copy(st: &State, caller: usize, c: Option<Copy>) {
     if let Some(c) = c {
-        note_and_record(st, &c, caller);
+        // The copy already happened (no driver hook saw it): record it, learn nothing.
+        let _ = note_and_record_as(st, &c, caller, false);
     }
 }
 

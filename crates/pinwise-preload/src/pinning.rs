@@ -10,7 +10,9 @@
 //!   copies pay for it.
 //! - The program's own pageable buffers are registered in place (page-aligned range) once
 //!   their copies have saved what registering costs, and unregistered before they are
-//!   freed, reallocated or unmapped ([`before_free`], [`before_munmap`]).
+//!   freed, reallocated or unmapped ([`before_free`], [`before_munmap`]). An asynchronous
+//!   copy on such a buffer keeps pageable memory's promise (done when the call returns: the
+//!   hook waits for its stream), since the program may reuse the buffer at once.
 //! - One budget for the process: the engine's, which promotions reserve from too.
 
 use std::collections::BTreeMap;
@@ -188,7 +190,9 @@ impl Pinning {
 
     /// Notes a copy of `bytes` whose host side starts at `host` and spans `span` bytes,
     /// before it is issued: promotes what turned hot, and says whether the host side is
-    /// pinned for it.
+    /// pinned for it, and whether that memory is the program's own pageable memory which
+    /// pinwise registered (an asynchronous copy on it must then still behave as on pageable
+    /// memory: done when the call returns).
     #[allow(clippy::too_many_arguments)]
     pub fn note_copy(
         &self,
@@ -199,7 +203,7 @@ impl Pinning {
         stream: Option<StreamHandle>,
         stats: &HookStats,
         rec: &Recorder,
-    ) -> HostState {
+    ) -> (HostState, bool) {
         let maybe_served = host >= self.served_lo.load(Ordering::Acquire)
             && host < self.served_hi.load(Ordering::Acquire);
         let engine_view = if maybe_served {
@@ -212,24 +216,26 @@ impl Pinning {
             if pinned && self.pageable_live.load(Ordering::Acquire) > 0 {
                 self.saw_allocator_promotion(host, stats, rec);
             }
+            // Served for a pinned request: the program expects pinned semantics anyway.
             let pinned = pinned || PROMOTED_RANGES.covering(host, span).is_some();
-            return state_of(pinned);
+            return (state_of(pinned), false);
         }
         if PROMOTED_RANGES.covering(host, span).is_some() {
-            return HostState::Pinned;
+            return (HostState::Pinned, true);
         }
+        const UNKNOWN: (HostState, bool) = (HostState::Unknown, false);
         if !self.promote_pageable
             || host == 0
             || (bytes as u64) < self.min_saving_bytes[direction.index()]
         {
-            return HostState::Unknown;
+            return UNKNOWN;
         }
         let Some(i) = COUNTERS.slot(host) else {
-            return HostState::Unknown;
+            return UNKNOWN;
         };
         let c = COUNTERS.get(i);
         if c.state() != TRACKING {
-            return HostState::Unknown;
+            return UNKNOWN;
         }
         let cost = self.policy.cost_model();
         let saving = c.saving(bytes as u64, direction.index() as u8, || {
@@ -237,7 +243,7 @@ impl Pinning {
         });
         let (saved, span) = c.note(span, saving);
         if saved == 0 {
-            return HostState::Unknown;
+            return UNKNOWN;
         }
         let threshold = c.threshold(span, || {
             let (_, reg_len) = page_span(host, span);
@@ -247,9 +253,9 @@ impl Pinning {
                 * self.policy.config().payback_factor) as u64
         });
         if saved > threshold && self.promote_program(host, span, i, stats, rec) {
-            return HostState::Pinned;
+            return (HostState::Pinned, true);
         }
-        HostState::Unknown
+        UNKNOWN
     }
 
     /// Registers the program's buffer `[host, host + span)` in place (page-aligned).

@@ -229,3 +229,41 @@ fn a_program_with_its_own_free_keeps_its_pageable_memory_unregistered() {
         "the summary says so"
     );
 }
+
+#[test]
+fn async_copies_on_registered_program_memory_keep_pageable_semantics() {
+    // CUDA promises that an asynchronous copy from (into) pageable memory has read (written)
+    // the buffer when it returns; the program relies on it. Once pinwise registers the hot
+    // buffers, the stand-in's copies on them really are late (the delay below): pinwise must
+    // wait for them before returning.
+    let s = Setup::new();
+    let exe = s.build_cudart("async_pageable.c", &[]);
+    let run = |with_pinwise: bool, sum: &std::path::Path| {
+        let mut c = if with_pinwise {
+            let mut c = s.libs.command(pinwise());
+            c.args(["run", "--stats-json"]).arg(sum).arg("--").arg(&exe);
+            c
+        } else {
+            s.libs.command(&exe)
+        };
+        c.env("PINWISE_STANDIN_ASYNC_DELAY_US", "20000")
+            .env_remove("LD_PRELOAD")
+            .current_dir(s.dir.path());
+        c.output().unwrap()
+    };
+    let sum = s.path("async.json");
+    let plain = run(false, &sum);
+    assert_ok(&plain, "plain");
+    let under = run(true, &sum);
+    assert_ok(&under, "under pinwise");
+    assert_eq!(
+        String::from_utf8_lossy(&under.stdout),
+        String::from_utf8_lossy(&plain.stdout)
+    );
+    let p = &summary(&sum)["processes"][0];
+    assert!(
+        p["promotions_on_transfers"].as_u64() >= Some(1),
+        "the buffers were registered, so the copies ran pinned: {p}"
+    );
+    assert!(p["transfers_pinned"].as_u64() >= Some(8), "{p}");
+}
