@@ -95,8 +95,11 @@ struct ModuleEntry {
     /// Interned on first use, so that the module table holds only modules with sites.
     id: Option<ModuleId>,
     role: ModuleRole,
-    /// Where the tracer can read the file, for checking call instructions.
-    file: Option<File>,
+    /// Where the tracer can read the file.
+    readable: PathBuf,
+    /// The open file, for checking call instructions: opened on first need (a process
+    /// can map hundreds of libraries; most are never looked into).
+    file: Option<Option<File>>,
 }
 
 impl ModuleEntry {
@@ -118,8 +121,21 @@ impl ModuleEntry {
             identity,
             id: None,
             role: ModuleRole::of_file_name(m.file_name().unwrap_or("")),
-            file: File::open(&readable).ok(),
+            readable,
+            file: None,
         }
+    }
+
+    /// The 8 bytes of code before file offset `offset`, if they can be read.
+    fn code_before(&mut self, offset: u64) -> Option<[u8; 8]> {
+        let readable = &self.readable;
+        let file = self
+            .file
+            .get_or_insert_with(|| File::open(readable).ok())
+            .as_ref()?;
+        let mut code = [0u8; 8];
+        file.read_exact_at(&mut code, offset.checked_sub(8)?).ok()?;
+        Some(code)
     }
 }
 
@@ -327,12 +343,10 @@ impl SiteResolver {
         let ok = match self.call_checks.get(&key) {
             Some(ok) => *ok,
             None => {
-                let entry = self.entry(pid, &m);
-                let ok = offset >= 8
-                    && entry.file.as_ref().is_some_and(|f| {
-                        let mut code = [0u8; 8];
-                        f.read_exact_at(&mut code, offset - 8).is_ok() && is_call_before(&code)
-                    });
+                let ok = self
+                    .entry(pid, &m)
+                    .code_before(offset)
+                    .is_some_and(|code| is_call_before(&code));
                 self.call_checks.insert(key, ok);
                 ok
             }
