@@ -536,3 +536,84 @@ fn page_faults_on_tracked_memory_when_asked_for() {
         "page faults recorded on the tracked buffer: {faults}\n{stderr}"
     );
 }
+
+/// A program with the runtime linked in (as `nvcc -cudart static` does): its own
+/// `cudaMallocHost` calls the driver. The runtime probe on the executable's symbol gives
+/// the application's call site, not the line inside the runtime that calls the driver.
+const STATIC_RUNTIME_PROGRAM: &str = r#"
+#include <stdio.h>
+#include <stddef.h>
+typedef int CUresult;
+typedef int CUdevice;
+typedef struct CUctx_st *CUcontext;
+CUresult cuInit(unsigned int flags);
+CUresult cuDeviceGet(CUdevice *d, int ordinal);
+CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d);
+CUresult cuCtxSetCurrent(CUcontext c);
+CUresult cuMemAllocHost_v2(void **pp, size_t bytesize);
+CUresult cuMemFreeHost(void *p);
+
+/* The "runtime", statically linked: one call into the driver for every caller. */
+__attribute__((noinline)) int cudaMallocHost(void **p, size_t n) {
+    __asm__ volatile("");
+    return cuMemAllocHost_v2(p, n) == 0 ? 0 : 2;
+}
+
+int main(void) {
+    CUdevice dev; CUcontext ctx;
+    if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx))
+        return 3;
+    void *a, *b;
+    if (cudaMallocHost(&a, 1 << 16)) return 4;   /* site one */
+    if (cudaMallocHost(&b, 1 << 17)) return 5;   /* site two */
+    cuMemFreeHost(a);
+    cuMemFreeHost(b);
+    return 0;
+}
+"#;
+
+#[test]
+fn static_runtime_in_the_executable_gives_the_application_call_site() {
+    if !require_bpf("static_runtime_in_the_executable_gives_the_application_call_site") {
+        return;
+    }
+    let libs = StandinLibs::new();
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("static_rt");
+    pinwise_testkit::compile_c_source(STATIC_RUNTIME_PROGRAM, &exe, &libs.cuda_link_args());
+    let out = dir.path().join("static.json");
+    let output = pinwise()
+        .env("LD_LIBRARY_PATH", libs.ld_library_path())
+        .arg("trace")
+        .arg("-o")
+        .arg(&out)
+        .arg("--")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let history = load_history(&out).unwrap();
+    let allocs: Vec<_> = history
+        .allocations()
+        .map(|v| v.info())
+        .filter(|a| a.kind == AllocKind::PinnedAlloc)
+        .collect();
+    assert_eq!(allocs.len(), 2, "{stderr}");
+    let symbolizer = pinwise_trace::Symbolizer::new();
+    let modules = history.modules();
+    let mut lines = Vec::new();
+    for a in &allocs {
+        let module = modules.get(a.tag.site.module).unwrap();
+        let sym = symbolizer
+            .symbolize(&module, a.tag.site.offset)
+            .expect("site symbolized");
+        assert_eq!(
+            sym.function, "main",
+            "{sym:?}: the caller of cudaMallocHost"
+        );
+        lines.push(sym.line);
+        assert_eq!(a.tag.call_no, 1, "one allocation per site");
+    }
+    assert_ne!(lines[0], lines[1], "two call sites: {lines:?}");
+}
