@@ -161,6 +161,11 @@ pub fn host_free(caller: usize, p: *mut c_void, forward: impl FnOnce() -> CUresu
                 return rc;
             }
         }
+        if pinning.freed_lately(p as usize) {
+            // A second free of a pinwise allocation: plain CUDA's answer. (Forwarded, the
+            // driver might see the start of a pool segment, and free it.)
+            return CUDA_ERROR_INVALID_VALUE;
+        }
     }
     // Stamped before the memory is released, so that a reuse of the address by another
     // thread comes after this free in the history.
@@ -219,7 +224,13 @@ pub fn host_unregister(
     let Some(st) = driver_active() else {
         return forward();
     };
-    if PROMOTED_RANGES.registered_at(p as usize).is_some() {
+    if PROMOTED_RANGES.registered_at(p as usize).is_some()
+        || st
+            .pinning()
+            .is_some_and(|pn| pn.served_containing(p as usize).is_some())
+    {
+        // Registered by pinwise, or allocated pinned by it: never the program's to
+        // unregister (plain CUDA: not registered).
         return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
     }
     let site_addr = guard::driver_site(caller);
@@ -901,9 +912,14 @@ pub fn runtime_before_register(p: *mut c_void, size: usize) {
     }
 }
 
-/// Whether `p` is registered by pinwise only (the program may not unregister it).
+/// Whether `p` is registered, or allocated pinned, by pinwise (the program may not
+/// unregister it).
 pub fn registered_by_pinwise_only(p: *mut c_void) -> bool {
-    state::enabled() && PROMOTED_RANGES.registered_at(p as usize).is_some()
+    state::enabled()
+        && (PROMOTED_RANGES.registered_at(p as usize).is_some()
+            || state::current()
+                .and_then(|st| st.pinning())
+                .is_some_and(|pn| pn.served_containing(p as usize).is_some()))
 }
 
 /// Before a runtime query about `ptr`.

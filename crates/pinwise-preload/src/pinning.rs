@@ -59,6 +59,18 @@ struct Served {
     pageable: bool,
 }
 
+/// Served allocations: the live ones, and the starts of the last ones freed (a second
+/// `cuMemFreeHost` of one must get plain CUDA's error, not reach the driver, which would see
+/// the start of one of the pool's segments).
+#[derive(Default)]
+struct ServedBook {
+    live: BTreeMap<usize, Served>,
+    recently_freed: std::collections::VecDeque<usize>,
+}
+
+/// How many freed starts are remembered.
+const RECENTLY_FREED: usize = 256;
+
 /// The engine and what the hooks keep beside it. See the module documentation.
 pub struct Pinning {
     /// The real driver functions.
@@ -66,7 +78,7 @@ pub struct Pinning {
     /// The allocator.
     pub engine: Engine,
     policy: Arc<Policy>,
-    served: RwLock<BTreeMap<usize, Served>>,
+    served: RwLock<ServedBook>,
     /// Served allocations still pageable and unregistered (0: queries and copies need not
     /// look them up).
     pageable_live: AtomicUsize,
@@ -114,7 +126,7 @@ impl Pinning {
             driver,
             engine,
             policy,
-            served: RwLock::new(BTreeMap::new()),
+            served: RwLock::new(ServedBook::default()),
             pageable_live: AtomicUsize::new(0),
             served_lo: AtomicUsize::new(usize::MAX),
             served_hi: AtomicUsize::new(0),
@@ -141,14 +153,18 @@ impl Pinning {
         self.served_lo.fetch_min(start, Ordering::AcqRel);
         self.served_hi
             .fetch_max(start + mapping_len(size), Ordering::AcqRel);
-        self.served.write().insert(
-            a.ptr as usize,
-            Served {
-                size,
-                flags,
-                pageable: !a.pinned,
-            },
-        );
+        {
+            let mut served = self.served.write();
+            served.live.insert(
+                start,
+                Served {
+                    size,
+                    flags,
+                    pageable: !a.pinned,
+                },
+            );
+            served.recently_freed.retain(|&p| p != start);
+        }
         if !a.pinned {
             self.pageable_live.fetch_add(1, Ordering::AcqRel);
         }
@@ -157,19 +173,32 @@ impl Pinning {
 
     /// Whether `p` starts an allocation pinwise served.
     pub fn owns(&self, p: usize) -> bool {
-        self.served.read().contains_key(&p)
+        self.served.read().live.contains_key(&p)
+    }
+
+    /// Whether `p` started an allocation pinwise served and freed lately (a second free).
+    pub fn freed_lately(&self, p: usize) -> bool {
+        self.served.read().recently_freed.contains(&p)
     }
 
     /// The served allocation containing `ptr`: (start, size, CUDA flags).
     pub fn served_containing(&self, ptr: usize) -> Option<(usize, usize, u32)> {
         let served = self.served.read();
-        let (&start, s) = served.range(..=ptr).next_back()?;
+        let (&start, s) = served.live.range(..=ptr).next_back()?;
         (ptr < start + s.size.max(1)).then_some((start, s.size, s.flags))
     }
 
     /// Frees a served allocation. `None`: `p` is not one (the caller forwards it).
     pub fn free(&self, p: usize, stats: &HookStats, rec: &Recorder) -> Option<CUresult> {
-        let s = self.served.write().remove(&p)?;
+        let s = {
+            let mut served = self.served.write();
+            let s = served.live.remove(&p)?;
+            if served.recently_freed.len() == RECENTLY_FREED {
+                served.recently_freed.pop_front();
+            }
+            served.recently_freed.push_back(p);
+            s
+        };
         if s.pageable {
             self.pageable_live.fetch_sub(1, Ordering::AcqRel);
         }
@@ -334,6 +363,7 @@ impl Pinning {
         let found = {
             let served = self.served.read();
             served
+                .live
                 .range(..=host)
                 .next_back()
                 .filter(|(&start, s)| s.pageable && host < start + s.size.max(1))
@@ -342,7 +372,7 @@ impl Pinning {
         let Some((start, size)) = found else { return };
         {
             let mut served = self.served.write();
-            match served.get_mut(&start) {
+            match served.live.get_mut(&start) {
                 Some(s) if s.pageable => s.pageable = false,
                 _ => return,
             }
@@ -372,6 +402,7 @@ impl Pinning {
         let found = {
             let served = self.served.read();
             served
+                .live
                 .range(..=ptr)
                 .next_back()
                 .filter(|(&start, s)| s.pageable && ptr < start + s.size.max(1))

@@ -166,6 +166,20 @@ int main(void) {
         n_free++;
     }
 
+    /* Misuse answered as plain CUDA answers it: freeing twice, unregistering memory that
+     * was allocated pinned (not registered). */
+    {
+        void *p = alloc_hot(big);
+        CUresult unreg = cuMemHostUnregister(p);
+        CHECK(cuMemFreeHost(p));
+        n_free++;
+        CUresult twice = cuMemFreeHost(p);
+        const char *a = "?", *b = "?";
+        cuGetErrorName(unreg, &a);
+        cuGetErrorName(twice, &b);
+        printf("misuse unregister-pinned=%s free-twice=%s\n", a, b);
+    }
+
     /* A mapped allocation: flags that need pinned semantics. */
     unsigned char *mapped;
     CHECK(cuMemHostAlloc((void **)&mapped, 1 << 20, 0x2 | 0x1));
