@@ -1,11 +1,29 @@
 //! pinwise-trace: the eBPF tracer for unmodified CUDA processes.
 //!
-//! - [`loader`]: the BPF programs (C, in `src/bpf/`), loaded with libbpf-rs and attached.
+//! How a trace flows:
+//!
+//! ```text
+//!  libcuda / libcudart / exe ──uprobes──┐
+//!  syscalls, sched (tracepoints) ───────┼─► one BPF ring buffer ─► event thread ─► SharedHistory
+//!  nvidia os_lock_user_pages (fexit) ───┘   (drops counted)        decode (raw)     (pinwise-core)
+//!                                                                  translate
+//!                                                                  sites (maps, blazesym)
+//! ```
+//!
+//! - [`loader`]: the BPF programs (C, `src/bpf/`), loaded with libbpf-rs and attached:
+//!   uprobes by file, system-wide, filtered by process inside BPF.
 //! - [`probes`]: what is probed, in one table.
 //! - [`libs`]: finding the CUDA libraries a process uses or will use.
-//! - [`raw`]: ring-buffer records (layouts generated from `src/bpf/pinwise_events.h`).
-//! - [`procmaps`], [`sites`]: addresses to ASLR-stable call sites; [`symbolize`]: sites
-//!   to function and line, for reports.
+//! - [`raw`]: ring-buffer records (Rust layouts generated from `src/bpf/pinwise_events.h`).
+//! - [`procmaps`], [`sites`]: return addresses to ASLR-stable call sites (module build ID +
+//!   file offset); [`symbolize`]: sites to function and line, for reports.
+//! - [`translate`]: records to `pinwise_core::Event`s (copy directions, registrations,
+//!   CUDA's own mappings left out).
+//! - [`agent`]: [`TracerAgent`], the library API (launch, attach to a PID or to itself,
+//!   query while running, dumps); `pinwise-capi` wraps it for C.
+//! - [`caps`]: what this machine lets the tracer do, for `pinwise doctor`.
+//!
+//! Tracing needs root, or CAP_BPF with CAP_PERFMON.
 pub mod agent;
 pub mod caps;
 pub mod error;
