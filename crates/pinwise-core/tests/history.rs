@@ -604,3 +604,113 @@ fn memory_stays_within_the_budget_per_record_and_event() {
     assert!(arena < 16.0, "{arena} arena bytes per event");
     assert!(m.records as f64 / h.len() as f64 <= 33.0);
 }
+
+mod arbitrary_streams {
+    //! Any stream of events, however inconsistent (frees of unknown addresses, overlapping
+    //! allocations, pins of nothing, exits), keeps the history consistent and dumpable.
+
+    use super::*;
+    use pinwise_core::format::{binary, json};
+    use pinwise_core::tag::{ModuleId, Site};
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Ev(Event),
+        Exit(u32),
+    }
+
+    fn arb_op() -> impl Strategy<Value = Op> {
+        // A small address space (64 KiB, 256-byte grain) so that events collide.
+        let addr = (0u64..256).prop_map(|a| 0x10_0000 + a * 256);
+        let size = prop_oneof![Just(0u64), 1u64..4096, Just(1u64 << 20)];
+        let pid = 1u32..3;
+        let dir = prop::sample::select(Direction::ALL.to_vec());
+        let state = prop::sample::select(vec![
+            HostState::Unknown,
+            HostState::Pageable,
+            HostState::Pinned,
+        ]);
+        let kind = prop::sample::select(vec![
+            HostMemKind::Pageable,
+            HostMemKind::PinnedAlloc,
+            HostMemKind::Registered,
+        ]);
+        let site = prop::option::of((0u32..2, 0u64..4).prop_map(|(m, o)| Site {
+            module: ModuleId(m),
+            offset: o,
+        }));
+        let ek = prop_oneof![
+            3 => (addr.clone(), size.clone(), kind).prop_map(|(start, size, kind)| EventKind::Alloc { start, size, kind, flags: 0 }),
+            2 => addr.clone().prop_map(|start| EventKind::Free { start }),
+            1 => (addr.clone(), size.clone(), prop::option::of(0u64..4)).prop_map(|(start, bytes, pages)| EventKind::PinPages { start, bytes, pages }),
+            1 => addr.clone().prop_map(|start| EventKind::UnpinPages { start, pages: None }),
+            6 => (dir, prop_oneof![Just(0u64), addr.clone()], size.clone(), any::<bool>(), 0u64..3, state)
+                .prop_map(|(direction, host, bytes, is_async, stream, host_state)| EventKind::Transfer { direction, host, device: 1, bytes, is_async, stream, host_state }),
+            1 => (addr.clone(), size.clone()).prop_map(|(start, len)| EventKind::Mmap { start, len }),
+            1 => (addr.clone(), size).prop_map(|(start, len)| EventKind::Munmap { start, len }),
+            1 => addr.prop_map(|addr| EventKind::PageFault { addr }),
+        ];
+        prop_oneof![
+            30 => (pid.clone(), 0u64..1000, site, ek).prop_map(|(pid, dt, site, kind)| {
+                let mut e = Event::new(dt, pid, pid, ProbeKind::Uprobe, kind);
+                e.site = site;
+                Op::Ev(e)
+            }),
+            1 => pid.prop_map(Op::Exit),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+        #[test]
+        fn any_stream_keeps_the_history_consistent(ops in prop::collection::vec(arb_op(), 0..300), cap in 2u32..6) {
+            let mut h = MemHistory::new(HistoryConfig { max_events_per_allocation: cap, track_untracked: true });
+            h.modules().intern(&pinwise_core::tag::ModuleIdentity::from_path("/m1"));
+            let mut ts = 0;
+            for op in &ops {
+                match op {
+                    Op::Ev(e) => {
+                        ts += e.ts_ns; // non-decreasing, with repeats
+                        h.ingest(&Event { ts_ns: ts, ..*e });
+                    }
+                    Op::Exit(pid) => {
+                        h.process_exited(*pid, ts);
+                    }
+                }
+            }
+            // Every transfer is in exactly one record, or counted as device-only.
+            let s = *h.stats();
+            let all: u64 = s.transfers.iter().map(|t| t.transfers).sum();
+            let device: u64 = s.device_only_transfers.iter().map(|t| t.transfers).sum();
+            let in_records: u64 = h.allocations().map(|v| v.counters().transfers()).sum();
+            prop_assert_eq!(all, device + in_records);
+            prop_assert_eq!(s.events_ingested, ops.iter().filter(|o| matches!(o, Op::Ev(_))).count() as u64);
+            // Live allocations do not overlap and are found by any of their bytes.
+            let mut live: Vec<(u32, u64, u64)> = h
+                .allocations()
+                .filter(|v| v.state() == AllocState::Live)
+                .map(|v| (v.process_index(), v.start(), v.end()))
+                .collect();
+            live.sort();
+            for w in live.windows(2) {
+                prop_assert!(w[0].0 != w[1].0 || w[0].2 <= w[1].1, "overlap {:?}", w);
+            }
+            for v in h.allocations().filter(|v| v.state() == AllocState::Live && v.size() > 0) {
+                let found = h.lookup(v.pid(), v.end() - 1).map(|f| f.id());
+                prop_assert_eq!(found, Some(v.id()));
+            }
+            // Exact counters agree with the retained events of uncapped records.
+            for v in h.allocations().filter(|v| !v.is_capped()) {
+                let n = v.events().filter(|e| matches!(e.what, Recorded::Transfer { .. })).count() as u64;
+                prop_assert_eq!(n, v.transfer_count());
+            }
+            let hot = h.hotspots(5);
+            prop_assert!(hot.windows(2).all(|w| w[0].transfer_count() >= w[1].transfer_count()));
+            // Whatever happened, the dumps read back the same history.
+            common::assert_same_history(&h, &json::read(json::to_string(&h).as_bytes()).unwrap());
+            common::assert_same_history(&h, &binary::read(&binary::to_bytes(&h)).unwrap());
+        }
+    }
+}
