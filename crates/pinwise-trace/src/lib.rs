@@ -16,7 +16,7 @@
 //! - [`libs`]: finding the CUDA libraries a process uses or will use.
 //! - [`raw`]: ring-buffer records (Rust layouts generated from `src/bpf/pinwise_events.h`).
 //! - [`procmaps`], [`sites`]: return addresses to ASLR-stable call sites (module build ID +
-//!   file offset); [`symbolize`]: sites to function and line, for reports.
+//!   file offset); [`mod@symbolize`]: sites to function and line, for reports.
 //! - [`translate`]: records to `pinwise_core::Event`s (copy directions, registrations,
 //!   CUDA's own mappings left out).
 //! - [`agent`]: [`TracerAgent`], the library API (launch, attach to a PID or to itself,
