@@ -343,13 +343,22 @@ fn traces_a_running_process_by_pid_until_it_exits() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // Release the workload once pinwise says it is tracing.
+    let mut reader = std::io::BufReader::new(tracer.stderr.take().unwrap());
+    let mut stderr = String::new();
+    loop {
+        let mut line = String::new();
+        let n = std::io::BufRead::read_line(&mut reader, &mut line).unwrap();
+        stderr.push_str(&line);
+        if n == 0 || line.contains(&format!("tracing PID {pid}")) {
+            break;
+        }
+    }
     std::fs::write(&fifo, "go\n").unwrap();
     let workload_out = child.wait_with_output().unwrap();
     assert!(workload_out.status.success());
     let tracer_status = tracer.wait().unwrap();
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(tracer.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    std::io::Read::read_to_string(&mut reader, &mut stderr).unwrap();
     assert!(tracer_status.success(), "{stderr}");
     assert!(stderr.contains(&format!("PID {pid} exited")), "{stderr}");
     let expected: serde_json::Value = serde_json::from_slice(
