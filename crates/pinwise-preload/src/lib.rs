@@ -49,6 +49,11 @@
 //! go to per-thread fixed-size rings drained by a background thread; initialization is lazy
 //! and is reset in a forked child (`pthread_atfork`); nothing is written to the program's
 //! stdout; a panic or a failure inside pinwise turns pinwise off and forwards the call.
+//! What CUDA promises stays true: an asynchronous copy on a pageable buffer pinwise
+//! registered is done when the call returns (the hook waits for its stream), pointer
+//! queries about memory pinwise served are answered as plain CUDA would answer them
+//! (registered first; flags and ranges of the allocation, not of the pool), and misuse
+//! (a second free, unregistering pinned memory) gets plain CUDA's error.
 //!
 //! | module | idea |
 //! |---|---|

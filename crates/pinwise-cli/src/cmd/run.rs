@@ -54,7 +54,10 @@ impl ModeArg {
 #[command(after_help = "Examples:\n  \
     pinwise run --mode profile -- ./train --epochs 1\n  \
     pinwise run --mode use -- ./train --epochs 10\n  \
-    pinwise run --budget 8G -o run.json -- python3 train.py")]
+    pinwise run --budget 8G -o run.json -- python3 train.py\n\n\
+    The library is configured through PINWISE_* environment variables, which this command \
+    sets (see crates/pinwise-preload/src/lib.rs); PINWISE_LOG_LEVEL (warn by default) \
+    applies with --log.")]
 pub struct RunArgs {
     /// How pinned requests are decided.
     #[arg(long, value_enum, default_value_t = ModeArg::Adaptive)]
