@@ -304,7 +304,7 @@ fn cards(h: &mut String, r: &Report) {
         (count(r.overview.records), "allocation records".to_owned()),
         (
             count(r.source.losses.values().sum()),
-            "events lost by the sources".to_owned(),
+            "lost or doubtful events the sources report".to_owned(),
         ),
     ];
     let _ = writeln!(h, "<div class=\"cards\">");
