@@ -200,7 +200,7 @@ impl TracerAgent {
         }
         let probes = self.prepare(&libs)?;
         probes.trace_process(pid)?;
-        self.run(probes, None);
+        self.run(probes, None, libs.all());
         Ok(())
     }
 
@@ -226,7 +226,7 @@ impl TracerAgent {
         }
         let probes = self.prepare(&libs)?;
         probes.trace_process(pid)?;
-        self.run(probes, Some(pid));
+        self.run(probes, Some(pid), libs.all());
         Ok(())
     }
 
@@ -252,7 +252,7 @@ impl TracerAgent {
         let probes = self.prepare(&libs)?;
         // The event thread runs before the command starts, so that it reads the command's
         // maps while the command is alive, however short its life.
-        self.run(probes, None);
+        self.run(probes, None, libs.all());
         let probes = Arc::clone(&self.running.as_ref().expect("just started").probes);
         // While the tracer is a "spawner", the kernel adds the processes it forks to the
         // traced set at fork time: the command is traced before it runs anything.
@@ -317,7 +317,7 @@ impl TracerAgent {
         Ok(probes)
     }
 
-    fn run(&mut self, probes: Probes, self_pid: Option<u32>) {
+    fn run(&mut self, probes: Probes, self_pid: Option<u32>, known: Vec<PathBuf>) {
         let probes = Arc::new(Mutex::new(probes));
         let shared = Arc::new(SharedState {
             stop: AtomicBool::new(false),
@@ -331,7 +331,7 @@ impl TracerAgent {
             let poll = self.config.poll_interval;
             std::thread::Builder::new()
                 .name("pinwise-trace".into())
-                .spawn(move || event_loop(&probes, &shared, &history, poll, self_pid))
+                .spawn(move || event_loop(&probes, &shared, &history, poll, self_pid, &known))
                 .expect("spawning the tracer's event thread")
         };
         self.last_stats = None;
@@ -540,6 +540,7 @@ fn event_loop(
     history: &SharedHistory,
     poll: Duration,
     self_pid: Option<u32>,
+    known_files: &[PathBuf],
 ) {
     if self_pid.is_some() {
         if let Err(e) = probes.lock().ignore_thread(own_tid()) {
@@ -567,6 +568,9 @@ fn event_loop(
         }
     };
     let mut translator = Translator::new(SiteResolver::new(history.modules()));
+    for path in known_files {
+        translator.sites().learn_file(path);
+    }
     let mut events: Vec<Event> = Vec::with_capacity(4096);
     let mut news: Vec<(ProcessNews, u64)> = Vec::new();
     // Probing newly mapped libraries reads their symbol tables, which can take a while:

@@ -106,6 +106,11 @@ impl Libraries {
     pub fn has_no_driver(&self) -> bool {
         self.driver.is_empty()
     }
+
+    /// Every file, driver and runtime candidates (the executable included).
+    pub fn all(&self) -> Vec<PathBuf> {
+        self.driver.iter().chain(&self.runtime).cloned().collect()
+    }
 }
 
 /// The CUDA libraries process `pid` maps now, and its executable.

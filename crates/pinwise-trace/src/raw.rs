@@ -284,7 +284,7 @@ mod tests {
         assert_eq!(std::mem::size_of::<CopyRecord>(), 24 + 5 * 8 + 8);
         assert_eq!(
             std::mem::size_of::<RangeRecord>(),
-            24 + 4 * 8 + 8 + 8 + 1024
+            24 + 7 * 8 + 8 + 8 + 1024
         );
         assert_eq!(std::mem::size_of::<ReleaseRecord>(), 24 + 3 * 8);
     }

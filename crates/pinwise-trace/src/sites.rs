@@ -103,16 +103,22 @@ struct ModuleEntry {
 }
 
 impl ModuleEntry {
-    /// Reads what identifies the module (its build ID) and opens it, while the process
-    /// that maps it is alive (its `/proc/PID/root` may be needed to reach the file).
+    /// Reads what identifies the module (its build ID), while the process that maps it is
+    /// alive (its `/proc/PID/root` may be needed to reach the file).
     fn open(pid: u32, m: &Mapping) -> ModuleEntry {
         let shown = m.file_path().unwrap_or("?").to_string();
-        let readable: PathBuf = path_in_process(pid, &shown);
+        let readable = path_in_process(pid, &shown);
+        ModuleEntry::new(shown, readable)
+    }
+
+    /// A module known as `shown`, readable at `readable`.
+    fn new(shown: String, readable: PathBuf) -> ModuleEntry {
         let build_id = blazesym::helper::read_elf_build_id(&readable)
             .ok()
             .flatten()
             .map(|id| id.to_vec())
             .filter(|id| !id.is_empty());
+        let name = shown.rsplit('/').next().unwrap_or("").to_string();
         let identity = match build_id {
             Some(id) => ModuleIdentity::with_build_id(shown, id),
             None => ModuleIdentity::from_path(shown),
@@ -120,7 +126,7 @@ impl ModuleEntry {
         ModuleEntry {
             identity,
             id: None,
-            role: ModuleRole::of_file_name(m.file_name().unwrap_or("")),
+            role: ModuleRole::of_file_name(&name),
             readable,
             file: None,
         }
@@ -192,6 +198,21 @@ impl SiteResolver {
     /// Counters so far.
     pub fn stats(&self) -> SiteStats {
         self.stats
+    }
+
+    /// Identifies a file ahead of time (the executable of a launched command, the libraries
+    /// probed), so that sites the kernel placed in it resolve even if no maps snapshot of
+    /// the process was taken before it exited.
+    pub fn learn_file(&mut self, path: &std::path::Path) {
+        let Some(key) = crate::libs::file_id(path) else {
+            return;
+        };
+        // The canonical path, as /proc/PID/maps shows it: a module without a build ID is
+        // known by its path, which must not depend on how it was reached.
+        let real = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        self.by_file
+            .entry(key)
+            .or_insert_with(|| ModuleEntry::new(real.display().to_string(), real.clone()));
     }
 
     /// Re-reads the maps of `pid` (a library was loaded, or the process exec'd). Returns
@@ -362,14 +383,38 @@ impl SiteResolver {
         })
     }
 
+    /// Places an exact address the kernel already placed in a file (see [`ExactAddr`]),
+    /// else through the maps.
+    fn place_exact(&mut self, pid: u32, exact: &ExactAddr) -> Option<Place> {
+        if let Some((dev, ino)) = exact.file {
+            let file = (kernel_dev_key(dev), ino);
+            if !self.by_file.contains_key(&file) {
+                // A file not seen yet: the process's maps may name it.
+                self.maps(pid);
+                if !self.by_file.contains_key(&file) && !self.gone.contains(&pid) {
+                    self.refresh(pid);
+                }
+            }
+            if let Some(entry) = self.by_file.get(&file) {
+                self.stats.resolved += 1;
+                return Some(Place {
+                    file,
+                    offset: exact.offset,
+                    role: entry.role,
+                });
+            }
+        }
+        self.place(pid, exact.addr, true)
+    }
+
     /// Chooses the application's call site among exact return addresses (tried first, in
     /// order) and then the words of a stack window (only those that follow a call).
-    pub fn choose(&mut self, pid: u32, exact: &[u64], stack: &[u8]) -> SiteChoice {
+    pub fn choose(&mut self, pid: u32, exact: &[ExactAddr], stack: &[u8]) -> SiteChoice {
         let mut fallback: Option<Place> = None;
         let mut through_cuda = false;
         let mut chosen: Option<Place> = None;
-        for &addr in exact {
-            if let Some(place) = self.place(pid, addr, true) {
+        for exact in exact {
+            if let Some(place) = self.place_exact(pid, exact) {
                 if place.role.is_application() {
                     chosen = Some(place);
                     break;
@@ -402,6 +447,35 @@ impl SiteResolver {
             through_cuda,
         }
     }
+}
+
+/// A return address BPF read at a function entry, with its file placement if the kernel
+/// made one at event time (`bpf_find_vma`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExactAddr {
+    /// The address in the process.
+    pub addr: u64,
+    /// The file it lies in: (kernel `dev_t`, inode), when placed.
+    pub file: Option<(u64, u64)>,
+    /// Its offset in that file (meaningful with `file`).
+    pub offset: u64,
+}
+
+impl ExactAddr {
+    /// An address the kernel did not place.
+    pub fn at(addr: u64) -> Self {
+        ExactAddr {
+            addr,
+            file: None,
+            offset: 0,
+        }
+    }
+}
+
+/// The kernel's `dev_t` (major << 20 | minor) as the `major << 32 | minor` key that
+/// `/proc/PID/maps` and [`crate::libs::file_id`] give.
+pub fn kernel_dev_key(dev: u64) -> u64 {
+    ((dev >> 20) << 32) | (dev & 0xf_ffff)
 }
 
 /// An address placed in a module file, not interned yet.
@@ -560,14 +634,14 @@ mod tests {
             stack.extend_from_slice(&word.to_le_bytes());
         }
         // libc is passed over; the stack's return address is the application's site.
-        let choice = resolver.choose(pid, &[in_libc], &stack);
+        let choice = resolver.choose(pid, &[ExactAddr::at(in_libc)], &stack);
         assert!(choice.in_application);
         assert!(!choice.through_cuda);
         assert_eq!(choice.site, resolver.site(pid, ret));
         assert_eq!(resolver.stats().from_stack, 1);
 
         // Without an application frame, the first exact address is the fallback.
-        let choice = resolver.choose(pid, &[in_libc], &[0u8; 16]);
+        let choice = resolver.choose(pid, &[ExactAddr::at(in_libc)], &[0u8; 16]);
         assert!(!choice.in_application);
         assert_eq!(choice.site, resolver.site(pid, in_libc));
         assert_ne!(choice.site.unwrap().module, ModuleId::UNKNOWN);

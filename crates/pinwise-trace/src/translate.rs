@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, HashMap};
 use pinwise_core::{Direction, Event, EventKind, HostMemKind, HostState, ProbeKind, Site};
 
 use crate::raw::{kinds, memtypes, site_sources, RawEvent};
-use crate::sites::SiteResolver;
+use crate::sites::{ExactAddr, SiteResolver};
 
 /// What the tracer must do about a process, besides recording its events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -352,13 +352,19 @@ impl Translator {
 
     /// The application's call site of a range event.
     fn range_site(&mut self, r: &crate::raw::RangeRecord) -> (Option<Site>, bool) {
-        let exact: &[u64] = if r.site_source == site_sources::NONE || r.call_site == 0 {
-            &[]
+        let exact = if r.site_source == site_sources::NONE || r.call_site == 0 {
+            None
         } else {
-            std::slice::from_ref(&r.call_site)
+            Some(ExactAddr {
+                addr: r.call_site,
+                file: (r.site_ino != 0).then_some((r.site_dev, r.site_ino)),
+                offset: r.site_offset,
+            })
         };
         let len = (r.stack_len as usize).min(r.stack.len());
-        let choice = self.sites.choose(r.h.pid, exact, &r.stack[..len]);
+        let choice = self
+            .sites
+            .choose(r.h.pid, exact.as_slice(), &r.stack[..len]);
         if choice.site.is_none() {
             self.stats.sites_unknown += 1;
         } else if !choice.in_application && r.site_source != site_sources::RUNTIME {

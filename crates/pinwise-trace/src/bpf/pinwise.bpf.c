@@ -15,6 +15,7 @@
 #include "pinwise_common.bpf.h"
 
 #include <asm/ptrace.h>
+#include <bpf/bpf_core_read.h>
 #include <bpf/bpf_tracing.h>
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
@@ -31,10 +32,29 @@ const volatile __u64 cfg_min_mmap_bytes = 1 << 20;
 #define MAP_ANONYMOUS 0x20
 #define MAP_STACK 0x20000
 
-/* The two task_struct fields the fork hook reads; CO-RE finds their offsets. */
+/* The few kernel fields pinwise reads; CO-RE finds their offsets in the running kernel. */
 struct task_struct {
 	int pid;
 	int tgid;
+} __attribute__((preserve_access_index));
+
+struct super_block {
+	__u32 s_dev;
+} __attribute__((preserve_access_index));
+
+struct inode {
+	unsigned long i_ino;
+	struct super_block *i_sb;
+} __attribute__((preserve_access_index));
+
+struct file {
+	struct inode *f_inode;
+} __attribute__((preserve_access_index));
+
+struct vm_area_struct {
+	unsigned long vm_start;
+	unsigned long vm_pgoff;
+	struct file *vm_file;
 } __attribute__((preserve_access_index));
 
 /* The caller of a runtime allocation function, per thread, recorded at its entry. It is
@@ -112,6 +132,43 @@ static __always_inline void read_stack(struct pw_range_event *e, __u64 sp)
 		return;
 	}
 	count(PW_CNT_USER_READ_FAILED);
+}
+
+/* Where an address lies: file (device, inode) and offset in it. */
+struct placement {
+	__u64 addr;
+	__u64 dev;
+	__u64 ino;
+	__u64 offset;
+};
+
+static long place_in_vma(struct task_struct *task, struct vm_area_struct *vma,
+			 struct placement *p)
+{
+	struct file *f = BPF_CORE_READ(vma, vm_file);
+	if (!f)
+		return 0;
+	p->ino = BPF_CORE_READ(f, f_inode, i_ino);
+	p->dev = BPF_CORE_READ(f, f_inode, i_sb, s_dev);
+	p->offset = p->addr - BPF_CORE_READ(vma, vm_start) + (BPF_CORE_READ(vma, vm_pgoff) << 12);
+	return 0;
+}
+
+/* Places `call_site` in its file now, while the process surely lives: user space could
+ * otherwise only do it from /proc/PID/maps, which is gone once a short process exits. */
+static __always_inline void place_site(struct pw_range_event *e)
+{
+	e->site_dev = 0;
+	e->site_ino = 0;
+	e->site_offset = 0;
+	if (!e->call_site)
+		return;
+	struct placement p = { .addr = e->call_site };
+	if (bpf_find_vma(bpf_get_current_task_btf(), p.addr, place_in_vma, &p, 0) == 0 && p.ino) {
+		e->site_dev = p.dev;
+		e->site_ino = p.ino;
+		e->site_offset = p.offset;
+	}
 }
 
 /* ---- copies: one hit each, at entry ---------------------------------------------------- */
@@ -430,10 +487,16 @@ static __always_inline int report_return(struct pt_regs *ctx, __u16 kind)
 		}
 		e->stack_sp = 0;
 		e->stack_len = 0;
-		/* Host ranges need a call site; when the runtime did not give one, send the
-		 * stack: the caller's frames are intact right after the return. */
-		if (kind != PW_EV_DEV_ALLOC && call->site_source != PW_SITE_RUNTIME)
-			read_stack(e, PT_REGS_SP(ctx));
+		e->site_dev = 0;
+		e->site_ino = 0;
+		e->site_offset = 0;
+		/* Host ranges need a call site: placed now, and when the runtime did not give
+		 * one, the stack too (the caller's frames are intact right after the return). */
+		if (kind != PW_EV_DEV_ALLOC) {
+			place_site(e);
+			if (call->site_source != PW_SITE_RUNTIME)
+				read_stack(e, PT_REGS_SP(ctx));
+		}
 		submit(e, 0);
 	}
 	bpf_map_delete_elem(&pending, &pid_tgid);
@@ -668,6 +731,9 @@ int on_mmap_exit(struct tp_sys_exit *ctx)
 	e->result = 0;
 	e->site_source = PW_SITE_NONE;
 	__builtin_memset(e->_pad0, 0, sizeof(e->_pad0));
+	e->site_dev = 0;
+	e->site_ino = 0;
+	e->site_offset = 0;
 	read_stack(e, user_sp());
 	submit(e, 0);
 	return 0;

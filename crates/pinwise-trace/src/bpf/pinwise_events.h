@@ -198,6 +198,13 @@ struct pw_range_event {
 	__u64 call_site;
 	/* User stack pointer at which `stack` starts. */
 	__u64 stack_sp;
+	/* call_site placed by the kernel at event time (bpf_find_vma): the file's device
+	 * (kernel dev_t) and inode, and the offset of call_site in it; 0 when not placed (no
+	 * file there, mmap lock busy). Lets user space place the site after the process is
+	 * gone. */
+	__u64 site_dev;
+	__u64 site_ino;
+	__u64 site_offset;
 	/* CUDA flags (CU_MEMHOSTALLOC_*, CU_MEMHOSTREGISTER_*); for mmap, mmap's flags. */
 	__u32 flags;
 	/* CUresult the call returned (0 = CUDA_SUCCESS); 0 for mmap. */
