@@ -652,4 +652,43 @@ mod tests {
         let choice = resolver.choose(pid, &[], &not_after_call.to_le_bytes());
         assert_eq!(choice.site, None);
     }
+
+    #[test]
+    fn a_site_placed_by_the_kernel_resolves_after_the_process_is_gone() {
+        use std::os::unix::fs::MetadataExt;
+        let table = ModuleTable::shared();
+        let mut resolver = SiteResolver::new(table.clone());
+        let exe = std::env::current_exe().unwrap();
+        resolver.learn_file(&exe);
+        let meta = std::fs::metadata(&exe).unwrap();
+        let kernel_dev =
+            (u64::from(libc::major(meta.dev())) << 20) | u64::from(libc::minor(meta.dev()));
+        assert_eq!(
+            kernel_dev_key(kernel_dev),
+            crate::libs::file_id(&exe).unwrap().0
+        );
+        // No such process: only the kernel's placement and the learned file can help.
+        let gone = u32::MAX - 3;
+        let exact = ExactAddr {
+            addr: 0xdead_beef,
+            file: Some((kernel_dev, meta.ino())),
+            offset: 0x1234,
+        };
+        let choice = resolver.choose(gone, &[exact], &[]);
+        let site = choice.site.expect("placed");
+        assert!(choice.in_application);
+        assert_eq!(site.offset, 0x1234);
+        let module = table.get(site.module).unwrap();
+        assert_eq!(
+            std::path::Path::new(&module.path),
+            std::fs::canonicalize(&exe).unwrap()
+        );
+        // Unplaced, the same address is nowhere.
+        assert_eq!(
+            resolver
+                .choose(gone, &[ExactAddr::at(0xdead_beef)], &[])
+                .site,
+            None
+        );
+    }
 }
