@@ -35,6 +35,26 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 /// The names among `wanted` that `path` defines as functions (64-bit little-endian ELF).
 /// `Err` when the file cannot be read or is not such an ELF file.
 pub fn defined_functions(path: &Path, wanted: &[&str]) -> std::io::Result<Vec<String>> {
+    Ok(function_symbols(path, wanted)?
+        .into_iter()
+        .map(|f| f.name)
+        .collect())
+}
+
+/// A function symbol: its name, address (as linked: add the load bias) and size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FunctionSymbol {
+    /// The name.
+    pub name: String,
+    /// `st_value`.
+    pub value: u64,
+    /// `st_size`.
+    pub size: u64,
+}
+
+/// The functions among `wanted` that `path` defines, each once (the first definition
+/// found), with their addresses and sizes.
+pub fn function_symbols(path: &Path, wanted: &[&str]) -> std::io::Result<Vec<FunctionSymbol>> {
     let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_string());
     let f = File::open(path)?;
     let header = read_at(&f, 0, 64)?;
@@ -81,8 +101,12 @@ pub fn defined_functions(path: &Path, wanted: &[&str]) -> std::io::Result<Vec<St
             };
             let name = &rest[..rest.iter().position(|&b| b == 0).unwrap_or(rest.len())];
             if let Some(w) = wanted.iter().find(|w| w.as_bytes() == name) {
-                if !found.iter().any(|f: &String| f == w) {
-                    found.push(w.to_string());
+                if !found.iter().any(|f: &FunctionSymbol| f.name == *w) {
+                    found.push(FunctionSymbol {
+                        name: w.to_string(),
+                        value: u64_at(sym, 8),
+                        size: u64_at(sym, 16),
+                    });
                 }
             }
         }
@@ -99,6 +123,14 @@ mod tests {
         let exe = std::env::current_exe().unwrap();
         let found = defined_functions(&exe, &["main", "free", "munmap"]).unwrap();
         assert_eq!(found, vec!["main".to_string()]);
+    }
+
+    #[test]
+    fn a_function_symbol_has_its_address() {
+        let exe = std::env::current_exe().unwrap();
+        let syms = function_symbols(&exe, &["main"]).unwrap();
+        assert_eq!(syms.len(), 1);
+        assert!(syms[0].value > 0 && syms[0].size > 0, "{syms:?}");
     }
 
     #[test]

@@ -75,7 +75,7 @@ pub unsafe fn host_alloc(
     if pp.is_null() || size == 0 {
         return forward();
     }
-    let site_addr = guard::driver_site(caller);
+    let site_addr = allocation_site(st, caller);
     HookStats::bump(&st.stats.host_allocs);
     let served = guarded(|| {
         let pinning = st.pinning_or_start()?;
@@ -148,7 +148,7 @@ pub fn host_free(caller: usize, p: *mut c_void, forward: impl FnOnce() -> CUresu
     if p.is_null() {
         return forward();
     }
-    let site_addr = guard::driver_site(caller);
+    let site_addr = allocation_site(st, caller);
     HookStats::bump(&st.stats.host_frees);
     if let Some(pinning) = st.pinning() {
         if pinning.owns(p as usize) {
@@ -178,6 +178,19 @@ pub fn host_free(caller: usize, p: *mut c_void, forward: impl FnOnce() -> CUresu
         st.recorder.cancel(stamp);
     }
     rc
+}
+
+/// The call site of a pinned allocation or free: the application's call of the runtime
+/// (shared cudart: from the runtime hook; static cudart: found on the stack), else the
+/// driver hook's own caller.
+fn allocation_site(st: &State, own: usize) -> usize {
+    let site = guard::driver_site(own);
+    if site == own && st.static_runtime.is_present() {
+        if let Some(app) = st.static_runtime.application_caller() {
+            return app;
+        }
+    }
+    site
 }
 
 // ---------- registration by the program ----------

@@ -83,6 +83,7 @@ pub mod promote;
 pub mod real;
 mod recorder;
 pub mod ring;
+mod stack;
 mod state;
 mod stats;
 pub mod variants;

@@ -37,6 +37,8 @@ pub struct State {
     problems: Mutex<Vec<String>>,
     top_process: bool,
     drain_thread: OnceLock<std::thread::Thread>,
+    /// A statically linked cudart's allocation entry points, if the executable has one.
+    pub static_runtime: crate::stack::StaticRuntime,
 }
 
 /// The state, once created (null: not yet, or reset in a forked child).
@@ -279,6 +281,7 @@ impl State {
             problems: Mutex::new(problems),
             top_process,
             drain_thread: OnceLock::new(),
+            static_runtime: crate::stack::StaticRuntime::of_this_process(),
             config,
         }
     }

@@ -120,3 +120,20 @@ fn a_query_on_a_pageable_served_request_is_answered_as_plain_cuda_would() {
     assert_eq!(p["promotions_on_queries"], 1, "{p}");
     assert!(p["queries_answered"].as_u64() >= Some(2), "{p}");
 }
+
+#[test]
+fn a_statically_linked_runtime_gives_the_applications_call_sites() {
+    let s = Setup::new();
+    let exe = s.build_driver("static_runtime.c", &[]);
+    let hist = s.path("static.json");
+    let out = s.run_pinwise(&["-o", hist.to_str().unwrap()], &exe, &[]);
+    assert_ok(&out, "static runtime");
+    let h = history(&hist);
+    let sites = by_site(&h);
+    assert_eq!(
+        sites.len(),
+        2,
+        "the two application sites, not the runtime's one call into the driver: {sites:?}"
+    );
+    assert!(sites.values().all(|v| v.len() == 3), "{sites:?}");
+}
