@@ -64,6 +64,8 @@
 //! | [`promote`] | lock-free tables: promoted ranges and pageable transfer counters |
 //! | `recorder` | the history, the drain thread, the output files |
 //! | `pinning` | the engine behind the hooks and the promotion of pageable buffers |
+//! | `stack` | the application's call site under a statically linked cudart |
+//! | [`elf`] | which functions the executable defines (its own `free`, a static cudart) |
 //! | `hooks` | what every intercepted call does |
 //! | `exports` | the exported symbols (thin: a trampoline or a call into `hooks`) |
 #![deny(unsafe_op_in_unsafe_fn)]
