@@ -3,6 +3,8 @@
 # what is missing and says what it installs.
 #
 #   - Debian/Ubuntu packages: clang and llvm (compile the BPF programs), libelf-dev,
+#     autoconf, automake, autopoint, flex, bison, gawk and libtool (libbpf-sys builds libelf
+#     and zlib from source, position-independent, so they link into libpinwise.so),
 #     zlib1g-dev and pkg-config (libbpf, linked statically), gcc and make (C examples).
 #   - tracefs and debugfs, mounted if absent (uprobes and tracepoints need tracefs).
 #   - Rust: needs cargo (https://rustup.rs); cargo-nextest is used when present.
@@ -10,7 +12,7 @@ set -euo pipefail
 
 say() { printf '[setup] %s\n' "$*"; }
 
-PACKAGES=(clang llvm libelf-dev zlib1g-dev pkg-config gcc make)
+PACKAGES=(clang llvm libelf-dev zlib1g-dev pkg-config gcc make autoconf automake autopoint flex bison gawk libtool)
 # Extra packages for the test suite only (the HTML report is checked in headless Chromium).
 if [[ "${PINWISE_SETUP_TESTS:-0}" == 1 ]]; then
   PACKAGES+=(chromium)
