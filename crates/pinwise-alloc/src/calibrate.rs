@@ -67,8 +67,17 @@ struct Mapping {
 
 impl Mapping {
     fn new(len: usize) -> Result<Mapping, String> {
+        Self::map(len, false)
+    }
+    /// Fresh memory obtained the way the allocator obtains it before registering it
+    /// (large mappings advised to use huge pages and populated at once), so that the
+    /// calibration's "map and touch" cost is the one the engine will pay.
+    fn like_engine(len: usize) -> Result<Mapping, String> {
+        Self::map(len, true)
+    }
+    fn map(len: usize, huge: bool) -> Result<Mapping, String> {
         let len = len.next_multiple_of(PAGE);
-        let ptr = pageable::map_anonymous(len, false).ok_or("mmap failed")?;
+        let ptr = pageable::map_anonymous(len, huge).ok_or("mmap failed")?;
         Ok(Mapping { ptr, len })
     }
     fn touch(&self) {
@@ -228,10 +237,11 @@ fn measure_size(
             unsafe { b.free_pinned(p) }.map_err(|e| e.to_string())
         })?);
 
-        // Mapping and touching fresh memory (what pageable memory costs to make ready).
+        // Mapping and touching fresh memory the way the engine does before registering it
+        // (what fresh registered memory costs beyond the registration itself).
         let mut m = None;
         touch_us.push(micros(|| {
-            let fresh = Mapping::new(size)?;
+            let fresh = Mapping::like_engine(size)?;
             fresh.touch();
             m = Some(fresh);
             Ok(())
