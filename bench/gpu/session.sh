@@ -3,7 +3,7 @@
 # into $OUT/<phase>.tgz (the device tool returns at most 8 files per call), plus the phase's
 # summary as $OUT/<phase>.txt.
 #
-#   bash bench/gpu/session.sh PHASE        PHASE: probe | trace | alloc | preload
+#   bash bench/gpu/session.sh PHASE        PHASE: probe | trace | alloc | preload | demo
 #
 # The release binaries built on the development machine travel in .device-carry/ (ignored
 # by git; made by bench/gpu/pack.sh) and are put where the phase scripts expect them
@@ -12,8 +12,9 @@
 #   trace:   bench/gpu/trace/run.sh   (pinwise trace: counts, tags, overhead)
 #   alloc:   bench/gpu/alloc/run.sh   (pinwise calibrate, pinwise bench alloc, the C example)
 #   preload: bench/gpu/preload/run.sh (pinwise run on CUDA C and PyTorch programs)
+#   demo:    pinwise demo on the GPU (the README's main command, there)
 set -u
-phase=${1:?usage: session.sh probe|trace|alloc|preload}
+phase=${1:?usage: session.sh probe|trace|alloc|preload|demo}
 cd "$(dirname "$0")/../.."
 FINAL=${OUT:?OUT must be set (the device tool sets it)}
 WORK=/tmp/pinwise-gpu/$phase
@@ -50,6 +51,10 @@ case $phase in
   preload)
     OUT=$WORK timeout 500 bash bench/gpu/preload/run.sh > "$WORK/preload.txt" 2>&1 || status=$?
     summary="$WORK/preload.txt"
+    ;;
+  demo)
+    timeout 300 target/release/pinwise demo --out-dir "$WORK/files" > "$WORK/demo.txt" 2>&1 || status=$?
+    summary="$WORK/demo.txt"
     ;;
   *) echo "unknown phase $phase" >&2; exit 2 ;;
 esac

@@ -183,6 +183,12 @@ fn copy_time(
 
 /// GB/s of copies of `len` bytes: the median over repeats of (copies per repeat x len /
 /// time), with enough copies per repeat to move `min_bytes_per_figure`.
+///
+/// Each timed copy follows an untimed copy the other way on the same buffer: buffers worth
+/// pinning move in round trips (upload, compute, download), and there a pageable copy costs
+/// more than in a one-way loop (on an H200, a 16 KiB pageable round trip took 23.7 us where
+/// one-way loops summed to 16.2 us; pinned round trips matched their one-way sum within 3 %:
+/// bench/results/gpu-alloc.md).
 fn bandwidth(
     config: &CalibrationConfig,
     b: &dyn PinBackend,
@@ -196,6 +202,7 @@ fn bandwidth(
     for _ in 0..config.repeats.max(1) {
         let mut secs = 0.0;
         for _ in 0..copies {
+            copy_time(b, dev, host, len, !htod)?;
             secs += copy_time(b, dev, host, len, htod)?;
         }
         rates.push((copies * len) as f64 / secs / 1e9);

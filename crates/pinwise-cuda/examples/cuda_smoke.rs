@@ -355,8 +355,9 @@ fn checks(report: &mut Report, ctx: &Context) {
 
 fn probes(report: &mut Report, driver: &Arc<Driver>, ctx: &Context) -> Result<()> {
     let api = *driver.api();
-    let mut heap = vec![0u8; 3 * 4096];
-    let off = heap.as_ptr().align_offset(4096);
+    // A page-aligned page with a page of heap before it and one after it.
+    let mut heap = vec![0u8; 4 * 4096];
+    let off = heap.as_ptr().align_offset(4096) + 4096;
     let page = heap[off..].as_mut_ptr() as *mut c_void;
     // SAFETY (all raw calls below): arguments are valid pointers or deliberately wrong values
     // the driver must refuse; nothing is dereferenced by us.
@@ -454,6 +455,33 @@ fn probes(report: &mut Report, driver: &Arc<Driver>, ctx: &Context) -> Result<()
             "cuMemcpyHtoD_v2 0 bytes",
             (api.cuMemcpyHtoD_v2)(dev.ptr().0, big.as_ptr() as *const c_void, 0),
         );
+        // A copy that starts in registered memory and runs past the registration's end
+        // (what pinwise-preload must never cause when it registers part of a buffer).
+        let dev2 = DeviceBuffer::new(ctx, 8192)?;
+        driver.check(
+            "cuMemHostRegister_v2",
+            (api.cuMemHostRegister_v2)(page, 4096, 0),
+        )?;
+        report.probe(
+            driver,
+            "cuMemcpyHtoD_v2 from registered memory past its end",
+            (api.cuMemcpyHtoD_v2)(dev2.ptr().0, page as *const c_void, 8192),
+        );
+        report.probe(
+            driver,
+            "cuMemcpyDtoH_v2 into registered memory past its end",
+            (api.cuMemcpyDtoH_v2)(page, dev2.ptr().0, 8192),
+        );
+        report.probe(
+            driver,
+            "cuMemcpyHtoD_v2 from pageable memory into registered memory",
+            (api.cuMemcpyHtoD_v2)(
+                dev2.ptr().0,
+                (page as *const u8).sub(64) as *const c_void,
+                4096,
+            ),
+        );
+        driver.check("cuMemHostUnregister", (api.cuMemHostUnregister)(page))?;
         let e = Event::new(ctx)?;
         report.probe(
             driver,

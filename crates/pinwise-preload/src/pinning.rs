@@ -252,6 +252,7 @@ impl Pinning {
         if PROMOTED_RANGES.covering(host, span).is_some() {
             return (HostState::Pinned, true);
         }
+        self.release_partly_covered(host, span, stats, rec);
         const UNKNOWN: (HostState, bool) = (HostState::Unknown, false);
         if !self.promote_pageable
             || host == 0
@@ -285,6 +286,23 @@ impl Pinning {
             return (HostState::Pinned, true);
         }
         UNKNOWN
+    }
+
+    /// Before a copy of `[host, host + span)` that no registration of pinwise's covers:
+    /// unregisters those that cover part of it. The driver refuses a copy that starts in
+    /// registered memory and runs past its end (`CUDA_ERROR_INVALID_VALUE`, seen on an H200
+    /// when a buffer's first copies were smaller than a later one); without the
+    /// registration the copy goes as on pageable memory, as the program expects.
+    fn release_partly_covered(&self, host: usize, span: usize, stats: &HookStats, rec: &Recorder) {
+        if !PROMOTED_RANGES.any_active() {
+            return;
+        }
+        let end = host.saturating_add(span.max(1));
+        while let Some(i) = PROMOTED_RANGES.overlapping_registered(host, end) {
+            if !self.demote(i, stats, rec) {
+                break;
+            }
+        }
     }
 
     /// Registers the program's buffer `[host, host + span)` in place (page-aligned).

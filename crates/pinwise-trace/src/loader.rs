@@ -339,7 +339,12 @@ impl Probes {
                     .map_err(|e| format!("sharing map {name}: {e:#}"))?;
             }
         }
-        let nv = open_nv.load().map_err(|e| format!("{e:#}"))?;
+        let nv = open_nv.load().map_err(|e| {
+            format!(
+                "the kernel refused to load fexit/os_lock_user_pages and \
+                 fentry/os_unlock_user_pages (BPF_PROG_LOAD): {e:#}"
+            )
+        })?;
         let mut links = Vec::new();
         for (program, function) in KERNEL_HOOKS {
             let prog = nv
