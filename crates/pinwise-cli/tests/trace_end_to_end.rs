@@ -182,6 +182,14 @@ fn records_exactly_what_the_workload_did_and_tags_are_stable_across_runs() {
             stderr.contains("workload.c:"),
             "the summary shows symbolized call sites:\n{stderr}"
         );
+        // Traced on the CPU stand-in: the summary and the history both say so.
+        assert!(stderr.contains("CPU stand-in (TEST FIXTURE"), "{stderr}");
+        assert_eq!(
+            history
+                .source_stats()
+                .get(pinwise_core::history::STANDIN_SOURCE_STAT),
+            Some(&1)
+        );
         runs.push(check_history(&history, &expected, &workload));
     }
     assert_eq!(runs[0], runs[1], "tags differ between two runs");

@@ -399,6 +399,11 @@ impl State {
                 stats.driver_is_standin = crate::real::libcuda_is_standin();
             }
         }
+        if stats.driver_is_standin {
+            // Histories made on the CPU stand-in say so (reports warn on this statistic).
+            self.recorder
+                .with_history(|h| h.set_source_stat(pinwise_core::history::STANDIN_SOURCE_STAT, 1));
+        }
         stats.history = match &self.config.history_path {
             None => OutputStats::default(),
             Some(path) => {

@@ -36,6 +36,12 @@ fn a_copy_past_a_partial_registration_succeeds_with_the_same_bytes() {
         assert_ok(&out, mode);
         assert_eq!(out.stdout, plain.stdout, "{mode}: byte-identical output");
         let h = history(&hist);
+        assert_eq!(
+            h.source_stats()
+                .get(pinwise_core::history::STANDIN_SOURCE_STAT),
+            Some(&1),
+            "{mode}: the history says it was made on the CPU stand-in"
+        );
         assert_eq!(transfers(&h, Direction::HtoD), expected["htod"], "{mode}");
         assert_eq!(transfers(&h, Direction::DtoH), expected["dtoh"], "{mode}");
         let p = summary(&sum)["processes"][0].clone();

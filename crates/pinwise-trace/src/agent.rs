@@ -102,6 +102,8 @@ pub struct TraceStats {
     pub program_costs_unavailable: Option<String>,
     /// Files probed with uprobes, and how many uprobes in all.
     pub probed_files: Vec<PathBuf>,
+    /// A probed libcuda was pinwise's CPU stand-in (a test fixture): no GPU moved the bytes.
+    pub cuda_standin: bool,
     /// Number of uprobes attached.
     pub uprobes: usize,
     /// The kernel hooks into the nvidia module.
@@ -379,6 +381,11 @@ impl TracerAgent {
             ("tracer.sites_unknown", s.translate.sites_unknown),
             ("tracer.uprobes", s.uprobes as u64),
         ]);
+        if s.cuda_standin {
+            self.history
+                .write()
+                .set_source_stat(pinwise_core::history::STANDIN_SOURCE_STAT, 1);
+        }
     }
 
     /// Statistics now (while tracing) or of the last trace.
@@ -740,6 +747,10 @@ fn collect_stats(probes: &Probes, shared: &SharedState) -> TraceStats {
             .filter(|c| c.run_count > 0)
             .collect(),
         program_costs_unavailable: probes.stats_error().map(String::from),
+        cuda_standin: probes
+            .probed_files()
+            .iter()
+            .any(|f| crate::libs::is_cuda_standin(f)),
         probed_files: probes.probed_files(),
         uprobes: probes.uprobes().len(),
         kernel_hooks: Some(probes.kernel_hooks().clone()),

@@ -47,6 +47,13 @@ pub fn is_runtime_name(name: &str) -> bool {
     name == "libcudart.so" || name.starts_with("libcudart.so.")
 }
 
+/// Whether the library at `path` is pinwise's CPU stand-in for libcuda (a test fixture): it
+/// exports `pinwise_standin_fixture`, whose name then stands in the file's dynamic strings.
+pub fn is_cuda_standin(path: &Path) -> bool {
+    const MARKER: &[u8] = b"pinwise_standin_fixture";
+    std::fs::read(path).is_ok_and(|bytes| bytes.windows(MARKER.len()).any(|w| w == MARKER))
+}
+
 /// (device, inode) of a file, following symlinks; the device encoded as in
 /// [`crate::procmaps::Mapping::dev`] (`major << 32 | minor`), so that files found on disk
 /// and files seen in `/proc/PID/maps` compare equal.

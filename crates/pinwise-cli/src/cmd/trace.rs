@@ -417,6 +417,13 @@ fn print_summary(
     elapsed: Duration,
     top: usize,
 ) {
+    if stats.cuda_standin {
+        status(
+            "the libcuda traced is pinwise's CPU stand-in (TEST FIXTURE: not a GPU; nothing \
+             here is a GPU figure)"
+                .to_string(),
+        );
+    }
     status(format!(
         "{what}: {:.2} s, {} events, {} allocations, {} dropped (ring buffer full)",
         elapsed.as_secs_f64(),

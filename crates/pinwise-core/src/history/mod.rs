@@ -164,6 +164,10 @@ impl MemoryUsage {
     }
 }
 
+/// The source statistic a source sets to 1 when the libcuda it saw was pinwise's CPU
+/// stand-in (a test fixture): reports on such a history say no GPU moved its bytes.
+pub const STANDIN_SOURCE_STAT: &str = "source.cuda_standin";
+
 /// The history of every host allocation seen. See the module documentation.
 #[derive(Debug, Clone)]
 pub struct MemHistory {
