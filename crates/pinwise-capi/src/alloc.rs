@@ -18,15 +18,14 @@
 //! passes (`pinwise_call_site()`), normalized in-process to module build ID + offset, so a
 //! profile written by one run applies to the next run of the same build.
 
-use std::cell::RefCell;
-use std::ffi::{c_char, c_int, c_void, CStr, CString};
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::PathBuf;
+use std::ffi::{c_char, c_int, c_void};
 use std::sync::Arc;
 
 use pinwise_alloc::backend::cuda::CudaBackend;
 use pinwise_alloc::{AllocFlags, DevicePtr, Engine, EngineConfig, StreamHandle};
 use pinwise_core::{CostModel, Direction, Policy, Site};
+
+use crate::ffi::{guarded, last_error, opt_path};
 
 /// Mode: learn within the run, per call site.
 pub const PINWISE_MODE_ADAPTIVE: u32 = 0;
@@ -98,43 +97,6 @@ pub struct PinwiseAllocator {
     engine: Arc<Engine>,
 }
 
-thread_local! {
-    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
-}
-
-fn set_error(message: &str) {
-    let c = CString::new(message.replace('\0', " ")).unwrap_or_default();
-    LAST_ERROR.with(|e| *e.borrow_mut() = c);
-}
-
-/// Runs `f`, turning an error or a panic into `on_error` and the thread's last error.
-fn guarded<T>(on_error: T, f: impl FnOnce() -> Result<T, String>) -> T {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(v)) => v,
-        Ok(Err(msg)) => {
-            set_error(&msg);
-            on_error
-        }
-        Err(_) => {
-            set_error("internal error in pinwise (a bug): the call was abandoned");
-            on_error
-        }
-    }
-}
-
-/// # Safety
-/// `p` is NULL or a NUL-terminated string.
-unsafe fn opt_path(p: *const c_char, what: &str) -> Result<Option<PathBuf>, String> {
-    if p.is_null() {
-        return Ok(None);
-    }
-    // SAFETY: the caller's contract.
-    let s = unsafe { CStr::from_ptr(p) }
-        .to_str()
-        .map_err(|_| format!("{what} is not valid UTF-8"))?;
-    Ok(Some(PathBuf::from(s)))
-}
-
 /// # Safety
 /// `a` is NULL or a pointer from `pinwise_alloc_create` not yet destroyed.
 unsafe fn allocator<'a>(a: *const PinwiseAllocator) -> Result<&'a PinwiseAllocator, String> {
@@ -146,7 +108,7 @@ unsafe fn allocator<'a>(a: *const PinwiseAllocator) -> Result<&'a PinwiseAllocat
 /// next pinwise call on this thread.
 #[no_mangle]
 pub extern "C" fn pinwise_alloc_last_error() -> *const c_char {
-    LAST_ERROR.with(|e| e.borrow().as_ptr())
+    last_error()
 }
 
 /// Fills `config` with the defaults: adaptive mode, device 0, default budget, built-in

@@ -4,4 +4,5 @@
 //! - [`alloc`]: the smart pinning allocator (`pinwise_alloc_*`).
 //! - [`trace`]: the tracer agent and its advisory queries (`pinwise_tracer_*`).
 pub mod alloc;
+mod ffi;
 pub mod trace;

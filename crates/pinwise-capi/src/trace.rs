@@ -24,10 +24,8 @@
 //! queried from several threads; start, stop and destroy must not race with other calls
 //! on the same handle.
 
-use std::cell::RefCell;
-use std::ffi::{c_char, c_int, CStr, CString};
+use std::ffi::{c_char, c_int};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::PathBuf;
 use std::time::Duration;
 
 use pinwise_core::history::{AllocKind, AllocState, AllocationInfo};
@@ -35,6 +33,8 @@ use pinwise_core::{Direction, DumpFormat};
 use pinwise_trace::agent::{TraceStats, TracerAgent, TracerConfig};
 use pinwise_trace::libs::LibraryOverrides;
 use pinwise_trace::Symbolizer;
+
+use crate::ffi::{guarded, last_error, opt_path};
 
 /// Dump format: JSON.
 pub const PINWISE_DUMP_JSON: u32 = 0;
@@ -153,43 +153,6 @@ pub struct PinwiseTracer {
     symbolizer: Symbolizer,
 }
 
-thread_local! {
-    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
-}
-
-fn set_error(message: &str) {
-    let c = CString::new(message.replace('\0', " ")).unwrap_or_default();
-    LAST_ERROR.with(|e| *e.borrow_mut() = c);
-}
-
-/// Runs `f`, turning an error or a panic into `on_error` and the thread's last error.
-fn guarded<T>(on_error: T, f: impl FnOnce() -> Result<T, String>) -> T {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(v)) => v,
-        Ok(Err(msg)) => {
-            set_error(&msg);
-            on_error
-        }
-        Err(_) => {
-            set_error("internal error in pinwise (a bug): the call was abandoned");
-            on_error
-        }
-    }
-}
-
-/// # Safety
-/// `p` is NULL or a NUL-terminated string.
-unsafe fn opt_path(p: *const c_char, what: &str) -> Result<Option<PathBuf>, String> {
-    if p.is_null() {
-        return Ok(None);
-    }
-    // SAFETY: the caller's contract.
-    let s = unsafe { CStr::from_ptr(p) }
-        .to_str()
-        .map_err(|_| format!("{what} is not valid UTF-8"))?;
-    Ok(Some(PathBuf::from(s)))
-}
-
 /// # Safety
 /// `t` is NULL or a live pointer from `pinwise_tracer_create`.
 unsafe fn tracer<'a>(t: *const PinwiseTracer) -> Result<&'a PinwiseTracer, String> {
@@ -269,7 +232,7 @@ unsafe fn write_infos(
 /// next pinwise call on this thread.
 #[no_mangle]
 pub extern "C" fn pinwise_tracer_last_error() -> *const c_char {
-    LAST_ERROR.with(|e| e.borrow().as_ptr())
+    last_error()
 }
 
 /// Fills `config` with the defaults: 4 MiB ring buffer, mappings from 1 MiB tracked, no
@@ -657,6 +620,7 @@ pub unsafe extern "C" fn pinwise_tracer_destroy(t: *mut PinwiseTracer) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::ffi::{CStr, CString};
 
     #[test]
     fn null_handles_and_bad_arguments_fail_with_a_message() {
