@@ -420,8 +420,7 @@ fn print_summary(
     if stats.cuda_standin {
         status(
             "the libcuda traced is pinwise's CPU stand-in (TEST FIXTURE: not a GPU; nothing \
-             here is a GPU figure)"
-                .to_string(),
+             here is a GPU figure)",
         );
     }
     status(format!(
