@@ -148,10 +148,19 @@ pub struct PinwiseTracerStats {
 }
 
 /// A tracer instance (opaque to C).
+// It holds no symbolizer: blazesym's is neither `Send` nor `Sync` (`Rc`s and `RefCell`s
+// inside) and a tracer may be queried from several threads, so
+// `pinwise_tracer_describe_site` makes its own.
 pub struct PinwiseTracer {
     agent: TracerAgent,
-    symbolizer: Symbolizer,
 }
+
+// The header promises that one tracer may be queried from several threads at once (and C
+// may hand it from thread to thread).
+const _: () = {
+    const fn queried_from_several_threads<T: Send + Sync>() {}
+    queried_from_several_threads::<PinwiseTracer>();
+};
 
 /// # Safety
 /// `t` is NULL or a live pointer from `pinwise_tracer_create`.
@@ -288,7 +297,6 @@ pub unsafe extern "C" fn pinwise_tracer_create(
         }
         Ok(Box::into_raw(Box::new(PinwiseTracer {
             agent: TracerAgent::new(cfg),
-            symbolizer: Symbolizer::new(),
         })))
     })
 }
@@ -529,7 +537,7 @@ pub unsafe extern "C" fn pinwise_tracer_describe_site(
                 let name = std::path::Path::new(&m.path)
                     .file_name()
                     .map_or_else(|| m.path.clone(), |n| n.to_string_lossy().into_owned());
-                match t.symbolizer.symbolize(&m, info.offset) {
+                match Symbolizer::new().symbolize(&m, info.offset) {
                     Some(sym) => format!("{name}+{:#x} {sym}", info.offset),
                     None => format!("{name}+{:#x}", info.offset),
                 }
