@@ -747,10 +747,7 @@ fn collect_stats(probes: &Probes, shared: &SharedState) -> TraceStats {
             .filter(|c| c.run_count > 0)
             .collect(),
         program_costs_unavailable: probes.stats_error().map(String::from),
-        cuda_standin: probes
-            .probed_files()
-            .iter()
-            .any(|f| crate::libs::is_cuda_standin(f)),
+        cuda_standin: probes.cuda_standin(),
         probed_files: probes.probed_files(),
         uprobes: probes.uprobes().len(),
         kernel_hooks: Some(probes.kernel_hooks().clone()),

@@ -48,10 +48,15 @@ pub fn is_runtime_name(name: &str) -> bool {
 }
 
 /// Whether the library at `path` is pinwise's CPU stand-in for libcuda (a test fixture): it
-/// exports `pinwise_standin_fixture`, whose name then stands in the file's dynamic strings.
+/// exports the symbol `pinwise_standin_fixture`. Only the symbol tables are looked up (a
+/// real libcuda is tens of MiB; reading it whole would show in the tracer's peak RSS).
 pub fn is_cuda_standin(path: &Path) -> bool {
-    const MARKER: &[u8] = b"pinwise_standin_fixture";
-    std::fs::read(path).is_ok_and(|bytes| bytes.windows(MARKER.len()).any(|w| w == MARKER))
+    use blazesym::inspect::source::{Elf, Source};
+    let mut elf = Elf::new(path);
+    elf.debug_syms = false;
+    blazesym::inspect::Inspector::new()
+        .lookup(&Source::Elf(elf), &["pinwise_standin_fixture"])
+        .is_ok_and(|found| found.iter().any(|infos| !infos.is_empty()))
 }
 
 /// (device, inode) of a file, following symlinks; the device encoded as in
@@ -484,6 +489,12 @@ mod tests {
         assert_eq!(libs.driver.first(), Some(&dir.path().join("libcuda.so.1")));
         assert_eq!(libs.runtime.first(), Some(&exe));
         assert!(libs.runtime.contains(&dir.path().join("libcudart.so.13")));
+    }
+
+    #[test]
+    fn only_a_library_exporting_the_fixture_marker_is_the_stand_in() {
+        assert!(!is_cuda_standin(&std::env::current_exe().unwrap()));
+        assert!(!is_cuda_standin(Path::new("/nonexistent/libcuda.so.1")));
     }
 
     #[test]

@@ -22,7 +22,7 @@ use libbpf_rs::{
 };
 
 use crate::error::TraceError;
-use crate::libs::file_id;
+use crate::libs::{file_id, is_cuda_standin};
 use crate::probes::{
     self, Library, UprobeSpec, FORK_BTF_PROGRAM, FORK_TRACEPOINT, KERNEL_HOOKS,
     PAGE_FAULT_TRACEPOINT, TRACEPOINTS, UPROBES,
@@ -119,6 +119,8 @@ pub struct Probes {
     /// Uprobes go through `uprobe_multi` links (one per program and file): attaching is
     /// faster and detaching waits for one grace period per link, not per probe.
     multi: bool,
+    /// A driver library probed is pinwise's CPU stand-in (see [`is_cuda_standin`]).
+    cuda_standin: bool,
 }
 
 fn open(bytes: &[u8], name: &str) -> Result<OpenObject, TraceError> {
@@ -270,6 +272,7 @@ impl Probes {
             stats_fd: None,
             stats_error: None,
             multi,
+            cuda_standin: false,
         };
 
         let mut tracepoints: Vec<(&str, &str, &str)> = TRACEPOINTS.to_vec();
@@ -414,6 +417,12 @@ impl Probes {
         file_id(path).is_some_and(|id| self.known_files.contains(&id))
     }
 
+    /// Whether a driver library probed is pinwise's CPU stand-in for libcuda (a test
+    /// fixture): then no GPU moved the bytes traced.
+    pub fn cuda_standin(&self) -> bool {
+        self.cuda_standin
+    }
+
     /// The files with uprobes on them.
     pub fn probed_files(&self) -> Vec<PathBuf> {
         let mut files: Vec<PathBuf> = Vec::new();
@@ -514,6 +523,9 @@ impl Probes {
             tracing::warn!("uprobe on {} not attached: {e}", path.display());
         }
         self.known_files.insert(id);
+        if attached > 0 && library == Library::Driver && is_cuda_standin(path) {
+            self.cuda_standin = true;
+        }
         Ok(attached)
     }
 
