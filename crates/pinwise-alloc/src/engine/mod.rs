@@ -110,7 +110,6 @@ pub(crate) struct Live {
     block_len: usize,
     pub(crate) tag: Tag,
     origin: Origin,
-    flags: AllocFlags,
     planned: Planned,
     /// For mappings: PAGEABLE, PROMOTING, PROMOTED or NO_PROMOTION.
     promotion: AtomicU8,
@@ -318,7 +317,6 @@ impl Engine {
             block_len: len,
             tag,
             origin,
-            flags,
             planned,
             promotion: AtomicU8::new(
                 if origin == Origin::Mapping && !flags.contains(AllocFlags::NEVER_PIN) {

@@ -340,11 +340,7 @@ impl Engine {
                 for s in &streams {
                     let _ = self.backend.synchronize_stream(*s);
                 }
-                // Wait out a promotion in progress on another thread (a racing transfer).
-                while live.promotion.load(Ordering::Acquire) == PROMOTING {
-                    std::hint::spin_loop();
-                }
-                if live.promotion.load(Ordering::Acquire) == PROMOTED {
+                if settle_promotion(live) {
                     self.pinned_outside_pool
                         .fetch_sub(live.block_len as u64, Ordering::Relaxed);
                     if hot {
@@ -377,12 +373,29 @@ impl Engine {
                 unsafe { std::alloc::dealloc(live.start as *mut u8, layout) };
             }
         }
-        let _ = live.flags;
         self.emit(
             Some(live.tag.site),
             EventKind::Free {
                 start: live.start as u64,
             },
         );
+    }
+}
+
+/// Ends promotion for a mapping being freed: a transfer racing with the free (on another
+/// thread that found the allocation before it was removed) can no longer promote it, and a
+/// promotion already in progress is waited out. Returns whether the mapping is promoted.
+fn settle_promotion(live: &Live) -> bool {
+    loop {
+        match live.promotion.compare_exchange(
+            PAGEABLE,
+            NO_PROMOTION,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => return false,
+            Err(PROMOTING) => std::hint::spin_loop(),
+            Err(state) => return state == PROMOTED,
+        }
     }
 }
