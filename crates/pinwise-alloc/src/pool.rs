@@ -207,6 +207,14 @@ impl PinnedPool {
         true
     }
 
+    /// The events pending blocks wait for.
+    pub fn pending_events(&self) -> Vec<EventHandle> {
+        self.pending
+            .iter()
+            .flat_map(|(_, e)| e.iter().copied())
+            .collect()
+    }
+
     /// Frees the pending blocks whose events all completed (`completed(event)` says, for each
     /// event). Returns the events of the freed blocks, for reuse.
     pub fn reclaim(&mut self, mut completed: impl FnMut(EventHandle) -> bool) -> Vec<EventHandle> {

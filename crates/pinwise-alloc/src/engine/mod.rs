@@ -21,7 +21,7 @@
 //! When an allocation is freed its outcome (would pinning it have paid?) trains its site's
 //! predictor.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
@@ -38,7 +38,7 @@ mod serve;
 pub use config::{Advice, Advised, AllocFlags, EngineConfig, Mode, Recorder};
 use decide::SiteState;
 
-use crate::backend::{PinBackend, StreamHandle};
+use crate::backend::{EventHandle, PinBackend, StreamHandle};
 use crate::budget::{default_budget_bytes, PinBudget};
 use crate::callsite::SiteResolver;
 use crate::costs;
@@ -520,17 +520,14 @@ impl Engine {
                 "pinwise allocator shut down with allocations still live; their memory is kept"
             );
         }
-        // Wait for every pending block's copies.
-        {
-            let mut pool = self.pool.lock();
-            let backend = &self.backend;
-            let done = pool.reclaim(|e| {
-                let _ = backend.synchronize_event(e);
-                true
-            });
-            drop(pool);
-            self.events.put_back(done);
+        // Wait for every pending block's copies, outside the pool's lock (a backend call
+        // that blocks is never made under one of the engine's locks).
+        let pending: HashSet<EventHandle> = self.pool.lock().pending_events().into_iter().collect();
+        for &e in &pending {
+            let _ = self.backend.synchronize_event(e);
         }
+        let done = self.pool.lock().reclaim(|e| pending.contains(&e));
+        self.events.put_back(done);
         self.trim();
         self.events.destroy_all(&*self.backend);
         match &self.recorder {
