@@ -71,9 +71,15 @@ pub fn build_report(
     let (budget, summary, mut aggregates) = std::thread::scope(|scope| {
         let core_queries = scope.spawn(|| (history.summary(cost), history.site_aggregates()));
         progress.stage("building the profile");
-        let profile = tags.finish();
+        let tags = tags.finish();
         progress.stage("planning the pinned budget");
-        let budget = budget::analyse(&profile, &policy, options.pin_method, options.capture_share);
+        let budget = budget::analyse(
+            &tags.profile,
+            &tags.pinned_in_run,
+            &policy,
+            options.pin_method,
+            options.capture_share,
+        );
         progress.stage("summing up");
         let (summary, aggregates) = core_queries
             .join()

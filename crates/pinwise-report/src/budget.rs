@@ -38,8 +38,14 @@ pub struct BudgetAnalysis {
     pub tags: u64,
     /// Tags whose pinning pays back (without a budget).
     pub tags_worth_pinning: u64,
-    /// Net saving if every tag that pays back were pinned, ns.
+    /// Net saving if every tag that pays back were pinned, ns, against pageable memory:
+    /// it counts the tags the traced run had pinned already as well.
     pub attainable_ns: f64,
+    /// Of the tags that pay back, those whose every transfer in the traced run was from
+    /// or into pinned memory (the program, or the allocator running it, pinned them).
+    pub tags_pinned_in_run: u64,
+    /// Their share of `attainable_ns`, ns: saving the run already had.
+    pub pinned_in_run_ns: f64,
     /// Pinned bytes at once that pinning all of them needs.
     pub attainable_peak_bytes: u64,
     /// Share of the attainable saving asked for (e.g. 0.9).
@@ -71,8 +77,12 @@ impl BudgetAnalysis {
 pub const MAX_CURVE_POINTS: usize = 400;
 
 /// Analyses `profile` under `policy`: the curve, and the budget for `share` of the saving.
+/// `pinned_in_run` says, per entry of the profile, whether the traced run had it pinned
+/// (every transfer pinned); those tags count in the saving like the others (the smart
+/// allocator would pin them too), and are reported apart.
 pub fn analyse(
     profile: &Profile,
+    pinned_in_run: &[bool],
     policy: &Policy,
     method: PinMethod,
     share: f64,
@@ -81,6 +91,15 @@ pub fn analyse(
     // Without a budget, core's plan pins exactly the tags its policy says pay back: the
     // same decisions, without the plan's index and timeline.
     let decisions = decide_all(profile, policy, method);
+    let (mut tags_pinned_in_run, mut pinned_in_run_ns) = (0, 0.0);
+    for (d, _) in decisions
+        .iter()
+        .zip(pinned_in_run)
+        .filter(|(d, &pinned)| d.pin && pinned)
+    {
+        tags_pinned_in_run += 1;
+        pinned_in_run_ns += d.net_ns();
+    }
     let curve = prefix_curve(profile, &decisions);
     let attainable = curve.last().copied().unwrap_or(BudgetPoint {
         budget_bytes: 0,
@@ -102,6 +121,8 @@ pub fn analyse(
         tags: profile.entries.len() as u64,
         tags_worth_pinning: decisions.iter().filter(|d| d.pin).count() as u64,
         attainable_ns: attainable.net_saving_ns,
+        tags_pinned_in_run,
+        pinned_in_run_ns,
         attainable_peak_bytes: attainable.budget_bytes,
         share_asked: share,
         budget_bytes,

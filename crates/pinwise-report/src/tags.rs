@@ -22,6 +22,17 @@ pub(crate) struct TagProfile {
     /// One entry per allocation, in creation order; instances of a tag are merged at the
     /// end (sorting is cheaper than hashing a million keys).
     entries: Vec<ProfileEntry>,
+    /// Per entry: its transfers from pageable memory (which a profile does not keep).
+    pageable_transfers: Vec<u64>,
+}
+
+/// The per-tag profile, and per entry whether the traced run already pinned it.
+pub(crate) struct TagTable {
+    /// The profile (entries ordered by module, offset and call number).
+    pub profile: Profile,
+    /// Per entry of `profile`: every transfer of the tag was from or into pinned memory
+    /// (the program, or the allocator that ran it, had pinned it already).
+    pub pinned_in_run: Vec<bool>,
 }
 
 impl TagProfile {
@@ -33,6 +44,7 @@ impl TagProfile {
             modules: Vec::new(),
             module_index: HashMap::new(),
             entries: Vec::new(),
+            pageable_transfers: Vec::new(),
         }
     }
 
@@ -100,6 +112,7 @@ impl TagProfile {
             start_ns,
             end_ns,
         });
+        self.pageable_transfers.push(counters.pageable_transfers());
     }
 
     /// Adds the entries of another accumulator over the same history (a share of its
@@ -117,10 +130,12 @@ impl TagProfile {
             e.module = remap[e.module as usize];
             e
         }));
+        self.pageable_transfers.extend(other.pageable_transfers);
     }
 
-    /// The profile (entries ordered by module, offset and call number; no site aggregates).
-    pub(crate) fn finish(self) -> Profile {
+    /// The profile (entries ordered by module, offset and call number; no site aggregates)
+    /// and which of its tags the run had pinned.
+    pub(crate) fn finish(self) -> TagTable {
         // Sort small keys, not the entries: (tag, creation order), so that instances of a
         // tag stay in creation order (the first one names its kind).
         let mut order: Vec<(u128, u32)> = self
@@ -137,11 +152,14 @@ impl TagProfile {
         order.sort_unstable();
         let mut slots: Vec<Option<ProfileEntry>> = self.entries.into_iter().map(Some).collect();
         let mut merged: Vec<ProfileEntry> = Vec::with_capacity(slots.len());
+        let mut pageable: Vec<u64> = Vec::with_capacity(slots.len());
         for (_, i) in order {
             let e = slots[i as usize].take().expect("each entry is taken once");
+            let e_pageable = self.pageable_transfers[i as usize];
             match merged.last_mut() {
                 Some(m) if (m.module, m.offset, m.call_no) == (e.module, e.offset, e.call_no) => {
                     // Another process's instance of the same tag.
+                    *pageable.last_mut().expect("one per merged entry") += e_pageable;
                     m.instances += 1;
                     m.size = m.size.max(e.size);
                     for d in Direction::ALL {
@@ -155,11 +173,22 @@ impl TagProfile {
                         _ => None,
                     };
                 }
-                _ => merged.push(e),
+                _ => {
+                    merged.push(e);
+                    pageable.push(e_pageable);
+                }
             }
         }
-        Profile::from_parts(self.processes, self.modules, merged, Vec::new())
-            .expect("entries built from a history are consistent")
+        let pinned_in_run = merged
+            .iter()
+            .zip(&pageable)
+            .map(|(e, &p)| p == 0 && e.transfers.transfers() > 0)
+            .collect();
+        TagTable {
+            profile: Profile::from_parts(self.processes, self.modules, merged, Vec::new())
+                .expect("entries built from a history are consistent"),
+            pinned_in_run,
+        }
     }
 }
 
@@ -180,7 +209,7 @@ pub(crate) fn profile_of(history: &MemHistory) -> Profile {
             p.add(&v, &v.counters(), v.alloc_ts_ns(), v.last_event_ts_ns());
         }
     }
-    p.finish()
+    p.finish().profile
 }
 
 #[cfg(test)]
@@ -213,7 +242,7 @@ mod tests {
             let last = v.last_event_ts_ns();
             mine.add(&v, &v.counters(), first, last);
         }
-        let mine = mine.finish();
+        let mine = mine.finish().profile;
         assert!(
             h.allocations().any(|v| v.is_capped()),
             "the cap was exercised"

@@ -224,14 +224,14 @@ fn directions(out: &mut String, r: &Report) {
 pub(crate) fn saving_sentence(r: &Report) -> String {
     let s = &r.saving;
     format!(
-        "From pageable memory: {} of host<->device bytes. Pinning would save {} of transfer \
-         time; pinning every allocation with pageable transfers would cost {} (net {}); \
-         pinning only the {} allocations where it pays back nets {}.{}",
+        "From pageable memory: {} of host<->device bytes. Pinning that memory would save {} \
+         of transfer time; pinning every allocation with pageable transfers would cost {} \
+         (net {}); pinning only the {} of those where it pays back nets {}.{}",
         percent(r.pageable_share),
         duration_ns(s.transfer_saving_ns),
         duration_ns(s.pin_all_cost_ns),
         duration_ns(s.net_saving_pin_all_ns),
-        count(s.allocations_worth_pinning),
+        plural(s.allocations_worth_pinning, "allocation", "allocations"),
         duration_ns(s.net_saving_pin_worthwhile_ns),
         if s.approximate {
             " (approximate: some allocations' events were capped, their sizes are averages)"
@@ -259,10 +259,24 @@ pub(crate) fn budget_sentence(r: &Report) -> String {
              processes), so these savings are for one of them."
         ),
     };
+    // The saving sentence counts pageable memory only; this one counts every tag, those
+    // the run had already pinned too (the smart allocator would pin them as well).
+    let pinned_in_run = match b.tags_pinned_in_run {
+        0 => String::new(),
+        n => format!(
+            " This run had pinned {} of these tags already ({} of the {}): the saving above, \
+             over this run's pageable memory, leaves {}.",
+            count(n),
+            duration_ns(b.pinned_in_run_ns),
+            duration_ns(b.attainable_ns),
+            if n == 1 { "it out" } else { "them out" },
+        ),
+    };
     format!(
-        "Pinning by {}, {} of {} tags pay back; pinning all of them nets {} and holds {} pinned \
-         at once. To capture {} of that, a budget of {} suffices: core's plan at that budget \
-         pins {} (at most {} at once) and nets {} ({}).{per_run}",
+        "Pinning by {}, {} of {} tags pay back; pinning all of them nets {} (against pageable \
+         memory) and holds {} pinned at once. To capture {} of that, a budget of {} suffices: \
+         core's plan at that budget pins {} (at most {} at once) and nets {} ({}).\
+         {pinned_in_run}{per_run}",
         method_name(b.method),
         count(b.tags_worth_pinning),
         count(b.tags),

@@ -149,6 +149,18 @@ fn the_budget_is_checked_by_cores_plan() {
     assert!((b.attainable_ns - unlimited.net_saving_ns()).abs() < 1e-6 * b.attainable_ns);
     assert_eq!(b.attainable_peak_bytes, unlimited.peak_pinned_bytes);
     assert_eq!(b.tags_worth_pinning, unlimited.pinned().count() as u64);
+    // Buffer C was registered for all its copies: its saving is counted, and said apart
+    // (the saving sentence, over pageable memory, leaves it out).
+    let key = s.history.modules().get(s.app).unwrap().key();
+    let c = unlimited.decision(&key, REGISTERED_SITE, 1).unwrap();
+    assert!(c.pin, "5 copies of 4 MiB pay back a registration");
+    assert_eq!(b.tags_pinned_in_run, 1);
+    assert_eq!(b.pinned_in_run_ns, c.net_ns());
+    let text = pinwise_report::text::render(&r);
+    assert!(
+        text.contains("This run had pinned 1 of these tags already"),
+        "{text}"
+    );
     assert!(b.plan_saving_ns >= 0.9 * b.attainable_ns);
     assert!(b.plan_peak_bytes <= b.budget_bytes);
     let at = policy.plan(&profile, b.budget_bytes, PinMethod::RegisterTouched);

@@ -75,9 +75,10 @@ pub struct SavingEstimate {
     pub pin_all_cost_ns: f64,
     /// Saving minus cost if every such allocation were pinned, ns (may be negative).
     pub net_saving_pin_all_ns: f64,
-    /// Saving minus cost pinning only the allocations where it pays back, ns.
+    /// Saving minus cost pinning only those of them where it pays back, ns.
     pub net_saving_pin_worthwhile_ns: f64,
-    /// Allocations where pinning pays back.
+    /// Allocations with pageable transfers where pinning pays back (memory already pinned
+    /// for all its transfers is not counted: there is nothing left to save).
     pub allocations_worth_pinning: u64,
     /// Whether some allocations' events were capped, so their transfer sizes are averages.
     pub approximate: bool,
