@@ -51,6 +51,7 @@ struct MockState {
 pub struct MockBackend {
     state: Mutex<MockState>,
     fail_pinning: AtomicBool,
+    fail_unpinning: AtomicBool,
     fail_events: AtomicBool,
     /// How many stream operations one `event_completed` poll runs (0 is taken as 1).
     progress_per_poll: AtomicU64,
@@ -67,6 +68,12 @@ impl MockBackend {
     /// Makes every later `alloc_pinned` and `register` fail (`true`) or succeed (`false`).
     pub fn set_fail_pinning(&self, fail: bool) {
         self.fail_pinning.store(fail, Ordering::SeqCst);
+    }
+
+    /// Makes every later `free_pinned` and `unregister` fail (`true`: the memory stays
+    /// page-locked) or behave (`false`).
+    pub fn set_fail_unpinning(&self, fail: bool) {
+        self.fail_unpinning.store(fail, Ordering::SeqCst);
     }
 
     /// Makes every later `create_event` and `record_event` fail (`true`) or succeed.
@@ -165,6 +172,14 @@ impl MockBackend {
         }
     }
 
+    fn unpin_failure(&self, op: &'static str) -> Result<(), BackendError> {
+        if self.fail_unpinning.load(Ordering::SeqCst) {
+            Err(BackendError::new(op, "CUDA_ERROR_UNKNOWN (mock: injected)"))
+        } else {
+            Ok(())
+        }
+    }
+
     fn check_device(s: &MockState, dev: DevicePtr, len: usize) -> Result<(), BackendError> {
         if s.device
             .iter()
@@ -237,6 +252,7 @@ impl PinBackend for MockBackend {
     }
 
     unsafe fn free_pinned(&self, ptr: *mut u8) -> Result<(), BackendError> {
+        self.unpin_failure("cuMemFreeHost")?;
         let mut s = self.state.lock();
         match s.pinned.get(&(ptr as usize)).copied() {
             Some((len, PinKind::Allocated)) => {
@@ -281,6 +297,7 @@ impl PinBackend for MockBackend {
     }
 
     unsafe fn unregister(&self, ptr: *mut u8) -> Result<(), BackendError> {
+        self.unpin_failure("cuMemHostUnregister")?;
         let mut s = self.state.lock();
         match s.pinned.get(&(ptr as usize)).copied() {
             Some((len, PinKind::Registered)) => {

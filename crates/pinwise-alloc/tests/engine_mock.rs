@@ -235,6 +235,33 @@ fn pinning_failure_falls_back_to_pageable_and_is_counted() {
 }
 
 #[test]
+fn memory_the_driver_refuses_to_unpin_keeps_its_budget() {
+    let budget = 2 * MIB as u64;
+    let (mock, e) = engine(budget);
+    let a = e.alloc(MIB, site(85), AllocFlags::REQUIRE_PINNED).unwrap();
+    // SAFETY: allocated above, not used afterwards.
+    unsafe { e.free(a.ptr).unwrap() };
+    mock.set_fail_unpinning(true);
+    e.trim();
+    assert_eq!(
+        mock.pinned_bytes(),
+        MIB as u64,
+        "the segment is still locked"
+    );
+    assert_eq!(
+        e.budget().reserved(),
+        MIB as u64,
+        "so its budget stays reserved"
+    );
+    mock.set_fail_unpinning(false);
+    assert!(matches!(
+        e.alloc(2 * MIB, site(86), AllocFlags::REQUIRE_PINNED),
+        Err(AllocError::PinningUnavailable { .. })
+    ));
+    assert!(mock.peak_pinned_bytes() <= budget);
+}
+
+#[test]
 fn never_pin_is_honoured() {
     let (mock, e) = engine(1 << 30);
     let a = e.alloc(64 * MIB, site(90), AllocFlags::NEVER_PIN).unwrap();

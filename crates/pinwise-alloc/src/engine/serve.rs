@@ -214,30 +214,33 @@ impl Engine {
         }
     }
 
+    ///
+    /// When the driver refuses to unpin it, the memory may still be page-locked: it is
+    /// leaked (never reused or unmapped) and its budget stays reserved, so the bytes locked
+    /// never exceed the cap.
     /// Unpins a segment taken out of the pool and releases its budget.
     pub(super) fn release_segment(&self, seg: Segment) {
         let t = std::time::Instant::now();
-        match seg.origin {
+        let unpinned = match seg.origin {
             SegmentOrigin::AllocPinned => {
                 // SAFETY: the segment came from alloc_pinned and was removed from the pool.
-                if let Err(e) = unsafe { self.backend.free_pinned(seg.base as *mut u8) } {
-                    tracing::warn!(error = %e, "cuMemFreeHost of a pool segment failed");
-                }
+                unsafe { self.backend.free_pinned(seg.base as *mut u8) }
             }
             SegmentOrigin::RegisteredMapping => {
                 // SAFETY: the segment is a mapping we registered, removed from the pool.
-                match unsafe { self.backend.unregister(seg.base as *mut u8) } {
-                    Ok(()) => self.return_mapping(seg.base, seg.len),
-                    Err(e) => {
-                        // Still locked: never reuse or unmap it. Leak it rather than risk
-                        // handing out memory the driver believes is registered.
-                        tracing::warn!(error = %e, "unregistering a pool segment failed");
-                    }
-                }
+                unsafe { self.backend.unregister(seg.base as *mut u8) }
+                    .map(|()| self.return_mapping(seg.base, seg.len))
             }
-        }
+        };
         self.counters.add_unpin_time(t.elapsed());
-        self.budget.release(seg.len as u64);
+        match unpinned {
+            Ok(()) => self.budget.release(seg.len as u64),
+            Err(e) => tracing::warn!(
+                error = %e,
+                bytes = seg.len,
+                "unpinning a pool segment failed; it is leaked and its budget stays reserved"
+            ),
+        }
     }
 
     /// Pageable memory: a cached or new mapping for large sizes, the heap for small ones.
@@ -328,13 +331,16 @@ impl Engine {
                 }
                 let t = std::time::Instant::now();
                 // SAFETY: a dedicated block from alloc_pinned, freed once (removed from `live`).
-                if let Err(e) = unsafe { self.backend.free_pinned(live.start as *mut u8) } {
-                    tracing::warn!(error = %e, "cuMemFreeHost failed");
-                }
+                let freed = unsafe { self.backend.free_pinned(live.start as *mut u8) };
                 self.counters.add_unpin_time(t.elapsed());
                 self.pinned_outside_pool
                     .fetch_sub(live.block_len as u64, Ordering::Relaxed);
-                self.budget.release(live.block_len as u64);
+                match freed {
+                    Ok(()) => self.budget.release(live.block_len as u64),
+                    // Possibly still page-locked: its budget stays reserved (see
+                    // `release_segment`).
+                    Err(e) => tracing::warn!(error = %e, "cuMemFreeHost failed; budget kept"),
+                }
             }
             Origin::Mapping => {
                 for s in &streams {
