@@ -80,9 +80,10 @@ impl Mapping {
         let ptr = pageable::map_anonymous(len, huge).ok_or("mmap failed")?;
         Ok(Mapping { ptr, len })
     }
+    /// Populates every page as the engine does before registering (one write per page).
     fn touch(&self) {
-        // SAFETY: our own writable mapping of `len` bytes.
-        unsafe { std::ptr::write_bytes(self.ptr, 1, self.len) };
+        // SAFETY: our own writable mapping of `len` bytes, used by nobody else.
+        unsafe { pageable::touch_pages(self.ptr, self.len) };
     }
 }
 

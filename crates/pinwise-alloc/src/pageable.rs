@@ -53,6 +53,20 @@ pub fn map_anonymous(len: usize, huge: bool) -> Option<*mut u8> {
 }
 
 /// Unmaps a mapping made by [`map_anonymous`].
+/// Touches one byte per page so that the pages are populated (how the engine makes fresh
+/// memory ready to register, and what `pinwise calibrate` times as "map and touch").
+///
+/// # Safety
+/// `p..p+len` is writable memory nobody else uses.
+pub unsafe fn touch_pages(p: *mut u8, len: usize) {
+    let mut off = 0;
+    while off < len {
+        // SAFETY: inside the caller's writable range.
+        unsafe { p.add(off).write_volatile(0) };
+        off += PAGE;
+    }
+}
+
 ///
 /// # Safety
 /// `ptr..ptr+len` is exactly one such mapping, not registered, and not used afterwards.

@@ -545,19 +545,6 @@ impl Drop for Engine {
     }
 }
 
-/// Touches one byte per page so the pages are populated.
-///
-/// # Safety
-/// `p..p+len` is writable memory nobody else uses.
-unsafe fn touch_pages(p: *mut u8, len: usize) {
-    let mut off = 0;
-    while off < len {
-        // SAFETY: inside the caller's writable range.
-        unsafe { p.add(off).write_volatile(0) };
-        off += PAGE;
-    }
-}
-
 /// `CLOCK_MONOTONIC` in nanoseconds (what the kernel's `bpf_ktime_get_ns` returns).
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {

@@ -6,13 +6,12 @@ use std::sync::atomic::Ordering;
 
 use pinwise_core::{EventKind, PinMethod};
 
-use super::touch_pages;
 use super::{Engine, Live, Origin, PinRefusal, NO_PROMOTION, PAGEABLE, PROMOTED, PROMOTING};
 use crate::backend::{EventHandle, StreamHandle};
 use crate::costs;
 use crate::error::AllocError;
 use crate::grade::PAGE;
-use crate::pageable::{self, MMAP_FROM};
+use crate::pageable::{self, touch_pages, MMAP_FROM};
 use crate::pool::{Segment, SegmentOrigin};
 
 impl Engine {
@@ -214,11 +213,11 @@ impl Engine {
         }
     }
 
+    /// Unpins a segment taken out of the pool and releases its budget.
     ///
     /// When the driver refuses to unpin it, the memory may still be page-locked: it is
     /// leaked (never reused or unmapped) and its budget stays reserved, so the bytes locked
     /// never exceed the cap.
-    /// Unpins a segment taken out of the pool and releases its budget.
     pub(super) fn release_segment(&self, seg: Segment) {
         let t = std::time::Instant::now();
         let unpinned = match seg.origin {
