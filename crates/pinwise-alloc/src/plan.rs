@@ -163,6 +163,9 @@ impl Plan {
                 let saving = policy.saving_ns(&transfers);
                 (saving > 0.0, saving, 0.0)
             } else {
+                // Charged at cuMemHostAlloc's cost, as the adaptive decision is
+                // (`Engine::pin_pays_now`): an upper bound where the engine obtains fresh
+                // memory more cheaply by registering it.
                 let d = costs::decide(
                     policy,
                     grow,

@@ -106,9 +106,11 @@ impl Engine {
         let method = if self.pageable.lock().has_fit(seg) {
             PinMethod::RegisterTouched
         } else {
-            // Fresh memory: judged at the cost of allocating it pinned (on the H200 the
-            // cheapest fresh way; where touching and registering is cheaper, this errs on
-            // the side of not pinning).
+            // Fresh memory: judged at the cost of cuMemHostAlloc (the policy has no method
+            // for "map, touch and register"). Where that way is cheaper, the pool obtains
+            // the segment so (`costs::cheapest_fresh`) and this overstates the cost, erring
+            // on the side of not pinning; on the H200's own calibration
+            // (bench/results/gpu-alloc.md) it is cheaper at every size.
             PinMethod::MallocHost
         };
         let remaining = self.budget.cap().saturating_sub(self.budget.reserved());
