@@ -57,8 +57,14 @@ pub struct CalibrationPoint {
     pub hostregister_us: f64,
     /// Time of `cuMemHostUnregister`, microseconds.
     pub hostunregister_us: f64,
-    /// Time of `malloc` plus touching every page, microseconds (what pageable memory costs
-    /// to make ready).
+    /// Time to obtain fresh pageable memory and touch every page, microseconds: what fresh
+    /// memory costs before it can be registered. `pinwise calibrate` maps it the way the
+    /// allocator does (an anonymous mapping; large ones on huge pages, populated) and
+    /// touches every page. The built-in H200 table's column comes from the shared
+    /// measurements, which say only what its name says (`malloc`, then touch): it is not
+    /// known to match the allocator's way of mapping, and from 1 MiB on it is 1.4 to 5
+    /// times what `pinwise calibrate` measured on an H200
+    /// (`bench/results/gpu-calibration-h200.csv`).
     pub malloc_touch_us: f64,
 }
 
@@ -388,7 +394,8 @@ impl CostModel {
         }
     }
 
-    /// Time of `malloc` plus touching every page of `bytes`, ns.
+    /// Time to obtain `bytes` of fresh pageable memory and touch every page, ns (the
+    /// `malloc_touch_us` column).
     pub fn malloc_touch_ns(&self, bytes: u64) -> f64 {
         self.curve_ns(Curve::MallocTouch, bytes)
     }
