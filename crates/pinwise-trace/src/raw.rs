@@ -205,7 +205,7 @@ pub mod counters {
     use super::c::pw_counter as k;
     /// Ring buffer full: event dropped.
     pub const RINGBUF_DROPS: u32 = k::PW_CNT_RINGBUF_DROPS.0;
-    /// `pending` map full.
+    /// `pending` (or `mmap_calls`) map full: a call's event lost.
     pub const PENDING_FULL: u32 = k::PW_CNT_PENDING_FULL.0;
     /// A return without its entry.
     pub const RETURN_WITHOUT_ENTRY: u32 = k::PW_CNT_RETURN_WITHOUT_ENTRY.0;

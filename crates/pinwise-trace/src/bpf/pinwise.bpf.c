@@ -173,13 +173,11 @@ static __always_inline void place_site(struct pw_range_event *e)
 
 /* ---- copies: one hit each, at entry ---------------------------------------------------- */
 
-static __always_inline int emit_copy(struct pt_regs *ctx, __u64 dst, __u64 src, __u64 bytes,
-				     __u64 stream, __u8 dst_type, __u8 src_type, __u8 is_async)
+/* Reports a copy of a traced process whose hit is counted already. */
+static __always_inline int send_copy(struct pt_regs *ctx, __u16 func, __u64 dst, __u64 src,
+				     __u64 bytes, __u64 stream, __u8 dst_type, __u8 src_type,
+				     __u8 is_async)
 {
-	if (!is_traced(current_tgid()))
-		return 0;
-	__u16 func = bpf_get_attach_cookie(ctx);
-	count_hit(func);
 	struct pw_copy_event *e = reserve(sizeof(*e));
 	if (!e)
 		return 0;
@@ -195,6 +193,16 @@ static __always_inline int emit_copy(struct pt_regs *ctx, __u64 dst, __u64 src, 
 	__builtin_memset(e->_pad0, 0, sizeof(e->_pad0));
 	submit(e, 0);
 	return 0;
+}
+
+static __always_inline int emit_copy(struct pt_regs *ctx, __u64 dst, __u64 src, __u64 bytes,
+				     __u64 stream, __u8 dst_type, __u8 src_type, __u8 is_async)
+{
+	if (!is_traced(current_tgid()))
+		return 0;
+	__u16 func = bpf_get_attach_cookie(ctx);
+	count_hit(func);
+	return send_copy(ctx, func, dst, src, bytes, stream, dst_type, src_type, is_async);
 }
 
 /* cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) and _ptds */
@@ -341,6 +349,8 @@ static __always_inline int emit_copy_2d(struct pt_regs *ctx, __u64 desc, __u64 s
 {
 	if (!is_traced(current_tgid()))
 		return 0;
+	__u16 func = bpf_get_attach_cookie(ctx);
+	count_hit(func);
 	struct cu_memcpy2d c;
 	if (bpf_probe_read_user(&c, sizeof(c), (void *)desc)) {
 		count(PW_CNT_USER_READ_FAILED);
@@ -350,7 +360,7 @@ static __always_inline int emit_copy_2d(struct pt_regs *ctx, __u64 desc, __u64 s
 			       c.dstPitch, 0);
 	__u64 src = side_start(c.srcMemoryType, c.srcHost, c.srcDevice, c.srcXInBytes, c.srcY, 0,
 			       c.srcPitch, 0);
-	return emit_copy(ctx, dst, src, c.WidthInBytes * c.Height, stream, c.dstMemoryType,
+	return send_copy(ctx, func, dst, src, c.WidthInBytes * c.Height, stream, c.dstMemoryType,
 			 c.srcMemoryType, is_async);
 }
 
@@ -359,6 +369,8 @@ static __always_inline int emit_copy_3d(struct pt_regs *ctx, __u64 desc, __u64 s
 {
 	if (!is_traced(current_tgid()))
 		return 0;
+	__u16 func = bpf_get_attach_cookie(ctx);
+	count_hit(func);
 	struct cu_memcpy3d c;
 	if (bpf_probe_read_user(&c, sizeof(c), (void *)desc)) {
 		count(PW_CNT_USER_READ_FAILED);
@@ -368,7 +380,7 @@ static __always_inline int emit_copy_3d(struct pt_regs *ctx, __u64 desc, __u64 s
 			       c.dstZ, c.dstPitch, c.dstHeight);
 	__u64 src = side_start(c.srcMemoryType, c.srcHost, c.srcDevice, c.srcXInBytes, c.srcY,
 			       c.srcZ, c.srcPitch, c.srcHeight);
-	return emit_copy(ctx, dst, src, c.WidthInBytes * c.Height * c.Depth, stream,
+	return send_copy(ctx, func, dst, src, c.WidthInBytes * c.Height * c.Depth, stream,
 			 c.dstMemoryType, c.srcMemoryType, is_async);
 }
 
@@ -683,7 +695,8 @@ int on_mmap_enter(struct tp_sys_enter_mmap *ctx)
 		.flags = ctx->flags,
 		.exec_file = exec_file,
 	};
-	bpf_map_update_elem(&mmap_calls, &pid_tgid, &args, BPF_ANY);
+	if (bpf_map_update_elem(&mmap_calls, &pid_tgid, &args, BPF_ANY))
+		count(PW_CNT_PENDING_FULL);
 	return 0;
 }
 

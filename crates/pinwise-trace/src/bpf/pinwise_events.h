@@ -124,7 +124,8 @@ enum pw_func {
 enum pw_counter {
 	/* bpf_ringbuf_reserve failed: the ring buffer was full and the event was dropped. */
 	PW_CNT_RINGBUF_DROPS = 0,
-	/* A call in flight could not be remembered until its return (map `pending` full). */
+	/* A call in flight could not be remembered until its return (map `pending` full, or
+	 * `mmap_calls` for an mmap): its event is lost. */
 	PW_CNT_PENDING_FULL = 1,
 	/* A return was seen without its entry (attached mid-call, or `pending` was full). */
 	PW_CNT_RETURN_WITHOUT_ENTRY = 2,
