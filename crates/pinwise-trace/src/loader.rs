@@ -461,9 +461,22 @@ impl Probes {
                 }
             }
         }
+        // Return probes first, and no entry probe where its return probe failed: an entry
+        // seen without its return would stay in the `pending` map, where it hides that
+        // thread's deeper calls and its mmaps (a process traced already, whose library was
+        // found while tracing, may call in between). A return seen without its entry is
+        // only counted.
+        groups.sort_by_key(|((_, retprobe), _)| !retprobe);
+        let mut no_return: HashSet<&str> = HashSet::new();
         let mut attached = 0;
         let mut errors = Vec::new();
-        for ((program, retprobe), probes) in groups {
+        for ((program, retprobe), mut probes) in groups {
+            if !retprobe {
+                probes.retain(|(spec, _)| !no_return.contains(spec.symbol));
+                if probes.is_empty() {
+                    continue;
+                }
+            }
             let prog = self.program(program)?;
             let links: Vec<(Result<Link, libbpf_rs::Error>, Vec<&UprobeSpec>)> = if self.multi {
                 let opts = UprobeMultiOpts {
@@ -509,6 +522,9 @@ impl Probes {
                     Err(e) => {
                         let names: Vec<&str> = specs.iter().map(|s| s.symbol).collect();
                         errors.push(format!("{}: {e:#}", names.join(", ")));
+                        if retprobe {
+                            no_return.extend(names);
+                        }
                     }
                 }
             }
