@@ -60,6 +60,19 @@ pub struct PinwiseAllocConfig {
     pub calibration_path: *const c_char,
 }
 
+impl Default for PinwiseAllocConfig {
+    /// Adaptive mode, device 0, default budget, built-in calibration, no profile.
+    fn default() -> Self {
+        PinwiseAllocConfig {
+            mode: PINWISE_MODE_ADAPTIVE,
+            device: 0,
+            budget_bytes: 0,
+            profile_path: std::ptr::null(),
+            calibration_path: std::ptr::null(),
+        }
+    }
+}
+
 /// Statistics of an allocator (see `pinwise_alloc_get_stats`).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
@@ -122,15 +135,7 @@ pub unsafe extern "C" fn pinwise_alloc_config_init(config: *mut PinwiseAllocConf
         return;
     }
     // SAFETY: non-null and writable by the caller's contract.
-    unsafe {
-        config.write(PinwiseAllocConfig {
-            mode: PINWISE_MODE_ADAPTIVE,
-            device: 0,
-            budget_bytes: 0,
-            profile_path: std::ptr::null(),
-            calibration_path: std::ptr::null(),
-        })
-    };
+    unsafe { config.write(PinwiseAllocConfig::default()) };
 }
 
 /// Creates an allocator on the CUDA driver (`$PINWISE_LIBCUDA` or `libcuda.so.1`). Returns
@@ -144,17 +149,8 @@ pub unsafe extern "C" fn pinwise_alloc_create(
     config: *const PinwiseAllocConfig,
 ) -> *mut PinwiseAllocator {
     guarded(std::ptr::null_mut(), || {
-        let mut c = PinwiseAllocConfig {
-            mode: PINWISE_MODE_ADAPTIVE,
-            device: 0,
-            budget_bytes: 0,
-            profile_path: std::ptr::null(),
-            calibration_path: std::ptr::null(),
-        };
         // SAFETY: the caller's contract.
-        if let Some(given) = unsafe { config.as_ref() } {
-            c = *given;
-        }
+        let c = unsafe { config.as_ref() }.copied().unwrap_or_default();
         // SAFETY: the caller's contract on the strings.
         let profile = unsafe { opt_path(c.profile_path, "profile_path") }?;
         // SAFETY: as above.
