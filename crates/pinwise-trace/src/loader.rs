@@ -342,12 +342,18 @@ impl Probes {
                     .map_err(|e| format!("sharing map {name}: {e:#}"))?;
             }
         }
-        let nv = open_nv.load().map_err(|e| {
-            format!(
-                "the kernel refused to load fexit/os_lock_user_pages and \
-                 fentry/os_unlock_user_pages (BPF_PROG_LOAD): {e:#}"
-            )
-        })?;
+        // libbpf stops at the first program the kernel refuses and names it only in its
+        // log: that line is the exact refusal (on the H200: `prog 'on_lock_user_pages':
+        // BPF program load failed: -EPERM`).
+        let sections: Vec<(String, String)> = open_nv
+            .progs()
+            .map(|p| {
+                let name = p.name().to_string_lossy().into_owned();
+                (name, p.section().to_string_lossy().into_owned())
+            })
+            .collect();
+        let (loaded, refusals) = with_load_failures_logged(|| open_nv.load());
+        let nv = loaded.map_err(|e| nvidia_load_error(&e, &refusals, &sections))?;
         let mut links = Vec::new();
         for (program, function) in KERNEL_HOOKS {
             let prog = nv
@@ -728,15 +734,145 @@ pub fn symbol_offsets<'a>(
     Ok(out)
 }
 
+/// Why the nvidia object did not load: the program the kernel refused at BPF_PROG_LOAD and
+/// its error, as libbpf logged them, or else libbpf's error (a step before BPF_PROG_LOAD
+/// failed: BTF, attach target, map).
+fn nvidia_load_error(
+    err: &libbpf_rs::Error,
+    refusals: &[String],
+    sections: &[(String, String)],
+) -> String {
+    let Some(refusal) = refusals.first() else {
+        return format!(
+            "loading the nvidia hooks (fexit/os_lock_user_pages, fentry/os_unlock_user_pages) \
+             failed before any BPF_PROG_LOAD was refused: {err:#}"
+        );
+    };
+    let section = sections
+        .iter()
+        .find(|(name, _)| refusal.contains(&format!("'{name}'")))
+        .map_or("an nvidia hook", |(_, section)| section.as_str());
+    format!("the kernel refused BPF_PROG_LOAD of {section} ({refusal}): {err:#}")
+}
+
+thread_local! {
+    /// libbpf's "BPF program load failed" lines, while [`with_load_failures_logged`] runs
+    /// on this thread (libbpf logs from the thread that loads).
+    static LOAD_FAILURES: std::cell::RefCell<Option<Vec<String>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` (a libbpf load) and returns, with its result, the programs libbpf reported
+/// the kernel refused (its log lines, without the `libbpf: ` prefix).
+fn with_load_failures_logged<T>(f: impl FnOnce() -> T) -> (T, Vec<String>) {
+    LOAD_FAILURES.with(|c| *c.borrow_mut() = Some(Vec::new()));
+    let out = f();
+    let lines = LOAD_FAILURES
+        .with(|c| c.borrow_mut().take())
+        .unwrap_or_default();
+    (out, lines)
+}
+
 /// Sends libbpf's own messages to `tracing` (warnings as debug: pinwise reports what
 /// matters itself).
 fn route_libbpf_logs() {
-    fn print(level: libbpf_rs::PrintLevel, msg: String) {
-        let msg = msg.trim_end();
-        match level {
-            libbpf_rs::PrintLevel::Warn => tracing::debug!(target: "libbpf", "{msg}"),
-            _ => tracing::trace!(target: "libbpf", "{msg}"),
+    libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Debug, libbpf_print)));
+}
+
+fn libbpf_print(level: libbpf_rs::PrintLevel, msg: String) {
+    let msg = msg.trim_end();
+    match level {
+        libbpf_rs::PrintLevel::Warn => {
+            tracing::debug!(target: "libbpf", "{msg}");
+            if msg.contains("BPF program load failed") {
+                let line = msg.strip_prefix("libbpf: ").unwrap_or(msg).to_string();
+                LOAD_FAILURES.with(|c| {
+                    if let Some(lines) = c.borrow_mut().as_mut() {
+                        lines.push(line);
+                    }
+                });
+            }
         }
+        _ => tracing::trace!(target: "libbpf", "{msg}"),
     }
-    libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Debug, print)));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_the_nvidia_module_the_hooks_fail_before_bpf_prog_load_and_say_so() {
+        let name = "without_the_nvidia_module_the_hooks_fail_before_bpf_prog_load_and_say_so";
+        if !pinwise_testkit::require_bpf(name) {
+            return;
+        }
+        if Path::new("/sys/kernel/btf/nvidia").exists() {
+            eprintln!("SKIPPED {name}: this machine has the nvidia module's BTF");
+            return;
+        }
+        let config = BpfConfig {
+            kernel_hooks: false,
+            ..BpfConfig::default()
+        };
+        let mut probes = Probes::load(&config).expect("the main object loads");
+        let err = probes.load_kernel_hooks(&config).unwrap_err();
+        assert!(
+            err.contains("before any BPF_PROG_LOAD was refused"),
+            "{err}"
+        );
+        assert!(err.contains("os_lock_user_pages"), "{err}");
+    }
+
+    #[test]
+    fn a_refused_program_is_named_with_its_attach_point_and_the_kernel_s_error() {
+        let ((), lines) = with_load_failures_logged(|| {
+            libbpf_print(
+                libbpf_rs::PrintLevel::Warn,
+                "libbpf: prog 'on_lock_user_pages': BPF program load failed: -EPERM\n".into(),
+            );
+            libbpf_print(
+                libbpf_rs::PrintLevel::Warn,
+                "libbpf: prog 'on_lock_user_pages': failed to load: -EPERM\n".into(),
+            );
+        });
+        assert_eq!(
+            lines,
+            ["prog 'on_lock_user_pages': BPF program load failed: -EPERM"]
+        );
+        let sections = [
+            (
+                "on_lock_user_pages".to_string(),
+                "fexit/os_lock_user_pages".to_string(),
+            ),
+            (
+                "on_unlock_user_pages".to_string(),
+                "fentry/os_unlock_user_pages".to_string(),
+            ),
+        ];
+        let err = libbpf_rs::Error::from(std::io::Error::from_raw_os_error(libc::EPERM));
+        let text = nvidia_load_error(&err, &lines, &sections);
+        assert!(
+            text.starts_with(
+                "the kernel refused BPF_PROG_LOAD of fexit/os_lock_user_pages (prog \
+                 'on_lock_user_pages': BPF program load failed: -EPERM)"
+            ),
+            "{text}"
+        );
+        assert!(
+            !text.contains("os_unlock"),
+            "only the refused program: {text}"
+        );
+        // Nothing captured outside a load; a failure before BPF_PROG_LOAD says so.
+        libbpf_print(
+            libbpf_rs::PrintLevel::Warn,
+            "libbpf: prog 'x': BPF program load failed: -EINVAL".into(),
+        );
+        assert!(LOAD_FAILURES.with(|c| c.borrow().is_none()));
+        let text = nvidia_load_error(&err, &[], &sections);
+        assert!(
+            text.contains("before any BPF_PROG_LOAD was refused"),
+            "{text}"
+        );
+    }
 }
