@@ -151,7 +151,8 @@ typedef struct PinwiseAllocStats {
    */
   uint64_t pinned_bytes;
   /**
-   * The most page-locked bytes at once.
+   * The most bytes reserved for pinning at once: an upper bound of the page-locked bytes
+   * at any moment.
    */
   uint64_t pinned_bytes_peak;
   /**

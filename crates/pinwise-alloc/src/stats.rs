@@ -6,8 +6,7 @@ use std::time::Duration;
 use crate::budget::PinBudget;
 
 /// A snapshot of an allocator's statistics. All counts since the allocator was created.
-/// `#[repr(C)]` so the C ABI hands it out as is.
-#[repr(C)]
+/// (The C ABI hands out a subset: pinwise-capi's `PinwiseAllocStats`.)
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct AllocStats {
     /// Page-locked bytes now (pool segments, promoted and dedicated allocations).

@@ -79,7 +79,8 @@ impl Default for PinwiseAllocConfig {
 pub struct PinwiseAllocStats {
     /// Page-locked bytes now.
     pub pinned_bytes: u64,
-    /// The most page-locked bytes at once.
+    /// The most bytes reserved for pinning at once: an upper bound of the page-locked bytes
+    /// at any moment.
     pub pinned_bytes_peak: u64,
     /// The pinned budget in bytes.
     pub budget_bytes: u64,
