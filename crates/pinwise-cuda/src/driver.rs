@@ -2,7 +2,7 @@
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::mem::ManuallyDrop;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use libloading::Library;
@@ -88,6 +88,26 @@ impl Driver {
     /// The path or name the library was loaded from.
     pub fn path(&self) -> &str {
         &self.path
+    }
+
+    /// The file the dynamic loader actually mapped for this library, as `/proc/self/maps`
+    /// names it (symbolic links resolved): for `libcuda.so.1` found through the loader's
+    /// search path, e.g. `/usr/lib/x86_64-linux-gnu/libcuda.so.580.65.06`. `None` when the
+    /// mapping cannot be read.
+    pub fn loaded_file(&self) -> Option<PathBuf> {
+        let address = self.api.cuInit as usize;
+        let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+        maps.lines().find_map(|line| {
+            let (start, end) = line.split_whitespace().next()?.split_once('-')?;
+            let start = usize::from_str_radix(start, 16).ok()?;
+            let end = usize::from_str_radix(end, 16).ok()?;
+            // The path is the rest of the line from its first '/' (no earlier field has one,
+            // and the path itself may contain spaces).
+            if !(start..end).contains(&address) {
+                return None;
+            }
+            line.find('/').map(|at| PathBuf::from(&line[at..]))
+        })
     }
 
     /// The raw function table, for hot paths. Every call through it is `unsafe` and must

@@ -176,6 +176,7 @@ unsafe impl Sync for PinnedHostRegion {}
 impl PinnedHostRegion {
     /// `cuMemHostAlloc` of `len` bytes with `CU_MEMHOSTALLOC_*` flags.
     pub fn new(ctx: &Context, len: usize, flags: c_uint) -> Result<PinnedHostRegion> {
+        Self::refuse_empty("cuMemHostAlloc", len)?;
         ctx.ensure_current()?;
         let driver = ctx.driver();
         let mut p: *mut c_void = std::ptr::null_mut();
@@ -195,6 +196,7 @@ impl PinnedHostRegion {
 
     /// `cuMemAllocHost_v2` of `len` bytes.
     pub fn alloc_host(ctx: &Context, len: usize) -> Result<PinnedHostRegion> {
+        Self::refuse_empty("cuMemAllocHost_v2", len)?;
         ctx.ensure_current()?;
         let driver = ctx.driver();
         let mut p: *mut c_void = std::ptr::null_mut();
@@ -210,6 +212,18 @@ impl PinnedHostRegion {
             PinnedAllocator::AllocHost,
             "cuMemAllocHost_v2",
         )
+    }
+
+    /// The driver answers a 0-byte request with success and no memory (seen on an H200,
+    /// driver 580.159.04: `bench/results/gpu-cuda-smoke.md`); a region needs at least a byte.
+    fn refuse_empty(call: &'static str, len: usize) -> Result<()> {
+        if len == 0 {
+            return Err(CudaError::InvalidArgument {
+                call,
+                reason: "a pinned region of 0 bytes".to_string(),
+            });
+        }
+        Ok(())
     }
 
     fn wrap(

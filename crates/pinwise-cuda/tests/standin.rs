@@ -48,6 +48,17 @@ fn driver_and_device_report_the_standin() {
 }
 
 #[test]
+fn the_loaded_file_is_the_library_behind_the_link() {
+    let s = standin();
+    // Loaded through the `libcuda.so.1` link; the loader mapped the stand-in itself.
+    assert!(s.driver.path().ends_with("libcuda.so.1"));
+    assert_eq!(
+        s.driver.loaded_file(),
+        Some(std::fs::canonicalize(s.libs.cuda_standin()).unwrap())
+    );
+}
+
+#[test]
 fn sync_copies_move_the_right_bytes_both_ways() {
     let s = standin();
     let data = pattern(3 * MIB + 17, 1);
@@ -375,6 +386,17 @@ fn bad_pointers_sizes_and_double_frees_are_typed_cuda_errors() {
     // Bad flags.
     let err = PinnedHostRegion::new(&s.ctx, 4096, 0x80).unwrap_err();
     assert!(err.is(CUDA_ERROR_INVALID_VALUE), "{err}");
+
+    // A pinned region of 0 bytes: the driver would answer success with no memory.
+    for err in [
+        PinnedHostRegion::new(&s.ctx, 0, 0).unwrap_err(),
+        PinnedHostRegion::alloc_host(&s.ctx, 0).unwrap_err(),
+    ] {
+        assert!(
+            matches!(&err, CudaError::InvalidArgument { reason, .. } if reason.contains("0 bytes")),
+            "{err:?}"
+        );
+    }
 }
 
 #[test]
@@ -465,7 +487,6 @@ fn get_proc_address_hands_out_the_driver_variants() {
 
 #[test]
 fn a_missing_symbol_is_a_typed_error_naming_it() {
-    let libs = pinwise_testkit::StandinLibs::new();
     let dir = tempfile::tempdir().unwrap();
     let lib = dir.path().join("libcuda_partial.so");
     // A "driver" with only the first two entry points of the table.
@@ -484,7 +505,6 @@ fn a_missing_symbol_is_a_typed_error_naming_it() {
         other => panic!("expected MissingSymbol, got {other:?}"),
     }
     assert!(err.to_string().contains("cuInit"), "{err}");
-    drop(libs);
 }
 
 #[test]
