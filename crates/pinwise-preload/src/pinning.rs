@@ -271,7 +271,8 @@ impl Pinning {
         let saving = c.saving(bytes as u64, direction.index() as u8, || {
             cost.transfer_saving_ns(direction, bytes as u64).max(0.0) as u64
         });
-        let (saved, span) = c.note(span, saving);
+        // The copy's own span is what gets registered: it is the program's buffer now.
+        let saved = c.note(saving);
         if saved == 0 {
             return UNKNOWN;
         }

@@ -279,8 +279,6 @@ pub struct Counter {
     state: AtomicU8,
     /// Predicted saving of the copies seen (ns).
     saved_ns: AtomicU64,
-    /// The largest host span a copy from this pointer touched.
-    span: AtomicUsize,
     /// (bytes << 2 | direction) of the last saving computed, and that saving (ns).
     cached_key: AtomicU64,
     cached_saving: AtomicU64,
@@ -295,7 +293,6 @@ impl Counter {
             key: AtomicUsize::new(0),
             state: AtomicU8::new(TRACKING),
             saved_ns: AtomicU64::new(0),
-            span: AtomicUsize::new(0),
             cached_key: AtomicU64::new(0),
             cached_saving: AtomicU64::new(0),
             threshold_span: AtomicUsize::new(0),
@@ -325,25 +322,19 @@ impl Counter {
         self.state.store(s, Ordering::Release);
     }
 
-    /// Notes one copy of `span` host bytes saving `saving_ns` if pinned; returns (total
-    /// saving so far, largest span so far).
-    pub fn note(&self, span: usize, saving_ns: u64) -> (u64, usize) {
-        // Read first: the common case (the same buffer copied again) writes nothing but
-        // the saving.
-        let known = self.span.load(Ordering::Relaxed);
-        let span = if span > known {
-            self.span.fetch_max(span, Ordering::Relaxed).max(span)
-        } else {
-            known
-        };
-        let saved = if saving_ns == 0 {
+    /// Notes one copy saving `saving_ns` if pinned; returns the total saving so far.
+    ///
+    /// Only the saving is kept, not the spans of earlier copies: the buffer now at this
+    /// address may be smaller than an earlier one was, so only the copy at hand tells which
+    /// bytes are the program's buffer.
+    pub fn note(&self, saving_ns: u64) -> u64 {
+        if saving_ns == 0 {
             self.saved_ns.load(Ordering::Relaxed)
         } else {
             self.saved_ns
                 .fetch_add(saving_ns, Ordering::Relaxed)
                 .saturating_add(saving_ns)
-        };
-        (saved, span)
+        }
     }
 
     /// The saving of a copy of `bytes` in direction `dir`, from the cache when the last
@@ -362,7 +353,6 @@ impl Counter {
     /// Starts learning again (the buffer at this address was freed).
     pub fn reset(&self) {
         self.saved_ns.store(0, Ordering::Relaxed);
-        self.span.store(0, Ordering::Relaxed);
         self.set_state(TRACKING);
     }
 }
@@ -504,14 +494,14 @@ mod tests {
                 computed += 1;
                 500
             });
-            k.note(1 << 20, s);
+            k.note(s);
         }
         assert_eq!(computed, 1, "the same copy's saving is computed once");
-        assert_eq!(k.note(2 << 20, 0), (1500, 2 << 20));
+        assert_eq!(k.note(0), 1500);
         k.set_state(PROMOTED);
         k.reset();
         assert_eq!(k.state(), TRACKING);
-        assert_eq!(k.note(4096, 1), (1, 4096));
+        assert_eq!(k.note(1), 1);
         let mut computed = 0;
         for _ in 0..2 {
             assert_eq!(
