@@ -71,14 +71,16 @@ impl PerDirection {
 
     /// All transfers.
     pub fn transfers(&self) -> u64 {
-        Direction::ALL.iter().map(|d| self.get(*d).transfers).sum()
+        Direction::ALL
+            .iter()
+            .fold(0u64, |a, d| a.saturating_add(self.get(*d).transfers))
     }
 
     fn add(&mut self, c: &TransferCounters) {
         for d in Direction::ALL {
             let t = self.get_mut(d);
             let c = c.direction(d);
-            t.transfers += c.transfers();
+            t.transfers = t.transfers.saturating_add(c.transfers());
             t.bytes = t.bytes.saturating_add(c.bytes());
         }
     }

@@ -495,3 +495,32 @@ proptest! {
         let _ = format::load_history_bytes(&input);
     }
 }
+
+/// Counters a capped record carries are taken as the dump writes them; counts whose sums
+/// overflow 64 bits saturate (and here no longer match the dump's totals), never panic.
+#[test]
+fn counters_that_overflow_when_summed_do_not_panic() {
+    let h = rich_history();
+    let mut doc: serde_json::Value = serde_json::from_str(&json::to_string(&h)).unwrap();
+    let allocations = doc["allocations"].as_array_mut().unwrap();
+    let capped = allocations
+        .iter_mut()
+        .find(|a| a["events_dropped"].as_u64().unwrap_or(0) > 0)
+        .expect("the rich history has a capped record");
+    for field in [
+        "pageable_transfers",
+        "pinned_transfers",
+        "pageable_bytes",
+        "pinned_bytes",
+    ] {
+        capped["counters"]["HtoD"][field] = serde_json::json!(u64::MAX);
+    }
+    // The dump's transfer_count no longer matches: an error that says where.
+    let e = format::load_history_bytes(doc.to_string().as_bytes())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("allocations[") && e.contains("transfer_count"),
+        "{e}"
+    );
+}

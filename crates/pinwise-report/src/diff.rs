@@ -301,17 +301,16 @@ impl<'p> Indexed<'p> {
             tags: p.entries.len() as u64,
             sites: self.sites.len() as u64,
             allocations: p.entries.iter().map(|e| u64::from(e.instances)).sum(),
-            transfers: p.entries.iter().map(|e| e.transfers.transfers()).sum(),
-            bytes: p
+            // Saturating: a profile's counts are whatever its file says.
+            transfers: p
                 .entries
                 .iter()
-                .map(|e| {
-                    Direction::ALL
-                        .iter()
-                        .map(|&d| e.transfers.get(d).bytes)
-                        .sum::<u64>()
-                })
-                .sum(),
+                .fold(0u64, |a, e| a.saturating_add(e.transfers.transfers())),
+            bytes: p.entries.iter().fold(0u64, |a, e| {
+                Direction::ALL
+                    .iter()
+                    .fold(a, |a, &d| a.saturating_add(e.transfers.get(d).bytes))
+            }),
         }
     }
 

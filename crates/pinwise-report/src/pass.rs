@@ -184,15 +184,15 @@ impl Pass {
             match decision {
                 None => {
                     class.cold += 1;
-                    class.cold_bytes += size;
+                    class.cold_bytes = class.cold_bytes.saturating_add(size);
                 }
                 Some(d) if d.pin => {
                     class.hot += 1;
-                    class.hot_bytes += size;
+                    class.hot_bytes = class.hot_bytes.saturating_add(size);
                 }
                 Some(_) => {
                     class.warm += 1;
-                    class.warm_bytes += size;
+                    class.warm_bytes = class.warm_bytes.saturating_add(size);
                 }
             }
             let kind = v.kind();
@@ -240,9 +240,9 @@ impl Pass {
             a.hot += b.hot;
             a.warm += b.warm;
             a.cold += b.cold;
-            a.hot_bytes += b.hot_bytes;
-            a.warm_bytes += b.warm_bytes;
-            a.cold_bytes += b.cold_bytes;
+            a.hot_bytes = a.hot_bytes.saturating_add(b.hot_bytes);
+            a.warm_bytes = a.warm_bytes.saturating_add(b.warm_bytes);
+            a.cold_bytes = a.cold_bytes.saturating_add(b.cold_bytes);
         }
         for k in other.cold {
             self.keep_cold(k, options.top);
@@ -318,7 +318,7 @@ struct WasteRowAcc {
 impl WasteAcc {
     fn add(&mut self, site: Site, size: u64, transfers: u64, decision: &pinwise_core::Decision) {
         self.pinned_allocations += 1;
-        self.pinned_bytes += size;
+        self.pinned_bytes = self.pinned_bytes.saturating_add(size);
         if decision.pin {
             return;
         }
@@ -328,30 +328,30 @@ impl WasteAcc {
         } else {
             self.rarely += 1;
         }
-        self.wasted_bytes += size;
+        self.wasted_bytes = self.wasted_bytes.saturating_add(size);
         self.wasted_ns += wasted;
         let row = self.by_site.entry(site).or_default();
         row.allocations += 1;
         row.never += u64::from(transfers == 0);
-        row.bytes += size;
-        row.transfers += transfers;
+        row.bytes = row.bytes.saturating_add(size);
+        row.transfers = row.transfers.saturating_add(transfers);
         row.max_size = row.max_size.max(size);
         row.wasted_ns += wasted;
     }
 
     fn merge(&mut self, other: WasteAcc) {
         self.pinned_allocations += other.pinned_allocations;
-        self.pinned_bytes += other.pinned_bytes;
+        self.pinned_bytes = self.pinned_bytes.saturating_add(other.pinned_bytes);
         self.never += other.never;
         self.rarely += other.rarely;
-        self.wasted_bytes += other.wasted_bytes;
+        self.wasted_bytes = self.wasted_bytes.saturating_add(other.wasted_bytes);
         self.wasted_ns += other.wasted_ns;
         for (site, r) in other.by_site {
             let row = self.by_site.entry(site).or_default();
             row.allocations += r.allocations;
             row.never += r.never;
-            row.bytes += r.bytes;
-            row.transfers += r.transfers;
+            row.bytes = row.bytes.saturating_add(r.bytes);
+            row.transfers = row.transfers.saturating_add(r.transfers);
             row.max_size = row.max_size.max(r.max_size);
             row.wasted_ns += r.wasted_ns;
         }

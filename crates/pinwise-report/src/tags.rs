@@ -164,7 +164,7 @@ impl TagProfile {
                     m.size = m.size.max(e.size);
                     for d in Direction::ALL {
                         let (a, b) = (direction_mut(&mut m.transfers, d), e.transfers.get(d));
-                        a.transfers += b.transfers;
+                        a.transfers = a.transfers.saturating_add(b.transfers);
                         a.bytes = a.bytes.saturating_add(b.bytes);
                     }
                     m.start_ns = m.start_ns.min(e.start_ns);

@@ -1,4 +1,7 @@
 //! Exact transfer counters of an allocation.
+//!
+//! Sums saturate: counters come from dumps too, and a corrupt dump must not make a sum
+//! overflow (a real run never comes near 2^64 transfers or bytes).
 
 use serde::{Deserialize, Serialize};
 
@@ -20,12 +23,13 @@ pub struct DirectionCounters {
 impl DirectionCounters {
     /// All transfers of this direction.
     pub fn transfers(&self) -> u64 {
-        self.pageable_transfers + self.pinned_transfers
+        self.pageable_transfers
+            .saturating_add(self.pinned_transfers)
     }
 
     /// All bytes of this direction.
     pub fn bytes(&self) -> u64 {
-        self.pageable_bytes + self.pinned_bytes
+        self.pageable_bytes.saturating_add(self.pinned_bytes)
     }
 
     /// Counts one transfer.
@@ -41,9 +45,11 @@ impl DirectionCounters {
 
     /// Adds another set of counters.
     pub fn merge(&mut self, other: &DirectionCounters) {
-        self.pageable_transfers += other.pageable_transfers;
+        self.pageable_transfers = self
+            .pageable_transfers
+            .saturating_add(other.pageable_transfers);
         self.pageable_bytes = self.pageable_bytes.saturating_add(other.pageable_bytes);
-        self.pinned_transfers += other.pinned_transfers;
+        self.pinned_transfers = self.pinned_transfers.saturating_add(other.pinned_transfers);
         self.pinned_bytes = self.pinned_bytes.saturating_add(other.pinned_bytes);
     }
 }
@@ -68,7 +74,9 @@ impl TransferCounters {
 
     /// All transfers.
     pub fn transfers(&self) -> u64 {
-        self.by_direction.iter().map(|d| d.transfers()).sum()
+        self.by_direction
+            .iter()
+            .fold(0u64, |a, d| a.saturating_add(d.transfers()))
     }
 
     /// All bytes moved.
@@ -80,7 +88,9 @@ impl TransferCounters {
 
     /// Transfers whose host side was pageable.
     pub fn pageable_transfers(&self) -> u64 {
-        self.by_direction.iter().map(|d| d.pageable_transfers).sum()
+        self.by_direction
+            .iter()
+            .fold(0u64, |a, d| a.saturating_add(d.pageable_transfers))
     }
 
     /// Bytes moved from or to pageable memory.
