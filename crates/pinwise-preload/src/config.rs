@@ -182,12 +182,18 @@ impl Config {
     }
 }
 
-/// `1/0`, `true/false`, `yes/no`, `on/off` (any case).
+/// `1/0`, `true/false`, `yes/no`, `on/off` (any case, blanks around ignored). Allocates
+/// nothing: the library reads `PINWISE_DISABLE` and `PINWISE_DRIVER_HOOKS` with it when it
+/// is loaded, before `main`.
 pub fn parse_bool(v: &str) -> Option<bool> {
-    match v.trim().to_ascii_lowercase().as_str() {
-        "1" | "true" | "yes" | "on" => Some(true),
-        "0" | "false" | "no" | "off" => Some(false),
-        _ => None,
+    let v = v.trim();
+    let any = |words: [&str; 4]| words.iter().any(|w| v.eq_ignore_ascii_case(w));
+    if any(["1", "true", "yes", "on"]) {
+        Some(true)
+    } else if any(["0", "false", "no", "off"]) {
+        Some(false)
+    } else {
+        None
     }
 }
 
@@ -281,6 +287,15 @@ mod tests {
         let c = config(&[(env::MODE, "use")]);
         assert_eq!(c.mode, Mode::Adaptive);
         assert!(c.problems[0].contains("PINWISE_PROFILE"));
+    }
+
+    #[test]
+    fn booleans_in_any_case_with_blanks() {
+        assert_eq!(parse_bool(" TRUE "), Some(true));
+        assert_eq!(parse_bool("Off"), Some(false));
+        assert_eq!(parse_bool("1"), Some(true));
+        assert_eq!(parse_bool("maybe"), None);
+        assert_eq!(parse_bool(""), None);
     }
 
     #[test]

@@ -65,27 +65,22 @@ pub fn set_free_hooks_effective(effective: bool) {
 /// note and cannot fail.
 pub fn on_load() {
     crate::real::ensure_real_dlsym();
-    let off = |name: &std::ffi::CStr| {
+    // Parsed as `Config` parses them (which reports values it cannot understand).
+    let flag = |name: &std::ffi::CStr| {
         // SAFETY: getenv with a constant name; the value is only read here.
         let v = unsafe { libc::getenv(name.as_ptr()) };
         if v.is_null() {
             return None;
         }
         // SAFETY: a NUL-terminated string of the environment.
-        let v = unsafe { std::ffi::CStr::from_ptr(v) }.to_bytes();
-        Some(matches!(v, b"1" | b"true" | b"yes" | b"on"))
+        let v = unsafe { std::ffi::CStr::from_ptr(v) };
+        v.to_str().ok().and_then(crate::config::parse_bool)
     };
-    if off(c"PINWISE_DISABLE") == Some(true) {
+    if flag(c"PINWISE_DISABLE") == Some(true) {
         DISABLED.store(true, Ordering::Relaxed);
     }
-    // SAFETY: getenv with a constant name.
-    let hooks = unsafe { libc::getenv(c"PINWISE_DRIVER_HOOKS".as_ptr()) };
-    if !hooks.is_null() {
-        // SAFETY: a NUL-terminated string of the environment.
-        let v = unsafe { std::ffi::CStr::from_ptr(hooks) }.to_bytes();
-        if matches!(v, b"0" | b"false" | b"no" | b"off") {
-            DRIVER_HOOKS.store(false, Ordering::Relaxed);
-        }
+    if flag(c"PINWISE_DRIVER_HOOKS") == Some(false) {
+        DRIVER_HOOKS.store(false, Ordering::Relaxed);
     }
     // SAFETY: registering plain function pointers; the handlers only touch atomics and
     // leaked memory (child) or write files (exit).

@@ -213,29 +213,33 @@ fn without_driver_hooks_the_runtime_level_records_the_same_history() {
     let plain = s.run_plain(&exe, &[]);
     assert_ok(&plain, "plain");
     let expected = calls(&plain);
-    let hist = s.path("runtime-only.json");
-    let sum = s.path("runtime-only-summary.json");
-    let mut c = s.libs.command(pinwise());
-    c.args(["run", "-o", hist.to_str().unwrap(), "--stats-json"])
-        .arg(&sum)
-        .arg("--")
-        .arg(&exe)
-        .current_dir(s.dir.path())
-        .env_remove("LD_PRELOAD")
-        .env("PINWISE_DRIVER_HOOKS", "0");
-    let out = c.output().unwrap();
-    assert_ok(&out, "runtime hooks only");
-    assert_eq!(out.stdout, plain.stdout);
-    let h = history(&hist);
-    assert_eq!(allocations(&h).len() as u64, expected["alloc"]);
-    assert_eq!(transfers(&h, Direction::HtoD), expected["htod"]);
-    assert_eq!(transfers(&h, Direction::DtoH), expected["dtoh"]);
-    let p = &summary(&sum)["processes"][0];
-    assert_eq!(p["wrapped_by_proc_address"], 0, "{p}");
-    assert_eq!(p["wrapped_by_dlsym"], 0, "{p}");
-    // Every allocation, free and copy was seen at the runtime level only.
-    let runtime_only = expected["alloc"] + expected["free"] + expected["htod"] + expected["dtoh"];
-    assert_eq!(p["runtime_only"], runtime_only, "{p}");
+    // Any spelling `Config` accepts turns the driver hooks off.
+    for value in ["0", " Off "] {
+        let hist = s.path("runtime-only.json");
+        let sum = s.path("runtime-only-summary.json");
+        let mut c = s.libs.command(pinwise());
+        c.args(["run", "-o", hist.to_str().unwrap(), "--stats-json"])
+            .arg(&sum)
+            .arg("--")
+            .arg(&exe)
+            .current_dir(s.dir.path())
+            .env_remove("LD_PRELOAD")
+            .env("PINWISE_DRIVER_HOOKS", value);
+        let out = c.output().unwrap();
+        assert_ok(&out, "runtime hooks only");
+        assert_eq!(out.stdout, plain.stdout);
+        let h = history(&hist);
+        assert_eq!(allocations(&h).len() as u64, expected["alloc"]);
+        assert_eq!(transfers(&h, Direction::HtoD), expected["htod"]);
+        assert_eq!(transfers(&h, Direction::DtoH), expected["dtoh"]);
+        let p = &summary(&sum)["processes"][0];
+        assert_eq!(p["wrapped_by_proc_address"], 0, "{value:?}: {p}");
+        assert_eq!(p["wrapped_by_dlsym"], 0, "{value:?}: {p}");
+        // Every allocation, free and copy was seen at the runtime level only.
+        let runtime_only =
+            expected["alloc"] + expected["free"] + expected["htod"] + expected["dtoh"];
+        assert_eq!(p["runtime_only"], runtime_only, "{value:?}: {p}");
+    }
 }
 
 #[test]
