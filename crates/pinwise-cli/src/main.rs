@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand};
 /// pinwise: see where your CUDA program's host<->device transfer time goes, and pin only
 /// the host memory that pays for it.
 #[derive(Debug, Parser)]
-#[command(name = "pinwise", version, about, long_about = None, propagate_version = true)]
+#[command(name = "pinwise", version, propagate_version = true)]
 struct Cli {
     /// More log output (-v: info, -vv: debug, -vvv: trace). `RUST_LOG` overrides it.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
