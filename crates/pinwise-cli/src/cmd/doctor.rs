@@ -3,7 +3,7 @@
 //! Every item is checked for real (libcuda loaded and asked, BPF programs loaded and a
 //! uprobe fired, ...), and each missing item says what it disables. Exit status 0 when
 //! pinwise can run (a usable libcuda with at least one device), 1 otherwise.
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
 use pinwise_cuda::nvml::{normalize_pci_bus_id, Nvml};
@@ -95,7 +95,8 @@ impl Builder {
 /// Runs `pinwise doctor`.
 pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     let mut b = Builder { items: Vec::new() };
-    let can_pin = check_cuda(&mut b);
+    let cuda = check_cuda(&mut b);
+    let can_pin = cuda.is_some();
     let can_trace = if args.no_bpf {
         b.add(
             "eBPF tracing",
@@ -111,29 +112,11 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     check_memory(&mut b);
     check_preload(&mut b);
 
-    let trace_word = if args.no_bpf {
-        "not checked (--no-bpf)"
-    } else {
-        "does not work (see FAIL lines)"
-    };
-    let verdict = match (can_pin, can_trace) {
-        (true, true) => "pinwise can run here: tracing and smart pinning both work".to_string(),
-        (true, false) => format!(
-            "pinwise can run here: smart pinning works; `pinwise trace` (eBPF) {trace_word}"
-        ),
-        (false, true) => {
-            "pinwise cannot run here: no usable libcuda with a device (eBPF tracing itself works)"
-                .to_string()
-        }
-        (false, false) => format!(
-            "pinwise cannot run here: no usable libcuda with a device; eBPF tracing {trace_word}"
-        ),
-    };
     let report = Report {
         can_run: can_pin,
         can_trace,
         can_pin,
-        verdict,
+        verdict: verdict(cuda, can_trace, !args.no_bpf),
         items: b.items,
     };
     if args.json {
@@ -146,6 +129,26 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// The report's last line. `cuda`: what [`check_cuda`] found; `bpf_checked`: whether the
+/// eBPF checks ran (not `--no-bpf`).
+fn verdict(cuda: Option<CudaSide>, can_trace: bool, bpf_checked: bool) -> String {
+    let trace = if !bpf_checked {
+        "`pinwise trace` (eBPF) not checked (--no-bpf)"
+    } else if can_trace {
+        "`pinwise trace` (eBPF) works"
+    } else {
+        "`pinwise trace` (eBPF) does not work (see FAIL lines)"
+    };
+    match cuda {
+        Some(CudaSide::Gpu) => format!("pinwise can run here: smart pinning works; {trace}"),
+        Some(CudaSide::Standin) => format!(
+            "pinwise can run here, but only on its CPU stand-in for libcuda (a test fixture, \
+             not a GPU: nothing measured is a GPU figure); {trace}"
+        ),
+        None => format!("pinwise cannot run here: no usable libcuda with a device; {trace}"),
+    }
 }
 
 fn print_screen(report: &Report) {
@@ -169,8 +172,17 @@ fn print_screen(report: &Report) {
     println!("\n{}", report.verdict);
 }
 
-/// libcuda, devices, NVML. Returns whether smart pinning can run (libcuda with a device).
-fn check_cuda(b: &mut Builder) -> bool {
+/// What libcuda is, when it is usable (loads, initializes, has a device).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CudaSide {
+    /// A real driver.
+    Gpu,
+    /// pinwise's CPU stand-in (a test fixture).
+    Standin,
+}
+
+/// libcuda, devices, NVML. `None` when smart pinning cannot run (no libcuda with a device).
+fn check_cuda(b: &mut Builder) -> Option<CudaSide> {
     const S: &str = "CUDA";
     const NO_CUDA: &str =
         "everything that talks to the GPU: smart pinning, `pinwise run`, calibrate, bench";
@@ -184,14 +196,14 @@ fn check_cuda(b: &mut Builder) -> bool {
                 format!("{e} (set PINWISE_LIBCUDA=/path/to/libcuda.so.1 to choose one)"),
                 NO_CUDA,
             );
-            return false;
+            return None;
         }
     };
     let fixture = driver.standin_marker();
     let mut detail = driver.path().to_string();
-    if let Some(real) = resolved_path(driver.path()) {
-        if real != Path::new(driver.path()) {
-            detail.push_str(&format!(" -> {}", real.display()));
+    if let Some(file) = driver.loaded_file() {
+        if file != Path::new(driver.path()) {
+            detail.push_str(&format!(" -> {}", file.display()));
         }
     }
     if let Err(e) = driver.init() {
@@ -202,7 +214,7 @@ fn check_cuda(b: &mut Builder) -> bool {
             format!("{detail}: {e}"),
             NO_CUDA,
         );
-        return false;
+        return None;
     }
     match driver.version() {
         Ok(v) => detail.push_str(&format!(
@@ -255,7 +267,7 @@ fn check_cuda(b: &mut Builder) -> bool {
         Ok(d) => d,
         Err(e) => {
             b.add(S, "GPUs", State::Failed, e.to_string(), NO_CUDA);
-            return false;
+            return None;
         }
     };
     if devices.is_empty() {
@@ -266,7 +278,7 @@ fn check_cuda(b: &mut Builder) -> bool {
             "libcuda reports no device",
             NO_CUDA,
         );
-        return false;
+        return None;
     }
     for dev in &devices {
         let name = dev
@@ -309,24 +321,15 @@ fn check_cuda(b: &mut Builder) -> bool {
             "",
         );
     }
-    true
+    Some(if fixture.is_some() {
+        CudaSide::Standin
+    } else {
+        CudaSide::Gpu
+    })
 }
 
 fn same_bus_id(a: &str, b: &str) -> bool {
     !a.is_empty() && normalize_pci_bus_id(a) == normalize_pci_bus_id(b)
-}
-
-fn resolved_path(name: &str) -> Option<PathBuf> {
-    // The loader's choice is what /proc/self/maps shows for the library we just loaded.
-    let base = Path::new(name).file_name()?.to_str()?.to_string();
-    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-    maps.lines()
-        .filter_map(|l| l.split_whitespace().nth(5))
-        .find(|p| {
-            Path::new(p).file_name().and_then(|f| f.to_str()) == Some(base.as_str()) || *p == name
-        })
-        .map(PathBuf::from)
-        .or_else(|| std::fs::canonicalize(name).ok())
 }
 
 /// The eBPF checks of pinwise-trace. Returns whether `pinwise trace` can work.
@@ -373,11 +376,8 @@ fn check_bpf(b: &mut Builder) -> bool {
             &c.nvidia_kernel_hooks,
             "pinned page counts from the driver (os_lock_user_pages); user-space events still work",
         ),
-        (
-            "kprobes",
-            &c.kprobes,
-            "nothing: pinwise uses uprobes, tracepoints and fentry, not kprobes",
-        ),
+        // Reported, not required: nothing is disabled without them.
+        ("kprobes", &c.kprobes, ""),
     ];
     for (name, check, disables) in rows {
         let mut st = state(&check.state);
@@ -405,7 +405,7 @@ fn check_memory(b: &mut Builder) {
                 .join(" / ")
         })
         .unwrap_or_else(|| "unknown".into());
-    let root = is_root();
+    let root = super::is_root();
     let unlimited = memlock.starts_with("unlimited");
     b.add(
         S,
@@ -480,13 +480,23 @@ fn check_preload(b: &mut Builder) {
     }
 }
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(|e| e == "0"))
-        })
-        .unwrap_or(false)
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_verdict_says_whether_pinwise_runs_on_a_gpu_or_the_standin() {
+        let gpu = verdict(Some(CudaSide::Gpu), true, true);
+        assert!(
+            gpu.starts_with("pinwise can run here: smart pinning works"),
+            "{gpu}"
+        );
+        assert!(gpu.contains("(eBPF) works"), "{gpu}");
+        let standin = verdict(Some(CudaSide::Standin), false, true);
+        assert!(standin.contains("CPU stand-in"), "{standin}");
+        assert!(standin.contains("does not work"), "{standin}");
+        let none = verdict(None, true, false);
+        assert!(none.starts_with("pinwise cannot run here"), "{none}");
+        assert!(none.contains("not checked (--no-bpf)"), "{none}");
+    }
 }

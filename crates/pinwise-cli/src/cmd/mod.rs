@@ -8,3 +8,15 @@ pub mod export;
 pub mod report;
 pub mod run;
 pub mod trace;
+
+/// Whether this process runs as root (effective uid 0, from `/proc/self/status`).
+pub(crate) fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(|e| e == "0"))
+        })
+        .unwrap_or(false)
+}
