@@ -62,13 +62,15 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
     }
     let exe = std::env::current_exe().context("cannot find the pinwise executable")?;
     let out = match &args.out_dir {
-        Some(d) => d.clone(),
-        None => std::env::temp_dir().join(format!("pinwise-demo-{}", std::process::id())),
+        Some(d) => {
+            std::fs::create_dir_all(d).with_context(|| format!("cannot create {}", d.display()))?;
+            d.clone()
+        }
+        None => fresh_dir(&std::env::temp_dir(), "pinwise-demo")?,
     };
-    std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
 
     let side = choose_driver(&exe, &out)?;
-    let root = is_root();
+    let root = super::is_root();
     let unit_kib = args.unit_kib.unwrap_or(match (&side, root) {
         (Driverside::Standin { .. }, false) => 256,
         _ => 4096,
@@ -232,6 +234,30 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// A new directory `<parent>/<prefix>-<pid>` (or `-<pid>-<n>`), made by this call. Never
+/// one that already existed: the demo links the libcuda its children load into it, so a
+/// directory someone else prepared in a shared temporary directory could hand a demo run
+/// as root a library of their choice.
+fn fresh_dir(parent: &Path, prefix: &str) -> Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let pid = std::process::id();
+    for n in 0..100 {
+        let dir = parent.join(match n {
+            0 => format!("{prefix}-{pid}"),
+            n => format!("{prefix}-{pid}-{n}"),
+        });
+        match std::fs::DirBuilder::new().mode(0o755).create(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e).with_context(|| format!("cannot create {}", dir.display())),
+        }
+    }
+    bail!(
+        "cannot create a new directory {prefix}-{pid}-<n> in {}: all names taken",
+        parent.display()
+    )
 }
 
 fn trace_or_history(trace: &Path, out: &Path) -> PathBuf {
@@ -414,13 +440,42 @@ fn peak_pinned(stats: &Path) -> Option<u64> {
         .max()
 }
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(|e| e == "0"))
-        })
-        .unwrap_or(false)
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_files_directory_is_always_a_new_one() {
+        let tmp = tempfile::tempdir().unwrap();
+        let taken = tmp
+            .path()
+            .join(format!("pinwise-demo-{}", std::process::id()));
+        std::fs::create_dir(&taken).unwrap();
+        let first = fresh_dir(tmp.path(), "pinwise-demo").unwrap();
+        assert_ne!(first, taken, "an existing directory is never reused");
+        assert!(first.is_dir());
+        let second = fresh_dir(tmp.path(), "pinwise-demo").unwrap();
+        assert_ne!(second, first);
+    }
+
+    #[test]
+    fn the_workload_line_is_read_back() {
+        let output = std::process::Output {
+            status: std::process::ExitStatus::default(),
+            stdout: b"noise\npinwise-demo-workload checksum=00ff elapsed_ms=1.5 pinned_asked=42 iterations=3\n"
+                .to_vec(),
+            stderr: Vec::new(),
+        };
+        let r = WorkloadResult::parse(&output).unwrap();
+        assert_eq!(
+            (r.checksum.as_str(), r.elapsed_ms, r.pinned_asked),
+            ("00ff", 1.5, 42)
+        );
+        let missing = std::process::Output {
+            stdout: b"pinwise-demo-workload checksum=00ff\n".to_vec(),
+            ..output
+        };
+        let err = WorkloadResult::parse(&missing).err().unwrap().to_string();
+        assert!(err.contains("elapsed_ms"), "{err}");
+    }
 }
