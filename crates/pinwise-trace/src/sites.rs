@@ -247,6 +247,7 @@ impl SiteResolver {
         self.processes.remove(&pid);
         self.stale.remove(&pid);
         self.gone.remove(&pid);
+        self.last_miss_reread.remove(&pid);
     }
 
     /// Notes that `pid` mapped something new: its maps are re-read before the next use
@@ -263,11 +264,33 @@ impl SiteResolver {
         self.processes.get(&pid)
     }
 
-    /// The mapping (file or not) `addr` lies in, for telling host from device memory. On
-    /// a miss the maps are re-read, at most every 10 ms per process.
+    /// The mapping (file or not) `addr` lies in, for telling host from device memory.
     pub fn mapping_of(&mut self, pid: u32, addr: u64) -> Option<Mapping> {
-        if let Some(m) = self.maps(pid).and_then(|m| m.find(addr)) {
-            return Some(m.clone());
+        self.find_mapping(pid, addr, true, |_| true)
+    }
+
+    /// The file mapping `addr` lies in.
+    fn mapping(&mut self, pid: u32, addr: u64, reread_on_miss: bool) -> Option<Mapping> {
+        self.find_mapping(pid, addr, reread_on_miss, Mapping::is_file)
+    }
+
+    /// The mapping `addr` lies in, if `wanted` accepts it. On a miss the maps are re-read,
+    /// at most every 10 ms per process: addresses in no file (JIT code calling CUDA, say)
+    /// would otherwise cost a read of `/proc/PID/maps` per event. A newly mapped library
+    /// does not wait for that: its mmap marks the snapshot stale.
+    fn find_mapping(
+        &mut self,
+        pid: u32,
+        addr: u64,
+        reread_on_miss: bool,
+        wanted: impl Fn(&Mapping) -> bool,
+    ) -> Option<Mapping> {
+        let hit = self
+            .maps(pid)
+            .and_then(|m| m.find(addr))
+            .filter(|m| wanted(m));
+        if hit.is_some() || !reread_on_miss {
+            return hit.cloned();
         }
         let now = Instant::now();
         let recent = self
@@ -281,26 +304,10 @@ impl SiteResolver {
         if !self.refresh(pid) {
             return None;
         }
-        self.processes.get(&pid)?.find(addr).cloned()
-    }
-
-    /// The mapping `addr` lies in, re-reading the maps once if the snapshot has none.
-    fn mapping(&mut self, pid: u32, addr: u64, reread_on_miss: bool) -> Option<Mapping> {
-        let hit = self
-            .maps(pid)
-            .and_then(|m| m.find(addr))
-            .filter(|m| m.is_file())
-            .cloned();
-        if hit.is_some() || !reread_on_miss {
-            return hit;
-        }
-        if !self.refresh(pid) {
-            return None;
-        }
         self.processes
             .get(&pid)?
             .find(addr)
-            .filter(|m| m.is_file())
+            .filter(|m| wanted(m))
             .cloned()
     }
 
@@ -604,6 +611,16 @@ mod tests {
         let heap = Box::new(0u64);
         assert_eq!(resolver.site(pid, &*heap as *const u64 as u64), None);
         assert_eq!(resolver.stats().unresolved, 1);
+        // Misses do not re-read the maps every time (at most every 10 ms).
+        let reads = resolver.stats().maps_reads;
+        for _ in 0..50 {
+            assert_eq!(resolver.site(pid, &*heap as *const u64 as u64), None);
+        }
+        assert!(
+            resolver.stats().maps_reads - reads < 50,
+            "{:?}",
+            resolver.stats()
+        );
     }
 
     /// An address in this test binary's code that follows a `call rel32`.
