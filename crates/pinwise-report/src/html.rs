@@ -303,7 +303,13 @@ fn cards(h: &mut String, r: &Report) {
         ),
         (count(r.overview.records), "allocation records".to_owned()),
         (
-            count(r.source.losses.values().sum()),
+            // Saturating: the counts are whatever the history file says.
+            count(
+                r.source
+                    .losses
+                    .values()
+                    .fold(0u64, |a, &v| a.saturating_add(v)),
+            ),
             "lost or doubtful events the sources report".to_owned(),
         ),
     ];

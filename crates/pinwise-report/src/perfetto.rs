@@ -100,7 +100,9 @@ impl EventWriter<'_> {
     }
 }
 
-/// Nanoseconds after the origin, as trace microseconds.
+/// Nanoseconds after the origin, as trace microseconds. (Times are taken after the origin
+/// with `saturating_sub`: a history file's process start times are what the file says, and
+/// may be later than its events.)
 fn us(ns_after_origin: u64) -> f64 {
     ns_after_origin as f64 / 1e3
 }
@@ -347,7 +349,7 @@ fn allocation(
         name: name.into(),
         cat: Some("allocation"),
         ph: "X",
-        ts: us(start - origin),
+        ts: us(start.saturating_sub(origin)),
         dur: Some(us(end - start)),
         pid,
         tid: lane,
@@ -397,7 +399,7 @@ fn allocation(
                         .into(),
                     cat: Some("transfer"),
                     ph: "X",
-                    ts: us(at - origin),
+                    ts: us(at.saturating_sub(origin)),
                     dur: Some(us(dur_ns)),
                     pid,
                     tid: lane,
@@ -426,7 +428,7 @@ fn allocation(
                     "pin",
                     pid,
                     lane,
-                    at - origin,
+                    at.saturating_sub(origin),
                     json!({
                         "start": format!("{s:#x}"), "bytes": bytes, "pages": pages,
                     }),
@@ -440,7 +442,7 @@ fn allocation(
                     "pin",
                     pid,
                     lane,
-                    at - origin,
+                    at.saturating_sub(origin),
                     json!({
                         "start": format!("{s:#x}"), "pages": pages,
                     }),
@@ -454,7 +456,7 @@ fn allocation(
                     "os",
                     pid,
                     lane,
-                    at - origin,
+                    at.saturating_sub(origin),
                     json!({
                         "start": format!("{s:#x}"), "len": len,
                     }),
@@ -467,7 +469,7 @@ fn allocation(
                     "os",
                     pid,
                     lane,
-                    at - origin,
+                    at.saturating_sub(origin),
                     json!({
                         "start": format!("{s:#x}"), "len": len,
                     }),
@@ -480,7 +482,7 @@ fn allocation(
                     "os",
                     pid,
                     lane,
-                    at - origin,
+                    at.saturating_sub(origin),
                     json!({
                         "address": format!("{addr:#x}"),
                     }),
@@ -526,8 +528,8 @@ fn counters(
     let mut samples: Vec<(u64, i64, i64)> = Vec::new();
     let (mut pageable, mut pinned) = (0i64, 0i64);
     for &(ts, a, b) in deltas.iter() {
-        pageable += a;
-        pinned += b;
+        pageable = pageable.saturating_add(a);
+        pinned = pinned.saturating_add(b);
         match samples.last_mut() {
             Some(last) if last.0 == ts => *last = (ts, pageable, pinned),
             _ => samples.push((ts, pageable, pinned)),

@@ -268,3 +268,20 @@ fn the_checks_catch_what_they_look_for() {
     ];
     assert!(check_nesting(&overlap).is_err());
 }
+
+/// A history file whose processes say they started after their first allocations (a
+/// corrupt or hand-edited file: a live history never says so) still exports a valid trace.
+#[test]
+fn a_process_start_after_its_events_does_not_break_the_export() {
+    let s = scenario();
+    let mut doc: Value =
+        serde_json::from_str(&pinwise_core::format::json::to_string(&s.history)).unwrap();
+    for p in doc["processes"].as_array_mut().unwrap() {
+        p["first_ts_ns"] = serde_json::json!(u64::MAX / 2);
+    }
+    let h = pinwise_core::format::load_history_bytes(doc.to_string().as_bytes())
+        .expect("the loader takes process times as they are");
+    let (v, summary) = export(&h, &ExportOptions::default());
+    validate(&v);
+    assert!(summary.transfers > 0);
+}
