@@ -46,6 +46,10 @@ impl Drop for ReleaseOnExit {
     fn drop(&mut self) {
         let ring = self.0.get();
         if !ring.is_null() {
+            // Hooks that run later on this thread (other thread-local destructors may call
+            // CUDA or free) use the global queue: once released, the ring may be claimed by
+            // a new thread, and a ring has one producer.
+            guard::with(|t| t.ring.set(std::ptr::null()));
             // SAFETY: registered rings are leaked, valid for the process's life.
             unsafe { &*ring }.release();
         }
@@ -306,5 +310,45 @@ impl Recorder {
     /// global queue.
     pub fn lost(&self) -> u64 {
         self.lost_after_finish.load(Ordering::Relaxed) + GLOBAL.dropped()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU8;
+
+    /// What `thread_ring` answered in a thread-local destructor that ran after the ring
+    /// was released: 1 a ring, 2 none.
+    static LATE_ANSWER: AtomicU8 = AtomicU8::new(0);
+
+    struct LateHook;
+
+    impl Drop for LateHook {
+        fn drop(&mut self) {
+            let answer = if thread_ring().0.is_some() { 1 } else { 2 };
+            LATE_ANSWER.store(answer, Ordering::SeqCst);
+        }
+    }
+
+    thread_local! {
+        static LATE_HOOK: LateHook = const { LateHook };
+    }
+
+    #[test]
+    fn a_hook_after_the_threads_ring_was_released_does_not_use_it() {
+        std::thread::spawn(|| {
+            // Registered first, so destroyed after the ring's releaser (destructors run in
+            // reverse order of registration).
+            LATE_HOOK.with(|_| {});
+            assert!(thread_ring().0.is_some(), "the thread has a ring");
+        })
+        .join()
+        .unwrap();
+        assert_eq!(
+            LATE_ANSWER.load(Ordering::SeqCst),
+            2,
+            "a released ring may belong to another thread already"
+        );
     }
 }
