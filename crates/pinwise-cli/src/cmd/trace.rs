@@ -282,11 +282,10 @@ pub fn run(args: TraceArgs) -> Result<ExitCode> {
     }
     let stats = agent.stop().context("stopping the tracer")?;
     let elapsed = started.elapsed();
-    if agent.periodic_dump_error().is_none() || args.dump_every.is_none() {
-        agent
-            .dump(&output, format)
-            .with_context(|| format!("writing the history to {}", output.display()))?;
-    }
+    // The whole history, also after periodic dumps (appended or rewritten while tracing).
+    agent
+        .dump(&output, format)
+        .with_context(|| format!("writing the history to {}", output.display()))?;
 
     let summary = agent.history().read().summary(&CostModel::builtin());
     print_summary(&agent, &summary, &stats, &what, elapsed, args.top);
