@@ -12,6 +12,12 @@ set -euo pipefail
 
 say() { printf '[setup] %s\n' "$*"; }
 
+# Rust first: without it nothing below is of use.
+if ! command -v cargo >/dev/null; then
+  [[ -x "$HOME/.cargo/bin/cargo" ]] && export PATH="$HOME/.cargo/bin:$PATH"
+fi
+command -v cargo >/dev/null || { say "cargo not found: install Rust from https://rustup.rs first"; exit 1; }
+
 PACKAGES=(clang llvm libelf-dev zlib1g-dev pkg-config gcc make autoconf automake autopoint flex bison gawk libtool)
 # Extra packages for the test suite only (the HTML report is checked in headless Chromium).
 if [[ "${PINWISE_SETUP_TESTS:-0}" == 1 ]]; then
@@ -24,18 +30,18 @@ for p in "${PACKAGES[@]}"; do
 done
 if ((${#missing[@]})); then
   say "installing Debian packages: ${missing[*]}"
-  SUDO=""
-  [[ $(id -u) -ne 0 ]] && SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  SUDO=()
+  if [[ $(id -u) -ne 0 ]]; then
+    command -v sudo >/dev/null || { say "not root and no sudo: install them as root, then run this again"; exit 1; }
+    SUDO=(sudo)
+  fi
+  "${SUDO[@]}" apt-get update -qq
+  # `env` inside sudo: sudo drops the caller's environment.
+  "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 else
   say "Debian packages present: ${PACKAGES[*]}"
 fi
-
-if ! command -v cargo >/dev/null; then
-  [[ -x "$HOME/.cargo/bin/cargo" ]] && export PATH="$HOME/.cargo/bin:$PATH"
-fi
-command -v cargo >/dev/null || { say "cargo not found: install Rust from https://rustup.rs first"; exit 1; }
 
 if [[ $(id -u) -eq 0 ]]; then
   if ! mountpoint -q /sys/kernel/tracing 2>/dev/null; then
