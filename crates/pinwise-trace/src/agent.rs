@@ -202,7 +202,7 @@ impl TracerAgent {
         }
         let probes = self.prepare(&libs)?;
         probes.trace_process(pid)?;
-        self.run(probes, None, libs.all());
+        self.run(probes, None, libs.all())?;
         Ok(())
     }
 
@@ -228,7 +228,7 @@ impl TracerAgent {
         }
         let probes = self.prepare(&libs)?;
         probes.trace_process(pid)?;
-        self.run(probes, Some(pid), libs.all());
+        self.run(probes, Some(pid), libs.all())?;
         Ok(())
     }
 
@@ -254,8 +254,7 @@ impl TracerAgent {
         let probes = self.prepare(&libs)?;
         // The event thread runs before the command starts, so that it reads the command's
         // maps while the command is alive, however short its life.
-        self.run(probes, None, libs.all());
-        let probes = Arc::clone(&self.running.as_ref().expect("just started").probes);
+        let probes = self.run(probes, None, libs.all())?;
         // While the tracer is a "spawner", the kernel adds the processes it forks to the
         // traced set at fork time: the command is traced before it runs anything.
         let me = std::process::id();
@@ -319,8 +318,16 @@ impl TracerAgent {
         Ok(probes)
     }
 
-    fn run(&mut self, probes: Probes, self_pid: Option<u32>, known: Vec<PathBuf>) {
+    /// Starts the event thread on `probes` and waits until it reads the ring buffer;
+    /// returns the probes, shared with it.
+    fn run(
+        &mut self,
+        probes: Probes,
+        self_pid: Option<u32>,
+        known: Vec<PathBuf>,
+    ) -> Result<Arc<Mutex<Probes>>, TraceError> {
         let probes = Arc::new(Mutex::new(probes));
+        let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
         let shared = Arc::new(SharedState {
             stop: AtomicBool::new(false),
             live: Mutex::new(LiveStats::default()),
@@ -333,15 +340,27 @@ impl TracerAgent {
             let poll = self.config.poll_interval;
             std::thread::Builder::new()
                 .name("pinwise-trace".into())
-                .spawn(move || event_loop(&probes, &shared, &history, poll, self_pid, &known))
-                .expect("spawning the tracer's event thread")
+                .spawn(move || {
+                    event_loop(&probes, &shared, &history, poll, self_pid, &known, ready_tx)
+                })
+                .map_err(|e| TraceError::io("starting the tracer's event thread", e))?
         };
+        // The ring buffer is set up on that thread (its callback is not Send): a failure
+        // there is this call's failure, not a trace that silently reads nothing.
+        let ready = ready_rx.recv().unwrap_or_else(|_| {
+            Err("the tracer's event thread ended before reading the ring buffer".into())
+        });
+        if let Err(detail) = ready {
+            let _ = worker.join();
+            return Err(TraceError::Load(detail));
+        }
         self.last_stats = None;
         self.running = Some(Running {
-            probes,
+            probes: Arc::clone(&probes),
             shared,
             worker,
         });
+        Ok(probes)
     }
 
     /// Stops tracing: drains the ring buffer into the history, detaches every probe, and
@@ -541,6 +560,7 @@ fn own_tid() -> u32 {
 
 /// The event thread: polls the ring buffer, translates records into events, feeds the
 /// history, follows processes (new libraries to probe, exits), and writes periodic dumps.
+/// Says on `ready` whether it could set up the ring buffer (and ends if not).
 fn event_loop(
     probes: &Arc<Mutex<Probes>>,
     shared: &SharedState,
@@ -548,6 +568,7 @@ fn event_loop(
     poll: Duration,
     self_pid: Option<u32>,
     known_files: &[PathBuf],
+    ready: std::sync::mpsc::SyncSender<Result<(), String>>,
 ) {
     if self_pid.is_some() {
         if let Err(e) = probes.lock().ignore_thread(own_tid()) {
@@ -569,11 +590,12 @@ fn event_loop(
         match added.and_then(|()| builder.build()) {
             Ok(ring) => ring,
             Err(e) => {
-                tracing::error!("cannot read the BPF ring buffer: {e:#}");
+                let _ = ready.send(Err(format!("cannot read the BPF ring buffer: {e:#}")));
                 return;
             }
         }
     };
+    let _ = ready.send(Ok(()));
     let mut translator = Translator::new(SiteResolver::new(history.modules()));
     for path in known_files {
         translator.sites().learn_file(path);
