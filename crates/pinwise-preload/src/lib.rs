@@ -45,7 +45,9 @@
 //! # Safety inside someone else's process
 //!
 //! No allocation or lock where a hook can re-enter itself (`free`, `realloc`, `munmap` cost
-//! one atomic load while nothing is promoted, and never touch thread-local storage); events
+//! one atomic load while nothing is promoted and touch no thread-local storage then; giving
+//! a registration back from them touches only pinwise's own thread-local guard, which has
+//! no destructor and so stays usable while a thread is torn down); events
 //! go to per-thread fixed-size rings drained by a background thread; initialization is lazy
 //! and is reset in a forked child (`pthread_atfork`); nothing is written to the program's
 //! stdout; a panic or a failure inside pinwise turns pinwise off and forwards the call.
@@ -54,6 +56,34 @@
 //! queries about memory pinwise served are answered as plain CUDA would answer them
 //! (registered first; flags and ranges of the allocation, not of the pool), and misuse
 //! (a second free, unregistering pinned memory) gets plain CUDA's error.
+//!
+//! # Known limits
+//!
+//! What is not handled, each about the program's own pageable buffers that pinwise
+//! registered in place (`PINWISE_PROMOTE_PAGEABLE=0`, `pinwise run --no-promote`, turns
+//! that off, and with it all of these):
+//!
+//! - **Copy forms not hooked**: `cuMemcpyHtoA`/`cuMemcpyAtoH` (and their `Async`, `_ptds`,
+//!   `_ptsz` forms), `cuMemcpy3DPeer(Async)`, `cuMemcpyBatchAsync`, `cuMemcpy3DBatchAsync`,
+//!   and copies in CUDA graphs built with the graph API. They are not recorded, and on a
+//!   registered buffer pinwise neither gives back a registration the copy runs past (the
+//!   driver may refuse it) nor waits for an asynchronous one (it may still read or write the
+//!   buffer when the call returns, where on pageable memory it would not).
+//! - **Stream capture**: after an asynchronous copy on a registered buffer the hook waits
+//!   for the stream (`cuStreamSynchronize`), which the driver does not allow on a stream
+//!   being captured into a graph; it would invalidate the capture. Not tested (the CPU
+//!   stand-in has no graphs).
+//! - **Pointer queries** about a registered buffer (`cuPointerGetAttribute(s)`,
+//!   `cuMemHostGetFlags`, `cuMemHostGetDevicePointer`, `cudaPointerGetAttributes`) answer
+//!   as for registered memory, where plain CUDA says the pointer is unknown (so, e.g.,
+//!   PyTorch's `is_pinned()` is true for a promoted tensor).
+//! - **Memory given back other than by `free`, `realloc`, `reallocarray` or `munmap`**
+//!   (`mremap`, `madvise`, `brk`, a raw system call, or an allocator whose entry points
+//!   have other names, such as a Rust global allocator on jemalloc or mimalloc) is not seen:
+//!   a registration on it stays. Detected (promotion is then off) is only a `free`,
+//!   `realloc` or `munmap` that bypasses pinwise's: defined in the executable, or found
+//!   before pinwise's in the global scope.
+//! - Host-to-host copies are checked on their destination only.
 //!
 //! | module | idea |
 //! |---|---|

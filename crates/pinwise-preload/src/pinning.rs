@@ -513,8 +513,9 @@ impl Pinning {
         }
     }
 
-    /// Unregisters promoted range `i` (from any thread, any path: no thread-local storage,
-    /// no lock). Returns whether this call did it.
+    /// Unregisters promoted range `i` (from any thread, any path, `free` included: no lock
+    /// of pinwise's, and no thread-local storage but the destructor-less guard). Returns
+    /// whether this call did it.
     pub fn demote(&self, i: usize, stats: &HookStats, rec: &Recorder) -> bool {
         let Some(p) = PROMOTED_RANGES.begin_demote(i) else {
             return false;
