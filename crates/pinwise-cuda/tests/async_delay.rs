@@ -1,6 +1,7 @@
 //! Async copies on the CPU stand-in (TEST FIXTURE) really are asynchronous: with an
-//! artificial delay per queued copy, the stream and event report "not ready", and a pinned
-//! source reused before the copy completed shows up in the copied bytes, as on a GPU.
+//! artificial delay per queued copy, the stream and event report "not ready", a pinned
+//! source reused before the copy completed shows up in the copied bytes, as on a GPU, and a
+//! stream waiting for another's event really waits.
 //!
 //! Its own binary (process): the delay is process-wide.
 
@@ -44,5 +45,27 @@ fn queued_copies_run_later_and_reuse_before_completion_is_visible() {
         "the copy read the reused buffer"
     );
 
-    set_delay(0);
+    // A stream that waits for an event recorded on another runs its copy only after the
+    // other stream's delayed copy: without the wait, its own (undelayed) copy would read the
+    // old device bytes. (The delay is taken when a copy is queued.)
+    let other = Stream::new(&s.ctx).unwrap();
+    src.as_mut_slice().fill(3);
+    let out = PinnedHostRegion::alloc_host(&s.ctx, n).unwrap();
+    // SAFETY: both pinned regions stay alive and untouched until `other` is synchronized.
+    unsafe {
+        s.ctx
+            .copy_htod_async(dev.ptr(), src.as_ptr(), n, &stream)
+            .unwrap();
+        done.record(&stream).unwrap();
+        set_delay(0);
+        other.wait_event(&done).unwrap();
+        s.ctx
+            .copy_dtoh_async(out.as_mut_ptr(), dev.ptr(), n, &other)
+            .unwrap();
+    }
+    other.synchronize().unwrap();
+    assert!(
+        out.as_slice().iter().all(|&b| b == 3),
+        "the waiting stream saw the other stream's copy"
+    );
 }
