@@ -167,25 +167,28 @@ impl Translator {
                     ProbeKind::Uprobe,
                     EventKind::Free { start: r.addr },
                 );
-                let site = self.sites.site(pid, r.call_site);
-                let with_site = |e: Event| match site {
-                    Some(s) => e.with_site(s),
-                    None => e,
-                };
                 match h.kind {
                     kinds::HOST_FREE => {
                         if let Some(ranges) = self.ranges.get_mut(&pid) {
                             ranges.host.remove(&r.addr);
                         }
-                        out.push(with_site(base));
+                        let site = self.sites.site(pid, r.call_site);
+                        out.push(with_site(base, site));
                     }
-                    kinds::HOST_UNREGISTER => out.push(with_site(Event {
-                        kind: EventKind::UnpinPages {
+                    kinds::HOST_UNREGISTER => {
+                        let site = self.sites.site(pid, r.call_site);
+                        let unpin = EventKind::UnpinPages {
                             start: r.addr,
                             pages: None,
-                        },
-                        ..base
-                    })),
+                        };
+                        out.push(with_site(
+                            Event {
+                                kind: unpin,
+                                ..base
+                            },
+                            site,
+                        ));
+                    }
                     kinds::DEV_FREE => {
                         if let Some(ranges) = self.ranges.get_mut(&pid) {
                             ranges.device.remove(&r.addr);
