@@ -237,13 +237,7 @@ pub fn host_unregister(
     let Some(st) = driver_active() else {
         return forward();
     };
-    if PROMOTED_RANGES.registered_at(p as usize).is_some()
-        || st
-            .pinning()
-            .is_some_and(|pn| pn.served_containing(p as usize).is_some())
-    {
-        // Registered by pinwise, or allocated pinned by it: never the program's to
-        // unregister (plain CUDA: not registered).
+    if registered_by_pinwise_only(p) {
         return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
     }
     let site_addr = guard::driver_site(caller);
@@ -925,11 +919,14 @@ pub fn runtime_before_register(p: *mut c_void, size: usize) {
     }
 }
 
-/// Whether `p` is registered, or allocated pinned, by pinwise (the program may not
-/// unregister it).
+/// Whether `p` lies in memory registered, or allocated pinned, by pinwise: never the
+/// program's to unregister (plain CUDA's answer: not registered). Any pointer inside a
+/// registration of pinwise's counts, not only its page-aligned start (the driver would
+/// answer an interior pointer with another error): the program registering memory of its
+/// own makes pinwise give back registrations there first, so the two never overlap.
 pub fn registered_by_pinwise_only(p: *mut c_void) -> bool {
     state::enabled()
-        && (PROMOTED_RANGES.registered_at(p as usize).is_some()
+        && (PROMOTED_RANGES.covering(p as usize, 1).is_some()
             || state::current()
                 .and_then(|st| st.pinning())
                 .is_some_and(|pn| pn.served_containing(p as usize).is_some()))

@@ -239,12 +239,6 @@ impl PromotedTable {
         })
     }
 
-    /// The registered entry whose registration starts at `addr` (what
-    /// `cuMemHostUnregister(addr)` would take back).
-    pub fn registered_at(&self, addr: usize) -> Option<usize> {
-        self.first_active(|e| e.reg_start.load(Ordering::Relaxed) == addr)
-    }
-
     /// The entry `i` as it is now.
     pub fn get(&self, i: usize) -> Promoted {
         self.entries[i].read()
@@ -469,8 +463,9 @@ mod tests {
         assert_eq!(t.overlapping_used(Owner::Program, 0x3010, 0x3020), None);
         assert_eq!(t.overlapping_used(Owner::Pinwise, 0x1000, 0x2000), None);
         assert_eq!(t.overlapping_registered(0x3fff, 0x5000), Some(i));
-        assert_eq!(t.registered_at(0x1000), Some(i));
-        assert_eq!(t.registered_at(0x1010), None);
+        assert_eq!(t.covering(0x1000, 1), Some(i));
+        assert_eq!(t.covering(0x3fff, 1), Some(i));
+        assert_eq!(t.covering(0x4000, 1), None);
         let p = t.begin_demote(i).unwrap();
         assert_eq!(p.reg_start, 0x1000);
         assert!(t.begin_demote(i).is_none(), "one demoter only");

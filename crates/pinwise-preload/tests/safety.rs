@@ -267,3 +267,23 @@ fn async_copies_on_registered_program_memory_keep_pageable_semantics() {
     );
     assert!(p["transfers_pinned"].as_u64() >= Some(8), "{p}");
 }
+
+#[test]
+fn unregistering_a_buffer_pinwise_registered_gets_plain_cudas_answer() {
+    let s = Setup::new();
+    let exe = s.build_cudart("unregister_promoted.c", &[]);
+    let plain = s.run_plain(&exe, &[]);
+    assert_ok(&plain, "plain");
+    let sum = s.path("unregister.json");
+    let out = s.run_pinwise(&["--stats-json", sum.to_str().unwrap()], &exe, &[]);
+    assert_ok(&out, "under pinwise");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&plain.stdout)
+    );
+    let p = &summary(&sum)["processes"][0];
+    assert!(
+        p["promotions_on_transfers"].as_u64() >= Some(1),
+        "the buffer was registered before the program unregistered it: {p}"
+    );
+}
