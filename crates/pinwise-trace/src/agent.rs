@@ -610,7 +610,7 @@ fn event_loop(
         let probes = Arc::clone(probes);
         std::thread::Builder::new()
             .name("pinwise-attach".into())
-            .spawn(move || attach_loop(&probes, attach_rx))
+            .spawn(move || attach_loop(&probes, attach_rx, self_pid.is_some()))
             .map_err(|e| tracing::warn!("no thread for probing new libraries: {e}"))
             .ok()
     };
@@ -676,7 +676,18 @@ fn event_loop(
 }
 
 /// Probes the CUDA libraries that appear in the maps it is sent (until the channel closes).
-fn attach_loop(probes: &Mutex<Probes>, jobs: std::sync::mpsc::Receiver<(u32, ProcMaps)>) {
+/// `in_traced_process`: the tracer traces its own process, and this thread's memory
+/// activity (symbol tables read) is not the program's.
+fn attach_loop(
+    probes: &Mutex<Probes>,
+    jobs: std::sync::mpsc::Receiver<(u32, ProcMaps)>,
+    in_traced_process: bool,
+) {
+    if in_traced_process {
+        if let Err(e) = probes.lock().ignore_thread(own_tid()) {
+            tracing::warn!("{e}");
+        }
+    }
     for (pid, maps) in jobs {
         let found = libs::in_maps(pid, &maps);
         for (paths, library) in [
