@@ -626,6 +626,8 @@ fn event_loop(
         if let Err(e) = polled {
             if e.kind() != libbpf_rs::ErrorKind::Interrupted {
                 tracing::warn!("ring buffer poll: {e:#}");
+                // A poll that fails at once would otherwise spin this thread (and the log).
+                std::thread::sleep(poll);
             }
         }
         let records: Vec<_> = std::mem::take(&mut *batch.borrow_mut());
