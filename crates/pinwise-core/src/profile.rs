@@ -245,7 +245,9 @@ impl Profile {
                 // The end was not seen: its last event is the latest we know it lived.
                 AllocState::Replaced => Some(v.last_event_ts_ns()),
             }
-            .map(|e| e.saturating_sub(base));
+            // Events can arrive out of order (a free seen on another CPU before the
+            // allocation's return): a lifetime never ends before it starts.
+            .map(|e| e.saturating_sub(base).max(start_ns));
             let counters = v.counters();
             let e = entries
                 .entry((module, tag.site.offset, tag.call_no))

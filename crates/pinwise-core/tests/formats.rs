@@ -524,3 +524,17 @@ fn counters_that_overflow_when_summed_do_not_panic() {
         "{e}"
     );
 }
+
+/// The stats a dump carries are restored as they are, whatever they say: restoring its
+/// records does not add to them (it used to, and overflowed on a dump saying u64::MAX).
+#[test]
+fn stats_at_their_limit_load() {
+    let h = rich_history();
+    let mut doc: serde_json::Value = serde_json::from_str(&json::to_string(&h)).unwrap();
+    for field in ["events_retained", "records"] {
+        doc["stats"][field] = serde_json::json!(u64::MAX);
+    }
+    let back = format::load_history_bytes(doc.to_string().as_bytes()).unwrap();
+    assert_eq!(back.stats().events_retained, u64::MAX);
+    assert_eq!(back.stats().records, u64::MAX);
+}

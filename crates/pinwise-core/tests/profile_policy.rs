@@ -454,3 +454,25 @@ fn a_tag_is_site_plus_call_number() {
     assert_eq!(h.by_tag(t).len(), 1);
     assert_eq!(h.by_tag(t)[0].start(), A + 64);
 }
+
+/// Events of one allocation can reach the history out of order (a free seen on another
+/// CPU before the allocation's return): its profile entry ends no earlier than it starts,
+/// so that the profile loads back.
+#[test]
+fn a_free_timestamped_before_its_allocation_still_makes_a_loadable_profile() {
+    let mut h = MemHistory::new(HistoryConfig::default());
+    h.ingest(&alloc(
+        10_000,
+        PID,
+        A,
+        MIB,
+        HostMemKind::Pageable,
+        site(0x10),
+    ));
+    h.ingest(&copy(10_500, PID, Direction::HtoD, A, MIB));
+    h.ingest(&free(9_000, PID, A));
+    let p = Profile::from_history(&h);
+    let e = &p.entries[0];
+    assert!(e.end_ns.unwrap() >= e.start_ns, "{e:?}");
+    Profile::from_json_bytes(p.to_json().as_bytes()).expect("the profile loads back");
+}

@@ -242,7 +242,9 @@ pub fn lifetimes(report: &Report) -> Result<String, ReportError> {
             .axis_desc_style((FONT, 13))
             .draw()
             .map_err(err)?;
-        let secs = |ns: u64| ns as f64 / 1e9;
+        // Within the axis: a history file's times are what it says, and plotters' pixel
+        // arithmetic overflows on points far outside the plotted range.
+        let secs = |ns: u64| (ns as f64 / 1e9).min(span);
         chart
             .draw_series(rows.iter().enumerate().map(|(i, r)| {
                 let y = y_of(i);

@@ -90,8 +90,9 @@ impl TagProfile {
             AllocState::Exited => None,
             // Freed and unmapped records end with that event; a replaced one's end was not
             // seen, and its last event is the latest we know it lived.
+            // (Events can arrive out of order: it never ends before it starts.)
             AllocState::Freed | AllocState::Unmapped | AllocState::Replaced => {
-                Some(last_ts.saturating_sub(base))
+                Some(last_ts.saturating_sub(base).max(start_ns))
             }
         };
         let mut transfers = PerDirection::default();

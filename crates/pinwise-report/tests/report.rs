@@ -4,7 +4,7 @@ mod common;
 use common::*;
 use pinwise_core::history::{AllocKind, Recorded};
 use pinwise_core::profile::Profile;
-use pinwise_core::{CostModel, Direction, MemHistory, PinMethod, Policy};
+use pinwise_core::{CostModel, Direction, MemHistory, PinMethod, Policy, Site};
 use pinwise_report::text::WIDTH;
 use pinwise_report::{build_report, NoSymbols, Progress, Report, ReportOptions};
 
@@ -369,4 +369,51 @@ fn threads_do_not_change_the_report() {
             (p, q) => assert_eq!(p, q),
         }
     }
+}
+
+/// A free that reached the history before its allocation's own event (events of one
+/// allocation seen out of order on two CPUs) is reported, not a panic.
+#[test]
+fn a_free_timestamped_before_its_allocation_is_reported() {
+    let mut h = MemHistory::new(pinwise_core::HistoryConfig::default());
+    let at = Site {
+        module: pinwise_core::ModuleId::UNKNOWN,
+        offset: 0x10,
+    };
+    let a = 0x7f00_0000_0000u64;
+    h.ingest(&alloc(
+        10_000,
+        1,
+        a,
+        64 * MIB,
+        pinwise_core::event::HostMemKind::Pageable,
+        at,
+    ));
+    for i in 0..10 {
+        h.ingest(&copy(10_500 + i, 1, Direction::HtoD, a, 64 * MIB, at));
+    }
+    h.ingest(&ev(
+        9_000,
+        1,
+        pinwise_core::event::EventKind::Free { start: a },
+    ));
+    let r = report_of(&h, &ReportOptions::default());
+    assert_eq!(r.hotspots[0].transfers, 10);
+    assert_eq!(r.budget.tags_worth_pinning, 1);
+    pinwise_report::html::render(&r).unwrap();
+}
+
+/// A history file whose events lie far past its processes' last event (corrupt, or edited)
+/// still renders its plots: points are kept on the plotted span.
+#[test]
+fn events_past_the_trace_span_still_plot() {
+    let s = scenario();
+    let mut doc: serde_json::Value =
+        serde_json::from_str(&pinwise_core::format::json::to_string(&s.history)).unwrap();
+    let events = doc["allocations"][0]["events"].as_array_mut().unwrap();
+    let last = events.len() - 1;
+    events[last]["timestamp_ns"] = serde_json::json!(1u64 << 62);
+    let h = pinwise_core::format::load_history_bytes(doc.to_string().as_bytes()).unwrap();
+    let r = report_of(&h, &ReportOptions::default());
+    pinwise_report::html::render(&r).unwrap();
 }

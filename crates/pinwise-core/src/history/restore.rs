@@ -86,8 +86,9 @@ impl MemHistory {
         if r.pinned_seen {
             rec.set_pinned_seen();
         }
-        // The dump's own stats already count the record and its events.
-        let stats = self.store.stats;
+        // The dump's own stats already count the record and its events: counting them
+        // again from zero and putting the dump's back cannot overflow whatever they say.
+        let stats = std::mem::take(&mut self.store.stats);
         let mut entry = self.store.new_record(rec);
         for ev in &r.events {
             self.store.append(&mut entry, ev, true, u32::MAX);
