@@ -76,6 +76,13 @@ impl PerDirection {
             .fold(0u64, |a, d| a.saturating_add(self.get(*d).transfers))
     }
 
+    /// All bytes.
+    pub fn bytes(&self) -> u64 {
+        Direction::ALL
+            .iter()
+            .fold(0u64, |a, d| a.saturating_add(self.get(*d).bytes))
+    }
+
     fn add(&mut self, c: &TransferCounters) {
         for d in Direction::ALL {
             let t = self.get_mut(d);

@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use pinwise_core::policy::{PinRequest, PredictedTransfers};
 use pinwise_core::profile::{Profile, ProfileEntry};
-use pinwise_core::{Decision, Direction, PinMethod, Policy};
+use pinwise_core::{Decision, PinMethod, Policy};
 
 use crate::input::{InputInfo, Loaded};
 use crate::sites::{SiteLabel, SiteNames, SiteResolver};
@@ -257,12 +257,10 @@ impl<'p> Indexed<'p> {
             let k = key(e);
             let a = acc.entry((k.clone(), e.offset)).or_default();
             let inst = u64::from(e.instances);
+            // Saturating: a profile's counts are whatever its file says.
             a.0 += inst;
-            a.1 += e.transfers.transfers();
-            a.2 += Direction::ALL
-                .iter()
-                .map(|&d| e.transfers.get(d).bytes)
-                .sum::<u64>();
+            a.1 = a.1.saturating_add(e.transfers.transfers());
+            a.2 = a.2.saturating_add(e.transfers.bytes());
             a.3 += u128::from(e.size) * u128::from(inst);
             a.4 = a.4.max(e.size);
             a.5 = a.5.max(e.call_no);
@@ -306,11 +304,10 @@ impl<'p> Indexed<'p> {
                 .entries
                 .iter()
                 .fold(0u64, |a, e| a.saturating_add(e.transfers.transfers())),
-            bytes: p.entries.iter().fold(0u64, |a, e| {
-                Direction::ALL
-                    .iter()
-                    .fold(a, |a, &d| a.saturating_add(e.transfers.get(d).bytes))
-            }),
+            bytes: p
+                .entries
+                .iter()
+                .fold(0u64, |a, e| a.saturating_add(e.transfers.bytes())),
         }
     }
 

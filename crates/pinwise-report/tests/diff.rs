@@ -238,3 +238,28 @@ fn the_text_fits_100_columns_and_the_json_has_every_part() {
         assert!(v.get(key).is_some(), "{key}");
     }
 }
+
+/// A profile file's counts are whatever it says: counts that overflow when summed per site
+/// or per file saturate instead of panicking.
+#[test]
+fn a_profile_with_counts_at_their_limit_compares() {
+    let a = run(1, 40, Some(16 * MIB), 2);
+    let mut doc: serde_json::Value =
+        serde_json::from_str(&Profile::from_history(&a).to_json()).unwrap();
+    for e in doc["entries"].as_array_mut().unwrap() {
+        e["transfers"]["HtoD"]["transfers"] = serde_json::json!(u64::MAX);
+        e["transfers"]["HtoD"]["bytes"] = serde_json::json!(u64::MAX);
+    }
+    let profile = Profile::from_json_bytes(doc.to_string().as_bytes()).unwrap();
+    let d = diff(
+        &profile,
+        info("a.profile.json"),
+        &entries_of(&Loaded::History(Box::new(a))),
+        info("b.bin"),
+        &Policy::new(CostModel::builtin()),
+        &DiffOptions::default(),
+        &mut ScenarioSymbols,
+    );
+    assert_eq!(d.a.transfers, u64::MAX);
+    render_text(&d);
+}
