@@ -60,7 +60,8 @@ impl PerDirection {
         }
     }
 
-    fn get_mut(&mut self, d: Direction) -> &mut DirectionTotals {
+    /// The totals of one direction, to change.
+    pub fn get_mut(&mut self, d: Direction) -> &mut DirectionTotals {
         match d {
             Direction::HtoD => &mut self.htod,
             Direction::DtoH => &mut self.dtoh,

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 
 use pinwise_core::history::{AllocState, AllocationView, TransferCounters};
-use pinwise_core::profile::{DirectionTotals, PerDirection, Profile, ProfileEntry, ProfileModule};
+use pinwise_core::profile::{PerDirection, Profile, ProfileEntry, ProfileModule};
 use pinwise_core::{Direction, MemHistory, ModuleId};
 
 /// Accumulates profile entries, one allocation at a time.
@@ -98,7 +98,7 @@ impl TagProfile {
         let mut transfers = PerDirection::default();
         for d in Direction::ALL {
             let c = counters.direction(d);
-            let t = direction_mut(&mut transfers, d);
+            let t = transfers.get_mut(d);
             t.transfers = c.transfers();
             t.bytes = c.bytes();
         }
@@ -164,7 +164,7 @@ impl TagProfile {
                     m.instances += 1;
                     m.size = m.size.max(e.size);
                     for d in Direction::ALL {
-                        let (a, b) = (direction_mut(&mut m.transfers, d), e.transfers.get(d));
+                        let (a, b) = (m.transfers.get_mut(d), e.transfers.get(d));
                         a.transfers = a.transfers.saturating_add(b.transfers);
                         a.bytes = a.bytes.saturating_add(b.bytes);
                     }
@@ -190,15 +190,6 @@ impl TagProfile {
                 .expect("entries built from a history are consistent"),
             pinned_in_run,
         }
-    }
-}
-
-fn direction_mut(p: &mut PerDirection, d: Direction) -> &mut DirectionTotals {
-    match d {
-        Direction::HtoD => &mut p.htod,
-        Direction::DtoH => &mut p.dtoh,
-        Direction::DtoD => &mut p.dtod,
-        Direction::HtoH => &mut p.htoh,
     }
 }
 
