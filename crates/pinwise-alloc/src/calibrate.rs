@@ -187,8 +187,8 @@ fn copy_time(
 ///
 /// Each timed copy follows an untimed copy the other way on the same buffer: buffers worth
 /// pinning move in round trips (upload, compute, download), and there a pageable copy costs
-/// more than in a one-way loop (on an H200, a 16 KiB pageable round trip took 23.7 us where
-/// one-way loops summed to 16.2 us; pinned round trips matched their one-way sum within 3 %:
+/// more than in a one-way loop (on an H200, a 16 KiB pageable round trip took 23.6 us where
+/// one-way loops summed to 16.2 us; pinned round trips matched their one-way sum within 4 %:
 /// bench/results/gpu-alloc.md).
 fn bandwidth(
     config: &CalibrationConfig,
