@@ -15,6 +15,7 @@
 //! | [`profile`] | `Profile`: what the allocator needs from a past run |
 //! | [`cost`] | `CostModel`: transfer and pinning times by size, from a calibration |
 //! | [`policy`] | `Policy`: pin or not, and why; budget-constrained plans |
+//! | [`timeline`] | `Timeline`: pinned bytes over lifetimes (budget peaks) |
 //! | [`synth`] | deterministic synthetic event streams for benchmarks and tests |
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -27,6 +28,7 @@ pub mod policy;
 pub mod profile;
 pub mod synth;
 pub mod tag;
+pub mod timeline;
 
 mod segvec;
 mod varint;

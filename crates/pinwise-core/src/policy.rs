@@ -23,6 +23,7 @@ use crate::cost::{CostModel, PinMethod};
 use crate::event::Direction;
 use crate::history::TransferCounters;
 use crate::profile::{Profile, ProfileEntry};
+use crate::timeline::Timeline;
 
 /// Predicted transfers of one allocation: per direction (index [`Direction::index`]), how
 /// many and how many bytes in total.
@@ -404,110 +405,5 @@ impl Plan {
     /// Net saving of the pinned entries, ns.
     pub fn net_saving_ns(&self) -> f64 {
         self.pinned().map(|e| e.decision.net_ns()).sum()
-    }
-}
-
-/// Bytes planned pinned over time: a segment tree over the elementary intervals between
-/// lifetime boundaries, with range add and range max.
-struct Timeline {
-    points: Vec<u64>,
-    max: Vec<u64>,
-    add: Vec<u64>,
-}
-
-impl Timeline {
-    fn new(points: impl Iterator<Item = u64>) -> Self {
-        let mut points: Vec<u64> = points.collect();
-        points.sort_unstable();
-        points.dedup();
-        if points.is_empty() {
-            points.push(0);
-        }
-        let n = points.len();
-        Timeline {
-            points,
-            max: vec![0; 4 * n],
-            add: vec![0; 4 * n],
-        }
-    }
-
-    /// Number of elementary intervals (the last one runs to infinity).
-    fn len(&self) -> usize {
-        self.points.len()
-    }
-
-    /// Intervals `[from, to)` covering a lifetime from `start` to `end` (`None`: forever);
-    /// an instantaneous lifetime still occupies its interval.
-    fn span(&self, start: u64, end: Option<u64>) -> (usize, usize) {
-        let from = self
-            .points
-            .partition_point(|&p| p <= start)
-            .saturating_sub(1);
-        let to = match end {
-            Some(e) => self.points.partition_point(|&p| p < e).max(from + 1),
-            None => self.len(),
-        };
-        (from, to)
-    }
-
-    fn max(&self, from: usize, to: usize) -> u64 {
-        self.query(1, 0, self.len(), from, to)
-    }
-
-    fn add(&mut self, from: usize, to: usize, v: u64) {
-        let n = self.len();
-        self.update(1, 0, n, from, to, v);
-    }
-
-    fn query(&self, node: usize, lo: usize, hi: usize, from: usize, to: usize) -> u64 {
-        if to <= lo || hi <= from {
-            return 0;
-        }
-        if from <= lo && hi <= to {
-            return self.max[node];
-        }
-        let mid = (lo + hi) / 2;
-        self.add[node]
-            + self.query(2 * node, lo, mid, from, to).max(self.query(
-                2 * node + 1,
-                mid,
-                hi,
-                from,
-                to,
-            ))
-    }
-
-    fn update(&mut self, node: usize, lo: usize, hi: usize, from: usize, to: usize, v: u64) {
-        if to <= lo || hi <= from {
-            return;
-        }
-        if from <= lo && hi <= to {
-            self.max[node] += v;
-            self.add[node] += v;
-            return;
-        }
-        let mid = (lo + hi) / 2;
-        self.update(2 * node, lo, mid, from, to, v);
-        self.update(2 * node + 1, mid, hi, from, to, v);
-        self.max[node] = self.add[node] + self.max[2 * node].max(self.max[2 * node + 1]);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn timeline_tracks_the_most_bytes_at_once() {
-        let mut t = Timeline::new([0u64, 10, 20, 30].into_iter());
-        let a = t.span(0, Some(10));
-        let b = t.span(10, Some(20));
-        let c = t.span(5, None);
-        t.add(a.0, a.1, 100);
-        t.add(b.0, b.1, 100);
-        assert_eq!(t.max(0, t.len()), 100, "a and b never overlap");
-        t.add(c.0, c.1, 50);
-        assert_eq!(t.max(0, t.len()), 150);
-        assert_eq!(t.max(t.span(20, Some(30)).0, t.len()), 50);
     }
 }

@@ -18,6 +18,7 @@ use serde::Serialize;
 
 use pinwise_core::policy::{PinRequest, Plan, PredictedTransfers};
 use pinwise_core::profile::{Profile, ProfileEntry};
+use pinwise_core::timeline::Timeline;
 use pinwise_core::{Decision, PinMethod, Policy};
 
 /// One point of the curve.
@@ -181,7 +182,7 @@ fn prefix_curve(profile: &Profile, decisions: &[Decision]) -> Vec<BudgetPoint> {
     let order = keyed.into_iter().map(|(_, i)| i);
     // The lifetime boundaries of every entry, as core's plan takes them: its peaks for a
     // set of tags are then exactly the plan's.
-    let mut timeline = MaxTimeline::new(
+    let mut timeline = Timeline::new(
         entries
             .iter()
             .flat_map(|e| [Some(e.start_ns), e.end_ns])
@@ -224,135 +225,9 @@ fn thin(curve: Vec<BudgetPoint>, max: usize) -> Vec<BudgetPoint> {
     (0..max).map(|k| dedup[k * (n - 1) / (max - 1)]).collect()
 }
 
-/// Bytes pinned over time: range add, maximum over everything. Its intervals follow
-/// core's plan (`pinwise_core::policy`): the elementary intervals between lifetime
-/// boundaries, a lifetime covering those from the one holding its start to the one before
-/// its end (at least one), to the last when it never ended. A bottom-up segment tree: each
-/// node holds the maximum of its range including what was added to the whole node.
-struct MaxTimeline {
-    points: Vec<u64>,
-    /// Leaves from `size` on; intervals past the last point stay 0.
-    size: usize,
-    max: Vec<u64>,
-    add: Vec<u64>,
-}
-
-impl MaxTimeline {
-    fn new(points: impl Iterator<Item = u64>) -> Self {
-        let mut points: Vec<u64> = points.collect();
-        points.sort_unstable();
-        points.dedup();
-        if points.is_empty() {
-            points.push(0);
-        }
-        let size = points.len().next_power_of_two();
-        MaxTimeline {
-            points,
-            size,
-            max: vec![0; 2 * size],
-            add: vec![0; size],
-        }
-    }
-
-    fn len(&self) -> usize {
-        self.points.len()
-    }
-
-    fn span(&self, start: u64, end: Option<u64>) -> (usize, usize) {
-        let from = self
-            .points
-            .partition_point(|&p| p <= start)
-            .saturating_sub(1);
-        let to = match end {
-            Some(e) => self.points.partition_point(|&p| p < e).max(from + 1),
-            None => self.len(),
-        };
-        (from, to)
-    }
-
-    fn peak(&self) -> u64 {
-        self.max[1]
-    }
-
-    /// Adds `v` to intervals `[from, to)`.
-    fn add(&mut self, from: usize, to: usize, v: u64) {
-        let (mut l, mut r) = (from + self.size, to + self.size);
-        let (first, last) = (l, r - 1);
-        while l < r {
-            if l & 1 == 1 {
-                self.apply(l, v);
-                l += 1;
-            }
-            if r & 1 == 1 {
-                r -= 1;
-                self.apply(r, v);
-            }
-            l >>= 1;
-            r >>= 1;
-        }
-        self.rebuild(first);
-        self.rebuild(last);
-    }
-
-    fn apply(&mut self, node: usize, v: u64) {
-        self.max[node] += v;
-        if node < self.size {
-            self.add[node] += v;
-        }
-    }
-
-    /// Recomputes the ancestors of `node`.
-    fn rebuild(&mut self, mut node: usize) {
-        node >>= 1;
-        while node >= 1 {
-            self.max[node] = self.max[2 * node].max(self.max[2 * node + 1]) + self.add[node];
-            node >>= 1;
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_timeline_peaks_where_lifetimes_overlap() {
-        let mut t = MaxTimeline::new([0u64, 10, 20, 30].into_iter());
-        let (a0, a1) = t.span(0, Some(10));
-        t.add(a0, a1, 100);
-        let (b0, b1) = t.span(10, Some(20));
-        t.add(b0, b1, 100);
-        assert_eq!(t.peak(), 100, "back to back lifetimes share the budget");
-        let (c0, c1) = t.span(5, None);
-        t.add(c0, c1, 50);
-        assert_eq!(t.peak(), 150);
-    }
-
-    #[test]
-    fn the_timeline_agrees_with_a_brute_force_count() {
-        // Deterministic pseudo-random lifetimes over 37 boundaries.
-        let mut x = 12345u64;
-        let mut next = || {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            x >> 33
-        };
-        let points: Vec<u64> = (0..37).map(|i| i * 10).collect();
-        let mut t = MaxTimeline::new(points.iter().copied());
-        let mut brute = vec![0u64; t.len()];
-        for _ in 0..200 {
-            let a = next() % 370;
-            let end = (next() % 4 != 0).then(|| a + next() % 100);
-            let v = next() % 1000;
-            let (from, to) = t.span(a, end);
-            t.add(from, to, v);
-            for b in &mut brute[from..to] {
-                *b += v;
-            }
-            assert_eq!(t.peak(), *brute.iter().max().unwrap());
-        }
-    }
 
     #[test]
     fn thinning_keeps_ends_and_the_best_point_of_each_budget() {
