@@ -557,36 +557,103 @@ fn adopt_single_child_outputs(
 }
 
 /// Sums over processes (peaks: the largest).
+/// The processes' statistics added up, once, for the summary and for `--stats-json`.
+#[derive(Debug, Default, serde::Serialize)]
+struct Totals {
+    processes: usize,
+    host_allocs: u64,
+    served_pinned: u64,
+    served_pageable: u64,
+    forwarded: u64,
+    #[serde(skip)]
+    required_outside_budget: u64,
+    transfers_htod: u64,
+    transfers_dtoh: u64,
+    #[serde(skip)]
+    transfers_dtod: u64,
+    #[serde(skip)]
+    transfers_htoh: u64,
+    bytes_htod: u64,
+    bytes_dtoh: u64,
+    transfers_pinned: u64,
+    transfers_pageable: u64,
+    transfers_unknown: u64,
+    pinned_bytes_peak_max: u64,
+    #[serde(skip)]
+    budget_bytes_max: u64,
+    pool_hits: u64,
+    #[serde(skip)]
+    pool_misses: u64,
+    fallbacks: u64,
+    budget_refusals: u64,
+    promotions: u64,
+    #[serde(skip)]
+    promotions_on_transfers: u64,
+    #[serde(skip)]
+    promotions_by_allocator: u64,
+    #[serde(skip)]
+    promotions_on_queries: u64,
+    events: u64,
+    events_lost: u64,
+    #[serde(skip)]
+    hook_samples: u64,
+    #[serde(skip)]
+    wrapped: u64,
+}
+
+impl Totals {
+    fn of(ps: &[ProcessStats]) -> Totals {
+        let sum = |f: &dyn Fn(&ProcessStats) -> u64| ps.iter().map(f).sum::<u64>();
+        let dir = |d: &str, bytes: bool| {
+            sum(&|p: &ProcessStats| {
+                p.transfers
+                    .get(d)
+                    .map_or(0, |s| if bytes { s.bytes } else { s.count })
+            })
+        };
+        let promotions_on_transfers = sum(&|p| p.promotions_on_transfers);
+        let promotions_by_allocator = sum(&|p| p.promotions_by_allocator);
+        let promotions_on_queries = sum(&|p| p.promotions_on_queries);
+        Totals {
+            processes: ps.len(),
+            host_allocs: sum(&|p| p.host_allocs),
+            served_pinned: sum(&|p| p.served_pinned),
+            served_pageable: sum(&|p| p.served_pageable),
+            forwarded: sum(&|p| p.forwarded),
+            required_outside_budget: sum(&|p| p.required_outside_budget),
+            transfers_htod: dir("HtoD", false),
+            transfers_dtoh: dir("DtoH", false),
+            transfers_dtod: dir("DtoD", false),
+            transfers_htoh: dir("HtoH", false),
+            bytes_htod: dir("HtoD", true),
+            bytes_dtoh: dir("DtoH", true),
+            transfers_pinned: sum(&|p| p.transfers_pinned),
+            transfers_pageable: sum(&|p| p.transfers_pageable),
+            transfers_unknown: sum(&|p| p.transfers_unknown),
+            pinned_bytes_peak_max: ps
+                .iter()
+                .map(|p| p.engine.pinned_bytes_peak)
+                .max()
+                .unwrap_or(0),
+            budget_bytes_max: ps.iter().map(|p| p.engine.budget_bytes).max().unwrap_or(0),
+            pool_hits: sum(&|p| p.engine.pool_hits),
+            pool_misses: sum(&|p| p.engine.pool_misses),
+            fallbacks: sum(&|p| p.engine.fallbacks + p.promotion_failures),
+            budget_refusals: sum(&|p| p.engine.budget_refusals + p.promotion_budget_refusals),
+            promotions: promotions_on_transfers + promotions_by_allocator + promotions_on_queries,
+            promotions_on_transfers,
+            promotions_by_allocator,
+            promotions_on_queries,
+            events: sum(&|p| p.events),
+            events_lost: sum(&|p| p.events_lost),
+            hook_samples: sum(&|p| p.hook_samples),
+            wrapped: sum(&|p| p.wrapped_by_dlsym + p.wrapped_by_proc_address + p.wrapped_by_rule),
+        }
+    }
+}
+
 fn totals(ps: &[ProcessStats]) -> serde_json::Value {
-    let sum = |f: &dyn Fn(&ProcessStats) -> u64| ps.iter().map(f).sum::<u64>();
-    let dir = |d: &str, bytes: bool| {
-        sum(&|p: &ProcessStats| {
-            p.transfers
-                .get(d)
-                .map_or(0, |s| if bytes { s.bytes } else { s.count })
-        })
-    };
-    serde_json::json!({
-        "processes": ps.len(),
-        "host_allocs": sum(&|p| p.host_allocs),
-        "served_pinned": sum(&|p| p.served_pinned),
-        "served_pageable": sum(&|p| p.served_pageable),
-        "forwarded": sum(&|p| p.forwarded),
-        "transfers_htod": dir("HtoD", false),
-        "transfers_dtoh": dir("DtoH", false),
-        "bytes_htod": dir("HtoD", true),
-        "bytes_dtoh": dir("DtoH", true),
-        "transfers_pinned": sum(&|p| p.transfers_pinned),
-        "transfers_pageable": sum(&|p| p.transfers_pageable),
-        "transfers_unknown": sum(&|p| p.transfers_unknown),
-        "pinned_bytes_peak_max": ps.iter().map(|p| p.engine.pinned_bytes_peak).max().unwrap_or(0),
-        "pool_hits": sum(&|p| p.engine.pool_hits),
-        "fallbacks": sum(&|p| p.engine.fallbacks + p.promotion_failures),
-        "budget_refusals": sum(&|p| p.engine.budget_refusals + p.promotion_budget_refusals),
-        "promotions": sum(&|p| p.promotions_on_transfers + p.promotions_on_queries + p.promotions_by_allocator),
-        "events": sum(&|p| p.events),
-        "events_lost": sum(&|p| p.events_lost),
-    })
+    serde_json::to_value(Totals::of(ps)).unwrap_or_default()
 }
 
 /// The summary, one line each.
@@ -615,61 +682,49 @@ pub fn summary_lines(ps: &[ProcessStats]) -> Vec<String> {
             pids.join(", ")
         ));
     }
-    let sum = |f: &dyn Fn(&ProcessStats) -> u64| ps.iter().map(f).sum::<u64>();
-    let dir = |d: &str| {
-        let count = sum(&|p| p.transfers.get(d).map_or(0, |s| s.count));
-        let bytes = sum(&|p| p.transfers.get(d).map_or(0, |s| s.bytes));
-        (count, bytes)
-    };
+    let t = Totals::of(ps);
     lines.push(format!(
         "pinned requests {}: {} served pinned (pool hits {}, misses {}), {} served pageable, \
          {} passed to CUDA ({} over the budget but required pinned)",
-        sum(&|p| p.host_allocs),
-        sum(&|p| p.served_pinned),
-        sum(&|p| p.engine.pool_hits),
-        sum(&|p| p.engine.pool_misses),
-        sum(&|p| p.served_pageable),
-        sum(&|p| p.forwarded),
-        sum(&|p| p.required_outside_budget),
+        t.host_allocs,
+        t.served_pinned,
+        t.pool_hits,
+        t.pool_misses,
+        t.served_pageable,
+        t.forwarded,
+        t.required_outside_budget,
     ));
-    let (htod, htod_b) = dir("HtoD");
-    let (dtoh, dtoh_b) = dir("DtoH");
-    let (dtod, _) = dir("DtoD");
-    let (htoh, _) = dir("HtoH");
     lines.push(format!(
-        "transfers seen {}: HtoD {htod} ({}), DtoH {dtoh} ({}), DtoD {dtod}, HtoH {htoh}; host \
-         side pinned {}, pageable {}, not known to pinwise {}",
-        htod + dtoh + dtod + htoh,
-        bytes(htod_b),
-        bytes(dtoh_b),
-        sum(&|p| p.transfers_pinned),
-        sum(&|p| p.transfers_pageable),
-        sum(&|p| p.transfers_unknown),
+        "transfers seen {}: HtoD {} ({}), DtoH {} ({}), DtoD {}, HtoH {}; host side pinned {}, \
+         pageable {}, not known to pinwise {}",
+        t.transfers_htod + t.transfers_dtoh + t.transfers_dtod + t.transfers_htoh,
+        t.transfers_htod,
+        bytes(t.bytes_htod),
+        t.transfers_dtoh,
+        bytes(t.bytes_dtoh),
+        t.transfers_dtod,
+        t.transfers_htoh,
+        t.transfers_pinned,
+        t.transfers_pageable,
+        t.transfers_unknown,
     ));
-    let peak = ps
-        .iter()
-        .map(|p| p.engine.pinned_bytes_peak)
-        .max()
-        .unwrap_or(0);
-    let budget = ps.iter().map(|p| p.engine.budget_bytes).max().unwrap_or(0);
     lines.push(format!(
         "pinned bytes peak {} (budget {}); promotions in place {} (program buffers {}, \
          allocator {}, before a pointer query {}); fallbacks to pageable {}; budget refusals {}",
-        bytes(peak),
-        if budget > 0 {
-            bytes(budget)
+        bytes(t.pinned_bytes_peak_max),
+        if t.budget_bytes_max > 0 {
+            bytes(t.budget_bytes_max)
         } else {
             "-".into()
         },
-        sum(&|p| p.promotions_on_transfers + p.promotions_by_allocator + p.promotions_on_queries),
-        sum(&|p| p.promotions_on_transfers),
-        sum(&|p| p.promotions_by_allocator),
-        sum(&|p| p.promotions_on_queries),
-        sum(&|p| p.engine.fallbacks + p.promotion_failures),
-        sum(&|p| p.engine.budget_refusals + p.promotion_budget_refusals),
+        t.promotions,
+        t.promotions_on_transfers,
+        t.promotions_by_allocator,
+        t.promotions_on_queries,
+        t.fallbacks,
+        t.budget_refusals,
     ));
-    let samples = sum(&|p| p.hook_samples);
-    if samples > 0 {
+    if t.hook_samples > 0 {
         // The process with the most samples speaks for the run (medians do not add up).
         let busiest = ps
             .iter()
@@ -687,8 +742,7 @@ pub fn summary_lines(ps: &[ProcessStats]) -> Vec<String> {
             busiest.hook_samples
         ));
     }
-    let wrapped = sum(&|p| p.wrapped_by_dlsym + p.wrapped_by_proc_address + p.wrapped_by_rule);
-    if wrapped == 0 && sum(&|p| p.events) == 0 {
+    if t.wrapped == 0 && t.events == 0 {
         lines.push(
             "no CUDA host-memory call was seen (the program did not use CUDA, or reached the \
              driver some way pinwise does not intercept)"
