@@ -450,7 +450,64 @@ fn side_is_host(st: &State, memory_type: c_uint, host: usize, device: u64) -> Op
     }
 }
 
-/// A 2D copy from its descriptor.
+/// One side of a pitched (2D/3D) copy, as its descriptor gives it.
+struct PitchedSide {
+    memory_type: c_uint,
+    host: usize,
+    device: u64,
+    x_in_bytes: usize,
+    y: usize,
+    z: usize,
+    pitch: usize,
+    /// Rows per slice (3D only; unused with one slice).
+    height: usize,
+}
+
+impl PitchedSide {
+    /// First byte and span touched on this side for `width` bytes x `rows` x `slices`.
+    fn range(&self, width: usize, rows: usize, slices: usize) -> (usize, usize) {
+        let base = if self.host == 0 {
+            self.device as usize
+        } else {
+            self.host
+        };
+        let first = base + (self.z * self.height + self.y) * self.pitch + self.x_in_bytes;
+        let span =
+            (slices.saturating_sub(1) * self.height + rows.saturating_sub(1)) * self.pitch + width;
+        (first, span)
+    }
+}
+
+/// A pitched copy of `width` bytes x `rows` x `slices` from `src` to `dst`.
+fn pitched_copy(
+    st: &State,
+    src: PitchedSide,
+    dst: PitchedSide,
+    (width, rows, slices): (usize, usize, usize),
+    stream: Option<usize>,
+    per_thread: bool,
+) -> Option<Copy> {
+    let src_host = side_is_host(st, src.memory_type, src.host, src.device)?;
+    let dst_host = side_is_host(st, dst.memory_type, dst.host, dst.device)?;
+    let bytes = width.checked_mul(rows)?.checked_mul(slices)?;
+    let (direction, (host, span), device) = match (src_host, dst_host) {
+        (true, false) => (Direction::HtoD, src.range(width, rows, slices), dst.device),
+        (false, true) => (Direction::DtoH, dst.range(width, rows, slices), src.device),
+        (true, true) => (Direction::HtoH, dst.range(width, rows, slices), 0),
+        (false, false) => (Direction::DtoD, (0, 0), dst.device),
+    };
+    Some(Copy {
+        direction,
+        host,
+        device,
+        bytes,
+        span,
+        stream,
+        per_thread,
+    })
+}
+
+/// A 2D copy from its descriptor (a pitched copy of one slice).
 ///
 /// # Safety
 /// `p` is NULL or points to a valid descriptor (CUDA's contract).
@@ -462,48 +519,34 @@ pub unsafe fn copy_2d(
 ) -> Option<Copy> {
     // SAFETY: the caller's contract.
     let d = unsafe { p.as_ref()? };
-    let src = side_is_host(st, d.srcMemoryType, d.srcHost as usize, d.srcDevice)?;
-    let dst = side_is_host(st, d.dstMemoryType, d.dstHost as usize, d.dstDevice)?;
-    let bytes = d.WidthInBytes.checked_mul(d.Height)?;
-    let first = |base: usize, x: usize, y: usize, pitch: usize| base + y * pitch + x;
-    let span = |pitch: usize| d.Height.saturating_sub(1) * pitch + d.WidthInBytes;
-    let host_src = || {
-        let base = if d.srcHost.is_null() {
-            d.srcDevice as usize
-        } else {
-            d.srcHost as usize
-        };
-        (
-            first(base, d.srcXInBytes, d.srcY, d.srcPitch),
-            span(d.srcPitch),
-        )
+    let src = PitchedSide {
+        memory_type: d.srcMemoryType,
+        host: d.srcHost as usize,
+        device: d.srcDevice,
+        x_in_bytes: d.srcXInBytes,
+        y: d.srcY,
+        z: 0,
+        pitch: d.srcPitch,
+        height: 0,
     };
-    let host_dst = || {
-        let base = if d.dstHost.is_null() {
-            d.dstDevice as usize
-        } else {
-            d.dstHost as usize
-        };
-        (
-            first(base, d.dstXInBytes, d.dstY, d.dstPitch),
-            span(d.dstPitch),
-        )
+    let dst = PitchedSide {
+        memory_type: d.dstMemoryType,
+        host: d.dstHost as usize,
+        device: d.dstDevice,
+        x_in_bytes: d.dstXInBytes,
+        y: d.dstY,
+        z: 0,
+        pitch: d.dstPitch,
+        height: 0,
     };
-    let (direction, (host, span), device) = match (src, dst) {
-        (true, false) => (Direction::HtoD, host_src(), d.dstDevice),
-        (false, true) => (Direction::DtoH, host_dst(), d.srcDevice),
-        (true, true) => (Direction::HtoH, host_dst(), 0),
-        (false, false) => (Direction::DtoD, (0, 0), d.dstDevice),
-    };
-    Some(Copy {
-        direction,
-        host,
-        device,
-        bytes,
-        span,
+    pitched_copy(
+        st,
+        src,
+        dst,
+        (d.WidthInBytes, d.Height, 1),
         stream,
         per_thread,
-    })
+    )
 }
 
 /// A 3D copy from its descriptor.
@@ -518,46 +561,28 @@ pub unsafe fn copy_3d(
 ) -> Option<Copy> {
     // SAFETY: the caller's contract.
     let d = unsafe { p.as_ref()? };
-    let src = side_is_host(st, d.srcMemoryType, d.srcHost as usize, d.srcDevice)?;
-    let dst = side_is_host(st, d.dstMemoryType, d.dstHost as usize, d.dstDevice)?;
-    let bytes = d.WidthInBytes.checked_mul(d.Height)?.checked_mul(d.Depth)?;
-    let place = |base: usize, x: usize, y: usize, z: usize, pitch: usize, height: usize| {
-        let first = base + (z * height + y) * pitch + x;
-        let span = (d.Depth.saturating_sub(1) * height + d.Height.saturating_sub(1)) * pitch
-            + d.WidthInBytes;
-        (first, span)
+    let src = PitchedSide {
+        memory_type: d.srcMemoryType,
+        host: d.srcHost as usize,
+        device: d.srcDevice,
+        x_in_bytes: d.srcXInBytes,
+        y: d.srcY,
+        z: d.srcZ,
+        pitch: d.srcPitch,
+        height: d.srcHeight,
     };
-    let host_src = || {
-        let base = if d.srcHost.is_null() {
-            d.srcDevice as usize
-        } else {
-            d.srcHost as usize
-        };
-        place(base, d.srcXInBytes, d.srcY, d.srcZ, d.srcPitch, d.srcHeight)
+    let dst = PitchedSide {
+        memory_type: d.dstMemoryType,
+        host: d.dstHost as usize,
+        device: d.dstDevice,
+        x_in_bytes: d.dstXInBytes,
+        y: d.dstY,
+        z: d.dstZ,
+        pitch: d.dstPitch,
+        height: d.dstHeight,
     };
-    let host_dst = || {
-        let base = if d.dstHost.is_null() {
-            d.dstDevice as usize
-        } else {
-            d.dstHost as usize
-        };
-        place(base, d.dstXInBytes, d.dstY, d.dstZ, d.dstPitch, d.dstHeight)
-    };
-    let (direction, (host, span), device) = match (src, dst) {
-        (true, false) => (Direction::HtoD, host_src(), d.dstDevice),
-        (false, true) => (Direction::DtoH, host_dst(), d.srcDevice),
-        (true, true) => (Direction::HtoH, host_dst(), 0),
-        (false, false) => (Direction::DtoD, (0, 0), d.dstDevice),
-    };
-    Some(Copy {
-        direction,
-        host,
-        device,
-        bytes,
-        span,
-        stream,
-        per_thread,
-    })
+    let dims = (d.WidthInBytes, d.Height, d.Depth);
+    pitched_copy(st, src, dst, dims, stream, per_thread)
 }
 
 // ---------- pointer queries ----------
