@@ -7,7 +7,7 @@
 //! else path), offset and, for tags, call number, so a rebuilt program matches nothing:
 //! the diff then says which modules changed identity.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde::Serialize;
@@ -241,7 +241,8 @@ type TagKey = (String, u64, u32);
 /// A profile indexed by module key.
 struct Indexed<'p> {
     profile: &'p Profile,
-    tags: HashMap<TagKey, &'p ProfileEntry>,
+    /// Ordered, so that sums over it (savings) come out bit-identical on every run.
+    tags: BTreeMap<TagKey, &'p ProfileEntry>,
     sites: BTreeMap<SiteKey, SiteSide>,
     processes: f64,
 }
@@ -250,7 +251,7 @@ impl<'p> Indexed<'p> {
     fn new(profile: &'p Profile) -> Self {
         let key = |e: &ProfileEntry| profile.modules[e.module as usize].key.clone();
         let processes = profile.processes.max(1) as f64;
-        let mut tags = HashMap::with_capacity(profile.entries.len());
+        let mut tags = BTreeMap::new();
         // Per site: instances, transfers, bytes, size sum, max size, max call number.
         let mut acc: BTreeMap<SiteKey, (u64, u64, u64, u128, u64, u32)> = BTreeMap::new();
         for e in &profile.entries {
