@@ -303,7 +303,7 @@ fn checks(report: &mut Report, ctx: &Context) {
             let mut back = vec![0u8; MIB];
             // SAFETY: host buffers valid for MIB bytes during the calls.
             unsafe { ctx.copy(d1.ptr().0, data.as_ptr() as u64, MIB)? };
-            ctx.copy_dtod(d2.ptr(), d1.ptr(), MIB)?;
+            d2.copy_from_device(&d1)?;
             // SAFETY: as above.
             unsafe { ctx.copy(back.as_mut_ptr() as u64, d2.ptr().0, MIB)? };
             let mut filled = vec![0u8; 4096];

@@ -1,9 +1,13 @@
 //! Copies between host and device, synchronous and asynchronous.
 //!
-//! The synchronous forms borrow Rust slices for the duration of the call and are safe. The
+//! Every form here takes raw device addresses ([`DevicePtr`]), which any caller can make up,
+//! so every form is `unsafe`: the caller promises that the device range is memory it owns
+//! (a [`DeviceBuffer`](crate::DeviceBuffer) it holds, say), not memory another allocation,
+//! library or thread relies on. [`DeviceBuffer`](crate::DeviceBuffer)'s methods are the safe,
+//! range-checked forms. The synchronous forms borrow Rust slices for the host side; the
 //! asynchronous forms return before the copy happens, so the host memory must stay valid
-//! (and, for host-to-device copies, unchanged) until the stream reaches the copy: they are
-//! `unsafe` and take raw pointers.
+//! (and, for host-to-device copies, unchanged) until the stream reaches the copy: they take
+//! raw pointers.
 
 use std::ffi::c_void;
 
@@ -15,41 +19,64 @@ use crate::sys::*;
 
 impl Context {
     /// `cuMemcpyHtoD_v2`: copies `src` to `dst`.
-    pub fn copy_htod(&self, dst: DevicePtr, src: &[u8]) -> Result<()> {
+    ///
+    /// # Safety
+    /// `[dst, dst + src.len())` must be device memory the caller owns, which nobody else
+    /// reads or writes during the call (under unified addressing, a host address here is
+    /// written too: it must not be memory that Rust references or other code use).
+    pub unsafe fn copy_htod(&self, dst: DevicePtr, src: &[u8]) -> Result<()> {
         self.ensure_current()?;
         let driver = self.driver();
-        // SAFETY: `src` is valid for its length during this synchronous call; the driver
-        // checks `dst`.
+        // SAFETY: `src` is valid for its length during this synchronous call; `dst` is the
+        // caller's (contract above).
         driver.check("cuMemcpyHtoD_v2", unsafe {
             (driver.api().cuMemcpyHtoD_v2)(dst.0, src.as_ptr() as *const c_void, src.len())
         })
     }
 
     /// `cuMemcpyDtoH_v2`: fills `dst` from `src`.
-    pub fn copy_dtoh(&self, dst: &mut [u8], src: DevicePtr) -> Result<()> {
+    ///
+    /// # Safety
+    /// `[src, src + dst.len())` must be device memory the caller may read, which nobody
+    /// writes during the call (under unified addressing, a host address here must not be
+    /// memory that others write meanwhile).
+    pub unsafe fn copy_dtoh(&self, dst: &mut [u8], src: DevicePtr) -> Result<()> {
         self.ensure_current()?;
         let driver = self.driver();
-        // SAFETY: `dst` is valid and exclusively borrowed during this synchronous call.
+        // SAFETY: `dst` is valid and exclusively borrowed during this synchronous call;
+        // `src` is readable (contract above).
         driver.check("cuMemcpyDtoH_v2", unsafe {
             (driver.api().cuMemcpyDtoH_v2)(dst.as_mut_ptr() as *mut c_void, src.0, dst.len())
         })
     }
 
-    /// `cuMemcpyDtoD_v2`.
-    pub fn copy_dtod(&self, dst: DevicePtr, src: DevicePtr, len: usize) -> Result<()> {
+    /// `cuMemcpyDtoD_v2`: copies `len` bytes from `src` to `dst`.
+    /// [`DeviceBuffer::copy_from_device`](crate::DeviceBuffer::copy_from_device) is the safe
+    /// form.
+    ///
+    /// # Safety
+    /// `[dst, dst + len)` must be device memory the caller owns, which nobody else reads or
+    /// writes during the call; `[src, src + len)` must be device memory the caller may read,
+    /// which nobody writes during the call.
+    pub unsafe fn copy_dtod(&self, dst: DevicePtr, src: DevicePtr, len: usize) -> Result<()> {
         self.ensure_current()?;
         let driver = self.driver();
-        // SAFETY: device addresses only; the driver checks them.
+        // SAFETY: both ranges are the caller's to use (contract above).
         driver.check("cuMemcpyDtoD_v2", unsafe {
             (driver.api().cuMemcpyDtoD_v2)(dst.0, src.0, len)
         })
     }
 
-    /// `cuMemsetD8_v2`.
-    pub fn memset_d8(&self, dst: DevicePtr, value: u8, len: usize) -> Result<()> {
+    /// `cuMemsetD8_v2`: sets `len` bytes from `dst` to `value`.
+    /// [`DeviceBuffer::fill`](crate::DeviceBuffer::fill) is the safe form.
+    ///
+    /// # Safety
+    /// `[dst, dst + len)` must be device memory the caller owns, which nobody else reads or
+    /// writes during the call.
+    pub unsafe fn memset_d8(&self, dst: DevicePtr, value: u8, len: usize) -> Result<()> {
         self.ensure_current()?;
         let driver = self.driver();
-        // SAFETY: a device address; the driver checks it.
+        // SAFETY: the range is the caller's to write (contract above).
         driver.check("cuMemsetD8_v2", unsafe {
             (driver.api().cuMemsetD8_v2)(dst.0, value, len)
         })
@@ -60,7 +87,7 @@ impl Context {
     ///
     /// # Safety
     /// Host addresses among `dst`/`src` must be valid for `len` bytes (and `dst` writable and
-    /// not otherwise borrowed) during the call.
+    /// not otherwise borrowed) during the call; device ranges as in [`Context::copy_dtod`].
     pub unsafe fn copy(&self, dst: u64, src: u64, len: usize) -> Result<()> {
         self.ensure_current()?;
         let driver = self.driver();
@@ -73,7 +100,9 @@ impl Context {
     /// `cuMemcpyHtoDAsync_v2` on `stream`.
     ///
     /// # Safety
-    /// `[src, src + len)` must stay valid and unchanged until the stream reaches the copy.
+    /// `[src, src + len)` must stay valid and unchanged until the stream reaches the copy;
+    /// `[dst, dst + len)` must be device memory the caller owns, which nobody else uses
+    /// until then.
     pub unsafe fn copy_htod_async(
         &self,
         dst: DevicePtr,
@@ -93,7 +122,8 @@ impl Context {
     ///
     /// # Safety
     /// `[dst, dst + len)` must stay valid, and not be read or written by anyone else, until the
-    /// stream reaches the copy.
+    /// stream reaches the copy; `[src, src + len)` must be device memory the caller may read,
+    /// which nobody writes until then.
     pub unsafe fn copy_dtoh_async(
         &self,
         dst: *mut u8,
@@ -110,7 +140,11 @@ impl Context {
     }
 
     /// `cuMemcpyDtoDAsync_v2` on `stream`.
-    pub fn copy_dtod_async(
+    ///
+    /// # Safety
+    /// As [`Context::copy_dtod`], until the stream reaches the copy (not only during the
+    /// call).
+    pub unsafe fn copy_dtod_async(
         &self,
         dst: DevicePtr,
         src: DevicePtr,
@@ -119,7 +153,8 @@ impl Context {
     ) -> Result<()> {
         self.ensure_current()?;
         let driver = self.driver();
-        // SAFETY: device addresses only; the driver checks them.
+        // SAFETY: both ranges are the caller's to use until the stream reaches the copy
+        // (contract above).
         driver.check("cuMemcpyDtoDAsync_v2", unsafe {
             (driver.api().cuMemcpyDtoDAsync_v2)(dst.0, src.0, len, stream.handle())
         })
@@ -129,7 +164,7 @@ impl Context {
     ///
     /// # Safety
     /// Host memory among `dst`/`src` must stay valid (and untouched by others) until the
-    /// stream reaches the copy.
+    /// stream reaches the copy; device ranges as in [`Context::copy_dtod`], until then too.
     pub unsafe fn copy_async(&self, dst: u64, src: u64, len: usize, stream: &Stream) -> Result<()> {
         self.ensure_current()?;
         let driver = self.driver();
@@ -143,7 +178,7 @@ impl Context {
     ///
     /// # Safety
     /// Every host range the descriptor names must be valid (and writable for the destination)
-    /// during the call.
+    /// during the call; device ranges as in [`Context::copy_dtod`].
     pub unsafe fn copy_2d(&self, copy: &CUDA_MEMCPY2D) -> Result<()> {
         self.ensure_current()?;
         let driver = self.driver();

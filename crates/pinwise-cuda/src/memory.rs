@@ -119,18 +119,31 @@ impl DeviceBuffer {
     /// Copies `src` to the start of the buffer (`cuMemcpyHtoD_v2`).
     pub fn copy_from_host(&self, src: &[u8]) -> Result<()> {
         self.fits("cuMemcpyHtoD_v2", src.len())?;
-        self.ctx.copy_htod(self.ptr, src)
+        // SAFETY: `fits` checked that the range lies inside this buffer's own allocation,
+        // which only this buffer's methods reach (device memory: no Rust reference aliases it).
+        unsafe { self.ctx.copy_htod(self.ptr, src) }
     }
 
     /// Copies the start of the buffer into `dst` (`cuMemcpyDtoH_v2`).
     pub fn copy_to_host(&self, dst: &mut [u8]) -> Result<()> {
         self.fits("cuMemcpyDtoH_v2", dst.len())?;
-        self.ctx.copy_dtoh(dst, self.ptr)
+        // SAFETY: `fits` checked that the range lies inside this buffer's own allocation.
+        unsafe { self.ctx.copy_dtoh(dst, self.ptr) }
+    }
+
+    /// Copies all of `src` to the start of this buffer (`cuMemcpyDtoD_v2`).
+    pub fn copy_from_device(&self, src: &DeviceBuffer) -> Result<()> {
+        self.fits("cuMemcpyDtoD_v2", src.len)?;
+        // SAFETY: `fits` checked that the destination range lies inside this buffer; the
+        // source is all of `src`'s own allocation. Both are reached only through these
+        // buffers' methods.
+        unsafe { self.ctx.copy_dtod(self.ptr, src.ptr, src.len) }
     }
 
     /// Sets every byte to `value` (`cuMemsetD8_v2`).
     pub fn fill(&self, value: u8) -> Result<()> {
-        self.ctx.memset_d8(self.ptr, value, self.len)
+        // SAFETY: exactly this buffer's own allocation.
+        unsafe { self.ctx.memset_d8(self.ptr, value, self.len) }
     }
 }
 

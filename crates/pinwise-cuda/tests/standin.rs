@@ -82,17 +82,40 @@ fn sync_copies_move_the_right_bytes_both_ways() {
 
     // Device to device, at an offset.
     let dev2 = DeviceBuffer::new(&s.ctx, data.len()).unwrap();
-    s.ctx
-        .copy_dtod(dev2.ptr(), dev.ptr().offset(10), 100)
-        .unwrap();
+    // SAFETY: 100 bytes from offset 10 of `dev` into the start of `dev2`: both inside
+    // buffers this test owns, which nothing else uses meanwhile.
+    unsafe { s.ctx.copy_dtod(dev2.ptr(), dev.ptr().offset(10), 100) }.unwrap();
     let mut head = vec![0u8; 100];
-    s.ctx.copy_dtoh(&mut head, dev2.ptr()).unwrap();
+    // SAFETY: the first 100 bytes of `dev2`, owned by this test.
+    unsafe { s.ctx.copy_dtoh(&mut head, dev2.ptr()) }.unwrap();
     assert_eq!(head, pattern(small, 2)[10..110]);
 
-    // Memset.
+    // Memset, raw and through the buffer.
+    // SAFETY: bytes 5000..5100 of `dev2`, owned by this test.
+    unsafe { s.ctx.memset_d8(dev2.ptr().offset(5000), 0x5a, 100) }.unwrap();
+    // SAFETY: the same 100 bytes of `dev2`.
+    unsafe { s.ctx.copy_dtoh(&mut head, dev2.ptr().offset(5000)) }.unwrap();
+    assert!(head.iter().all(|&b| b == 0x5a));
     dev2.fill(0xab).unwrap();
-    s.ctx.copy_dtoh(&mut head, dev2.ptr().offset(5000)).unwrap();
+    // SAFETY: as above.
+    unsafe { s.ctx.copy_dtoh(&mut head, dev2.ptr().offset(5000)) }.unwrap();
     assert!(head.iter().all(|&b| b == 0xab));
+
+    // The safe device-to-device form: a whole buffer into a larger one; not the reverse.
+    let dev3 = DeviceBuffer::new(&s.ctx, data.len() + 64).unwrap();
+    dev3.fill(0).unwrap();
+    dev3.copy_from_device(&dev2).unwrap();
+    let mut all = vec![0u8; data.len() + 64];
+    dev3.copy_to_host(&mut all).unwrap();
+    assert!(all[..data.len()].iter().all(|&b| b == 0xab));
+    assert!(
+        all[data.len()..].iter().all(|&b| b == 0),
+        "only src.len() bytes copied"
+    );
+    assert!(matches!(
+        dev2.copy_from_device(&dev3),
+        Err(CudaError::InvalidArgument { .. })
+    ));
 }
 
 #[test]
@@ -190,9 +213,9 @@ fn async_copies_on_a_stream_complete_with_events() {
     // Unified async copy and device to device on the legacy default stream.
     let default = Stream::default_stream(&s.ctx);
     let dev2 = DeviceBuffer::new(&s.ctx, n).unwrap();
-    s.ctx
-        .copy_dtod_async(dev2.ptr(), dev.ptr(), n, &default)
-        .unwrap();
+    // SAFETY: all of `dev` into all of `dev2` (both n bytes), buffers this test owns and
+    // uses only on this stream until the synchronization.
+    unsafe { s.ctx.copy_dtod_async(dev2.ptr(), dev.ptr(), n, &default) }.unwrap();
     let out = PinnedHostRegion::alloc_host(&s.ctx, n).unwrap();
     // SAFETY: `out` is pinned and untouched until the synchronization.
     unsafe {
@@ -303,7 +326,10 @@ fn bad_pointers_sizes_and_double_frees_are_typed_cuda_errors() {
 
     // A copy larger than the allocation: refused by the driver, named by CUDA.
     let too_big = vec![0u8; 8192];
-    let err = s.ctx.copy_htod(dev.ptr(), &too_big).unwrap_err();
+    // SAFETY: deliberately outside the contract (8 KiB into a 4 KiB buffer): the driver
+    // (here the stand-in) checks the allocation's bounds and refuses before writing, which
+    // is what this test asserts. Nothing else uses `dev`.
+    let err = unsafe { s.ctx.copy_htod(dev.ptr(), &too_big) }.unwrap_err();
     assert_eq!(err.code(), Some(CUDA_ERROR_INVALID_VALUE));
     assert_eq!(err.cuda_name(), Some("CUDA_ERROR_INVALID_VALUE"));
     match &err {
@@ -323,19 +349,25 @@ fn bad_pointers_sizes_and_double_frees_are_typed_cuda_errors() {
 
     // A device pointer that was never allocated (inside the device range, past the buffer).
     let mut out = [0u8; 16];
-    let err = s
-        .ctx
-        .copy_dtoh(&mut out, DevicePtr(dev.ptr().0 + (1 << 30)))
-        .unwrap_err();
+    // SAFETY: deliberately an address nobody allocated: the driver refuses it (asserted) and
+    // the write side is `out`, borrowed here.
+    let err = unsafe {
+        s.ctx
+            .copy_dtoh(&mut out, DevicePtr(dev.ptr().0 + (1 << 30)))
+    }
+    .unwrap_err();
     assert!(err.is(CUDA_ERROR_INVALID_VALUE), "{err}");
 
     // A host pointer passed where device memory is needed.
-    let host = [0u8; 16];
-    let err = s
-        .ctx
-        .copy_htod(DevicePtr(host.as_ptr() as u64), &host)
-        .unwrap_err();
+    let host = [7u8; 16];
+    let mut target = [0u8; 16];
+    let target_ptr = DevicePtr(target.as_mut_ptr() as u64);
+    // SAFETY: deliberately outside the contract: pageable host memory CUDA does not know is
+    // no device address, so the driver refuses it before writing (asserted). Were it
+    // written, only `target` would change, which nothing references during the call.
+    let err = unsafe { s.ctx.copy_htod(target_ptr, &host) }.unwrap_err();
     assert!(err.is(CUDA_ERROR_INVALID_VALUE), "{err}");
+    assert_eq!(target, [0u8; 16], "refused before writing");
 
     // Zero-byte allocation.
     let err = DeviceBuffer::new(&s.ctx, 0).unwrap_err();

@@ -113,18 +113,17 @@ pub fn run(iterations: usize, unit: usize) -> Result<()> {
         for (i, (plan, host)) in plans.iter().zip(hosts.iter_mut()).enumerate() {
             let data = host.as_mut_slice();
             fill(data, iteration as u8 ^ i as u8);
-            let dev = device_buf.ptr();
             for _ in 0..plan.uploads {
-                ctx.copy_htod(dev, data)?;
+                device_buf.copy_from_host(data)?;
             }
             for _ in 0..plan.round_trips {
-                ctx.copy_htod(dev, data)?;
-                ctx.copy_dtoh(&mut back[..plan.bytes], dev)?;
+                device_buf.copy_from_host(data)?;
+                device_buf.copy_to_host(&mut back[..plan.bytes])?;
                 checksum.add(&back[..plan.bytes]);
             }
             if plan.uploads > 0 && plan.round_trips == 0 {
                 // Read back once so the checksum covers what the uploads delivered.
-                ctx.copy_dtoh(&mut back[..plan.bytes], dev)?;
+                device_buf.copy_to_host(&mut back[..plan.bytes])?;
                 checksum.add(&back[..plan.bytes]);
             }
         }
