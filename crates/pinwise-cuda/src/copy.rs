@@ -14,7 +14,7 @@ use std::ffi::c_void;
 use crate::context::Context;
 use crate::error::Result;
 use crate::memory::DevicePtr;
-use crate::stream::Stream;
+use crate::stream::AsStream;
 use crate::sys::*;
 
 impl Context {
@@ -103,12 +103,12 @@ impl Context {
     /// `[src, src + len)` must stay valid and unchanged until the stream reaches the copy;
     /// `[dst, dst + len)` must be device memory the caller owns, which nobody else uses
     /// until then.
-    pub unsafe fn copy_htod_async(
+    pub unsafe fn copy_htod_async<S: AsStream + ?Sized>(
         &self,
         dst: DevicePtr,
         src: *const u8,
         len: usize,
-        stream: &Stream,
+        stream: &S,
     ) -> Result<()> {
         self.ensure_current()?;
         let driver = self.driver();
@@ -124,12 +124,12 @@ impl Context {
     /// `[dst, dst + len)` must stay valid, and not be read or written by anyone else, until the
     /// stream reaches the copy; `[src, src + len)` must be device memory the caller may read,
     /// which nobody writes until then.
-    pub unsafe fn copy_dtoh_async(
+    pub unsafe fn copy_dtoh_async<S: AsStream + ?Sized>(
         &self,
         dst: *mut u8,
         src: DevicePtr,
         len: usize,
-        stream: &Stream,
+        stream: &S,
     ) -> Result<()> {
         self.ensure_current()?;
         let driver = self.driver();
@@ -144,12 +144,12 @@ impl Context {
     /// # Safety
     /// As [`Context::copy_dtod`], until the stream reaches the copy (not only during the
     /// call).
-    pub unsafe fn copy_dtod_async(
+    pub unsafe fn copy_dtod_async<S: AsStream + ?Sized>(
         &self,
         dst: DevicePtr,
         src: DevicePtr,
         len: usize,
-        stream: &Stream,
+        stream: &S,
     ) -> Result<()> {
         self.ensure_current()?;
         let driver = self.driver();
@@ -165,7 +165,13 @@ impl Context {
     /// # Safety
     /// Host memory among `dst`/`src` must stay valid (and untouched by others) until the
     /// stream reaches the copy; device ranges as in [`Context::copy_dtod`], until then too.
-    pub unsafe fn copy_async(&self, dst: u64, src: u64, len: usize, stream: &Stream) -> Result<()> {
+    pub unsafe fn copy_async<S: AsStream + ?Sized>(
+        &self,
+        dst: u64,
+        src: u64,
+        len: usize,
+        stream: &S,
+    ) -> Result<()> {
         self.ensure_current()?;
         let driver = self.driver();
         // SAFETY: caller contract.

@@ -11,6 +11,7 @@
 //! | [`Device`] | name, memory, attributes, PCI ids, primary context |
 //! | [`Context`] | a retained primary context; copies, memsets, pointer queries, memory info |
 //! | [`Stream`], [`Event`] | streams (created or default) and events with timing |
+//! | [`PerThreadStream`] | the calling thread's per-thread default stream (stays on that thread) |
 //! | [`DeviceBuffer`] | `cuMemAlloc` memory |
 //! | [`PinnedHostRegion`] | `cuMemHostAlloc` / `cuMemAllocHost` memory |
 //! | [`HostRegistration`] | caller memory locked with `cuMemHostRegister` |
@@ -53,7 +54,7 @@ pub use error::{CudaError, Result};
 pub use memory::{
     DeviceBuffer, DevicePtr, HostRegistration, MemoryType, PinnedAllocator, PinnedHostRegion,
 };
-pub use stream::{Event, Stream};
+pub use stream::{AsStream, Event, PerThreadStream, Stream};
 
 #[cfg(test)]
 mod tests {

@@ -1,6 +1,7 @@
 //! Streams and events.
 
 use std::ffi::c_uint;
+use std::marker::PhantomData;
 
 use crate::context::Context;
 use crate::error::Result;
@@ -46,12 +47,16 @@ impl Stream {
         }
     }
 
-    /// The calling thread's per-thread default stream (`CU_STREAM_PER_THREAD`).
-    pub fn per_thread(ctx: &Context) -> Stream {
-        Stream {
-            ctx: ctx.clone(),
-            handle: CU_STREAM_PER_THREAD,
-            owned: false,
+    /// The calling thread's per-thread default stream (`CU_STREAM_PER_THREAD`), as a
+    /// [`PerThreadStream`], which cannot leave this thread.
+    pub fn per_thread(ctx: &Context) -> PerThreadStream {
+        PerThreadStream {
+            inner: Stream {
+                ctx: ctx.clone(),
+                handle: CU_STREAM_PER_THREAD,
+                owned: false,
+            },
+            _this_thread: PhantomData,
         }
     }
 
@@ -95,6 +100,103 @@ impl Stream {
         driver.check("cuStreamWaitEvent", unsafe {
             (driver.api().cuStreamWaitEvent)(self.handle(), event.handle(), 0)
         })
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::Stream {}
+    impl Sealed for super::PerThreadStream {}
+}
+
+/// What work can be queued on: a [`Stream`] or a [`PerThreadStream`]. The asynchronous
+/// copies and [`Event::record`] take either. Sealed: only this crate's types implement it.
+pub trait AsStream: sealed::Sealed {
+    /// The raw `CUstream`.
+    fn handle(&self) -> CUstream;
+}
+
+impl AsStream for Stream {
+    fn handle(&self) -> CUstream {
+        Stream::handle(self)
+    }
+}
+
+impl AsStream for PerThreadStream {
+    fn handle(&self) -> CUstream {
+        self.inner.handle()
+    }
+}
+
+/// The calling thread's per-thread default stream (`CU_STREAM_PER_THREAD`), from
+/// [`Stream::per_thread`].
+///
+/// The handle means "the per-thread default stream of whichever thread uses it": moved or
+/// lent to another thread, it would silently name that thread's stream. So this type is
+/// neither `Send` nor `Sync`, and it never hands out a `&Stream` (which is). It goes where
+/// a [`Stream`] goes through [`AsStream`].
+///
+/// ```no_run
+/// use pinwise_cuda::{Driver, Event, Stream};
+///
+/// let ctx = Driver::shared()?.device(0)?.primary_context()?;
+/// let stream = Stream::per_thread(&ctx);
+/// let done = Event::new(&ctx)?;
+/// done.record(&stream)?;
+/// stream.synchronize()?;
+/// # Ok::<(), pinwise_cuda::CudaError>(())
+/// ```
+///
+/// Moving it into another thread does not compile:
+///
+/// ```compile_fail,E0277
+/// fn f(ctx: &pinwise_cuda::Context) {
+///     let stream = pinwise_cuda::Stream::per_thread(ctx);
+///     std::thread::spawn(move || stream.synchronize());
+/// }
+/// ```
+///
+/// Nor does lending it to a scoped thread:
+///
+/// ```compile_fail,E0277
+/// fn f(ctx: &pinwise_cuda::Context) {
+///     let stream = pinwise_cuda::Stream::per_thread(ctx);
+///     std::thread::scope(|s| {
+///         s.spawn(|| stream.synchronize());
+///     });
+/// }
+/// ```
+#[derive(Debug)]
+pub struct PerThreadStream {
+    inner: Stream,
+    /// `*const ()` is neither `Send` nor `Sync`: the stream stays on its thread.
+    _this_thread: PhantomData<*const ()>,
+}
+
+impl PerThreadStream {
+    /// The raw `CUstream` (`CU_STREAM_PER_THREAD`).
+    pub fn handle(&self) -> CUstream {
+        self.inner.handle()
+    }
+
+    /// The context the stream belongs to.
+    pub fn context(&self) -> &Context {
+        self.inner.context()
+    }
+
+    /// `cuStreamSynchronize`: waits for the work this thread queued so far.
+    pub fn synchronize(&self) -> Result<()> {
+        self.inner.synchronize()
+    }
+
+    /// `cuStreamQuery`: `true` when all queued work is done.
+    pub fn is_complete(&self) -> Result<bool> {
+        self.inner.is_complete()
+    }
+
+    /// `cuStreamWaitEvent`: later work on this stream waits for the event's latest record.
+    pub fn wait_event(&self, event: &Event) -> Result<()> {
+        self.inner.wait_event(event)
     }
 }
 
@@ -150,7 +252,7 @@ impl Event {
     }
 
     /// `cuEventRecord` into `stream`.
-    pub fn record(&self, stream: &Stream) -> Result<()> {
+    pub fn record<S: AsStream + ?Sized>(&self, stream: &S) -> Result<()> {
         self.ctx.ensure_current()?;
         let driver = self.ctx.driver();
         // SAFETY: live event and stream handles; context current.

@@ -472,6 +472,43 @@ fn safe_types_work_from_other_threads() {
 }
 
 #[test]
+fn per_thread_streams_carry_copies_and_events_on_each_thread() {
+    let s = standin();
+    let n = 64 * 1024;
+    // Each thread makes its own per-thread stream (the type cannot cross threads).
+    let workers: Vec<_> = (0..2u8)
+        .map(|seed| {
+            let ctx = s.ctx.clone();
+            std::thread::spawn(move || {
+                let stream = Stream::per_thread(&ctx);
+                assert_eq!(stream.handle() as usize, CU_STREAM_PER_THREAD);
+                let done = Event::new(&ctx).unwrap();
+                let mut src = PinnedHostRegion::alloc_host(&ctx, n).unwrap();
+                src.as_mut_slice().copy_from_slice(&pattern(n, 20 + seed));
+                let dst = PinnedHostRegion::alloc_host(&ctx, n).unwrap();
+                let dev = DeviceBuffer::new(&ctx, n).unwrap();
+                // SAFETY: `dev` and both pinned regions belong to this thread and stay
+                // alive and untouched until the stream is synchronized below.
+                unsafe {
+                    ctx.copy_htod_async(dev.ptr(), src.as_ptr(), n, &stream)
+                        .unwrap();
+                    ctx.copy_dtoh_async(dst.as_mut_ptr(), dev.ptr(), n, &stream)
+                        .unwrap();
+                }
+                done.record(&stream).unwrap();
+                stream.synchronize().unwrap();
+                assert!(done.is_complete().unwrap());
+                assert!(stream.is_complete().unwrap());
+                dst.as_slice() == src.as_slice()
+            })
+        })
+        .collect();
+    for w in workers {
+        assert!(w.join().unwrap(), "round trip on a per-thread stream");
+    }
+}
+
+#[test]
 fn mem_info_accounts_for_allocations() {
     let s = standin();
     let before = s.ctx.mem_info().unwrap();
