@@ -27,6 +27,10 @@ pub type CUpointer_attribute = c_int;
 pub type CUmemorytype = c_uint;
 /// `CUdriverProcAddressQueryResult`.
 pub type CUdriverProcAddressQueryResult = c_int;
+/// `CUstreamCaptureMode`.
+pub type CUstreamCaptureMode = c_uint;
+/// `CUstreamCaptureStatus`.
+pub type CUstreamCaptureStatus = c_uint;
 
 // ---- CUresult values ----
 pub const CUDA_SUCCESS: CUresult = 0;
@@ -46,6 +50,9 @@ pub const CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED: CUresult = 712;
 pub const CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED: CUresult = 713;
 pub const CUDA_ERROR_NOT_PERMITTED: CUresult = 800;
 pub const CUDA_ERROR_NOT_SUPPORTED: CUresult = 801;
+pub const CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: CUresult = 900;
+pub const CUDA_ERROR_STREAM_CAPTURE_INVALIDATED: CUresult = 901;
+pub const CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: CUresult = 906;
 pub const CUDA_ERROR_UNKNOWN: CUresult = 999;
 
 // ---- CUmemorytype ----
@@ -75,6 +82,14 @@ pub const CU_STREAM_PER_THREAD: usize = 0x2;
 pub const CU_EVENT_DEFAULT: c_uint = 0x0;
 pub const CU_EVENT_BLOCKING_SYNC: c_uint = 0x1;
 pub const CU_EVENT_DISABLE_TIMING: c_uint = 0x2;
+
+// ---- stream capture ----
+pub const CU_STREAM_CAPTURE_MODE_GLOBAL: CUstreamCaptureMode = 0;
+pub const CU_STREAM_CAPTURE_MODE_THREAD_LOCAL: CUstreamCaptureMode = 1;
+pub const CU_STREAM_CAPTURE_MODE_RELAXED: CUstreamCaptureMode = 2;
+pub const CU_STREAM_CAPTURE_STATUS_NONE: CUstreamCaptureStatus = 0;
+pub const CU_STREAM_CAPTURE_STATUS_ACTIVE: CUstreamCaptureStatus = 1;
+pub const CU_STREAM_CAPTURE_STATUS_INVALIDATED: CUstreamCaptureStatus = 2;
 
 // ---- CUpointer_attribute ----
 pub const CU_POINTER_ATTRIBUTE_CONTEXT: CUpointer_attribute = 1;
