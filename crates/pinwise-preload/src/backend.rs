@@ -6,15 +6,22 @@
 //! loaded, through the real entry points (never our hooks), on the program's threads, in
 //! whatever context the program made current. A call made on a thread with no current
 //! context (a `free` from a worker thread) pushes the context pinwise saw first.
+//!
+//! Stream capture: pinwise's own driver calls run with the thread's capture mode relaxed
+//! (`cuThreadExchangeStreamCaptureMode`, as CUDA libraries do), so that registering,
+//! unregistering or waiting for a stream that is not being captured never invalidates a
+//! capture in progress on another stream or thread; and the backend never records an
+//! event on, or waits for, a stream being captured ([`Driver::capture_of`]).
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use pinwise_alloc::backend::{BackendError, DevicePtr, EventHandle, PinBackend, StreamHandle};
 use pinwise_cuda::sys::{
-    CUcontext, CUdeviceptr, CUevent, CUresult, CUstream, CUDA_ERROR_NOT_READY, CUDA_SUCCESS,
-    CU_EVENT_DISABLE_TIMING, CU_MEMHOSTALLOC_PORTABLE, CU_MEMHOSTREGISTER_DEVICEMAP,
-    CU_MEMHOSTREGISTER_PORTABLE,
+    CUcontext, CUdeviceptr, CUevent, CUresult, CUstream, CUstreamCaptureMode,
+    CUstreamCaptureStatus, CUDA_ERROR_NOT_READY, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+    CUDA_SUCCESS, CU_EVENT_DISABLE_TIMING, CU_MEMHOSTALLOC_PORTABLE, CU_MEMHOSTREGISTER_DEVICEMAP,
+    CU_MEMHOSTREGISTER_PORTABLE, CU_STREAM_CAPTURE_MODE_RELAXED, CU_STREAM_CAPTURE_STATUS_NONE,
 };
 
 use crate::guard::Inside;
@@ -58,6 +65,11 @@ pub struct Driver {
     /// `cuCtxSetCurrent` then does).
     ctx_push_pop: Option<(Fn1<CUcontext>, Fn1<*mut CUcontext>)>,
     get_error_name: Option<Fn2<CUresult, *mut *const c_char>>,
+    /// `cuStreamIsCapturing` (CUDA 10.0; absent: no stream is taken to be capturing).
+    stream_is_capturing: Option<Fn2<CUstream, *mut CUstreamCaptureStatus>>,
+    /// `cuThreadExchangeStreamCaptureMode` (CUDA 10.1; absent: calls run in the thread's
+    /// own mode).
+    exchange_capture_mode: Option<Fn1<*mut CUstreamCaptureMode>>,
     /// Whether the libcuda is pinwise's CPU stand-in (a TEST FIXTURE).
     pub standin: bool,
     /// The first non-null context pinwise saw current (used where none is).
@@ -106,6 +118,8 @@ impl Driver {
                 .ok()
                 .zip(named(c"cuCtxPopCurrent_v2").ok()),
             get_error_name: named(c"cuGetErrorName").ok(),
+            stream_is_capturing: named(c"cuStreamIsCapturing").ok(),
+            exchange_capture_mode: named(c"cuThreadExchangeStreamCaptureMode").ok(),
             standin: real::libcuda_is_standin(),
             saved_context: AtomicUsize::new(0),
         })
@@ -125,10 +139,50 @@ impl Driver {
         ctx
     }
 
-    /// Runs `f` with a context current: the thread's own, else `preferred`, else the first
-    /// one pinwise saw.
+    /// Whether `stream` (a handle as the program passed it, per-thread default stream as
+    /// `CU_STREAM_PER_THREAD`) is being captured into a graph: one `cuStreamIsCapturing`.
+    pub fn capture_of(&self, stream: usize) -> StreamCapture {
+        let Some(is_capturing) = self.stream_is_capturing else {
+            return StreamCapture::None;
+        };
+        let mut status: CUstreamCaptureStatus = CU_STREAM_CAPTURE_STATUS_NONE;
+        // SAFETY: a stream handle the program just used (or a default-stream handle) and a
+        // valid out-parameter.
+        let rc = unsafe { is_capturing(stream as CUstream, &mut status) };
+        match (rc, status) {
+            (CUDA_SUCCESS, CU_STREAM_CAPTURE_STATUS_NONE) => StreamCapture::None,
+            (CUDA_SUCCESS, _) => StreamCapture::Capturing,
+            _ => StreamCapture::Unknown,
+        }
+    }
+
+    /// Runs `f` with this thread's stream-capture mode relaxed, restoring it after (even if
+    /// `f` panics): pinwise's own calls are then not "potentially unsafe" calls that would
+    /// invalidate a capture in progress elsewhere.
+    pub fn relaxed<R>(&self, f: impl FnOnce() -> R) -> R {
+        /// Puts the thread's mode back when dropped.
+        struct Restore(Fn1<*mut CUstreamCaptureMode>, CUstreamCaptureMode);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                // SAFETY: a valid in-out parameter; the mode the thread had before.
+                unsafe { (self.0)(&mut self.1) };
+            }
+        }
+        let Some(exchange) = self.exchange_capture_mode else {
+            return f();
+        };
+        let mut mode: CUstreamCaptureMode = CU_STREAM_CAPTURE_MODE_RELAXED;
+        // SAFETY: a valid in-out parameter; the thread's previous mode comes back in it.
+        let _restore =
+            (unsafe { exchange(&mut mode) } == CUDA_SUCCESS).then_some(Restore(exchange, mode));
+        f()
+    }
+
+    /// Runs `f` with a context current (the thread's own, else `preferred`, else the first
+    /// one pinwise saw) and the thread's capture mode relaxed ([`Driver::relaxed`]).
     pub fn with_context<R>(&self, preferred: usize, f: impl FnOnce() -> R) -> R {
         let _inside = Inside::enter();
+        let f = || self.relaxed(f);
         if self.current_context() != 0 {
             return f();
         }
@@ -165,11 +219,12 @@ impl Driver {
         }
     }
 
-    /// Waits for `stream`'s work (`cuStreamSynchronize`).
+    /// Waits for `stream`'s work (`cuStreamSynchronize`; the caller checked that it is not
+    /// being captured), the thread's capture mode relaxed.
     pub fn synchronize(&self, stream: usize) -> CUresult {
         let _inside = Inside::enter();
         // SAFETY: a stream handle the program just used (or a default-stream handle).
-        unsafe { (self.stream_synchronize)(stream as CUstream) }
+        self.relaxed(|| unsafe { (self.stream_synchronize)(stream as CUstream) })
     }
 
     /// `CUDA_ERROR_NAME (code)` for an error code.
@@ -210,6 +265,19 @@ impl Driver {
             (self.mem_host_unregister)(ptr as *mut c_void)
         })
     }
+}
+
+/// What `cuStreamIsCapturing` says about a stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamCapture {
+    /// Not capturing (or the driver has no stream capture).
+    None,
+    /// Being captured into a graph (active, or invalidated and not yet ended).
+    Capturing,
+    /// The driver would not say: the legacy stream while a blocking stream captures
+    /// (`CUDA_ERROR_STREAM_CAPTURE_IMPLICIT`), an unknown handle, no context. Treated as
+    /// capturing: pinwise leaves the stream alone.
+    Unknown,
 }
 
 /// The allocator's backend on the program's own libcuda.
@@ -314,9 +382,15 @@ impl PinBackend for PreloadBackend {
     }
 
     fn record_event(&self, event: EventHandle, stream: StreamHandle) -> Result<(), BackendError> {
-        // SAFETY: a live event, and a stream the program copied on.
-        self.call("cuEventRecord", || unsafe {
-            (self.driver.event_record)(event.0 as CUevent, stream.0 as CUstream)
+        // An event recorded in a capture becomes part of the graph, and querying it would
+        // invalidate the capture: none is recorded (nor, then, the stream waited for). Asked
+        // with a context current, as the call itself.
+        self.call("cuEventRecord", || {
+            if self.driver.capture_of(stream.0 as usize) != StreamCapture::None {
+                return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+            }
+            // SAFETY: a live event, and a stream the program copied on.
+            unsafe { (self.driver.event_record)(event.0 as CUevent, stream.0 as CUstream) }
         })
     }
 
@@ -343,9 +417,12 @@ impl PinBackend for PreloadBackend {
     }
 
     fn synchronize_stream(&self, stream: StreamHandle) -> Result<(), BackendError> {
-        // SAFETY: a stream the program copied on.
-        self.call("cuStreamSynchronize", || unsafe {
-            (self.driver.stream_synchronize)(stream.0 as CUstream)
+        self.call("cuStreamSynchronize", || {
+            if self.driver.capture_of(stream.0 as usize) != StreamCapture::None {
+                return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+            }
+            // SAFETY: a stream the program copied on.
+            unsafe { (self.driver.stream_synchronize)(stream.0 as CUstream) }
         })
     }
 

@@ -15,9 +15,10 @@ use pinwise_cuda::sys::{
     CU_POINTER_ATTRIBUTE_RANGE_SIZE, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_STREAM_PER_THREAD,
 };
 
+use crate::backend::StreamCapture;
 use crate::clock::now_ns;
 use crate::guard;
-use crate::pinning::PROMOTED_RANGES;
+use crate::pinning::{Pinning, PROMOTED_RANGES};
 use crate::real;
 use crate::state::{self, State};
 use crate::stats::{self, HookStats};
@@ -357,6 +358,13 @@ fn note_and_record_as(st: &State, c: &Copy, site_addr: usize, learn: bool) -> Op
         (0, _) | (_, Direction::DtoD) => (HostState::Unknown, false),
         _ if !learn => (HostState::Unknown, false),
         _ => match st.pinning_or_start() {
+            // On a stream being captured into a graph, the copy runs on every replay, not
+            // now: waiting for the stream (or recording a pool event on it) would
+            // invalidate the capture, and what it moves says nothing about this moment.
+            Some(p) if stream.is_some_and(|s| !not_captured(st, p, s)) => (
+                p.note_captured_copy(c.host, c.span, &st.stats, &st.recorder),
+                false,
+            ),
             Some(p) => p.note_copy(
                 c.host,
                 c.bytes,
@@ -387,6 +395,21 @@ fn note_and_record_as(st: &State, c: &Copy, site_addr: usize, learn: bool) -> Op
     match stream {
         Some(s) if program_registered => Some(s.0 as usize),
         _ => None,
+    }
+}
+
+/// Whether an asynchronous copy's stream is certainly not being captured into a CUDA graph
+/// (one `cuStreamIsCapturing`). A capturing stream is counted in the statistics; one the
+/// driver would not answer about (the legacy stream while a blocking stream captures) is
+/// left alone as well, uncounted.
+fn not_captured(st: &State, p: &Pinning, stream: StreamHandle) -> bool {
+    match p.driver.capture_of(stream.0 as usize) {
+        StreamCapture::None => true,
+        StreamCapture::Capturing => {
+            HookStats::bump(&st.stats.captured_copies);
+            false
+        }
+        StreamCapture::Unknown => false,
     }
 }
 

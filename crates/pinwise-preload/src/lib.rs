@@ -52,7 +52,10 @@
 //! and is reset in a forked child (`pthread_atfork`); nothing is written to the program's
 //! stdout; a panic or a failure inside pinwise turns pinwise off and forwards the call.
 //! What CUDA promises stays true: an asynchronous copy on a pageable buffer pinwise
-//! registered is done when the call returns (the hook waits for its stream), pointer
+//! registered is done when the call returns (the hook waits for its stream; a copy
+//! captured into a CUDA graph runs only when the graph is launched, as plain CUDA does
+//! it), a stream capture in progress is never invalidated by pinwise (see the known
+//! limits), pointer
 //! queries about memory pinwise served are answered as plain CUDA would answer them
 //! (registered first; flags and ranges of the allocation, not of the pool), and misuse
 //! (a second free, unregistering pinned memory) gets plain CUDA's error.
@@ -69,10 +72,27 @@
 //!   registered buffer pinwise neither gives back a registration the copy runs past (the
 //!   driver may refuse it) nor waits for an asynchronous one (it may still read or write the
 //!   buffer when the call returns, where on pageable memory it would not).
-//! - **Stream capture**: after an asynchronous copy on a registered buffer the hook waits
-//!   for the stream (`cuStreamSynchronize`), which the driver does not allow on a stream
-//!   being captured into a graph; it would invalidate the capture. Not tested (the CPU
-//!   stand-in has no graphs).
+//! - **Stream capture** (CUDA graphs made with `cuStreamBeginCapture`, as
+//!   `torch.cuda.graph` does) is handled: before learning from an asynchronous copy the
+//!   hook asks `cuStreamIsCapturing` (one driver call per asynchronous copy); a copy on a
+//!   capturing stream is forwarded and recorded (`captured_copies` in the statistics), and
+//!   nothing is registered, waited for, or recorded as a pool event on its stream. A
+//!   registration of pinwise's that a captured copy used stays until the program frees,
+//!   reallocates or unmaps the memory (every replay of the graph reads it). pinwise's own
+//!   driver calls run with the thread's capture mode relaxed
+//!   (`cuThreadExchangeStreamCaptureMode`), so a capture in global mode on another thread
+//!   survives a promotion, a registration given back, or a wait. Tested against the CPU
+//!   stand-in, which models capture (and replays captured copies); not yet run on a GPU
+//!   (`bench/gpu/preload/capture.py`). Not handled: copies in graphs built with the graph
+//!   API (not seen, as above) and graph launches (not seen: a captured copy is recorded
+//!   once, when captured); a later copy that starts inside a held registration and runs
+//!   past its end (pinwise no longer gives that registration back, so the driver may
+//!   refuse the copy); the program registering pages of a held registration itself
+//!   (pinwise gives its registration back first, as before, so that the program's call
+//!   succeeds); a pinned allocation pinwise served that a graph reads, freed while a
+//!   launch of that graph may still run (the pool may hand its block out again before the
+//!   launch ends), or freed during a capture of a stream it was copied on (no event can be
+//!   recorded there: the block is reused at once).
 //! - **Pointer queries** about a registered buffer (`cuPointerGetAttribute(s)`,
 //!   `cuMemHostGetFlags`, `cuMemHostGetDevicePointer`, `cudaPointerGetAttributes`) answer
 //!   as for registered memory, where plain CUDA says the pointer is unknown (so, e.g.,

@@ -14,6 +14,10 @@
 //!   copy on such a buffer keeps pageable memory's promise (done when the call returns: the
 //!   hook waits for its stream), since the program may reuse the buffer at once.
 //! - One budget for the process: the engine's, which promotions reserve from too.
+//! - A copy on a stream being captured into a CUDA graph teaches nothing and changes
+//!   nothing ([`Pinning::note_captured_copy`]): no registration, no pool bookkeeping, no
+//!   wait. A registration such a copy used is held until the program releases the memory
+//!   (the graph reads it on every replay).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -299,11 +303,44 @@ impl Pinning {
             return;
         }
         let end = host.saturating_add(span.max(1));
-        while let Some(i) = PROMOTED_RANGES.overlapping_registered(host, end) {
+        // A held registration stays: a captured copy used it, and a replay of its graph
+        // would read or write memory whose registration changed under it.
+        while let Some(i) = PROMOTED_RANGES.overlapping_releasable(host, end) {
             if !self.demote(i, stats, rec) {
                 break;
             }
         }
+    }
+
+    /// Notes a copy of `[host, host + span)` issued on a stream being captured into a CUDA
+    /// graph: it is not run now but on every replay of the graph, so nothing is learned
+    /// from it, nothing registered and no pool event recorded. A registration of pinwise's
+    /// that covers it is held from now on ([`PromotedTable::hold`]); one that covers only
+    /// part of it (and is not held) is given back, as for any copy (the driver refuses a
+    /// copy that runs past a registration). Returns the host side's state, for the
+    /// history.
+    ///
+    /// [`PromotedTable::hold`]: crate::promote::PromotedTable::hold
+    pub fn note_captured_copy(
+        &self,
+        host: usize,
+        span: usize,
+        stats: &HookStats,
+        rec: &Recorder,
+    ) -> HostState {
+        if let Some(i) = PROMOTED_RANGES.covering(host, span) {
+            PROMOTED_RANGES.hold(i);
+            return HostState::Pinned;
+        }
+        self.release_partly_covered(host, span, stats, rec);
+        let maybe_served = host >= self.served_lo.load(Ordering::Acquire)
+            && host < self.served_hi.load(Ordering::Acquire);
+        if !maybe_served {
+            return HostState::Unknown;
+        }
+        self.served_containing(host)
+            .and_then(|(start, _, _)| self.engine.lookup(start as *const u8))
+            .map_or(HostState::Unknown, |(_, pinned)| state_of(pinned))
     }
 
     /// Registers the program's buffer `[host, host + span)` in place (page-aligned).

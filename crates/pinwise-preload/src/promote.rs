@@ -5,6 +5,9 @@
 //!   pageable allocations promoted because the program asked a pointer query about them.
 //!   The `free`/`realloc`/`munmap` hooks read it without locks or thread-local storage;
 //!   while it is empty they cost one atomic load ([`PromotedTable::any_active`]).
+//!   A range a copy captured into a CUDA graph used is *held* ([`PromotedTable::hold`]):
+//!   replaying the graph reads it later, so only the program giving the memory back (or
+//!   registering those pages itself) unregisters it.
 //! - [`TransferCounters`]: per host pointer of the program's pageable copies, the saving
 //!   pinning would have brought so far, so that a buffer is registered once its copies
 //!   have paid for it (the ski-rental rule the allocator uses for its own mappings).
@@ -66,6 +69,8 @@ struct Entry {
     context: AtomicUsize,
     counter: AtomicUsize,
     budgeted: AtomicBool,
+    /// Used by a captured copy (see [`PromotedTable::hold`]).
+    held: AtomicBool,
 }
 
 impl Entry {
@@ -80,6 +85,7 @@ impl Entry {
             context: AtomicUsize::new(0),
             counter: AtomicUsize::new(0),
             budgeted: AtomicBool::new(false),
+            held: AtomicBool::new(false),
         }
     }
 
@@ -170,6 +176,7 @@ impl PromotedTable {
                 e.context.store(p.context, Ordering::Relaxed);
                 e.counter.store(p.counter, Ordering::Relaxed);
                 e.budgeted.store(p.budgeted, Ordering::Relaxed);
+                e.held.store(false, Ordering::Relaxed);
                 self.high_water.fetch_max(i + 1, Ordering::AcqRel);
                 return Some(i);
             }
@@ -237,6 +244,29 @@ impl PromotedTable {
             let rs = e.reg_start.load(Ordering::Relaxed);
             rs < end && start < rs + e.reg_len.load(Ordering::Relaxed)
         })
+    }
+
+    /// [`Self::overlapping_registered`], leaving out held entries: what pinwise may give
+    /// back on its own account (not because the program released the memory).
+    pub fn overlapping_releasable(&self, start: usize, end: usize) -> Option<usize> {
+        self.first_active(|e| {
+            let rs = e.reg_start.load(Ordering::Relaxed);
+            !e.held.load(Ordering::Acquire)
+                && rs < end
+                && start < rs + e.reg_len.load(Ordering::Relaxed)
+        })
+    }
+
+    /// Entry `i` was read or written by a copy captured into a CUDA graph: a replay of the
+    /// graph uses the memory as it was registered then, so the registration stays until
+    /// the program frees, reallocates, unmaps or registers that memory itself.
+    pub fn hold(&self, i: usize) {
+        self.entries[i].held.store(true, Ordering::Release);
+    }
+
+    /// Whether entry `i` is held ([`Self::hold`]).
+    pub fn is_held(&self, i: usize) -> bool {
+        self.entries[i].held.load(Ordering::Acquire)
     }
 
     /// The entry `i` as it is now.
@@ -466,12 +496,23 @@ mod tests {
         assert_eq!(t.covering(0x1000, 1), Some(i));
         assert_eq!(t.covering(0x3fff, 1), Some(i));
         assert_eq!(t.covering(0x4000, 1), None);
+        assert_eq!(t.overlapping_releasable(0x3fff, 0x5000), Some(i));
+        assert!(!t.is_held(i));
+        t.hold(i);
+        assert!(t.is_held(i));
+        assert_eq!(
+            t.overlapping_releasable(0x3fff, 0x5000),
+            None,
+            "a held range is not pinwise's to give back"
+        );
+        assert_eq!(t.overlapping_registered(0x3fff, 0x5000), Some(i));
         let p = t.begin_demote(i).unwrap();
         assert_eq!(p.reg_start, 0x1000);
         assert!(t.begin_demote(i).is_none(), "one demoter only");
         assert!(!t.any_active());
         t.finish_demote(i);
         let j = t.claim(range((0x3800, 0x3900), (0x3000, 0x4000))).unwrap();
+        assert!(!t.is_held(j), "a new claim is not held");
         t.abandon(j);
         t.forget_all();
         assert_eq!(t.active_count(), 0);

@@ -63,6 +63,9 @@ pub struct HookStats {
     pub runtime_only: AtomicU64,
     /// Pointer queries pinwise answered or corrected for its own allocations.
     pub queries_answered: AtomicU64,
+    /// Asynchronous copies issued on a stream being captured into a CUDA graph (forwarded
+    /// and recorded, nothing learned, registered or waited for).
+    pub captured_copies: AtomicU64,
     /// Sampled hook bookkeeping time (ns) and samples.
     pub hook_ns: AtomicU64,
     /// Samples in `hook_ns`.
@@ -96,6 +99,7 @@ impl Default for HookStats {
             promotion_budget_refusals: AtomicU64::new(0),
             runtime_only: AtomicU64::new(0),
             queries_answered: AtomicU64::new(0),
+            captured_copies: AtomicU64::new(0),
             hook_ns: AtomicU64::new(0),
             hook_samples: AtomicU64::new(0),
             hook_buckets: [const { AtomicU64::new(0) }; HOOK_BUCKETS],
@@ -298,6 +302,8 @@ pub struct ProcessStats {
     pub proc_address_unrecognized: u64,
     /// Pointer queries answered or corrected.
     pub queries_answered: u64,
+    /// Asynchronous copies on a stream being captured into a CUDA graph.
+    pub captured_copies: u64,
     /// Mean sampled hook bookkeeping per intercepted copy, ns (`None`: no sample); a
     /// preempted sample inflates it.
     pub hook_ns_mean: Option<f64>,
@@ -365,6 +371,7 @@ impl ProcessStats {
             wrapped_by_rule: r(&WRAPPED_BY_RULE),
             proc_address_unrecognized: r(&PROC_ADDRESS_UNRECOGNIZED),
             queries_answered: r(&h.queries_answered),
+            captured_copies: r(&h.captured_copies),
             hook_ns_mean: (samples > 0).then(|| r(&h.hook_ns) as f64 / samples as f64),
             hook_ns_median: h.hook_median_ns(),
             hook_samples: samples,

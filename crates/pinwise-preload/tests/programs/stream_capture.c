@@ -1,0 +1,189 @@
+/* Stream capture (a CUDA graph, as torch.cuda.graph makes one) on buffers pinwise
+ * registered in place. Built at test time against the libcuda stand-in (a TEST FIXTURE),
+ * which models capture: work on a capturing stream is recorded, not run; waiting for the
+ * stream, or a "potentially unsafe" call (registering memory...) from a thread whose
+ * capture mode prohibits it, invalidates the capture, and cuStreamEndCapture then fails.
+ *
+ * 1. Two pageable buffers are made hot with asynchronous round trips on a stream (pinwise
+ *    registers them in place and, to keep pageable semantics, waits for the stream after
+ *    each copy on them).
+ * 2. A global-mode capture begins on that stream; both buffers are copied in it. Meanwhile
+ *    another thread makes a buffer of its own hot on another stream (registered during
+ *    the capture) and frees it (registration given back during the capture); the capturing
+ *    thread, in relaxed mode, frees pinned allocations used on the capturing stream and
+ *    allocates another. None of this may invalidate the capture.
+ * 3. The graph is replayed three times with new contents; each replay must move them.
+ * stdout carries what a run under pinwise must reproduce byte for byte; stderr the calls. */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+typedef void *CUcontext;
+typedef void *CUstream;
+typedef void *CUgraph;
+typedef void *CUgraphExec;
+
+CUresult cuInit(unsigned);
+CUresult cuDeviceGet(int *, int);
+CUresult cuDevicePrimaryCtxRetain(CUcontext *, int);
+CUresult cuCtxSetCurrent(CUcontext);
+CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
+CUresult cuMemAllocHost_v2(void **, size_t);
+CUresult cuMemFreeHost(void *);
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr, const void *, size_t, CUstream);
+CUresult cuMemcpyDtoHAsync_v2(void *, CUdeviceptr, size_t, CUstream);
+CUresult cuStreamCreate(CUstream *, unsigned);
+CUresult cuStreamSynchronize(CUstream);
+CUresult cuStreamBeginCapture_v2(CUstream, unsigned);
+CUresult cuStreamEndCapture(CUstream, CUgraph *);
+CUresult cuStreamIsCapturing(CUstream, unsigned *);
+CUresult cuThreadExchangeStreamCaptureMode(unsigned *);
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *, CUgraph, unsigned long long);
+CUresult cuGraphLaunch(CUgraphExec, CUstream);
+CUresult cuGraphExecDestroy(CUgraphExec);
+CUresult cuGraphDestroy(CUgraph);
+CUresult cuGetErrorName(CUresult, const char **);
+
+#define CHECK(call)                                                                   \
+    do {                                                                              \
+        CUresult e_ = (call);                                                         \
+        if (e_ != 0) {                                                                \
+            const char *n_ = "?";                                                     \
+            cuGetErrorName(e_, &n_);                                                  \
+            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, n_); \
+            exit(2);                                                                  \
+        }                                                                             \
+    } while (0)
+
+enum { GLOBAL = 0, RELAXED = 2, ROUNDS = 12 };
+static const size_t N = 8 << 20;
+static CUcontext ctx;
+static CUdeviceptr dev, dev_side;
+static CUstream side;
+static unsigned long n_htod, n_dtoh;
+
+static uint64_t fnv(const unsigned char *p, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (size_t i = 0; i < n; i += 7) h = (h ^ p[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+static void fill(unsigned char *p, size_t n, unsigned seed) {
+    for (size_t i = 0; i < n; i++) p[i] = (unsigned char)((i * 31 + seed * 7) >> 3);
+}
+
+/* Runs on another thread while the main thread captures: a hot buffer of its own on a
+ * stream that is not captured, then freed. */
+static void *elsewhere(void *arg) {
+    (void)arg;
+    CHECK(cuCtxSetCurrent(ctx));
+    unsigned char *b = malloc(N);
+    uint64_t h = 0;
+    for (int r = 0; r < ROUNDS; r++) {
+        fill(b, N, 50 + r);
+        CHECK(cuMemcpyHtoDAsync_v2(dev_side, b, N, side));
+        __atomic_add_fetch(&n_htod, 1, __ATOMIC_RELAXED);
+        memset(b, 0, N);
+        CHECK(cuMemcpyDtoHAsync_v2(b, dev_side, N, side));
+        __atomic_add_fetch(&n_dtoh, 1, __ATOMIC_RELAXED);
+        h ^= fnv(b, N);
+    }
+    CHECK(cuStreamSynchronize(side));
+    free(b);
+    return (void *)(uintptr_t)(h & 0xffff);
+}
+
+int main(void) {
+    int d;
+    CUstream s;
+    CHECK(cuInit(0));
+    CHECK(cuDeviceGet(&d, 0));
+    CHECK(cuDevicePrimaryCtxRetain(&ctx, d));
+    CHECK(cuCtxSetCurrent(ctx));
+    CHECK(cuMemAlloc_v2(&dev, N));
+    CHECK(cuMemAlloc_v2(&dev_side, N));
+    CHECK(cuStreamCreate(&s, 0));        /* blocking, like the streams PyTorch captures on */
+    CHECK(cuStreamCreate(&side, 1));     /* non-blocking */
+    unsigned char *src = malloc(N), *dst = malloc(N);
+
+    /* 1. Hot buffers: asynchronous round trips, relying on pageable semantics (the buffer
+     *    is read, or written, when the call returns). */
+    int same = 0;
+    for (int r = 0; r < ROUNDS; r++) {
+        fill(src, N, r);
+        CHECK(cuMemcpyHtoDAsync_v2(dev, src, N, s));
+        n_htod++;
+        memset(dst, 0, N);
+        CHECK(cuMemcpyDtoHAsync_v2(dst, dev, N, s));
+        n_dtoh++;
+        same += memcmp(src, dst, N) == 0;
+    }
+    printf("warm-up round trips intact: %d of %d\n", same, ROUNDS);
+
+    /* Pinned allocations used on the stream: a small one (pinwise serves it from its pool,
+     * and records an event on the stream when it is freed) and a large one (pinwise may
+     * serve it pageable, and waits for the stream when it is freed). */
+    void *small = NULL, *large = NULL;
+    CHECK(cuMemAllocHost_v2(&small, 16 << 10));
+    CHECK(cuMemAllocHost_v2(&large, 1 << 20));
+    memset(small, 0x5a, 16 << 10);
+    memset(large, 0xa5, 1 << 20);
+    CHECK(cuMemcpyHtoDAsync_v2(dev, small, 16 << 10, s));
+    n_htod++;
+    CHECK(cuMemcpyHtoDAsync_v2(dev, large, 1 << 20, s));
+    n_htod++;
+    CHECK(cuStreamSynchronize(s));
+
+    /* 2. The capture. */
+    CUgraph graph = NULL;
+    unsigned status = 99;
+    fill(src, N, 40);
+    memset(dst, 0xEE, N);
+    CHECK(cuStreamBeginCapture_v2(s, GLOBAL));
+    CHECK(cuStreamIsCapturing(s, &status));
+    printf("capturing: status %u\n", status);
+    CHECK(cuMemcpyHtoDAsync_v2(dev, src, N, s));
+    n_htod++;
+    CHECK(cuMemcpyDtoHAsync_v2(dst, dev, N, s));
+    n_dtoh++;
+    pthread_t t;
+    void *side_sum = NULL;
+    pthread_create(&t, NULL, elsewhere, NULL);
+    pthread_join(t, &side_sum);
+    printf("other thread during the capture: %04lx\n", (unsigned long)(uintptr_t)side_sum);
+    unsigned mode = RELAXED;
+    CHECK(cuThreadExchangeStreamCaptureMode(&mode));
+    CHECK(cuMemFreeHost(small));
+    CHECK(cuMemFreeHost(large));
+    CHECK(cuMemAllocHost_v2(&small, 16 << 10));
+    CHECK(cuThreadExchangeStreamCaptureMode(&mode));
+    printf("destination untouched during the capture: %d\n", dst[0] == 0xEE && dst[N - 1] == 0xEE);
+    CUresult end = cuStreamEndCapture(s, &graph);
+    const char *name = "?";
+    cuGetErrorName(end, &name);
+    printf("end of capture: %s\n", name);
+    if (end != 0) return 3;
+
+    /* 3. Replays: each moves the source as it is at launch. */
+    CUgraphExec exec = NULL;
+    CHECK(cuGraphInstantiateWithFlags(&exec, graph, 0));
+    for (int r = 0; r < 3; r++) {
+        fill(src, N, 100 + r);
+        memset(dst, 0, N);
+        CHECK(cuGraphLaunch(exec, s));
+        CHECK(cuStreamSynchronize(s));
+        printf("replay %d: %016llx same %d\n", r, (unsigned long long)fnv(dst, N),
+               memcmp(src, dst, N) == 0);
+    }
+    CHECK(cuGraphExecDestroy(exec));
+    CHECK(cuGraphDestroy(graph));
+    CHECK(cuMemFreeHost(small));
+    free(src);
+    free(dst);
+    fprintf(stderr, "calls: htod=%lu dtoh=%lu captured=2\n", n_htod, n_dtoh);
+    return 0;
+}

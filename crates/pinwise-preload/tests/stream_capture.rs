@@ -1,0 +1,83 @@
+//! Stream capture (a CUDA graph, as `torch.cuda.graph` makes one) on buffers pinwise
+//! registered in place, against the libcuda stand-in (a TEST FIXTURE), which models
+//! capture: waiting for a capturing stream, or registering memory from a thread whose
+//! capture mode prohibits it, invalidates the capture and `cuStreamEndCapture` fails. The
+//! program (`programs/stream_capture.c`) must end its capture successfully and print the
+//! same bytes under `pinwise run` as without it.
+
+mod common;
+
+use common::*;
+use pinwise_core::Direction;
+
+#[test]
+fn a_capture_on_promoted_buffers_succeeds_and_replays_the_same_bytes() {
+    let s = Setup::new();
+    let exe = s.build_driver("stream_capture.c", &["-pthread"]);
+    let plain = s.run_plain(&exe, &[]);
+    assert_ok(&plain, "plain run");
+    let text = String::from_utf8_lossy(&plain.stdout);
+    assert!(text.contains("end of capture: CUDA_SUCCESS"), "{text}");
+    assert!(text.contains("capturing: status 1"), "{text}");
+    assert_eq!(
+        text.matches("same 1").count(),
+        3,
+        "every replay moved: {text}"
+    );
+    let expected = calls(&plain);
+
+    let profile = s.path("capture.profile.json");
+    for mode in ["adaptive", "profile", "use"] {
+        let hist = s.path(&format!("capture-{mode}.bin"));
+        let sum = s.path(&format!("capture-{mode}.json"));
+        let out = s.run_pinwise(
+            &[
+                "--mode",
+                mode,
+                "--profile",
+                profile.to_str().unwrap(),
+                "-o",
+                hist.to_str().unwrap(),
+                "--stats-json",
+                sum.to_str().unwrap(),
+            ],
+            &exe,
+            &[],
+        );
+        assert_ok(&out, mode);
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            text,
+            "{mode}: byte-identical output (the capture ended with CUDA_SUCCESS)"
+        );
+        let p = summary(&sum)["processes"][0].clone();
+        assert_eq!(
+            p["captured_copies"], expected["captured"],
+            "{mode}: the copies issued during the capture were seen as captured: {p}"
+        );
+        // Registered in place: the two buffers the graph copies (before the capture) and
+        // the other thread's buffer (during it, then given back when freed, still during
+        // it): pinwise's own calls did not invalidate the capture.
+        assert!(
+            p["promotions_on_transfers"].as_u64() >= Some(3),
+            "{mode}: the hot buffers were registered: {p}"
+        );
+        assert!(
+            p["demotions"].as_u64() >= Some(1),
+            "{mode}: a registration was given back: {p}"
+        );
+        assert_eq!(p["promotion_failures"], 0, "{mode}: {p}");
+        let h = history(&hist);
+        assert_eq!(
+            transfers(&h, Direction::HtoD),
+            expected["htod"],
+            "{mode}: captured copies are in the history too"
+        );
+        assert_eq!(transfers(&h, Direction::DtoH), expected["dtoh"], "{mode}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("2 asynchronous copies were captured into CUDA graphs"),
+            "{mode}: the summary says so: {stderr}"
+        );
+    }
+}
