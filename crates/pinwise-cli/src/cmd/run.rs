@@ -165,6 +165,8 @@ pub struct ProcessStats {
     pub promotion_budget_refusals: u64,
     /// Runtime calls recorded at the runtime level.
     pub runtime_only: u64,
+    /// Asynchronous copies on a stream being captured into a CUDA graph.
+    pub captured_copies: u64,
     /// Wrappers handed out.
     pub wrapped_by_dlsym: u64,
     /// Wrappers handed out by cuGetProcAddress.
@@ -578,6 +580,7 @@ struct Totals {
     transfers_pinned: u64,
     transfers_pageable: u64,
     transfers_unknown: u64,
+    captured_copies: u64,
     pinned_bytes_peak_max: u64,
     #[serde(skip)]
     budget_bytes_max: u64,
@@ -630,6 +633,7 @@ impl Totals {
             transfers_pinned: sum(&|p| p.transfers_pinned),
             transfers_pageable: sum(&|p| p.transfers_pageable),
             transfers_unknown: sum(&|p| p.transfers_unknown),
+            captured_copies: sum(&|p| p.captured_copies),
             pinned_bytes_peak_max: ps
                 .iter()
                 .map(|p| p.engine.pinned_bytes_peak)
@@ -708,6 +712,14 @@ pub fn summary_lines(ps: &[ProcessStats]) -> Vec<String> {
         t.transfers_pageable,
         t.transfers_unknown,
     ));
+    if t.captured_copies > 0 {
+        lines.push(format!(
+            "{} asynchronous copies were captured into CUDA graphs (recorded; nothing pinned, \
+             waited for or learned from them; registrations they used kept until the memory \
+             is freed)",
+            t.captured_copies
+        ));
+    }
     lines.push(format!(
         "pinned bytes peak {} (budget {}); promotions in place {} (program buffers {}, \
          allocator {}, before a pointer query {}); fallbacks to pageable {}; budget refusals {}",
@@ -856,5 +868,24 @@ mod tests {
             text.contains("2 allocations had no matching advice"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn copies_captured_into_graphs_are_summed_and_said_only_when_there_are_some() {
+        let p = |captured: u64| ProcessStats {
+            captured_copies: captured,
+            ..Default::default()
+        };
+        let said = |ps: &[ProcessStats]| {
+            summary_lines(ps)
+                .into_iter()
+                .find(|l| l.contains("captured into CUDA graphs"))
+        };
+        let both = [p(3), p(4)];
+        assert_eq!(totals(&both)["captured_copies"], 7);
+        let line = said(&both).expect("a line about captured copies");
+        assert!(line.starts_with("7 asynchronous copies"), "{line}");
+        assert_eq!(said(&[p(0)]), None);
+        assert_eq!(totals(&[p(0)])["captured_copies"], 0);
     }
 }
