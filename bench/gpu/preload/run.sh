@@ -11,7 +11,7 @@
 # What it does (about 3 minutes; every command has its own time limit, and the script stops
 # starting new ones past $BUDGET_S seconds, default 330):
 #   1. builds bench/gpu/preload/xfer.cu twice (shared and static cudart) and hook_cost.c;
-#   2. runs xfer (shared), xfer (static) and torch_xfer.py plain, then under
+#   2. runs xfer (shared), xfer (static), torch_xfer.py and capture.py (a CUDA graph) plain, then under
 #      `pinwise run --mode profile`, `--mode use` (following that profile) and
 #      `--mode adaptive`; checks each run prints the same checksums as the plain run; takes
 #      wall time, the programs' own phase times, and peak pinned bytes (plain: what the
@@ -90,6 +90,8 @@ run_case() { # NAME LIMIT CMD...
 if [[ -x $dir/xfer_shared ]]; then run_case xfer_shared 120 "$dir/xfer_shared"; fi
 if [[ -x $dir/xfer_static ]]; then run_case xfer_static 120 "$dir/xfer_static"; fi
 run_case torch 180 "$PY" "$SRC/torch_xfer.py"
+# PyTorch CUDA graphs: a stream capture whose copies read a buffer pinwise may have promoted.
+if [[ -f $SRC/capture.py ]]; then run_case torch_capture 180 "$PY" "$SRC/capture.py"; fi
 if [[ -x $dir/hook_cost ]]; then
   run_one hook_cost plain 120 "$dir/hook_cost" 1
   run_one hook_cost adaptive 120 "$PW" run --mode adaptive \
