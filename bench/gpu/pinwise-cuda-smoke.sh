@@ -54,6 +54,14 @@ for name, r in real.items():
         print(f"{name}: real {r['code']} {r['cuda_name']}, stand-in "
               + (f"{s['code']} {s['cuda_name']}" if s else "missing"))
 print(f"{diffs} of {len(real)} probes differ")
+# Stream-capture facts (statuses, modes) are part of the stand-in's model of the driver too.
+rf = json.load(open(sys.argv[1])).get("facts", {})
+sf = json.load(open(sys.argv[2])).get("facts", {})
+keys = [k for k in rf if k.startswith("capture_")]
+fd = [k for k in keys if sf.get(k) != rf[k]]
+for k in fd:
+    print(f"fact {k}: real {rf[k]}, stand-in {sf.get(k, 'missing')}")
+print(f"{len(fd)} of {len(keys)} capture facts differ")
 PY
 fi
 

@@ -11,6 +11,8 @@
  *   htod-async-8B      cuMemcpyHtoDAsync_v2 of 8 bytes from pinned memory on a stream
  *                      (synchronized every 256 calls)
  *   pointer-attribute  cuPointerGetAttribute(MEMORY_TYPE) on pageable memory (a query hook)
+ *   stream-is-capturing cuStreamIsCapturing on the stream (not hooked: the driver's own cost
+ *                      of the question the copy hook asks before learning from an async copy)
  *   malloc-free-64B    malloc + free of 64 bytes (the free hook's fast path)
  * Output: `name<TAB>median_ns<TAB>min_ns<TAB>calls<TAB>cpu_median_ns`: wall-clock ns per call
  * (median and minimum of the 7 repetitions), and the calling thread's CPU time per call
@@ -37,6 +39,7 @@ CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr, const void *, size_t, CUstream);
 CUresult cuStreamCreate(CUstream *, unsigned);
 CUresult cuStreamSynchronize(CUstream);
 CUresult cuPointerGetAttribute(void *, int, CUdeviceptr);
+CUresult cuStreamIsCapturing(CUstream, unsigned *);
 
 static CUdeviceptr dev;
 static void *pinned, *pageable;
@@ -59,6 +62,10 @@ static void htod_async(void) {
 static void attribute(void) {
     unsigned type;
     cuPointerGetAttribute(&type, 2, (CUdeviceptr)(uintptr_t)pageable);
+}
+static void is_capturing(void) {
+    unsigned status;
+    cuStreamIsCapturing(stream, &status);
 }
 static void malloc_free(void) {
     void *p = malloc(64);
@@ -103,6 +110,7 @@ int main(int argc, char **argv) {
     measure("htod-8B-pinned", htod_8, 20000 * scale);
     measure("htod-async-8B", htod_async, 20000 * scale);
     measure("pointer-attribute", attribute, 200000 * scale);
+    measure("stream-is-capturing", is_capturing, 200000 * scale);
     measure("malloc-free-64B", malloc_free, 1000000 * scale);
     return 0;
 }

@@ -226,6 +226,7 @@ fn run(report: &mut Report) -> Result<()> {
     checks(report, &ctx);
     report.line("probes (CUresult for misuse; compare stand-in and real driver):");
     probes(report, &driver, &ctx)?;
+    capture_probes(report, &driver, &ctx)?;
     Ok(())
 }
 
@@ -549,5 +550,183 @@ fn probes(report: &mut Report, driver: &Arc<Driver>, ctx: &Context) -> Result<()
         ));
         report.fact(&format!("proc_address_{base}_{flags}_is_{symbol}"), same);
     }
+    Ok(())
+}
+
+type BeginCaptureFn = unsafe extern "C" fn(CUstream, CUstreamCaptureMode) -> CUresult;
+type EndCaptureFn = unsafe extern "C" fn(CUstream, *mut *mut c_void) -> CUresult;
+type IsCapturingFn = unsafe extern "C" fn(CUstream, *mut CUstreamCaptureStatus) -> CUresult;
+type ExchangeModeFn = unsafe extern "C" fn(*mut CUstreamCaptureMode) -> CUresult;
+type GraphDestroyFn = unsafe extern "C" fn(*mut c_void) -> CUresult;
+
+/// Stream capture (CUDA graphs): what the driver answers to the calls pinwise-preload must
+/// not make during a capture (waiting for the capturing stream, registering memory while a
+/// global-mode capture is active) and to the ones it makes instead (asking whether a stream
+/// captures, switching its thread to relaxed mode), so that the stand-in's model of capture
+/// is checked against the real driver.
+fn capture_probes(report: &mut Report, driver: &Arc<Driver>, ctx: &Context) -> Result<()> {
+    let resolve = |name: &str| driver.symbol_address(name);
+    let (Some(begin), Some(end), Some(is_capturing), Some(exchange), Some(destroy)) = (
+        resolve("cuStreamBeginCapture_v2"),
+        resolve("cuStreamEndCapture"),
+        resolve("cuStreamIsCapturing"),
+        resolve("cuThreadExchangeStreamCaptureMode"),
+        resolve("cuGraphDestroy"),
+    ) else {
+        report.line("  stream capture: the driver exports no capture functions; probes skipped");
+        return Ok(());
+    };
+    // SAFETY: each address is the driver's exported function of that name, whose C
+    // signature (cuda.h) is the type it is read as.
+    let (begin, end, is_capturing, exchange, destroy) = unsafe {
+        (
+            std::mem::transmute::<*mut c_void, BeginCaptureFn>(begin),
+            std::mem::transmute::<*mut c_void, EndCaptureFn>(end),
+            std::mem::transmute::<*mut c_void, IsCapturingFn>(is_capturing),
+            std::mem::transmute::<*mut c_void, ExchangeModeFn>(exchange),
+            std::mem::transmute::<*mut c_void, GraphDestroyFn>(destroy),
+        )
+    };
+    let api = *driver.api();
+    let stream = Stream::new(ctx)?;
+    let s = stream.handle();
+    let dev = DeviceBuffer::new(ctx, 4096)?;
+    let mut heap = vec![0u8; 3 * 4096];
+    let off = heap.as_ptr().align_offset(4096);
+    let page = heap[off..].as_mut_ptr() as *mut c_void;
+    let pinned = PinnedHostRegion::new(ctx, 4096, 0)?;
+    let event = Event::new(ctx)?;
+    // Ends the capture on `s`, says what the driver answered, and frees a graph it made.
+    let finish = |report: &mut Report, what: &str| {
+        let mut graph: *mut c_void = std::ptr::null_mut();
+        // SAFETY: valid stream and out-parameter.
+        let rc = unsafe { end(s, &mut graph) };
+        report.probe(
+            driver,
+            &format!("capture: cuStreamEndCapture after {what}"),
+            rc,
+        );
+        if !graph.is_null() {
+            // SAFETY: a graph the driver just made, destroyed once.
+            unsafe { destroy(graph) };
+        }
+    };
+    // SAFETY (all raw calls below): valid handles, pointers and out-parameters; every
+    // capture begun is ended before the next one.
+    unsafe {
+        let mut status: CUstreamCaptureStatus = 99;
+        report.probe(
+            driver,
+            "capture: cuStreamIsCapturing before any capture",
+            is_capturing(s, &mut status),
+        );
+        report.fact(
+            "capture_status_before",
+            status == CU_STREAM_CAPTURE_STATUS_NONE,
+        );
+
+        // 1. Waiting for the capturing stream (what pinwise-preload did after an async copy).
+        report.probe(
+            driver,
+            "capture: cuStreamBeginCapture_v2 global",
+            begin(s, CU_STREAM_CAPTURE_MODE_GLOBAL),
+        );
+        report.probe(
+            driver,
+            "capture: cuStreamIsCapturing while capturing",
+            is_capturing(s, &mut status),
+        );
+        report.fact(
+            "capture_status_active",
+            status == CU_STREAM_CAPTURE_STATUS_ACTIVE,
+        );
+        report.probe(
+            driver,
+            "capture: cuMemcpyHtoDAsync_v2 from pinned memory",
+            (api.cuMemcpyHtoDAsync_v2)(dev.ptr().0, pinned.as_ptr() as *const c_void, 4096, s),
+        );
+        report.probe(
+            driver,
+            "capture: cuStreamSynchronize on the capturing stream",
+            (api.cuStreamSynchronize)(s),
+        );
+        report.probe(
+            driver,
+            "capture: cuStreamIsCapturing after the wait",
+            is_capturing(s, &mut status),
+        );
+        report.fact(
+            "capture_status_after_wait_invalidated",
+            status == CU_STREAM_CAPTURE_STATUS_INVALIDATED,
+        );
+        finish(report, "a wait on the stream");
+
+        // 2. Registering memory from the capturing thread in global mode.
+        begin(s, CU_STREAM_CAPTURE_MODE_GLOBAL);
+        let rc = (api.cuMemHostRegister_v2)(page, 4096, 0);
+        report.probe(driver, "capture: cuMemHostRegister_v2 in global mode", rc);
+        if rc == CUDA_SUCCESS {
+            (api.cuMemHostUnregister)(page);
+        }
+        finish(report, "a registration in global mode");
+
+        // 3. The same, with the thread switched to relaxed mode (what pinwise does).
+        begin(s, CU_STREAM_CAPTURE_MODE_GLOBAL);
+        let mut mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+        report.probe(
+            driver,
+            "capture: cuThreadExchangeStreamCaptureMode to relaxed",
+            exchange(&mut mode),
+        );
+        report.fact(
+            "capture_previous_mode_global",
+            mode == CU_STREAM_CAPTURE_MODE_GLOBAL,
+        );
+        let rc = (api.cuMemHostRegister_v2)(page, 4096, 0);
+        report.probe(driver, "capture: cuMemHostRegister_v2 in relaxed mode", rc);
+        if rc == CUDA_SUCCESS {
+            report.probe(
+                driver,
+                "capture: cuMemHostUnregister in relaxed mode",
+                (api.cuMemHostUnregister)(page),
+            );
+        }
+        exchange(&mut mode);
+        report.probe(
+            driver,
+            "capture: cuMemcpyHtoDAsync_v2 after relaxed calls",
+            (api.cuMemcpyHtoDAsync_v2)(dev.ptr().0, pinned.as_ptr() as *const c_void, 4096, s),
+        );
+        finish(report, "relaxed-mode registration");
+
+        // 4. A synchronous copy (legacy stream) during a global capture.
+        begin(s, CU_STREAM_CAPTURE_MODE_GLOBAL);
+        report.probe(
+            driver,
+            "capture: cuMemcpyHtoD_v2 during a global capture",
+            (api.cuMemcpyHtoD_v2)(dev.ptr().0, pinned.as_ptr() as *const c_void, 4096),
+        );
+        finish(report, "a synchronous copy");
+
+        // 5. Querying an event recorded in the capture.
+        begin(s, CU_STREAM_CAPTURE_MODE_GLOBAL);
+        report.probe(
+            driver,
+            "capture: cuEventRecord on the capturing stream",
+            (api.cuEventRecord)(event.handle(), s),
+        );
+        report.probe(
+            driver,
+            "capture: cuEventQuery of an event recorded in the capture",
+            (api.cuEventQuery)(event.handle()),
+        );
+        finish(report, "an event query");
+        report.probe(
+            driver,
+            "capture: cuStreamIsCapturing after the captures",
+            is_capturing(s, &mut status),
+        );
+    }
+    stream.synchronize()?;
     Ok(())
 }
