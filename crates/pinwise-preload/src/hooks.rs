@@ -321,13 +321,29 @@ pub fn copy(
         return forward();
     };
     let t0 = if timed { now_ns() } else { 0 };
-    let finish_on =
-        guarded(|| describe(st).and_then(|c| note_and_record(st, &c, site_addr))).flatten();
-    if t0 != 0 {
-        st.stats.hook_sample(now_ns().saturating_sub(t0));
-    }
+    let noted = guarded(|| describe(st).map(|c| (c, note(st, &c, true)))).flatten();
+    let before = if t0 != 0 {
+        now_ns().saturating_sub(t0)
+    } else {
+        0
+    };
     let rc = forward();
-    if let (CUDA_SUCCESS, Some(stream)) = (rc, finish_on) {
+    let Some((c, noted)) = noted else {
+        return rc;
+    };
+    if rc != CUDA_SUCCESS {
+        // The driver refused the copy: nothing moved, so nothing is recorded (as the
+        // tracer, which reads each call's result, leaves failed calls out).
+        HookStats::bump(&st.stats.failed_copies);
+        return rc;
+    }
+    let t1 = if t0 != 0 { now_ns() } else { 0 };
+    guarded(|| record_transfer(st, &c, &noted, site_addr));
+    if t0 != 0 {
+        st.stats
+            .hook_sample(before.saturating_add(now_ns().saturating_sub(t1)));
+    }
+    if let Some(stream) = noted.finish_on {
         // The program's own pageable memory, registered by pinwise: as on pageable memory,
         // the copy is done when the call returns (the program may reuse the buffer at once).
         if let Some(p) = st.pinning() {
@@ -337,16 +353,21 @@ pub fn copy(
     rc
 }
 
-/// Learns from a copy (promoting what turned hot) and records it. Returns the stream to
-/// wait on after issuing it, for an asynchronous copy on the program's own pageable memory
-/// that pinwise registered.
-fn note_and_record(st: &State, c: &Copy, site_addr: usize) -> Option<usize> {
-    note_and_record_as(st, c, site_addr, true)
+/// What the hooks learned about a copy before it was issued.
+struct Noted {
+    /// The host side, pinned or pageable, as pinwise knows it.
+    host_state: HostState,
+    /// The copy's stream, the per-thread default stream made explicit.
+    stream: Option<StreamHandle>,
+    /// The stream to wait on after issuing the copy: an asynchronous copy on the program's
+    /// own pageable memory that pinwise registered.
+    finish_on: Option<usize>,
 }
 
-/// [`note_and_record`]; `learn: false` records only (a copy that already happened: it must
-/// not register anything, since no hook would wait for a later asynchronous copy on it).
-fn note_and_record_as(st: &State, c: &Copy, site_addr: usize, learn: bool) -> Option<usize> {
+/// Learns from a copy before it is issued (promoting what turned hot). `learn: false`
+/// only describes it (a copy that already happened: it must not register anything, since
+/// no hook would wait for a later asynchronous copy on it).
+fn note(st: &State, c: &Copy, learn: bool) -> Noted {
     let stream = c.stream.map(|s| {
         StreamHandle(if c.per_thread && s == 0 {
             CU_STREAM_PER_THREAD as u64
@@ -377,6 +398,19 @@ fn note_and_record_as(st: &State, c: &Copy, site_addr: usize, learn: bool) -> Op
             None => (HostState::Unknown, false),
         },
     };
+    let finish_on = match stream {
+        Some(s) if program_registered => Some(s.0 as usize),
+        _ => None,
+    };
+    Noted {
+        host_state,
+        stream,
+        finish_on,
+    }
+}
+
+/// Records a copy the driver accepted, timestamped when it returned.
+fn record_transfer(st: &State, c: &Copy, noted: &Noted, site_addr: usize) {
     let stamp = st.recorder.stamp();
     st.recorder.record(
         stamp,
@@ -386,16 +420,12 @@ fn note_and_record_as(st: &State, c: &Copy, site_addr: usize, learn: bool) -> Op
             device: c.device,
             bytes: c.bytes as u64,
             is_async: c.stream.is_some(),
-            stream: stream.map_or(0, |s| s.0),
-            host_state,
+            stream: noted.stream.map_or(0, |s| s.0),
+            host_state: noted.host_state,
         },
         None,
         site_addr,
     );
-    match stream {
-        Some(s) if program_registered => Some(s.0 as usize),
-        _ => None,
-    }
 }
 
 /// Whether an asynchronous copy's stream is certainly not being captured into a CUDA graph
@@ -904,7 +934,8 @@ pub fn observe(st: &State, caller: usize, kind: EventKind) {
 pub fn observe_copy(st: &State, caller: usize, c: Option<Copy>) {
     if let Some(c) = c {
         // The copy already happened (no driver hook saw it): record it, learn nothing.
-        let _ = note_and_record_as(st, &c, caller, false);
+        let noted = note(st, &c, false);
+        record_transfer(st, &c, &noted, caller);
     }
 }
 

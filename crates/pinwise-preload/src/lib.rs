@@ -58,7 +58,9 @@
 //! limits), pointer
 //! queries about memory pinwise served are answered as plain CUDA would answer them
 //! (registered first; flags and ranges of the allocation, not of the pool), and misuse
-//! (a second free, unregistering pinned memory) gets plain CUDA's error.
+//! (a second free, unregistering pinned memory) gets plain CUDA's error. A copy the driver
+//! refuses is not in the history (nothing moved; `failed_copies` in the statistics counts it),
+//! and a copy is recorded when the driver has accepted it.
 //!
 //! # Known limits
 //!

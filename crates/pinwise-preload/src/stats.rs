@@ -66,6 +66,8 @@ pub struct HookStats {
     /// Asynchronous copies issued on a stream being captured into a CUDA graph (forwarded
     /// and recorded, nothing learned, registered or waited for).
     pub captured_copies: AtomicU64,
+    /// Copies the driver refused (not recorded: nothing moved).
+    pub failed_copies: AtomicU64,
     /// Sampled hook bookkeeping time (ns) and samples.
     pub hook_ns: AtomicU64,
     /// Samples in `hook_ns`.
@@ -100,6 +102,7 @@ impl Default for HookStats {
             runtime_only: AtomicU64::new(0),
             queries_answered: AtomicU64::new(0),
             captured_copies: AtomicU64::new(0),
+            failed_copies: AtomicU64::new(0),
             hook_ns: AtomicU64::new(0),
             hook_samples: AtomicU64::new(0),
             hook_buckets: [const { AtomicU64::new(0) }; HOOK_BUCKETS],
@@ -304,6 +307,8 @@ pub struct ProcessStats {
     pub queries_answered: u64,
     /// Asynchronous copies on a stream being captured into a CUDA graph.
     pub captured_copies: u64,
+    /// Copies the driver refused (not recorded).
+    pub failed_copies: u64,
     /// Mean sampled hook bookkeeping per intercepted copy, ns (`None`: no sample); a
     /// preempted sample inflates it.
     pub hook_ns_mean: Option<f64>,
@@ -372,6 +377,7 @@ impl ProcessStats {
             proc_address_unrecognized: r(&PROC_ADDRESS_UNRECOGNIZED),
             queries_answered: r(&h.queries_answered),
             captured_copies: r(&h.captured_copies),
+            failed_copies: r(&h.failed_copies),
             hook_ns_mean: (samples > 0).then(|| r(&h.hook_ns) as f64 / samples as f64),
             hook_ns_median: h.hook_median_ns(),
             hook_samples: samples,

@@ -167,6 +167,8 @@ pub struct ProcessStats {
     pub runtime_only: u64,
     /// Asynchronous copies on a stream being captured into a CUDA graph.
     pub captured_copies: u64,
+    /// Copies the driver refused (not recorded in the history).
+    pub failed_copies: u64,
     /// Wrappers handed out.
     pub wrapped_by_dlsym: u64,
     /// Wrappers handed out by cuGetProcAddress.
@@ -581,6 +583,7 @@ struct Totals {
     transfers_pageable: u64,
     transfers_unknown: u64,
     captured_copies: u64,
+    failed_copies: u64,
     pinned_bytes_peak_max: u64,
     #[serde(skip)]
     budget_bytes_max: u64,
@@ -634,6 +637,7 @@ impl Totals {
             transfers_pageable: sum(&|p| p.transfers_pageable),
             transfers_unknown: sum(&|p| p.transfers_unknown),
             captured_copies: sum(&|p| p.captured_copies),
+            failed_copies: sum(&|p| p.failed_copies),
             pinned_bytes_peak_max: ps
                 .iter()
                 .map(|p| p.engine.pinned_bytes_peak)
@@ -718,6 +722,13 @@ pub fn summary_lines(ps: &[ProcessStats]) -> Vec<String> {
              waited for or learned from them; registrations they used kept until the memory \
              is freed)",
             t.captured_copies
+        ));
+    }
+    if t.failed_copies > 0 {
+        lines.push(format!(
+            "{} copies were refused by the driver (the program got CUDA's error; not in the \
+             history)",
+            t.failed_copies
         ));
     }
     lines.push(format!(
