@@ -227,6 +227,7 @@ fn run(report: &mut Report) -> Result<()> {
     report.line("probes (CUresult for misuse; compare stand-in and real driver):");
     probes(report, &driver, &ctx)?;
     capture_probes(report, &driver, &ctx)?;
+    adjacent_registrations(report, &driver, &ctx)?;
     Ok(())
 }
 
@@ -728,5 +729,96 @@ fn capture_probes(report: &mut Report, driver: &Arc<Driver>, ctx: &Context) -> R
         );
     }
     stream.synchronize()?;
+    Ok(())
+}
+
+/// Whether one copy may span several adjacent registrations, and at what speed: the question
+/// behind registering a large region in chunks (a pinned pool block spanning two chunks is
+/// only usable if the driver takes such a copy at pinned speed). A probe of the answer, then
+/// 64 MiB copied from memory registered as 1, 2 and 8 pieces, and not registered (sanity
+/// figures from 5 synchronous copies each, not a benchmark).
+fn adjacent_registrations(report: &mut Report, driver: &Arc<Driver>, ctx: &Context) -> Result<()> {
+    let api = *driver.api();
+    let n = 64 * MIB;
+    let mut heap = vec![0u8; n + 4096];
+    let off = heap.as_ptr().align_offset(4096);
+    let region = &mut heap[off..off + n];
+    region.copy_from_slice(&pattern(n, 9));
+    let base = region.as_mut_ptr();
+    let dev = DeviceBuffer::new(ctx, n)?;
+    // Registers `[base, base + len)` as `pieces` equal adjacent registrations.
+    let register = |len: usize, pieces: usize| -> CUresult {
+        let piece = len / pieces;
+        for k in 0..pieces {
+            // SAFETY: inside `region`, which stays alive and mapped until unregistered.
+            let rc =
+                unsafe { (api.cuMemHostRegister_v2)(base.add(k * piece) as *mut c_void, piece, 0) };
+            if rc != CUDA_SUCCESS {
+                return rc;
+            }
+        }
+        CUDA_SUCCESS
+    };
+    let unregister = |len: usize, pieces: usize| {
+        let piece = len / pieces;
+        for k in 0..pieces {
+            // SAFETY: a registration made by `register` above.
+            unsafe { (api.cuMemHostUnregister)(base.add(k * piece) as *mut c_void) };
+        }
+    };
+    driver.check("cuMemHostRegister_v2", register(8192, 2))?;
+    // SAFETY (both probes): the host range is `region`'s first 8 KiB, the device range is
+    // `dev`'s first 8 KiB.
+    let up = unsafe { (api.cuMemcpyHtoD_v2)(dev.ptr().0, base as *const c_void, 8192) };
+    report.probe(
+        driver,
+        "cuMemcpyHtoD_v2 across two adjacent registrations",
+        up,
+    );
+    let down = unsafe { (api.cuMemcpyDtoH_v2)(base as *mut c_void, dev.ptr().0, 8192) };
+    report.probe(
+        driver,
+        "cuMemcpyDtoH_v2 across two adjacent registrations",
+        down,
+    );
+    unregister(8192, 2);
+    if up != CUDA_SUCCESS {
+        return Ok(());
+    }
+    let fixture = if driver.standin_marker().is_some() {
+        " (CPU stand-in, a TEST FIXTURE: not a GPU figure)"
+    } else {
+        ""
+    };
+    for pieces in [1usize, 2, 8, 0] {
+        if pieces > 0 {
+            driver.check("cuMemHostRegister_v2", register(n, pieces))?;
+        }
+        let mut times = Vec::new();
+        for _ in 0..5 {
+            let t = std::time::Instant::now();
+            // SAFETY: `region` and `dev` are both `n` bytes and outlive the call.
+            let rc = unsafe { (api.cuMemcpyHtoD_v2)(dev.ptr().0, base as *const c_void, n) };
+            driver.check("cuMemcpyHtoD_v2", rc)?;
+            times.push(t.elapsed().as_secs_f64());
+        }
+        if pieces > 0 {
+            unregister(n, pieces);
+        }
+        times.sort_by(f64::total_cmp);
+        let gbps = n as f64 / times[2] / 1e9;
+        let what = match pieces {
+            0 => "not registered".to_string(),
+            1 => "one registration".to_string(),
+            k => format!("{k} adjacent registrations"),
+        };
+        report.line(format!(
+            "  64 MiB HtoD from memory {what}: {gbps:.1} GB/s (median of 5 synchronous copies){fixture}"
+        ));
+        report.fact(
+            &format!("adjacent_registrations_{pieces}_htod_GBps"),
+            format!("{gbps:.2}"),
+        );
+    }
     Ok(())
 }
