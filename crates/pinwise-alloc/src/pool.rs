@@ -1,6 +1,9 @@
 //! The pinned pool's bookkeeping: segments of page-locked memory carved into blocks.
 //!
 //! A *segment* is one page-locked region (one `cuMemHostAlloc`, or one registered mapping).
+//! A segment is registered in one call, never in chunks: the driver refuses a copy that
+//! spans two adjacent registrations (`CUDA_ERROR_INVALID_VALUE` on the H200,
+//! bench/results/gpu-cuda-smoke.md), so a block spanning two chunks would be unusable.
 //! It is carved into *blocks*: best fit by size, the rest split off; a freed block is merged
 //! with free neighbours of the same segment, so the pool does not fragment and does not
 //! waste a power of two per block (see [`crate::grade`]).
