@@ -77,7 +77,7 @@ pub trait Recorder: Send + Sync {
     fn finish(&self) -> Result<(), AllocError>;
 }
 
-/// Settings of an [`Engine`].
+/// Settings of an [`Engine`](crate::engine::Engine).
 #[derive(Clone)]
 pub struct EngineConfig {
     /// How decisions are made.
