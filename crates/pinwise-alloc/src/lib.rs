@@ -15,7 +15,7 @@
 //! - [`callsite`]: allocation identity (call site normalized across runs);
 //! - [`costs`]: the view of the cost model that decisions weigh;
 //! - [`backend`]: the driver operations it needs, behind [`backend::PinBackend`];
-//! - [`calibrate`] and [`bench`]: `pinwise calibrate` and `pinwise bench alloc`.
+//! - [`calibrate`] and [`bench`](mod@bench): `pinwise calibrate` and `pinwise bench alloc`.
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
