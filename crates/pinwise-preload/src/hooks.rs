@@ -332,8 +332,8 @@ pub fn copy(
         return rc;
     };
     if rc != CUDA_SUCCESS {
-        // The driver refused the copy: nothing moved, so nothing is recorded (as the
-        // tracer, which reads each call's result, leaves failed calls out).
+        // The driver refused the copy: nothing moved, so nothing is recorded; the program
+        // gets the driver's error.
         HookStats::bump(&st.stats.failed_copies);
         return rc;
     }
