@@ -16,13 +16,13 @@ use pinwise_cuda::sys::{
 };
 
 use crate::backend::StreamCapture;
-use crate::clock::now_ns;
 use crate::guard;
 use crate::pinning::{Pinning, PROMOTED_RANGES};
 use crate::real;
 use crate::state::{self, State};
 use crate::stats::{self, HookStats};
 use crate::variants::{self, Hooked};
+use pinwise_alloc::engine::monotonic_ns as now_ns;
 
 /// Sample the bookkeeping time of one copy in this many.
 const SAMPLE_EVERY: u32 = 16;

@@ -127,7 +127,6 @@
 #![cfg_attr(test, allow(dead_code))]
 
 mod backend;
-mod clock;
 pub mod config;
 pub mod elf;
 mod guard;

@@ -12,9 +12,9 @@ use pinwise_core::{
     Event, EventKind, HistoryConfig, HostState, MemHistory, ModuleTable, ProbeKind, Site,
 };
 
-use crate::clock::now_ns;
 use crate::guard;
 use crate::ring::{release_below, GlobalQueue, Registry, Ring, Stamped, RING_CAP};
+use pinwise_alloc::engine::monotonic_ns as now_ns;
 
 /// An event as a hook leaves it: its call site still a raw return address.
 #[derive(Debug, Clone, Copy)]
