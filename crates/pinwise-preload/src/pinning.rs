@@ -237,9 +237,7 @@ impl Pinning {
         stats: &HookStats,
         rec: &Recorder,
     ) -> (HostState, bool) {
-        let maybe_served = host >= self.served_lo.load(Ordering::Acquire)
-            && host < self.served_hi.load(Ordering::Acquire);
-        let engine_view = if maybe_served {
+        let engine_view = if self.maybe_served(host) {
             self.engine
                 .note_transfer(host as *const u8, bytes, direction, stream)
         } else {
@@ -312,6 +310,13 @@ impl Pinning {
         }
     }
 
+    /// Whether `host` lies in the span of addresses served allocations ever had (outside
+    /// it, it is the program's own memory and the allocator's lookup is skipped).
+    fn maybe_served(&self, host: usize) -> bool {
+        host >= self.served_lo.load(Ordering::Acquire)
+            && host < self.served_hi.load(Ordering::Acquire)
+    }
+
     /// Notes a copy of `[host, host + span)` issued on a stream being captured into a CUDA
     /// graph: it is not run now but on every replay of the graph, so nothing is learned
     /// from it, nothing registered and no pool event recorded. A registration of pinwise's
@@ -333,9 +338,7 @@ impl Pinning {
             return HostState::Pinned;
         }
         self.release_partly_covered(host, span, stats, rec);
-        let maybe_served = host >= self.served_lo.load(Ordering::Acquire)
-            && host < self.served_hi.load(Ordering::Acquire);
-        if !maybe_served {
+        if !self.maybe_served(host) {
             return HostState::Unknown;
         }
         self.served_containing(host)
