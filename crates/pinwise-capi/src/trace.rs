@@ -411,6 +411,21 @@ pub unsafe extern "C" fn pinwise_tracer_hotspots(
     n: usize,
     out: *mut PinwiseAllocationInfo,
 ) -> usize {
+    // SAFETY: the caller's contract.
+    unsafe { write_ranked(t, n, out, TracerAgent::hotspots) }
+}
+
+/// The body of `pinwise_tracer_hotspots`/`_coldspots`: writes the (up to) `n` allocations
+/// `rank` picks to `out`; returns how many were written.
+///
+/// # Safety
+/// As `pinwise_tracer_hotspots`.
+unsafe fn write_ranked(
+    t: *const PinwiseTracer,
+    n: usize,
+    out: *mut PinwiseAllocationInfo,
+    rank: fn(&TracerAgent, usize) -> Vec<AllocationInfo>,
+) -> usize {
     guarded(0, || {
         // SAFETY: the caller's contract.
         let t = unsafe { tracer(t)? };
@@ -418,7 +433,7 @@ pub unsafe extern "C" fn pinwise_tracer_hotspots(
             return Err("output array is NULL".into());
         }
         // SAFETY: `out` holds `n` elements (caller's contract).
-        Ok(unsafe { write_infos(&t.agent.hotspots(n), out, n) })
+        Ok(unsafe { write_infos(&rank(&t.agent, n), out, n) })
     })
 }
 
@@ -433,15 +448,8 @@ pub unsafe extern "C" fn pinwise_tracer_coldspots(
     n: usize,
     out: *mut PinwiseAllocationInfo,
 ) -> usize {
-    guarded(0, || {
-        // SAFETY: the caller's contract.
-        let t = unsafe { tracer(t)? };
-        if out.is_null() && n > 0 {
-            return Err("output array is NULL".into());
-        }
-        // SAFETY: `out` holds `n` elements (caller's contract).
-        Ok(unsafe { write_infos(&t.agent.coldspots(n), out, n) })
-    })
+    // SAFETY: the caller's contract.
+    unsafe { write_ranked(t, n, out, TracerAgent::coldspots) }
 }
 
 /// Allocations with at least `min_transfers` transfers: writes up to `capacity` of them to
