@@ -17,29 +17,15 @@
  * Output: `name<TAB>median_ns<TAB>min_ns<TAB>calls<TAB>cpu_median_ns`: wall-clock ns per call
  * (median and minimum of the 7 repetitions), and the calling thread's CPU time per call
  * (median; it leaves out time the thread was not running, which matters on a busy
- * machine). Linked with -lcuda; no CUDA headers needed (the prototypes are below). */
+ * machine). Linked with -lcuda; no CUDA headers needed (the declarations come from
+ * fixtures/include/cuda_driver_min.h). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-typedef int CUresult;
-typedef unsigned long long CUdeviceptr;
-typedef void *CUcontext;
-typedef void *CUstream;
-CUresult cuInit(unsigned);
-CUresult cuDeviceGet(int *, int);
-CUresult cuDevicePrimaryCtxRetain(CUcontext *, int);
-CUresult cuCtxSetCurrent(CUcontext);
-CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
-CUresult cuMemAllocHost_v2(void **, size_t);
-CUresult cuMemcpyHtoD_v2(CUdeviceptr, const void *, size_t);
-CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr, const void *, size_t, CUstream);
-CUresult cuStreamCreate(CUstream *, unsigned);
-CUresult cuStreamSynchronize(CUstream);
-CUresult cuPointerGetAttribute(void *, int, CUdeviceptr);
-CUresult cuStreamIsCapturing(CUstream, unsigned *);
+#include "../../../fixtures/include/cuda_driver_min.h"
 
 static CUdeviceptr dev;
 static void *pinned, *pageable;
@@ -64,7 +50,7 @@ static void attribute(void) {
     cuPointerGetAttribute(&type, 2, (CUdeviceptr)(uintptr_t)pageable);
 }
 static void is_capturing(void) {
-    unsigned status;
+    CUstreamCaptureStatus status;
     cuStreamIsCapturing(stream, &status);
 }
 static void malloc_free(void) {

@@ -26,52 +26,7 @@
 #include <time.h>
 
 #ifdef PINWISE_STANDIN
-typedef int CUresult;
-typedef int CUdevice;
-typedef unsigned long long CUdeviceptr;
-typedef struct CUctx_st *CUcontext;
-typedef struct CUstream_st *CUstream;
-typedef struct CUarray_st *CUarray;
-typedef enum { CU_MEMORYTYPE_HOST = 1, CU_MEMORYTYPE_DEVICE = 2 } CUmemorytype;
-typedef struct {
-	size_t srcXInBytes, srcY;
-	CUmemorytype srcMemoryType;
-	const void *srcHost;
-	CUdeviceptr srcDevice;
-	CUarray srcArray;
-	size_t srcPitch;
-	size_t dstXInBytes, dstY;
-	CUmemorytype dstMemoryType;
-	void *dstHost;
-	CUdeviceptr dstDevice;
-	CUarray dstArray;
-	size_t dstPitch;
-	size_t WidthInBytes, Height;
-} CUDA_MEMCPY2D;
-CUresult cuInit(unsigned int flags);
-CUresult cuDeviceGet(CUdevice *d, int ordinal);
-CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d);
-CUresult cuCtxSetCurrent(CUcontext c);
-CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int flags);
-CUresult cuMemFreeHost(void *p);
-CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int flags);
-CUresult cuMemHostUnregister(void *p);
-CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize);
-CUresult cuMemFree_v2(CUdeviceptr dptr);
-CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n);
-CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n);
-CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s);
-CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n);
-CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *p);
-CUresult cuStreamCreate(CUstream *s, unsigned int flags);
-CUresult cuStreamSynchronize(CUstream s);
-#define cuMemHostRegister cuMemHostRegister_v2
-#define cuMemAlloc cuMemAlloc_v2
-#define cuMemFree cuMemFree_v2
-#define cuMemcpyHtoD cuMemcpyHtoD_v2
-#define cuMemcpyDtoH cuMemcpyDtoH_v2
-#define cuMemcpyHtoDAsync cuMemcpyHtoDAsync_v2
-#define cuMemcpy2D cuMemcpy2D_v2
+#include "../../../fixtures/include/cuda_driver_min.h"
 #define DEVICE_NAME "standin"
 #else
 #include <cuda.h>

@@ -4,7 +4,8 @@
  *
  * Built two ways from this one file:
  *   - in CI, against pinwise's CPU stand-ins for libcuda/libcudart (a TEST FIXTURE, not a
- *     GPU), with -DPINWISE_STANDIN (prototypes declared here, no CUDA headers needed);
+ *     GPU), with -DPINWISE_STANDIN (driver declarations from
+ *     fixtures/include/cuda_driver_min.h, runtime ones here: no CUDA headers needed);
  *   - on the GPU machine with nvcc, `-cudart shared` and `-cudart static`
  *     (bench/gpu/trace/run.sh), against the real CUDA headers and driver.
  *
@@ -27,43 +28,7 @@
 #include <string.h>
 
 #ifdef PINWISE_STANDIN
-typedef int CUresult;
-typedef unsigned long long CUdeviceptr;
-typedef struct CUstream_st *CUstream;
-typedef struct CUarray_st *CUarray;
-typedef enum { CU_MEMORYTYPE_HOST = 1, CU_MEMORYTYPE_DEVICE = 2 } CUmemorytype;
-typedef struct {
-	size_t srcXInBytes, srcY;
-	CUmemorytype srcMemoryType;
-	const void *srcHost;
-	CUdeviceptr srcDevice;
-	CUarray srcArray;
-	size_t srcPitch;
-	size_t dstXInBytes, dstY;
-	CUmemorytype dstMemoryType;
-	void *dstHost;
-	CUdeviceptr dstDevice;
-	CUarray dstArray;
-	size_t dstPitch;
-	size_t WidthInBytes, Height;
-} CUDA_MEMCPY2D;
-#define CU_MEMHOSTALLOC_PORTABLE 0x01
-CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int flags);
-CUresult cuMemFreeHost(void *p);
-CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize);
-CUresult cuMemFree_v2(CUdeviceptr dptr);
-CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n);
-CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s);
-CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *p);
-CUresult cuStreamCreate(CUstream *s, unsigned int flags);
-CUresult cuStreamSynchronize(CUstream s);
-CUresult cuStreamDestroy_v2(CUstream s);
-#define cuMemAlloc cuMemAlloc_v2
-#define cuMemFree cuMemFree_v2
-#define cuMemcpyHtoD cuMemcpyHtoD_v2
-#define cuMemcpyDtoHAsync cuMemcpyDtoHAsync_v2
-#define cuMemcpy2D cuMemcpy2D_v2
-#define cuStreamDestroy cuStreamDestroy_v2
+#include "../../../fixtures/include/cuda_driver_min.h"
 
 typedef int cudaError_t;
 enum { cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2, cudaMemcpyDefault = 4 };

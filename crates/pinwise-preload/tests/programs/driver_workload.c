@@ -1,6 +1,6 @@
 /* A CUDA driver API program for pinwise-preload's tests (linked with -lcuda: the exported
  * driver symbols are what it reaches). Built at test time against the libcuda stand-in (a
- * TEST FIXTURE) with the prototypes below.
+ * TEST FIXTURE) with the declarations of fixtures/include/cuda_driver_min.h.
  *
  * It exercises: hot and cold pinned allocations (cuMemAllocHost, cuMemHostAlloc), a mapped
  * allocation and the pointer queries on pinned requests (device pointer, flags, memory
@@ -15,49 +15,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-typedef int CUresult;
-typedef unsigned long long CUdeviceptr;
-typedef void *CUcontext;
-typedef void *CUstream;
-typedef struct {
-    size_t srcXInBytes, srcY;
-    unsigned srcMemoryType;
-    const void *srcHost;
-    CUdeviceptr srcDevice;
-    void *srcArray;
-    size_t srcPitch;
-    size_t dstXInBytes, dstY;
-    unsigned dstMemoryType;
-    void *dstHost;
-    CUdeviceptr dstDevice;
-    void *dstArray;
-    size_t dstPitch;
-    size_t WidthInBytes, Height;
-} CUDA_MEMCPY2D;
-
-CUresult cuInit(unsigned);
-CUresult cuDeviceGet(int *, int);
-CUresult cuDevicePrimaryCtxRetain(CUcontext *, int);
-CUresult cuCtxSetCurrent(CUcontext);
-CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
-CUresult cuMemFree_v2(CUdeviceptr);
-CUresult cuMemAllocHost_v2(void **, size_t);
-CUresult cuMemHostAlloc(void **, size_t, unsigned);
-CUresult cuMemFreeHost(void *);
-CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *, void *, unsigned);
-CUresult cuMemHostGetFlags(unsigned *, void *);
-CUresult cuPointerGetAttribute(void *, int, CUdeviceptr);
-CUresult cuMemHostRegister_v2(void *, size_t, unsigned);
-CUresult cuMemHostUnregister(void *);
-CUresult cuMemcpyHtoD_v2(CUdeviceptr, const void *, size_t);
-CUresult cuMemcpyDtoH_v2(void *, CUdeviceptr, size_t);
-CUresult cuMemcpyDtoHAsync_v2(void *, CUdeviceptr, size_t, CUstream);
-CUresult cuMemcpy(CUdeviceptr, CUdeviceptr, size_t);
-CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *);
-CUresult cuStreamCreate(CUstream *, unsigned);
-CUresult cuStreamSynchronize(CUstream);
-CUresult cuGetProcAddress_v2(const char *, void **, int, unsigned long long, int *);
-CUresult cuGetErrorName(CUresult, const char **);
+#include "../../../../fixtures/include/cuda_driver_min.h"
 
 #define CHECK(call)                                                                   \
     do {                                                                              \
@@ -197,7 +155,7 @@ int main(void) {
     /* Entry points through cuGetProcAddress: the default and the per-thread variants. */
     CUresult (*htod)(CUdeviceptr, const void *, size_t) = NULL;
     CUresult (*dtoh_async_ptsz)(void *, CUdeviceptr, size_t, CUstream) = NULL;
-    int status = -1;
+    CUdriverProcAddressQueryResult status = -1;
     CHECK(cuGetProcAddress_v2("cuMemcpyHtoD", (void **)&htod, 13000, 0, &status));
     CHECK(cuGetProcAddress_v2("cuMemcpyDtoHAsync", (void **)&dtoh_async_ptsz, 13000, 2, &status));
     CUstream s;

@@ -1,5 +1,6 @@
 /* Copies the driver refuses, between copies it accepts, for pinwise-preload's tests. Built at
- * test time against the libcuda stand-in (a TEST FIXTURE) with the prototypes below.
+ * test time against the libcuda stand-in (a TEST FIXTURE) with the declarations of
+ * fixtures/include/cuda_driver_min.h.
  *
  * A pageable buffer is copied to a 64 KiB device buffer and back, enough times that pinwise
  * may register it in place; in between come copies the driver must refuse (past the end of
@@ -11,22 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef int CUresult;
-typedef unsigned long long CUdeviceptr;
-typedef void *CUcontext;
-typedef void *CUstream;
-CUresult cuInit(unsigned);
-CUresult cuDeviceGet(int *, int);
-CUresult cuDevicePrimaryCtxRetain(CUcontext *, int);
-CUresult cuCtxSetCurrent(CUcontext);
-CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
-CUresult cuMemFree_v2(CUdeviceptr);
-CUresult cuMemcpyHtoD_v2(CUdeviceptr, const void *, size_t);
-CUresult cuMemcpyDtoH_v2(void *, CUdeviceptr, size_t);
-CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr, const void *, size_t, CUstream);
-CUresult cuStreamCreate(CUstream *, unsigned);
-CUresult cuStreamSynchronize(CUstream);
-CUresult cuStreamDestroy_v2(CUstream);
+#include "../../../../fixtures/include/cuda_driver_min.h"
 
 #define N (64 * 1024)
 #define CHECK(call)                                                         \

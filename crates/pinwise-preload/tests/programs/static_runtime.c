@@ -6,14 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef int CUresult;
-typedef void *CUcontext;
-CUresult cuInit(unsigned);
-CUresult cuDeviceGet(int *, int);
-CUresult cuDevicePrimaryCtxRetain(CUcontext *, int);
-CUresult cuCtxSetCurrent(CUcontext);
-CUresult cuMemAllocHost_v2(void **, size_t);
-CUresult cuMemFreeHost(void *);
+#include "../../../../fixtures/include/cuda_driver_min.h"
 
 /* The "static runtime". */
 __attribute__((noinline)) int cudaMallocHost(void **p, size_t n) {

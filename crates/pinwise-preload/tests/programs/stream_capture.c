@@ -20,33 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef int CUresult;
-typedef unsigned long long CUdeviceptr;
-typedef void *CUcontext;
-typedef void *CUstream;
-typedef void *CUgraph;
-typedef void *CUgraphExec;
-
-CUresult cuInit(unsigned);
-CUresult cuDeviceGet(int *, int);
-CUresult cuDevicePrimaryCtxRetain(CUcontext *, int);
-CUresult cuCtxSetCurrent(CUcontext);
-CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
-CUresult cuMemAllocHost_v2(void **, size_t);
-CUresult cuMemFreeHost(void *);
-CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr, const void *, size_t, CUstream);
-CUresult cuMemcpyDtoHAsync_v2(void *, CUdeviceptr, size_t, CUstream);
-CUresult cuStreamCreate(CUstream *, unsigned);
-CUresult cuStreamSynchronize(CUstream);
-CUresult cuStreamBeginCapture_v2(CUstream, unsigned);
-CUresult cuStreamEndCapture(CUstream, CUgraph *);
-CUresult cuStreamIsCapturing(CUstream, unsigned *);
-CUresult cuThreadExchangeStreamCaptureMode(unsigned *);
-CUresult cuGraphInstantiateWithFlags(CUgraphExec *, CUgraph, unsigned long long);
-CUresult cuGraphLaunch(CUgraphExec, CUstream);
-CUresult cuGraphExecDestroy(CUgraphExec);
-CUresult cuGraphDestroy(CUgraph);
-CUresult cuGetErrorName(CUresult, const char **);
+#include "../../../../fixtures/include/cuda_driver_min.h"
 
 #define CHECK(call)                                                                   \
     do {                                                                              \
@@ -59,7 +33,7 @@ CUresult cuGetErrorName(CUresult, const char **);
         }                                                                             \
     } while (0)
 
-enum { GLOBAL = 0, RELAXED = 2, ROUNDS = 12 };
+enum { ROUNDS = 12 };
 static const size_t N = 8 << 20;
 static CUcontext ctx;
 static CUdeviceptr dev, dev_side;
@@ -140,10 +114,10 @@ int main(void) {
 
     /* 2. The capture. */
     CUgraph graph = NULL;
-    unsigned status = 99;
+    CUstreamCaptureStatus status = 99;
     fill(src, N, 40);
     memset(dst, 0xEE, N);
-    CHECK(cuStreamBeginCapture_v2(s, GLOBAL));
+    CHECK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
     CHECK(cuStreamIsCapturing(s, &status));
     printf("capturing: status %u\n", status);
     CHECK(cuMemcpyHtoDAsync_v2(dev, src, N, s));
@@ -155,7 +129,7 @@ int main(void) {
     pthread_create(&t, NULL, elsewhere, NULL);
     pthread_join(t, &side_sum);
     printf("other thread during the capture: %04lx\n", (unsigned long)(uintptr_t)side_sum);
-    unsigned mode = RELAXED;
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
     CHECK(cuThreadExchangeStreamCaptureMode(&mode));
     CHECK(cuMemFreeHost(small));
     CHECK(cuMemFreeHost(large));
