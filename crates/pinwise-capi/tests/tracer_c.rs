@@ -13,19 +13,7 @@ const PROGRAM: &str = r#"
 #include <stdlib.h>
 #include <unistd.h>
 #include "pinwise.h"
-
-typedef int CUresult;
-typedef int CUdevice;
-typedef unsigned long long CUdeviceptr;
-typedef struct CUctx_st *CUcontext;
-CUresult cuInit(unsigned int flags);
-CUresult cuDeviceGet(CUdevice *d, int ordinal);
-CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d);
-CUresult cuCtxSetCurrent(CUcontext c);
-CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int flags);
-CUresult cuMemFreeHost(void *p);
-CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize);
-CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n);
+#include "cuda_driver_min.h"
 
 #define COPIES 30
 

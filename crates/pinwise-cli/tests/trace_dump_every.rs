@@ -37,20 +37,7 @@ const PROGRAM: &str = r#"
 #include <stdlib.h>
 #include <stddef.h>
 #include <unistd.h>
-typedef int CUresult;
-typedef int CUdevice;
-typedef struct CUctx_st *CUcontext;
-typedef unsigned long long CUdeviceptr;
-CUresult cuInit(unsigned int flags);
-CUresult cuDeviceGet(CUdevice *d, int ordinal);
-CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d);
-CUresult cuCtxSetCurrent(CUcontext c);
-CUresult cuMemAllocHost_v2(void **pp, size_t bytesize);
-CUresult cuMemFreeHost(void *p);
-CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize);
-CUresult cuMemFree_v2(CUdeviceptr dptr);
-CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n);
-CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n);
+#include "cuda_driver_min.h"
 
 int main(int argc, char **argv) {
     if (argc != 5) return 2;

@@ -560,15 +560,7 @@ fn page_faults_on_tracked_memory_when_asked_for() {
 const STATIC_RUNTIME_PROGRAM: &str = r#"
 #include <stdio.h>
 #include <stddef.h>
-typedef int CUresult;
-typedef int CUdevice;
-typedef struct CUctx_st *CUcontext;
-CUresult cuInit(unsigned int flags);
-CUresult cuDeviceGet(CUdevice *d, int ordinal);
-CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d);
-CUresult cuCtxSetCurrent(CUcontext c);
-CUresult cuMemAllocHost_v2(void **pp, size_t bytesize);
-CUresult cuMemFreeHost(void *p);
+#include "cuda_driver_min.h"
 
 /* The "runtime", statically linked: one call into the driver for every caller. */
 __attribute__((noinline)) int cudaMallocHost(void **p, size_t n) {

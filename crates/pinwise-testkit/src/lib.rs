@@ -7,7 +7,8 @@
 //! - [`require_root`] / [`require_bpf`]: the skip-or-fail rule for privileged tests: under
 //!   `CI=true` a missing privilege fails the test; elsewhere the test prints a visible
 //!   `SKIPPED` line and returns early.
-//! - [`compile_c`] / [`compile_c_source`]: build C test programs with the system compiler.
+//! - [`compile_c`] / [`compile_c_source`]: build C test programs with the system compiler;
+//!   [`fixtures_include_dir`] holds `cuda_driver_min.h`, the CUDA driver declarations they use.
 //! - [`locked_memory_bytes`] and [`proc_status_kib`]: read `/proc/self/status`.
 
 use std::ffi::OsString;
@@ -299,11 +300,21 @@ pub fn compile_c<S: AsRef<std::ffi::OsStr>>(src: &Path, out: &Path, extra_args: 
     }
 }
 
-/// Writes `code` to `<out>.c` and compiles it to `out` (see [`compile_c`]).
+/// `fixtures/include/`: `cuda_driver_min.h`, the CUDA driver API declarations the C test
+/// programs use (no CUDA headers needed). Programs in the repository include it by
+/// relative path; [`compile_c_source`] puts this directory on the include path.
+pub fn fixtures_include_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/include")
+}
+
+/// Writes `code` to `<out>.c` and compiles it to `out` (see [`compile_c`]), with
+/// [`fixtures_include_dir`] on the include path: `code` may `#include "cuda_driver_min.h"`.
 pub fn compile_c_source<S: AsRef<std::ffi::OsStr>>(code: &str, out: &Path, extra_args: &[S]) {
     let src = out.with_extension("c");
     std::fs::write(&src, code).unwrap_or_else(|e| panic!("cannot write {}: {e}", src.display()));
-    compile_c(&src, out, extra_args);
+    let mut args: Vec<OsString> = vec![format!("-I{}", fixtures_include_dir().display()).into()];
+    args.extend(extra_args.iter().map(|a| a.as_ref().to_os_string()));
+    compile_c(&src, out, &args);
 }
 
 /// This process's `RLIMIT_MEMLOCK` soft limit in bytes (`None` = unlimited or unreadable),
