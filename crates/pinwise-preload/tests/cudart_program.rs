@@ -22,35 +22,16 @@ fn every_mode_gives_the_same_output_and_an_exact_history() {
     assert_eq!(expected["alloc"], 7);
 
     for mode in ["adaptive", "profile", "use"] {
-        let hist = s.path(&format!("{mode}.json"));
-        let sum = s.path(&format!("{mode}-summary.json"));
-        let out = s.run_pinwise(
-            &[
-                "--mode",
-                mode,
-                "-o",
-                hist.to_str().unwrap(),
-                "--stats-json",
-                sum.to_str().unwrap(),
-            ],
-            &exe,
-            &[],
-        );
-        assert_ok(&out, mode);
+        let run = s.run_recorded(&exe, &["--mode", mode], &format!("{mode}.json"));
+        assert_same_stdout(&run.out, &plain, mode);
         assert_eq!(
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&plain.stdout),
-            "{mode}: stdout differs from the run without pinwise"
-        );
-        assert_eq!(out.stdout, plain.stdout, "{mode}: byte-identical");
-        assert_eq!(
-            calls(&out),
+            calls(&run.out),
             expected,
             "{mode}: the program did the same calls"
         );
 
-        let h = history(&hist);
-        let allocs = allocations(&h);
+        let h = &run.history;
+        let allocs = allocations(h);
         assert_eq!(
             allocs.len() as u64,
             expected["alloc"],
@@ -65,12 +46,12 @@ fn every_mode_gives_the_same_output_and_an_exact_history() {
             "{mode}: frees"
         );
         assert_eq!(
-            transfers(&h, Direction::HtoD),
+            transfers(h, Direction::HtoD),
             expected["htod"],
             "{mode}: HtoD"
         );
         assert_eq!(
-            transfers(&h, Direction::DtoH),
+            transfers(h, Direction::DtoH),
             expected["dtoh"],
             "{mode}: DtoH"
         );
@@ -83,7 +64,7 @@ fn every_mode_gives_the_same_output_and_an_exact_history() {
         counts.sort_unstable();
         assert_eq!(counts, vec![2, 2, 2, 10, 24, 24, 24], "{mode}");
 
-        let summary = summary(&sum);
+        let summary = &run.summary;
         let totals = &summary["totals"];
         assert_eq!(
             totals["transfers_htod"], expected["htod"],
@@ -100,25 +81,29 @@ fn every_mode_gives_the_same_output_and_an_exact_history() {
 fn the_profile_changes_the_use_runs_decisions_as_predicted() {
     let s = Setup::new();
     let exe = s.build_cudart("cudart_workload.c", &[]);
-    let run = |args: &[&str], name: &str| {
-        let hist = s.path(&format!("{name}.json"));
-        let sum = s.path(&format!("{name}-summary.json"));
-        let mut all = args.to_vec();
-        all.extend([
-            "-o",
-            hist.to_str().unwrap(),
-            "--stats-json",
-            sum.to_str().unwrap(),
-        ]);
-        let out = s.run_pinwise(&all, &exe, &[]);
-        assert_ok(&out, name);
-        (history(&hist), summary(&sum))
-    };
     let profile_path = s.path("workload.profile.json");
     let profile_arg = profile_path.to_str().unwrap();
-    let (adaptive, adaptive_sum) = run(&["--mode", "adaptive"], "adaptive");
-    let (recorded, _) = run(&["--mode", "profile", "--profile", profile_arg], "profile");
-    let (used, used_sum) = run(&["--mode", "use", "--profile", profile_arg], "use");
+    let RecordedRun {
+        history: adaptive,
+        summary: adaptive_sum,
+        ..
+    } = s.run_recorded(&exe, &["--mode", "adaptive"], "adaptive.json");
+    let recorded = s
+        .run_recorded(
+            &exe,
+            &["--mode", "profile", "--profile", profile_arg],
+            "profile.json",
+        )
+        .history;
+    let RecordedRun {
+        history: used,
+        summary: used_sum,
+        ..
+    } = s.run_recorded(
+        &exe,
+        &["--mode", "use", "--profile", profile_arg],
+        "use.json",
+    );
 
     // The profile: the hot site's three 4 MiB allocations were copied 24 times each, the
     // cold site's 2 times each.
@@ -227,7 +212,7 @@ fn without_driver_hooks_the_runtime_level_records_the_same_history() {
             .env("PINWISE_DRIVER_HOOKS", value);
         let out = c.output().unwrap();
         assert_ok(&out, "runtime hooks only");
-        assert_eq!(out.stdout, plain.stdout);
+        assert_same_stdout(&out, &plain, "runtime hooks only");
         let h = history(&hist);
         assert_eq!(allocations(&h).len() as u64, expected["alloc"]);
         assert_eq!(transfers(&h, Direction::HtoD), expected["htod"]);
@@ -256,7 +241,7 @@ fn the_budget_holds_and_the_output_does_not_change() {
         &[],
     );
     assert_ok(&out, "5 MiB budget");
-    assert_eq!(out.stdout, plain.stdout);
+    assert_same_stdout(&out, &plain, "5 MiB budget");
     let p = &summary(&sum)["processes"][0];
     assert_eq!(p["engine"]["budget_bytes"], budget);
     let peak = p["engine"]["pinned_bytes_peak"].as_u64().unwrap();

@@ -20,37 +20,22 @@ fn check_run(
     let plain = s.run_plain(exe, &[]);
     assert_ok(&plain, "plain run");
     let expected = calls(&plain);
-    let hist = s.path(&format!("{name}.bin"));
-    let sum = s.path(&format!("{name}-summary.json"));
-    let mut args = mode_args.to_vec();
-    args.extend([
-        "-o",
-        hist.to_str().unwrap(),
-        "--stats-json",
-        sum.to_str().unwrap(),
-    ]);
-    let out = s.run_pinwise(&args, exe, &[]);
-    assert_ok(&out, name);
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&plain.stdout),
-        "{name}: output differs"
-    );
-    assert_eq!(out.stdout, plain.stdout, "{name}: byte-identical");
-    assert_eq!(calls(&out), expected);
+    let run = s.run_recorded(exe, mode_args, &format!("{name}.bin"));
+    assert_same_stdout(&run.out, &plain, name);
+    assert_eq!(calls(&run.out), expected);
 
-    let h = history(&hist);
-    let allocs = allocations(&h);
+    let h = &run.history;
+    let allocs = allocations(h);
     assert_eq!(allocs.len() as u64, expected["alloc"], "{name}");
     assert!(
         allocs.iter().all(|a| a.state() == AllocState::Freed),
         "{name}: all freed"
     );
-    assert_eq!(transfers(&h, Direction::HtoD), expected["htod"], "{name}");
-    assert_eq!(transfers(&h, Direction::DtoH), expected["dtoh"], "{name}");
+    assert_eq!(transfers(h, Direction::HtoD), expected["htod"], "{name}");
+    assert_eq!(transfers(h, Direction::DtoH), expected["dtoh"], "{name}");
     // The queried allocation's answers were plain CUDA's (compared with the plain run's
     // output above): memory type host, range its own size, flags 0.
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = String::from_utf8_lossy(&run.out.stdout);
     assert!(
         text.contains("queries flags=0 type=1 range=3145728 devptr-is-host=1"),
         "{text}"
@@ -69,8 +54,7 @@ fn check_run(
             .any(|a| a.pinned_by_registration() && a.size() >= 4 << 20),
         "{name}: registered buffer"
     );
-    let summary = summary(&sum);
-    let p = summary["processes"][0].clone();
+    let p = run.process().clone();
     assert_eq!(p["registrations"], expected["register"], "{name}: {p}");
     // Entry points came through cuGetProcAddress (two lookups of hooked names) and as
     // exported symbols; all copies were seen at the driver level.

@@ -23,40 +23,28 @@ fn refused_copies_are_counted_not_recorded() {
         !stdout.contains(" 0,") && !stdout.contains(" 0\n"),
         "every bad copy got an error code: {stdout}"
     );
+    let profile = s.path("failed.profile.json");
+    let profile = profile.to_str().unwrap();
     for mode in ["adaptive", "profile"] {
-        let hist = s.path(&format!("failed-{mode}.bin"));
-        let sum = s.path(&format!("failed-{mode}.json"));
-        let profile = s.path("failed.profile.json");
-        let out = s.run_pinwise(
-            &[
-                "--mode",
-                mode,
-                "--profile",
-                profile.to_str().unwrap(),
-                "-o",
-                hist.to_str().unwrap(),
-                "--stats-json",
-                sum.to_str().unwrap(),
-            ],
+        let run = s.run_recorded(
             &exe,
-            &[],
+            &["--mode", mode, "--profile", profile],
+            &format!("failed-{mode}.bin"),
         );
-        assert_ok(&out, mode);
         assert_eq!(
-            out.stdout, plain.stdout,
+            run.out.stdout, plain.stdout,
             "{mode}: the same error codes and checksum as without pinwise"
         );
-        let h = history(&hist);
-        assert_eq!(transfers(&h, Direction::HtoD), expected["htod"], "{mode}");
-        assert_eq!(transfers(&h, Direction::DtoH), expected["dtoh"], "{mode}");
-        let p = summary(&sum)["processes"][0].clone();
+        let h = &run.history;
+        assert_eq!(transfers(h, Direction::HtoD), expected["htod"], "{mode}");
+        assert_eq!(transfers(h, Direction::DtoH), expected["dtoh"], "{mode}");
+        let p = run.process();
         assert_eq!(p["failed_copies"], expected["failed"], "{mode}: {p}");
         assert_eq!(
-            summary(&sum)["totals"]["failed_copies"],
-            expected["failed"],
+            run.summary["totals"]["failed_copies"], expected["failed"],
             "{mode}: totals"
         );
-        let err = String::from_utf8_lossy(&out.stderr);
+        let err = String::from_utf8_lossy(&run.out.stderr);
         assert!(
             err.contains("9 copies were refused by the driver"),
             "{mode}: the summary says so:\n{err}"

@@ -15,32 +15,18 @@ fn forked_and_execd_children_work_and_are_recorded_apart() {
     let plain = s.run_plain(&exe, &[]);
     assert_ok(&plain, "plain");
     let expected = calls(&plain);
-    let hist = s.path("fork.json");
-    let sum = s.path("fork-summary.json");
-    let out = s.run_pinwise(
-        &[
-            "-o",
-            hist.to_str().unwrap(),
-            "--stats-json",
-            sum.to_str().unwrap(),
-        ],
-        &exe,
-        &[],
-    );
-    assert_ok(&out, "under pinwise");
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&plain.stdout)
-    );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("worker-status=0"));
+    // The exec'd worker's history is written beside this one, as fork.<pid>.json.
+    let run = s.run_recorded(&exe, &[], "fork.json");
+    assert_same_stdout(&run.out, &plain, "under pinwise");
+    assert!(String::from_utf8_lossy(&run.out.stdout).contains("worker-status=0"));
 
-    let h = history(&hist);
-    assert_eq!(allocations(&h).len() as u64, expected["alloc"]);
-    assert_eq!(transfers(&h, Direction::HtoD), expected["htod"]);
-    assert_eq!(transfers(&h, Direction::DtoH), expected["dtoh"]);
+    let h = &run.history;
+    assert_eq!(allocations(h).len() as u64, expected["alloc"]);
+    assert_eq!(transfers(h, Direction::HtoD), expected["htod"]);
+    assert_eq!(transfers(h, Direction::DtoH), expected["dtoh"]);
     assert_eq!(h.processes().count(), 1, "only the parent's events");
 
-    let summary = summary(&sum);
+    let summary = &run.summary;
     let procs = summary["processes"].as_array().unwrap();
     assert_eq!(
         procs.len(),

@@ -15,36 +15,25 @@ fn a_copy_past_a_partial_registration_succeeds_with_the_same_bytes() {
     let plain = s.run_plain(&exe, &[]);
     assert_ok(&plain, "plain run");
     let expected = calls(&plain);
+    let profile = s.path("growing.profile.json");
+    let profile = profile.to_str().unwrap();
     for mode in ["adaptive", "profile"] {
-        let hist = s.path(&format!("growing-{mode}.bin"));
-        let sum = s.path(&format!("growing-{mode}.json"));
-        let profile = s.path("growing.profile.json");
-        let out = s.run_pinwise(
-            &[
-                "--mode",
-                mode,
-                "--profile",
-                profile.to_str().unwrap(),
-                "-o",
-                hist.to_str().unwrap(),
-                "--stats-json",
-                sum.to_str().unwrap(),
-            ],
+        let run = s.run_recorded(
             &exe,
-            &[],
+            &["--mode", mode, "--profile", profile],
+            &format!("growing-{mode}.bin"),
         );
-        assert_ok(&out, mode);
-        assert_eq!(out.stdout, plain.stdout, "{mode}: byte-identical output");
-        let h = history(&hist);
+        assert_same_stdout(&run.out, &plain, mode);
+        let h = &run.history;
         assert_eq!(
             h.source_stats()
                 .get(pinwise_core::history::STANDIN_SOURCE_STAT),
             Some(&1),
             "{mode}: the history says it was made on the CPU stand-in"
         );
-        assert_eq!(transfers(&h, Direction::HtoD), expected["htod"], "{mode}");
-        assert_eq!(transfers(&h, Direction::DtoH), expected["dtoh"], "{mode}");
-        let p = summary(&sum)["processes"][0].clone();
+        assert_eq!(transfers(h, Direction::HtoD), expected["htod"], "{mode}");
+        assert_eq!(transfers(h, Direction::DtoH), expected["dtoh"], "{mode}");
+        let p = run.process();
         // The hot first megabyte was registered in place, and each time a whole-buffer copy
         // came, that registration was given back first.
         assert!(

@@ -21,12 +21,10 @@ fn a_registration_covers_the_live_buffer_not_an_earlier_one_at_its_address() {
         String::from_utf8_lossy(&plain.stdout)
     );
     let small = calls(&plain)["small"];
-    let hist = s.path("reused.bin");
-    let out = s.run_pinwise(&["-o", hist.to_str().unwrap()], &exe, &[]);
-    assert_ok(&out, "adaptive");
-    assert_eq!(out.stdout, plain.stdout, "byte-identical output");
-    let h = history(&hist);
-    let pinned: Vec<u64> = h
+    let run = s.run_recorded(&exe, &[], "reused.bin");
+    assert_same_stdout(&run.out, &plain, "adaptive");
+    let pinned: Vec<u64> = run
+        .history
         .allocations()
         .flat_map(|a| a.events().collect::<Vec<_>>())
         .filter_map(|e| match e.what {

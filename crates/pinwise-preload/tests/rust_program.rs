@@ -41,30 +41,19 @@ fn a_rust_program_runs_unchanged_in_every_mode() {
     assert_ok(&plain, "plain");
     let expected = calls(&plain);
     let profile = s.path("rust.profile.json");
+    let profile = profile.to_str().unwrap();
     for mode in ["adaptive", "profile", "use"] {
-        let hist = s.path(&format!("rust-{mode}.json"));
-        let sum = s.path(&format!("rust-{mode}-summary.json"));
-        let out = s.run_pinwise(
-            &[
-                "--mode",
-                mode,
-                "--profile",
-                profile.to_str().unwrap(),
-                "-o",
-                hist.to_str().unwrap(),
-                "--stats-json",
-                sum.to_str().unwrap(),
-            ],
+        let run = s.run_recorded(
             &exe,
-            &[],
+            &["--mode", mode, "--profile", profile],
+            &format!("rust-{mode}.json"),
         );
-        assert_ok(&out, mode);
-        assert_eq!(out.stdout, plain.stdout, "{mode}: byte-identical");
-        let h = history(&hist);
-        assert_eq!(allocations(&h).len() as u64, expected["alloc"], "{mode}");
-        assert_eq!(transfers(&h, Direction::HtoD), expected["htod"], "{mode}");
-        assert_eq!(transfers(&h, Direction::DtoH), expected["dtoh"], "{mode}");
-        let p = &summary(&sum)["processes"][0];
+        assert_same_stdout(&run.out, &plain, mode);
+        let h = &run.history;
+        assert_eq!(allocations(h).len() as u64, expected["alloc"], "{mode}");
+        assert_eq!(transfers(h, Direction::HtoD), expected["htod"], "{mode}");
+        assert_eq!(transfers(h, Direction::DtoH), expected["dtoh"], "{mode}");
+        let p = run.process();
         // The two 8 MiB Vecs are copied 8 times each: hot, registered in place, and
         // unregistered when Rust frees them.
         assert!(

@@ -198,7 +198,7 @@ fn the_log_goes_where_asked_and_stdout_stays_the_programs() {
         .current_dir(s.dir.path());
     let out = c.output().unwrap();
     assert_ok(&out, "with a log");
-    assert_eq!(out.stdout, plain.stdout);
+    assert_same_stdout(&out, &plain, "with a log");
     let text = std::fs::read_to_string(&log).expect("the log file was written");
     assert!(!text.is_empty());
     assert!(
@@ -219,7 +219,7 @@ fn a_program_with_its_own_free_keeps_its_pageable_memory_unregistered() {
     let sum = s.path("own-free.json");
     let out = s.run_pinwise(&["--stats-json", sum.to_str().unwrap()], &exe, &[]);
     assert_ok(&out, "own free");
-    assert_eq!(out.stdout, plain.stdout);
+    assert_same_stdout(&out, &plain, "own free");
     let p = &summary(&sum)["processes"][0];
     assert_eq!(p["promotions_on_transfers"], 0, "{p}");
     let problems = p["problems"].to_string();
@@ -256,10 +256,7 @@ fn async_copies_on_registered_program_memory_keep_pageable_semantics() {
     assert_ok(&plain, "plain");
     let under = run(true, &sum);
     assert_ok(&under, "under pinwise");
-    assert_eq!(
-        String::from_utf8_lossy(&under.stdout),
-        String::from_utf8_lossy(&plain.stdout)
-    );
+    assert_same_stdout(&under, &plain, "under pinwise");
     let p = &summary(&sum)["processes"][0];
     assert!(
         p["promotions_on_transfers"].as_u64() >= Some(1),
@@ -277,10 +274,7 @@ fn unregistering_a_buffer_pinwise_registered_gets_plain_cudas_answer() {
     let sum = s.path("unregister.json");
     let out = s.run_pinwise(&["--stats-json", sum.to_str().unwrap()], &exe, &[]);
     assert_ok(&out, "under pinwise");
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&plain.stdout)
-    );
+    assert_same_stdout(&out, &plain, "under pinwise");
     let p = &summary(&sum)["processes"][0];
     assert!(
         p["promotions_on_transfers"].as_u64() >= Some(1),

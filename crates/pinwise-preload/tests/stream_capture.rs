@@ -27,30 +27,19 @@ fn a_capture_on_promoted_buffers_succeeds_and_replays_the_same_bytes() {
     let expected = calls(&plain);
 
     let profile = s.path("capture.profile.json");
+    let profile = profile.to_str().unwrap();
     for mode in ["adaptive", "profile", "use"] {
-        let hist = s.path(&format!("capture-{mode}.bin"));
-        let sum = s.path(&format!("capture-{mode}.json"));
-        let out = s.run_pinwise(
-            &[
-                "--mode",
-                mode,
-                "--profile",
-                profile.to_str().unwrap(),
-                "-o",
-                hist.to_str().unwrap(),
-                "--stats-json",
-                sum.to_str().unwrap(),
-            ],
+        let run = s.run_recorded(
             &exe,
-            &[],
+            &["--mode", mode, "--profile", profile],
+            &format!("capture-{mode}.bin"),
         );
-        assert_ok(&out, mode);
         assert_eq!(
-            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&run.out.stdout),
             text,
             "{mode}: byte-identical output (the capture ended with CUDA_SUCCESS)"
         );
-        let p = summary(&sum)["processes"][0].clone();
+        let p = run.process();
         assert_eq!(
             p["captured_copies"], expected["captured"],
             "{mode}: the copies issued during the capture were seen as captured: {p}"
@@ -67,14 +56,14 @@ fn a_capture_on_promoted_buffers_succeeds_and_replays_the_same_bytes() {
             "{mode}: a registration was given back: {p}"
         );
         assert_eq!(p["promotion_failures"], 0, "{mode}: {p}");
-        let h = history(&hist);
+        let h = &run.history;
         assert_eq!(
-            transfers(&h, Direction::HtoD),
+            transfers(h, Direction::HtoD),
             expected["htod"],
             "{mode}: captured copies are in the history too"
         );
-        assert_eq!(transfers(&h, Direction::DtoH), expected["dtoh"], "{mode}");
-        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(transfers(h, Direction::DtoH), expected["dtoh"], "{mode}");
+        let stderr = String::from_utf8_lossy(&run.out.stderr);
         assert!(
             stderr.contains("2 asynchronous copies were captured into CUDA graphs"),
             "{mode}: the summary says so: {stderr}"

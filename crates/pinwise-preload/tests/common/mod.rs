@@ -141,6 +141,53 @@ impl Setup {
         clean_env(&mut c);
         c.output().expect("run pinwise")
     }
+
+    /// `pinwise run <pinwise_args> -o <history_file> --stats-json <stem>-summary.json --
+    /// program` (files in the scratch directory; `history_file`'s extension picks the
+    /// format, `.json` or `.bin`), which must succeed; loads the history and the summary it
+    /// wrote.
+    pub fn run_recorded(
+        &self,
+        program: &Path,
+        pinwise_args: &[&str],
+        history_file: &str,
+    ) -> RecordedRun {
+        let stem = Path::new(history_file)
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .expect("a history file name");
+        let history_path = self.path(history_file);
+        let summary_path = self.path(&format!("{stem}-summary.json"));
+        let mut args = pinwise_args.to_vec();
+        args.extend([
+            "-o",
+            history_path.to_str().unwrap(),
+            "--stats-json",
+            summary_path.to_str().unwrap(),
+        ]);
+        let out = self.run_pinwise(&args, program, &[]);
+        assert_ok(&out, stem);
+        RecordedRun {
+            out,
+            history: history(&history_path),
+            summary: summary(&summary_path),
+        }
+    }
+}
+
+/// What [`Setup::run_recorded`] ran: pinwise's output (the program's, plus pinwise's
+/// summary on stderr), the history and the summary JSON it wrote.
+pub struct RecordedRun {
+    pub out: Output,
+    pub history: MemHistory,
+    pub summary: serde_json::Value,
+}
+
+impl RecordedRun {
+    /// The summary of the command's own process (the first of `processes`).
+    pub fn process(&self) -> &serde_json::Value {
+        &self.summary["processes"][0]
+    }
 }
 
 /// Removes pinwise settings the test's own environment may carry.
@@ -165,6 +212,17 @@ pub fn assert_ok(out: &Output, what: &str) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Panics unless `out` printed on stdout exactly what `plain` (the run without pinwise)
+/// printed: compared as text first, for a readable difference, then byte for byte.
+pub fn assert_same_stdout(out: &Output, plain: &Output, what: &str) {
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&plain.stdout),
+        "{what}: stdout differs from the run without pinwise"
+    );
+    assert_eq!(out.stdout, plain.stdout, "{what}: byte-identical");
 }
 
 /// The `calls: k=v ...` line a test program prints on stderr.
