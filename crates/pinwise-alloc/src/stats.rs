@@ -58,6 +58,54 @@ pub struct AllocStats {
     pub advice_unmatched: u64,
 }
 
+/// The part of the statistics that the preload library's statistics file carries. Every
+/// field is named: a new one does not compile until it is written or left out here.
+impl From<AllocStats> for pinwise_core::preload_stats::EngineStats {
+    fn from(s: AllocStats) -> Self {
+        let AllocStats {
+            pinned_bytes,
+            pinned_bytes_peak,
+            budget_bytes,
+            pool_bytes,
+            allocations,
+            pinned_allocations,
+            live_allocations: _,
+            pool_hits,
+            pool_misses,
+            pending_blocks: _,
+            pins_alloc: _,
+            pins_register: _,
+            promotions,
+            adoptions: _,
+            pin_ns,
+            unpin_ns,
+            fallbacks,
+            budget_refusals,
+            transfers_pinned: _,
+            transfers_pageable: _,
+            pageable_cache_hits: _,
+            pageable_cached_bytes: _,
+            advice_unmatched,
+        } = s;
+        pinwise_core::preload_stats::EngineStats {
+            pinned_bytes,
+            pinned_bytes_peak,
+            budget_bytes,
+            pool_bytes,
+            allocations,
+            pinned_allocations,
+            pool_hits,
+            pool_misses,
+            promotions,
+            fallbacks,
+            budget_refusals,
+            pin_ns,
+            unpin_ns,
+            advice_unmatched,
+        }
+    }
+}
+
 /// The live counters behind [`AllocStats`].
 #[derive(Debug, Default)]
 pub(crate) struct Counters {

@@ -13,6 +13,7 @@
 //! | [`history`] | `MemHistory`, `SharedHistory`: per-allocation lives and the queries on them |
 //! | [`format`](mod@format) | JSON and binary dumps, `load_history` |
 //! | [`profile`] | `Profile`: what the allocator needs from a past run |
+//! | [`preload_stats`] | `ProcessStats`: the preload library's per-process statistics file |
 //! | [`cost`] | `CostModel`: transfer and pinning times by size, from a calibration |
 //! | [`policy`] | `Policy`: pin or not, and why; budget-constrained plans |
 //! | [`timeline`] | `Timeline`: pinned bytes over lifetimes (budget peaks) |
@@ -25,6 +26,7 @@ pub mod event;
 pub mod format;
 pub mod history;
 pub mod policy;
+pub mod preload_stats;
 pub mod profile;
 pub mod synth;
 pub mod tag;

@@ -9,6 +9,7 @@ use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 use pinwise_alloc::Mode;
+use pinwise_core::preload_stats::{EngineStats, OutputStats};
 use pinwise_core::profile::Profile;
 use pinwise_core::{CostModel, DumpFormat, ModuleTable, Policy};
 
@@ -17,7 +18,7 @@ use crate::config::{Config, LogTarget};
 use crate::guard::Inside;
 use crate::pinning::{Pinning, COUNTERS, PROMOTED_RANGES};
 use crate::recorder::{Recorder, GENERATION, GLOBAL, RINGS};
-use crate::stats::{EngineStats, HookStats, OutputStats, ProcessStats};
+use crate::stats::HookStats;
 
 /// Everything pinwise keeps in one process.
 pub struct State {
@@ -373,7 +374,7 @@ impl State {
         if !self.top_process && events == 0 {
             return; // a child that never used CUDA: nothing to say
         }
-        let mut stats = ProcessStats::from_hooks(&self.stats, &self.recorder.tally());
+        let mut stats = self.stats.process_stats(&self.recorder.tally());
         stats.pid = self.pid;
         stats.top_process = self.top_process;
         stats.snapshot = snapshot;
@@ -474,7 +475,7 @@ fn write_idle_stats() {
         if launcher.is_some_and(|l| l != ppid) {
             return;
         }
-        let mut stats = ProcessStats::from_hooks(&HookStats::default(), &Default::default());
+        let mut stats = HookStats::default().process_stats(&Default::default());
         stats.pid = pid;
         stats.top_process = true;
         stats.mode = std::env::var(crate::config::env::MODE).unwrap_or_else(|_| "adaptive".into());

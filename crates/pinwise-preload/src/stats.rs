@@ -1,17 +1,15 @@
-//! What the hooks did, counted with relaxed atomics, and the per-process statistics file
-//! `pinwise run` reads (`<PINWISE_STATS_DIR>/<pid>.json`, format `pinwise-preload-stats`).
+//! What the hooks did, counted with relaxed atomics, and how it fills the per-process
+//! statistics file `pinwise run` reads (`<PINWISE_STATS_DIR>/<pid>.json`; the format is
+//! defined once, in `pinwise_core::preload_stats`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use pinwise_core::preload_stats::{
+    DirectionStats, ProcessStats, TransferStats, STATS_FORMAT, STATS_VERSION,
+};
 use pinwise_core::Direction;
-use serde::Serialize;
 
 use crate::recorder::Tally;
-
-/// The `format` field of the statistics file.
-pub const STATS_FORMAT: &str = "pinwise-preload-stats";
-/// Its version.
-pub const STATS_VERSION: u64 = 1;
 
 /// Driver wrappers handed out by `dlsym` (process-wide: lookups happen before the state
 /// exists).
@@ -146,198 +144,11 @@ impl HookStats {
         }
         None
     }
-}
 
-/// Copies of one direction.
-#[derive(Debug, Clone, Copy, Default, Serialize)]
-pub struct DirectionStats {
-    /// Copies.
-    pub count: u64,
-    /// Bytes.
-    pub bytes: u64,
-}
-
-/// Copies by direction.
-#[derive(Debug, Clone, Copy, Default, Serialize)]
-#[allow(non_snake_case)]
-pub struct TransferStats {
-    /// Host to device.
-    pub HtoD: DirectionStats,
-    /// Device to host.
-    pub DtoH: DirectionStats,
-    /// Device to device.
-    pub DtoD: DirectionStats,
-    /// Host to host.
-    pub HtoH: DirectionStats,
-}
-
-/// The allocator's statistics (pinwise-alloc's `AllocStats`, as JSON).
-#[derive(Debug, Clone, Copy, Default, Serialize)]
-pub struct EngineStats {
-    /// Page-locked bytes now.
-    pub pinned_bytes: u64,
-    /// The most page-locked bytes at once (pool, promotions: the whole budget's peak).
-    pub pinned_bytes_peak: u64,
-    /// The budget.
-    pub budget_bytes: u64,
-    /// Bytes held by the pool.
-    pub pool_bytes: u64,
-    /// Allocations served.
-    pub allocations: u64,
-    /// Of those, pinned.
-    pub pinned_allocations: u64,
-    /// Served from a free pooled block.
-    pub pool_hits: u64,
-    /// Needed a new segment.
-    pub pool_misses: u64,
-    /// Allocator mappings registered in place.
-    pub promotions: u64,
-    /// Pinning that failed and fell back to pageable.
-    pub fallbacks: u64,
-    /// Pinning refused by the budget.
-    pub budget_refusals: u64,
-    /// Time spent pinning, ns.
-    pub pin_ns: u64,
-    /// Time spent unpinning, ns.
-    pub unpin_ns: u64,
-    /// Use mode: allocations without matching advice.
-    pub advice_unmatched: u64,
-}
-
-impl From<pinwise_alloc::AllocStats> for EngineStats {
-    fn from(s: pinwise_alloc::AllocStats) -> Self {
-        EngineStats {
-            pinned_bytes: s.pinned_bytes,
-            pinned_bytes_peak: s.pinned_bytes_peak,
-            budget_bytes: s.budget_bytes,
-            pool_bytes: s.pool_bytes,
-            allocations: s.allocations,
-            pinned_allocations: s.pinned_allocations,
-            pool_hits: s.pool_hits,
-            pool_misses: s.pool_misses,
-            promotions: s.promotions,
-            fallbacks: s.fallbacks,
-            budget_refusals: s.budget_refusals,
-            pin_ns: s.pin_ns,
-            unpin_ns: s.unpin_ns,
-            advice_unmatched: s.advice_unmatched,
-        }
-    }
-}
-
-/// One output file.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct OutputStats {
-    /// Where.
-    pub path: Option<String>,
-    /// Whether it was written.
-    pub written: bool,
-    /// Why not, or what went wrong.
-    pub error: Option<String>,
-}
-
-/// The statistics file of one process.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct ProcessStats {
-    /// Always [`STATS_FORMAT`].
-    pub format: &'static str,
-    /// Always [`STATS_VERSION`].
-    pub version: u64,
-    /// The process.
-    pub pid: u32,
-    /// Whether it is the process `pinwise run` started (else a child of it).
-    pub top_process: bool,
-    /// `adaptive`, `profile` or `use`.
-    pub mode: String,
-    /// Whether the libcuda was pinwise's CPU stand-in (a TEST FIXTURE).
-    pub driver_is_standin: bool,
-    /// Whether the allocator ran (a libcuda was loaded and had what it needs).
-    pub allocator_active: bool,
-    /// Why not, if it did not.
-    pub allocator_unavailable: Option<String>,
-    /// Whether this was a snapshot (dump signal) rather than the end of the process.
-    pub snapshot: bool,
-    /// Pinned requests.
-    pub host_allocs: u64,
-    /// Served pinned by pinwise.
-    pub served_pinned: u64,
-    /// Served pageable by pinwise.
-    pub served_pageable: u64,
-    /// Passed to CUDA.
-    pub forwarded: u64,
-    /// Required pinned, over the budget, passed to CUDA.
-    pub required_outside_budget: u64,
-    /// Frees of pinned allocations.
-    pub host_frees: u64,
-    /// Registrations by the program.
-    pub registrations: u64,
-    /// Unregistrations by the program.
-    pub unregistrations: u64,
-    /// Copies by direction.
-    pub transfers: TransferStats,
-    /// Copies on pinned host memory.
-    pub transfers_pinned: u64,
-    /// Copies on pageable host memory.
-    pub transfers_pageable: u64,
-    /// Copies on memory pinwise does not know.
-    pub transfers_unknown: u64,
-    /// Program buffers registered in place (hot).
-    pub promotions_on_transfers: u64,
-    /// Served pageable allocations registered because of a pointer query.
-    pub promotions_on_queries: u64,
-    /// Served pageable allocations the allocator registered in place.
-    pub promotions_by_allocator: u64,
-    /// Promoted ranges unregistered.
-    pub demotions: u64,
-    /// Registrations the driver refused.
-    pub promotion_failures: u64,
-    /// Registrations refused by the budget.
-    pub promotion_budget_refusals: u64,
-    /// Runtime calls recorded at the runtime level.
-    pub runtime_only: u64,
-    /// Wrappers handed out by `dlsym`.
-    pub wrapped_by_dlsym: u64,
-    /// Wrappers handed out by `cuGetProcAddress`.
-    pub wrapped_by_proc_address: u64,
-    /// Of those, by the version rule.
-    pub wrapped_by_rule: u64,
-    /// Unidentified `cuGetProcAddress` answers.
-    pub proc_address_unrecognized: u64,
-    /// Pointer queries answered or corrected.
-    pub queries_answered: u64,
-    /// Asynchronous copies on a stream being captured into a CUDA graph.
-    pub captured_copies: u64,
-    /// Copies the driver refused (not recorded).
-    pub failed_copies: u64,
-    /// Mean sampled hook bookkeeping per intercepted copy, ns (`None`: no sample); a
-    /// preempted sample inflates it.
-    pub hook_ns_mean: Option<f64>,
-    /// Median of the same samples, ns (4 ns buckets).
-    pub hook_ns_median: Option<f64>,
-    /// Samples behind it.
-    pub hook_samples: u64,
-    /// Events recorded into the history.
-    pub events: u64,
-    /// Events lost (after the outputs were written, or a full global queue).
-    pub events_lost: u64,
-    /// Times a thread drained its own full ring.
-    pub inline_drains: u64,
-    /// Allocation records in the history.
-    pub history_records: u64,
-    /// The allocator.
-    pub engine: EngineStats,
-    /// The history file.
-    pub history: OutputStats,
-    /// The profile: written (profile mode) or followed (use mode).
-    pub profile: OutputStats,
-    /// Problems: configuration values not understood, a profile not read, ...
-    pub problems: Vec<String>,
-}
-
-impl ProcessStats {
-    /// The hooks' counters and the recorded copies into a statistics record (other fields
+    /// The hooks' counters and the recorded copies as a statistics record (other fields
     /// default).
-    pub fn from_hooks(h: &HookStats, copies: &Tally) -> ProcessStats {
+    pub fn process_stats(&self, copies: &Tally) -> ProcessStats {
+        let h = self;
         let r = |c: &AtomicU64| c.load(Ordering::Relaxed);
         let dir = |d: Direction| DirectionStats {
             count: copies.transfers[d.index()],
@@ -345,7 +156,7 @@ impl ProcessStats {
         };
         let samples = r(&h.hook_samples);
         ProcessStats {
-            format: STATS_FORMAT,
+            format: STATS_FORMAT.to_string(),
             version: STATS_VERSION,
             host_allocs: r(&h.host_allocs),
             served_pinned: r(&h.served_pinned),

@@ -15,7 +15,6 @@
 //! - `--mode use` follows that profile; it is read before the command starts, and a
 //!   profile that cannot be used is an error that names the file and the problem.
 //! - `--mode adaptive` (the default) learns within the run.
-use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -23,7 +22,7 @@ use std::process::{Command, ExitCode};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use serde::Deserialize;
+use pinwise_core::preload_stats::{OutputStats, ProcessStats};
 
 /// File name of the preload library.
 pub const PRELOAD_FILE: &str = "libpinwise_preload.so";
@@ -110,136 +109,6 @@ pub struct RunArgs {
         value_name = "CMD"
     )]
     pub command: Vec<OsString>,
-}
-
-/// One process's statistics as the library writes them (`pinwise-preload-stats`; only what
-/// the summary uses: unknown fields are ignored, missing ones are 0).
-#[derive(Debug, Clone, Default, Deserialize, serde::Serialize)]
-#[serde(default)]
-pub struct ProcessStats {
-    /// `pinwise-preload-stats`.
-    pub format: String,
-    /// The process.
-    pub pid: u32,
-    /// Whether `pinwise run` started it.
-    pub top_process: bool,
-    /// Mode in force.
-    pub mode: String,
-    /// The libcuda was the CPU stand-in.
-    pub driver_is_standin: bool,
-    /// The allocator ran.
-    pub allocator_active: bool,
-    /// Why not.
-    pub allocator_unavailable: Option<String>,
-    /// Pinned requests.
-    pub host_allocs: u64,
-    /// Served pinned.
-    pub served_pinned: u64,
-    /// Served pageable.
-    pub served_pageable: u64,
-    /// Passed to CUDA.
-    pub forwarded: u64,
-    /// Required pinned beyond the budget.
-    pub required_outside_budget: u64,
-    /// Frees.
-    pub host_frees: u64,
-    /// Registrations by the program.
-    pub registrations: u64,
-    /// Copies by direction.
-    pub transfers: BTreeMap<String, DirectionStats>,
-    /// On pinned memory.
-    pub transfers_pinned: u64,
-    /// On pageable memory.
-    pub transfers_pageable: u64,
-    /// On memory pinwise does not know.
-    pub transfers_unknown: u64,
-    /// Program buffers registered in place.
-    pub promotions_on_transfers: u64,
-    /// Served allocations registered before a query.
-    pub promotions_on_queries: u64,
-    /// Served allocations the allocator registered.
-    pub promotions_by_allocator: u64,
-    /// Registrations refused by the driver.
-    pub promotion_failures: u64,
-    /// Registrations refused by the budget.
-    pub promotion_budget_refusals: u64,
-    /// Runtime calls recorded at the runtime level.
-    pub runtime_only: u64,
-    /// Asynchronous copies on a stream being captured into a CUDA graph.
-    pub captured_copies: u64,
-    /// Copies the driver refused (not recorded in the history).
-    pub failed_copies: u64,
-    /// Wrappers handed out.
-    pub wrapped_by_dlsym: u64,
-    /// Wrappers handed out by cuGetProcAddress.
-    pub wrapped_by_proc_address: u64,
-    /// By the version rule.
-    pub wrapped_by_rule: u64,
-    /// Mean sampled hook cost, ns.
-    pub hook_ns_mean: Option<f64>,
-    /// Median sampled hook cost, ns.
-    pub hook_ns_median: Option<f64>,
-    /// Samples.
-    pub hook_samples: u64,
-    /// Events recorded.
-    pub events: u64,
-    /// Events lost.
-    pub events_lost: u64,
-    /// Records in the history.
-    pub history_records: u64,
-    /// The allocator's statistics.
-    pub engine: EngineStats,
-    /// History file.
-    pub history: OutputStats,
-    /// Profile file.
-    pub profile: OutputStats,
-    /// Problems.
-    pub problems: Vec<String>,
-    /// The file as the library wrote it (for `--stats-json`).
-    #[serde(skip)]
-    pub raw: serde_json::Value,
-}
-
-/// Copies of one direction.
-#[derive(Debug, Clone, Copy, Default, Deserialize, serde::Serialize)]
-#[serde(default)]
-pub struct DirectionStats {
-    /// Copies.
-    pub count: u64,
-    /// Bytes.
-    pub bytes: u64,
-}
-
-/// The allocator's statistics (what the summary uses).
-#[derive(Debug, Clone, Copy, Default, Deserialize, serde::Serialize)]
-#[serde(default)]
-pub struct EngineStats {
-    /// Most bytes pinned at once.
-    pub pinned_bytes_peak: u64,
-    /// The budget.
-    pub budget_bytes: u64,
-    /// Pool hits.
-    pub pool_hits: u64,
-    /// Pool misses.
-    pub pool_misses: u64,
-    /// Fallbacks to pageable.
-    pub fallbacks: u64,
-    /// Budget refusals.
-    pub budget_refusals: u64,
-    /// Use mode: allocations without advice.
-    pub advice_unmatched: u64,
-}
-
-/// An output file.
-#[derive(Debug, Clone, Default, Deserialize, serde::Serialize)]
-#[serde(default)]
-pub struct OutputStats {
-    /// Where.
-    pub path: Option<String>,
-    /// Written.
-    pub written: bool,
-    /// What went wrong.
-    pub error: Option<String>,
 }
 
 /// Runs `pinwise run`.
@@ -354,7 +223,8 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     drop(ignored);
     let elapsed = started.elapsed();
 
-    let mut processes = stats_dir.read();
+    let (mut processes, raw): (Vec<ProcessStats>, Vec<serde_json::Value>) =
+        stats_dir.read().into_iter().unzip();
     adopt_single_child_outputs(
         &mut processes,
         history.as_deref(),
@@ -384,9 +254,9 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             "exit_code": status.code(),
             "signal": status.signal(),
             "elapsed_s": elapsed.as_secs_f64(),
-            "processes": processes.iter().map(|p| {
+            "processes": processes.iter().zip(&raw).map(|(p, raw)| {
                 // The library's own record, with the output paths as they are now.
-                let mut raw = p.raw.clone();
+                let mut raw = raw.clone();
                 raw["history"] = serde_json::to_value(&p.history).unwrap_or_default();
                 raw["profile"] = serde_json::to_value(&p.profile).unwrap_or_default();
                 raw
@@ -465,9 +335,10 @@ impl StatsDir {
         &self.0
     }
 
-    /// Every process's statistics, the started process first, then by pid. Files that
-    /// cannot be read are reported and skipped.
-    fn read(&self) -> Vec<ProcessStats> {
+    /// Every process's statistics, the started process first, then by pid, each with the
+    /// file as the library wrote it (fields this version does not know included, for
+    /// `--stats-json`). Files that cannot be read are reported and skipped.
+    fn read(&self) -> Vec<(ProcessStats, serde_json::Value)> {
         let mut out = Vec::new();
         let Ok(entries) = std::fs::read_dir(&self.0) else {
             return out;
@@ -482,16 +353,15 @@ impl StatsDir {
                 .and_then(|b| {
                     let raw: serde_json::Value =
                         serde_json::from_slice(&b).map_err(|e| e.to_string())?;
-                    let mut s: ProcessStats =
+                    let s: ProcessStats =
                         serde_json::from_value(raw.clone()).map_err(|e| e.to_string())?;
-                    s.raw = raw;
-                    Ok(s)
+                    Ok((s, raw))
                 }) {
                 Ok(s) => out.push(s),
                 Err(e) => eprintln!("pinwise: statistics {} unreadable: {e}", path.display()),
             }
         }
-        out.sort_by_key(|s| (!s.top_process, s.pid));
+        out.sort_by_key(|(s, _)| (!s.top_process, s.pid));
         out
     }
 }
@@ -610,13 +480,6 @@ struct Totals {
 impl Totals {
     fn of(ps: &[ProcessStats]) -> Totals {
         let sum = |f: &dyn Fn(&ProcessStats) -> u64| ps.iter().map(f).sum::<u64>();
-        let dir = |d: &str, bytes: bool| {
-            sum(&|p: &ProcessStats| {
-                p.transfers
-                    .get(d)
-                    .map_or(0, |s| if bytes { s.bytes } else { s.count })
-            })
-        };
         let promotions_on_transfers = sum(&|p| p.promotions_on_transfers);
         let promotions_by_allocator = sum(&|p| p.promotions_by_allocator);
         let promotions_on_queries = sum(&|p| p.promotions_on_queries);
@@ -627,12 +490,12 @@ impl Totals {
             served_pageable: sum(&|p| p.served_pageable),
             forwarded: sum(&|p| p.forwarded),
             required_outside_budget: sum(&|p| p.required_outside_budget),
-            transfers_htod: dir("HtoD", false),
-            transfers_dtoh: dir("DtoH", false),
-            transfers_dtod: dir("DtoD", false),
-            transfers_htoh: dir("HtoH", false),
-            bytes_htod: dir("HtoD", true),
-            bytes_dtoh: dir("DtoH", true),
+            transfers_htod: sum(&|p| p.transfers.HtoD.count),
+            transfers_dtoh: sum(&|p| p.transfers.DtoH.count),
+            transfers_dtod: sum(&|p| p.transfers.DtoD.count),
+            transfers_htoh: sum(&|p| p.transfers.HtoH.count),
+            bytes_htod: sum(&|p| p.transfers.HtoD.bytes),
+            bytes_dtoh: sum(&|p| p.transfers.DtoH.bytes),
             transfers_pinned: sum(&|p| p.transfers_pinned),
             transfers_pageable: sum(&|p| p.transfers_pageable),
             transfers_unknown: sum(&|p| p.transfers_unknown),
