@@ -74,6 +74,10 @@ pub struct ProcessStats {
     /// Promoted ranges unregistered (freed, reallocated, unmapped, or registered by the
     /// program).
     pub demotions: u64,
+    /// Registrations of a program buffer replaced by one that also holds a neighbouring
+    /// buffer sharing a page with it (so that both stay registered).
+    #[serde(default)]
+    pub merged_registrations: u64,
     /// Registrations pinwise tried that the driver refused (the memory stayed pageable).
     pub promotion_failures: u64,
     /// Registrations pinwise did not try because the budget was full.
@@ -224,6 +228,7 @@ mod tests {
         "promotions_on_queries",
         "promotions_by_allocator",
         "demotions",
+        "merged_registrations",
         "promotion_failures",
         "promotion_budget_refusals",
         "runtime_only",

@@ -254,12 +254,15 @@ impl Pinning {
         if PROMOTED_RANGES.covering(host, span).is_some() {
             return (HostState::Pinned, true);
         }
-        self.release_partly_covered(host, span, stats, rec);
         const UNKNOWN: (HostState, bool) = (HostState::Unknown, false);
-        if !self.promote_pageable
-            || host == 0
-            || (bytes as u64) < self.min_saving_bytes[direction.index()]
-        {
+        let worth_pinning = self.promote_pageable
+            && host != 0
+            && (bytes as u64) >= self.min_saving_bytes[direction.index()];
+        if worth_pinning && self.extend_neighbour(host, span, stats, rec) {
+            return (HostState::Pinned, true);
+        }
+        self.release_partly_covered(host, span, stats, rec);
+        if !worth_pinning {
             return UNKNOWN;
         }
         let Some(i) = COUNTERS.slot(host) else {
@@ -306,6 +309,106 @@ impl Pinning {
         while let Some(i) = PROMOTED_RANGES.overlapping_releasable(host, end) {
             if !self.demote(i, stats, rec) {
                 break;
+            }
+        }
+    }
+
+    /// A copy of `[host, host + span)` whose bytes run into pages pinwise registered for a
+    /// neighbouring buffer of the program (two heap buffers sharing a page: the first's
+    /// registration, rounded to whole pages, holds the second's first bytes). Giving the
+    /// neighbour's registration back so that this copy can go pageable made buffers that
+    /// lie side by side take turns being registered and unregistered on every copy (seen
+    /// with PyTorch's pageable tensors on the heap). Instead, the one registration is
+    /// replaced by one of both buffers' pages, so both stay pinned. Only for buffers that
+    /// merely share a page: their used bytes do not overlap and at most a malloc chunk's
+    /// header lies between them (a live buffer in between would be freed unseen). Returns
+    /// whether the copy's host side is now registered.
+    fn extend_neighbour(
+        &self,
+        host: usize,
+        span: usize,
+        stats: &HookStats,
+        rec: &Recorder,
+    ) -> bool {
+        let end = host.saturating_add(span.max(1));
+        let Some(i) = PROMOTED_RANGES.overlapping_releasable(host, end) else {
+            return false;
+        };
+        let old = PROMOTED_RANGES.get(i);
+        if old.owner != Owner::Program || !old.budgeted {
+            return false;
+        }
+        let Some(plan) = neighbour_union(&old, host, end) else {
+            return false;
+        };
+        let budget = self.engine.budget();
+        let extra = (plan.reg_len as u64).saturating_sub(old.reg_len as u64);
+        if !budget.try_reserve(extra) {
+            HookStats::bump(&stats.promotion_budget_refusals);
+            return false;
+        }
+        let Some(p) = PROMOTED_RANGES.begin_demote(i) else {
+            budget.release(extra);
+            return false;
+        };
+        // SAFETY: `p.reg_start` starts a range registered by `Driver::register`, taken out
+        // of the table by this call only. The program's copies on it were waited for when
+        // they were issued (program buffers keep pageable memory's promise).
+        let rc = unsafe { self.driver.unregister(p.reg_start, p.context) };
+        PROMOTED_RANGES.finish_demote(i);
+        rec.record_global(
+            EventKind::UnpinPages {
+                start: p.user_start as u64,
+                pages: Some((p.reg_len / PAGE) as u64),
+            },
+            None,
+        );
+        if rc != CUDA_SUCCESS {
+            // Still locked: its bytes stay reserved; the new copy goes pageable.
+            budget.release(extra);
+            HookStats::bump(&stats.promotion_failures);
+            return false;
+        }
+        let union = Promoted {
+            context: self.driver.current_context(),
+            ..plan
+        };
+        let claimed = PROMOTED_RANGES.claim(union);
+        // SAFETY (register): both buffers are live (one was just handed to a copy, the other
+        // is registered and was not freed: the free hooks would have removed it); the union
+        // of their pages is mapped. It is unregistered before either is freed.
+        let registered = claimed.map(|e| {
+            (e, unsafe {
+                self.driver.register(union.reg_start, union.reg_len)
+            })
+        });
+        match registered {
+            Some((e, CUDA_SUCCESS)) => {
+                PROMOTED_RANGES.activate(e);
+                HookStats::bump(&stats.merged_registrations);
+                rec.record(
+                    rec.stamp(),
+                    EventKind::PinPages {
+                        start: union.user_start as u64,
+                        bytes: (union.user_end - union.user_start) as u64,
+                        pages: Some((union.reg_len / PAGE) as u64),
+                    },
+                    None,
+                    0,
+                );
+                true
+            }
+            other => {
+                if let Some((e, _)) = other {
+                    PROMOTED_RANGES.abandon(e);
+                    HookStats::bump(&stats.promotion_failures);
+                }
+                budget.release(old.reg_len as u64 + extra);
+                if p.counter != 0 {
+                    COUNTERS.get(p.counter - 1).reset();
+                }
+                HookStats::bump(&stats.demotions);
+                false
             }
         }
     }
@@ -587,6 +690,36 @@ impl Pinning {
     }
 }
 
+/// Most bytes between two buffers that share a page for their registrations to be merged:
+/// a malloc chunk's header and alignment padding, never room for another live buffer of
+/// note.
+pub const MAX_NEIGHBOUR_GAP: usize = 256;
+
+/// The registration covering both `old`'s buffer and the buffer `[host, end)` (whose bytes
+/// run into `old`'s pages), if they are neighbours: used bytes disjoint, at most
+/// [`MAX_NEIGHBOUR_GAP`] bytes apart. Its context is `old`'s (the caller sets the current one).
+pub fn neighbour_union(old: &Promoted, host: usize, end: usize) -> Option<Promoted> {
+    let gap = if end <= old.user_start {
+        old.user_start - end
+    } else if old.user_end <= host {
+        host - old.user_end
+    } else {
+        return None; // the same buffer, used more widely than registered
+    };
+    if gap > MAX_NEIGHBOUR_GAP {
+        return None;
+    }
+    let (lo, hi) = (old.user_start.min(host), old.user_end.max(end));
+    let (reg_start, reg_len) = page_span(lo, hi - lo);
+    Some(Promoted {
+        user_start: lo,
+        user_end: hi,
+        reg_start,
+        reg_len,
+        ..*old
+    })
+}
+
 /// The smallest copy in `direction` that pinned host memory makes faster, by the policy's
 /// cost model (from there on the saving grows with the size); `u64::MAX` when none up to
 /// 64 GiB does.
@@ -663,6 +796,50 @@ mod tests {
         // On the H200 table, a 4 KiB host-to-device copy is slower pinned: small ones never
         // pay there.
         assert!(smallest_saving_copy(&policy, Direction::HtoD) > 4096);
+    }
+
+    fn program_range(start: usize, end: usize) -> Promoted {
+        let (reg_start, reg_len) = page_span(start, end - start);
+        Promoted {
+            owner: Owner::Program,
+            user_start: start,
+            user_end: end,
+            reg_start,
+            reg_len,
+            context: 7,
+            counter: 3,
+            budgeted: true,
+        }
+    }
+
+    #[test]
+    fn heap_neighbours_sharing_a_page_are_registered_as_one() {
+        // Two 4 MiB buffers, the second 80 bytes after the first (a chunk header apart).
+        let a = program_range(0x10_0010, 0x10_0010 + (4 << 20));
+        let b = (a.user_end + 80, a.user_end + 80 + (4 << 20));
+        let u = neighbour_union(&a, b.0, b.1).expect("neighbours");
+        assert_eq!((u.user_start, u.user_end), (a.user_start, b.1));
+        assert_eq!(u.reg_start, 0x10_0000);
+        assert_eq!(u.reg_start + u.reg_len, b.1.next_multiple_of(PAGE));
+        assert!(u.reg_start <= b.0 && b.1 <= u.reg_start + u.reg_len);
+        assert_eq!((u.counter, u.budgeted, u.owner), (3, true, Owner::Program));
+        // The neighbour before works the same way.
+        let before = (a.user_start - 4096 - 32, a.user_start - 32);
+        let u = neighbour_union(&a, before.0, before.1).expect("neighbour before");
+        assert_eq!((u.user_start, u.user_end), (before.0, a.user_end));
+    }
+
+    #[test]
+    fn only_true_neighbours_are_merged() {
+        let a = program_range(0x10_0010, 0x10_0010 + (1 << 20));
+        // The same buffer copied more widely than it was registered: not a neighbour.
+        assert!(neighbour_union(&a, a.user_start, a.user_end + 4096).is_none());
+        assert!(neighbour_union(&a, a.user_start + 16, a.user_end - 16).is_none());
+        // Something else lies between them.
+        let far = a.user_end + MAX_NEIGHBOUR_GAP + 1;
+        assert!(neighbour_union(&a, far, far + 4096).is_none());
+        let near = a.user_end + MAX_NEIGHBOUR_GAP;
+        assert!(neighbour_union(&a, near, near + 4096).is_some());
     }
 
     #[test]

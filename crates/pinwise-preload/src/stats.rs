@@ -53,6 +53,9 @@ pub struct HookStats {
     /// Promoted ranges unregistered (freed, reallocated, unmapped, or registered by the
     /// program).
     pub demotions: AtomicU64,
+    /// Registrations of a program buffer merged with a neighbour's (see
+    /// `Pinning::extend_neighbour`).
+    pub merged_registrations: AtomicU64,
     /// Registrations pinwise tried that the driver refused (the memory stayed pageable).
     pub promotion_failures: AtomicU64,
     /// Registrations pinwise did not try because the budget was full.
@@ -75,10 +78,37 @@ pub struct HookStats {
     pub hook_buckets: [AtomicU64; HOOK_BUCKETS],
 }
 
-/// Width of a hook-time bucket, ns.
+/// Width of the hook-time buckets below [`HOOK_LINEAR_NS`], ns.
 pub const HOOK_BUCKET_NS: u64 = 4;
+/// Below this the buckets are [`HOOK_BUCKET_NS`] wide; above it each is 2^(1/16) times
+/// wider than the last (about 4.4 %), up to about 131 µs; the last bucket holds the rest.
+pub const HOOK_LINEAR_NS: u64 = 512;
 /// Buckets of the hook-time histogram.
 pub const HOOK_BUCKETS: usize = 256;
+const LINEAR_BUCKETS: usize = (HOOK_LINEAR_NS / HOOK_BUCKET_NS) as usize;
+const STEPS_PER_DOUBLING: f64 = 16.0;
+
+/// The bucket of a sample of `ns` nanoseconds.
+pub fn hook_bucket(ns: u64) -> usize {
+    if ns < HOOK_LINEAR_NS {
+        return (ns / HOOK_BUCKET_NS) as usize;
+    }
+    let k = ((ns as f64 / HOOK_LINEAR_NS as f64).log2() * STEPS_PER_DOUBLING) as usize;
+    (LINEAR_BUCKETS + k).min(HOOK_BUCKETS - 1)
+}
+
+/// The times bucket `i` holds: `[lo, hi)` ns (the last one is open-ended: `hi` is its
+/// lower bound's next step).
+pub fn hook_bucket_range(i: usize) -> (u64, u64) {
+    if i < LINEAR_BUCKETS {
+        let lo = i as u64 * HOOK_BUCKET_NS;
+        return (lo, lo + HOOK_BUCKET_NS);
+    }
+    let at =
+        |k: usize| (HOOK_LINEAR_NS as f64 * (k as f64 / STEPS_PER_DOUBLING).exp2()).round() as u64;
+    let k = i - LINEAR_BUCKETS;
+    (at(k), at(k + 1))
+}
 
 impl Default for HookStats {
     fn default() -> Self {
@@ -95,6 +125,7 @@ impl Default for HookStats {
             promotions_on_queries: AtomicU64::new(0),
             promotions_by_allocator: AtomicU64::new(0),
             demotions: AtomicU64::new(0),
+            merged_registrations: AtomicU64::new(0),
             promotion_failures: AtomicU64::new(0),
             promotion_budget_refusals: AtomicU64::new(0),
             runtime_only: AtomicU64::new(0),
@@ -120,8 +151,7 @@ impl HookStats {
     pub fn hook_sample(&self, ns: u64) {
         self.hook_ns.fetch_add(ns, Ordering::Relaxed);
         self.hook_samples.fetch_add(1, Ordering::Relaxed);
-        let b = ((ns / HOOK_BUCKET_NS) as usize).min(HOOK_BUCKETS - 1);
-        self.hook_buckets[b].fetch_add(1, Ordering::Relaxed);
+        self.hook_buckets[hook_bucket(ns)].fetch_add(1, Ordering::Relaxed);
     }
 
     /// The median sampled hook time, ns (the middle of its bucket); `None` without samples.
@@ -139,7 +169,8 @@ impl HookStats {
         for (i, c) in counts.iter().enumerate() {
             seen += c;
             if seen * 2 >= total {
-                return Some((i as u64 * HOOK_BUCKET_NS) as f64 + HOOK_BUCKET_NS as f64 / 2.0);
+                let (lo, hi) = hook_bucket_range(i);
+                return Some((lo + hi) as f64 / 2.0);
             }
         }
         None
@@ -179,6 +210,7 @@ impl HookStats {
             promotions_on_queries: r(&h.promotions_on_queries),
             promotions_by_allocator: r(&h.promotions_by_allocator),
             demotions: r(&h.demotions),
+            merged_registrations: r(&h.merged_registrations),
             promotion_failures: r(&h.promotion_failures),
             promotion_budget_refusals: r(&h.promotion_budget_refusals),
             runtime_only: r(&h.runtime_only),
@@ -202,6 +234,37 @@ mod tests {
     use super::*;
 
     #[test]
+    fn slow_samples_keep_their_size_in_the_median() {
+        // The issue-10 runs reported a median of 1022 ns: the old histogram's last bucket
+        // (everything from 1020 ns up). Now a median of microseconds is told as such.
+        let h = HookStats::default();
+        for ns in [3_000, 3_100, 3_200, 3_300, 90_000] {
+            h.hook_sample(ns);
+        }
+        let m = h.hook_median_ns().unwrap();
+        assert!((3_100.0..3_400.0).contains(&m), "{m}");
+    }
+
+    #[test]
+    fn buckets_are_contiguous_and_hold_their_samples() {
+        let mut last_hi = 0;
+        for i in 0..HOOK_BUCKETS - 1 {
+            let (lo, hi) = hook_bucket_range(i);
+            assert!(
+                lo <= last_hi + 1 && lo < hi,
+                "bucket {i}: {lo}..{hi} after {last_hi}"
+            );
+            last_hi = hi;
+        }
+        assert!(last_hi > 100_000, "the histogram reaches {last_hi} ns");
+        for ns in [0, 3, 4, 511, 512, 513, 1022, 1_500, 10_000, 99_999] {
+            let (lo, hi) = hook_bucket_range(hook_bucket(ns));
+            assert!(lo <= ns && ns < hi + 1, "{ns} in bucket {lo}..{hi}");
+        }
+        assert_eq!(hook_bucket(u64::MAX), HOOK_BUCKETS - 1);
+    }
+
+    #[test]
     fn the_median_ignores_a_few_preempted_samples() {
         let h = HookStats::default();
         assert_eq!(h.hook_median_ns(), None);
@@ -209,6 +272,7 @@ mod tests {
             h.hook_sample(ns);
         }
         assert_eq!(h.hook_median_ns(), Some(46.0));
+        assert!(h.hook_buckets[HOOK_BUCKETS - 1].load(Ordering::Relaxed) == 0);
         let mean = h.hook_ns.load(Ordering::Relaxed) as f64 / 7.0;
         assert!(mean > 1000.0, "the mean is moved: {mean}");
     }

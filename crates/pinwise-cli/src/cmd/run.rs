@@ -469,6 +469,8 @@ struct Totals {
     promotions_by_allocator: u64,
     #[serde(skip)]
     promotions_on_queries: u64,
+    demotions: u64,
+    merged_registrations: u64,
     events: u64,
     events_lost: u64,
     #[serde(skip)]
@@ -515,6 +517,8 @@ impl Totals {
             promotions_on_transfers,
             promotions_by_allocator,
             promotions_on_queries,
+            demotions: sum(&|p| p.demotions),
+            merged_registrations: sum(&|p| p.merged_registrations),
             events: sum(&|p| p.events),
             events_lost: sum(&|p| p.events_lost),
             hook_samples: sum(&|p| p.hook_samples),
@@ -596,7 +600,8 @@ pub fn summary_lines(ps: &[ProcessStats]) -> Vec<String> {
     }
     lines.push(format!(
         "pinned bytes peak {} (budget {}); promotions in place {} (program buffers {}, \
-         allocator {}, before a pointer query {}); fallbacks to pageable {}; budget refusals {}",
+         allocator {}, before a pointer query {}; given back {}, merged with a neighbour {}); \
+         fallbacks to pageable {}; budget refusals {}",
         bytes(t.pinned_bytes_peak_max),
         if t.budget_bytes_max > 0 {
             bytes(t.budget_bytes_max)
@@ -607,6 +612,8 @@ pub fn summary_lines(ps: &[ProcessStats]) -> Vec<String> {
         t.promotions_on_transfers,
         t.promotions_by_allocator,
         t.promotions_on_queries,
+        t.demotions,
+        t.merged_registrations,
         t.fallbacks,
         t.budget_refusals,
     ));
