@@ -100,6 +100,13 @@ pub struct ProcessStats {
     pub captured_copies: u64,
     /// Copies the driver refused (not recorded in the history: nothing moved).
     pub failed_copies: u64,
+    /// Streams the program destroyed while an allocation pinwise tracks had asynchronous
+    /// copies on them: pinwise waited for their work and forgot them first.
+    pub streams_forgotten: u64,
+    /// Context releases and destructions the program made after pinwise's allocator
+    /// started: pinwise waited for its tracked copies and dropped its stream and event
+    /// handles first.
+    pub contexts_ended: u64,
     /// Mean sampled hook bookkeeping per intercepted copy, ns (`None`: no sample); a
     /// preempted sample inflates it.
     pub hook_ns_mean: Option<f64>,
@@ -239,6 +246,8 @@ mod tests {
         "queries_answered",
         "captured_copies",
         "failed_copies",
+        "streams_forgotten",
+        "contexts_ended",
         "hook_ns_mean",
         "hook_ns_median",
         "hook_samples",

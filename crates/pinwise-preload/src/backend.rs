@@ -139,6 +139,14 @@ impl Driver {
         ctx
     }
 
+    /// The program is destroying context `ctx`: pinwise no longer makes it current for its
+    /// own calls (a dead handle).
+    pub fn forget_context(&self, ctx: usize) {
+        let _ = self
+            .saved_context
+            .compare_exchange(ctx, 0, Ordering::AcqRel, Ordering::Relaxed);
+    }
+
     /// Whether `stream` (a handle as the program passed it, per-thread default stream as
     /// `CU_STREAM_PER_THREAD`) is being captured into a graph: one `cuStreamIsCapturing`.
     pub fn capture_of(&self, stream: usize) -> StreamCapture {

@@ -69,6 +69,10 @@ pub struct HookStats {
     pub captured_copies: AtomicU64,
     /// Copies the driver refused (not recorded: nothing moved).
     pub failed_copies: AtomicU64,
+    /// Streams destroyed while an allocation held them (waited for, forgotten).
+    pub streams_forgotten: AtomicU64,
+    /// Context releases and destructions seen with the allocator started.
+    pub contexts_ended: AtomicU64,
     /// Sampled hook bookkeeping time (ns) and samples.
     pub hook_ns: AtomicU64,
     /// Samples in `hook_ns`.
@@ -132,6 +136,8 @@ impl Default for HookStats {
             queries_answered: AtomicU64::new(0),
             captured_copies: AtomicU64::new(0),
             failed_copies: AtomicU64::new(0),
+            streams_forgotten: AtomicU64::new(0),
+            contexts_ended: AtomicU64::new(0),
             hook_ns: AtomicU64::new(0),
             hook_samples: AtomicU64::new(0),
             hook_buckets: [const { AtomicU64::new(0) }; HOOK_BUCKETS],
@@ -221,6 +227,8 @@ impl HookStats {
             queries_answered: r(&h.queries_answered),
             captured_copies: r(&h.captured_copies),
             failed_copies: r(&h.failed_copies),
+            streams_forgotten: r(&h.streams_forgotten),
+            contexts_ended: r(&h.contexts_ended),
             hook_ns_mean: (samples > 0).then(|| r(&h.hook_ns) as f64 / samples as f64),
             hook_ns_median: h.hook_median_ns(),
             hook_samples: samples,

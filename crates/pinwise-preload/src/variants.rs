@@ -107,6 +107,14 @@ hooked! {
     Memcpy3DAsyncPtsz = "cuMemcpy3DAsync_v2_ptsz", "cuMemcpy3DAsync", 7000, PerThread;
     GetProcAddress = "cuGetProcAddress", "cuGetProcAddress", 11030, Default;
     GetProcAddressV2 = "cuGetProcAddress_v2", "cuGetProcAddress", 12000, Default;
+    StreamDestroy = "cuStreamDestroy", "cuStreamDestroy", 2000, Default;
+    StreamDestroyV2 = "cuStreamDestroy_v2", "cuStreamDestroy", 4000, Default;
+    CtxDestroy = "cuCtxDestroy", "cuCtxDestroy", 2000, Default;
+    CtxDestroyV2 = "cuCtxDestroy_v2", "cuCtxDestroy", 4000, Default;
+    PrimaryCtxRelease = "cuDevicePrimaryCtxRelease", "cuDevicePrimaryCtxRelease", 7000, Default;
+    PrimaryCtxReleaseV2 = "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease", 11000, Default;
+    PrimaryCtxReset = "cuDevicePrimaryCtxReset", "cuDevicePrimaryCtxReset", 7000, Default;
+    PrimaryCtxResetV2 = "cuDevicePrimaryCtxReset_v2", "cuDevicePrimaryCtxReset", 11000, Default;
 }
 
 /// Number of hooked variants.

@@ -478,6 +478,63 @@ impl Engine {
         (addr < l.start + l.size.max(1)).then(|| l.clone())
     }
 
+    /// The program is destroying `stream` (its handle is dead once the driver call returns,
+    /// and the real driver may crash if it is passed again): waits for its work if a live
+    /// allocation was copied on it asynchronously (its block must not be reused before those
+    /// copies end), then forgets it, so that freeing those allocations later does not touch
+    /// it. Returns whether any allocation had copies on it. Call it before forwarding the
+    /// destruction, with no engine lock held.
+    pub fn forget_stream(&self, stream: StreamHandle) -> bool {
+        let holders: Vec<Arc<Live>> = self
+            .live
+            .read()
+            .values()
+            .filter(|l| l.async_streams.lock().contains(&stream))
+            .cloned()
+            .collect();
+        if holders.is_empty() {
+            return false;
+        }
+        let _ = self.backend.synchronize_stream(stream);
+        for live in holders {
+            live.async_streams.lock().retain(|s| *s != stream);
+        }
+        true
+    }
+
+    /// A context is being released or destroyed (with it, possibly, every stream and event
+    /// made in it): waits for the copies pinwise still tracks (pending blocks' events, and
+    /// the streams live allocations were copied on, except the default-stream handles, which
+    /// never dangle), forgets those streams, and destroys the idle events (new ones are made
+    /// when needed). Afterwards the engine holds no stream or event handle. Call it before
+    /// forwarding the release, with no engine lock held.
+    pub fn forget_context_objects(&self, is_default_stream: impl Fn(StreamHandle) -> bool) {
+        let pending: HashSet<EventHandle> = self.pool.lock().pending_events().into_iter().collect();
+        for &e in &pending {
+            let _ = self.backend.synchronize_event(e);
+        }
+        let done = self.pool.lock().reclaim(|e| pending.contains(&e));
+        self.events.put_back(done);
+        self.events.destroy_all(&*self.backend);
+        let lives: Vec<Arc<Live>> = self.live.read().values().cloned().collect();
+        let mut waited: Vec<StreamHandle> = Vec::new();
+        for live in lives {
+            let streams: Vec<StreamHandle> = {
+                let mut held = live.async_streams.lock();
+                let (dead, kept): (Vec<_>, Vec<_>) =
+                    held.iter().partition(|s| !is_default_stream(**s));
+                *held = kept;
+                dead
+            };
+            for s in streams {
+                if !waited.contains(&s) {
+                    let _ = self.backend.synchronize_stream(s);
+                    waited.push(s);
+                }
+            }
+        }
+    }
+
     /// Releases every idle pinned segment and the pageable cache (keeps blocks in use).
     pub fn trim(&self) {
         self.reclaim_pending();

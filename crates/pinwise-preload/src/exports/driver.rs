@@ -9,7 +9,8 @@ use std::sync::atomic::Ordering;
 
 use pinwise_core::Direction;
 use pinwise_cuda::sys::{
-    CUdeviceptr, CUresult, CUstream, CUDA_ERROR_NOT_INITIALIZED, CUDA_MEMCPY2D, CUDA_MEMCPY3D,
+    CUcontext, CUdeviceptr, CUresult, CUstream, CUDA_ERROR_NOT_INITIALIZED, CUDA_MEMCPY2D,
+    CUDA_MEMCPY3D,
 };
 
 use super::export_with_caller;
@@ -495,6 +496,68 @@ unsafe extern "C" fn proc_v2(
 }
 export_with_caller!(cuGetProcAddress_v2 => proc_v2, 5);
 
+// ---------- streams and contexts ending ----------
+
+type StreamFn = unsafe extern "C" fn(CUstream) -> CUresult;
+type DeviceFn = unsafe extern "C" fn(c_int) -> CUresult;
+type ContextFn = unsafe extern "C" fn(CUcontext) -> CUresult;
+
+unsafe extern "C" fn stream_destroy(stream: CUstream, _caller: usize) -> CUresult {
+    let f = real_or_return!(Hooked::StreamDestroy, StreamFn);
+    // SAFETY: CUDA's contract for the argument, passed on.
+    hooks::stream_destroy(stream as usize, || unsafe { f(stream) })
+}
+export_with_caller!(cuStreamDestroy => stream_destroy, 1);
+
+unsafe extern "C" fn stream_destroy_v2(stream: CUstream, _caller: usize) -> CUresult {
+    let f = real_or_return!(Hooked::StreamDestroyV2, StreamFn);
+    // SAFETY: CUDA's contract for the argument, passed on.
+    hooks::stream_destroy(stream as usize, || unsafe { f(stream) })
+}
+export_with_caller!(cuStreamDestroy_v2 => stream_destroy_v2, 1);
+
+unsafe extern "C" fn ctx_destroy(ctx: CUcontext, _caller: usize) -> CUresult {
+    let f = real_or_return!(Hooked::CtxDestroy, ContextFn);
+    // SAFETY: CUDA's contract for the argument, passed on.
+    hooks::context_ending(ctx as usize, || unsafe { f(ctx) })
+}
+export_with_caller!(cuCtxDestroy => ctx_destroy, 1);
+
+unsafe extern "C" fn ctx_destroy_v2(ctx: CUcontext, _caller: usize) -> CUresult {
+    let f = real_or_return!(Hooked::CtxDestroyV2, ContextFn);
+    // SAFETY: CUDA's contract for the argument, passed on.
+    hooks::context_ending(ctx as usize, || unsafe { f(ctx) })
+}
+export_with_caller!(cuCtxDestroy_v2 => ctx_destroy_v2, 1);
+
+unsafe extern "C" fn primary_release(dev: c_int, _caller: usize) -> CUresult {
+    let f = real_or_return!(Hooked::PrimaryCtxRelease, DeviceFn);
+    // SAFETY: CUDA's contract for the argument, passed on.
+    hooks::context_ending(0, || unsafe { f(dev) })
+}
+export_with_caller!(cuDevicePrimaryCtxRelease => primary_release, 1);
+
+unsafe extern "C" fn primary_release_v2(dev: c_int, _caller: usize) -> CUresult {
+    let f = real_or_return!(Hooked::PrimaryCtxReleaseV2, DeviceFn);
+    // SAFETY: CUDA's contract for the argument, passed on.
+    hooks::context_ending(0, || unsafe { f(dev) })
+}
+export_with_caller!(cuDevicePrimaryCtxRelease_v2 => primary_release_v2, 1);
+
+unsafe extern "C" fn primary_reset(dev: c_int, _caller: usize) -> CUresult {
+    let f = real_or_return!(Hooked::PrimaryCtxReset, DeviceFn);
+    // SAFETY: CUDA's contract for the argument, passed on.
+    hooks::context_ending(0, || unsafe { f(dev) })
+}
+export_with_caller!(cuDevicePrimaryCtxReset => primary_reset, 1);
+
+unsafe extern "C" fn primary_reset_v2(dev: c_int, _caller: usize) -> CUresult {
+    let f = real_or_return!(Hooked::PrimaryCtxResetV2, DeviceFn);
+    // SAFETY: CUDA's contract for the argument, passed on.
+    hooks::context_ending(0, || unsafe { f(dev) })
+}
+export_with_caller!(cuDevicePrimaryCtxReset_v2 => primary_reset_v2, 1);
+
 /// Fills [`WRAPPERS`] with the exported wrappers' addresses.
 pub fn register_wrappers() {
     let set = |h: Hooked, f: unsafe extern "C" fn()| {
@@ -537,5 +600,13 @@ pub fn register_wrappers() {
     set(Hooked::Memcpy3DAsyncPtsz, cuMemcpy3DAsync_v2_ptsz);
     set(Hooked::GetProcAddress, cuGetProcAddress);
     set(Hooked::GetProcAddressV2, cuGetProcAddress_v2);
+    set(Hooked::StreamDestroy, cuStreamDestroy);
+    set(Hooked::StreamDestroyV2, cuStreamDestroy_v2);
+    set(Hooked::CtxDestroy, cuCtxDestroy);
+    set(Hooked::CtxDestroyV2, cuCtxDestroy_v2);
+    set(Hooked::PrimaryCtxRelease, cuDevicePrimaryCtxRelease);
+    set(Hooked::PrimaryCtxReleaseV2, cuDevicePrimaryCtxRelease_v2);
+    set(Hooked::PrimaryCtxReset, cuDevicePrimaryCtxReset);
+    set(Hooked::PrimaryCtxResetV2, cuDevicePrimaryCtxReset_v2);
     debug_assert!(WRAPPERS.iter().all(|w| w.load(Ordering::Relaxed) != 0));
 }

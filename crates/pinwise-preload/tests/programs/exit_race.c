@@ -129,6 +129,10 @@ static void *worker(void *arg) {
 /* The "client" torn down at exit in the teardown variant. */
 static CUstream client_streams[2];
 static void *client_staging[2][STAGING];
+/* Copied on the legacy default stream (a handle that never dangles), freed after the
+ * context is gone (the driver then answers an error; pinwise must not use an event that
+ * died with the context to wait for those copies). */
+static void *client_late_free;
 
 static void client_teardown(void) {
     if (strcmp(mode, "teardown") != 0) return;
@@ -146,6 +150,7 @@ static void client_teardown(void) {
              waited++)
             usleep(1000);
     cuDevicePrimaryCtxRelease_v2(0);
+    p_free_host(client_late_free);
     /* More calls after the context is gone, as late threads make them. */
     void *late = NULL;
     p_host_alloc(&late, 4096, 0);
@@ -190,6 +195,9 @@ int main(int argc, char **argv) {
             h = fnv(p, STAGE_BYTES, h);
         }
     }
+    if (p_host_alloc(&client_late_free, STAGE_BYTES, 0) || !client_late_free) return 2;
+    memset(client_late_free, 3, STAGE_BYTES);
+    if (p_htod_async(dev, client_late_free, STAGE_BYTES, 0) || p_stream_sync(0)) return 2;
     printf("checksum %016llx\n", (unsigned long long)h);
 
     pthread_t t[WORKERS];
