@@ -158,14 +158,27 @@ extern "C" fn in_forked_child() {
     COUNTERS.forget_all();
 }
 
+/// The exit handler. Registered with `atexit` from the library's constructor, so with
+/// pinwise's own DSO handle: glibc runs it from `__cxa_finalize` when `_dl_fini` finalizes
+/// pinwise (after the program's `atexit` handlers and the executable's destructors, before
+/// the destructors of libraries finalized after pinwise, libcuda among them). By then `exit`
+/// has destroyed the calling thread's thread-local storage (Rust's and that of the crates
+/// pinwise uses: `tracing`'s formatter panics on it), and other threads may still run: the
+/// work is done on a thread of its own, fresh, and waited for.
 extern "C" fn at_exit() {
+    on_fresh_thread(final_outputs);
+}
+
+/// Drains everything and writes the outputs (or, if pinwise was never needed, the idle
+/// statistics). Runs on a thread of its own (see [`at_exit`]).
+extern "C" fn final_outputs(_: *mut libc::c_void) -> *mut libc::c_void {
     let Some(st) = current() else {
         write_idle_stats();
-        return;
+        return std::ptr::null_mut();
     };
     // SAFETY: getpid has no preconditions.
     if st.pid != unsafe { libc::getpid() } as u32 {
-        return;
+        return std::ptr::null_mut();
     }
     let _inside = Inside::enter();
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -173,6 +186,31 @@ extern "C" fn at_exit() {
         st.write_outputs(false);
         st.recorder.finish();
     }));
+    std::ptr::null_mut()
+}
+
+/// Runs `f` on a new thread (plain `pthread_create`: no Rust thread machinery, which uses
+/// the caller's thread-local storage) with every signal blocked, and waits for it; runs it
+/// here if no thread can be made.
+fn on_fresh_thread(f: extern "C" fn(*mut libc::c_void) -> *mut libc::c_void) {
+    // SAFETY: `all` and `old` are valid signal sets; the mask is restored below, and the new
+    // thread inherits the blocked one (a signal meant for the program goes to its threads).
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        let masked = libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old) == 0;
+        let mut thread: libc::pthread_t = std::mem::zeroed();
+        let made = libc::pthread_create(&mut thread, std::ptr::null(), f, std::ptr::null_mut());
+        if masked {
+            libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        }
+        if made == 0 {
+            libc::pthread_join(thread, std::ptr::null_mut());
+        } else {
+            f(std::ptr::null_mut());
+        }
+    }
 }
 
 /// The dump signal's previous action (`sa_sigaction` and `sa_flags`), chained to.

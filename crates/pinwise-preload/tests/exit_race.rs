@@ -115,3 +115,35 @@ fn exit_after_a_client_teardown_streams_first_then_buffers_then_context() {
 fn exit_while_threads_tear_themselves_down() {
     run_variant("threadexit");
 }
+
+/// pinwise's exit handler runs after `exit` destroyed the exiting thread's thread-local
+/// storage; logging from it (`tracing`'s formatter keeps a thread-local buffer) panicked
+/// there ("cannot access a Thread Local Storage value during or after destruction"), cutting
+/// the exit work short. It now runs on a thread of its own.
+#[test]
+fn the_exit_work_logs_and_completes_with_logging_on() {
+    let s = Setup::new();
+    let exe = s.build_driver("exit_race.c", &["-lpthread"]);
+    for run in 0..5 {
+        let stats = s.path(&format!("stats-{run}.json"));
+        let mut c = s.libs.command(common::pinwise());
+        strict(&mut c)
+            .env("PINWISE_LOG_LEVEL", "info")
+            .args(["run", "--log", "stderr", "--stats-json"])
+            .arg(&stats)
+            .arg("--")
+            .arg(&exe)
+            .arg("exit")
+            .current_dir(s.dir.path())
+            .env_remove("LD_PRELOAD");
+        let out = c.output().expect("run pinwise");
+        assert_ok(&out, &format!("run {run}"));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "run {run}: {err}");
+        assert!(
+            err.contains("pinwise-preload outputs written") && err.contains("snapshot=false"),
+            "run {run}: the exit handler logged its last line: {err}"
+        );
+        assert_eq!(summary(&stats)["processes"][0]["top_process"], true);
+    }
+}
