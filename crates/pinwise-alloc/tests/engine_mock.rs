@@ -379,3 +379,99 @@ fn track_caller_gives_each_line_its_own_site() {
     );
     let _ = DevicePtr(0);
 }
+
+/// A stream the program destroys is let go of first: its queued copies are waited for, and
+/// the allocation copied on it no longer names it (freeing it records no event there).
+#[test]
+fn a_destroyed_stream_is_waited_for_and_forgotten() {
+    use pinwise_alloc::backend::PinBackend;
+    let (mock, e) = engine(1 << 30);
+    let dev = mock.alloc_device(MIB);
+    let stream = StreamHandle(7);
+    let a = e.alloc(MIB, site(120), AllocFlags::REQUIRE_PINNED).unwrap();
+    assert!(a.pinned);
+    // SAFETY: `a` is a live MiB; it stays allocated until the copy ran.
+    unsafe {
+        a.ptr.write_bytes(0x3c, MIB);
+        mock.copy_htod(dev, a.ptr, MIB, Some(stream)).unwrap();
+    }
+    e.note_transfer(a.ptr, MIB, Direction::HtoD, Some(stream))
+        .unwrap();
+    assert!(
+        !e.forget_stream(StreamHandle(8)),
+        "no allocation was copied on stream 8"
+    );
+    assert!(e.forget_stream(stream));
+    assert!(
+        mock.read_device(dev, MIB).iter().all(|&b| b == 0x3c),
+        "the stream's queued copy ran before it was forgotten"
+    );
+    assert!(!e.forget_stream(stream), "already forgotten");
+    // SAFETY: allocated above, freed once.
+    unsafe { e.free(a.ptr).unwrap() };
+    assert_eq!(
+        mock.events_created(),
+        0,
+        "no event recorded for the freed block"
+    );
+    let misses = e.stats().pool_misses;
+    let b = e.alloc(MIB, site(120), AllocFlags::REQUIRE_PINNED).unwrap();
+    assert_eq!(b.ptr, a.ptr, "the block was free at once");
+    assert_eq!(e.stats().pool_misses, misses);
+    // SAFETY: allocated above.
+    unsafe { e.free(b.ptr).unwrap() };
+    mock.free_device(dev);
+}
+
+/// A context ending takes its streams and events with it: the engine waits for what it
+/// tracks, drops every stream handle but the default streams' and every event, and makes
+/// new events afterwards.
+#[test]
+fn a_context_ending_leaves_the_engine_no_stream_or_event_handle() {
+    use pinwise_alloc::backend::PinBackend;
+    let (mock, e) = engine(1 << 30);
+    let dev = mock.alloc_device(2 * MIB);
+    let pinned = AllocFlags::REQUIRE_PINNED;
+    let a = e.alloc(MIB, site(130), pinned).unwrap();
+    let b = e.alloc(MIB, site(131), pinned).unwrap();
+    let (s7, s9, per_thread) = (StreamHandle(7), StreamHandle(9), StreamHandle(2));
+    // SAFETY: `a` and `b` are live MiBs; each stays allocated (or pending) until its copies
+    // ran.
+    unsafe {
+        a.ptr.write_bytes(1, MIB);
+        b.ptr.write_bytes(2, MIB);
+        mock.copy_htod(dev, a.ptr, MIB, Some(s7)).unwrap();
+        mock.copy_htod(DevicePtr(dev.0 + MIB as u64), b.ptr, MIB, Some(s9))
+            .unwrap();
+    }
+    e.note_transfer(a.ptr, MIB, Direction::HtoD, Some(s7))
+        .unwrap();
+    e.note_transfer(b.ptr, MIB, Direction::HtoD, Some(s9))
+        .unwrap();
+    e.note_transfer(b.ptr, MIB, Direction::HtoD, Some(per_thread))
+        .unwrap();
+    // SAFETY: allocated above; its copy on stream 7 is still queued (the block waits).
+    unsafe { e.free(a.ptr).unwrap() };
+    assert_eq!(
+        mock.events_created(),
+        1,
+        "the pending block waits for an event"
+    );
+    e.forget_context_objects(|s| s.0 <= 2);
+    let device = mock.read_device(dev, 2 * MIB);
+    assert!(device[..MIB].iter().all(|&x| x == 1) && device[MIB..].iter().all(|&x| x == 2));
+    let misses = e.stats().pool_misses;
+    let c = e.alloc(MIB, site(130), pinned).unwrap();
+    assert_eq!(c.ptr, a.ptr, "the pending block was reclaimed");
+    assert_eq!(e.stats().pool_misses, misses);
+    // SAFETY: allocated above; only the per-thread default stream is still named by `b`.
+    unsafe { e.free(b.ptr).unwrap() };
+    assert_eq!(
+        mock.events_created(),
+        2,
+        "the idle event was destroyed: one new event, for the default stream only"
+    );
+    // SAFETY: allocated above.
+    unsafe { e.free(c.ptr).unwrap() };
+    mock.free_device(dev);
+}
