@@ -14,7 +14,9 @@
 //!   hooks underneath, and observe the call themselves if no driver hook saw it.
 //! - **Driver** (`cuMemHostAlloc`, `cuMemAllocHost_v2`, `cuMemFreeHost`,
 //!   `cuMemHostRegister(_v2)`, `cuMemHostUnregister`, the host copies in their sync/async,
-//!   `_ptds`/`_ptsz`, 2D/3D forms, and the pointer queries): exported here for programs
+//!   `_ptds`/`_ptsz`, 2D/3D forms, the pointer queries, and the calls that end streams and
+//!   contexts: `cuStreamDestroy(_v2)`, `cuCtxDestroy(_v2)`,
+//!   `cuDevicePrimaryCtxRelease(_v2)`, `cuDevicePrimaryCtxReset(_v2)`): exported here for programs
 //!   linked with `-lcuda`, and handed out by the intercepted `dlsym` and `cuGetProcAddress`
 //!   (all versions) to whoever looks them up: cudart, shared or static, finds every driver
 //!   entry point that way. Everything else is forwarded untouched.
@@ -61,6 +63,22 @@
 //! (a second free, unregistering pinned memory) gets plain CUDA's error. A copy the driver
 //! refuses is not in the history (nothing moved; `failed_copies` in the statistics counts it),
 //! and a copy is recorded when the driver has accepted it.
+//!
+//! No handle of the program's outlives what it names: the allocator remembers the streams
+//! an allocation was copied on asynchronously (a freed block waits for those copies), so
+//! before the program destroys a stream pinwise waits for its work if an allocation still
+//! names it and forgets it; before a context is released or destroyed it waits for the copies
+//! it tracks and drops its stream and pooled event handles (`streams_forgotten` and
+//! `contexts_ended` in the statistics). Freeing memory after destroying the stream it was
+//! copied on is what a framework's teardown does (a PJRT client at exit), and passing the
+//! dead handle to the real driver may crash the process.
+//!
+//! At exit, the outputs are written by an `atexit` handler that glibc runs when it
+//! finalizes this library (`_dl_fini`: after the program's own `atexit` handlers and the
+//! executable's destructors, before the libraries finalized after it, libcuda among them),
+//! on a thread of its own: `exit` has destroyed the exiting thread's thread-local storage
+//! by then. The state is never freed, so hooks reached later (other threads, destructors of
+//! libraries finalized later) still work; their events are counted, not recorded.
 //!
 //! # Known limits
 //!

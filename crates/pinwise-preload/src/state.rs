@@ -54,6 +54,8 @@ pub static DRIVER_HOOKS: AtomicBool = AtomicBool::new(true);
 static DUMP_REQUESTED: AtomicBool = AtomicBool::new(false);
 /// Whether pinwise turned itself off after a failure of its own (a panic).
 static BROKEN: AtomicBool = AtomicBool::new(false);
+/// Set when the exit handler has written the outputs: the drain thread stops.
+static OUTPUTS_FINAL: AtomicBool = AtomicBool::new(false);
 /// Whether the program's `free`/`realloc`/`munmap` are pinwise's hooks (checked at load).
 static FREE_HOOKS_EFFECTIVE: AtomicBool = AtomicBool::new(true);
 
@@ -150,6 +152,7 @@ extern "C" fn in_forked_child() {
     // The child has one thread; the parent's state (its locks, its engine, its rings) is
     // left alone, leaked: a fresh one is made if the child uses CUDA.
     GENERATION.fetch_add(1, Ordering::AcqRel);
+    OUTPUTS_FINAL.store(false, Ordering::Release);
     STATE.store(std::ptr::null_mut(), Ordering::Release);
     INIT.store(0, Ordering::Release);
     RINGS.forget_all();
@@ -186,6 +189,7 @@ extern "C" fn final_outputs(_: *mut libc::c_void) -> *mut libc::c_void {
         st.write_outputs(false);
         st.recorder.finish();
     }));
+    OUTPUTS_FINAL.store(true, Ordering::Release);
     std::ptr::null_mut()
 }
 
@@ -393,7 +397,10 @@ impl State {
         let generation = GENERATION.load(Ordering::Acquire);
         loop {
             std::thread::park_timeout(std::time::Duration::from_millis(10));
-            if GENERATION.load(Ordering::Acquire) != generation || current().is_none() {
+            if GENERATION.load(Ordering::Acquire) != generation
+                || current().is_none()
+                || OUTPUTS_FINAL.load(Ordering::Acquire)
+            {
                 return;
             }
             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
