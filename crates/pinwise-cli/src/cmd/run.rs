@@ -263,7 +263,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             }).collect::<Vec<_>>(),
             "totals": totals(&processes),
         });
-        std::fs::write(path, serde_json::to_vec_pretty(&doc)?)
+        pinwise_core::safe_file::write_bytes(path, &serde_json::to_vec_pretty(&doc)?)
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
     drop(stats_dir);
@@ -320,7 +320,7 @@ impl StatsDir {
                     .map(|d| d.subsec_nanos())
                     .unwrap_or(0)
             ));
-            match std::fs::create_dir(&dir) {
+            match pinwise_core::safe_file::create_private_dir(&dir) {
                 Ok(()) => return Ok(StatsDir(dir)),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
                 Err(e) => {
@@ -419,7 +419,10 @@ fn adopt_single_child_outputs(
     let p = &mut processes[busy[0]];
     let adopt = |out: &mut OutputStats, main: Option<&Path>| {
         if let (Some(main), Some(from), true) = (main, out.path.clone(), out.written) {
-            if std::fs::rename(&from, main).is_ok() {
+            // Renamed onto the file the output path names (its own symlink followed, another
+            // user's refused: pinwise_core::safe_file's rule).
+            let target = pinwise_core::safe_file::resolve_output(main);
+            if target.is_ok_and(|t| std::fs::rename(&from, t).is_ok()) {
                 out.path = Some(main.display().to_string());
             }
         }

@@ -548,7 +548,8 @@ fn write_summary_json(
         "allocations": hotspots,
     });
     let text = serde_json::to_string_pretty(&value)?;
-    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+    pinwise_core::safe_file::write_bytes(path, text.as_bytes())
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 #[cfg(test)]

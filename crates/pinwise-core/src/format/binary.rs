@@ -101,10 +101,12 @@ impl BinaryAppender {
         }
     }
 
-    /// Creates (or truncates) `path` and writes the header.
+    /// Replaces `path` with a new `0600` file (see [`crate::safe_file::create_replacing`])
+    /// and writes the header.
     pub fn create(path: impl AsRef<Path>) -> Result<Self, FormatError> {
         let path = path.as_ref();
-        let mut file = std::fs::File::create(path).map_err(|e| FormatError::io(e).in_file(path))?;
+        let mut file = crate::safe_file::create_replacing(path)
+            .map_err(|e| FormatError::io(e).in_file(path))?;
         file.write_all(&header())
             .map_err(|e| FormatError::io(e).in_file(path))?;
         Ok(BinaryAppender {

@@ -222,30 +222,17 @@ pub fn save_history(
     .map_err(|e| e.in_file(path))
 }
 
-/// Writes to a temporary file next to `path`, then renames it over `path`.
+/// Writes `path` safely: a `0600` temporary file with an unpredictable name, renamed over
+/// `path` (see [`crate::safe_file`]).
 pub(crate) fn write_atomically(
     path: &Path,
     write: impl FnOnce(&mut dyn Write) -> Result<(), FormatError>,
 ) -> Result<(), FormatError> {
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "dump".into());
-    let tmp = dir.join(format!(".{name}.tmp{}", std::process::id()));
-    let result = (|| {
-        let file = std::fs::File::create(&tmp).map_err(FormatError::io)?;
-        let mut w = std::io::BufWriter::new(file);
-        write(&mut w)?;
-        w.flush().map_err(FormatError::io)?;
-        w.get_ref().sync_all().map_err(FormatError::io)?;
-        std::fs::rename(&tmp, path).map_err(FormatError::io)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+    crate::safe_file::write_with(path, write)
+}
+
+impl From<std::io::Error> for FormatError {
+    fn from(e: std::io::Error) -> Self {
+        FormatError::io(e)
     }
-    result
 }
