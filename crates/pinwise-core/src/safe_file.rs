@@ -153,7 +153,10 @@ pub fn open_append(path: &Path) -> io::Result<std::fs::File> {
         return refuse("not a regular file".into());
     }
     if meta.uid() != me {
-        return refuse(format!("owned by uid {}, not by the caller (uid {me})", meta.uid()));
+        return refuse(format!(
+            "owned by uid {}, not by the caller (uid {me})",
+            meta.uid()
+        ));
     }
     if meta.nlink() > 1 {
         return refuse(format!("it has {} hard links", meta.nlink()));

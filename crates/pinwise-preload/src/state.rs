@@ -522,12 +522,10 @@ fn init_logging(config: &Config) {
     let _ = match &config.log {
         LogTarget::Off => return,
         LogTarget::Stderr => builder.with_writer(std::io::stderr).try_init(),
-        LogTarget::File(path) => {
-            match pinwise_core::safe_file::open_append(path) {
-                Ok(f) => builder.with_writer(std::sync::Mutex::new(f)).try_init(),
-                Err(_) => return,
-            }
-        }
+        LogTarget::File(path) => match pinwise_core::safe_file::open_append(path) {
+            Ok(f) => builder.with_writer(std::sync::Mutex::new(f)).try_init(),
+            Err(_) => return,
+        },
     };
 }
 

@@ -453,7 +453,8 @@ pub fn write_all(
     command: &str,
     date: &str,
 ) -> Result<Vec<PathBuf>, String> {
-    pinwise_core::safe_file::create_private_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    pinwise_core::safe_file::create_private_dir_all(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
     let s = Summary::of(report);
     let files = [
         ("alloc-runs.csv", runs_csv(report)),
@@ -463,7 +464,8 @@ pub fn write_all(
     let mut written = Vec::new();
     for (name, text) in files {
         let p = dir.join(name);
-        pinwise_core::safe_file::write_bytes(&p, text.as_bytes()).map_err(|e| format!("{}: {e}", p.display()))?;
+        pinwise_core::safe_file::write_bytes(&p, text.as_bytes())
+            .map_err(|e| format!("{}: {e}", p.display()))?;
         written.push(p);
     }
     let p = dir.join("alloc.svg");

@@ -63,7 +63,8 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
     let exe = std::env::current_exe().context("cannot find the pinwise executable")?;
     let out = match &args.out_dir {
         Some(d) => {
-            pinwise_core::safe_file::create_private_dir_all(d).with_context(|| format!("cannot create {}", d.display()))?;
+            pinwise_core::safe_file::create_private_dir_all(d)
+                .with_context(|| format!("cannot create {}", d.display()))?;
             d.clone()
         }
         None => fresh_dir(&std::env::temp_dir(), "pinwise-demo")?,
