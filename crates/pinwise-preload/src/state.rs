@@ -157,7 +157,7 @@ extern "C" fn in_forked_child() {
     COUNTERS.forget_all();
 }
 
-extern "C" fn at_exit() {
+pub(crate) extern "C" fn at_exit() {
     let Some(st) = current() else {
         write_idle_stats();
         return;
@@ -335,6 +335,9 @@ impl State {
         if let Some(sig) = self.config.dump_signal {
             install_dump_handler(sig);
         }
+        if self.config.history_path.is_some() || self.config.stats_dir.is_some() {
+            crate::flush::install(self.config.dump_signal);
+        }
         let spawned = std::thread::Builder::new()
             .name("pinwise-drain".into())
             .spawn(move || self.drain_loop());
@@ -362,6 +365,10 @@ impl State {
                 if DUMP_REQUESTED.swap(false, Ordering::Relaxed) {
                     self.write_outputs(true);
                 }
+                crate::flush::service(|| {
+                    self.recorder.drain(true, None);
+                    self.write_outputs(false);
+                });
             }));
         }
     }

@@ -7,6 +7,7 @@ pub mod doctor;
 pub mod export;
 pub mod report;
 pub mod run;
+pub mod supervise;
 pub mod trace;
 
 /// Whether this process runs as root (effective uid 0, from `/proc/self/status`).

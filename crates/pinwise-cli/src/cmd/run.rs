@@ -165,6 +165,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     }
     let history = args.output.as_deref().map(absolute);
 
+    super::supervise::remove_stale_dirs(&std::env::temp_dir());
     let stats_dir = StatsDir::create()?;
     let mut command = Command::new(&program);
     command.args(&args.command[1..]);
@@ -212,15 +213,17 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         if args.no_promote { "0" } else { "1" },
     );
 
+    super::supervise::die_with_parent(&mut command);
     let started = Instant::now();
     let mut child = command
         .spawn()
         .with_context(|| format!("cannot run {}", program.to_string_lossy()))?;
     // Ctrl-C goes to the whole foreground group: the command decides what to do with it,
-    // and pinwise stays to report.
-    let ignored = IgnoreInterrupts::now();
+    // and pinwise stays to report; a signal sent to pinwise alone is passed on to the
+    // command (see `supervise`).
+    let forwarding = super::supervise::Forwarding::to(child.id());
     let status = child.wait().context("waiting for the command failed")?;
-    drop(ignored);
+    drop(forwarding);
     let elapsed = started.elapsed();
 
     let (mut processes, raw): (Vec<ProcessStats>, Vec<serde_json::Value>) =
@@ -369,31 +372,6 @@ impl StatsDir {
 impl Drop for StatsDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// While alive, SIGINT and SIGQUIT do not stop pinwise (the command gets them).
-struct IgnoreInterrupts(libc::sighandler_t, libc::sighandler_t);
-
-impl IgnoreInterrupts {
-    fn now() -> Self {
-        // SAFETY: setting dispositions of this process; the old ones are restored on drop.
-        unsafe {
-            IgnoreInterrupts(
-                libc::signal(libc::SIGINT, libc::SIG_IGN),
-                libc::signal(libc::SIGQUIT, libc::SIG_IGN),
-            )
-        }
-    }
-}
-
-impl Drop for IgnoreInterrupts {
-    fn drop(&mut self) {
-        // SAFETY: restoring the dispositions saved by `now`.
-        unsafe {
-            libc::signal(libc::SIGINT, self.0);
-            libc::signal(libc::SIGQUIT, self.1);
-        }
     }
 }
 
