@@ -5,6 +5,7 @@ pub mod demo;
 pub mod diff;
 pub mod doctor;
 pub mod export;
+pub mod outputs;
 pub mod report;
 pub mod run;
 pub mod supervise;

@@ -97,6 +97,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "SIGNAL")]
     pub dump_signal: Option<String>,
 
+    /// Exit with status 125 if pinwise itself failed (an output not written) instead of
+    /// passing the program's exit status through (failures are said on stderr either way).
+    #[arg(long)]
+    pub strict: bool,
+
     /// Log what the library does to this file (`stderr` for the program's stderr).
     #[arg(long, value_name = "FILE")]
     pub log: Option<String>,
@@ -164,6 +169,28 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         pinwise_alloc::budget::parse_size(b).map_err(|e| anyhow::anyhow!("--budget: {e}"))?;
     }
     let history = args.output.as_deref().map(absolute);
+    // Every output is checked before the program starts.
+    if let Some(sig) = &args.dump_signal {
+        super::outputs::check_dump_signal(sig)?;
+    }
+    let mut outputs: Vec<(&str, PathBuf)> = Vec::new();
+    outputs.extend(history.clone().map(|p| ("-o", p)));
+    outputs.extend(
+        args.stats_json
+            .as_deref()
+            .map(|p| ("--stats-json", absolute(p))),
+    );
+    if args.mode == ModeArg::Profile {
+        outputs.extend(profile.clone().map(|p| ("--profile", p)));
+    }
+    for (flag, path) in &outputs {
+        super::outputs::check_before_run(flag, path)?;
+    }
+    if let Some(log) = args.log.as_deref().filter(|l| *l != "stderr") {
+        pinwise_core::safe_file::open_append(&absolute(Path::new(log))).with_context(|| {
+            format!("--log {log}: the file cannot be written (checked before starting the program)")
+        })?;
+    }
 
     super::supervise::remove_stale_dirs(&std::env::temp_dir());
     let stats_dir = StatsDir::create()?;
@@ -248,6 +275,28 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     for line in summary_lines(&processes) {
         eprintln!("pinwise: {line}");
     }
+    let mut failures = super::outputs::Failures::default();
+    for p in &processes {
+        for out in [&p.history, &p.profile] {
+            if let (Some(path), false, Some(e)) = (&out.path, out.written, &out.error) {
+                // The summary above said it ("... NOT written to ...").
+                failures.already_said(format!("{path} not written: {e}"));
+            }
+        }
+    }
+    if processes.is_empty() {
+        for (what, path) in [
+            ("history", history.as_deref()),
+            ("profile", profile.as_deref()),
+        ] {
+            if let (Some(path), true) = (path, what == "history" || args.mode == ModeArg::Profile) {
+                failures.add(format!(
+                    "the {what} {} was NOT written: the program ended before pinwise could                      write it",
+                    path.display()
+                ));
+            }
+        }
+    }
     if let Some(path) = &args.stats_json {
         let doc = serde_json::json!({
             "format": "pinwise-run-summary",
@@ -266,10 +315,16 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             }).collect::<Vec<_>>(),
             "totals": totals(&processes),
         });
-        pinwise_core::safe_file::write_bytes(path, &serde_json::to_vec_pretty(&doc)?)
-            .with_context(|| format!("cannot write {}", path.display()))?;
+        if let Err(e) =
+            pinwise_core::safe_file::write_bytes(path, &serde_json::to_vec_pretty(&doc)?)
+        {
+            failures.add(format!("--stats-json {}: {e}", path.display()));
+        }
     }
     drop(stats_dir);
+    if args.strict && failures.any() {
+        return Ok(ExitCode::from(super::outputs::STRICT_EXIT));
+    }
 
     if let Some(sig) = status.signal() {
         // Die the same way, so that a shell sees what the command did.
