@@ -11,6 +11,8 @@
 //!   [`fixtures_include_dir`] holds `cuda_driver_min.h`, the CUDA driver declarations they use.
 //! - [`locked_memory_bytes`] and [`proc_status_kib`]: read `/proc/self/status`.
 
+pub mod fuzz;
+
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
