@@ -341,3 +341,15 @@ fn symlinks_planted_at_predictable_temporary_names_are_never_followed() {
     }
     assert_eq!(after, before, "something besides the named outputs changed");
 }
+
+#[test]
+fn the_temporary_statistics_directory_is_private() {
+    let s = Setup::new();
+    let out = s.run_pinwise(
+        &[],
+        Path::new("/bin/sh"),
+        &["-c", "stat -c %a \"$PINWISE_STATS_DIR\""],
+    );
+    assert_ok(&out, "stat");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "700");
+}

@@ -457,6 +457,10 @@ mod tests {
         assert!(first.is_dir());
         let second = fresh_dir(tmp.path(), "pinwise-demo").unwrap();
         assert_ne!(second, first);
+        // Private: the demo's traces are root's when it runs as root.
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&first).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o700);
     }
 
     #[test]
