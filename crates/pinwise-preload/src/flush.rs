@@ -14,9 +14,11 @@
 //! for itself (a JVM) pays nothing. If the thread that got the signal holds a lock the
 //! drain thread needs, the wait times out and the process ends without the last write.
 //!
-//! **`_exit`/`_Exit`** are interposed: in the process that owns the state they write the
-//! outputs as `atexit` would, then call the real function. A `vfork` child calling
-//! `_exit` is another pid and does nothing.
+//! **`_exit`/`_Exit`** are interposed: in the process that owns the state they have the
+//! drain thread write the outputs (the same bounded wait: `_exit` is often called from a
+//! signal handler), then call the real function. A `vfork` child calling `_exit` is another
+//! pid and does nothing; so does a process that never made the state (no CUDA host-memory
+//! call: `pinwise run` then says no statistics were written).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -101,24 +103,7 @@ extern "C" fn on_fatal_signal(
     // SAFETY: __errno_location gives this thread's errno; saved and restored around the
     // calls below.
     let errno = unsafe { *libc::__errno_location() };
-    // SAFETY: getpid has no preconditions.
-    let pid = unsafe { libc::getpid() } as usize;
-    if pid == OWNER_PID.load(Ordering::Relaxed) {
-        let before = DONE.load(Ordering::Acquire);
-        REQUESTED.store(true, Ordering::Release);
-        let step = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 1_000_000,
-        };
-        let steps = FLUSH_WAIT.as_millis() as u64;
-        for _ in 0..steps {
-            if DONE.load(Ordering::Acquire) != before {
-                break;
-            }
-            // SAFETY: nanosleep with a valid request and no remainder.
-            unsafe { libc::nanosleep(&step, std::ptr::null_mut()) };
-        }
-    }
+    flush_and_wait();
     // SAFETY: restoring the default action and raising the signal again: it is blocked
     // while this handler runs and takes effect (the default action) when it returns.
     unsafe {
@@ -128,9 +113,35 @@ extern "C" fn on_fatal_signal(
     }
 }
 
-/// Before the real `_exit`: the outputs, as at exit (only in the process that owns the state).
+/// In the process that owns the state: asks the drain thread to write the outputs and waits
+/// for it, at most [`FLUSH_WAIT`]. Async-signal-safe (atomics, getpid, nanosleep): the
+/// writing happens on the drain thread, never in the caller, which may be a signal handler
+/// interrupting a thread that holds a lock the writing needs.
+fn flush_and_wait() {
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() } as usize;
+    if pid != OWNER_PID.load(Ordering::Relaxed) {
+        return;
+    }
+    let before = DONE.load(Ordering::Acquire);
+    REQUESTED.store(true, Ordering::Release);
+    let step = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 1_000_000,
+    };
+    for _ in 0..FLUSH_WAIT.as_millis() as u64 {
+        if DONE.load(Ordering::Acquire) != before {
+            return;
+        }
+        // SAFETY: nanosleep with a valid request and no remainder.
+        unsafe { libc::nanosleep(&step, std::ptr::null_mut()) };
+    }
+}
+
+/// Before the real `_exit`: the outputs, written by the drain thread (`_exit` is often
+/// called from a signal handler, where writing files could deadlock).
 pub fn before_exit() {
-    crate::state::at_exit();
+    flush_and_wait();
 }
 
 /// Calls the next definition of `name` (`_exit` or `_Exit`), or the exit system call if

@@ -157,7 +157,7 @@ extern "C" fn in_forked_child() {
     COUNTERS.forget_all();
 }
 
-pub(crate) extern "C" fn at_exit() {
+extern "C" fn at_exit() {
     let Some(st) = current() else {
         write_idle_stats();
         return;

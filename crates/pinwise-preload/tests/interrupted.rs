@@ -36,7 +36,7 @@ fn a_program_that_ends_abruptly_keeps_its_history_and_its_ending() {
     let s = Setup::new();
     let exe = s.build_cudart("interrupted.c", &[]);
     for how in [
-        "exit", "_exit", "_Exit", "abort", "sigint", "sigterm", "segv",
+        "exit", "_exit", "_Exit", "abort", "sigint", "sigterm", "segv", "handler",
     ] {
         let plain = s.run_plain(&exe, &[how]);
         for ext in ["json", "bin"] {
