@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 PINWISE_SETUP_TESTS=1 bash scripts/setup.sh
 export PATH="$HOME/.cargo/bin:$PATH"
 
+# Bounded fuzz runs of the readers (fuzz/README.md): seconds per target.
+export PINWISE_FUZZ_SECONDS="${PINWISE_FUZZ_SECONDS:-45}"
 echo "[test] cargo fmt --check"
 cargo fmt --all -- --check
 echo "[test] cargo clippy -D warnings"

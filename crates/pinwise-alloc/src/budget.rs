@@ -151,8 +151,12 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         other => return Err(format!("`{text}`: unknown size unit `{other}`")),
     };
     let v = n * mult as f64;
-    if !v.is_finite() || v < 0.0 || v > u64::MAX as f64 {
-        return Err(format!("`{text}` is out of range"));
+    // `u64::MAX as f64` is 2^64, one past the largest size.
+    if !v.is_finite() || v < 0.0 || v >= u64::MAX as f64 {
+        return Err(format!(
+            "`{text}` is out of range: a size is from 0 to {} bytes (16 EiB)",
+            u64::MAX
+        ));
     }
     Ok(v as u64)
 }
@@ -160,6 +164,20 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_past_u64_are_refused_with_the_range() {
+        for t in ["18446744073709551616", "16384PiB", "1e30", "99999999999T"] {
+            let e = parse_size(t).unwrap_err();
+            assert!(
+                e.contains("out of range") || e.contains("unit") || e.contains("not a size"),
+                "{t}: {e}"
+            );
+        }
+        let e = parse_size("18446744073709551616").unwrap_err();
+        assert!(e.contains("18446744073709551615 bytes"), "{e}");
+        assert_eq!(parse_size("16T").unwrap(), 16 << 40);
+    }
 
     #[test]
     fn reserve_within_cap_and_refuse_beyond() {

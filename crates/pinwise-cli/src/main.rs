@@ -73,7 +73,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("pinwise: error: {err:#}");
+            eprintln!("pinwise: error: {}", cmd::outputs::render_error(&err));
             ExitCode::FAILURE
         }
     }

@@ -118,6 +118,9 @@ impl Curve {
     }
 }
 
+/// The largest calibration file read (calibrations are a few KiB).
+pub const MAX_CALIBRATION_BYTES: u64 = 16 << 20;
+
 /// Why a calibration could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum CostModelError {
@@ -164,13 +167,25 @@ impl CostModel {
             .expect("the built-in calibration parses")
     }
 
-    /// Reads a calibration CSV file.
+    /// Reads a calibration CSV file: a regular file of at most [`MAX_CALIBRATION_BYTES`]
+    /// (a device or a huge file is refused before it is read).
     pub fn from_csv_file(path: impl AsRef<Path>) -> Result<CostModel, CostModelError> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|source| CostModelError::Io {
+        let io = |source| CostModelError::Io {
             path: path.display().to_string(),
             source,
-        })?;
+        };
+        let meta = std::fs::metadata(path).map_err(io)?;
+        if !meta.is_file() || meta.len() > MAX_CALIBRATION_BYTES {
+            return Err(io(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "not a regular file of at most {MAX_CALIBRATION_BYTES} bytes (a calibration \
+                     is a small CSV)"
+                ),
+            )));
+        }
+        let text = std::fs::read_to_string(path).map_err(io)?;
         CostModel::from_csv_str(&text, &path.display().to_string())
     }
 

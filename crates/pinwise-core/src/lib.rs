@@ -13,6 +13,7 @@
 //! | [`history`] | `MemHistory`, `SharedHistory`: per-allocation lives and the queries on them |
 //! | [`format`](mod@format) | JSON and binary dumps, `load_history` |
 //! | [`profile`] | `Profile`: what the allocator needs from a past run |
+//! | [`safe_file`] | creating output files and directories safely (0600/0700, no planted symlinks) |
 //! | [`preload_stats`] | `ProcessStats`: the preload library's per-process statistics file |
 //! | [`cost`] | `CostModel`: transfer and pinning times by size, from a calibration |
 //! | [`policy`] | `Policy`: pin or not, and why; budget-constrained plans |
@@ -28,6 +29,7 @@ pub mod history;
 pub mod policy;
 pub mod preload_stats;
 pub mod profile;
+pub mod safe_file;
 pub mod synth;
 pub mod tag;
 pub mod timeline;

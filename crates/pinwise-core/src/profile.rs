@@ -433,7 +433,7 @@ impl Profile {
     /// Reads a profile file.
     pub fn load(path: impl AsRef<Path>) -> Result<Profile, FormatError> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|e| FormatError::io(e).in_file(path))?;
+        let bytes = crate::format::read_checked(path).map_err(|e| e.in_file(path))?;
         Self::from_json_bytes(&bytes).map_err(|e| e.in_file(path))
     }
 

@@ -308,4 +308,28 @@ mod tests {
         assert_eq!(parse_signal("9"), None);
         assert_eq!(parse_signal("nonsense"), None);
     }
+
+    /// The preload's settings come from the environment of someone else's program: no value
+    /// may make parsing panic. Inputs are `NAME=value` lines (see `pinwise_testkit::fuzz`;
+    /// seeds in `fuzz/corpus/preload_config/`). Paths are not opened while parsing (the
+    /// calibration is read only when named by `PINWISE_CALIBRATION`, which these inputs
+    /// leave out).
+    #[test]
+    fn fuzz_config_parsing() {
+        let run = pinwise_testkit::fuzz::run("preload_config", |bytes| {
+            let text = String::from_utf8_lossy(bytes);
+            let map: HashMap<String, String> = text
+                .lines()
+                .filter_map(|l| l.split_once('='))
+                .filter(|(k, _)| *k != env::CALIBRATION)
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            let _ = Config::from_lookup(|k| map.get(k).cloned());
+            for v in map.values() {
+                let _ = parse_signal(v);
+                let _ = parse_bool(v);
+            }
+        });
+        assert!(run.inputs > run.seeds as u64);
+    }
 }

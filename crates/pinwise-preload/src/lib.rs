@@ -133,6 +133,7 @@
 //! | [`ring`] | per-thread event rings and their ordered draining |
 //! | [`promote`] | lock-free tables: promoted ranges and pageable transfer counters |
 //! | `recorder` | the history, the drain thread, the output files |
+//! | `flush` | the outputs written before a fatal signal or `_exit` ends the process |
 //! | `pinning` | the engine behind the hooks and the promotion of pageable buffers |
 //! | `stack` | the application's call site under a statically linked cudart |
 //! | [`elf`] | which functions the executable defines (its own `free`, a static cudart) |
@@ -147,6 +148,7 @@
 mod backend;
 pub mod config;
 pub mod elf;
+mod flush;
 mod guard;
 mod hooks;
 mod pinning;

@@ -2,7 +2,6 @@
 //! (safe before `main`, never from `free`), forgotten in a forked child, written out at
 //! exit and on the dump signal.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -378,6 +377,9 @@ impl State {
         if let Some(sig) = self.config.dump_signal {
             install_dump_handler(sig);
         }
+        if self.config.history_path.is_some() || self.config.stats_dir.is_some() {
+            crate::flush::install(self.config.dump_signal);
+        }
         let spawned = std::thread::Builder::new()
             .name("pinwise-drain".into())
             .spawn(move || self.drain_loop());
@@ -408,6 +410,10 @@ impl State {
                 if DUMP_REQUESTED.swap(false, Ordering::Relaxed) {
                     self.write_outputs(true);
                 }
+                crate::flush::service(|| {
+                    self.recorder.drain(true, None);
+                    self.write_outputs(false);
+                });
             }));
         }
     }
@@ -552,13 +558,10 @@ fn output(path: PathBuf, r: Result<(), String>) -> OutputStats {
     }
 }
 
-/// Writes `bytes` to `path` through a temporary file renamed into place.
+/// Writes `bytes` to `path` through a private temporary file renamed into place
+/// ([`pinwise_core::safe_file`]).
 fn write_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)
+    pinwise_core::safe_file::write_bytes(path, bytes)
 }
 
 fn init_logging(config: &Config) {
@@ -571,16 +574,10 @@ fn init_logging(config: &Config) {
     let _ = match &config.log {
         LogTarget::Off => return,
         LogTarget::Stderr => builder.with_writer(std::io::stderr).try_init(),
-        LogTarget::File(path) => {
-            match std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-            {
-                Ok(f) => builder.with_writer(std::sync::Mutex::new(f)).try_init(),
-                Err(_) => return,
-            }
-        }
+        LogTarget::File(path) => match pinwise_core::safe_file::open_append(path) {
+            Ok(f) => builder.with_writer(std::sync::Mutex::new(f)).try_init(),
+            Err(_) => return,
+        },
     };
 }
 

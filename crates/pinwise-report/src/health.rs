@@ -49,11 +49,92 @@ pub(crate) fn source_health(history: &MemHistory) -> SourceHealth {
             s.replaced_records
         ));
     }
+    for c in contradictions(history) {
+        warnings.push(format!("{CONTRADICTION} {c}"));
+    }
     SourceHealth {
         stats,
         losses,
         warnings,
     }
+}
+
+/// How warnings about figures that contradict each other begin (the text report also
+/// repeats them at its top).
+pub const CONTRADICTION: &str = "CONTRADICTION:";
+
+/// Larger than any host memory (256 TiB): a size or a transfer beyond it is impossible.
+const IMPOSSIBLE_BYTES: u64 = 1 << 48;
+
+/// Figures of `history` that cannot all be true (a damaged or forged file): statistics
+/// larger than what the history holds, impossible sizes. Empty for a sound history.
+pub fn contradictions(history: &MemHistory) -> Vec<String> {
+    use pinwise_core::Direction;
+    let s = history.stats();
+    let mut out = Vec::new();
+    if s.events_retained > s.events_ingested {
+        out.push(format!(
+            "{} events retained but only {} ingested",
+            s.events_retained, s.events_ingested
+        ));
+    }
+    if s.events_dropped_by_cap > s.events_ingested {
+        out.push(format!(
+            "{} events dropped by the cap but only {} ingested",
+            s.events_dropped_by_cap, s.events_ingested
+        ));
+    }
+    let mut per_dir = [(0u64, 0u64); 4];
+    let mut stored_events = 0u64;
+    let mut huge = 0u64;
+    let mut largest = 0u64;
+    for a in history.allocations() {
+        if a.size() > IMPOSSIBLE_BYTES {
+            huge += 1;
+            largest = largest.max(a.size());
+        }
+        stored_events = stored_events.saturating_add(a.events_retained());
+        let c = a.counters();
+        for d in Direction::ALL {
+            let dc = c.direction(d);
+            let e = &mut per_dir[d.index()];
+            e.0 = e.0.saturating_add(dc.transfers());
+            e.1 =
+                e.1.saturating_add(dc.pageable_bytes.saturating_add(dc.pinned_bytes));
+        }
+    }
+    if huge > 0 {
+        out.push(format!(
+            "{huge} allocations are larger than any host memory (largest: {largest} bytes)"
+        ));
+    }
+    if stored_events > s.events_retained {
+        out.push(format!(
+            "the allocations hold {stored_events} events, the statistics say {} were retained",
+            s.events_retained
+        ));
+    }
+    for d in Direction::ALL {
+        let t = s.transfers[d.index()];
+        let (count, bytes) = per_dir[d.index()];
+        if count > t.transfers || bytes > t.bytes {
+            out.push(format!(
+                "{d:?}: the allocations count {count} transfers of {bytes} bytes, the totals only \
+                 {} of {} bytes",
+                t.transfers, t.bytes
+            ));
+        }
+        if t.transfers > 0 && t.bytes / t.transfers > IMPOSSIBLE_BYTES {
+            out.push(format!(
+                "{d:?}: {} transfers of {} bytes, more than any host memory each",
+                t.transfers, t.bytes
+            ));
+        }
+        if t.transfers == 0 && t.bytes > 0 {
+            out.push(format!("{d:?}: {} bytes moved by no transfer", t.bytes));
+        }
+    }
+    out
 }
 
 /// The stand-in's names, as they appear in its file names and in statistics sources may

@@ -226,9 +226,11 @@ pub fn render(report: &Report) -> Result<String, ReportError> {
 /// Writes the page to `path`.
 pub fn write(report: &Report, path: &Path) -> Result<(), ReportError> {
     let page = render(report)?;
-    std::fs::write(path, page).map_err(|source| ReportError::Write {
-        path: path.to_path_buf(),
-        source,
+    pinwise_core::safe_file::write_bytes(path, page.as_bytes()).map_err(|source| {
+        ReportError::Write {
+            path: path.to_path_buf(),
+            source,
+        }
     })
 }
 

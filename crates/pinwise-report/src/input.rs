@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use pinwise_core::format::{load_history_bytes, BINARY_MAGIC};
+use pinwise_core::format::{binary, check_head, load_history_bytes, BINARY_MAGIC};
 use pinwise_core::profile::{Profile, PROFILE_FORMAT};
 use pinwise_core::MemHistory;
 
@@ -43,6 +43,9 @@ pub struct InputInfo {
     pub kind: InputKind,
     /// Its size in bytes.
     pub file_bytes: u64,
+    /// For a binary history that was cut short: what was salvaged and what was left out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub salvaged: Option<String>,
 }
 
 /// A loaded input.
@@ -62,8 +65,15 @@ pub fn read_file(path: &Path, progress: &mut Progress) -> Result<Vec<u8>, Report
     };
     let mut file = std::fs::File::open(path).map_err(read_error)?;
     let len = file.metadata().map_err(read_error)?.len();
+    // The first bytes say whether this can be a pinwise file at all: a large file of
+    // something else is refused without reading it.
+    let mut head = [0u8; 64];
+    let n = read_head(&mut file, &mut head).map_err(read_error)?;
+    check_head(&head[..n]).map_err(|e| e.in_file(path))?;
     progress.bytes_stage(&format!("reading {}", path.display()), len);
     let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    bytes.extend_from_slice(&head[..n]);
+    progress.advance(n as u64);
     let mut chunk = vec![0u8; 4 << 20];
     loop {
         let n = match file.read(&mut chunk) {
@@ -76,6 +86,20 @@ pub fn read_file(path: &Path, progress: &mut Progress) -> Result<Vec<u8>, Report
         progress.advance(n as u64);
     }
     Ok(bytes)
+}
+
+/// Reads up to `buf.len()` bytes (fewer only at the end of the file).
+fn read_head(file: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match file.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
 }
 
 /// What the bytes of a file are, from their first bytes (a binary magic, or a JSON object
@@ -116,9 +140,29 @@ pub fn load_history(
             needed: "a history dump (`pinwise trace` and `pinwise run` write one)",
         });
     }
-    let info = info(path, kind, bytes.len());
+    let mut info = info(path, kind, bytes.len());
     progress.stage(&format!("decoding {}", path.display()));
-    let history = load_history_bytes(&bytes).map_err(|e| e.in_file(path))?;
+    let history = if kind == InputKind::BinaryHistory {
+        // A tracer killed mid-write leaves a file cut short: every whole frame is kept.
+        let (history, salvage) = binary::read_salvaging(&bytes).map_err(|e| e.in_file(path))?;
+        info.salvaged = salvage.map(|s| {
+            format!(
+                "the file was cut: {} whole frames salvaged, the {} bytes after them left out \
+                 ({}){}",
+                s.frames_kept,
+                s.bytes_dropped,
+                s.reason,
+                if s.stats_behind {
+                    "; the statistics are those of the last complete dump"
+                } else {
+                    ""
+                }
+            )
+        });
+        history
+    } else {
+        load_history_bytes(&bytes).map_err(|e| e.in_file(path))?
+    };
     Ok((history, info))
 }
 
@@ -148,5 +192,6 @@ fn info(path: &Path, kind: InputKind, len: usize) -> InputInfo {
         path: PathBuf::from(path).display().to_string(),
         kind,
         file_bytes: len as u64,
+        salvaged: None,
     }
 }

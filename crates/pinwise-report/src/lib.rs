@@ -24,7 +24,7 @@ pub mod analysis;
 pub mod budget;
 pub mod diff;
 pub mod error;
-mod health;
+pub mod health;
 pub mod html;
 pub mod input;
 pub mod model;

@@ -287,11 +287,13 @@ pub fn export_file(
         path: path.to_path_buf(),
         source,
     };
-    let file = std::fs::File::create(path).map_err(write_error)?;
-    let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
-    let summary = write_trace(history, cost, options, resolver, &mut out).map_err(write_error)?;
-    out.flush().map_err(write_error)?;
-    Ok(summary)
+    let mut summary = None;
+    pinwise_core::safe_file::write_with(path, |out| {
+        summary = Some(write_trace(history, cost, options, resolver, out)?);
+        Ok::<(), std::io::Error>(())
+    })
+    .map_err(write_error)?;
+    Ok(summary.expect("written"))
 }
 
 /// When an allocation ended, or the latest moment it is known to have lived.

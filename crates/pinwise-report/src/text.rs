@@ -157,6 +157,14 @@ fn header(out: &mut String, r: &Report) {
             true
         )
     );
+    if let Some(s) = &r.input.salvaged {
+        let _ = writeln!(out, "{}", wrap(&format!("!! {s}"), 2));
+    }
+    for w in &r.source.warnings {
+        if w.starts_with(crate::health::CONTRADICTION) {
+            let _ = writeln!(out, "{}", wrap(&format!("!! {w}"), 2));
+        }
+    }
     let _ = writeln!(out, "{}", wrap(&overview_sentence(r), 2));
     let _ = writeln!(out, "{}", wrap(&format!("cost model: {}", r.cost_model), 2));
     let mark = if r.provenance.cpu_standin {

@@ -39,19 +39,53 @@ fn binary_and_json_histories_and_profiles_are_read() {
 }
 
 #[test]
-fn a_truncated_history_names_the_file_and_the_offset() {
+fn a_truncated_history_is_salvaged_and_says_where_it_was_cut() {
     let dir = tempfile::tempdir().unwrap();
     let bin = dir.path().join("cut.bin");
-    let bytes = pinwise_core::format::binary::to_bytes(&scenario().history);
+    let history = scenario().history;
+    let bytes = pinwise_core::format::binary::to_bytes(&history);
     std::fs::write(&bin, &bytes[..bytes.len() - 40]).unwrap();
+    // The records frame is whole: every record is kept; the statistics frame is lost.
+    let (h, info) = load_history(&bin, &mut Progress::hidden()).unwrap();
+    assert_eq!(h.len(), history.len());
+    let note = info.salvaged.expect("a salvage note");
+    assert!(
+        note.contains("the file was cut: 2 whole frames salvaged"),
+        "{note}"
+    );
+    assert!(note.contains("truncated at byte"), "{note}");
+    // A corrupt file is still an error naming the file and the offset.
+    let mut bad = bytes.clone();
+    let last = bad.len() - 1;
+    bad[last] ^= 0xff;
+    std::fs::write(&bin, &bad).unwrap();
     let err = load_history(&bin, &mut Progress::hidden()).unwrap_err();
     let msg = err.to_string();
     assert!(matches!(err, ReportError::Format(_)), "{err:?}");
     assert!(msg.contains(&bin.display().to_string()), "{msg}");
+    assert!(msg.contains("corrupt at byte"), "{msg}");
+}
+
+#[test]
+fn figures_that_contradict_each_other_are_flagged() {
+    let sound = scenario().history;
+    assert!(pinwise_report::health::contradictions(&sound).is_empty());
+    // A JSON history with an impossible size and statistics smaller than its contents.
+    let mut json = Vec::new();
+    pinwise_core::format::json::write(&sound, &mut json).unwrap();
+    let mut v: serde_json::Value = serde_json::from_slice(&json).unwrap();
+    v["allocations"][0]["size"] = serde_json::json!(u64::MAX);
+    v["stats"]["events_ingested"] = serde_json::json!(0);
+    let forged = pinwise_core::format::load_history_bytes(&serde_json::to_vec(&v).unwrap())
+        .expect("the forged history loads");
+    let found = pinwise_report::health::contradictions(&forged);
     assert!(
-        msg.contains("truncated at byte") || msg.contains("corrupt at byte"),
-        "{msg}"
+        found
+            .iter()
+            .any(|c| c.contains("larger than any host memory")),
+        "{found:?}"
     );
+    assert!(found.iter().any(|c| c.contains("ingested")), "{found:?}");
 }
 
 #[test]

@@ -11,6 +11,8 @@
 //!   [`fixtures_include_dir`] holds `cuda_driver_min.h`, the CUDA driver declarations they use.
 //! - [`locked_memory_bytes`] and [`proc_status_kib`]: read `/proc/self/status`.
 
+pub mod fuzz;
+
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -358,6 +360,68 @@ pub fn proc_status_kib(field: &str) -> Option<u64> {
 /// stand-in's `cuMemHostAlloc`/`cuMemHostRegister`) raises.
 pub fn locked_memory_bytes() -> u64 {
     proc_status_kib("VmLck").expect("/proc/self/status has no VmLck line") * 1024
+}
+
+/// The name of the unprivileged user the symlink tests plant files as.
+pub const PROBE_USER: &str = "pinwise-probe";
+
+/// An unprivileged user (`pinwise-probe`, created with `useradd --system` when absent) as
+/// `(name, uid)`, for tests in which another user plants files. Needs root; otherwise, or
+/// when the user cannot be created, panics under `CI=true` and prints `SKIPPED` elsewhere,
+/// returning `None`.
+pub fn require_other_user(test_name: &str) -> Option<(String, u32)> {
+    if effective_uid() != Some(0) {
+        require(test_name, Some("needs root to act as a second user".into()));
+        return None;
+    }
+    let uid = |name: &str| -> Option<u32> {
+        let out = Command::new("id").args(["-u", name]).output().ok()?;
+        if !out.status.success() {
+            return None;
+        }
+        String::from_utf8_lossy(&out.stdout).trim().parse().ok()
+    };
+    if uid(PROBE_USER).is_none() {
+        let made = Command::new("useradd")
+            .args([
+                "--system",
+                "--no-create-home",
+                "--shell",
+                "/usr/sbin/nologin",
+            ])
+            .arg(PROBE_USER)
+            .status();
+        if !made.is_ok_and(|s| s.success()) && uid(PROBE_USER).is_none() {
+            require(
+                test_name,
+                Some(format!(
+                    "cannot create the unprivileged user {PROBE_USER} (useradd)"
+                )),
+            );
+            return None;
+        }
+    }
+    match uid(PROBE_USER) {
+        Some(u) if u != 0 => Some((PROBE_USER.to_string(), u)),
+        _ => {
+            require(test_name, Some(format!("no usable uid for {PROBE_USER}")));
+            None
+        }
+    }
+}
+
+/// Runs `sh -c script` as `user` (through `runuser`, from util-linux; needs root), and
+/// panics if it fails.
+pub fn run_as(user: &str, script: &str) {
+    let out = Command::new("runuser")
+        .args(["-u", user, "--", "sh", "-c", script])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run runuser: {e}"));
+    assert!(
+        out.status.success(),
+        "as {user}: {script}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[cfg(test)]

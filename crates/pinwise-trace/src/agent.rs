@@ -537,10 +537,9 @@ fn write_periodic(history: &SharedHistory, dump: &mut PeriodicDump) {
             appender.append(&history.read()).map_err(|e| e.to_string())
         }
         _ => {
-            let tmp = dump.path.with_extension("tmp");
-            pinwise_core::save_history(&history.read(), &tmp, dump.format)
+            // save_history writes through a private temporary file renamed into place.
+            pinwise_core::save_history(&history.read(), &dump.path, dump.format)
                 .map_err(|e| e.to_string())
-                .and_then(|()| std::fs::rename(&tmp, &dump.path).map_err(|e| e.to_string()))
         }
     };
     dump.last = Instant::now();

@@ -307,7 +307,14 @@ pub fn markdown(report: &BenchReport, s: &Summary, command: &str, date: &str) ->
 /// Draws total time (left) and peak pinned bytes over the hot working set (right) by size,
 /// one line per strategy, into an SVG file.
 pub fn svg(report: &BenchReport, s: &Summary, path: &Path) -> Result<(), String> {
-    let root = SVGBackend::new(path, (1400, 560)).into_drawing_area();
+    let mut text = String::new();
+    draw_svg(report, s, SVGBackend::with_string(&mut text, (1400, 560)))?;
+    pinwise_core::safe_file::write_bytes(path, text.as_bytes())
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn draw_svg(report: &BenchReport, s: &Summary, backend: SVGBackend<'_>) -> Result<(), String> {
+    let root = backend.into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let title = if report.fixture {
         "pinwise bench alloc — TEST FIXTURE run, not GPU figures".to_string()
@@ -446,7 +453,8 @@ pub fn write_all(
     command: &str,
     date: &str,
 ) -> Result<Vec<PathBuf>, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    pinwise_core::safe_file::create_private_dir_all(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
     let s = Summary::of(report);
     let files = [
         ("alloc-runs.csv", runs_csv(report)),
@@ -456,7 +464,8 @@ pub fn write_all(
     let mut written = Vec::new();
     for (name, text) in files {
         let p = dir.join(name);
-        std::fs::write(&p, text).map_err(|e| format!("{}: {e}", p.display()))?;
+        pinwise_core::safe_file::write_bytes(&p, text.as_bytes())
+            .map_err(|e| format!("{}: {e}", p.display()))?;
         written.push(p);
     }
     let p = dir.join("alloc.svg");

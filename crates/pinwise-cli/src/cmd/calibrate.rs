@@ -74,7 +74,7 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
     })
     .map_err(|e| anyhow::anyhow!("calibration failed: {e}"))?;
     bar.finish_and_clear();
-    std::fs::write(&args.out, model.to_csv())
+    pinwise_core::safe_file::write_bytes(&args.out, model.to_csv().as_bytes())
         .with_context(|| format!("writing {}", args.out.display()))?;
     println!(
         "calibrated {} sizes in {:.1} s on {}; wrote {}",

@@ -5,8 +5,10 @@ pub mod demo;
 pub mod diff;
 pub mod doctor;
 pub mod export;
+pub mod outputs;
 pub mod report;
 pub mod run;
+pub mod supervise;
 pub mod trace;
 
 /// Whether this process runs as root (effective uid 0, from `/proc/self/status`).

@@ -227,15 +227,26 @@ pub(crate) mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = synthetic_history(dir.path(), 4);
         let bytes = std::fs::read(&file).unwrap();
+        // Cut short: every whole frame is salvaged, and the report says so.
         let cut = dir.path().join("cut.bin");
         std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
-        let err = run(args(cut.clone())).unwrap_err();
-        let msg = format!("{err:#}");
-        assert!(msg.contains(&cut.display().to_string()), "{msg}");
+        assert_eq!(run(args(cut.clone())).unwrap(), ExitCode::SUCCESS);
+        let (_, info) = pinwise_report::load_history(&cut, &mut Progress::hidden()).unwrap();
+        let note = info.salvaged.expect("a salvage note");
         assert!(
-            msg.contains("truncated") || msg.contains("corrupt"),
-            "{msg}"
+            note.contains("the file was cut: 1 whole frames salvaged"),
+            "{note}"
         );
+        // Corrupt: an error naming the file.
+        let bad = dir.path().join("bad.bin");
+        let mut flipped = bytes.clone();
+        let last = flipped.len() - 1;
+        flipped[last] ^= 0xff;
+        std::fs::write(&bad, &flipped).unwrap();
+        let err = run(args(bad.clone())).unwrap_err();
+        let msg = format!("{err:#}");
+        assert!(msg.contains(&bad.display().to_string()), "{msg}");
+        assert!(msg.contains("corrupt"), "{msg}");
         let missing = dir.path().join("missing.bin");
         let msg = format!("{:#}", run(args(missing.clone())).unwrap_err());
         assert!(

@@ -97,6 +97,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "SIGNAL")]
     pub dump_signal: Option<String>,
 
+    /// Exit with status 125 if pinwise itself failed (an output not written) instead of
+    /// passing the program's exit status through (failures are said on stderr either way).
+    #[arg(long)]
+    pub strict: bool,
+
     /// Log what the library does to this file (`stderr` for the program's stderr).
     #[arg(long, value_name = "FILE")]
     pub log: Option<String>,
@@ -164,7 +169,30 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         pinwise_alloc::budget::parse_size(b).map_err(|e| anyhow::anyhow!("--budget: {e}"))?;
     }
     let history = args.output.as_deref().map(absolute);
+    // Every output is checked before the program starts.
+    if let Some(sig) = &args.dump_signal {
+        super::outputs::check_dump_signal(sig)?;
+    }
+    let mut outputs: Vec<(&str, PathBuf)> = Vec::new();
+    outputs.extend(history.clone().map(|p| ("-o", p)));
+    outputs.extend(
+        args.stats_json
+            .as_deref()
+            .map(|p| ("--stats-json", absolute(p))),
+    );
+    if args.mode == ModeArg::Profile {
+        outputs.extend(profile.clone().map(|p| ("--profile", p)));
+    }
+    for (flag, path) in &outputs {
+        super::outputs::check_before_run(flag, path)?;
+    }
+    if let Some(log) = args.log.as_deref().filter(|l| *l != "stderr") {
+        pinwise_core::safe_file::open_append(&absolute(Path::new(log))).with_context(|| {
+            format!("--log {log}: the file cannot be written (checked before starting the program)")
+        })?;
+    }
 
+    super::supervise::remove_stale_dirs(&std::env::temp_dir());
     let stats_dir = StatsDir::create()?;
     let mut command = Command::new(&program);
     command.args(&args.command[1..]);
@@ -212,15 +240,17 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         if args.no_promote { "0" } else { "1" },
     );
 
+    super::supervise::die_with_parent(&mut command);
     let started = Instant::now();
     let mut child = command
         .spawn()
         .with_context(|| format!("cannot run {}", program.to_string_lossy()))?;
     // Ctrl-C goes to the whole foreground group: the command decides what to do with it,
-    // and pinwise stays to report.
-    let ignored = IgnoreInterrupts::now();
+    // and pinwise stays to report; a signal sent to pinwise alone is passed on to the
+    // command (see `supervise`).
+    let forwarding = super::supervise::Forwarding::to(child.id());
     let status = child.wait().context("waiting for the command failed")?;
-    drop(ignored);
+    drop(forwarding);
     let elapsed = started.elapsed();
 
     let (mut processes, raw): (Vec<ProcessStats>, Vec<serde_json::Value>) =
@@ -245,6 +275,28 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     for line in summary_lines(&processes) {
         eprintln!("pinwise: {line}");
     }
+    let mut failures = super::outputs::Failures::default();
+    for p in &processes {
+        for out in [&p.history, &p.profile] {
+            if let (Some(path), false, Some(e)) = (&out.path, out.written, &out.error) {
+                // The summary above said it ("... NOT written to ...").
+                failures.already_said(format!("{path} not written: {e}"));
+            }
+        }
+    }
+    if processes.is_empty() {
+        for (what, path) in [
+            ("history", history.as_deref()),
+            ("profile", profile.as_deref()),
+        ] {
+            if let (Some(path), true) = (path, what == "history" || args.mode == ModeArg::Profile) {
+                failures.add(format!(
+                    "the {what} {} was NOT written: the program ended before pinwise could                      write it",
+                    path.display()
+                ));
+            }
+        }
+    }
     if let Some(path) = &args.stats_json {
         let doc = serde_json::json!({
             "format": "pinwise-run-summary",
@@ -263,10 +315,16 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             }).collect::<Vec<_>>(),
             "totals": totals(&processes),
         });
-        std::fs::write(path, serde_json::to_vec_pretty(&doc)?)
-            .with_context(|| format!("cannot write {}", path.display()))?;
+        if let Err(e) =
+            pinwise_core::safe_file::write_bytes(path, &serde_json::to_vec_pretty(&doc)?)
+        {
+            failures.add(format!("--stats-json {}: {e}", path.display()));
+        }
     }
     drop(stats_dir);
+    if args.strict && failures.any() {
+        return Ok(ExitCode::from(super::outputs::STRICT_EXIT));
+    }
 
     if let Some(sig) = status.signal() {
         // Die the same way, so that a shell sees what the command did.
@@ -320,7 +378,7 @@ impl StatsDir {
                     .map(|d| d.subsec_nanos())
                     .unwrap_or(0)
             ));
-            match std::fs::create_dir(&dir) {
+            match pinwise_core::safe_file::create_private_dir(&dir) {
                 Ok(()) => return Ok(StatsDir(dir)),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
                 Err(e) => {
@@ -372,31 +430,6 @@ impl Drop for StatsDir {
     }
 }
 
-/// While alive, SIGINT and SIGQUIT do not stop pinwise (the command gets them).
-struct IgnoreInterrupts(libc::sighandler_t, libc::sighandler_t);
-
-impl IgnoreInterrupts {
-    fn now() -> Self {
-        // SAFETY: setting dispositions of this process; the old ones are restored on drop.
-        unsafe {
-            IgnoreInterrupts(
-                libc::signal(libc::SIGINT, libc::SIG_IGN),
-                libc::signal(libc::SIGQUIT, libc::SIG_IGN),
-            )
-        }
-    }
-}
-
-impl Drop for IgnoreInterrupts {
-    fn drop(&mut self) {
-        // SAFETY: restoring the dispositions saved by `now`.
-        unsafe {
-            libc::signal(libc::SIGINT, self.0);
-            libc::signal(libc::SIGQUIT, self.1);
-        }
-    }
-}
-
 /// When the started process used no CUDA (a shell, a launcher) and exactly one other process
 /// did, that process's history and profile become the main ones.
 fn adopt_single_child_outputs(
@@ -419,7 +452,10 @@ fn adopt_single_child_outputs(
     let p = &mut processes[busy[0]];
     let adopt = |out: &mut OutputStats, main: Option<&Path>| {
         if let (Some(main), Some(from), true) = (main, out.path.clone(), out.written) {
-            if std::fs::rename(&from, main).is_ok() {
+            // Renamed onto the file the output path names (its own symlink followed, another
+            // user's refused: pinwise_core::safe_file's rule).
+            let target = pinwise_core::safe_file::resolve_output(main);
+            if target.is_ok_and(|t| std::fs::rename(&from, t).is_ok()) {
                 out.path = Some(main.display().to_string());
             }
         }

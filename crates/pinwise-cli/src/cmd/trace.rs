@@ -91,6 +91,11 @@ pub struct TraceArgs {
     #[arg(long, value_name = "FILE")]
     pub summary_json: Option<PathBuf>,
 
+    /// Exit with status 125 if pinwise itself failed (an output not written) instead of
+    /// passing the command's exit status through (failures are said on stderr either way).
+    #[arg(long)]
+    pub strict: bool,
+
     /// The command to launch and trace, after `--`.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<OsString>,
@@ -219,6 +224,16 @@ pub fn run(args: TraceArgs) -> Result<ExitCode> {
         FormatArg::Json => DumpFormat::Json,
         FormatArg::Bin => DumpFormat::Binary,
     };
+    // Every output is checked before anything starts (the default history name depends on
+    // the PID, unknown yet: its directory is checked).
+    let planned = args
+        .output
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("pinwise-trace.json"));
+    super::outputs::check_before_run("-o", &planned)?;
+    if let Some(path) = &args.summary_json {
+        super::outputs::check_before_run("--summary-json", path)?;
+    }
     catch_interrupts();
     let mut agent = TracerAgent::new(config);
     let started = Instant::now();
@@ -283,15 +298,21 @@ pub fn run(args: TraceArgs) -> Result<ExitCode> {
     let stats = agent.stop().context("stopping the tracer")?;
     let elapsed = started.elapsed();
     // The whole history, also after periodic dumps (appended or rewritten while tracing).
-    agent
+    let mut failures = super::outputs::Failures::default();
+    let dumped = agent
         .dump(&output, format)
-        .with_context(|| format!("writing the history to {}", output.display()))?;
+        .with_context(|| format!("writing the history to {}", output.display()));
 
     let summary = agent.history().read().summary(&CostModel::builtin());
     print_summary(&agent, &summary, &stats, &what, elapsed, args.top);
-    status(format!("history written to {}", output.display()));
+    match dumped {
+        Ok(()) => status(format!("history written to {}", output.display())),
+        Err(e) => failures.add(super::outputs::render_error(&e)),
+    }
     if let Some(path) = &args.summary_json {
-        write_summary_json(path, &agent, &summary, &stats, target_pid, elapsed)?;
+        if let Err(e) = write_summary_json(path, &agent, &summary, &stats, target_pid, elapsed) {
+            failures.add(super::outputs::render_error(&e));
+        }
     }
 
     // A launched command's exit status is passed through. After Ctrl-C it normally got
@@ -314,6 +335,9 @@ pub fn run(args: TraceArgs) -> Result<ExitCode> {
         }
         _ => ExitCode::SUCCESS,
     };
+    if args.strict && failures.any() {
+        return Ok(ExitCode::from(super::outputs::STRICT_EXIT));
+    }
     Ok(code)
 }
 
@@ -548,7 +572,8 @@ fn write_summary_json(
         "allocations": hotspots,
     });
     let text = serde_json::to_string_pretty(&value)?;
-    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+    pinwise_core::safe_file::write_bytes(path, text.as_bytes())
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 #[cfg(test)]

@@ -101,10 +101,12 @@ impl BinaryAppender {
         }
     }
 
-    /// Creates (or truncates) `path` and writes the header.
+    /// Replaces `path` with a new `0600` file (see [`crate::safe_file::create_replacing`])
+    /// and writes the header.
     pub fn create(path: impl AsRef<Path>) -> Result<Self, FormatError> {
         let path = path.as_ref();
-        let mut file = std::fs::File::create(path).map_err(|e| FormatError::io(e).in_file(path))?;
+        let mut file = crate::safe_file::create_replacing(path)
+            .map_err(|e| FormatError::io(e).in_file(path))?;
         file.write_all(&header())
             .map_err(|e| FormatError::io(e).in_file(path))?;
         Ok(BinaryAppender {
@@ -414,8 +416,33 @@ struct Staging<'a> {
     saw_tables: bool,
 }
 
-/// Reads a binary history dump.
+/// What was left out of a cut binary history read by [`read_salvaging`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Salvage {
+    /// Whole frames read.
+    pub frames_kept: usize,
+    /// Bytes after the last whole frame, left out.
+    pub bytes_dropped: u64,
+    /// Whether the last frame kept is not a stats frame (the statistics are then those of
+    /// the last complete dump, and may be behind the records).
+    pub stats_behind: bool,
+    /// Why the rest was left out (the truncation error's text).
+    pub reason: String,
+}
+
+/// Reads a binary history dump; a file cut short (a tracer killed mid-write) is an error.
 pub fn read(bytes: &[u8]) -> Result<MemHistory, FormatError> {
+    read_frames(bytes, false).map(|(h, _)| h)
+}
+
+/// Reads a binary history dump, keeping every whole frame of a file cut short: the history
+/// as of the last whole frame, and what was left out (`None` for a whole file). A frame
+/// whose checksum fails, or any other corruption, is still an error.
+pub fn read_salvaging(bytes: &[u8]) -> Result<(MemHistory, Option<Salvage>), FormatError> {
+    read_frames(bytes, true)
+}
+
+fn read_frames(bytes: &[u8], salvage: bool) -> Result<(MemHistory, Option<Salvage>), FormatError> {
     if bytes.len() < HEADER_LEN {
         if !bytes.starts_with(&BINARY_MAGIC[..bytes.len().min(8)]) {
             return Err(FormatError::new(FormatErrorKind::Unrecognized(
@@ -451,16 +478,18 @@ pub fn read(bytes: &[u8]) -> Result<MemHistory, FormatError> {
     let mut frame = 0usize;
     let mut last_kind = FRAME_STATS;
     let mut last_start = pos;
+    let mut cut: Option<FormatError> = None;
     while pos < bytes.len() {
         let rest = &bytes[pos..];
         if rest.len() < FRAME_HEADER_LEN {
-            return Err(FormatError::truncated(
+            cut = Some(FormatError::truncated(
                 pos as u64,
                 format!(
                     "header of frame {frame} ({} of 12 bytes present)",
                     rest.len()
                 ),
             ));
+            break;
         }
         let kind = rest[0];
         if rest[1..4] != [0, 0, 0] {
@@ -473,13 +502,14 @@ pub fn read(bytes: &[u8]) -> Result<MemHistory, FormatError> {
         let crc = u32::from_le_bytes([rest[8], rest[9], rest[10], rest[11]]);
         let body_start = pos + FRAME_HEADER_LEN;
         let Some(payload) = bytes.get(body_start..body_start.saturating_add(len)) else {
-            return Err(FormatError::truncated(
+            cut = Some(FormatError::truncated(
                 bytes.len() as u64,
                 format!(
                     "frame {frame} starting at byte {pos} declares {len} bytes of payload, {} present",
                     bytes.len() - body_start
                 ),
             ));
+            break;
         };
         if crc32fast::hash(payload) != crc {
             return Err(FormatError::corrupt(
@@ -509,15 +539,25 @@ pub fn read(bytes: &[u8]) -> Result<MemHistory, FormatError> {
         pos = body_start + len;
         frame += 1;
     }
-    if last_kind != FRAME_STATS {
+    if cut.is_none() && last_kind != FRAME_STATS {
         // Every dump or append ends with a STATS frame: without it, the last append is
         // incomplete and its records may be missing.
-        return Err(FormatError::truncated(
+        cut = Some(FormatError::truncated(
             bytes.len() as u64,
             format!("the last dump is incomplete: it ends after frame {} (type {last_kind}) at byte {last_start}, before its stats frame", frame - 1),
         ));
     }
-    build(staging, bytes.len() as u64)
+    let salvaged = match cut {
+        None => None,
+        Some(e) if !salvage || frame == 0 => return Err(e),
+        Some(e) => Some(Salvage {
+            frames_kept: frame,
+            bytes_dropped: (bytes.len() - pos) as u64,
+            stats_behind: last_kind != FRAME_STATS,
+            reason: e.to_string(),
+        }),
+    };
+    build(staging, bytes.len() as u64).map(|h| (h, salvaged))
 }
 
 fn read_tables(r: &mut Reader<'_>, s: &mut Staging<'_>) -> Result<(), FormatError> {

@@ -182,11 +182,44 @@ impl std::error::Error for FormatError {
     }
 }
 
-/// Reads a history dump, JSON or binary (told apart by the binary magic).
+/// Reads a history dump, JSON or binary (told apart by the binary magic). The first bytes
+/// are checked before the rest is read ([`check_head`]).
 pub fn load_history(path: impl AsRef<Path>) -> Result<MemHistory, FormatError> {
     let path = path.as_ref();
-    let bytes = std::fs::read(path).map_err(|e| FormatError::io(e).in_file(path))?;
+    let bytes = read_checked(path).map_err(|e| e.in_file(path))?;
     load_history_bytes(&bytes).map_err(|e| e.in_file(path))
+}
+
+/// Reads the file at `path` whole, after [`check_head`] accepted its first bytes.
+pub fn read_checked(path: &Path) -> Result<Vec<u8>, FormatError> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path)?;
+    let mut head = Vec::with_capacity(64);
+    (&mut file).take(64).read_to_end(&mut head)?;
+    check_head(&head)?;
+    let mut bytes = head;
+    file.read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// Whether a file beginning with `head` can be a pinwise file (the binary magic, or JSON:
+/// `{` first after any whitespace), so that a large file of something else is refused
+/// without being read.
+pub fn check_head(head: &[u8]) -> Result<(), FormatError> {
+    if head.is_empty() {
+        return Err(FormatError::new(FormatErrorKind::Unrecognized(
+            "the file is empty".into(),
+        )));
+    }
+    if BINARY_MAGIC.starts_with(&head[..head.len().min(BINARY_MAGIC.len())]) {
+        return Ok(());
+    }
+    match head.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') | None => Ok(()),
+        Some(_) => Err(FormatError::new(FormatErrorKind::Unrecognized(
+            "neither the pinwise binary magic nor a JSON object".into(),
+        ))),
+    }
 }
 
 /// Reads a history dump from memory, JSON or binary.
@@ -222,30 +255,17 @@ pub fn save_history(
     .map_err(|e| e.in_file(path))
 }
 
-/// Writes to a temporary file next to `path`, then renames it over `path`.
+/// Writes `path` safely: a `0600` temporary file with an unpredictable name, renamed over
+/// `path` (see [`crate::safe_file`]).
 pub(crate) fn write_atomically(
     path: &Path,
     write: impl FnOnce(&mut dyn Write) -> Result<(), FormatError>,
 ) -> Result<(), FormatError> {
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "dump".into());
-    let tmp = dir.join(format!(".{name}.tmp{}", std::process::id()));
-    let result = (|| {
-        let file = std::fs::File::create(&tmp).map_err(FormatError::io)?;
-        let mut w = std::io::BufWriter::new(file);
-        write(&mut w)?;
-        w.flush().map_err(FormatError::io)?;
-        w.get_ref().sync_all().map_err(FormatError::io)?;
-        std::fs::rename(&tmp, path).map_err(FormatError::io)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+    crate::safe_file::write_with(path, write)
+}
+
+impl From<std::io::Error> for FormatError {
+    fn from(e: std::io::Error) -> Self {
+        FormatError::io(e)
     }
-    result
 }

@@ -6,6 +6,7 @@
 
 mod dl;
 mod driver;
+mod exit;
 mod libc_hooks;
 mod runtime;
 

@@ -237,5 +237,6 @@ pub fn info(name: &str) -> pinwise_report::InputInfo {
         path: name.into(),
         kind: pinwise_report::InputKind::BinaryHistory,
         file_bytes: 0,
+        salvaged: None,
     }
 }

@@ -63,7 +63,8 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
     let exe = std::env::current_exe().context("cannot find the pinwise executable")?;
     let out = match &args.out_dir {
         Some(d) => {
-            std::fs::create_dir_all(d).with_context(|| format!("cannot create {}", d.display()))?;
+            pinwise_core::safe_file::create_private_dir_all(d)
+                .with_context(|| format!("cannot create {}", d.display()))?;
             d.clone()
         }
         None => fresh_dir(&std::env::temp_dir(), "pinwise-demo")?,
@@ -248,7 +249,7 @@ fn fresh_dir(parent: &Path, prefix: &str) -> Result<PathBuf> {
             0 => format!("{prefix}-{pid}"),
             n => format!("{prefix}-{pid}-{n}"),
         });
-        match std::fs::DirBuilder::new().mode(0o755).create(&dir) {
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
             Ok(()) => return Ok(dir),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(e).with_context(|| format!("cannot create {}", dir.display())),
@@ -303,7 +304,7 @@ fn choose_driver(exe: &Path, out: &Path) -> Result<Driverside> {
         );
     }
     let lib = out.join("lib");
-    std::fs::create_dir_all(&lib)?;
+    pinwise_core::safe_file::create_private_dir_all(&lib)?;
     let link = lib.join("libcuda.so.1");
     let _ = std::fs::remove_file(&link);
     std::os::unix::fs::symlink(&standin, &link)
@@ -456,6 +457,10 @@ mod tests {
         assert!(first.is_dir());
         let second = fresh_dir(tmp.path(), "pinwise-demo").unwrap();
         assert_ne!(second, first);
+        // Private: the demo's traces are root's when it runs as root.
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&first).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o700);
     }
 
     #[test]

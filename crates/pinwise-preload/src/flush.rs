@@ -1,0 +1,163 @@
+//! Nothing lost when the program ends abruptly: the outputs (history, profile, statistics)
+//! are written before a signal whose default action ends the process takes effect, and
+//! before `_exit`/`_Exit` (which skip `atexit`).
+//!
+//! **Signals** (`SIGINT`, `SIGTERM`, `SIGHUP`, `SIGQUIT`, `SIGABRT`, `SIGSEGV`, `SIGBUS`,
+//! `SIGFPE`, `SIGILL`): when the state is created, pinwise installs a handler for each of
+//! these whose action is still the default one (never for a signal the program ignores or
+//! handles, nor for the dump signal). The handler is async-signal-safe: it sets a flag and
+//! sleeps (`nanosleep`) until the drain thread, which blocks every signal, has written the
+//! outputs, at most [`FLUSH_WAIT`]; then it restores the default action and raises the
+//! signal again, so the process ends exactly as it would have (same signal, same core
+//! dump). A handler the program installs later replaces pinwise's, as it would replace the
+//! default; the program's own handlers are never wrapped, so a runtime that uses `SIGSEGV`
+//! for itself (a JVM) pays nothing. If the thread that got the signal holds a lock the
+//! drain thread needs, the wait times out and the process ends without the last write.
+//!
+//! **`_exit`/`_Exit`** are interposed: in the process that owns the state they have the
+//! drain thread write the outputs (the same bounded wait: `_exit` is often called from a
+//! signal handler), then call the real function. A `vfork` child calling `_exit` is another
+//! pid and does nothing; so does a process that never made the state (no CUDA host-memory
+//! call: `pinwise run` then says no statistics were written).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+/// The longest a signal handler waits for the drain thread to write the outputs.
+pub const FLUSH_WAIT: Duration = Duration::from_secs(3);
+
+/// The signals whose default action ends the process, and that pinwise flushes before.
+pub const FATAL_SIGNALS: [libc::c_int; 9] = [
+    libc::SIGINT,
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGABRT,
+    libc::SIGSEGV,
+    libc::SIGBUS,
+    libc::SIGFPE,
+    libc::SIGILL,
+];
+
+/// Set by a handler: the drain thread writes the outputs.
+static REQUESTED: AtomicBool = AtomicBool::new(false);
+/// Counts the flushes the drain thread finished (a handler waits for it to move).
+static DONE: AtomicU64 = AtomicU64::new(0);
+/// Whether the handlers are installed (once per process image).
+static INSTALLED: AtomicBool = AtomicBool::new(false);
+/// The pid the handlers flush for (a forked child without state does nothing).
+static OWNER_PID: AtomicUsize = AtomicUsize::new(0);
+
+/// Installs the handler for each of [`FATAL_SIGNALS`] whose action is the default (except
+/// `skip`, the dump signal). Called when the state is created.
+pub fn install(skip: Option<libc::c_int>) {
+    // SAFETY: getpid has no preconditions.
+    OWNER_PID.store(unsafe { libc::getpid() } as usize, Ordering::Relaxed);
+    if INSTALLED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    for sig in FATAL_SIGNALS {
+        if Some(sig) == skip {
+            continue;
+        }
+        // SAFETY: sigaction with valid in/out structures; the handler is async-signal-safe.
+        unsafe {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(sig, std::ptr::null(), &mut old) != 0
+                || old.sa_sigaction != libc::SIG_DFL
+            {
+                continue; // the program ignores or handles it: left alone
+            }
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_fatal_signal as *const () as usize;
+            action.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_RESTART;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(sig, &action, std::ptr::null_mut());
+        }
+    }
+}
+
+/// Called by the drain thread on every wake-up: runs `write` (drain everything, write the
+/// outputs) if a handler asked for it, then lets the handler go on.
+pub fn service(write: impl FnOnce()) {
+    if REQUESTED.swap(false, Ordering::AcqRel) {
+        // Counted done even if `write` panics (the caller catches it): the handler must
+        // not wait for nothing.
+        struct Done;
+        impl Drop for Done {
+            fn drop(&mut self) {
+                DONE.fetch_add(1, Ordering::AcqRel);
+            }
+        }
+        let _done = Done;
+        write();
+    }
+}
+
+extern "C" fn on_fatal_signal(
+    sig: libc::c_int,
+    _info: *mut libc::siginfo_t,
+    _ctx: *mut libc::c_void,
+) {
+    // Async-signal-safe only: atomics, getpid, nanosleep, sigaction, raise.
+    // SAFETY: __errno_location gives this thread's errno; saved and restored around the
+    // calls below.
+    let errno = unsafe { *libc::__errno_location() };
+    flush_and_wait();
+    // SAFETY: restoring the default action and raising the signal again: it is blocked
+    // while this handler runs and takes effect (the default action) when it returns.
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+        libc::raise(sig);
+        *libc::__errno_location() = errno;
+    }
+}
+
+/// In the process that owns the state: asks the drain thread to write the outputs and waits
+/// for it, at most [`FLUSH_WAIT`]. Async-signal-safe (atomics, getpid, nanosleep): the
+/// writing happens on the drain thread, never in the caller, which may be a signal handler
+/// interrupting a thread that holds a lock the writing needs.
+fn flush_and_wait() {
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() } as usize;
+    if pid != OWNER_PID.load(Ordering::Relaxed) {
+        return;
+    }
+    let before = DONE.load(Ordering::Acquire);
+    REQUESTED.store(true, Ordering::Release);
+    let step = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 1_000_000,
+    };
+    for _ in 0..FLUSH_WAIT.as_millis() as u64 {
+        if DONE.load(Ordering::Acquire) != before {
+            return;
+        }
+        // SAFETY: nanosleep with a valid request and no remainder.
+        unsafe { libc::nanosleep(&step, std::ptr::null_mut()) };
+    }
+}
+
+/// Before the real `_exit`: the outputs, written by the drain thread (`_exit` is often
+/// called from a signal handler, where writing files could deadlock).
+pub fn before_exit() {
+    flush_and_wait();
+}
+
+/// Calls the next definition of `name` (`_exit` or `_Exit`), or the exit system call if
+/// there is none.
+pub fn real_exit(slot: &AtomicUsize, name: &std::ffi::CStr, status: libc::c_int) -> ! {
+    let mut f = slot.load(Ordering::Acquire);
+    if f == 0 {
+        f = crate::real::dlsym(crate::real::Handle::NEXT, name);
+        slot.store(f, Ordering::Release);
+    }
+    if f != 0 {
+        // SAFETY: the next definition of `_exit`/`_Exit`, whose signature this is.
+        let f: extern "C" fn(libc::c_int) -> ! = unsafe { std::mem::transmute(f) };
+        f(status);
+    }
+    // SAFETY: ends every thread of the process; no preconditions.
+    unsafe { libc::syscall(libc::SYS_exit_group, status as libc::c_long) };
+    std::process::abort()
+}
