@@ -189,10 +189,223 @@ impl Symbol {
 /// Names of native call sites, by site (sites refer to the history's module table).
 pub type SymbolTable = BTreeMap<Site, Symbol>;
 
+/// File names (or their beginnings) of libraries whose frames are not the user's code: the
+/// CUDA libraries, the frameworks (PyTorch, JAX/XLA, CuPy, TensorFlow), the C and C++
+/// runtimes, the dynamic loader, the Python interpreter and ctypes, and pinwise itself.
+const FRAMEWORK_MODULES: &[&str] = &[
+    "libcuda.",
+    "libcudart",
+    "libcublas",
+    "libcudnn",
+    "libcufft",
+    "libcurand",
+    "libcusparse",
+    "libcusolver",
+    "libnccl",
+    "libnvrtc",
+    "libnvjitlink",
+    "libnvToolsExt",
+    "libtorch",
+    "libc10",
+    "libshm",
+    "_C.cpython",
+    "libjax",
+    "xla_extension",
+    "jaxlib",
+    "libtensorflow",
+    "_pywrap_tensorflow",
+    "cupy",
+    "libcupy",
+    "libstdc++",
+    "libc++",
+    "libc.so",
+    "libc-",
+    "libm.so",
+    "libpthread",
+    "libdl.",
+    "librt.",
+    "ld-linux",
+    "libgcc_s",
+    "libpython",
+    "python3",
+    "python",
+    "libffi",
+    "_ctypes",
+    "libpinwise",
+    "libgomp",
+    "libiomp",
+    "libomp",
+    "libmkl",
+    "libopenblas",
+    "libnuma",
+];
+
+/// Beginnings of native function names that belong to a language runtime, not to the
+/// user's code: Rust's standard library (compiled into the executable), the C++ standard
+/// library's templates, the allocator shims.
+const RUNTIME_FUNCTIONS: &[&str] = &[
+    "alloc::",
+    "core::",
+    "std::",
+    "<alloc::",
+    "<core::",
+    "<std::",
+    "__rust",
+    "__rdl",
+    "__rg_",
+    "_ZN5alloc",
+    "_ZN4core",
+    "_ZN3std",
+    "std::__",
+    "__gnu_cxx::",
+    "operator new",
+    "malloc",
+    "calloc",
+    "realloc",
+    "posix_memalign",
+    "aligned_alloc",
+    "__libc_",
+];
+
+/// Parts of Python file paths that belong to installed packages or the interpreter's own
+/// library, not to the user's scripts.
+const LIBRARY_PY_PATHS: &[&str] = &[
+    "/site-packages/",
+    "/dist-packages/",
+    "/lib/python3",
+    "<frozen ",
+    "/lib64/python3",
+];
+
+/// Whether a module file (by its path) is a framework, runtime or interpreter library.
+pub fn is_framework_module(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    FRAMEWORK_MODULES.iter().any(|m| name.starts_with(m))
+}
+
+/// Whether a native function belongs to a language runtime (see [`user_frame`]).
+pub fn is_runtime_function(function: &str) -> bool {
+    RUNTIME_FUNCTIONS.iter().any(|f| function.starts_with(f))
+}
+
+/// Whether a Python file belongs to an installed package or the interpreter's library.
+pub fn is_library_python_file(file: &str) -> bool {
+    LIBRARY_PY_PATHS.iter().any(|p| file.contains(p))
+}
+
+/// The "user frame" of a stack (its index): the frame a reader can change.
+///
+/// - A Python frame wins: the innermost one outside installed packages and the
+///   interpreter's library, else the innermost Python frame.
+/// - Else the innermost native frame outside the CUDA, framework, C/C++ runtime and
+///   interpreter libraries (`module_path` gives a module's path) whose function, when
+///   named (`function`), is not a language runtime's (Rust's `alloc::`/`std::`, the
+///   allocator shims).
+/// - Else the innermost frame.
+///
+/// `None` for an empty stack.
+pub fn user_frame(
+    frames: &[Frame],
+    module_path: impl Fn(crate::tag::ModuleId) -> Option<String>,
+    function: impl Fn(Site) -> Option<String>,
+) -> Option<usize> {
+    let python = |f: &Frame| matches!(f, Frame::Python(_));
+    if let Some(i) = frames.iter().position(|f| match f {
+        Frame::Python(p) => !is_library_python_file(&p.file),
+        Frame::Native(_) => false,
+    }) {
+        return Some(i);
+    }
+    if let Some(i) = frames.iter().position(python) {
+        return Some(i);
+    }
+    let user_native = frames.iter().position(|f| match f {
+        Frame::Native(site) => {
+            let framework = module_path(site.module).is_some_and(|p| is_framework_module(&p));
+            let runtime = function(*site).is_some_and(|f| is_runtime_function(&f));
+            !framework && !runtime && site.module != crate::tag::ModuleId::UNKNOWN
+        }
+        Frame::Python(_) => false,
+    });
+    user_native.or((!frames.is_empty()).then_some(0))
+}
+
+impl std::fmt::Display for PyFrame {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{} in {}", self.file, self.line, self.function)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::tag::ModuleId;
+
+    fn at(module: u32, offset: u64) -> Frame {
+        Frame::Native(Site {
+            module: ModuleId(module),
+            offset,
+        })
+    }
+
+    /// Modules 1: libcudart, 2: libtorch_cpu, 3: the user's executable, 4: libc.
+    fn path(m: ModuleId) -> Option<String> {
+        Some(
+            match m.0 {
+                1 => "/usr/local/cuda/lib64/libcudart.so.12",
+                2 => "/venv/lib/python3.11/site-packages/torch/lib/libtorch_cpu.so",
+                3 => "/home/me/train",
+                4 => "/lib/x86_64-linux-gnu/libc.so.6",
+                _ => return None,
+            }
+            .to_owned(),
+        )
+    }
+
+    fn function(s: Site) -> Option<String> {
+        match (s.module.0, s.offset) {
+            (3, 10) => Some("alloc::raw_vec::RawVec<T,A>::allocate_in".into()),
+            (3, 20) => Some("train::load_batch".into()),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn the_user_frame_skips_cuda_frameworks_runtimes_and_prefers_python() {
+        // Native only: past libcudart, libtorch and Rust's allocator code to the user's.
+        let native = [at(1, 1), at(2, 2), at(3, 10), at(3, 20), at(4, 5)];
+        assert_eq!(user_frame(&native, path, function), Some(3));
+        // A Python frame wins; one in site-packages gives way to the script's.
+        let lib = Frame::Python(PyFrame::new(
+            "/venv/lib/python3.11/site-packages/torch/nn/module.py",
+            10,
+            "forward",
+        ));
+        let script = Frame::Python(PyFrame::new("/home/me/train.py", 88, "load_batch"));
+        let mixed = [at(2, 2), at(3, 20), lib.clone(), script.clone()];
+        assert_eq!(user_frame(&mixed, path, function), Some(3));
+        assert_eq!(
+            user_frame(&[at(3, 20), lib.clone()], path, function),
+            Some(1)
+        );
+        // Nothing but framework frames: the innermost.
+        assert_eq!(user_frame(&[at(1, 1), at(4, 5)], path, function), Some(0));
+        // A frame of an unknown module is not the user's.
+        assert_eq!(
+            user_frame(&[Frame::Native(Site::UNKNOWN), at(3, 20)], path, function),
+            Some(1)
+        );
+        assert_eq!(user_frame(&[], path, function), None);
+        assert!(is_framework_module(
+            "/usr/lib/x86_64-linux-gnu/libstdc++.so.6"
+        ));
+        assert!(is_framework_module("/opt/jax/jaxlib/xla_extension.so"));
+        assert!(!is_framework_module("/home/me/libmyapp.so"));
+        assert_eq!(
+            PyFrame::new("/home/me/train.py", 88, "load_batch").to_string(),
+            "/home/me/train.py:88 in load_batch"
+        );
+    }
 
     fn native(offset: u64) -> Frame {
         Frame::Native(Site {

@@ -666,6 +666,12 @@ fn stacks_and_symbols_round_trip() {
         assert_eq!(back.symbol(app_site), Some(sym), "{name}");
         assert_eq!(back.symbols().len(), h.symbols().len(), "{name}");
     }
+    // Labels and the user frame come from what the history holds.
+    assert_eq!(h.frame_label(&stack[1]), "load_1234 (train.cc:42)");
+    assert_eq!(h.frame_label(&stack[0]), "libtorch.so+0x40");
+    assert_eq!(h.frame_label(&stack[2]), "train.py:88 in load_batch");
+    assert_eq!(h.user_frame(&stack), Some(2), "the Python frame wins");
+    assert_eq!(h.user_frame(&stack[..2]), Some(1), "past libtorch");
     // A record naming a stack the file lacks is an error that says so.
     let text = json::to_string(&h).replacen("\"stack\":0", "\"stack\":7", 1);
     let e = format::load_history_bytes(text.as_bytes())

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use pinwise_alloc::callsite::SiteResolver;
 use pinwise_core::{
-    Event, EventKind, HistoryConfig, HostState, MemHistory, ModuleTable, ProbeKind, Site,
+    Event, EventKind, Frame, HistoryConfig, HostState, MemHistory, ModuleTable, ProbeKind, Site,
+    StackId, StackTable,
 };
 
 use crate::guard;
@@ -77,7 +78,11 @@ fn thread_ring() -> (Option<&'static Ring<Raw>>, u32) {
 fn claim_thread_ring(generation: u64) -> (Option<&'static Ring<Raw>>, u32) {
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::gettid() } as u32;
-    let ring = RINGS.claim();
+    // Claiming may allocate a ring: pinwise's own allocation, not the program's.
+    let ring = {
+        let _inside = guard::Inside::enter();
+        RINGS.claim()
+    };
     let ptr = ring.map_or(std::ptr::null(), |r| r as *const Ring<Raw>);
     guard::with(|t| {
         t.ring.set(ptr as *const ());
@@ -131,6 +136,7 @@ pub struct Tally {
 pub struct Recorder {
     pid: u32,
     resolver: SiteResolver,
+    stacks: Arc<StackTable>,
     history: Mutex<MemHistory>,
     collector: Mutex<Collector>,
     finished: AtomicBool,
@@ -141,10 +147,16 @@ pub struct Recorder {
 impl Recorder {
     /// A recorder for process `pid` whose sites intern into `modules`.
     pub fn new(pid: u32, modules: Arc<ModuleTable>) -> Recorder {
+        let stacks = StackTable::shared();
         Recorder {
             pid,
             resolver: SiteResolver::new(modules.clone()),
-            history: Mutex::new(MemHistory::with_modules(HistoryConfig::default(), modules)),
+            stacks: stacks.clone(),
+            history: Mutex::new(MemHistory::with_tables(
+                HistoryConfig::default(),
+                modules,
+                stacks,
+            )),
             collector: Mutex::new(Collector {
                 pending: Vec::with_capacity(RING_CAP),
                 ready: Vec::with_capacity(RING_CAP),
@@ -160,6 +172,23 @@ impl Recorder {
     /// The site of return address `caller`.
     pub fn resolve(&self, caller: usize) -> Site {
         self.resolver.resolve(caller)
+    }
+
+    /// The call stack of this thread from the application's call site `from` (a return
+    /// address) outward, interned; `None` when stacks are off or nothing was found.
+    /// Allocates (under [`guard::Inside`], so pinwise's own allocations are not recorded).
+    pub fn stack_from(&self, from: usize) -> Option<StackId> {
+        if !crate::malloc::stacks_enabled() || from == 0 {
+            return None;
+        }
+        let _inside = guard::Inside::enter();
+        let ips = crate::unwind::capture_from(from);
+        let frames: Vec<Frame> = ips
+            .as_slice()
+            .iter()
+            .map(|&ip| Frame::Native(self.resolver.resolve(ip)))
+            .collect();
+        self.stacks.intern(&frames)
     }
 
     /// Announces an event of this thread and takes its timestamp. Until the matching
@@ -179,6 +208,19 @@ impl Recorder {
     /// return address `caller` (resolved later; 0: none).
     #[inline]
     pub fn record(&self, stamp: Stamp, kind: EventKind, site: Option<Site>, caller: usize) {
+        self.record_with_stack(stamp, kind, site, caller, None)
+    }
+
+    /// [`Recorder::record`], with the event's call stack (see [`Recorder::stack_from`]).
+    #[inline]
+    pub fn record_with_stack(
+        &self,
+        stamp: Stamp,
+        kind: EventKind,
+        site: Option<Site>,
+        caller: usize,
+        stack: Option<StackId>,
+    ) {
         let mut event = Event::new(
             stamp.ts,
             self.pid,
@@ -187,6 +229,7 @@ impl Recorder {
             kind,
         );
         event.site = site;
+        event.stack = stack;
         let raw = Raw { event, caller };
         if self.finished.load(Ordering::Relaxed) {
             self.lost_after_finish.fetch_add(1, Ordering::Relaxed);

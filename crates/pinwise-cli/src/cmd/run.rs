@@ -88,6 +88,25 @@ pub struct RunArgs {
     #[arg(long)]
     pub no_promote: bool,
 
+    /// Record malloc-family allocations of at least this size (`64K`, `1M`, `4096`) as
+    /// pageable allocations with their call site and stack.
+    #[arg(long, value_name = "SIZE", default_value = "64K")]
+    pub min_tracked: String,
+
+    /// Do not record malloc-family allocations (copies into them get implicit
+    /// "untracked" records, as before).
+    #[arg(long)]
+    pub no_malloc_hooks: bool,
+
+    /// Record allocations with their call site only, without call stacks.
+    #[arg(long)]
+    pub no_stacks: bool,
+
+    /// Do not store function names in the history when the program ends (reports then
+    /// name sites only where the binaries can still be read).
+    #[arg(long)]
+    pub no_symbols: bool,
+
     /// Also write the summary as JSON (per process and totals).
     #[arg(long, value_name = "FILE")]
     pub stats_json: Option<PathBuf>,
@@ -163,6 +182,12 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     if let Some(b) = &args.budget {
         pinwise_alloc::budget::parse_size(b).map_err(|e| anyhow::anyhow!("--budget: {e}"))?;
     }
+    if pinwise_alloc::budget::parse_size(&args.min_tracked)
+        .map_err(|e| anyhow::anyhow!("--min-tracked: {e}"))?
+        == 0
+    {
+        bail!("--min-tracked: the size must be at least 1 byte (--no-malloc-hooks turns tracking off)");
+    }
     let history = args.output.as_deref().map(absolute);
 
     let stats_dir = StatsDir::create()?;
@@ -211,6 +236,13 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         "PINWISE_PROMOTE_PAGEABLE",
         if args.no_promote { "0" } else { "1" },
     );
+    command
+        .env("PINWISE_MIN_TRACKED", &args.min_tracked)
+        .env(
+            "PINWISE_MALLOC_HOOKS",
+            if args.no_malloc_hooks { "0" } else { "1" },
+        )
+        .env("PINWISE_STACKS", if args.no_stacks { "0" } else { "1" });
 
     let started = Instant::now();
     let mut child = command
@@ -231,6 +263,15 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         profile.as_deref(),
         args.mode,
     );
+    if !args.no_symbols {
+        for p in &processes {
+            if let (Some(path), true) = (&p.history.path, p.history.written) {
+                if let Err(e) = store_symbols(Path::new(path)) {
+                    eprintln!("pinwise: names not stored in {path}: {e:#}");
+                }
+            }
+        }
+    }
     let how = match (status.code(), status.signal()) {
         (Some(c), _) => format!("exited with status {c}"),
         (None, Some(s)) => format!("was killed by signal {s}"),
@@ -397,6 +438,37 @@ impl Drop for IgnoreInterrupts {
     }
 }
 
+/// Stores in the history at `path` the names of the call sites it refers to (resolved now,
+/// while the program's files are still there), so that reports made elsewhere name them.
+fn store_symbols(path: &Path) -> Result<()> {
+    let mut history = pinwise_core::load_history(path)?;
+    let symbolizer = pinwise_trace::Symbolizer::new();
+    let named = history.symbolize_with(|module, offsets| {
+        offsets
+            .iter()
+            .map(|&offset| {
+                symbolizer
+                    .symbolize(module, offset)
+                    .map(|s| pinwise_core::Symbol {
+                        function: s.function,
+                        file: s.file,
+                        line: s.line,
+                    })
+            })
+            .collect()
+    });
+    tracing::info!(named, path = %path.display(), "call-site names stored");
+    pinwise_core::save_history(&history, path, pinwise_core::DumpFormat::from_path(path))?;
+    Ok(())
+}
+
+/// Whether a process made CUDA host-memory calls (its malloc-family allocations alone do
+/// not count).
+fn used_cuda(p: &ProcessStats) -> bool {
+    let t = &p.transfers;
+    p.host_allocs + p.registrations + p.host_frees + t.HtoD.count + t.DtoH.count + t.HtoH.count > 0
+}
+
 /// When the started process used no CUDA (a shell, a launcher) and exactly one other process
 /// did, that process's history and profile become the main ones.
 fn adopt_single_child_outputs(
@@ -405,12 +477,12 @@ fn adopt_single_child_outputs(
     profile: Option<&Path>,
     mode: ModeArg,
 ) {
-    let top_idle = processes.iter().any(|p| p.top_process && p.events == 0)
+    let top_idle = processes.iter().any(|p| p.top_process && !used_cuda(p))
         || !processes.iter().any(|p| p.top_process);
     let busy: Vec<usize> = processes
         .iter()
         .enumerate()
-        .filter(|(_, p)| !p.top_process && p.events > 0)
+        .filter(|(_, p)| !p.top_process && used_cuda(p))
         .map(|(i, _)| i)
         .collect();
     if !top_idle || busy.len() != 1 {

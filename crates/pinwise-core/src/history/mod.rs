@@ -304,6 +304,54 @@ impl MemHistory {
         named
     }
 
+    /// The index of the "user frame" of `frames` (see [`crate::stack::user_frame`]), with
+    /// this history's module paths and stored names.
+    pub fn user_frame(&self, frames: &[Frame]) -> Option<usize> {
+        crate::stack::user_frame(
+            frames,
+            |m| self.modules.get(m).map(|i| i.path),
+            |s| self.symbols.get(&s).map(|x| x.function.clone()),
+        )
+    }
+
+    /// A frame named for people from what the history holds: `file.py:88 in fn` for a
+    /// Python frame; `function (file.c:12)`, `function [module+0xoff]` or `module+0xoff`
+    /// for a native one (file names without their directories).
+    pub fn frame_label(&self, frame: &Frame) -> String {
+        match frame {
+            Frame::Python(p) => {
+                let file = p.file.rsplit('/').next().unwrap_or(&p.file);
+                format!("{file}:{} in {}", p.line, p.function)
+            }
+            Frame::Native(site) => self.site_label(*site),
+        }
+    }
+
+    /// A native site named for people (see [`MemHistory::frame_label`]).
+    pub fn site_label(&self, site: Site) -> String {
+        let module = self
+            .modules
+            .get(site.module)
+            .map(|m| m.path.rsplit('/').next().unwrap_or(&m.path).to_owned())
+            .unwrap_or_else(|| "?".into());
+        let at = format!("{module}+{:#x}", site.offset);
+        match self.symbols.get(&site) {
+            Some(Symbol {
+                function,
+                file: Some(file),
+                line,
+            }) => {
+                let file = file.rsplit('/').next().unwrap_or(file);
+                match line {
+                    Some(l) => format!("{function} ({file}:{l})"),
+                    None => format!("{function} ({file})"),
+                }
+            }
+            Some(sym) => format!("{} [{at}]", sym.function),
+            None => at,
+        }
+    }
+
     /// The history's own bookkeeping.
     pub fn stats(&self) -> &HistoryStats {
         &self.store.stats

@@ -7,6 +7,7 @@
 mod dl;
 mod driver;
 mod libc_hooks;
+mod malloc_hooks;
 mod runtime;
 
 /// The register that carries the caller's return address into an implementation taking
@@ -104,6 +105,8 @@ extern "C" fn on_load() {
     crate::state::on_load();
     libc_hooks::resolve_now();
     crate::state::set_free_hooks_effective(libc_hooks::hooks_effective());
+    // Last: allocations are tracked from here on.
+    malloc_hooks::configure_from_env();
 }
 
 #[used]
