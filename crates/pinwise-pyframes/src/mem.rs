@@ -1,0 +1,183 @@
+//! Checked reads of this process's memory.
+//!
+//! Every read of interpreter memory goes through [`Memory`]. [`SelfMemory`] reads with
+//! `process_vm_readv(2)` on the calling process: an unmapped or unreadable address makes
+//! the system call fail (`EFAULT`) instead of faulting, so a torn frame chain, a stale
+//! pointer or a wrong offset table gives no frames, never a crash of the host program.
+
+/// A source of bytes at addresses, every read checked.
+pub trait Memory {
+    /// Fills `buf` from `addr`; false (and `buf` unspecified) if any byte is unreadable.
+    fn read(&self, addr: usize, buf: &mut [u8]) -> bool;
+
+    /// A native-endian `u64` at `addr`.
+    fn read_u64(&self, addr: usize) -> Option<u64> {
+        let mut b = [0u8; 8];
+        self.read(addr, &mut b).then(|| u64::from_ne_bytes(b))
+    }
+}
+
+/// The lowest address treated as a possible pointer (the first page is never mapped).
+const MIN_ADDR: usize = 0x1000;
+/// One past the highest user-space address on x86-64 and AArch64 (47/48-bit).
+const MAX_ADDR: usize = 1 << 48;
+
+/// Whether `addr..addr+len` could be user-space memory at all (cheap, before a read).
+pub fn plausible(addr: usize, len: usize) -> bool {
+    addr >= MIN_ADDR && addr.checked_add(len).is_some_and(|end| end <= MAX_ADDR)
+}
+
+/// This process's memory, read with `process_vm_readv` (no allocation, one system call a
+/// read, never a fault).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SelfMemory;
+
+impl Memory for SelfMemory {
+    fn read(&self, addr: usize, buf: &mut [u8]) -> bool {
+        if buf.is_empty() {
+            return true;
+        }
+        if !plausible(addr, buf.len()) {
+            return false;
+        }
+        let local = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        let remote = libc::iovec {
+            iov_base: addr as *mut libc::c_void,
+            iov_len: buf.len(),
+        };
+        // SAFETY: `local` describes `buf`, which we borrow mutably for the call; the kernel
+        // validates the remote range and fails with EFAULT rather than faulting if any of
+        // it is unmapped, so no address given here can crash the process.
+        let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+        n == buf.len() as isize
+    }
+}
+
+/// A fake memory for tests: byte regions at chosen addresses; everything else unreadable.
+#[cfg(test)]
+#[derive(Debug, Default)]
+pub struct FakeMemory {
+    regions: Vec<(usize, Vec<u8>)>,
+}
+
+#[cfg(test)]
+impl FakeMemory {
+    /// Adds `bytes` at `addr`.
+    pub fn put(&mut self, addr: usize, bytes: Vec<u8>) {
+        self.regions.push((addr, bytes));
+    }
+
+    /// Writes a u64 at `addr`, inside an existing region.
+    pub fn set_u64(&mut self, addr: usize, v: u64) {
+        self.set(addr, &v.to_ne_bytes());
+    }
+
+    /// Writes bytes at `addr`, inside an existing region.
+    pub fn set(&mut self, addr: usize, bytes: &[u8]) {
+        for (base, data) in &mut self.regions {
+            if addr >= *base && addr + bytes.len() <= *base + data.len() {
+                let o = addr - *base;
+                data[o..o + bytes.len()].copy_from_slice(bytes);
+                return;
+            }
+        }
+        panic!("no region holds {addr:#x}");
+    }
+}
+
+#[cfg(test)]
+impl Memory for FakeMemory {
+    fn read(&self, addr: usize, buf: &mut [u8]) -> bool {
+        for (base, data) in &self.regions {
+            if addr >= *base && addr + buf.len() <= *base + data.len() {
+                let o = addr - *base;
+                buf.copy_from_slice(&data[o..o + buf.len()]);
+                return true;
+            }
+        }
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_own_memory_exactly() {
+        let data: Vec<u8> = (0..=255).collect();
+        let mut buf = [0u8; 256];
+        assert!(SelfMemory.read(data.as_ptr() as usize, &mut buf));
+        assert_eq!(&buf[..], &data[..]);
+        let x = 0x1122_3344_5566_7788u64;
+        assert_eq!(SelfMemory.read_u64(&x as *const u64 as usize), Some(x));
+    }
+
+    #[test]
+    fn unmapped_and_absurd_addresses_fail_without_faulting() {
+        let mut buf = [0u8; 64];
+        for addr in [
+            0,
+            8,
+            0xfff,
+            0x1000,
+            0xdead_beef,
+            0x7fff_ffff_fff0,
+            usize::MAX - 8,
+            0xffff_8000_0000_0000,
+        ] {
+            assert!(!SelfMemory.read(addr, &mut buf), "{addr:#x} read");
+        }
+        // A page we map and then unmap: it was valid, now it is not.
+        // SAFETY: an anonymous private mapping, checked for failure, unmapped below.
+        let page = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(page, libc::MAP_FAILED);
+        assert!(SelfMemory.read(page as usize, &mut buf));
+        // SAFETY: `page` is the 4096-byte mapping made above, not used after this.
+        assert_eq!(unsafe { libc::munmap(page, 4096) }, 0);
+        assert!(!SelfMemory.read(page as usize, &mut buf));
+        // A read that starts mapped and runs off the end of a mapping fails whole.
+        // SAFETY: as above; two pages, the second unmapped at once.
+        let two = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                8192,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(two, libc::MAP_FAILED);
+        // SAFETY: unmaps the second page of the mapping made above.
+        assert_eq!(
+            unsafe { libc::munmap(two.cast::<u8>().add(4096).cast(), 4096) },
+            0
+        );
+        assert!(!SelfMemory.read(two as usize + 4096 - 32, &mut buf));
+        assert!(SelfMemory.read(two as usize + 4096 - 64, &mut buf));
+        // SAFETY: the first page of that mapping, unused after this.
+        assert_eq!(unsafe { libc::munmap(two, 4096) }, 0);
+    }
+
+    #[test]
+    fn plausible_rejects_null_page_kernel_and_overflow() {
+        assert!(!plausible(0, 8));
+        assert!(!plausible(0xff8, 8));
+        assert!(plausible(0x1000, 8));
+        assert!(!plausible((1 << 48) - 4, 8));
+        assert!(!plausible(usize::MAX, 1));
+    }
+}

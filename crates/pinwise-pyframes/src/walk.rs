@@ -1,0 +1,349 @@
+//! The capture: a thread state's frame chain, as (code object, instruction offset) pairs.
+//!
+//! Nothing here allocates, takes a lock or calls into the interpreter: the walk reads the
+//! thread state and then one frame per step (one [`Memory::read`] each), at most
+//! [`MAX_VISITS`] steps, into a fixed-size [`RawStack`]. It is safe to run inside `malloc`.
+
+use crate::layout::{InstrKind, Layout};
+use crate::mem::{plausible, Memory};
+
+/// The most frames a [`RawStack`] holds.
+pub const MAX_FRAMES: usize = 32;
+/// The most frames visited in one walk (shim frames are visited but not kept), so a
+/// cycle in a garbage chain ends the walk.
+pub const MAX_VISITS: usize = 2 * MAX_FRAMES;
+
+/// One captured frame: the code object it ran and where in it.
+///
+/// The code object's address is only meaningful while the object lives; resolve it (see
+/// [`crate::Resolver`]) soon after the capture.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct RawFrame {
+    /// Address of the frame's `PyCodeObject`.
+    pub code: usize,
+    /// Byte offset of the current instruction in the code, or -1 if not known (then the
+    /// function's first line is reported).
+    pub instr_offset: i32,
+}
+
+/// A captured Python stack, innermost frame first, in fixed storage (no heap).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawStack {
+    frames: [RawFrame; MAX_FRAMES],
+    len: usize,
+    truncated: bool,
+}
+
+impl Default for RawStack {
+    fn default() -> Self {
+        RawStack::new()
+    }
+}
+
+impl RawStack {
+    /// An empty stack.
+    pub const fn new() -> RawStack {
+        RawStack {
+            frames: [RawFrame {
+                code: 0,
+                instr_offset: 0,
+            }; MAX_FRAMES],
+            len: 0,
+            truncated: false,
+        }
+    }
+
+    /// The frames captured, innermost (the running function) first.
+    pub fn frames(&self) -> &[RawFrame] {
+        &self.frames[..self.len]
+    }
+
+    /// Whether the chain went on past what was captured (the limit, or an unreadable
+    /// frame).
+    pub fn is_truncated(&self) -> bool {
+        self.truncated
+    }
+
+    /// Empties the stack.
+    pub fn clear(&mut self) {
+        self.len = 0;
+        self.truncated = false;
+    }
+
+    fn push(&mut self, f: RawFrame) {
+        self.frames[self.len] = f;
+        self.len += 1;
+    }
+}
+
+fn u64_at(buf: &[u8], off: usize) -> usize {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&buf[off..off + 8]);
+    u64::from_ne_bytes(b) as usize
+}
+
+fn i32_at(buf: &[u8], off: usize) -> i32 {
+    let mut b = [0u8; 4];
+    b.copy_from_slice(&buf[off..off + 4]);
+    i32::from_ne_bytes(b)
+}
+
+/// Why a walk gave no stack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WalkError {
+    /// The thread state could not be read.
+    Unreadable,
+    /// The thread state does not belong to the main interpreter (a wrong offset table,
+    /// a subinterpreter, or garbage).
+    ForeignInterpreter,
+}
+
+/// Walks the frames of thread state `tstate` into `out` (at most `max`, capped at
+/// [`MAX_FRAMES`]). `main_interp` is the main interpreter's address (0: not checked).
+/// An unreadable frame ends the walk with what was read so far, marked truncated.
+pub fn walk<M: Memory>(
+    mem: &M,
+    layout: &Layout,
+    main_interp: usize,
+    tstate: usize,
+    max: usize,
+    out: &mut RawStack,
+) -> Result<(), WalkError> {
+    out.clear();
+    let max = max.min(MAX_FRAMES);
+    let span = layout.tstate_interp.max(layout.tstate_frame) + 8;
+    let mut ts = [0u8; 128];
+    if span > ts.len() || !plausible(tstate, span) || !mem.read(tstate, &mut ts[..span]) {
+        return Err(WalkError::Unreadable);
+    }
+    if main_interp != 0 && u64_at(&ts, layout.tstate_interp) != main_interp {
+        return Err(WalkError::ForeignInterpreter);
+    }
+    let mut frame = u64_at(&ts, layout.tstate_frame);
+    if let Some(off) = layout.cframe_current {
+        if frame == 0 {
+            return Ok(());
+        }
+        frame = match mem.read_u64(frame.wrapping_add(off)) {
+            Some(f) => f as usize,
+            None => return Err(WalkError::Unreadable),
+        };
+    }
+    let mut buf = [0u8; 128];
+    let fbuf = &mut buf[..layout.frame_size.min(128)];
+    let mut visits = 0;
+    while frame != 0 {
+        if out.len >= max
+            || visits >= MAX_VISITS
+            || !frame.is_multiple_of(8)
+            || !mem.read(frame, fbuf)
+        {
+            out.truncated = true;
+            break;
+        }
+        visits += 1;
+        let code = u64_at(fbuf, layout.frame_code);
+        let back = u64_at(fbuf, layout.frame_back);
+        let shim = layout
+            .frame_owner
+            .is_some_and(|o| fbuf[o] == layout.owner_cstack);
+        if !shim && code != 0 {
+            let instr_offset = match layout.instr_kind {
+                InstrKind::LastiIndex => {
+                    let lasti = i32_at(fbuf, layout.frame_instr);
+                    if lasti < 0 {
+                        -1
+                    } else {
+                        lasti.checked_mul(2).unwrap_or(-1)
+                    }
+                }
+                InstrKind::Pointer => {
+                    let ptr = u64_at(fbuf, layout.frame_instr);
+                    let start = code.wrapping_add(layout.code_adaptive.unwrap_or(0));
+                    match ptr.checked_sub(start) {
+                        Some(d) if d <= i32::MAX as usize => d as i32,
+                        _ => -1,
+                    }
+                }
+            };
+            out.push(RawFrame { code, instr_offset });
+        }
+        frame = back;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::layout::{Version, V310, V311, V312, V313};
+    use crate::mem::{FakeMemory, SelfMemory};
+
+    pub const MAIN_INTERP: usize = 0x5000_0000;
+    pub const TSTATE: usize = 0x6000_0000;
+    pub const CFRAME: usize = 0x6000_1000;
+
+    /// Lays out a thread state and a chain of frames in `mem` for `layout`: frame `i` at
+    /// `0x7000_0000 + i*0x1000` runs code `codes[i]` at byte offset `offsets[i]`;
+    /// `owners[i]` sets the owner byte where the version has one.
+    pub fn build_chain(
+        mem: &mut FakeMemory,
+        layout: &Layout,
+        codes: &[usize],
+        offsets: &[i32],
+        owners: &[u8],
+    ) {
+        mem.put(TSTATE, vec![0; 256]);
+        mem.set_u64(TSTATE + layout.tstate_interp, MAIN_INTERP as u64);
+        let first = if codes.is_empty() { 0 } else { 0x7000_0000 };
+        match layout.cframe_current {
+            Some(off) => {
+                mem.set_u64(TSTATE + layout.tstate_frame, CFRAME as u64);
+                mem.put(CFRAME, vec![0; 64]);
+                mem.set_u64(CFRAME + off, first as u64);
+            }
+            None => mem.set_u64(TSTATE + layout.tstate_frame, first as u64),
+        }
+        for (i, &code) in codes.iter().enumerate() {
+            let f = 0x7000_0000 + i * 0x1000;
+            mem.put(f, vec![0; 256]);
+            mem.set_u64(f + layout.frame_code, code as u64);
+            let back = if i + 1 < codes.len() { f + 0x1000 } else { 0 };
+            mem.set_u64(f + layout.frame_back, back as u64);
+            match layout.instr_kind {
+                InstrKind::LastiIndex => {
+                    mem.set(f + layout.frame_instr, &(offsets[i] / 2).to_ne_bytes())
+                }
+                InstrKind::Pointer => {
+                    let p = (code + layout.code_adaptive.unwrap()) as i64 + offsets[i] as i64;
+                    mem.set_u64(f + layout.frame_instr, p as u64);
+                }
+            }
+            if let Some(o) = layout.frame_owner {
+                mem.set(f + o, &[owners.get(i).copied().unwrap_or(0)]);
+            }
+        }
+    }
+
+    #[test]
+    fn walks_every_version_innermost_first_and_skips_shims() {
+        for layout in [&V310, &V311, &V312, &V313] {
+            let mut mem = FakeMemory::default();
+            let codes = [0x1000_0000, 0x1000_1000, 0x1000_2000, 0x1000_3000];
+            let offsets = [10, 0, 200, 4];
+            // The third frame is a shim where the version has them.
+            let owners = [0, 1, 3, 2];
+            build_chain(&mut mem, layout, &codes, &offsets, &owners);
+            let mut out = RawStack::new();
+            walk(&mem, layout, MAIN_INTERP, TSTATE, 32, &mut out).unwrap();
+            let mut want: Vec<RawFrame> = codes
+                .iter()
+                .zip(offsets)
+                .map(|(&code, instr_offset)| RawFrame { code, instr_offset })
+                .collect();
+            if layout.frame_owner.is_some() {
+                want.remove(2);
+            }
+            assert_eq!(out.frames(), &want[..], "{layout:?}");
+            assert!(!out.is_truncated());
+        }
+    }
+
+    #[test]
+    fn limits_and_cycles_end_the_walk_marked_truncated() {
+        for layout in [&V310, &V312] {
+            let mut mem = FakeMemory::default();
+            let codes: Vec<usize> = (0..40).map(|i| 0x1000_0000 + i * 0x1000).collect();
+            build_chain(&mut mem, layout, &codes, &[0; 40], &[]);
+            let mut out = RawStack::new();
+            walk(&mem, layout, MAIN_INTERP, TSTATE, 3, &mut out).unwrap();
+            assert_eq!(out.frames().len(), 3);
+            assert!(out.is_truncated());
+            walk(&mem, layout, MAIN_INTERP, TSTATE, 1000, &mut out).unwrap();
+            assert_eq!(out.frames().len(), MAX_FRAMES);
+            assert!(out.is_truncated());
+            // A frame that points back at itself: bounded by the frame limit.
+            mem.set_u64(0x7000_0000 + layout.frame_back, 0x7000_0000);
+            walk(&mem, layout, MAIN_INTERP, TSTATE, 1000, &mut out).unwrap();
+            assert_eq!(out.frames().len(), MAX_FRAMES);
+            // A chain of shims that loops: bounded by the visit limit, nothing kept.
+            if let Some(o) = layout.frame_owner {
+                mem.set(0x7000_0000 + o, &[layout.owner_cstack]);
+                walk(&mem, layout, MAIN_INTERP, TSTATE, 1000, &mut out).unwrap();
+                assert_eq!(out.frames().len(), 0);
+                assert!(out.is_truncated());
+            }
+        }
+    }
+
+    #[test]
+    fn unreadable_frames_and_foreign_thread_states_are_reported() {
+        let layout = &V311;
+        let mut mem = FakeMemory::default();
+        build_chain(&mut mem, layout, &[0x1000_0000, 0x1000_1000], &[0, 0], &[]);
+        let mut out = RawStack::new();
+        assert_eq!(
+            walk(&mem, layout, MAIN_INTERP + 8, TSTATE, 32, &mut out),
+            Err(WalkError::ForeignInterpreter)
+        );
+        assert_eq!(
+            walk(&mem, layout, MAIN_INTERP, 0x1234_5678, 32, &mut out),
+            Err(WalkError::Unreadable)
+        );
+        // The second frame's `previous` points into nowhere: one more visit fails.
+        mem.set_u64(0x7000_1000 + layout.frame_back, 0xdead_0000);
+        walk(&mem, layout, MAIN_INTERP, TSTATE, 32, &mut out).unwrap();
+        assert_eq!(out.frames().len(), 2);
+        assert!(out.is_truncated());
+        // Instruction pointers before the code give "unknown" (-1), not garbage.
+        mem.set_u64(0x7000_0000 + layout.frame_instr, 8);
+        walk(&mem, layout, MAIN_INTERP, TSTATE, 32, &mut out).unwrap();
+        assert_eq!(out.frames()[0].instr_offset, -1);
+    }
+
+    /// The real reader on garbage thread states: random and hostile addresses, this
+    /// process's own heap and stack taken as thread states. Nothing may fault.
+    #[test]
+    fn garbage_thread_states_in_real_memory_never_fault() {
+        let heap: Vec<u64> = (0..4096u64)
+            .map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+            .collect();
+        let mut self_ptrs = vec![0usize; 512];
+        // Pointers to pointers to ...: a chain that leads somewhere readable.
+        for i in 0..self_ptrs.len() {
+            self_ptrs[i] = &self_ptrs[(i * 7 + 3) % 512] as *const usize as usize;
+        }
+        let stack_local = [0xffu8; 256];
+        let mut candidates = vec![
+            0,
+            1,
+            0xfff,
+            usize::MAX,
+            0xffff_ffff_ffff_f000,
+            0x7fff_ffff_f000,
+            heap.as_ptr() as usize,
+            heap.as_ptr() as usize + 3,
+            self_ptrs.as_ptr() as usize,
+            stack_local.as_ptr() as usize,
+            garbage_thread_states_in_real_memory_never_fault as *const () as usize,
+        ];
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..2000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            candidates.push((seed as usize) & 0x7fff_ffff_fff8);
+        }
+        for &h in heap.iter().take(200) {
+            candidates.push(h as usize);
+        }
+        let mut out = RawStack::new();
+        for v in [Version::V310, Version::V311, Version::V312, Version::V313] {
+            for &t in &candidates {
+                // Unchecked interpreter: the walk must still stay bounded and safe.
+                let _ = walk(&SelfMemory, v.layout(), 0, t, 32, &mut out);
+                assert!(out.frames().len() <= MAX_FRAMES);
+            }
+        }
+    }
+}
