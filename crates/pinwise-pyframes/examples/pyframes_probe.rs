@@ -65,3 +65,96 @@ pub unsafe extern "C" fn pyframes_version(buf: *mut c_char, len: usize) -> i64 {
     }
     0
 }
+
+/// Counts heap allocations made through Rust's allocator in this library, so the test can
+/// tell that [`capture`] allocates nothing.
+struct Counting;
+
+static ALLOCATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+// SAFETY: forwards to the system allocator unchanged; only counts calls.
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: same contract as ours, passed through.
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        // SAFETY: same contract as ours, passed through.
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: same contract as ours, passed through.
+        unsafe { std::alloc::System.realloc(ptr, layout, size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Captures 100 times (after detection) and returns the heap allocations those captures
+/// made (expected 0), or -1 when a capture found no frames.
+#[no_mangle]
+pub extern "C" fn pyframes_capture_allocations() -> i64 {
+    if pinwise_pyframes::interpreter().is_none() {
+        return -1;
+    }
+    let mut raw = pinwise_pyframes::RawStack::new();
+    let before = ALLOCATIONS.load(std::sync::atomic::Ordering::Relaxed);
+    for _ in 0..100 {
+        if !pinwise_pyframes::capture(&mut raw) || raw.frames().is_empty() {
+            return -1;
+        }
+    }
+    (ALLOCATIONS.load(std::sync::atomic::Ordering::Relaxed) - before) as i64
+}
+
+/// Times the capture for the benchmark (benches/capture.py): `samples` samples of `iters`
+/// captures each; writes each sample's mean nanoseconds per capture into `out` and returns
+/// the number of frames captured, or -1.
+///
+/// # Safety
+/// `out` must be valid for writes of `samples` doubles.
+#[no_mangle]
+pub unsafe extern "C" fn pyframes_bench(
+    mode: i32,
+    samples: usize,
+    iters: usize,
+    out: *mut f64,
+) -> i64 {
+    if pinwise_pyframes::interpreter().is_none() || iters == 0 {
+        return -1;
+    }
+    let mut raw = pinwise_pyframes::RawStack::new();
+    if !pinwise_pyframes::capture(&mut raw) {
+        return -1;
+    }
+    let frames = raw.frames().len() as i64;
+    let mut resolver = pinwise_pyframes::Resolver::new();
+    for s in 0..samples {
+        let t = std::time::Instant::now();
+        for _ in 0..iters {
+            match mode {
+                // The hook's part: capture into fixed storage.
+                0 => {
+                    pinwise_pyframes::capture(std::hint::black_box(&mut raw));
+                }
+                // Capture and resolve with a warm cache (the strings of every code object
+                // already read): the cost of resolving a stack later.
+                1 => {
+                    pinwise_pyframes::capture(&mut raw);
+                    std::hint::black_box(resolver.resolve_stack(&raw));
+                }
+                // Everything from scratch (no cache).
+                _ => {
+                    std::hint::black_box(pinwise_pyframes::current_python_frames(32));
+                }
+            }
+        }
+        let ns = t.elapsed().as_nanos() as f64 / iters as f64;
+        // SAFETY: the caller gives `samples` doubles at `out`; s < samples.
+        unsafe { *out.add(s) = ns };
+    }
+    frames
+}

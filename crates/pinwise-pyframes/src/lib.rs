@@ -184,7 +184,11 @@ pub fn interpreter() -> Option<&'static Interpreter> {
     if STARTED.swap(true, Ordering::AcqRel) {
         return None;
     }
-    let found = detect::find().map(|found| Interpreter {
+    let found = detect::find();
+    if found.is_some() {
+        mem::remember_pid();
+    }
+    let found = found.map(|found| Interpreter {
         found,
         key: AtomicUsize::new(0),
         main_interp: AtomicUsize::new(0),

@@ -5,6 +5,8 @@
 //! the system call fail (`EFAULT`) instead of faulting, so a torn frame chain, a stale
 //! pointer or a wrong offset table gives no frames, never a crash of the host program.
 
+use std::sync::atomic::{AtomicI32, Ordering};
+
 /// A source of bytes at addresses, every read checked.
 pub trait Memory {
     /// Fills `buf` from `addr`; false (and `buf` unspecified) if any byte is unreadable.
@@ -25,6 +27,37 @@ const MAX_ADDR: usize = 1 << 48;
 /// Whether `addr..addr+len` could be user-space memory at all (cheap, before a read).
 pub fn plausible(addr: usize, len: usize) -> bool {
     addr >= MIN_ADDR && addr.checked_add(len).is_some_and(|end| end <= MAX_ADDR)
+}
+
+/// This process's id for `process_vm_readv`, kept so that a read costs one system call;
+/// 0 until [`remember_pid`], and reset in a forked child.
+static PID: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn forked_child() {
+    // SAFETY: getpid has no preconditions; it is async-signal-safe, as a fork handler
+    // in the child must be.
+    PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
+}
+
+/// Keeps this process's id for reads, and has a forked child keep its own (registers a
+/// `pthread_atfork` handler: call once, outside allocation hooks).
+pub fn remember_pid() {
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    REGISTERED.call_once(|| {
+        // SAFETY: `forked_child` is an `extern "C" fn()` that lives for the whole process.
+        let rc = unsafe { libc::pthread_atfork(None, None, Some(forked_child)) };
+        if rc == 0 {
+            forked_child();
+        }
+    });
+}
+
+fn pid() -> libc::pid_t {
+    match PID.load(Ordering::Relaxed) {
+        // SAFETY: getpid has no preconditions.
+        0 => unsafe { libc::getpid() },
+        p => p,
+    }
 }
 
 /// This process's memory, read with `process_vm_readv` (no allocation, one system call a
@@ -51,7 +84,7 @@ impl Memory for SelfMemory {
         // SAFETY: `local` describes `buf`, which we borrow mutably for the call; the kernel
         // validates the remote range and fails with EFAULT rather than faulting if any of
         // it is unmapped, so no address given here can crash the process.
-        let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+        let n = unsafe { libc::process_vm_readv(pid(), &local, 1, &remote, 1, 0) };
         n == buf.len() as isize
     }
 }
@@ -61,6 +94,8 @@ impl Memory for SelfMemory {
 #[derive(Debug, Default)]
 pub struct FakeMemory {
     regions: Vec<(usize, Vec<u8>)>,
+    /// Reads made so far.
+    pub reads: std::cell::Cell<usize>,
 }
 
 #[cfg(test)]
@@ -91,6 +126,7 @@ impl FakeMemory {
 #[cfg(test)]
 impl Memory for FakeMemory {
     fn read(&self, addr: usize, buf: &mut [u8]) -> bool {
+        self.reads.set(self.reads.get() + 1);
         for (base, data) in &self.regions {
             if addr >= *base && addr + buf.len() <= *base + data.len() {
                 let o = addr - *base;
@@ -170,6 +206,28 @@ mod tests {
         assert!(SelfMemory.read(two as usize + 4096 - 64, &mut buf));
         // SAFETY: the first page of that mapping, unused after this.
         assert_eq!(unsafe { libc::munmap(two, 4096) }, 0);
+    }
+
+    #[test]
+    fn the_remembered_pid_is_this_process_and_a_forked_child_gets_its_own() {
+        remember_pid();
+        // SAFETY: getpid has no preconditions.
+        assert_eq!(pid(), unsafe { libc::getpid() });
+        // SAFETY: the child only calls async-signal-safe functions (getpid, _exit) and
+        // reads an atomic before exiting; the parent waits for it.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0);
+        if child == 0 {
+            let ok = pid() == unsafe { libc::getpid() } && pid() != 0;
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child forked above; `status` is a valid out-parameter.
+        assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "child saw a stale pid"
+        );
     }
 
     #[test]

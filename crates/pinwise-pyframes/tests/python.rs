@@ -95,6 +95,7 @@ t = threading.Thread(target=lambda: results.append(outer(lib, 0)))
 t.start()
 t.join()
 report("thread", results[0])
+print("ALLOCATIONS %d" % lib.pyframes_capture_allocations())
 "#;
 
 /// `(line, function)` of the frames under the probe call, innermost first, for a call
@@ -211,6 +212,13 @@ fn frames_of_nested_functions_are_exact_in_every_python_found() {
             "{}",
             frames[4].file
         );
+
+        // 100 captures after detection: no heap allocation at all.
+        let allocations = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("ALLOCATIONS "))
+            .unwrap_or_else(|| panic!("{python}: no ALLOCATIONS line"));
+        assert_eq!(allocations, "0", "{python}: capture allocated");
         ran.push(format!("{python} ({actual})"));
     }
     eprintln!("ran with: {}", ran.join(", "));
