@@ -53,6 +53,7 @@ pub mod layout;
 pub mod linetable;
 pub mod mem;
 pub mod resolve;
+pub mod tss;
 pub mod walk;
 
 use std::collections::HashMap;
@@ -92,8 +93,17 @@ pub struct Interpreter {
     main_interp: AtomicUsize,
 }
 
-/// The most `pthread_key_t` values glibc has (`PTHREAD_KEYS_MAX`); larger is garbage.
-const PTHREAD_KEYS_MAX: u32 = 1024;
+/// This thread's value for `key` (`pthread_getspecific`), as an address.
+fn getspecific(key: u32) -> usize {
+    if key >= tss::PTHREAD_KEYS_MAX {
+        return 0;
+    }
+    // SAFETY: glibc's pthread_getspecific takes no lock, does not allocate and returns NULL
+    // for a key below PTHREAD_KEYS_MAX that was never created or was deleted (it checks
+    // the key's sequence number); the value is only used as an address to read through
+    // the checked reader.
+    unsafe { libc::pthread_getspecific(key) as usize }
+}
 
 impl Interpreter {
     /// The CPython minor version.
@@ -110,26 +120,6 @@ impl Interpreter {
         self.found.version.layout()
     }
 
-    /// The thread-state key, once the interpreter has created it.
-    fn key(&self) -> Option<u32> {
-        let k = self.key.load(Ordering::Relaxed);
-        if k != 0 {
-            return Some((k - 1) as u32);
-        }
-        let mut tss = [0u8; 8];
-        let addr = self.found.runtime + self.layout().runtime_tss;
-        if !SelfMemory.read(addr, &mut tss) {
-            return None;
-        }
-        let initialised = i32::from_ne_bytes(tss[0..4].try_into().ok()?);
-        let key = u32::from_ne_bytes(tss[4..8].try_into().ok()?);
-        if initialised != 1 || key >= PTHREAD_KEYS_MAX {
-            return None;
-        }
-        self.key.store(key as usize + 1, Ordering::Relaxed);
-        Some(key)
-    }
-
     fn main_interp(&self) -> Option<usize> {
         let m = self.main_interp.load(Ordering::Relaxed);
         if m != 0 {
@@ -143,16 +133,26 @@ impl Interpreter {
         Some(m as usize)
     }
 
-    /// This thread's `PyThreadState`, if it has one.
+    /// This thread's `PyThreadState`, if it has one. Until a key has been confirmed on
+    /// some thread, each call looks for it (see [`tss`]); after that, one
+    /// `pthread_getspecific`.
     fn thread_state(&self) -> Option<usize> {
-        let key = self.key()?;
-        // SAFETY: `key` was created by the interpreter with pthread_key_create (its
-        // Py_tss_t says it is initialised) and is below PTHREAD_KEYS_MAX; glibc's
-        // pthread_getspecific is async-signal-safe in practice, takes no lock and for a
-        // key it does not know returns NULL. The value is only used as an address to read
-        // through the checked reader.
-        let ts = unsafe { libc::pthread_getspecific(key) } as usize;
-        (ts != 0).then_some(ts)
+        let k = self.key.load(Ordering::Relaxed);
+        if k != 0 {
+            let ts = getspecific((k - 1) as u32);
+            return (ts != 0).then_some(ts);
+        }
+        let main = self.main_interp()?;
+        let expected = self.found.runtime + self.layout().runtime_tss;
+        let (key, ts) = tss::find_key(
+            &SelfMemory,
+            expected,
+            self.layout().tstate_interp,
+            main,
+            getspecific,
+        )?;
+        self.key.store(key as usize + 1, Ordering::Relaxed);
+        Some(ts)
     }
 
     /// Captures this thread's Python frames (innermost first) into `out`; false when the
@@ -253,30 +253,61 @@ impl Resolver {
     /// object is gone.
     pub fn resolve(&mut self, raw: &RawFrame) -> Option<PyFrame> {
         let interp = detected()?;
+        let fp = resolve::fingerprint(&SelfMemory, interp.layout(), &interp.found.types, raw.code)?;
+        self.cached(raw, fp).or_else(|| self.read(raw))
+    }
+
+    /// Every frame of `stack` that still resolves, innermost first. The headers of all
+    /// the stack's code objects are checked in one batched read.
+    pub fn resolve_stack(&mut self, stack: &RawStack) -> Vec<PyFrame> {
+        let Some(interp) = detected() else {
+            return Vec::new();
+        };
         let layout = interp.layout();
-        let fp = resolve::fingerprint(&SelfMemory, layout, &interp.found.types, raw.code)?;
-        if let Some(info) = self.cache.get(&raw.code) {
-            if info.fingerprint == fp {
-                return Some(info.frame(layout, raw.instr_offset));
+        let types = &interp.found.types;
+        let frames = stack.frames();
+        let len = resolve::header_len(layout);
+        let addrs: Vec<usize> = frames.iter().map(|f| f.code).collect();
+        let mut headers = vec![[0u8; 160]; frames.len()];
+        let mut bufs: Vec<&mut [u8]> = headers.iter_mut().map(|h| &mut h[..len]).collect();
+        let mut ok = vec![false; frames.len()];
+        SelfMemory.read_many(&addrs, &mut bufs, &mut ok);
+        let mut out = Vec::with_capacity(frames.len());
+        for (i, raw) in frames.iter().enumerate() {
+            let fp = ok[i]
+                .then(|| resolve::fingerprint_of(&headers[i], layout, types))
+                .flatten();
+            let Some(fp) = fp else { continue };
+            if let Some(frame) = self.cached(raw, fp) {
+                out.push(frame);
+            } else if let Some(frame) = self.read(raw) {
+                out.push(frame);
             }
-            self.stale += 1;
         }
+        out
+    }
+
+    /// The cached frame for `raw` if the object there still has fingerprint `fp`.
+    fn cached(&mut self, raw: &RawFrame, fp: [u64; 5]) -> Option<PyFrame> {
+        let layout = detected()?.layout();
+        let info = self.cache.get(&raw.code)?;
+        if info.fingerprint == fp {
+            return Some(info.frame(layout, raw.instr_offset));
+        }
+        self.stale += 1;
+        None
+    }
+
+    /// Reads `raw`'s code object afresh and caches it.
+    fn read(&mut self, raw: &RawFrame) -> Option<PyFrame> {
+        let interp = detected()?;
         let info = interp.code_info(raw.code)?;
-        let frame = info.frame(layout, raw.instr_offset);
+        let frame = info.frame(interp.layout(), raw.instr_offset);
         if self.cache.len() >= RESOLVER_CAPACITY {
             self.cache.clear();
         }
         self.cache.insert(raw.code, info);
         Some(frame)
-    }
-
-    /// Every frame of `stack` that still resolves, innermost first.
-    pub fn resolve_stack(&mut self, stack: &RawStack) -> Vec<PyFrame> {
-        stack
-            .frames()
-            .iter()
-            .filter_map(|f| self.resolve(f))
-            .collect()
     }
 
     /// Cache entries found replaced by another object since they were read.

@@ -12,6 +12,14 @@ pub trait Memory {
     /// Fills `buf` from `addr`; false (and `buf` unspecified) if any byte is unreadable.
     fn read(&self, addr: usize, buf: &mut [u8]) -> bool;
 
+    /// Fills each `bufs[i]` from `addrs[i]`, setting `ok[i]` to whether it could (the three
+    /// slices have one length). [`SelfMemory`] does it in as few system calls as it can.
+    fn read_many(&self, addrs: &[usize], bufs: &mut [&mut [u8]], ok: &mut [bool]) {
+        for ((&a, b), ok) in addrs.iter().zip(bufs.iter_mut()).zip(ok.iter_mut()) {
+            *ok = self.read(a, b);
+        }
+    }
+
     /// A native-endian `u64` at `addr`.
     fn read_u64(&self, addr: usize) -> Option<u64> {
         let mut b = [0u8; 8];
@@ -86,6 +94,57 @@ impl Memory for SelfMemory {
         // it is unmapped, so no address given here can crash the process.
         let n = unsafe { libc::process_vm_readv(pid(), &local, 1, &remote, 1, 0) };
         n == buf.len() as isize
+    }
+
+    fn read_many(&self, addrs: &[usize], bufs: &mut [&mut [u8]], ok: &mut [bool]) {
+        const BATCH: usize = 64;
+        let count = addrs.len().min(bufs.len()).min(ok.len());
+        let mut i = 0;
+        while i < count {
+            if !plausible(addrs[i], bufs[i].len()) {
+                ok[i] = false;
+                i += 1;
+                continue;
+            }
+            // One call for the run of plausible requests from `i` (at most BATCH).
+            let mut local = [libc::iovec {
+                iov_base: std::ptr::null_mut(),
+                iov_len: 0,
+            }; BATCH];
+            let mut remote = local;
+            let mut n = 0;
+            while i + n < count && n < BATCH && plausible(addrs[i + n], bufs[i + n].len()) {
+                let buf = &mut bufs[i + n];
+                local[n] = libc::iovec {
+                    iov_base: buf.as_mut_ptr().cast(),
+                    iov_len: buf.len(),
+                };
+                remote[n] = libc::iovec {
+                    iov_base: addrs[i + n] as *mut libc::c_void,
+                    iov_len: buf.len(),
+                };
+                n += 1;
+            }
+            // SAFETY: `local[..n]` describe the distinct buffers `bufs[i..i+n]`, borrowed
+            // mutably for the call; the kernel checks the remote ranges and stops at the
+            // first unreadable one (EFAULT) instead of faulting.
+            let got = unsafe {
+                libc::process_vm_readv(pid(), local.as_ptr(), n as _, remote.as_ptr(), n as _, 0)
+            };
+            // Requests wholly transferred are good; the transfer stops at the first bad one.
+            let mut left = got.max(0) as usize;
+            let mut done = 0;
+            while done < n && left >= local[done].iov_len {
+                left -= local[done].iov_len;
+                ok[i + done] = true;
+                done += 1;
+            }
+            if done < n {
+                ok[i + done] = false;
+                done += 1;
+            }
+            i += done;
+        }
     }
 }
 
@@ -228,6 +287,37 @@ mod tests {
             libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
             "child saw a stale pid"
         );
+    }
+
+    #[test]
+    fn batched_reads_mark_each_request_and_go_on_past_bad_ones() {
+        let a: Vec<u8> = (0..100).collect();
+        let b: Vec<u8> = (100..200).collect();
+        let addrs = [
+            a.as_ptr() as usize,
+            0x10,
+            b.as_ptr() as usize,
+            0x7fff_dead_0000,
+            a.as_ptr() as usize + 50,
+        ];
+        let mut bufs = [[0u8; 50]; 5];
+        let mut refs: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
+        let mut ok = [false; 5];
+        SelfMemory.read_many(&addrs, &mut refs, &mut ok);
+        assert_eq!(ok, [true, false, true, false, true]);
+        assert_eq!(&bufs[0][..], &a[..50]);
+        assert_eq!(&bufs[2][..], &b[..50]);
+        assert_eq!(&bufs[4][..], &a[50..]);
+        // More requests than one batch.
+        let addrs: Vec<usize> = (0..150).map(|i| a.as_ptr() as usize + i % 90).collect();
+        let mut bufs = vec![[0u8; 10]; 150];
+        let mut refs: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
+        let mut ok = vec![false; 150];
+        SelfMemory.read_many(&addrs, &mut refs, &mut ok);
+        assert!(ok.iter().all(|&o| o));
+        for (i, buf) in bufs.iter().enumerate() {
+            assert_eq!(buf[0], (i % 90) as u8);
+        }
     }
 
     #[test]

@@ -69,6 +69,28 @@ fn u64_at(buf: &[u8], off: usize) -> u64 {
     u64::from_ne_bytes(b)
 }
 
+/// Bytes of a code object's header that [`fingerprint_of`] needs.
+pub fn header_len(layout: &Layout) -> usize {
+    layout.code_linetable + 8
+}
+
+/// The fingerprint in a code object's header bytes, if it is a code object.
+pub fn fingerprint_of(hdr: &[u8], layout: &Layout, types: &Types) -> Option<[u64; 5]> {
+    let ty = u64_at(hdr, common::OB_TYPE);
+    if ty != types.code as u64 {
+        return None;
+    }
+    let f = layout.code_firstlineno;
+    let first = i32::from_ne_bytes(hdr[f..f + 4].try_into().ok()?);
+    Some([
+        ty,
+        u64_at(hdr, layout.code_filename),
+        u64_at(hdr, layout.code_name),
+        u64_at(hdr, layout.code_linetable),
+        first as u32 as u64,
+    ])
+}
+
 /// Reads the header of code object `code`: its fingerprint, if it is a code object.
 pub fn fingerprint<M: Memory>(
     mem: &M,
@@ -77,26 +99,11 @@ pub fn fingerprint<M: Memory>(
     code: usize,
 ) -> Option<[u64; 5]> {
     let mut hdr = [0u8; 160];
-    let len = layout.code_linetable + 8;
+    let len = header_len(layout);
     if !code.is_multiple_of(8) || !mem.read(code, &mut hdr[..len]) {
         return None;
     }
-    let ty = u64_at(&hdr, common::OB_TYPE);
-    if ty != types.code as u64 {
-        return None;
-    }
-    let first = i32::from_ne_bytes(
-        hdr[layout.code_firstlineno..layout.code_firstlineno + 4]
-            .try_into()
-            .ok()?,
-    );
-    Some([
-        ty,
-        u64_at(&hdr, layout.code_filename),
-        u64_at(&hdr, layout.code_name),
-        u64_at(&hdr, layout.code_linetable),
-        first as u32 as u64,
-    ])
+    fingerprint_of(&hdr, layout, types)
 }
 
 /// Reads code object `code` whole.
