@@ -96,6 +96,28 @@ t.start()
 t.join()
 report("thread", results[0])
 print("ALLOCATIONS %d" % lib.pyframes_capture_allocations())
+
+# Threads capturing at once, each at its own depth: each must see its own stack.
+def climb(depth, tag, own, failures):
+    if depth > 0:
+        return climb(depth - 1, tag, own, failures)
+    for _ in range(50):
+        n = own.pyframes_probe(0, tbuf[tag], len(tbuf[tag]))
+        names = [l.rsplit(":", 1)[1] for l in tbuf[tag].value.decode().splitlines()]
+        # climb at depth 0, `tag` more climbs, the thread's entry, threading's frames.
+        if names[:tag + 2] != ["climb"] * (tag + 1) + ["entry%d" % tag]:
+            failures.append((tag, names))
+
+failures = []
+tbuf = [ctypes.create_string_buffer(1 << 16) for _ in range(4)]
+def entry0(): climb(0, 0, lib, failures)
+def entry1(): climb(1, 1, lib, failures)
+def entry2(): climb(2, 2, lib, failures)
+def entry3(): climb(3, 3, lib, failures)
+threads = [threading.Thread(target=f) for f in (entry0, entry1, entry2, entry3)]
+for t in threads: t.start()
+for t in threads: t.join()
+print("CONCURRENT failures=%d %s" % (len(failures), failures[:2]))
 "#;
 
 /// `(line, function)` of the frames under the probe call, innermost first, for a call
@@ -219,6 +241,14 @@ fn frames_of_nested_functions_are_exact_in_every_python_found() {
             .find_map(|l| l.strip_prefix("ALLOCATIONS "))
             .unwrap_or_else(|| panic!("{python}: no ALLOCATIONS line"));
         assert_eq!(allocations, "0", "{python}: capture allocated");
+        let concurrent = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("CONCURRENT "))
+            .unwrap_or_else(|| panic!("{python}: no CONCURRENT line"));
+        assert!(
+            concurrent.starts_with("failures=0 "),
+            "{python}: {concurrent}"
+        );
         ran.push(format!("{python} ({actual})"));
     }
     eprintln!("ran with: {}", ran.join(", "));
