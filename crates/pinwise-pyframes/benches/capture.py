@@ -4,7 +4,9 @@
     python3 crates/pinwise-pyframes/benches/capture.py target/release/examples/libpyframes_probe.so
 
 For each depth (Python frames under the call) and mode it takes 31 samples of 2000 calls
-and prints the median, min and max of the per-call means in nanoseconds:
+and prints the median, min and max of the per-call means in nanoseconds, wall clock and
+the thread's CPU time (which leaves out time the thread was not running, on a shared
+machine):
   capture  - the allocation-free capture (what an allocation hook pays);
   resolved - capture and resolution with a warm cache (strings already read);
   fresh    - current_python_frames(): capture and resolution from scratch.
@@ -23,14 +25,17 @@ SAMPLES, ITERS = 31, 2000
 def at_depth(depth, mode):
     if depth > 1:
         return at_depth(depth - 1, mode)
-    out = (ctypes.c_double * SAMPLES)()
+    out = (ctypes.c_double * (2 * SAMPLES))()
     frames = lib.pyframes_bench(mode, SAMPLES, ITERS, out)
-    return frames, list(out)
+    return frames, list(out)[:SAMPLES], list(out)[SAMPLES:]
 
 
 print("python %s" % sys.version.split()[0])
-print("%-9s %6s %10s %10s %10s" % ("mode", "frames", "median_ns", "min_ns", "max_ns"))
+print("| mode | frames | wall median ns | wall min-max ns | CPU median ns | CPU min-max ns |")
+print("|---|---|---|---|---|---|")
 for depth in (1, 10, 30):
     for mode, name in ((0, "capture"), (1, "resolved"), (2, "fresh")):
-        frames, ns = at_depth(depth, mode)
-        print("%-9s %6d %10.0f %10.0f %10.0f" % (name, frames, statistics.median(ns), min(ns), max(ns)))
+        frames, wall, cpu = at_depth(depth, mode)
+        print("| %s | %d | %.0f | %.0f-%.0f | %.0f | %.0f-%.0f |" % (
+            name, frames, statistics.median(wall), min(wall), max(wall),
+            statistics.median(cpu), min(cpu), max(cpu)))

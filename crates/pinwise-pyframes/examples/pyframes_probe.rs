@@ -110,12 +110,24 @@ pub extern "C" fn pyframes_capture_allocations() -> i64 {
     (ALLOCATIONS.load(std::sync::atomic::Ordering::Relaxed) - before) as i64
 }
 
+/// The calling thread's CPU time in nanoseconds.
+fn thread_cpu_ns() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-parameter.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 * 1e9 + ts.tv_nsec as f64
+}
+
 /// Times the capture for the benchmark (benches/capture.py): `samples` samples of `iters`
-/// captures each; writes each sample's mean nanoseconds per capture into `out` and returns
-/// the number of frames captured, or -1.
+/// captures each; writes each sample's mean wall-clock nanoseconds per capture into
+/// `out[s]` and its mean thread CPU nanoseconds into `out[samples + s]`, and returns the
+/// number of frames captured, or -1.
 ///
 /// # Safety
-/// `out` must be valid for writes of `samples` doubles.
+/// `out` must be valid for writes of `2 * samples` doubles.
 #[no_mangle]
 pub unsafe extern "C" fn pyframes_bench(
     mode: i32,
@@ -134,6 +146,7 @@ pub unsafe extern "C" fn pyframes_bench(
     let mut resolver = pinwise_pyframes::Resolver::new();
     for s in 0..samples {
         let t = std::time::Instant::now();
+        let cpu = thread_cpu_ns();
         for _ in 0..iters {
             match mode {
                 // The hook's part: capture into fixed storage.
@@ -153,8 +166,12 @@ pub unsafe extern "C" fn pyframes_bench(
             }
         }
         let ns = t.elapsed().as_nanos() as f64 / iters as f64;
-        // SAFETY: the caller gives `samples` doubles at `out`; s < samples.
-        unsafe { *out.add(s) = ns };
+        let cpu_ns = (thread_cpu_ns() - cpu) / iters as f64;
+        // SAFETY: the caller gives `2 * samples` doubles at `out`; s < samples.
+        unsafe {
+            *out.add(s) = ns;
+            *out.add(samples + s) = cpu_ns;
+        }
     }
     frames
 }
