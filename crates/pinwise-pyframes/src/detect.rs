@@ -9,7 +9,7 @@
 
 use std::ffi::{c_void, CStr, CString};
 
-use crate::layout::Version;
+use crate::layout::{Layout, Version};
 use crate::mem::{Memory, SelfMemory};
 use crate::resolve::Types;
 
@@ -72,15 +72,25 @@ fn try_handle(handle: *mut c_void) -> Option<Found> {
         return None;
     }
     let object = object_of(runtime).unwrap_or_default();
-    let hex = sym(handle, c"Py_Version");
+    let hex_at = sym(handle, c"Py_Version");
+    let hex = if hex_at != 0 {
+        SelfMemory.read_u64(hex_at)?
+    } else {
+        0
+    };
     let version = if hex != 0 {
-        Version::from_hex(SelfMemory.read_u64(hex)?)?
+        Version::from_hex(hex)?
     } else {
         version_in_name(&object).or_else(|| {
             let exe = std::fs::read_link("/proc/self/exe").ok()?;
             version_in_name(&exe.to_string_lossy())
         })?
     };
+    if version == Version::V313
+        && check_debug_offsets(&SelfMemory, runtime, version.layout(), hex).is_err()
+    {
+        return None;
+    }
     let types = Types {
         code: sym(handle, c"PyCode_Type"),
         str: sym(handle, c"PyUnicode_Type"),
@@ -116,6 +126,51 @@ fn loaded_libpythons() -> Vec<String> {
     out
 }
 
+/// Why 3.13's `_Py_DebugOffsets` rules an interpreter out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DebugOffsetsMismatch {
+    /// `_PyRuntime` could not be read.
+    Unreadable,
+    /// No `xdebugpy` cookie at the start of `_PyRuntime`.
+    NoCookie,
+    /// The structure's version is not the interpreter's `Py_Version`.
+    Version(u64),
+    /// A free-threaded build.
+    FreeThreaded,
+    /// The interpreter puts a field elsewhere: (position in the structure, its offset, ours).
+    Field(usize, u64, u64),
+}
+
+/// Checks 3.13's `_Py_DebugOffsets` at `runtime` against `layout` (`hex`: `Py_Version`).
+pub fn check_debug_offsets<M: Memory>(
+    mem: &M,
+    runtime: usize,
+    layout: &Layout,
+    hex: u64,
+) -> Result<(), DebugOffsetsMismatch> {
+    use crate::layout::debug313;
+    let mut d = [0u8; debug313::SIZE];
+    if !mem.read(runtime, &mut d) {
+        return Err(DebugOffsetsMismatch::Unreadable);
+    }
+    let at = |pos: usize| u64::from_ne_bytes(d[pos..pos + 8].try_into().unwrap());
+    if &d[..8] != debug313::COOKIE {
+        return Err(DebugOffsetsMismatch::NoCookie);
+    }
+    if at(debug313::VERSION) != hex {
+        return Err(DebugOffsetsMismatch::Version(at(debug313::VERSION)));
+    }
+    if at(debug313::FREE_THREADED) != 0 {
+        return Err(DebugOffsetsMismatch::FreeThreaded);
+    }
+    for (pos, ours) in debug313::expected(layout) {
+        if at(pos) != ours {
+            return Err(DebugOffsetsMismatch::Field(pos, at(pos), ours));
+        }
+    }
+    Ok(())
+}
+
 /// Looks for a supported CPython in this process.
 pub fn find() -> Option<Found> {
     if let Some(f) = try_handle(libc::RTLD_DEFAULT) {
@@ -143,6 +198,7 @@ pub fn find() -> Option<Found> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mem::FakeMemory;
 
     #[test]
     fn versions_from_file_names() {
@@ -155,6 +211,51 @@ mod tests {
         assert_eq!(version_in_name("/usr/bin/python3"), None);
         assert_eq!(version_in_name("/opt/python3.12/bin/python"), None);
         assert_eq!(version_in_name("libpython3.9.so"), None);
+    }
+
+    fn debug_block(layout: &Layout, hex: u64) -> FakeMemory {
+        let mut d = vec![0u8; crate::layout::debug313::SIZE];
+        d[..8].copy_from_slice(b"xdebugpy");
+        d[8..16].copy_from_slice(&hex.to_ne_bytes());
+        for (pos, v) in crate::layout::debug313::expected(layout) {
+            d[pos..pos + 8].copy_from_slice(&v.to_ne_bytes());
+        }
+        let mut mem = FakeMemory::default();
+        mem.put(0x1000_0000, d);
+        mem
+    }
+
+    #[test]
+    fn debug_offsets_that_agree_pass_and_any_difference_refuses() {
+        let l = Version::V313.layout();
+        let hex = 0x030D_01F0;
+        let mut mem = debug_block(l, hex);
+        assert_eq!(check_debug_offsets(&mem, 0x1000_0000, l, hex), Ok(()));
+        assert_eq!(
+            check_debug_offsets(&mem, 0x1000_0000, l, 0x030D_02F0),
+            Err(DebugOffsetsMismatch::Version(hex))
+        );
+        assert_eq!(
+            check_debug_offsets(&mem, 0x2000_0000, l, hex),
+            Err(DebugOffsetsMismatch::Unreadable)
+        );
+        // A patch release that moved `instr_ptr`.
+        mem.set_u64(0x1000_0000 + 248, 64);
+        assert_eq!(
+            check_debug_offsets(&mem, 0x1000_0000, l, hex),
+            Err(DebugOffsetsMismatch::Field(248, 64, 56))
+        );
+        let mut mem = debug_block(l, hex);
+        mem.set_u64(0x1000_0000 + 16, 1);
+        assert_eq!(
+            check_debug_offsets(&mem, 0x1000_0000, l, hex),
+            Err(DebugOffsetsMismatch::FreeThreaded)
+        );
+        mem.set(0x1000_0000, b"notdebug");
+        assert_eq!(
+            check_debug_offsets(&mem, 0x1000_0000, l, hex),
+            Err(DebugOffsetsMismatch::NoCookie)
+        );
     }
 
     /// This test binary is not Python: nothing is found.

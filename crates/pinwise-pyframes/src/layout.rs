@@ -6,7 +6,8 @@
 //! The structures read are those py-spy and the eBPF profilers read; CPython keeps them
 //! stable within a minor version, but `_PyRuntimeState` is internal, so the thread-state
 //! lookup is validated at run time (the thread state must point back at the main
-//! interpreter) and a mismatch gives no frames rather than wrong ones.
+//! interpreter; see [`crate::tss`]) and a mismatch gives no frames rather than wrong ones.
+//! 3.13 states its offsets itself ([`debug313`]); detection checks them against [`V313`].
 
 /// A CPython minor version this crate can read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -237,6 +238,41 @@ pub const V313: Layout = Layout {
     compact_size: 56,
 };
 
+/// 3.13's `_Py_DebugOffsets`, the first field of `_PyRuntime`: the interpreter's own
+/// statement of its offsets for out-of-process debuggers. Detection compares it with
+/// [`V313`] and refuses the interpreter on any difference (a patch release that moved a
+/// field, a free-threaded build).
+pub mod debug313 {
+    use super::{common, Layout};
+
+    /// `cookie`: the first 8 bytes of `_PyRuntime`.
+    pub const COOKIE: &[u8; 8] = b"xdebugpy";
+    /// `version` (`PY_VERSION_HEX`).
+    pub const VERSION: usize = 8;
+    /// `free_threaded` (non-zero: a free-threaded build, whose objects differ).
+    pub const FREE_THREADED: usize = 16;
+    /// Bytes of the structure read (covers every position below).
+    pub const SIZE: usize = 368;
+
+    /// `(position in _Py_DebugOffsets, the offset our layout uses)` for every field we read.
+    pub fn expected(l: &Layout) -> [(usize, u64); 12] {
+        [
+            (176, l.tstate_interp as u64),              // thread_state.interp
+            (184, l.tstate_frame as u64),               // thread_state.current_frame
+            (232, l.frame_back as u64),                 // interpreter_frame.previous
+            (240, l.frame_code as u64),                 // interpreter_frame.executable
+            (248, l.frame_instr as u64),                // interpreter_frame.instr_ptr
+            (264, l.frame_owner.unwrap_or(0) as u64),   // interpreter_frame.owner
+            (280, l.code_filename as u64),              // code_object.filename
+            (288, l.code_name as u64),                  // code_object.name
+            (304, l.code_linetable as u64),             // code_object.linetable
+            (312, l.code_firstlineno as u64),           // code_object.firstlineno
+            (344, l.code_adaptive.unwrap_or(0) as u64), // code_object.co_code_adaptive
+            (360, common::OB_TYPE as u64),              // pyobject.ob_type
+        ]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -304,6 +340,28 @@ mod tests {
                     eq("iframe.instr_ptr", l.frame_instr);
                     eq("code.co_code_adaptive", l.code_adaptive.unwrap());
                 }
+            }
+            if v == Version::V313 {
+                let names = [
+                    "debug.thread_state.interp",
+                    "debug.thread_state.current_frame",
+                    "debug.interpreter_frame.previous",
+                    "debug.interpreter_frame.executable",
+                    "debug.interpreter_frame.instr_ptr",
+                    "debug.interpreter_frame.owner",
+                    "debug.code_object.filename",
+                    "debug.code_object.name",
+                    "debug.code_object.linetable",
+                    "debug.code_object.firstlineno",
+                    "debug.code_object.co_code_adaptive",
+                    "debug.pyobject.ob_type",
+                ];
+                for ((pos, _), name) in debug313::expected(l).iter().zip(names) {
+                    eq(name, *pos);
+                    assert!(pos + 8 <= debug313::SIZE);
+                }
+                eq("debug.version", debug313::VERSION);
+                eq("debug.free_threaded", debug313::FREE_THREADED);
             }
             if let Some(owner) = l.frame_owner {
                 eq("iframe.owner", owner);

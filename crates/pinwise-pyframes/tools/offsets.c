@@ -56,5 +56,22 @@ int main(void){
   P("runtime.interpreters.main", offsetof(_PyRuntimeState, interpreters.main));
   P("runtime.interpreters.head", offsetof(_PyRuntimeState, interpreters.head));
   P("tstate.interp", offsetof(PyThreadState, interp));
+#if PY_VERSION_HEX >= 0x030D0000
+  P("debug.cookie", offsetof(_Py_DebugOffsets, cookie));
+  P("debug.version", offsetof(_Py_DebugOffsets, version));
+  P("debug.free_threaded", offsetof(_Py_DebugOffsets, free_threaded));
+  P("debug.thread_state.interp", offsetof(_Py_DebugOffsets, thread_state.interp));
+  P("debug.thread_state.current_frame", offsetof(_Py_DebugOffsets, thread_state.current_frame));
+  P("debug.interpreter_frame.previous", offsetof(_Py_DebugOffsets, interpreter_frame.previous));
+  P("debug.interpreter_frame.executable", offsetof(_Py_DebugOffsets, interpreter_frame.executable));
+  P("debug.interpreter_frame.instr_ptr", offsetof(_Py_DebugOffsets, interpreter_frame.instr_ptr));
+  P("debug.interpreter_frame.owner", offsetof(_Py_DebugOffsets, interpreter_frame.owner));
+  P("debug.code_object.filename", offsetof(_Py_DebugOffsets, code_object.filename));
+  P("debug.code_object.name", offsetof(_Py_DebugOffsets, code_object.name));
+  P("debug.code_object.linetable", offsetof(_Py_DebugOffsets, code_object.linetable));
+  P("debug.code_object.firstlineno", offsetof(_Py_DebugOffsets, code_object.firstlineno));
+  P("debug.code_object.co_code_adaptive", offsetof(_Py_DebugOffsets, code_object.co_code_adaptive));
+  P("debug.pyobject.ob_type", offsetof(_Py_DebugOffsets, pyobject.ob_type));
+#endif
   return 0;
 }
