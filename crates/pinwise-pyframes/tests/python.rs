@@ -118,6 +118,16 @@ threads = [threading.Thread(target=f) for f in (entry0, entry1, entry2, entry3)]
 for t in threads: t.start()
 for t in threads: t.join()
 print("CONCURRENT failures=%d %s" % (len(failures), failures[:2]))
+
+def gen(api):
+    yield outer(api, 0)
+report("generator", next(gen(lib)))
+
+def deep(depth):
+    if depth:
+        return deep(depth - 1)
+    return outer(lib, 0)
+report("deep", deep(40))
 "#;
 
 /// `(line, function)` of the frames under the probe call, innermost first, for a call
@@ -249,6 +259,21 @@ fn frames_of_nested_functions_are_exact_in_every_python_found() {
             concurrent.starts_with("failures=0 "),
             "{python}: {concurrent}"
         );
+
+        // A generator's frame (3.11+ keeps it in the generator object, off the data stack).
+        let (_, frames) = section(&stdout, "generator");
+        let mut want = EXPECTED_NESTED.to_vec();
+        want.extend([(66, "gen"), (67, "<module>")]);
+        assert_frames(&python, "generator", &frames, &script, &want);
+        assert_eq!(frames.len(), 5);
+
+        // 45 Python frames deep: the 32 innermost.
+        let (n, frames) = section(&stdout, "deep");
+        assert_eq!(n, pinwise_pyframes::MAX_FRAMES as i64, "{python}");
+        let mut want = EXPECTED_NESTED.to_vec();
+        want.push((72, "deep"));
+        want.extend([(71, "deep"); 28]);
+        assert_frames(&python, "deep", &frames, &script, &want);
         ran.push(format!("{python} ({actual})"));
     }
     eprintln!("ran with: {}", ran.join(", "));
