@@ -1,7 +1,7 @@
 """The cost of capturing the calling thread's Python frames, at several stack depths.
 
-    cargo build --release -p pinwise-pyframes --examples
-    python3 crates/pinwise-pyframes/benches/capture.py target/release/examples/libpyframes_probe.so
+    cargo build --release -p pinwise-pyframes-probe
+    python3 crates/pinwise-pyframes/benches/capture.py target/release/libpinwise_pyframes_probe.so
 
 For each depth (Python frames under the call) and mode it takes 31 samples of 2000 calls
 and prints the median, min and max of the per-call means in nanoseconds, wall clock and

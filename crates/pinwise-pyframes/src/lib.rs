@@ -5,7 +5,7 @@
 //!
 //! Supported: CPython 3.10, 3.11, 3.12 and 3.13 on 64-bit Linux with glibc (offsets in
 //! [`layout`], taken from the headers of 3.10.13, 3.11.7, 3.12.1 and 3.13.0). Run for
-//! real (tests/python.rs) with those four pyenv builds (`libpython3.X.so`) and Debian's
+//! real (`fixtures/pyframes-probe/tests/python.rs`) with those four pyenv builds (`libpython3.X.so`) and Debian's
 //! `/usr/bin/python3` 3.11 (symbols in the executable). For 3.13 the interpreter's own
 //! `_Py_DebugOffsets` must agree with the table, which also refuses free-threaded builds
 //! (`python3.13t`); other versions are refused.
