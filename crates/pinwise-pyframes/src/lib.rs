@@ -20,15 +20,18 @@
 //! A [`Resolver`] later turns the pairs into [`PyFrame`]s (reads `co_filename`,
 //! `co_name`, `co_firstlineno`, `co_linetable`; allocates), caching each code object's
 //! strings by address. **Staleness:** a captured code address holds no reference to the
-//! code object. If the object is freed before resolution (a function defined and dropped
-//! at run time, a module unloaded) its memory may be reused: the resolver re-reads the
-//! object's header on every cache hit and only trusts the cache when the type and the
-//! filename, name and line-table pointers are unchanged, and a freed block that is not a
-//! code object any more resolves to `None`; a new code object at the same address with the
-//! same (interned) filename and name is indistinguishable. Resolve soon after capture
-//! (after the hook returns, on the same thread, or at the next flush) to keep the window
-//! small; module-level and `def` code objects live as long as their module, which covers
-//! the frames of a typical training script.
+//! code object. If the object is freed before resolution (a function compiled and dropped
+//! at run time, a module unloaded) its memory may be reused. The resolver re-reads the
+//! object's header on every lookup and takes it only if it is still a live code object (type
+//! `PyCode_Type`, a reference count of a live object: a freed block's first word is the
+//! allocator's free-list link) with the cached filename, name and line-table pointers;
+//! otherwise the frame resolves afresh or to `None`. A *new* code object at the same
+//! address is read as what it is, so the frame names the wrong function: the staleness test
+//! (`fixtures/pyframes-probe`) sees exactly that on 3.10 (a freed function's frame later
+//! resolves as one of 20000 code objects compiled since) and `None` on 3.11-3.13. Resolve
+//! soon after capture (after the hook returns, or at the next flush) to keep the window
+//! small; `def`-level code objects live as long as their module, which covers the frames of
+//! a typical training script.
 //!
 //! # Detection
 //!

@@ -63,6 +63,14 @@ impl CodeInfo {
     }
 }
 
+/// Whether an object header's reference count is that of a live object: at least 1 and
+/// at most `u32::MAX` (3.12+'s immortal objects). A freed object's first word holds the
+/// allocator's free-list link (a pointer, or 0), which fails this; glibc's free also
+/// overwrites `ob_type`, which fails the type check.
+fn alive(hdr: &[u8]) -> bool {
+    (1..=u64::from(u32::MAX)).contains(&u64_at(hdr, 0))
+}
+
 fn u64_at(buf: &[u8], off: usize) -> u64 {
     let mut b = [0u8; 8];
     b.copy_from_slice(&buf[off..off + 8]);
@@ -77,7 +85,7 @@ pub fn header_len(layout: &Layout) -> usize {
 /// The fingerprint in a code object's header bytes, if it is a code object.
 pub fn fingerprint_of(hdr: &[u8], layout: &Layout, types: &Types) -> Option<[u64; 5]> {
     let ty = u64_at(hdr, common::OB_TYPE);
-    if ty != types.code as u64 {
+    if ty != types.code as u64 || !alive(hdr) {
         return None;
     }
     let f = layout.code_firstlineno;
@@ -132,7 +140,7 @@ pub fn read_str<M: Memory>(mem: &M, layout: &Layout, types: &Types, addr: usize)
     if !addr.is_multiple_of(8) || !mem.read(addr, &mut hdr) {
         return None;
     }
-    if u64_at(&hdr, common::OB_TYPE) != types.str as u64 {
+    if u64_at(&hdr, common::OB_TYPE) != types.str as u64 || !alive(&hdr) {
         return None;
     }
     let length = u64_at(&hdr, common::STR_LENGTH) as usize;
@@ -184,7 +192,7 @@ pub fn read_bytes<M: Memory>(mem: &M, types: &Types, addr: usize) -> Option<Vec<
     if !addr.is_multiple_of(8) || !mem.read(addr, &mut hdr) {
         return None;
     }
-    if u64_at(&hdr, common::OB_TYPE) != types.bytes as u64 {
+    if u64_at(&hdr, common::OB_TYPE) != types.bytes as u64 || !alive(&hdr) {
         return None;
     }
     let len = u64_at(&hdr, common::OB_SIZE) as usize;
@@ -233,6 +241,7 @@ pub(crate) mod tests {
             layout.compact_size
         };
         let mut b = vec![0u8; head + chars.len() * kind + 8];
+        b[0..8].copy_from_slice(&1u64.to_ne_bytes());
         b[8..16].copy_from_slice(&(TYPES.str as u64).to_ne_bytes());
         b[16..24].copy_from_slice(&(chars.len() as u64).to_ne_bytes());
         let state: u32 = (kind << 2) as u32 | 1 << 5 | (ascii as u32) << 6;
@@ -248,6 +257,7 @@ pub(crate) mod tests {
     /// Writes a `bytes` object at `addr`.
     pub fn put_bytes(mem: &mut FakeMemory, addr: usize, data: &[u8]) {
         let mut b = vec![0u8; 32 + data.len() + 1];
+        b[0..8].copy_from_slice(&1u64.to_ne_bytes());
         b[8..16].copy_from_slice(&(TYPES.bytes as u64).to_ne_bytes());
         b[16..24].copy_from_slice(&(data.len() as u64).to_ne_bytes());
         b[32..32 + data.len()].copy_from_slice(data);
@@ -265,6 +275,7 @@ pub(crate) mod tests {
         table: &[u8],
     ) {
         let mut b = vec![0u8; 256];
+        b[0..8].copy_from_slice(&1u64.to_ne_bytes());
         b[8..16].copy_from_slice(&(TYPES.code as u64).to_ne_bytes());
         let f = layout.code_firstlineno;
         b[f..f + 4].copy_from_slice(&first.to_ne_bytes());
@@ -343,6 +354,35 @@ pub(crate) mod tests {
             ("/srv/train.py", 88, "load_batch")
         );
         assert_eq!(resolve_one(&mem, layout, &TYPES, &at(8)).unwrap().line, 90);
+        // Freed: the first word is a free-list link (a pointer) or 0; immortal is fine.
+        for (refcnt, resolves) in [
+            (0x5555_5555_a000u64, false),
+            (0, false),
+            (u64::from(u32::MAX), true),
+            (3, true),
+        ] {
+            mem.set_u64(0x3000_1000, 1);
+            mem.set_u64(0x3000_0000, refcnt);
+            assert_eq!(
+                resolve_one(&mem, layout, &TYPES, &at(2)).is_some(),
+                resolves,
+                "refcnt {refcnt:#x}"
+            );
+            mem.set_u64(0x3000_0000, 1);
+            mem.set_u64(0x3000_1000, refcnt);
+            assert_eq!(
+                resolve_one(&mem, layout, &TYPES, &at(2)).is_some(),
+                resolves,
+                "filename refcnt {refcnt:#x}"
+            );
+            assert_eq!(
+                read_str(&mem, layout, &TYPES, 0x3000_1000).is_some(),
+                resolves,
+                "str refcnt {refcnt:#x}"
+            );
+        }
+        mem.set_u64(0x3000_0000, 1);
+        mem.set_u64(0x3000_1000, 1);
         // Unknown offset: the first line.
         assert_eq!(resolve_one(&mem, layout, &TYPES, &at(-1)).unwrap().line, 87);
         // Offset past the table: also the first line.
