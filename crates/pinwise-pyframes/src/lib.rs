@@ -167,13 +167,25 @@ impl Interpreter {
         let (Some(main), Some(ts)) = (self.main_interp(), self.thread_state()) else {
             return false;
         };
-        walk::walk(&SelfMemory, self.layout(), main, ts, max, out).is_ok()
+        HINT.with(|h| {
+            let mut hint = h.get();
+            let r = walk::walk_hinted(&SelfMemory, self.layout(), main, ts, max, out, &mut hint);
+            h.set(hint);
+            r.is_ok()
+        })
     }
 
     /// Reads one code object now.
     fn code_info(&self, code: usize) -> Option<CodeInfo> {
         resolve::read_code(&SelfMemory, self.layout(), &self.found.types, code)
     }
+}
+
+thread_local! {
+    /// This thread's [`walk::Hint`] (const-initialised, no destructor: no allocation).
+    static HINT: std::cell::Cell<walk::Hint> = const {
+        std::cell::Cell::new(walk::Hint { cframe: 0, page: 0 })
+    };
 }
 
 static STARTED: AtomicBool = AtomicBool::new(false);

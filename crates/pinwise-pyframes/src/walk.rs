@@ -103,6 +103,20 @@ pub enum WalkError {
     ForeignInterpreter,
 }
 
+/// Where the last walk on a thread found its `_PyCFrame` and its innermost frame's page:
+/// the next walk reads both speculatively, in the same system call as the thread state,
+/// and uses them when the thread state still points there (a thread allocating in a loop
+/// does, so a capture is one read instead of three). Stale hints cost nothing but the
+/// fallback reads: data is only used for the addresses it was read from, at the time of
+/// the walk.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Hint {
+    /// The `_PyCFrame` address (3.11, 3.12), or 0.
+    pub cframe: usize,
+    /// The page of the innermost frame, or 0.
+    pub page: usize,
+}
+
 /// Walks the frames of thread state `tstate` into `out` (at most `max`, capped at
 /// [`MAX_FRAMES`]). `main_interp` is the main interpreter's address (0: not checked).
 /// An unreadable frame ends the walk with what was read so far, marked truncated.
@@ -114,25 +128,33 @@ pub fn walk<M: Memory>(
     max: usize,
     out: &mut RawStack,
 ) -> Result<(), WalkError> {
+    walk_hinted(
+        mem,
+        layout,
+        main_interp,
+        tstate,
+        max,
+        out,
+        &mut Hint::default(),
+    )
+}
+
+/// [`walk`], reading the places `hint` names along with the thread state, and updating it.
+pub fn walk_hinted<M: Memory>(
+    mem: &M,
+    layout: &Layout,
+    main_interp: usize,
+    tstate: usize,
+    max: usize,
+    out: &mut RawStack,
+    hint: &mut Hint,
+) -> Result<(), WalkError> {
     out.clear();
     let max = max.min(MAX_FRAMES);
     let span = layout.tstate_interp.max(layout.tstate_frame) + 8;
     let mut ts = [0u8; 128];
-    if span > ts.len() || !plausible(tstate, span) || !mem.read(tstate, &mut ts[..span]) {
+    if span > ts.len() || !plausible(tstate, span) {
         return Err(WalkError::Unreadable);
-    }
-    if main_interp != 0 && u64_at(&ts, layout.tstate_interp) != main_interp {
-        return Err(WalkError::ForeignInterpreter);
-    }
-    let mut frame = u64_at(&ts, layout.tstate_frame);
-    if let Some(off) = layout.cframe_current {
-        if frame == 0 {
-            return Ok(());
-        }
-        frame = match mem.read_u64(frame.wrapping_add(off)) {
-            Some(f) => f as usize,
-            None => return Err(WalkError::Unreadable),
-        };
     }
     // Frames are read a page at a time: the window from the start of the page holding a
     // frame to the frame's end. 3.11+ frames sit one after another on the thread's data
@@ -141,6 +163,55 @@ pub fn walk<M: Memory>(
     let fs = layout.frame_size.min(MAX_FRAME_SIZE);
     let mut win = [0u8; PAGE + MAX_FRAME_SIZE];
     let (mut win_base, mut win_len) = (0usize, 0usize);
+    // One read for the thread state and the hinted cframe and page.
+    let cframe_off = layout.cframe_current.unwrap_or(0);
+    let mut cf = [0u8; 8];
+    let want_cframe = layout.cframe_current.is_some() && hint.cframe != 0;
+    let want_page = hint.page != 0;
+    let mut addrs = [tstate, 0, 0];
+    let mut ok = [false; 3];
+    let (mut cf_at, mut page_at) = (None, None);
+    {
+        let (win_page, _) = win.split_at_mut(PAGE);
+        let mut bufs: [&mut [u8]; 3] = [&mut ts[..span], &mut [], &mut []];
+        let mut n = 1;
+        if want_cframe {
+            (addrs[n], bufs[n], cf_at) = (hint.cframe.wrapping_add(cframe_off), &mut cf, Some(n));
+            n += 1;
+        }
+        if want_page {
+            (addrs[n], bufs[n], page_at) = (hint.page, win_page, Some(n));
+            n += 1;
+        }
+        mem.read_many(&addrs[..n], &mut bufs[..n], &mut ok[..n]);
+    }
+    let cf_ok = cf_at.is_some_and(|i| ok[i]);
+    if !ok[0] {
+        return Err(WalkError::Unreadable);
+    }
+    if page_at.is_some_and(|i| ok[i]) {
+        (win_base, win_len) = (hint.page, PAGE);
+    }
+    if main_interp != 0 && u64_at(&ts, layout.tstate_interp) != main_interp {
+        return Err(WalkError::ForeignInterpreter);
+    }
+    let mut frame = u64_at(&ts, layout.tstate_frame);
+    if layout.cframe_current.is_some() {
+        if frame == 0 {
+            return Ok(());
+        }
+        let cframe = frame;
+        frame = if cf_ok && cframe == hint.cframe {
+            u64::from_ne_bytes(cf) as usize
+        } else {
+            match mem.read_u64(cframe.wrapping_add(cframe_off)) {
+                Some(f) => f as usize,
+                None => return Err(WalkError::Unreadable),
+            }
+        };
+        hint.cframe = cframe;
+    }
+    hint.page = frame & !(PAGE - 1);
     let mut visits = 0;
     while frame != 0 {
         if out.len >= max || visits >= MAX_VISITS || !frame.is_multiple_of(8) {
@@ -226,7 +297,7 @@ pub(crate) mod tests {
         }
         for (i, &code) in codes.iter().enumerate() {
             let f = 0x7000_0000 + i * 0x1000;
-            mem.put(f, vec![0; 256]);
+            mem.put(f, vec![0; PAGE]);
             mem.set_u64(f + layout.frame_code, code as u64);
             let back = if i + 1 < codes.len() { f + 0x1000 } else { 0 };
             mem.set_u64(f + layout.frame_back, back as u64);
@@ -296,6 +367,51 @@ pub(crate) mod tests {
         assert_eq!(codes, (0..10).map(|i| 0x1000_0000 + i).collect::<Vec<_>>());
         // Thread state, cframe, one window.
         assert_eq!(mem.reads.get(), 3);
+    }
+
+    /// With the hint from the walk before, a walk of the same chain is one read; when the
+    /// chain moved, the hint is ignored and the result is still exact.
+    #[test]
+    fn a_hinted_walk_is_one_read_and_a_stale_hint_changes_nothing() {
+        for layout in [&V310, &V311, &V312, &V313] {
+            let mut mem = FakeMemory::default();
+            let codes = [0x1000_0000, 0x1000_1000, 0x1000_2000];
+            build_chain(&mut mem, layout, &codes, &[4, 8, 12], &[]);
+            let mut hint = Hint::default();
+            let mut first = RawStack::new();
+            walk_hinted(&mem, layout, MAIN_INTERP, TSTATE, 32, &mut first, &mut hint).unwrap();
+            let cold = mem.reads.replace(0);
+            let mut again = RawStack::new();
+            walk_hinted(&mem, layout, MAIN_INTERP, TSTATE, 32, &mut again, &mut hint).unwrap();
+            assert_eq!(first, again, "{layout:?}");
+            // build_chain puts each frame on its own page: the first is free, the rest not.
+            assert_eq!(
+                mem.reads.replace(0),
+                cold - 1 - usize::from(layout.cframe_current.is_some())
+            );
+            // The innermost frame moves to another page, and the cframe to another place.
+            mem.put(0x7100_0000, vec![0; PAGE]);
+            mem.set_u64(0x7100_0000 + layout.frame_code, 0x1000_9000);
+            mem.set_u64(0x7100_0000 + layout.frame_back, 0x7000_1000);
+            match layout.cframe_current {
+                Some(off) => {
+                    mem.put(0x6100_0000, vec![0; 64]);
+                    mem.set_u64(0x6100_0000 + off, 0x7100_0000);
+                    mem.set_u64(TSTATE + layout.tstate_frame, 0x6100_0000);
+                }
+                None => mem.set_u64(TSTATE + layout.tstate_frame, 0x7100_0000),
+            }
+            walk_hinted(&mem, layout, MAIN_INTERP, TSTATE, 32, &mut again, &mut hint).unwrap();
+            let codes: Vec<usize> = again.frames().iter().map(|f| f.code).collect();
+            assert_eq!(codes, [0x1000_9000, 0x1000_1000, 0x1000_2000], "{layout:?}");
+            // A hint into unmapped memory: ignored.
+            let mut bad = Hint {
+                cframe: 0xdead_0000,
+                page: 0xbeef_0000,
+            };
+            walk_hinted(&mem, layout, MAIN_INTERP, TSTATE, 32, &mut again, &mut bad).unwrap();
+            assert_eq!(again.frames().len(), 3);
+        }
     }
 
     #[test]
