@@ -69,7 +69,11 @@ const CONFIGS: &[(&str, bool, &[(&str, &str)])] = &[
         true,
         &[("PINWISE_MALLOC_HOOKS", "0")],
     ),
-    ("pinwise, hooks on, no stacks", true, &[("PINWISE_STACKS", "0")]),
+    (
+        "pinwise, hooks on, no stacks",
+        true,
+        &[("PINWISE_STACKS", "0")],
+    ),
     ("pinwise, hooks on, stacks", true, &[]),
 ];
 

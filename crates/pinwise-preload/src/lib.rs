@@ -26,8 +26,11 @@
 //! of at least `PINWISE_MIN_TRACKED` bytes are recorded as pageable allocations with their
 //! call site, call number and call stack, and their frees, so that every pageable buffer a
 //! copy touches has a record of its own ([`malloc`]). Recorded allocations, pinned ones
-//! included, carry up to 32 native frames (`unwind`); names are not looked up in the
-//! process: `pinwise run` stores them in the history after the program ended. Memory from
+//! included, carry up to 32 frames: native ones (`unwind`) and, in a CPython 3.10-3.13
+//! process, the thread's Python frames (`file:line in function`, read from the
+//! interpreter's memory by pinwise-pyframes, never by calling into it; they replace the
+//! interpreter's own native frames). Native names are not looked up in the process:
+//! `pinwise run` stores them in the history after the program ended. Memory from
 //! `mmap` directly, or from an allocator with other entry points (a Rust program on
 //! jemalloc or mimalloc), is not tracked this way.
 //!

@@ -214,7 +214,7 @@ pub fn before_release(
     before_release_slow(st, caller, ptr, min, usable)
 }
 
-#[cold]
+/// Every free once the process has pinwise's state: whether the block is tracked.
 #[inline(never)]
 fn before_release_slow(
     st: &'static State,
@@ -223,7 +223,7 @@ fn before_release_slow(
     min: usize,
     usable: impl FnOnce(*mut c_void) -> usize,
 ) -> Option<Release> {
-    if !state::enabled() || is_own(caller) || guard::inside() || usable(ptr) < min {
+    if usable(ptr) < min || is_own(caller) || !state::enabled() || guard::inside() {
         return None;
     }
     let inside = Inside::enter();

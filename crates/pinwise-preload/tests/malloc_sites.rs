@@ -299,3 +299,64 @@ fn the_other_workloads_run_unchanged_with_tracking_on() {
         );
     }
 }
+
+#[test]
+fn a_python_programs_buffers_are_named_by_their_python_lines() {
+    let Some(python) = ["python3", "/usr/bin/python3"].into_iter().find(|p| {
+        Command::new(p)
+            .arg("-c")
+            .arg("pass")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }) else {
+        if std::env::var_os("CI").is_some() {
+            panic!("python3 is needed (scripts/setup.sh installs it)");
+        }
+        eprintln!("SKIPPED: no python3");
+        return;
+    };
+    let s = Setup::new();
+    let script = program_source("py_sites.py");
+    let cudart = s.libs.dir().join("libcudart.so.13");
+    let cudart = cudart.to_str().unwrap();
+    let exe = std::path::Path::new(python);
+    let plain = s.run_plain(exe, &[script.to_str().unwrap(), cudart]);
+    assert_ok(&plain, "plain");
+    let hist = s.path("py.json");
+    let out = s.run_pinwise(
+        &["--min-tracked", "64K", "-o", hist.to_str().unwrap()],
+        exe,
+        &[script.to_str().unwrap(), cudart],
+    );
+    assert_ok(&out, "under pinwise");
+    assert_same_stdout(&out, &plain, "python");
+    let h = history(&hist);
+    let mut made = Vec::new();
+    for a in h.allocations() {
+        let Some(stack) = a.stack() else { continue };
+        let python: Vec<_> = stack
+            .iter()
+            .filter_map(|f| match f {
+                Frame::Python(p) => Some(p.clone()),
+                Frame::Native(_) => None,
+            })
+            .collect();
+        if python
+            .first()
+            .is_some_and(|p| &*p.function == "make_buffer")
+        {
+            assert!(python[0].file.ends_with("py_sites.py"), "{python:?}");
+            assert!(
+                python.iter().any(|p| &*p.function == "main")
+                    && python.iter().any(|p| &*p.function == "<module>"),
+                "{python:?}"
+            );
+            let user = h.frame_label(&stack[h.user_frame(&stack).unwrap()]);
+            assert!(user.starts_with("py_sites.py:"), "{user}");
+            assert!(user.ends_with(" in make_buffer"), "{user}");
+            made.push((a.size(), a.transfer_count(), a.state()));
+        }
+    }
+    // A bytearray holds one byte more than its length (a terminating NUL).
+    assert_eq!(made, vec![((256 << 10) + 1, 1, AllocState::Freed); 3]);
+}

@@ -266,7 +266,12 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     if !args.no_symbols {
         for p in &processes {
             if let (Some(path), true) = (&p.history.path, p.history.written) {
-                if let Err(e) = store_symbols(Path::new(path)) {
+                let profile = p
+                    .profile
+                    .path
+                    .as_deref()
+                    .filter(|_| p.profile.written && args.mode == ModeArg::Profile);
+                if let Err(e) = store_symbols(Path::new(path), profile.map(Path::new)) {
                     eprintln!("pinwise: names not stored in {path}: {e:#}");
                 }
             }
@@ -439,8 +444,9 @@ impl Drop for IgnoreInterrupts {
 }
 
 /// Stores in the history at `path` the names of the call sites it refers to (resolved now,
-/// while the program's files are still there), so that reports made elsewhere name them.
-fn store_symbols(path: &Path) -> Result<()> {
+/// while the program's files are still there), so that reports made elsewhere name them;
+/// and in the profile the same run wrote, the names of its sites (for `pinwise diff`).
+fn store_symbols(path: &Path, profile: Option<&Path>) -> Result<()> {
     let mut history = pinwise_core::load_history(path)?;
     let symbolizer = pinwise_trace::Symbolizer::new();
     let named = history.symbolize_with(|module, offsets| {
@@ -459,6 +465,11 @@ fn store_symbols(path: &Path) -> Result<()> {
     });
     tracing::info!(named, path = %path.display(), "call-site names stored");
     pinwise_core::save_history(&history, path, pinwise_core::DumpFormat::from_path(path))?;
+    if let Some(profile_path) = profile {
+        let mut p = pinwise_core::Profile::load(profile_path)?;
+        p.add_symbols(&history);
+        p.save(profile_path)?;
+    }
     Ok(())
 }
 

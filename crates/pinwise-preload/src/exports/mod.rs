@@ -105,6 +105,9 @@ extern "C" fn on_load() {
     crate::state::on_load();
     libc_hooks::resolve_now();
     crate::state::set_free_hooks_effective(libc_hooks::hooks_effective());
+    // CPython, if this process runs it (looked for once, here: it may allocate and takes
+    // the loader's lock, which hooks must not).
+    let _ = pinwise_pyframes::interpreter();
     // Last: allocations are tracked from here on.
     malloc_hooks::configure_from_env();
 }
