@@ -531,7 +531,10 @@ impl Profile {
                 ))
             }
         }
-        if !header.version.is_some_and(|v| (1..=PROFILE_VERSION).contains(&v)) {
+        if !header
+            .version
+            .is_some_and(|v| (1..=PROFILE_VERSION).contains(&v))
+        {
             return Err(FormatError::new(FormatErrorKind::UnsupportedVersion {
                 format: "profile",
                 found: header.version.unwrap_or(0),

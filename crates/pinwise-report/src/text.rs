@@ -370,9 +370,15 @@ fn budget(out: &mut String, r: &Report) {
 /// known, else its call site.
 fn where_made(a: &AllocationRow, width: usize) -> String {
     match &a.user_frame {
-        Some(f) => crate::units::fit(f, width, false),
+        Some(f) => fit_frame(f, width),
         None => a.site.short_fit(width),
     }
+}
+
+/// A frame label in `width` characters: a Python frame (`file.py:12 in function`) keeps
+/// its end (the function and line), a native one its beginning (the function).
+fn fit_frame(label: &str, width: usize) -> String {
+    crate::units::fit(label, width, label.contains(".py:"))
 }
 
 fn allocations(
@@ -440,7 +446,7 @@ fn allocations(
     if rows.iter().any(|a| a.user_frame.is_some()) && !options.stacks {
         let _ = writeln!(
             out,
-            "(allocated at: the first frame outside CUDA, frameworks and runtimes; --stacks shows whole stacks)"
+            "(allocated at: the first frame outside CUDA, frameworks and runtimes; --stacks: whole stacks)"
         );
     }
 }
@@ -452,7 +458,7 @@ fn sites(out: &mut String, r: &Report) {
         return;
     }
     let t = Table::new(&[
-        ("call site", 32, Align::Left),
+        ("allocated at", 32, Align::Left),
         ("allocs", 9, Align::Right),
         ("xfers", 10, Align::Right),
         ("bytes", 9, Align::Right),
@@ -479,9 +485,7 @@ fn sites(out: &mut String, r: &Report) {
             "{}",
             t.row(&[
                 match (&s.user_frame, s.user_frames) {
-                    (Some(f), _) if *f != s.site.short() => {
-                        crate::units::fit(&format!("{} < {f}", s.site.short()), 32, false)
-                    }
+                    (Some(f), _) if *f != s.site.short() => fit_frame(f, 32),
                     (None, n) if n > 1 => crate::units::fit(
                         &format!("{} ({n} call paths)", s.site.short()),
                         32,
