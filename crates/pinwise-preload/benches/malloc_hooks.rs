@@ -61,8 +61,11 @@ fn cpu_model() -> String {
         .unwrap_or_else(|| "unknown CPU".into())
 }
 
-/// The configurations: name, whether the library is preloaded, its environment.
-const CONFIGS: &[(&str, bool, &[(&str, &str)])] = &[
+/// A configuration: name, whether the library is preloaded, its environment.
+type Config = (&'static str, bool, &'static [(&'static str, &'static str)]);
+
+/// The configurations.
+const CONFIGS: &[Config] = &[
     ("no pinwise", false, &[]),
     (
         "pinwise, malloc hooks off",
