@@ -193,8 +193,56 @@ fn a_history_names_its_functions_after_the_program_is_deleted() {
     let stacks = report(&["--stacks"]);
     assert!(stacks.contains("main (malloc_sites.c:"), "{stacks}");
     assert!(stacks.contains(">#0 alloc_big"), "{stacks}");
+    // The HTML page has the stacks in its tooltips, the Perfetto export in its args.
+    let page = s.path("gone.html");
+    report(&["--html", page.to_str().unwrap()]);
+    let page = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        page.contains("#1 main (malloc_sites.c:"),
+        "no stack in the HTML page"
+    );
+    let trace = s.path("gone.trace.json");
+    let out = Command::new(pinwise())
+        .arg("export")
+        .arg(&hist)
+        .arg("--perfetto")
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert_ok(&out, "export");
+    let trace: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
+    let events = trace["traceEvents"].as_array().expect("trace events");
+    let big = events
+        .iter()
+        .find(|e| {
+            e["args"]["user_frame"]
+                .as_str()
+                .is_some_and(|f| f.starts_with("alloc_big (malloc_sites.c:"))
+        })
+        .expect("an allocation slice with its user frame");
+    let stack: Vec<&str> = big["args"]["stack"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f.as_str())
+        .collect();
+    assert!(stack[0].starts_with("alloc_big"), "{stack:?}");
+    assert!(stack.iter().any(|f| f.starts_with("main (")), "{stack:?}");
     // The names came from the history: the binary is gone.
     assert!(!exe.exists());
+}
+
+#[test]
+fn a_threshold_pinwise_run_cannot_read_is_refused_with_its_name() {
+    let s = Setup::new();
+    let exe = build_c(&s);
+    for bad in ["lots", "0"] {
+        let out = s.run_pinwise(&["--min-tracked", bad], &exe, &[]);
+        assert!(!out.status.success(), "--min-tracked {bad} accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("--min-tracked"), "{err}");
+        assert!(out.stdout.is_empty(), "the program ran");
+    }
 }
 
 fn rustc() -> std::path::PathBuf {
