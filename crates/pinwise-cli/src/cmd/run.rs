@@ -718,7 +718,8 @@ pub fn summary_lines(ps: &[ProcessStats]) -> Vec<String> {
             busiest.hook_samples
         ));
     }
-    if t.wrapped == 0 && t.events == 0 {
+    // Events alone may be malloc-family allocations: CUDA calls are what count here.
+    if t.wrapped == 0 && !ps.iter().any(used_cuda) {
         lines.push(
             "no CUDA host-memory call was seen (the program did not use CUDA, or reached the \
              driver some way pinwise does not intercept)"
@@ -748,7 +749,7 @@ pub fn summary_lines(ps: &[ProcessStats]) -> Vec<String> {
             ));
         }
         if let Some(why) = &p.allocator_unavailable {
-            if p.host_allocs > 0 || p.events > 0 {
+            if used_cuda(p) {
                 lines.push(format!("{who}the allocator did not run: {why}"));
             }
         }
