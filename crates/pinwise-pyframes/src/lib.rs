@@ -175,6 +175,16 @@ impl Interpreter {
         })
     }
 
+    /// [`Interpreter::capture`] without this thread's hint (neither used nor updated): the
+    /// cost of a capture from a place the thread has not captured from before.
+    pub fn capture_cold(&self, max: usize, out: &mut RawStack) -> bool {
+        out.clear();
+        let (Some(main), Some(ts)) = (self.main_interp(), self.thread_state()) else {
+            return false;
+        };
+        walk::walk(&SelfMemory, self.layout(), main, ts, max, out).is_ok()
+    }
+
     /// Reads one code object now.
     fn code_info(&self, code: usize) -> Option<CodeInfo> {
         resolve::read_code(&SelfMemory, self.layout(), &self.found.types, code)
