@@ -13,8 +13,11 @@
 //! # Two steps: capture in the hook, resolve later
 //!
 //! [`capture`] fills a fixed-size [`RawStack`] with (code object address, instruction
-//! offset) pairs: no heap allocation, no lock, a `pthread_getspecific` and one
-//! `process_vm_readv` per frame (plus one or two for the thread state). It is meant for
+//! offset) pairs: no heap allocation, no lock, a `pthread_getspecific` and a few
+//! `process_vm_readv` calls (the thread state, the `_PyCFrame` on 3.11/3.12, one per page of
+//! frames; just one when the thread captures from where it did last time, see
+//! [`walk::Hint`]). About 3-8 µs on the development VM (bench/results/pyframes-cost.md),
+//! so for rare events (large allocations, sampled copies), not every call. It is meant for
 //! allocation hooks that may run inside `malloc`.
 //!
 //! A [`Resolver`] later turns the pairs into [`PyFrame`]s (reads `co_filename`,
