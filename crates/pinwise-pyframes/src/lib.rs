@@ -53,6 +53,20 @@
 //!
 //! Lines: the line of the current instruction from the line table; the function's first
 //! line when the instruction is not known (a frame being set up).
+//!
+//! Reports: [`user_frame_index`] picks the innermost frame outside installed packages and
+//! the standard library (the line a reader can change).
+//!
+//! | module | idea |
+//! |---|---|
+//! | [`detect`] | finding `_PyRuntime`, the version, the type objects |
+//! | [`layout`] | per-version offsets |
+//! | [`mem`] | checked reads of this process (`process_vm_readv`) |
+//! | [`tss`] | the thread-state key, confirmed before use |
+//! | [`walk`] | the allocation-free capture |
+//! | [`resolve`] | code objects to strings, type- and liveness-checked |
+//! | [`linetable`] | line numbers from `co_linetable` (3.10 and 3.11+ formats) |
+//! | [`user`] | which frames are the program's own |
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
@@ -62,6 +76,7 @@ pub mod linetable;
 pub mod mem;
 pub mod resolve;
 pub mod tss;
+pub mod user;
 pub mod walk;
 
 use std::collections::HashMap;
@@ -72,6 +87,7 @@ use std::sync::OnceLock;
 pub use layout::Version;
 use mem::{Memory, SelfMemory};
 use resolve::CodeInfo;
+pub use user::{is_library_file, user_frame_index};
 pub use walk::{RawFrame, RawStack, MAX_FRAMES};
 
 /// One Python frame.
@@ -95,7 +111,7 @@ impl fmt::Display for PyFrame {
 #[derive(Debug)]
 pub struct Interpreter {
     found: detect::Found,
-    /// `pthread_key_t` + 1 once read (0: not yet initialised by the interpreter).
+    /// `pthread_key_t` + 1 once confirmed on some thread (0: not yet).
     key: AtomicUsize,
     /// The main interpreter's address once the runtime has one.
     main_interp: AtomicUsize,
