@@ -292,7 +292,9 @@ mod tests {
         let child = unsafe { libc::fork() };
         assert!(child >= 0);
         if child == 0 {
+            // SAFETY: getpid has no preconditions.
             let ok = pid() == unsafe { libc::getpid() } && pid() != 0;
+            // SAFETY: _exit ends the forked child at once, running nothing of the parent's.
             unsafe { libc::_exit(if ok { 0 } else { 1 }) };
         }
         let mut status = 0;
