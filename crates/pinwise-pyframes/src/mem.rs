@@ -4,6 +4,9 @@
 //! `process_vm_readv(2)` on the calling process: an unmapped or unreadable address makes
 //! the system call fail (`EFAULT`) instead of faulting, so a torn frame chain, a stale
 //! pointer or a wrong offset table gives no frames, never a crash of the host program.
+//! Reading one's own process passes the kernel's ptrace access check whatever Yama's
+//! `ptrace_scope`; where the system call is unavailable (a seccomp filter that denies it)
+//! every read fails and a capture gives nothing.
 
 use std::sync::atomic::{AtomicI32, Ordering};
 
