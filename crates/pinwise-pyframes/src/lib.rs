@@ -4,11 +4,13 @@
 //! in-process and for the current thread only.
 //!
 //! Supported: CPython 3.10, 3.11, 3.12 and 3.13 on 64-bit Linux with glibc (offsets in
-//! [`layout`], taken from the headers of 3.10.13, 3.11.7, 3.12.1 and 3.13.0). Run for
-//! real (`fixtures/pyframes-probe/tests/python.rs`) with those four pyenv builds (`libpython3.X.so`) and Debian's
-//! `/usr/bin/python3` 3.11 (symbols in the executable). For 3.13 the interpreter's own
-//! `_Py_DebugOffsets` must agree with the table, which also refuses free-threaded builds
-//! (`python3.13t`); other versions are refused.
+//! [`layout`], taken from the headers of 3.10.13, 3.11.7, 3.12.1 and 3.13.0). Run for real
+//! (`fixtures/pyframes-probe`) with those four pyenv builds (`libpython3.X.so`) and
+//! Debian's `/usr/bin/python3` 3.11.2 (symbols in the executable), with detection on first
+//! use and in a preloaded library's constructor; not yet with other patch releases (such as
+//! Ubuntu's 3.12.3: `fixtures/pyframes-probe/check.py` checks one without Rust). For 3.13
+//! the interpreter's own `_Py_DebugOffsets` must agree with the table, which also refuses
+//! free-threaded builds (`python3.13t`); other versions are refused.
 //!
 //! # Two steps: capture in the hook, resolve later
 //!
