@@ -42,7 +42,9 @@
 //!
 //! [`interpreter`] looks for `_PyRuntime` once (lazily; `dlsym`, which may allocate: call it
 //! once outside hooks, e.g. from a library constructor). [`detected`] and [`capture`]
-//! never run the detection, so a hook before it gets `false`, never recursion.
+//! never run the detection, so a hook before it gets `false`, never recursion. The answer is
+//! final: a program that loads `libpython` later (an application embedding Python through
+//! `dlopen` after the first call) is not seen as Python.
 //!
 //! # The current thread
 //!
