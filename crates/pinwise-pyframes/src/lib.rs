@@ -4,17 +4,22 @@
 //! in-process and for the current thread only.
 //!
 //! Supported: CPython 3.10, 3.11, 3.12 and 3.13 on 64-bit Linux with glibc (offsets in
-//! [`layout`], taken from the headers of 3.10.13, 3.11.7, 3.12.1 and 3.13.0). Run for
-//! real (`fixtures/pyframes-probe/tests/python.rs`) with those four pyenv builds (`libpython3.X.so`) and Debian's
-//! `/usr/bin/python3` 3.11 (symbols in the executable). For 3.13 the interpreter's own
-//! `_Py_DebugOffsets` must agree with the table, which also refuses free-threaded builds
-//! (`python3.13t`); other versions are refused.
+//! [`layout`], taken from the headers of 3.10.13, 3.11.7, 3.12.1 and 3.13.0). Run for real
+//! (`fixtures/pyframes-probe`) with those four pyenv builds (`libpython3.X.so`) and
+//! Debian's `/usr/bin/python3` 3.11.2 (symbols in the executable), with detection on first
+//! use and in a preloaded library's constructor; not yet with other patch releases (such as
+//! Ubuntu's 3.12.3: `fixtures/pyframes-probe/check.py` checks one without Rust). For 3.13
+//! the interpreter's own `_Py_DebugOffsets` must agree with the table, which also refuses
+//! free-threaded builds (`python3.13t`); other versions are refused.
 //!
 //! # Two steps: capture in the hook, resolve later
 //!
 //! [`capture`] fills a fixed-size [`RawStack`] with (code object address, instruction
-//! offset) pairs: no heap allocation, no lock, a `pthread_getspecific` and one
-//! `process_vm_readv` per frame (plus one or two for the thread state). It is meant for
+//! offset) pairs: no heap allocation, no lock, a `pthread_getspecific` and a few
+//! `process_vm_readv` calls (the thread state, the `_PyCFrame` on 3.11/3.12, one per page of
+//! frames; just one when the thread captures from where it did last time, see
+//! [`walk::Hint`]). About 3-8 µs on the development VM (bench/results/pyframes-cost.md),
+//! so for rare events (large allocations, sampled copies), not every call. It is meant for
 //! allocation hooks that may run inside `malloc`.
 //!
 //! A [`Resolver`] later turns the pairs into [`PyFrame`]s (reads `co_filename`,
@@ -37,7 +42,9 @@
 //!
 //! [`interpreter`] looks for `_PyRuntime` once (lazily; `dlsym`, which may allocate: call it
 //! once outside hooks, e.g. from a library constructor). [`detected`] and [`capture`]
-//! never run the detection, so a hook before it gets `false`, never recursion.
+//! never run the detection, so a hook before it gets `false`, never recursion. The answer is
+//! final: a program that loads `libpython` later (an application embedding Python through
+//! `dlopen` after the first call) is not seen as Python.
 //!
 //! # The current thread
 //!
@@ -50,6 +57,20 @@
 //!
 //! Lines: the line of the current instruction from the line table; the function's first
 //! line when the instruction is not known (a frame being set up).
+//!
+//! Reports: [`user_frame_index`] picks the innermost frame outside installed packages and
+//! the standard library (the line a reader can change).
+//!
+//! | module | idea |
+//! |---|---|
+//! | [`detect`] | finding `_PyRuntime`, the version, the type objects |
+//! | [`layout`] | per-version offsets |
+//! | [`mem`] | checked reads of this process (`process_vm_readv`) |
+//! | [`tss`] | the thread-state key, confirmed before use |
+//! | [`walk`] | the allocation-free capture |
+//! | [`resolve`] | code objects to strings, type- and liveness-checked |
+//! | [`linetable`] | line numbers from `co_linetable` (3.10 and 3.11+ formats) |
+//! | [`user`] | which frames are the program's own |
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
@@ -59,6 +80,7 @@ pub mod linetable;
 pub mod mem;
 pub mod resolve;
 pub mod tss;
+pub mod user;
 pub mod walk;
 
 use std::collections::HashMap;
@@ -69,6 +91,7 @@ use std::sync::OnceLock;
 pub use layout::Version;
 use mem::{Memory, SelfMemory};
 use resolve::CodeInfo;
+pub use user::{is_library_file, user_frame_index};
 pub use walk::{RawFrame, RawStack, MAX_FRAMES};
 
 /// One Python frame.
@@ -92,7 +115,7 @@ impl fmt::Display for PyFrame {
 #[derive(Debug)]
 pub struct Interpreter {
     found: detect::Found,
-    /// `pthread_key_t` + 1 once read (0: not yet initialised by the interpreter).
+    /// `pthread_key_t` + 1 once confirmed on some thread (0: not yet).
     key: AtomicUsize,
     /// The main interpreter's address once the runtime has one.
     main_interp: AtomicUsize,
@@ -173,6 +196,16 @@ impl Interpreter {
             h.set(hint);
             r.is_ok()
         })
+    }
+
+    /// [`Interpreter::capture`] without this thread's hint (neither used nor updated): the
+    /// cost of a capture from a place the thread has not captured from before.
+    pub fn capture_cold(&self, max: usize, out: &mut RawStack) -> bool {
+        out.clear();
+        let (Some(main), Some(ts)) = (self.main_interp(), self.thread_state()) else {
+            return false;
+        };
+        walk::walk(&SelfMemory, self.layout(), main, ts, max, out).is_ok()
     }
 
     /// Reads one code object now.

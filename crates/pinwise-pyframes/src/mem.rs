@@ -4,6 +4,9 @@
 //! `process_vm_readv(2)` on the calling process: an unmapped or unreadable address makes
 //! the system call fail (`EFAULT`) instead of faulting, so a torn frame chain, a stale
 //! pointer or a wrong offset table gives no frames, never a crash of the host program.
+//! Reading one's own process passes the kernel's ptrace access check whatever Yama's
+//! `ptrace_scope`; where the system call is unavailable (a seccomp filter that denies it)
+//! every read fails and a capture gives nothing.
 
 use std::sync::atomic::{AtomicI32, Ordering};
 
@@ -292,7 +295,9 @@ mod tests {
         let child = unsafe { libc::fork() };
         assert!(child >= 0);
         if child == 0 {
+            // SAFETY: getpid has no preconditions.
             let ok = pid() == unsafe { libc::getpid() } && pid() != 0;
+            // SAFETY: _exit ends the forked child at once, running nothing of the parent's.
             unsafe { libc::_exit(if ok { 0 } else { 1 }) };
         }
         let mut status = 0;

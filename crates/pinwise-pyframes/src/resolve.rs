@@ -114,7 +114,8 @@ pub fn fingerprint<M: Memory>(
     fingerprint_of(&hdr, layout, types)
 }
 
-/// Reads code object `code` whole.
+/// Reads code object `code` whole: its header, then the headers of its filename, name
+/// and line table in one batched read, then their contents in another.
 pub fn read_code<M: Memory>(
     mem: &M,
     layout: &Layout,
@@ -122,28 +123,80 @@ pub fn read_code<M: Memory>(
     code: usize,
 ) -> Option<CodeInfo> {
     let fp = fingerprint(mem, layout, types, code)?;
-    let file = read_str(mem, layout, types, fp[1] as usize)?;
-    let function = read_str(mem, layout, types, fp[2] as usize)?;
-    let linetable = read_bytes(mem, types, fp[3] as usize).unwrap_or_default();
+    let (file_at, name_at, table_at) = (fp[1] as usize, fp[2] as usize, fp[3] as usize);
+    let mut hdrs = [[0u8; STR_HEADER]; 3];
+    let mut ok = [false; 3];
+    {
+        let [a, b, c] = &mut hdrs;
+        let mut bufs: [&mut [u8]; 3] = [a, b, &mut c[..common::BYTES_DATA]];
+        mem.read_many(&[file_at, name_at, table_at], &mut bufs, &mut ok);
+    }
+    let file = str_contents(&hdrs[0], layout, types, file_at).filter(|_| ok[0])?;
+    let name = str_contents(&hdrs[1], layout, types, name_at).filter(|_| ok[1])?;
+    let table = bytes_contents(&hdrs[2], types, table_at).filter(|_| ok[2]);
+    let mut file_raw = vec![0u8; file.len];
+    let mut name_raw = vec![0u8; name.len];
+    let mut table_raw = vec![0u8; table.map_or(0, |t| t.1)];
+    let mut ok = [false; 3];
+    {
+        let mut bufs: [&mut [u8]; 3] = [&mut file_raw, &mut name_raw, &mut table_raw];
+        let addrs = [file.data, name.data, table.map_or(0, |t| t.0)];
+        let n = if table.is_some() { 3 } else { 2 };
+        mem.read_many(&addrs[..n], &mut bufs[..n], &mut ok[..n]);
+    }
+    if !ok[0] || !ok[1] {
+        return None;
+    }
     Some(CodeInfo {
-        file,
-        function,
+        file: file.decode(&file_raw),
+        function: name.decode(&name_raw),
         firstlineno: fp[4] as u32 as i32,
-        linetable,
+        linetable: if ok[2] { table_raw } else { Vec::new() },
         fingerprint: fp,
     })
 }
 
-/// Reads a compact `str` object as UTF-8 (lone surrogates become U+FFFD).
-pub fn read_str<M: Memory>(mem: &M, layout: &Layout, types: &Types, addr: usize) -> Option<String> {
-    let mut hdr = [0u8; 40];
-    if !addr.is_multiple_of(8) || !mem.read(addr, &mut hdr) {
+/// Bytes of a `str` header read (`PyASCIIObject` up to and including `state`).
+const STR_HEADER: usize = 40;
+
+/// Where a compact `str`'s characters are, from its header.
+#[derive(Debug, Clone, Copy)]
+struct StrContents {
+    data: usize,
+    len: usize,
+    kind: usize,
+}
+
+impl StrContents {
+    /// The characters as UTF-8 (lone surrogates become U+FFFD).
+    fn decode(&self, raw: &[u8]) -> String {
+        match self.kind {
+            1 => raw.iter().map(|&b| char::from(b)).collect(),
+            2 => {
+                let units: Vec<u16> = raw
+                    .chunks_exact(2)
+                    .map(|c| u16::from_ne_bytes([c[0], c[1]]))
+                    .collect();
+                String::from_utf16_lossy(&units)
+            }
+            _ => raw
+                .chunks_exact(4)
+                .map(|c| {
+                    char::from_u32(u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+                        .unwrap_or(char::REPLACEMENT_CHARACTER)
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Checks a `str` header read from `addr` and says where its characters are (at most
+/// [`MAX_NAME_CHARS`]).
+fn str_contents(hdr: &[u8], layout: &Layout, types: &Types, addr: usize) -> Option<StrContents> {
+    if !addr.is_multiple_of(8) || u64_at(hdr, common::OB_TYPE) != types.str as u64 || !alive(hdr) {
         return None;
     }
-    if u64_at(&hdr, common::OB_TYPE) != types.str as u64 || !alive(&hdr) {
-        return None;
-    }
-    let length = u64_at(&hdr, common::STR_LENGTH) as usize;
+    let length = u64_at(hdr, common::STR_LENGTH) as usize;
     let state = u32::from_ne_bytes(
         hdr[common::STR_STATE..common::STR_STATE + 4]
             .try_into()
@@ -155,52 +208,48 @@ pub fn read_str<M: Memory>(mem: &M, layout: &Layout, types: &Types, addr: usize)
     if !compact || !matches!(kind, 1 | 2 | 4) || (ascii && kind != 1) {
         return None;
     }
-    let chars = length.min(MAX_NAME_CHARS);
-    let data = addr
-        + if ascii {
-            layout.ascii_size
-        } else {
-            layout.compact_size
-        };
-    let mut raw = vec![0u8; chars * kind];
-    if !mem.read(data, &mut raw) {
+    let head = if ascii {
+        layout.ascii_size
+    } else {
+        layout.compact_size
+    };
+    Some(StrContents {
+        data: addr + head,
+        len: length.min(MAX_NAME_CHARS) * kind,
+        kind,
+    })
+}
+
+/// Checks a `bytes` header read from `addr`: where its contents are and how long.
+fn bytes_contents(hdr: &[u8], types: &Types, addr: usize) -> Option<(usize, usize)> {
+    if !addr.is_multiple_of(8) || u64_at(hdr, common::OB_TYPE) != types.bytes as u64 || !alive(hdr)
+    {
         return None;
     }
-    let s = match kind {
-        1 => raw.iter().map(|&b| char::from(b)).collect(),
-        2 => {
-            let units: Vec<u16> = raw
-                .chunks_exact(2)
-                .map(|c| u16::from_ne_bytes([c[0], c[1]]))
-                .collect();
-            String::from_utf16_lossy(&units)
-        }
-        _ => raw
-            .chunks_exact(4)
-            .map(|c| {
-                char::from_u32(u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
-                    .unwrap_or(char::REPLACEMENT_CHARACTER)
-            })
-            .collect(),
-    };
-    Some(s)
+    let len = u64_at(hdr, common::OB_SIZE) as usize;
+    (len <= MAX_LINETABLE).then_some((addr + common::BYTES_DATA, len))
+}
+
+/// Reads a compact `str` object as UTF-8 (lone surrogates become U+FFFD).
+pub fn read_str<M: Memory>(mem: &M, layout: &Layout, types: &Types, addr: usize) -> Option<String> {
+    let mut hdr = [0u8; STR_HEADER];
+    if !mem.read(addr, &mut hdr) {
+        return None;
+    }
+    let c = str_contents(&hdr, layout, types, addr)?;
+    let mut raw = vec![0u8; c.len];
+    mem.read(c.data, &mut raw).then(|| c.decode(&raw))
 }
 
 /// Reads a `bytes` object's contents (at most [`MAX_LINETABLE`] bytes).
 pub fn read_bytes<M: Memory>(mem: &M, types: &Types, addr: usize) -> Option<Vec<u8>> {
     let mut hdr = [0u8; common::BYTES_DATA];
-    if !addr.is_multiple_of(8) || !mem.read(addr, &mut hdr) {
+    if !mem.read(addr, &mut hdr) {
         return None;
     }
-    if u64_at(&hdr, common::OB_TYPE) != types.bytes as u64 || !alive(&hdr) {
-        return None;
-    }
-    let len = u64_at(&hdr, common::OB_SIZE) as usize;
-    if len > MAX_LINETABLE {
-        return None;
-    }
+    let (data, len) = bytes_contents(&hdr, types, addr)?;
     let mut out = vec![0u8; len];
-    mem.read(addr + common::BYTES_DATA, &mut out).then_some(out)
+    mem.read(data, &mut out).then_some(out)
 }
 
 /// Resolves one raw frame now (no cache).
