@@ -408,3 +408,26 @@ fn a_python_programs_buffers_are_named_by_their_python_lines() {
     // A bytearray holds one byte more than its length (a terminating NUL).
     assert_eq!(made, vec![((256 << 10) + 1, 1, AllocState::Freed); 3]);
 }
+
+#[test]
+fn tracked_blocks_freed_while_threads_are_torn_down_and_in_a_fork_child_are_safe() {
+    let s = Setup::new();
+    // -O0: at -O1 the compiler may drop a malloc/free pair whose memory is not used.
+    let exe = s.build_plain("thread_teardown.c", &["-pthread", "-O0"]);
+    let plain = s.run_plain(&exe, &[]);
+    assert_ok(&plain, "plain");
+    let run = s.run_recorded(&exe, &["--min-tracked", "64K"], "teardown.bin");
+    assert_same_stdout(&run.out, &plain, "under pinwise");
+    let h = &run.history;
+    // Each of the 8 threads: 20 blocks while running, one kept until its destructor, one
+    // made and freed in the destructor; every one recorded with its free (the parent's
+    // history: the fork child used no CUDA, so it writes nothing).
+    let blocks: Vec<_> = h
+        .allocations()
+        .filter(|a| a.kind() == AllocKind::Pageable && a.size() == 1 << 20)
+        .collect();
+    assert_eq!(blocks.len(), 8 * 22, "{:?}", h.stats());
+    assert!(blocks.iter().all(|a| a.state() == AllocState::Freed));
+    assert_eq!(h.stats().unmatched_frees, 0, "{:?}", h.stats());
+    assert_eq!(run.process()["events_lost"], 0);
+}
