@@ -5,7 +5,8 @@
 #   - Debian/Ubuntu packages: clang and llvm (compile the BPF programs), libelf-dev,
 #     autoconf, automake, autopoint, flex, bison, gawk and libtool (libbpf-sys builds libelf
 #     and zlib from source, position-independent, so they link into libpinwise.so),
-#     zlib1g-dev and pkg-config (libbpf, linked statically), gcc and make (C examples).
+#     zlib1g-dev and pkg-config (libbpf, linked statically), gcc and make (C examples),
+#     python3 (pinwise-pyframes' tests run a Python script against the real interpreter).
 #   - tracefs and debugfs, mounted if absent (uprobes and tracepoints need tracefs).
 #   - Rust: needs cargo (https://rustup.rs); cargo-nextest is used when present.
 set -euo pipefail
@@ -18,7 +19,7 @@ if ! command -v cargo >/dev/null; then
 fi
 command -v cargo >/dev/null || { say "cargo not found: install Rust from https://rustup.rs first"; exit 1; }
 
-PACKAGES=(clang llvm libelf-dev zlib1g-dev pkg-config gcc make autoconf automake autopoint flex bison gawk libtool)
+PACKAGES=(clang llvm libelf-dev zlib1g-dev pkg-config gcc make autoconf automake autopoint flex bison gawk libtool python3)
 # Extra packages for the test suite only (the HTML report is checked in headless Chromium).
 if [[ "${PINWISE_SETUP_TESTS:-0}" == 1 ]]; then
   PACKAGES+=(chromium)

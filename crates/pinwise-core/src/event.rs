@@ -9,6 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::stack::StackId;
 use crate::tag::Site;
 
 /// Direction of a copy, as CUDA names it.
@@ -191,6 +192,10 @@ pub struct Event {
     pub probe: ProbeKind,
     /// The application's call site, normalized, when known.
     pub site: Option<Site>,
+    /// The call stack, interned in the history's [`StackTable`](crate::stack::StackTable),
+    /// when the source captured one. The history keeps the stacks of allocations (the
+    /// event that makes a record); other events' stacks are not retained.
+    pub stack: Option<StackId>,
     /// What happened.
     pub kind: EventKind,
 }
@@ -204,6 +209,7 @@ impl Event {
             tid,
             probe,
             site: None,
+            stack: None,
             kind,
         }
     }
@@ -211,6 +217,12 @@ impl Event {
     /// The same event with a call site.
     pub const fn with_site(mut self, site: Site) -> Self {
         self.site = Some(site);
+        self
+    }
+
+    /// The same event with a call stack.
+    pub const fn with_stack(mut self, stack: StackId) -> Self {
+        self.stack = Some(stack);
         self
     }
 }

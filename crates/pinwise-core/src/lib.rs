@@ -10,6 +10,7 @@
 //! |---|---|
 //! | [`event`] | `Event`: what every source reports |
 //! | [`tag`] | `Site`, `Tag`, `ModuleTable`: an allocation's identity across runs |
+//! | [`stack`] | `Frame`, `StackTable`, `Symbol`: call stacks (native and Python) and site names |
 //! | [`history`] | `MemHistory`, `SharedHistory`: per-allocation lives and the queries on them |
 //! | [`format`](mod@format) | JSON and binary dumps, `load_history` |
 //! | [`profile`] | `Profile`: what the allocator needs from a past run |
@@ -30,6 +31,7 @@ pub mod policy;
 pub mod preload_stats;
 pub mod profile;
 pub mod safe_file;
+pub mod stack;
 pub mod synth;
 pub mod tag;
 pub mod timeline;
@@ -43,4 +45,5 @@ pub use format::{load_history, save_history, DumpFormat, FormatError};
 pub use history::{HistoryConfig, MemHistory, SharedHistory};
 pub use policy::{Decision, Policy, Reason};
 pub use profile::Profile;
+pub use stack::{Frame, PyFrame, StackId, StackTable, Symbol, SymbolTable};
 pub use tag::{ModuleId, ModuleIdentity, ModuleTable, Site, Tag};

@@ -20,8 +20,9 @@ use crate::tag::{ModuleTable, Tag};
 
 /// The `format` field of a profile.
 pub const PROFILE_FORMAT: &str = "pinwise-profile";
-/// The profile version this build writes and reads.
-pub const PROFILE_VERSION: u64 = 1;
+/// The profile version this build writes (it reads this one and version 1, which had no
+/// `symbols`).
+pub const PROFILE_VERSION: u64 = 2;
 
 /// Transfers of one direction: how many, and the bytes they moved.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -92,6 +93,21 @@ impl PerDirection {
             t.bytes = t.bytes.saturating_add(c.bytes());
         }
     }
+}
+
+/// The name of one of a profile's sites, as the history it was made from stored it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProfileSymbol {
+    /// Index into [`Profile::modules`].
+    pub module: u32,
+    /// Offset of the site in the module.
+    pub offset: u64,
+    /// The function.
+    pub function: String,
+    /// The source file, when known.
+    pub file: Option<String>,
+    /// The line, when known.
+    pub line: Option<u32>,
 }
 
 /// A module a profile's sites refer to.
@@ -202,6 +218,9 @@ pub struct Profile {
     pub entries: Vec<ProfileEntry>,
     /// Per site, ordered by (module, offset).
     pub sites: Vec<SiteProfile>,
+    /// Names of its sites (from the history's stored names), ordered by (module, offset).
+    #[serde(default)]
+    pub symbols: Vec<ProfileSymbol>,
     #[serde(skip)]
     index: ProfileIndex,
 }
@@ -324,10 +343,51 @@ impl Profile {
             modules,
             entries,
             sites,
+            symbols: Vec::new(),
             index: ProfileIndex::default(),
         };
         p.build_index();
+        p.add_symbols(history);
         p
+    }
+
+    /// Takes the names of its sites from `history` (the one it was made from, or the same
+    /// run's history once names were stored in it); names it already has stay.
+    pub fn add_symbols(&mut self, history: &MemHistory) {
+        let table = history.modules();
+        let mut have: std::collections::HashSet<(u32, u64)> =
+            self.symbols.iter().map(|s| (s.module, s.offset)).collect();
+        for (site, sym) in history.symbols() {
+            let Some(identity) = table.get(site.module) else {
+                continue;
+            };
+            let Some(&module) = self.index.modules.get(&identity.key()) else {
+                continue;
+            };
+            if !self.index.sites.contains_key(&(module, site.offset))
+                || !have.insert((module, site.offset))
+            {
+                continue;
+            }
+            self.symbols.push(ProfileSymbol {
+                module,
+                offset: site.offset,
+                function: sym.function.clone(),
+                file: sym.file.clone(),
+                line: sym.line,
+            });
+        }
+        self.symbols.sort_by_key(|s| (s.module, s.offset));
+    }
+
+    /// The stored name of the site at `offset` in the module with identity key `key`.
+    pub fn symbol(&self, key: &str, offset: u64) -> Option<&ProfileSymbol> {
+        let module = *self.index.modules.get(key)?;
+        let i = self
+            .symbols
+            .binary_search_by_key(&(module, offset), |s| (s.module, s.offset))
+            .ok()?;
+        self.symbols.get(i)
     }
 
     /// A profile from its parts (checked as a loaded one is: module indices in range, no
@@ -345,6 +405,7 @@ impl Profile {
             modules,
             entries,
             sites,
+            symbols: Vec::new(),
             index: ProfileIndex::default(),
         };
         p.validate()?;
@@ -470,7 +531,10 @@ impl Profile {
                 ))
             }
         }
-        if header.version != Some(PROFILE_VERSION) {
+        if !header
+            .version
+            .is_some_and(|v| (1..=PROFILE_VERSION).contains(&v))
+        {
             return Err(FormatError::new(FormatErrorKind::UnsupportedVersion {
                 format: "profile",
                 found: header.version.unwrap_or(0),
@@ -479,6 +543,8 @@ impl Profile {
         }
         let de = &mut serde_json::Deserializer::from_slice(bytes);
         let mut p: Profile = serde_path_to_error::deserialize(de).map_err(json_error)?;
+        p.version = PROFILE_VERSION;
+        p.symbols.sort_by_key(|s| (s.module, s.offset));
         p.validate()?;
         p.build_index();
         Ok(p)
@@ -487,6 +553,12 @@ impl Profile {
     fn validate(&self) -> Result<(), FormatError> {
         let n = self.modules.len() as u32;
         let bad = |path: String, m: String| FormatError::json(path, 0, 0, m);
+        if let Some((i, s)) = self.symbols.iter().enumerate().find(|(_, s)| s.module >= n) {
+            return Err(bad(
+                format!("symbols[{i}].module"),
+                format!("module {} but only {n} modules", s.module),
+            ));
+        }
         let mut seen_modules = HashMap::new();
         for (i, m) in self.modules.iter().enumerate() {
             if seen_modules.insert(m.key.as_str(), i).is_some() {

@@ -7,14 +7,25 @@ use common::*;
 use pinwise_core::event::{Direction, Event, EventKind, HostMemKind, HostState, ProbeKind};
 use pinwise_core::format::{self, binary, json, BinaryAppender, DumpFormat, FormatErrorKind};
 use pinwise_core::history::{HistoryConfig, MemHistory};
+use pinwise_core::stack::{Frame, PyFrame, StackId, Symbol};
 use pinwise_core::synth::{SynthConfig, SynthEvents};
 use pinwise_core::tag::{ModuleIdentity, Site};
 use proptest::prelude::*;
 
 const A: u64 = 0x7000_0000;
 
-/// A history with every kind of event, record kind and final state.
+/// A history with every kind of event, record kind and final state, with stacks (native
+/// and Python frames) and symbols.
 fn rich_history() -> MemHistory {
+    rich_history_of(true)
+}
+
+/// [`rich_history`] as format version 1 could hold it: no stacks, no symbols.
+fn rich_history_v1() -> MemHistory {
+    rich_history_of(false)
+}
+
+fn rich_history_of(with_stacks: bool) -> MemHistory {
     let mut h = MemHistory::new(HistoryConfig {
         max_events_per_allocation: 8,
         track_untracked: true,
@@ -30,13 +41,44 @@ fn rich_history() -> MemHistory {
         module: app,
         offset,
     };
+    let stacks = h.stacks();
+    let intern = |frames: &[Frame]| {
+        if with_stacks {
+            stacks.intern(frames)
+        } else {
+            None
+        }
+    };
+    let stack_a = intern(&[
+        Frame::Native(Site {
+            module: lib,
+            offset: 0x40,
+        }),
+        Frame::Native(Site {
+            module: app,
+            offset: 0x1234,
+        }),
+        Frame::Python(PyFrame::new("/srv/train.py", 88, "load_batch")),
+        Frame::Python(PyFrame::new("/srv/train.py", 120, "<module>")),
+    ]);
+    let stack_b = intern(&[Frame::Native(Site {
+        module: app,
+        offset: 0x2000,
+    })]);
+    let with = |e: Event, s: Option<StackId>| match s {
+        Some(s) => e.with_stack(s),
+        None => e,
+    };
     let mib = 1u64 << 20;
     let mut ts = 1_000_000_000;
     let mut t = || {
         ts += 1234;
         ts
     };
-    h.ingest(&alloc(t(), PID, A, mib, HostMemKind::Pageable, at(0x1234)));
+    h.ingest(&with(
+        alloc(t(), PID, A, mib, HostMemKind::Pageable, at(0x1234)),
+        stack_a,
+    ));
     h.ingest(
         &Event::new(
             t(),
@@ -88,13 +130,16 @@ fn rich_history() -> MemHistory {
     ));
     h.ingest(&free(t(), PID, A));
     // A capped record with many copies, live at the end.
-    h.ingest(&alloc(
-        t(),
-        PID,
-        A + 4 * mib,
-        2 * mib,
-        HostMemKind::PinnedAlloc,
-        at(0x2000),
+    h.ingest(&with(
+        alloc(
+            t(),
+            PID,
+            A + 4 * mib,
+            2 * mib,
+            HostMemKind::PinnedAlloc,
+            at(0x2000),
+        ),
+        stack_b,
     ));
     for i in 0..50 {
         h.ingest(&copy(
@@ -170,6 +215,21 @@ fn rich_history() -> MemHistory {
         site(0x9),
     ));
     h.set_source_stats([("tracer.ringbuf_drops", 3u64), ("tracer.lost_events", 1)]);
+    if with_stacks {
+        let named = h.symbolize_with(|m, offsets| {
+            offsets
+                .iter()
+                .map(|&o| {
+                    (m.path.ends_with("train") && o != 0x2000).then(|| Symbol {
+                        function: format!("load_{o:x}"),
+                        file: (o == 0x1234).then(|| "train.cc".to_owned()),
+                        line: (o == 0x1234).then_some(42),
+                    })
+                })
+                .collect()
+        });
+        assert!(named >= 2, "{named}");
+    }
     h
 }
 
@@ -282,7 +342,15 @@ fn the_json_dump_follows_its_schema_and_the_issues_shape() {
     assert_eq!(e["type"], "DEVICE_TRANSFER");
     assert_eq!(e["direction"], "HtoD");
     assert_eq!(e["call_site"]["module"], "path:/usr/lib/libtorch.so");
+    assert_eq!(a["stack"], 0);
+    assert_eq!(doc["stacks"][0]["frames"][2]["type"], "python");
+    assert_eq!(doc["stacks"][0]["frames"][2]["line"], 88);
+    assert_eq!(doc["stacks"][0]["frames"][0]["type"], "native");
+    assert!(doc["symbols"].as_array().is_some_and(|s| !s.is_empty()));
     // The schema rejects what it should.
+    let mut bad = doc.clone();
+    bad["stacks"][0]["frames"][2]["type"] = "ruby".into();
+    assert!(!validator.is_valid(&bad));
     let mut bad = doc.clone();
     bad["allocations"][0]["events"][1]["type"] = "TELEPORT".into();
     assert!(!validator.is_valid(&bad));
@@ -394,17 +462,17 @@ fn wrong_versions_and_corruption_are_named() {
     bytes[8] = 9;
     let e = format::load_history_bytes(&bytes).unwrap_err().to_string();
     assert!(e.contains("version 9 is not supported"), "{e}");
-    bytes[8] = 1;
+    bytes[8] = 2;
     let last = bytes.len() - 3;
     bytes[last] ^= 0x40;
     let e = format::load_history_bytes(&bytes).unwrap_err();
     assert!(matches!(e.kind, FormatErrorKind::Corrupt { .. }), "{e}");
     assert!(e.to_string().contains("checksum mismatch"), "{e}");
-    let text = json::to_string(&rich_history()).replace("\"version\":1", "\"version\":2");
+    let text = json::to_string(&rich_history()).replace("\"version\":2", "\"version\":3");
     let e = format::load_history_bytes(text.as_bytes())
         .unwrap_err()
         .to_string();
-    assert!(e.contains("version 2 is not supported"), "{e}");
+    assert!(e.contains("version 3 is not supported"), "{e}");
     let text = json::to_string(&rich_history()).replacen("\"final_state\":", "\"state\":", 1);
     let e = format::load_history_bytes(text.as_bytes()).unwrap_err();
     let FormatErrorKind::Json { path, line, .. } = &e.kind else {
@@ -537,4 +605,77 @@ fn stats_at_their_limit_load() {
     let back = format::load_history_bytes(doc.to_string().as_bytes()).unwrap();
     assert_eq!(back.stats().events_retained, u64::MAX);
     assert_eq!(back.stats().records, u64::MAX);
+}
+
+/// Version 1 dumps (JSON and binary, written by the build before stacks and symbols, kept in
+/// tests/data) still read, and hold exactly what the same history holds today without stacks.
+#[test]
+fn version_1_dumps_still_read() {
+    let expected = json::to_string(&rich_history_v1());
+    for file in ["history-v1.bin", "history-v1.json"] {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data")
+            .join(file);
+        let h = format::load_history(&path).unwrap_or_else(|e| panic!("{file}: {e}"));
+        assert!(h.stacks().is_empty(), "{file}");
+        assert!(h.symbols().is_empty(), "{file}");
+        assert!(h.allocations().all(|a| a.stack().is_none()), "{file}");
+        assert_eq!(json::to_string(&h), expected, "{file}");
+    }
+    let v1 = std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/history-v1.bin"),
+    )
+    .unwrap();
+    assert_eq!(u32::from_le_bytes(v1[8..12].try_into().unwrap()), 1);
+}
+
+/// Stacks (native and Python frames) and symbols survive both formats, and a stack seen
+/// twice is stored once.
+#[test]
+fn stacks_and_symbols_round_trip() {
+    let h = rich_history();
+    assert_eq!(h.stacks().len(), 2);
+    let first = h.allocations().next().unwrap();
+    let stack = first.stack().expect("the first allocation has a stack");
+    assert_eq!(stack.len(), 4);
+    assert_eq!(
+        stack[2],
+        Frame::Python(PyFrame::new("/srv/train.py", 88, "load_batch"))
+    );
+    let app_site = stack[1].site().unwrap();
+    let sym = h.symbol(app_site).expect("the app site is named");
+    assert_eq!(sym.function, "load_1234");
+    assert_eq!(sym.file.as_deref(), Some("train.cc"));
+    assert_eq!(sym.line, Some(42));
+    // 0x2000 was left unnamed by the resolver; the libtorch frame too.
+    assert!(h.symbols().keys().all(|s| s.offset != 0x2000));
+    for (name, back) in [
+        (
+            "binary",
+            format::load_history_bytes(&binary::to_bytes(&h)).unwrap(),
+        ),
+        (
+            "json",
+            format::load_history_bytes(json::to_string(&h).as_bytes()).unwrap(),
+        ),
+    ] {
+        assert_eq!(json::to_string(&back), json::to_string(&h), "{name}");
+        assert_eq!(binary::to_bytes(&back), binary::to_bytes(&h), "{name}");
+        let a = back.allocations().next().unwrap();
+        assert_eq!(a.stack().as_deref(), Some(&stack[..]), "{name}");
+        assert_eq!(back.symbol(app_site), Some(sym), "{name}");
+        assert_eq!(back.symbols().len(), h.symbols().len(), "{name}");
+    }
+    // Labels and the user frame come from what the history holds.
+    assert_eq!(h.frame_label(&stack[1]), "load_1234 (train.cc:42)");
+    assert_eq!(h.frame_label(&stack[0]), "libtorch.so+0x40");
+    assert_eq!(h.frame_label(&stack[2]), "train.py:88 in load_batch");
+    assert_eq!(h.user_frame(&stack), Some(2), "the Python frame wins");
+    assert_eq!(h.user_frame(&stack[..2]), Some(1), "past libtorch");
+    // A record naming a stack the file lacks is an error that says so.
+    let text = json::to_string(&h).replacen("\"stack\":0", "\"stack\":7", 1);
+    let e = format::load_history_bytes(text.as_bytes())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("stack 7 but only 2 stacks"), "{e}");
 }

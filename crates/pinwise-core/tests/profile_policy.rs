@@ -165,7 +165,11 @@ fn profiles_save_and_load_and_reject_bad_input_with_a_path() {
         matches!(&e.kind, FormatErrorKind::Json { path, .. } if path == "entries[0].module"),
         "{e}"
     );
-    let e = bad(text.replace("\"version\":1", "\"version\":3"));
+    // Version 1 profiles (without names) still read.
+    let v1 = text.replace("\"version\":2", "\"version\":1");
+    assert!(v1.contains("\"version\":1"));
+    assert!(Profile::from_json_bytes(v1.as_bytes()).is_ok());
+    let e = bad(text.replace("\"version\":2", "\"version\":3"));
     assert!(
         e.to_string().contains("profile version 3 is not supported"),
         "{e}"

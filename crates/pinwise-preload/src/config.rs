@@ -38,6 +38,12 @@ pub mod env {
     pub const DISABLE: &str = "PINWISE_DISABLE";
     /// The pid of `pinwise run`.
     pub const LAUNCHER_PID: &str = "PINWISE_LAUNCHER_PID";
+    /// malloc-family allocations of at least this size are recorded (default 64 KiB).
+    pub const MIN_TRACKED: &str = "PINWISE_MIN_TRACKED";
+    /// `0`: the malloc-family hooks only forward (nothing recorded).
+    pub const MALLOC_HOOKS: &str = "PINWISE_MALLOC_HOOKS";
+    /// `0`: recorded allocations carry their call site only, no stack.
+    pub const STACKS: &str = "PINWISE_STACKS";
 }
 
 /// Where log lines go.
@@ -114,6 +120,17 @@ impl Config {
         let keep_pinned = flag(env::KEEP_PINNED, false);
         let promote_pageable = flag(env::PROMOTE_PAGEABLE, true);
         let driver_hooks = flag(env::DRIVER_HOOKS, true);
+        // Read when the library is loaded (crate::malloc); checked here to report them.
+        let _ = flag(env::MALLOC_HOOKS, true);
+        let _ = flag(env::STACKS, true);
+        if let Some(v) = set(env::MIN_TRACKED) {
+            if let Err(e) = pinwise_alloc::budget::parse_size(&v) {
+                problems.push(format!(
+                    "{}: {e}; tracking malloc-family allocations of at least 64 KiB",
+                    env::MIN_TRACKED
+                ));
+            }
+        }
         let profile_path = path(env::PROFILE);
         let mut mode = match set(env::MODE).as_deref().map(str::trim) {
             None => Mode::Adaptive,

@@ -93,8 +93,9 @@ pub unsafe fn host_alloc(
             } else {
                 &st.stats.served_pageable
             });
+            let stack = st.recorder.stack_from(site_addr);
             let stamp = st.recorder.stamp();
-            st.recorder.record(
+            st.recorder.record_with_stack(
                 stamp,
                 EventKind::Alloc {
                     start: a.ptr as u64,
@@ -108,6 +109,7 @@ pub unsafe fn host_alloc(
                 },
                 Some(site),
                 0,
+                stack,
             );
             return CUDA_SUCCESS;
         }
@@ -125,8 +127,9 @@ pub unsafe fn host_alloc(
         std::ptr::null_mut()
     };
     if !p.is_null() {
+        let stack = st.recorder.stack_from(site_addr);
         let stamp = st.recorder.stamp();
-        st.recorder.record(
+        st.recorder.record_with_stack(
             stamp,
             EventKind::Alloc {
                 start: p as u64,
@@ -136,6 +139,7 @@ pub unsafe fn host_alloc(
             },
             None,
             site_addr,
+            stack,
         );
     }
     rc
@@ -910,8 +914,9 @@ pub fn observe_alloc(st: &State, caller: usize, p: *mut c_void, size: usize, fla
     }
     HookStats::bump(&st.stats.host_allocs);
     HookStats::bump(&st.stats.forwarded);
+    let stack = st.recorder.stack_from(caller);
     let stamp = st.recorder.stamp();
-    st.recorder.record(
+    st.recorder.record_with_stack(
         stamp,
         EventKind::Alloc {
             start: p as u64,
@@ -921,6 +926,7 @@ pub fn observe_alloc(st: &State, caller: usize, p: *mut c_void, size: usize, fla
         },
         None,
         caller,
+        stack,
     );
 }
 

@@ -21,6 +21,21 @@
 //!   (all versions) to whoever looks them up: cudart, shared or static, finds every driver
 //!   entry point that way. Everything else is forwarded untouched.
 //!
+//! # Pageable allocations and stacks
+//!
+//! The malloc family (`malloc`, `calloc`, `realloc`, `reallocarray`, `free`,
+//! `posix_memalign`, `aligned_alloc`, `memalign`, `valloc`) is interposed too: allocations
+//! of at least `PINWISE_MIN_TRACKED` bytes are recorded as pageable allocations with their
+//! call site, call number and call stack, and their frees, so that every pageable buffer a
+//! copy touches has a record of its own ([`malloc`]). Recorded allocations, pinned ones
+//! included, carry up to 32 frames: native ones (`unwind`) and, in a CPython 3.10-3.13
+//! process, the thread's Python frames (`file:line in function`, read from the
+//! interpreter's memory by pinwise-pyframes, never by calling into it; they replace the
+//! interpreter's own native frames). Native names are not looked up in the process:
+//! `pinwise run` stores them in the history after the program ended. Memory from
+//! `mmap` directly, or from an allocator with other entry points (a Rust program on
+//! jemalloc or mimalloc), is not tracked this way.
+//!
 //! # Configuration (environment; `pinwise run` sets these)
 //!
 //! | variable | meaning |
@@ -37,6 +52,9 @@
 //! | `PINWISE_KEEP_PINNED` | `1`: serve every pinned request pinned (still pooled) |
 //! | `PINWISE_PROMOTE_PAGEABLE` | `0`: never register the program's pageable buffers |
 //! | `PINWISE_DRIVER_HOOKS` | `0`: hand out the real driver entry points (runtime hooks only) |
+//! | `PINWISE_MIN_TRACKED` | malloc-family allocations of at least this size are recorded (`64K` default; the size grammar of `PINWISE_BUDGET`) |
+//! | `PINWISE_MALLOC_HOOKS` | `0`: the malloc-family hooks only forward |
+//! | `PINWISE_STACKS` | `0`: recorded allocations carry their call site, no stack |
 //! | `PINWISE_DISABLE` | `1`: forward everything, record nothing |
 //! | `PINWISE_LAUNCHER_PID` | set by `pinwise run`: its children write the main output paths |
 //!
@@ -136,6 +154,8 @@
 //! | `flush` | the outputs written before a fatal signal or `_exit` ends the process |
 //! | `pinning` | the engine behind the hooks and the promotion of pageable buffers |
 //! | `stack` | the application's call site under a statically linked cudart |
+//! | [`malloc`] | recording the program's malloc-family allocations at or above a threshold |
+//! | `unwind` | call stacks of the application, captured in allocation hooks |
 //! | [`elf`] | which functions the executable defines (its own `free`, a static cudart) |
 //! | `hooks` | what every intercepted call does |
 //! | `exports` | the exported symbols (thin: a trampoline or a call into `hooks`) |
@@ -151,6 +171,7 @@ pub mod elf;
 mod flush;
 mod guard;
 mod hooks;
+pub mod malloc;
 mod pinning;
 pub mod promote;
 pub mod real;
@@ -159,6 +180,7 @@ pub mod ring;
 mod stack;
 mod state;
 mod stats;
+mod unwind;
 pub mod variants;
 
 #[cfg(not(test))]

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use pinwise_alloc::callsite::SiteResolver;
 use pinwise_core::{
-    Event, EventKind, HistoryConfig, HostState, MemHistory, ModuleTable, ProbeKind, Site,
+    Event, EventKind, Frame, HistoryConfig, HostState, MemHistory, ModuleTable, ProbeKind, Site,
+    StackId, StackTable,
 };
 
 use crate::guard;
@@ -77,7 +78,11 @@ fn thread_ring() -> (Option<&'static Ring<Raw>>, u32) {
 fn claim_thread_ring(generation: u64) -> (Option<&'static Ring<Raw>>, u32) {
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::gettid() } as u32;
-    let ring = RINGS.claim();
+    // Claiming may allocate a ring: pinwise's own allocation, not the program's.
+    let ring = {
+        let _inside = guard::Inside::enter();
+        RINGS.claim()
+    };
     let ptr = ring.map_or(std::ptr::null(), |r| r as *const Ring<Raw>);
     guard::with(|t| {
         t.ring.set(ptr as *const ());
@@ -131,6 +136,13 @@ pub struct Tally {
 pub struct Recorder {
     pid: u32,
     resolver: SiteResolver,
+    stacks: Arc<StackTable>,
+    /// Names Python frames (caching each code object's strings).
+    python: Mutex<pinwise_pyframes::Resolver>,
+    /// The module of the Python interpreter, once found in the module table; and how
+    /// many times it was looked for (a few at most: it needs file-system calls).
+    interpreter_module: std::sync::OnceLock<pinwise_core::ModuleId>,
+    interpreter_lookups: std::sync::atomic::AtomicU32,
     history: Mutex<MemHistory>,
     collector: Mutex<Collector>,
     finished: AtomicBool,
@@ -141,10 +153,19 @@ pub struct Recorder {
 impl Recorder {
     /// A recorder for process `pid` whose sites intern into `modules`.
     pub fn new(pid: u32, modules: Arc<ModuleTable>) -> Recorder {
+        let stacks = StackTable::shared();
         Recorder {
             pid,
             resolver: SiteResolver::new(modules.clone()),
-            history: Mutex::new(MemHistory::with_modules(HistoryConfig::default(), modules)),
+            stacks: stacks.clone(),
+            python: Mutex::new(pinwise_pyframes::Resolver::new()),
+            interpreter_module: std::sync::OnceLock::new(),
+            interpreter_lookups: std::sync::atomic::AtomicU32::new(0),
+            history: Mutex::new(MemHistory::with_tables(
+                HistoryConfig::default(),
+                modules,
+                stacks,
+            )),
             collector: Mutex::new(Collector {
                 pending: Vec::with_capacity(RING_CAP),
                 ready: Vec::with_capacity(RING_CAP),
@@ -160,6 +181,65 @@ impl Recorder {
     /// The site of return address `caller`.
     pub fn resolve(&self, caller: usize) -> Site {
         self.resolver.resolve(caller)
+    }
+
+    /// The call stack of this thread from the application's call site `from` (a return
+    /// address) outward, interned; `None` when stacks are off or nothing was found.
+    /// Allocates (under [`guard::Inside`], so pinwise's own allocations are not recorded).
+    pub fn stack_from(&self, from: usize) -> Option<StackId> {
+        if !crate::malloc::stacks_enabled() || from == 0 {
+            return None;
+        }
+        let _inside = guard::Inside::enter();
+        let ips = crate::unwind::capture_from(from);
+        let native: Vec<Site> = ips
+            .as_slice()
+            .iter()
+            .map(|&ip| self.resolver.resolve(ip))
+            .collect();
+        let python = self.python_frames();
+        let interpreter = if python.is_empty() {
+            None
+        } else {
+            self.interpreter_module()
+        };
+        let frames = merge_frames(native, python, |m| interpreter.map(|i| i == m));
+        self.stacks.intern(&frames)
+    }
+
+    /// The module table's id of the file that holds the Python interpreter.
+    fn interpreter_module(&self) -> Option<pinwise_core::ModuleId> {
+        if let Some(m) = self.interpreter_module.get() {
+            return Some(*m);
+        }
+        if self.interpreter_lookups.fetch_add(1, Ordering::Relaxed) >= 4 {
+            return None;
+        }
+        let object = pinwise_pyframes::detected()?.object().to_owned();
+        let modules = self.resolver.modules().snapshot();
+        let i = modules.iter().position(|m| same_file(&m.path, &object))?;
+        let id = pinwise_core::ModuleId(i as u32);
+        Some(*self.interpreter_module.get_or_init(|| id))
+    }
+
+    /// This thread's Python frames, innermost first (none when the process runs no
+    /// CPython 3.10-3.13 the library detected when it was loaded, or this thread runs no
+    /// Python). Read from the interpreter's memory, resolved at once (a captured code
+    /// object could be freed later).
+    fn python_frames(&self) -> Vec<pinwise_core::PyFrame> {
+        if pinwise_pyframes::detected().is_none() {
+            return Vec::new();
+        }
+        let mut raw = pinwise_pyframes::RawStack::new();
+        if !pinwise_pyframes::capture(&mut raw) {
+            return Vec::new();
+        }
+        self.python
+            .lock()
+            .resolve_stack(&raw)
+            .into_iter()
+            .map(|f| pinwise_core::PyFrame::new(&f.file, f.line, &f.function))
+            .collect()
     }
 
     /// Announces an event of this thread and takes its timestamp. Until the matching
@@ -179,6 +259,19 @@ impl Recorder {
     /// return address `caller` (resolved later; 0: none).
     #[inline]
     pub fn record(&self, stamp: Stamp, kind: EventKind, site: Option<Site>, caller: usize) {
+        self.record_with_stack(stamp, kind, site, caller, None)
+    }
+
+    /// [`Recorder::record`], with the event's call stack (see [`Recorder::stack_from`]).
+    #[inline]
+    pub fn record_with_stack(
+        &self,
+        stamp: Stamp,
+        kind: EventKind,
+        site: Option<Site>,
+        caller: usize,
+        stack: Option<StackId>,
+    ) {
         let mut event = Event::new(
             stamp.ts,
             self.pid,
@@ -187,6 +280,7 @@ impl Recorder {
             kind,
         );
         event.site = site;
+        event.stack = stack;
         let raw = Raw { event, caller };
         if self.finished.load(Ordering::Relaxed) {
             self.lost_after_finish.fetch_add(1, Ordering::Relaxed);
@@ -313,10 +407,84 @@ impl Recorder {
     }
 }
 
+/// Whether two paths name the same file (the loader's path of a module and the path the
+/// Python detection found may differ by symbolic links).
+fn same_file(a: &str, b: &str) -> bool {
+    a == b
+        || match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+            (Ok(x), Ok(y)) => x == y,
+            _ => false,
+        }
+}
+
+/// One stack from the native frames and the Python frames of the same moment, innermost
+/// first: the native frames down to (not including) the first one in the interpreter
+/// (`in_interpreter` says of a module; `None`: unknown), then the Python frames; at most
+/// [`pinwise_core::stack::MAX_FRAMES`], of which up to 16 are kept for Python frames.
+pub(crate) fn merge_frames(
+    native: Vec<Site>,
+    python: Vec<pinwise_core::PyFrame>,
+    in_interpreter: impl Fn(pinwise_core::ModuleId) -> Option<bool>,
+) -> Vec<Frame> {
+    use pinwise_core::stack::MAX_FRAMES;
+    if python.is_empty() {
+        return native.into_iter().map(Frame::Native).collect();
+    }
+    let mut native: Vec<Site> = native
+        .into_iter()
+        .take_while(|s| in_interpreter(s.module) != Some(true))
+        .collect();
+    native.truncate(MAX_FRAMES - python.len().min(MAX_FRAMES / 2));
+    let room = MAX_FRAMES - native.len();
+    native
+        .into_iter()
+        .map(Frame::Native)
+        .chain(python.into_iter().take(room).map(Frame::Python))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicU8;
+
+    #[test]
+    fn python_frames_replace_the_interpreters_native_frames_and_keep_room() {
+        use pinwise_core::{ModuleId, PyFrame};
+        let site = |m: u32, o: u64| Site {
+            module: ModuleId(m),
+            offset: o,
+        };
+        // Module 2 is the interpreter.
+        let interp = |m: ModuleId| Some(m.0 == 2);
+        let py = |n: usize| -> Vec<PyFrame> {
+            (0..n)
+                .map(|i| PyFrame::new("t.py", i as u32 + 1, "f"))
+                .collect()
+        };
+        let native = vec![site(1, 1), site(1, 2), site(2, 3), site(2, 4), site(1, 5)];
+        let m = merge_frames(native.clone(), py(2), interp);
+        assert_eq!(
+            m,
+            vec![
+                Frame::Native(site(1, 1)),
+                Frame::Native(site(1, 2)),
+                Frame::Python(PyFrame::new("t.py", 1, "f")),
+                Frame::Python(PyFrame::new("t.py", 2, "f")),
+            ]
+        );
+        // No Python frames: the native stack as it is.
+        assert_eq!(merge_frames(native, Vec::new(), interp).len(), 5);
+        // A deep native stack leaves room for up to 16 Python frames.
+        let deep: Vec<Site> = (0..40).map(|i| site(1, i)).collect();
+        let m = merge_frames(deep, py(20), interp);
+        assert_eq!(m.len(), pinwise_core::stack::MAX_FRAMES);
+        assert_eq!(
+            m.iter().filter(|f| matches!(f, Frame::Python(_))).count(),
+            16
+        );
+        assert_eq!(m[0], Frame::Native(site(1, 0)));
+    }
 
     /// What `thread_ring` answered in a thread-local destructor that ran after the ring
     /// was released: 1 a ring, 2 none.

@@ -422,9 +422,13 @@ impl State {
     /// the dump signal (the process goes on).
     pub fn write_outputs(&self, snapshot: bool) {
         let events = self.recorder.with_history(|h| h.stats().events_ingested);
-        if !self.top_process && events == 0 {
-            return; // a child that never used CUDA: nothing to say
+        if !self.top_process && !self.cuda_seen() {
+            // A child that never used CUDA (its malloc-family allocations alone are
+            // nothing to say).
+            return;
         }
+        self.recorder
+            .with_history(|h| h.set_source_stats(crate::malloc::source_stats()));
         let mut stats = self.stats.process_stats(&self.recorder.tally());
         stats.pid = self.pid;
         stats.top_process = self.top_process;
@@ -494,6 +498,15 @@ impl State {
             profile = ?stats.profile.path,
             "pinwise-preload outputs written"
         );
+    }
+
+    /// Whether this process made a CUDA host-memory call pinwise saw (an allocation,
+    /// registration or free of pinned memory, or a copy).
+    fn cuda_seen(&self) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        let s = &self.stats;
+        s.host_allocs.load(Relaxed) + s.registrations.load(Relaxed) + s.host_frees.load(Relaxed) > 0
+            || self.recorder.tally().transfers.iter().sum::<u64>() > 0
     }
 
     /// `path` for this process: itself for the process `pinwise run` started, else

@@ -203,13 +203,19 @@ fn without_driver_hooks_the_runtime_level_records_the_same_history() {
         let hist = s.path("runtime-only.json");
         let sum = s.path("runtime-only-summary.json");
         let mut c = s.libs.command(pinwise());
-        c.args(["run", "-o", hist.to_str().unwrap(), "--stats-json"])
-            .arg(&sum)
-            .arg("--")
-            .arg(&exe)
-            .current_dir(s.dir.path())
-            .env_remove("LD_PRELOAD")
-            .env("PINWISE_DRIVER_HOOKS", value);
+        c.args([
+            "run",
+            "--no-malloc-hooks",
+            "-o",
+            hist.to_str().unwrap(),
+            "--stats-json",
+        ])
+        .arg(&sum)
+        .arg("--")
+        .arg(&exe)
+        .current_dir(s.dir.path())
+        .env_remove("LD_PRELOAD")
+        .env("PINWISE_DRIVER_HOOKS", value);
         let out = c.output().unwrap();
         assert_ok(&out, "runtime hooks only");
         assert_same_stdout(&out, &plain, "runtime hooks only");

@@ -5,7 +5,9 @@
 
 use pinwise_core::history::{AllocKind, AllocationView, Recorded, TransferCounters};
 use pinwise_core::policy::{PinRequest, PredictedTransfers};
-use pinwise_core::{CostModel, Direction, MemHistory, ModuleTable, PinMethod, Policy};
+use std::collections::{BTreeSet, HashMap};
+
+use pinwise_core::{CostModel, Direction, MemHistory, ModuleTable, PinMethod, Policy, Site};
 
 use crate::budget;
 use crate::health::{provenance, source_health};
@@ -60,7 +62,7 @@ pub fn build_report(
 ) -> Report {
     let policy = Policy::new(cost.clone());
     let modules = history.modules();
-    let mut names = SiteNames::new(resolver);
+    let mut names = SiteNames::with_stored(resolver, history.symbols().clone());
     let (origin, span) = trace_span(history);
 
     // The pass runs on every core; then core's summary and per-site aggregates read the
@@ -89,8 +91,11 @@ pub fn build_report(
 
     progress.stage("ranking call sites");
     let row = |v: &AllocationView<'_>, names: &mut SiteNames<'_>| {
-        allocation_row(v, names, &modules, &policy, options.pin_method, origin)
+        let mut row = allocation_row(v, names, &modules, &policy, options.pin_method, origin);
+        (row.user_frame, row.stack) = stack_labels(history, v);
+        row
     };
+    let site_frames = site_user_frames(history);
     let hotspots: Vec<AllocationRow> = history
         .hotspots(options.top)
         .iter()
@@ -113,6 +118,11 @@ pub fn build_report(
         .iter()
         .take(options.top)
         .map(|a| SiteRow {
+            user_frame: site_frames
+                .get(&a.site)
+                .filter(|f| f.len() == 1)
+                .and_then(|f| f.iter().next().cloned()),
+            user_frames: site_frames.get(&a.site).map_or(0, |f| f.len() as u64),
             site: names.site(&modules, a.site),
             allocations: a.allocations,
             implicit_records: a.implicit_records,
@@ -193,6 +203,37 @@ pub fn build_report(
     }
 }
 
+/// An allocation's user frame and whole stack, named (see [`AllocationRow::stack`]).
+pub fn stack_labels(history: &MemHistory, v: &AllocationView<'_>) -> (Option<String>, Vec<String>) {
+    let Some(stack) = v.stack() else {
+        return (None, Vec::new());
+    };
+    let user = history
+        .user_frame(&stack)
+        .map(|i| history.frame_label(&stack[i]));
+    (user, stack.iter().map(|f| history.frame_label(f)).collect())
+}
+
+/// Per call site, the distinct user frames of its allocations' stacks.
+fn site_user_frames(history: &MemHistory) -> HashMap<Site, BTreeSet<String>> {
+    let mut by_stack: HashMap<pinwise_core::StackId, Option<String>> = HashMap::new();
+    let mut out: HashMap<Site, BTreeSet<String>> = HashMap::new();
+    for v in history.allocations() {
+        let Some(id) = v.stack_id() else {
+            continue;
+        };
+        let label = by_stack.entry(id).or_insert_with(|| {
+            let stack = history.stack(id)?;
+            let i = history.user_frame(&stack)?;
+            Some(history.frame_label(&stack[i]))
+        });
+        if let Some(label) = label {
+            out.entry(v.site()).or_default().insert(label.clone());
+        }
+    }
+    out
+}
+
 /// The first event of the trace and the time from it to the last (or to the last exit).
 pub fn trace_span(history: &MemHistory) -> (u64, u64) {
     let origin = history
@@ -260,6 +301,8 @@ fn allocation_row(
         pinning_pays: decision.pin,
         reason: decision.reason.to_string(),
         net_saving_ns: decision.net_ns(),
+        user_frame: None,
+        stack: Vec::new(),
     }
 }
 

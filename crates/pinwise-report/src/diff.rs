@@ -338,6 +338,31 @@ fn decide(policy: &Policy, e: &ProfileEntry, method: PinMethod) -> Decision {
     })
 }
 
+/// A site of the profiles named: from the names a profile stored (`a`'s first), else
+/// through the resolver.
+fn profile_label(
+    names: &mut SiteNames<'_>,
+    a: &Profile,
+    b: &Profile,
+    key: &str,
+    path: &str,
+    offset: u64,
+) -> crate::sites::SiteLabel {
+    match a.symbol(key, offset).or_else(|| b.symbol(key, offset)) {
+        Some(s) => crate::sites::SiteLabel {
+            module_key: key.to_owned(),
+            module_path: path.to_owned(),
+            offset,
+            location: Some(crate::sites::SourceLocation {
+                function: s.function.clone(),
+                file: s.file.clone(),
+                line: s.line,
+            }),
+        },
+        None => names.profile_site(key, path, offset),
+    }
+}
+
 /// Compares `a` (the reference) with `b`.
 #[allow(clippy::too_many_arguments)]
 pub fn diff(
@@ -350,6 +375,7 @@ pub fn diff(
     resolver: &mut dyn SiteResolver,
 ) -> DiffReport {
     let mut names = SiteNames::new(resolver);
+    let (a_profile, b_profile) = (a, b);
     let ia = Indexed::new(a);
     let ib = Indexed::new(b);
     let t = options.threshold;
@@ -427,7 +453,7 @@ pub fn diff(
                 ib.path_of(&key)
             };
             SiteDiff {
-                site: names.profile_site(&key, &path, offset),
+                site: profile_label(&mut names, a_profile, b_profile, &key, &path, offset),
                 changes,
                 a,
                 b,
@@ -512,7 +538,7 @@ pub fn diff(
             ib.path_of(&k.0)
         };
         TagChange {
-            site: names.profile_site(&k.0, &path, k.1),
+            site: profile_label(&mut names, a_profile, b_profile, &k.0, &path, k.1),
             call_no: k.2,
             size_a: ea.map(|e| e.size),
             size_b: eb.map(|e| e.size),

@@ -442,11 +442,16 @@ fn allocation_table(h: &mut String, rows: &[AllocationRow], empty: &str) {
                 escape(&format!("no: {}", a.reason))
             )
         };
+        // The user frame in the cell; the call site and the whole stack in its tooltip.
+        let mut tip = format!("call site: {}", a.site.long());
+        for (i, f) in a.stack.iter().enumerate() {
+            tip.push_str(&format!("\n#{i} {f}"));
+        }
         let _ = writeln!(
             h,
             "<tr><td class=\"l site\" title=\"{}\">{}</td>{}{}{}{}{}{}{}{}{}{}{pays}</tr>",
-            escape(&a.site.long()),
-            escape(&a.site.short()),
+            escape(&tip),
+            escape(a.user_frame.as_deref().unwrap_or(&a.site.short())),
             num(
                 if a.call_no > 0 {
                     a.call_no.to_string()
@@ -510,7 +515,11 @@ fn sites(h: &mut String, r: &Report) {
         let _ = writeln!(
             h,
             "<tr><td class=\"l site\" title=\"{}\">{}</td>{}{}{}{}{}{}{}{}</tr>",
-            escape(&s.site.long()),
+            escape(&match (&s.user_frame, s.user_frames) {
+                (Some(f), _) => format!("{}\nallocations made from {f}", s.site.long()),
+                (None, n) if n > 1 => format!("{}\nreached from {n} call paths", s.site.long()),
+                _ => s.site.long(),
+            }),
             escape(&s.site.short()),
             num(count(s.allocations), s.allocations as f64),
             num(count(s.implicit_records), s.implicit_records as f64),

@@ -139,6 +139,11 @@ pub struct AllocationRow {
     pub reason: String,
     /// Transfer time pinning saves minus its cost, ns.
     pub net_saving_ns: f64,
+    /// The frame of its stack a reader can change (see [`pinwise_core::stack::user_frame`]),
+    /// named; `None` when the source captured no stack.
+    pub user_frame: Option<String>,
+    /// Its whole stack, innermost first, each frame named (empty: none captured).
+    pub stack: Vec<String>,
 }
 
 /// One call site in a table.
@@ -162,6 +167,11 @@ pub struct SiteRow {
     pub max_size: u64,
     /// Highest call number.
     pub max_call_no: u32,
+    /// The user frame of the site's allocations when they share one; `None` when no
+    /// stack was captured there.
+    pub user_frame: Option<String>,
+    /// How many different user frames the site's allocations have (their call paths).
+    pub user_frames: u64,
 }
 
 /// Pinned memory that did not pay back its pinning.

@@ -119,7 +119,7 @@ pub fn write_trace(
     out: &mut dyn Write,
 ) -> std::io::Result<ExportSummary> {
     let modules = history.modules();
-    let mut names = SiteNames::new(resolver);
+    let mut names = SiteNames::with_stored(resolver, history.symbols().clone());
     let (origin, span) = trace_span(history);
     let processes: Vec<_> = history.processes().copied().collect();
     let process_end = |index: u32| {
@@ -241,6 +241,7 @@ pub fn write_trace(
         allocation(
             &mut w,
             &mut summary,
+            history,
             &v,
             &mut names,
             &modules,
@@ -320,6 +321,7 @@ fn kind_label(kind: AllocKind) -> &'static str {
 fn allocation(
     w: &mut EventWriter<'_>,
     summary: &mut ExportSummary,
+    history: &MemHistory,
     v: &AllocationView<'_>,
     names: &mut SiteNames<'_>,
     modules: &pinwise_core::ModuleTable,
@@ -333,6 +335,7 @@ fn allocation(
     let tag = v.tag();
     let site = names.site(modules, v.site());
     let counters = v.counters();
+    let (user_frame, stack) = crate::analysis::stack_labels(history, v);
     let name = if tag.call_no > 0 {
         format!(
             "{} {} #{}",
@@ -370,6 +373,8 @@ fn allocation(
             "pageable_bytes": counters.pageable_bytes(),
             "end_seen": v.end_ts_ns().is_some(),
             "events_dropped": v.events_dropped(),
+            "user_frame": user_frame,
+            "stack": stack,
         })),
     })?;
     summary.allocations += 1;

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use pinwise_core::{ModuleIdentity, ModuleTable, Site};
+use pinwise_core::{ModuleIdentity, ModuleTable, Site, SymbolTable};
 
 /// Where a call site is in the source.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -128,23 +128,44 @@ impl SiteLabel {
     }
 }
 
-/// Names sites with a resolver, once each (resolving can mean parsing DWARF).
+/// Names sites with the names a history stored, else with a resolver, once each
+/// (resolving can mean parsing DWARF).
 pub struct SiteNames<'r> {
     resolver: &'r mut dyn SiteResolver,
     cache: HashMap<(String, u64), SiteLabel>,
+    stored: SymbolTable,
 }
 
 impl<'r> SiteNames<'r> {
     /// Names through `resolver`.
     pub fn new(resolver: &'r mut dyn SiteResolver) -> Self {
+        Self::with_stored(resolver, SymbolTable::new())
+    }
+
+    /// Names from `stored` (a history's [`MemHistory::symbols`](pinwise_core::MemHistory::symbols),
+    /// which [`SiteNames::site`] is then used with), else through `resolver`.
+    pub fn with_stored(resolver: &'r mut dyn SiteResolver, stored: SymbolTable) -> Self {
         SiteNames {
             resolver,
             cache: HashMap::new(),
+            stored,
         }
     }
 
     /// The label of a site of a history whose modules are `modules`.
     pub fn site(&mut self, modules: &ModuleTable, site: Site) -> SiteLabel {
+        if let (Some(sym), Some(identity)) = (self.stored.get(&site), modules.get(site.module)) {
+            return SiteLabel {
+                module_key: identity.key(),
+                module_path: identity.path.clone(),
+                offset: site.offset,
+                location: Some(SourceLocation {
+                    function: sym.function.clone(),
+                    file: sym.file.clone(),
+                    line: sym.line,
+                }),
+            };
+        }
         match modules.get(site.module) {
             Some(identity) if site.module != pinwise_core::ModuleId::UNKNOWN => {
                 self.module_offset(&identity, site.offset)

@@ -118,8 +118,20 @@ fn section(out: &mut String, title: &str) {
     let _ = writeln!(out, "{title}");
 }
 
+/// How much the text report shows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TextOptions {
+    /// Each allocation's whole stack under its row (else its user frame only).
+    pub stacks: bool,
+}
+
 /// The text report.
 pub fn render(report: &Report) -> String {
+    render_with(report, TextOptions::default())
+}
+
+/// The text report, showing what `options` asks for.
+pub fn render_with(report: &Report, options: TextOptions) -> String {
     let mut out = String::new();
     header(&mut out, report);
     directions(&mut out, report);
@@ -129,12 +141,14 @@ pub fn render(report: &Report) -> String {
         "HOTSPOTS: the allocations with the most transfers",
         &report.hotspots,
         "no allocation was transferred",
+        options,
     );
     allocations(
         &mut out,
         "COLDSPOTS: the allocations with the fewest transfers (largest first)",
         &report.coldspots,
         "no allocation recorded",
+        options,
     );
     sites(&mut out, report);
     pinned_for_nothing(&mut out, report);
@@ -360,14 +374,35 @@ fn budget(out: &mut String, r: &Report) {
     let _ = writeln!(out, "{}", wrap(&budget_sentence(r), 0));
 }
 
-fn allocations(out: &mut String, title: &str, rows: &[AllocationRow], empty: &str) {
+/// Where an allocation was made, for its table cell: its user frame when its stack is
+/// known, else its call site.
+fn where_made(a: &AllocationRow, width: usize) -> String {
+    match &a.user_frame {
+        Some(f) => fit_frame(f, width),
+        None => a.site.short_fit(width),
+    }
+}
+
+/// A frame label in `width` characters: a Python frame (`file.py:12 in function`) keeps
+/// its end (the function and line), a native one its beginning (the function).
+fn fit_frame(label: &str, width: usize) -> String {
+    crate::units::fit(label, width, label.contains(".py:"))
+}
+
+fn allocations(
+    out: &mut String,
+    title: &str,
+    rows: &[AllocationRow],
+    empty: &str,
+    options: TextOptions,
+) {
     section(out, title);
     if rows.is_empty() {
         let _ = writeln!(out, "({empty})");
         return;
     }
     let t = Table::new(&[
-        ("call site", 34, Align::Left),
+        ("allocated at", 34, Align::Left),
         ("call#", 6, Align::Right),
         ("size", 9, Align::Right),
         ("kind", 8, Align::Left),
@@ -382,7 +417,7 @@ fn allocations(out: &mut String, title: &str, rows: &[AllocationRow], empty: &st
             out,
             "{}",
             t.row(&[
-                a.site.short_fit(34),
+                where_made(a, 34),
                 if a.call_no > 0 {
                     a.call_no.to_string()
                 } else {
@@ -404,6 +439,23 @@ fn allocations(out: &mut String, title: &str, rows: &[AllocationRow], empty: &st
                 },
             ])
         );
+        if options.stacks {
+            let _ = writeln!(out, "    call site: {}", a.site.long());
+            for (i, f) in a.stack.iter().enumerate() {
+                let mark = if a.user_frame.as_deref() == Some(f.as_str()) {
+                    '>'
+                } else {
+                    ' '
+                };
+                let _ = writeln!(out, "   {mark}#{i} {f}");
+            }
+        }
+    }
+    if rows.iter().any(|a| a.user_frame.is_some()) && !options.stacks {
+        let _ = writeln!(
+            out,
+            "(allocated at: the first frame outside CUDA, frameworks and runtimes; --stacks: whole stacks)"
+        );
     }
 }
 
@@ -414,7 +466,7 @@ fn sites(out: &mut String, r: &Report) {
         return;
     }
     let t = Table::new(&[
-        ("call site", 32, Align::Left),
+        ("allocated at", 32, Align::Left),
         ("allocs", 9, Align::Right),
         ("xfers", 10, Align::Right),
         ("bytes", 9, Align::Right),
@@ -440,7 +492,15 @@ fn sites(out: &mut String, r: &Report) {
             out,
             "{}",
             t.row(&[
-                s.site.short_fit(32),
+                match (&s.user_frame, s.user_frames) {
+                    (Some(f), _) if *f != s.site.short() => fit_frame(f, 32),
+                    (None, n) if n > 1 => crate::units::fit(
+                        &format!("{} ({n} call paths)", s.site.short()),
+                        32,
+                        false,
+                    ),
+                    _ => s.site.short_fit(32),
+                },
                 allocs,
                 count(s.transfers),
                 bytes(s.bytes),

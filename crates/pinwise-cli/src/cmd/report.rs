@@ -73,6 +73,10 @@ pub struct ReportArgs {
     #[arg(long)]
     pub no_symbols: bool,
 
+    /// Show each allocation's whole call stack (native and Python frames) under its row.
+    #[arg(long)]
+    pub stacks: bool,
+
     /// No progress bar (it shows on a terminal only, when reading takes long).
     #[arg(long)]
     pub quiet: bool,
@@ -158,7 +162,14 @@ pub fn run(args: ReportArgs) -> Result<ExitCode> {
         serde_json::to_writer_pretty(&mut stdout, &report).context("writing the JSON report")?;
         writeln!(stdout)?;
     } else {
-        write!(stdout, "{}", pinwise_report::text::render(&report))?;
+        let options = pinwise_report::text::TextOptions {
+            stacks: args.stacks,
+        };
+        write!(
+            stdout,
+            "{}",
+            pinwise_report::text::render_with(&report, options)
+        )?;
     }
     stdout.flush()?;
     if let Some(path) = &args.html {
@@ -202,6 +213,7 @@ pub(crate) mod tests {
             capture: 0.9,
             pin_method: PinMethodArg::Register,
             no_symbols: true,
+            stacks: false,
             quiet: true,
         }
     }

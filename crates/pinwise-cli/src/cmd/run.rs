@@ -88,6 +88,25 @@ pub struct RunArgs {
     #[arg(long)]
     pub no_promote: bool,
 
+    /// Record malloc-family allocations of at least this size (`64K`, `1M`, `4096`) as
+    /// pageable allocations with their call site and stack.
+    #[arg(long, value_name = "SIZE", default_value = "64K")]
+    pub min_tracked: String,
+
+    /// Do not record malloc-family allocations (copies into them get implicit
+    /// "untracked" records, as before).
+    #[arg(long)]
+    pub no_malloc_hooks: bool,
+
+    /// Record allocations with their call site only, without call stacks.
+    #[arg(long)]
+    pub no_stacks: bool,
+
+    /// Do not store function names in the history when the program ends (reports then
+    /// name sites only where the binaries can still be read).
+    #[arg(long)]
+    pub no_symbols: bool,
+
     /// Also write the summary as JSON (per process and totals).
     #[arg(long, value_name = "FILE")]
     pub stats_json: Option<PathBuf>,
@@ -168,6 +187,12 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     if let Some(b) = &args.budget {
         pinwise_alloc::budget::parse_size(b).map_err(|e| anyhow::anyhow!("--budget: {e}"))?;
     }
+    if pinwise_alloc::budget::parse_size(&args.min_tracked)
+        .map_err(|e| anyhow::anyhow!("--min-tracked: {e}"))?
+        == 0
+    {
+        bail!("--min-tracked: the size must be at least 1 byte (--no-malloc-hooks turns tracking off)");
+    }
     let history = args.output.as_deref().map(absolute);
     // Every output is checked before the program starts.
     if let Some(sig) = &args.dump_signal {
@@ -239,6 +264,13 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         "PINWISE_PROMOTE_PAGEABLE",
         if args.no_promote { "0" } else { "1" },
     );
+    command
+        .env("PINWISE_MIN_TRACKED", &args.min_tracked)
+        .env(
+            "PINWISE_MALLOC_HOOKS",
+            if args.no_malloc_hooks { "0" } else { "1" },
+        )
+        .env("PINWISE_STACKS", if args.no_stacks { "0" } else { "1" });
 
     super::supervise::die_with_parent(&mut command);
     let started = Instant::now();
@@ -261,6 +293,20 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         profile.as_deref(),
         args.mode,
     );
+    if !args.no_symbols {
+        for p in &processes {
+            if let (Some(path), true) = (&p.history.path, p.history.written) {
+                let profile = p
+                    .profile
+                    .path
+                    .as_deref()
+                    .filter(|_| p.profile.written && args.mode == ModeArg::Profile);
+                if let Err(e) = store_symbols(Path::new(path), profile.map(Path::new)) {
+                    eprintln!("pinwise: names not stored in {path}: {e:#}");
+                }
+            }
+        }
+    }
     let how = match (status.code(), status.signal()) {
         (Some(c), _) => format!("exited with status {c}"),
         (None, Some(s)) => format!("was killed by signal {s}"),
@@ -430,6 +476,43 @@ impl Drop for StatsDir {
     }
 }
 
+/// Stores in the history at `path` the names of the call sites it refers to (resolved now,
+/// while the program's files are still there), so that reports made elsewhere name them;
+/// and in the profile the same run wrote, the names of its sites (for `pinwise diff`).
+fn store_symbols(path: &Path, profile: Option<&Path>) -> Result<()> {
+    let mut history = pinwise_core::load_history(path)?;
+    let symbolizer = pinwise_trace::Symbolizer::new();
+    let named = history.symbolize_with(|module, offsets| {
+        offsets
+            .iter()
+            .map(|&offset| {
+                symbolizer
+                    .symbolize(module, offset)
+                    .map(|s| pinwise_core::Symbol {
+                        function: s.function,
+                        file: s.file,
+                        line: s.line,
+                    })
+            })
+            .collect()
+    });
+    tracing::info!(named, path = %path.display(), "call-site names stored");
+    pinwise_core::save_history(&history, path, pinwise_core::DumpFormat::from_path(path))?;
+    if let Some(profile_path) = profile {
+        let mut p = pinwise_core::Profile::load(profile_path)?;
+        p.add_symbols(&history);
+        p.save(profile_path)?;
+    }
+    Ok(())
+}
+
+/// Whether a process made CUDA host-memory calls (its malloc-family allocations alone do
+/// not count).
+fn used_cuda(p: &ProcessStats) -> bool {
+    let t = &p.transfers;
+    p.host_allocs + p.registrations + p.host_frees + t.HtoD.count + t.DtoH.count + t.HtoH.count > 0
+}
+
 /// When the started process used no CUDA (a shell, a launcher) and exactly one other process
 /// did, that process's history and profile become the main ones.
 fn adopt_single_child_outputs(
@@ -438,12 +521,12 @@ fn adopt_single_child_outputs(
     profile: Option<&Path>,
     mode: ModeArg,
 ) {
-    let top_idle = processes.iter().any(|p| p.top_process && p.events == 0)
+    let top_idle = processes.iter().any(|p| p.top_process && !used_cuda(p))
         || !processes.iter().any(|p| p.top_process);
     let busy: Vec<usize> = processes
         .iter()
         .enumerate()
-        .filter(|(_, p)| !p.top_process && p.events > 0)
+        .filter(|(_, p)| !p.top_process && used_cuda(p))
         .map(|(i, _)| i)
         .collect();
     if !top_idle || busy.len() != 1 {
@@ -671,7 +754,8 @@ pub fn summary_lines(ps: &[ProcessStats]) -> Vec<String> {
             busiest.hook_samples
         ));
     }
-    if t.wrapped == 0 && t.events == 0 {
+    // Events alone may be malloc-family allocations: CUDA calls are what count here.
+    if t.wrapped == 0 && !ps.iter().any(used_cuda) {
         lines.push(
             "no CUDA host-memory call was seen (the program did not use CUDA, or reached the \
              driver some way pinwise does not intercept)"
@@ -701,7 +785,7 @@ pub fn summary_lines(ps: &[ProcessStats]) -> Vec<String> {
             ));
         }
         if let Some(why) = &p.allocator_unavailable {
-            if p.host_allocs > 0 || p.events > 0 {
+            if used_cuda(p) {
                 lines.push(format!("{who}the allocator did not run: {why}"));
             }
         }

@@ -20,11 +20,21 @@
 //!   the history encodes them (see `history::codec`).
 //! - **3 STATS**: the history's stats (fixed order) and the source stats (count; name
 //!   length, name, value).
+//! - **4 STACKS** (version 2): stacks added since the previous STACKS frame (first index,
+//!   count, entries). A stack: frame count, then per frame a tag, 0 for a native frame
+//!   (module index, offset) or 1 for a Python frame (file, line, function; strings are
+//!   length and UTF-8 bytes).
+//! - **5 SYMBOLS** (version 2): names of native sites (count; module index, offset,
+//!   function, file (length + 1, 0: none; bytes), line + 1 (0: none)). Entries add to (or
+//!   replace) those of earlier SYMBOLS frames.
+//!
+//! Version 2 also writes, in each record snapshot, the record's stack (index + 1, 0: none)
+//! after its call number. Version 1 files (no stacks, no symbols) still read.
 //!
 //! A dump, and each append of a periodic dump ([`BinaryAppender`]), is one TABLES frame,
-//! one RECORDS frame (for an append: the records created since the last append and those
-//! that were live then, whose new snapshot replaces the earlier one) and one STATS frame,
-//! which closes it. A reader applies the frames in order, so a file is the complete
+//! one STACKS frame, one RECORDS frame (for an append: the records created since the last
+//! append and those that were live then, whose new snapshot replaces the earlier one), a
+//! SYMBOLS frame when the symbol table changed, and one STATS frame, which closes it. A reader applies the frames in order, so a file is the complete
 //! history as of its last append. A file cut anywhere but after a STATS frame is an error
 //! that says where (the appends before are intact; a file cut exactly between two appends
 //! reads as the history of the earlier one).
@@ -41,19 +51,26 @@ use crate::history::{
     AllocKind, AllocState, DirTotals, DirectionCounters, HistoryConfig, HistoryStats, MemHistory,
     ProcessInfo, RecordId, RecordedEvent, RestoredRecord, TransferCounters,
 };
+use crate::stack::{Frame, PyFrame, StackTable, Symbol, SymbolTable, MAX_FRAMES};
 use crate::tag::{ModuleId, ModuleIdentity, ModuleTable, Site};
 use crate::varint::{self, ByteSource, SliceSource, VarintError};
 
 /// The first 8 bytes of a binary history.
 pub const BINARY_MAGIC: [u8; 8] = [0x89, b'P', b'W', b'H', b'\r', b'\n', 0x1a, b'\n'];
-/// The binary format version this build writes and reads.
-pub const BINARY_VERSION: u32 = 1;
+/// The binary format version this build writes (it reads this one and version 1).
+pub const BINARY_VERSION: u32 = 2;
+/// The oldest binary format version this build reads.
+pub const BINARY_MIN_VERSION: u32 = 1;
 
 const HEADER_LEN: usize = 16;
 const FRAME_HEADER_LEN: usize = 12;
 const FRAME_TABLES: u8 = 1;
 const FRAME_RECORDS: u8 = 2;
 const FRAME_STATS: u8 = 3;
+const FRAME_STACKS: u8 = 4;
+const FRAME_SYMBOLS: u8 = 5;
+const FRAME_NATIVE: u64 = 0;
+const FRAME_PYTHON: u64 = 1;
 
 /// Writes `history` as a binary dump (header and one set of frames).
 pub fn write(history: &MemHistory, w: &mut dyn Write) -> Result<(), FormatError> {
@@ -85,6 +102,8 @@ pub struct BinaryAppender {
     modules_written: usize,
     sites_written: usize,
     streams_written: usize,
+    stacks_written: usize,
+    symbols_written: usize,
     records_written: u32,
     live_at_last: Vec<u32>,
 }
@@ -96,6 +115,8 @@ impl BinaryAppender {
             modules_written: 0,
             sites_written: 0,
             streams_written: 0,
+            stacks_written: 0,
+            symbols_written: 0,
             records_written: 0,
             live_at_last: Vec::new(),
         }
@@ -132,11 +153,46 @@ impl BinaryAppender {
     }
 
     fn append_to(&mut self, history: &MemHistory, w: &mut dyn Write) -> Result<(), FormatError> {
+        // Sources may intern stacks and modules while this runs: take the stacks first,
+        // so that the modules written (taken after) cover every frame.
+        let stacks = history.stacks().since(self.stacks_written);
         let tables = self.tables_payload(history);
         write_frame(w, FRAME_TABLES, &tables)?;
+        write_frame(w, FRAME_STACKS, &self.stacks_payload(&stacks))?;
         let records = self.records_payload(history);
         write_frame(w, FRAME_RECORDS, &records)?;
+        let symbols = history.symbols();
+        if symbols.len() != self.symbols_written {
+            write_frame(w, FRAME_SYMBOLS, &symbols_payload(symbols))?;
+            self.symbols_written = symbols.len();
+        }
         write_frame(w, FRAME_STATS, &stats_payload(history))
+    }
+
+    fn stacks_payload(&mut self, stacks: &[crate::stack::Stack]) -> Vec<u8> {
+        let mut p = Payload::default();
+        p.uint(self.stacks_written as u64);
+        p.uint(stacks.len() as u64);
+        for stack in stacks {
+            p.uint(stack.len() as u64);
+            for frame in stack.iter() {
+                match frame {
+                    Frame::Native(site) => {
+                        p.uint(FRAME_NATIVE);
+                        p.uint(u64::from(site.module.0));
+                        p.uint(site.offset);
+                    }
+                    Frame::Python(py) => {
+                        p.uint(FRAME_PYTHON);
+                        p.bytes(py.file.as_bytes());
+                        p.uint(u64::from(py.line));
+                        p.bytes(py.function.as_bytes());
+                    }
+                }
+            }
+        }
+        self.stacks_written += stacks.len();
+        p.0
     }
 
     fn tables_payload(&mut self, history: &MemHistory) -> Vec<u8> {
@@ -209,6 +265,7 @@ impl BinaryAppender {
             p.uint(u64::from(v.process_index()));
             p.uint(u64::from(site_index));
             p.uint(u64::from(v.tag().call_no));
+            p.uint(v.stack_id().map_or(0, |s| s.index() as u64 + 1));
             p.uint(v.start());
             p.uint(v.size());
             let flags = kind_bits(v.kind())
@@ -231,6 +288,25 @@ impl BinaryAppender {
         self.live_at_last = history.live_record_ids();
         p.0
     }
+}
+
+fn symbols_payload(symbols: &crate::stack::SymbolTable) -> Vec<u8> {
+    let mut p = Payload::default();
+    p.uint(symbols.len() as u64);
+    for (site, sym) in symbols {
+        p.uint(u64::from(site.module.0));
+        p.uint(site.offset);
+        p.bytes(sym.function.as_bytes());
+        match &sym.file {
+            Some(f) => {
+                p.uint(f.len() as u64 + 1);
+                p.raw(f.as_bytes());
+            }
+            None => p.uint(0),
+        }
+        p.uint(sym.line.map_or(0, |l| u64::from(l) + 1));
+    }
+    p.0
 }
 
 fn stats_payload(history: &MemHistory) -> Vec<u8> {
@@ -392,6 +468,8 @@ struct RawRecord<'a> {
     process: u32,
     site: u32,
     call_no: u32,
+    /// Stack index + 1, 0 for none.
+    stack: u64,
     start: u64,
     size: u64,
     kind: AllocKind,
@@ -411,9 +489,18 @@ struct Staging<'a> {
     streams: Vec<u64>,
     processes: Vec<ProcessInfo>,
     records: Vec<RawRecord<'a>>,
+    stacks: Vec<Vec<RawFrame>>,
+    symbols: Vec<(u64, u64, Symbol)>,
     stats: HistoryStats,
     source_stats: BTreeMap<String, u64>,
     saw_tables: bool,
+    version: u32,
+}
+
+/// A stack frame as read (module as a file index).
+enum RawFrame {
+    Native(u64, u64),
+    Python(PyFrame),
 }
 
 /// What was left out of a cut binary history read by [`read_salvaging`].
@@ -460,7 +547,7 @@ fn read_frames(bytes: &[u8], salvage: bool) -> Result<(MemHistory, Option<Salvag
         )));
     }
     let version = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
-    if version != BINARY_VERSION {
+    if !(BINARY_MIN_VERSION..=BINARY_VERSION).contains(&version) {
         return Err(FormatError::new(FormatErrorKind::UnsupportedVersion {
             format: "binary history",
             found: u64::from(version),
@@ -473,7 +560,10 @@ fn read_frames(bytes: &[u8], salvage: bool) -> Result<(MemHistory, Option<Salvag
             "reserved header bytes are not zero",
         ));
     }
-    let mut staging = Staging::default();
+    let mut staging = Staging {
+        version,
+        ..Staging::default()
+    };
     let mut pos = HEADER_LEN;
     let mut frame = 0usize;
     let mut last_kind = FRAME_STATS;
@@ -526,6 +616,8 @@ fn read_frames(bytes: &[u8], salvage: bool) -> Result<(MemHistory, Option<Salvag
             FRAME_TABLES => read_tables(&mut r, &mut staging)?,
             FRAME_RECORDS => read_records(&mut r, &mut staging)?,
             FRAME_STATS => read_stats(&mut r, &mut staging)?,
+            FRAME_STACKS if version >= 2 => read_stacks(&mut r, &mut staging)?,
+            FRAME_SYMBOLS if version >= 2 => read_symbols(&mut r, &mut staging)?,
             k => {
                 return Err(FormatError::corrupt(
                     pos as u64,
@@ -693,6 +785,23 @@ fn read_records<'a>(r: &mut Reader<'a>, s: &mut Staging<'a>) -> Result<(), Forma
             ));
         }
         let call_no = r.u32("call number")?;
+        let stack = if s.version >= 2 {
+            let at = r.offset();
+            let stack = r.uint("record stack")?;
+            if stack > s.stacks.len() as u64 {
+                return Err(FormatError::corrupt(
+                    at,
+                    format!(
+                        "record {id} refers to stack {}, only {} known",
+                        stack - 1,
+                        s.stacks.len()
+                    ),
+                ));
+            }
+            stack
+        } else {
+            0
+        };
         let start = r.uint("start")?;
         let size = r.uint("size")?;
         let at = r.offset();
@@ -745,6 +854,7 @@ fn read_records<'a>(r: &mut Reader<'a>, s: &mut Staging<'a>) -> Result<(), Forma
             process,
             site,
             call_no,
+            stack,
             start,
             size,
             kind,
@@ -764,6 +874,105 @@ fn read_records<'a>(r: &mut Reader<'a>, s: &mut Staging<'a>) -> Result<(), Forma
                 ))
             }
         }
+    }
+    Ok(())
+}
+
+fn read_stacks(r: &mut Reader<'_>, s: &mut Staging<'_>) -> Result<(), FormatError> {
+    let at = r.offset();
+    let first = r.uint("first stack index")?;
+    if first != s.stacks.len() as u64 {
+        return Err(FormatError::corrupt(
+            at,
+            format!(
+                "stacks continue at index {first}, expected {}",
+                s.stacks.len()
+            ),
+        ));
+    }
+    let count = r.uint("stack count")?;
+    for _ in 0..count {
+        let at = r.offset();
+        let n = r.uint("stack length")?;
+        if n == 0 || n > MAX_FRAMES as u64 {
+            return Err(FormatError::corrupt(
+                at,
+                format!("a stack of {n} frames (1 to {MAX_FRAMES} allowed)"),
+            ));
+        }
+        let mut frames = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            let at = r.offset();
+            match r.uint("frame type")? {
+                FRAME_NATIVE => {
+                    let at = r.offset();
+                    let module = r.uint("frame module")?;
+                    if module > s.modules.len() as u64 {
+                        return Err(FormatError::corrupt(
+                            at,
+                            format!(
+                                "frame refers to module {module}, only {} known",
+                                s.modules.len() + 1
+                            ),
+                        ));
+                    }
+                    frames.push(RawFrame::Native(module, r.uint("frame offset")?));
+                }
+                FRAME_PYTHON => {
+                    let file = r.string("Python file")?;
+                    let line = r.u32("Python line")?;
+                    let function = r.string("Python function")?;
+                    frames.push(RawFrame::Python(PyFrame::new(&file, line, &function)));
+                }
+                t => return Err(FormatError::corrupt(at, format!("unknown frame type {t}"))),
+            }
+        }
+        s.stacks.push(frames);
+    }
+    Ok(())
+}
+
+fn read_symbols(r: &mut Reader<'_>, s: &mut Staging<'_>) -> Result<(), FormatError> {
+    let count = r.uint("symbol count")?;
+    for _ in 0..count {
+        let at = r.offset();
+        let module = r.uint("symbol module")?;
+        if module > s.modules.len() as u64 {
+            return Err(FormatError::corrupt(
+                at,
+                format!(
+                    "symbol refers to module {module}, only {} known",
+                    s.modules.len() + 1
+                ),
+            ));
+        }
+        let offset = r.uint("symbol offset")?;
+        let function = r.string("symbol function")?;
+        let at = r.offset();
+        let file = match r.uint("symbol file length")? {
+            0 => None,
+            n => Some(
+                String::from_utf8(r.take(n - 1, "symbol file")?.to_vec())
+                    .map_err(|_| FormatError::corrupt(at, "symbol file is not UTF-8"))?,
+            ),
+        };
+        let at = r.offset();
+        let line = match r.uint("symbol line")? {
+            0 => None,
+            n => Some(
+                u32::try_from(n - 1)
+                    .map_err(|_| FormatError::corrupt(at, "symbol line is out of range"))?,
+            ),
+        };
+        s.symbols.push((
+            module,
+            offset,
+            Symbol {
+                function,
+                file,
+                line,
+            },
+        ));
     }
     Ok(())
 }
@@ -841,7 +1050,50 @@ fn build(s: Staging<'_>, file_len: u64) -> Result<MemHistory, FormatError> {
         sites: &sites,
         streams: &s.streams,
     };
-    let mut history = MemHistory::restore(config, modules, s.processes, s.stats, s.source_stats);
+    let stacks = StackTable::shared();
+    let mut stack_ids = Vec::with_capacity(s.stacks.len());
+    for (i, raw) in s.stacks.iter().enumerate() {
+        let frames: Vec<Frame> = raw
+            .iter()
+            .map(|f| match f {
+                RawFrame::Native(m, offset) => Frame::Native(Site {
+                    module: module_ids[*m as usize],
+                    offset: *offset,
+                }),
+                RawFrame::Python(py) => Frame::Python(py.clone()),
+            })
+            .collect();
+        let id = stacks.intern(&frames).filter(|id| id.index() == i);
+        let Some(id) = id else {
+            return Err(FormatError::corrupt(
+                file_len,
+                format!("stack {i} repeats an earlier stack"),
+            ));
+        };
+        stack_ids.push(id);
+    }
+    let symbols: SymbolTable = s
+        .symbols
+        .into_iter()
+        .map(|(m, offset, sym)| {
+            (
+                Site {
+                    module: module_ids[m as usize],
+                    offset,
+                },
+                sym,
+            )
+        })
+        .collect();
+    let mut history = MemHistory::restore(
+        config,
+        modules,
+        s.processes,
+        s.stats,
+        s.source_stats,
+        stacks,
+        symbols,
+    );
     history.restore_tables(&sites, &s.streams);
     for (id, raw) in s.records.into_iter().enumerate() {
         let ctx = RecordContext {
@@ -886,6 +1138,7 @@ fn build(s: Staging<'_>, file_len: u64) -> Result<MemHistory, FormatError> {
                 pinned_seen: raw.pinned_seen,
                 capped: raw.capped,
                 events,
+                stack: raw.stack.checked_sub(1).map(|i| stack_ids[i as usize]),
             })
             .map_err(|m| FormatError::corrupt(raw.offset, format!("record {id}: {m}")))?;
     }

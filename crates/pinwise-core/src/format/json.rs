@@ -3,7 +3,7 @@
 //! The shape (checked in as `schemas/history.schema.json` and tested against it):
 //!
 //! ```text
-//! { "format": "pinwise-history", "version": 1,
+//! { "format": "pinwise-history", "version": 2,
 //!   "config": {...}, "modules": [{"key", "path", "build_id"}], "processes": [...],
 //!   "stats": {...}, "source_stats": {"name": n},
 //!   "allocations": [
@@ -15,8 +15,14 @@
 //!       "events": [ { "timestamp_ns", "type", "probe", "call_site": {"module", "offset"} | null,
 //!                     and per type: "direction", "bytes", "host", "async", "stream",
 //!                     "host_state", "reported_host_state", "flags", "start", "len",
-//!                     "pages", "addr" } ] } ] }
+//!                     "pages", "addr" } ] } ],
+//!   "stacks": [ { "frames": [ {"type": "native", "module", "offset"}
+//!                            | {"type": "python", "file", "line", "function"} ] } ],
+//!   "symbols": [ {"module", "offset", "function", "file", "line"} ] }
 //! ```
+//!
+//! Version 2 added `stacks` (innermost frame first), `symbols` and each allocation's
+//! `stack` (an index into `stacks`, or null); version 1 dumps (without them) still read.
 //!
 //! Modules are named by their identity key (`buildid:<hex>` or `path:<path>`), so tags from
 //! two runs compare directly. Addresses and sizes are JSON integers.
@@ -35,12 +41,43 @@ use crate::history::{
     AllocKind, AllocState, AllocationView, DirectionCounters, HistoryConfig, HistoryStats,
     MemHistory, ProcessInfo, Recorded, RecordedEvent, RestoredRecord, TransferCounters,
 };
+use crate::stack::{Frame, PyFrame, StackId, StackTable, Symbol, SymbolTable, MAX_FRAMES};
 use crate::tag::{ModuleId, ModuleIdentity, ModuleTable, Site};
 
 /// The `format` field of a JSON history dump.
 pub const JSON_FORMAT: &str = "pinwise-history";
-/// The JSON dump version this build writes and reads.
-pub const JSON_VERSION: u64 = 1;
+/// The JSON dump version this build writes (it reads this one and version 1).
+pub const JSON_VERSION: u64 = 2;
+/// The oldest JSON dump version this build reads.
+pub const JSON_MIN_VERSION: u64 = 1;
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
+enum JsonFrame {
+    Native {
+        module: String,
+        offset: u64,
+    },
+    Python {
+        file: String,
+        line: u32,
+        function: String,
+    },
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct JsonStack {
+    frames: Vec<JsonFrame>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct JsonSymbol {
+    module: String,
+    offset: u64,
+    function: String,
+    file: Option<String>,
+    line: Option<u32>,
+}
 
 #[derive(Debug, Serialize, Deserialize)]
 struct JsonModule {
@@ -144,6 +181,8 @@ struct JsonAllocation {
     counters: JsonCounters,
     pinned_by_registration: bool,
     events_dropped: u64,
+    #[serde(default)]
+    stack: Option<usize>,
     events: Vec<JsonEvent>,
 }
 
@@ -156,6 +195,10 @@ struct JsonHistoryIn {
     #[serde(default)]
     source_stats: BTreeMap<String, u64>,
     allocations: Vec<JsonAllocation>,
+    #[serde(default)]
+    stacks: Vec<JsonStack>,
+    #[serde(default)]
+    symbols: Vec<JsonSymbol>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -174,6 +217,8 @@ struct JsonHistoryOut<'a> {
     stats: &'a HistoryStats,
     source_stats: &'a BTreeMap<String, u64>,
     allocations: Allocations<'a>,
+    stacks: Vec<JsonStack>,
+    symbols: Vec<JsonSymbol>,
 }
 
 /// Serializes the allocations one at a time (a dump of millions never exists whole).
@@ -273,14 +318,48 @@ fn allocation_json(v: &AllocationView<'_>, keys: &[String]) -> JsonAllocation {
         counters: JsonCounters::from(&info.counters),
         pinned_by_registration: info.pinned_by_registration,
         events_dropped: info.events_dropped,
+        stack: info.stack.map(StackId::index),
         events: v.events().map(|e| event_json(&e, keys)).collect(),
     }
 }
 
 /// Writes `history` as a JSON dump.
 pub fn write(history: &MemHistory, w: &mut dyn Write) -> Result<(), FormatError> {
+    // Stacks first: modules (taken after) then cover every frame, even while sources
+    // intern more.
+    let stack_list = history.stacks().snapshot();
     let identities = history.modules().snapshot();
     let keys: Vec<String> = identities.iter().map(|m| m.key()).collect();
+    let stacks = stack_list
+        .iter()
+        .map(|st| JsonStack {
+            frames: st
+                .iter()
+                .map(|f| match f {
+                    Frame::Native(site) => JsonFrame::Native {
+                        module: module_key(&keys, site.module),
+                        offset: site.offset,
+                    },
+                    Frame::Python(py) => JsonFrame::Python {
+                        file: py.file.to_string(),
+                        line: py.line,
+                        function: py.function.to_string(),
+                    },
+                })
+                .collect(),
+        })
+        .collect();
+    let symbols = history
+        .symbols()
+        .iter()
+        .map(|(site, sym)| JsonSymbol {
+            module: module_key(&keys, site.module),
+            offset: site.offset,
+            function: sym.function.clone(),
+            file: sym.file.clone(),
+            line: sym.line,
+        })
+        .collect();
     let out = JsonHistoryOut {
         format: JSON_FORMAT,
         version: JSON_VERSION,
@@ -300,6 +379,8 @@ pub fn write(history: &MemHistory, w: &mut dyn Write) -> Result<(), FormatError>
             history,
             keys: &keys,
         },
+        stacks,
+        symbols,
     };
     serde_json::to_writer(&mut *w, &out).map_err(|e| FormatError::io(e.into()))?;
     w.write_all(b"\n").map_err(FormatError::io)
@@ -344,7 +425,7 @@ pub fn read(bytes: &[u8]) -> Result<MemHistory, FormatError> {
         None => return Err(FormatError::json("format", 0, 0, "missing field `format`")),
     }
     match header.version {
-        Some(JSON_VERSION) => {}
+        Some(JSON_MIN_VERSION..=JSON_VERSION) => {}
         Some(v) => {
             return Err(FormatError::new(FormatErrorKind::UnsupportedVersion {
                 format: "JSON history",
@@ -399,6 +480,52 @@ fn build(doc: JsonHistoryIn) -> Result<MemHistory, FormatError> {
             .find_key(key)
             .ok_or_else(|| invalid(path, format!("module \"{key}\" is not in `modules`")))
     };
+    let stacks = StackTable::shared();
+    let mut stack_ids = Vec::with_capacity(doc.stacks.len());
+    for (i, st) in doc.stacks.iter().enumerate() {
+        let at = |j: usize, field: &str| format!("stacks[{i}].frames[{j}].{field}");
+        if st.frames.len() > MAX_FRAMES {
+            return Err(invalid(
+                format!("stacks[{i}].frames"),
+                format!("{} frames (at most {MAX_FRAMES})", st.frames.len()),
+            ));
+        }
+        let mut frames = Vec::with_capacity(st.frames.len());
+        for (j, f) in st.frames.iter().enumerate() {
+            frames.push(match f {
+                JsonFrame::Native { module, offset } => Frame::Native(Site {
+                    module: find_module(module, at(j, "module"))?,
+                    offset: *offset,
+                }),
+                JsonFrame::Python {
+                    file,
+                    line,
+                    function,
+                } => Frame::Python(PyFrame::new(file, *line, function)),
+            });
+        }
+        let id = stacks.intern(&frames);
+        match id {
+            Some(id) if id.index() == i => stack_ids.push(id),
+            Some(_) => return Err(invalid(format!("stacks[{i}]"), "repeats an earlier stack")),
+            None => return Err(invalid(format!("stacks[{i}].frames"), "an empty stack")),
+        }
+    }
+    let mut symbols = SymbolTable::new();
+    for (i, sym) in doc.symbols.into_iter().enumerate() {
+        let site = Site {
+            module: find_module(&sym.module, format!("symbols[{i}].module"))?,
+            offset: sym.offset,
+        };
+        symbols.insert(
+            site,
+            Symbol {
+                function: sym.function,
+                file: sym.file,
+                line: sym.line,
+            },
+        );
+    }
     let process_count = doc.processes.len();
     let pids: Vec<u32> = doc.processes.iter().map(|p| p.pid).collect();
     let mut history = MemHistory::restore(
@@ -407,6 +534,8 @@ fn build(doc: JsonHistoryIn) -> Result<MemHistory, FormatError> {
         doc.processes,
         doc.stats,
         doc.source_stats,
+        stacks,
+        symbols,
     );
     for (i, a) in doc.allocations.into_iter().enumerate() {
         let at = |field: &str| format!("allocations[{i}].{field}");
@@ -451,6 +580,15 @@ fn build(doc: JsonHistoryIn) -> Result<MemHistory, FormatError> {
             let path = format!("allocations[{i}].events[{j}]");
             events.push(event_from_json(e, &path, &find_module)?);
         }
+        let stack = match a.stack {
+            None => None,
+            Some(k) => Some(*stack_ids.get(k).ok_or_else(|| {
+                invalid(
+                    at("stack"),
+                    format!("stack {k} but only {} stacks", stack_ids.len()),
+                )
+            })?),
+        };
         let counters = TransferCounters::from(&a.counters);
         let mut from_events = TransferCounters::default();
         for e in &events {
@@ -493,6 +631,7 @@ fn build(doc: JsonHistoryIn) -> Result<MemHistory, FormatError> {
                 pinned_seen: a.pinned_by_registration,
                 capped,
                 events,
+                stack,
             })
             .map_err(|m| invalid(format!("allocations[{i}]"), m))?;
     }

@@ -7,7 +7,7 @@
 //! [`AllocKind::Untracked`] record covering the addresses transfers used.
 //!
 //! Memory stays small and bounded:
-//! - a record is 28 bytes (`record.rs`);
+//! - a record is 32 bytes (`record.rs`);
 //! - events are stored delta-encoded, 5-8 bytes for a typical transfer (`codec.rs`), in a
 //!   chunked arena shared by all records (`arena.rs`); at most
 //!   [`HistoryConfig::max_events_per_allocation`] are retained per allocation, and counters
@@ -38,7 +38,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::event::{Direction, Event, EventKind, HostState};
-use crate::tag::{ModuleTable, Site};
+use crate::stack::{Frame, Stack, StackId, StackTable, Symbol, SymbolTable};
+use crate::tag::{ModuleIdentity, ModuleTable, Site};
 use live::{LiveEntry, Process};
 use record::AllocRecord;
 use store::{Capped, Store};
@@ -173,6 +174,8 @@ pub const STANDIN_SOURCE_STAT: &str = "source.cuda_standin";
 pub struct MemHistory {
     config: HistoryConfig,
     modules: Arc<ModuleTable>,
+    stacks: Arc<StackTable>,
+    symbols: SymbolTable,
     processes: Vec<Process>,
     /// pid -> index of its current (not exited) process.
     pid_index: FxMap<u32, u32>,
@@ -197,6 +200,16 @@ impl MemHistory {
     /// An empty history whose call sites refer to `modules` (a table the sources already
     /// intern into).
     pub fn with_modules(config: HistoryConfig, modules: Arc<ModuleTable>) -> Self {
+        Self::with_tables(config, modules, StackTable::shared())
+    }
+
+    /// An empty history whose call sites refer to `modules` and whose events' stack ids
+    /// refer to `stacks` (tables the sources already intern into).
+    pub fn with_tables(
+        config: HistoryConfig,
+        modules: Arc<ModuleTable>,
+        stacks: Arc<StackTable>,
+    ) -> Self {
         let config = HistoryConfig {
             max_events_per_allocation: config.max_events_per_allocation.max(2),
             ..config
@@ -204,6 +217,8 @@ impl MemHistory {
         MemHistory {
             config,
             modules,
+            stacks,
+            symbols: SymbolTable::new(),
             processes: Vec::new(),
             pid_index: FxMap::default(),
             last_pid: None,
@@ -220,6 +235,121 @@ impl MemHistory {
     /// The module table call sites refer to; sources intern module identities here.
     pub fn modules(&self) -> Arc<ModuleTable> {
         Arc::clone(&self.modules)
+    }
+
+    /// The stack table events' stack ids refer to; sources intern stacks here.
+    pub fn stacks(&self) -> Arc<StackTable> {
+        Arc::clone(&self.stacks)
+    }
+
+    /// The stack behind `id` (from [`MemHistory::stacks`]).
+    pub fn stack(&self, id: StackId) -> Option<Stack> {
+        self.stacks.get(id)
+    }
+
+    /// The names of native call sites, as the source stored them when it ended.
+    pub fn symbols(&self) -> &SymbolTable {
+        &self.symbols
+    }
+
+    /// The name of a native call site, if stored.
+    pub fn symbol(&self, site: Site) -> Option<&Symbol> {
+        self.symbols.get(&site)
+    }
+
+    /// Stores (or replaces) the name of a native call site.
+    pub fn set_symbol(&mut self, site: Site, symbol: Symbol) {
+        self.symbols.insert(site, symbol);
+    }
+
+    /// Every native site the history refers to (allocation sites, event call sites, the
+    /// native frames of its stacks), [`Site::UNKNOWN`] left out, in order.
+    pub fn referenced_sites(&self) -> std::collections::BTreeSet<Site> {
+        let mut out: std::collections::BTreeSet<Site> =
+            self.store.tables.sites.items().iter().copied().collect();
+        for stack in self.stacks.snapshot() {
+            out.extend(stack.iter().filter_map(Frame::site));
+        }
+        out.remove(&Site::UNKNOWN);
+        out
+    }
+
+    /// Names every referenced site that has no name yet: `resolve` gets a module and the
+    /// sorted, distinct offsets of its sites, and returns one optional symbol per offset
+    /// (a source calls this when its trace or run ends, with blazesym behind `resolve`).
+    /// Returns how many sites were named.
+    pub fn symbolize_with(
+        &mut self,
+        mut resolve: impl FnMut(&ModuleIdentity, &[u64]) -> Vec<Option<Symbol>>,
+    ) -> usize {
+        let mut by_module: BTreeMap<crate::tag::ModuleId, Vec<u64>> = BTreeMap::new();
+        for site in self.referenced_sites() {
+            if !self.symbols.contains_key(&site) {
+                by_module.entry(site.module).or_default().push(site.offset);
+            }
+        }
+        let mut named = 0;
+        for (module, offsets) in by_module {
+            let Some(identity) = self.modules.get(module) else {
+                continue;
+            };
+            let names = resolve(&identity, &offsets);
+            for (&offset, symbol) in offsets.iter().zip(names) {
+                if let Some(symbol) = symbol {
+                    self.symbols.insert(Site { module, offset }, symbol);
+                    named += 1;
+                }
+            }
+        }
+        named
+    }
+
+    /// The index of the "user frame" of `frames` (see [`crate::stack::user_frame`]), with
+    /// this history's module paths and stored names.
+    pub fn user_frame(&self, frames: &[Frame]) -> Option<usize> {
+        crate::stack::user_frame(
+            frames,
+            |m| self.modules.get(m).map(|i| i.path),
+            |s| self.symbols.get(&s).map(|x| x.function.clone()),
+        )
+    }
+
+    /// A frame named for people from what the history holds: `file.py:88 in fn` for a
+    /// Python frame; `function (file.c:12)`, `function [module+0xoff]` or `module+0xoff`
+    /// for a native one (file names without their directories).
+    pub fn frame_label(&self, frame: &Frame) -> String {
+        match frame {
+            Frame::Python(p) => {
+                let file = p.file.rsplit('/').next().unwrap_or(&p.file);
+                format!("{file}:{} in {}", p.line, p.function)
+            }
+            Frame::Native(site) => self.site_label(*site),
+        }
+    }
+
+    /// A native site named for people (see [`MemHistory::frame_label`]).
+    pub fn site_label(&self, site: Site) -> String {
+        let module = self
+            .modules
+            .get(site.module)
+            .map(|m| m.path.rsplit('/').next().unwrap_or(&m.path).to_owned())
+            .unwrap_or_else(|| "?".into());
+        let at = format!("{module}+{:#x}", site.offset);
+        match self.symbols.get(&site) {
+            Some(Symbol {
+                function,
+                file: Some(file),
+                line,
+            }) => {
+                let file = file.rsplit('/').next().unwrap_or(file);
+                match line {
+                    Some(l) => format!("{function} ({file}:{l})"),
+                    None => format!("{function} ({file})"),
+                }
+            }
+            Some(sym) => format!("{} [{at}]", sym.function),
+            None => at,
+        }
     }
 
     /// The history's own bookkeeping.
@@ -432,6 +562,7 @@ impl MemHistory {
         let mut entry = self
             .store
             .new_record(AllocRecord::new(start, size, kind, slot, call_no));
+        self.store.set_stack(entry.record, ev.stack);
         let cap = self.config.max_events_per_allocation;
         self.store.append(
             &mut entry,
@@ -465,6 +596,7 @@ impl MemHistory {
         let entry = self
             .store
             .new_record(AllocRecord::new(start, end - start, kind, slot, 0));
+        self.store.set_stack(entry.record, ev.stack);
         self.store.stats.implicit_records += 1;
         self.processes[p].insert(start, entry);
     }
@@ -657,6 +789,10 @@ impl MemHistory {
 
     pub(crate) fn record_counters(&self, id: RecordId) -> TransferCounters {
         self.store.counters(id.0)
+    }
+
+    pub(crate) fn record_stack(&self, id: RecordId) -> Option<StackId> {
+        self.record(id)?.stack
     }
 
     pub(crate) fn record_dropped(&self, id: RecordId) -> u64 {

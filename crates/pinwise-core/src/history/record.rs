@@ -1,4 +1,4 @@
-//! The per-allocation record: 28 bytes, whatever the allocation's history.
+//! The per-allocation record: 32 bytes, whatever the allocation's history.
 //!
 //! Everything else about an allocation is found through it: its process and call site
 //! through its slot (see [`super::tables`]), its events through the chain whose first chunk
@@ -8,6 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::event::HostMemKind;
+use crate::stack::StackId;
 
 /// Index of a record in its history: records are numbered in the order they were created.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -153,7 +154,7 @@ const STATE_SHIFT: u32 = 58;
 const PINNED_SEEN_BIT: u64 = 1 << 61;
 const CAPPED_BIT: u64 = 1 << 62;
 
-/// One allocation, in 28 bytes.
+/// One allocation, in 32 bytes.
 ///
 /// The two 64-bit fields are stored as pairs of `u32` so that the record is 4-byte aligned
 /// and packs without padding. `size_flags` packs the size (low 56 bits) with the kind
@@ -172,9 +173,11 @@ pub(crate) struct AllocRecord {
     pub call_no: u32,
     /// Transfers attributed to it, saturating at `u32::MAX` (exact counts: see counters).
     pub transfers: u32,
+    /// The stack of the event that made it, when the source captured one.
+    pub stack: Option<StackId>,
 }
 
-const _: () = assert!(std::mem::size_of::<AllocRecord>() == 28);
+const _: () = assert!(std::mem::size_of::<AllocRecord>() == 32);
 
 const fn halves(v: u64) -> [u32; 2] {
     [v as u32, (v >> 32) as u32]
@@ -192,6 +195,7 @@ impl AllocRecord {
             slot,
             call_no,
             transfers: 0,
+            stack: None,
         }
     }
 

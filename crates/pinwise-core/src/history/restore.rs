@@ -11,6 +11,7 @@ use super::{
     AllocKind, AllocState, HistoryConfig, HistoryStats, MemHistory, ProcessInfo, Recorded,
     RecordedEvent, TransferCounters,
 };
+use crate::stack::{StackId, StackTable, SymbolTable};
 use crate::tag::{ModuleTable, Site};
 
 impl MemHistory {
@@ -21,8 +22,11 @@ impl MemHistory {
         processes: Vec<ProcessInfo>,
         stats: HistoryStats,
         source_stats: BTreeMap<String, u64>,
+        stacks: Arc<StackTable>,
+        symbols: SymbolTable,
     ) -> Self {
-        let mut h = MemHistory::with_modules(config, modules);
+        let mut h = MemHistory::with_tables(config, modules, stacks);
+        h.symbols = symbols;
         for info in processes {
             let i = h.processes.len() as u32;
             if info.exit_ts_ns.is_none() {
@@ -90,6 +94,7 @@ impl MemHistory {
         // again from zero and putting the dump's back cannot overflow whatever they say.
         let stats = std::mem::take(&mut self.store.stats);
         let mut entry = self.store.new_record(rec);
+        self.store.set_stack(entry.record, r.stack);
         for ev in &r.events {
             self.store.append(&mut entry, ev, true, u32::MAX);
         }
@@ -152,4 +157,6 @@ pub(crate) struct RestoredRecord {
     pub pinned_seen: bool,
     pub capped: Option<(TransferCounters, u64)>,
     pub events: Vec<RecordedEvent>,
+    /// Its stack, already interned in the history's stack table.
+    pub stack: Option<StackId>,
 }

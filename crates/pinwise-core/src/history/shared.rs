@@ -6,6 +6,7 @@ use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::{AllocationInfo, HistoryConfig, MemHistory};
 use crate::event::Event;
+use crate::stack::StackTable;
 use crate::tag::ModuleTable;
 
 /// A [`MemHistory`] behind a reader-writer lock. Cloning is cheap (an `Arc`); all clones
@@ -17,6 +18,7 @@ use crate::tag::ModuleTable;
 pub struct SharedHistory {
     inner: Arc<RwLock<MemHistory>>,
     modules: Arc<ModuleTable>,
+    stacks: Arc<StackTable>,
 }
 
 impl Default for SharedHistory {
@@ -34,15 +36,22 @@ impl SharedHistory {
     /// Shares an existing history.
     pub fn from_history(history: MemHistory) -> Self {
         let modules = history.modules();
+        let stacks = history.stacks();
         SharedHistory {
             inner: Arc::new(RwLock::new(history)),
             modules,
+            stacks,
         }
     }
 
     /// The module table (no lock needed: it has its own).
     pub fn modules(&self) -> Arc<ModuleTable> {
         Arc::clone(&self.modules)
+    }
+
+    /// The stack table (no lock needed: it has its own).
+    pub fn stacks(&self) -> Arc<StackTable> {
+        Arc::clone(&self.stacks)
     }
 
     /// Feeds one event (takes the write lock).

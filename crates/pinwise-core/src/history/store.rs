@@ -10,6 +10,7 @@ use super::record::AllocRecord;
 use super::tables::{EventTables, FxMap, Slots};
 use super::{AllocKind, EventIter, HistoryStats, Recorded, RecordedEvent, TransferCounters};
 use crate::segvec::SegVec;
+use crate::stack::StackId;
 
 /// Exact counters of a record whose events were capped.
 #[derive(Debug, Clone, Copy, Default)]
@@ -58,6 +59,11 @@ impl Store {
             events: 0,
             cursor,
         }
+    }
+
+    /// Sets the stack of a record.
+    pub fn set_stack(&mut self, record: u32, stack: Option<StackId>) {
+        self.records[record as usize].stack = stack;
     }
 
     /// Stores `ev` in the entry's record, unless the record is at the cap and the event

@@ -7,6 +7,7 @@ use super::arena::ChainReader;
 use super::codec::{self, RecordContext};
 use super::tables::EventTables;
 use super::{AllocKind, AllocState, MemHistory, RecordId, RecordedEvent, TransferCounters};
+use crate::stack::{Stack, StackId};
 use crate::tag::{Site, Tag};
 use crate::varint::ByteSource;
 
@@ -220,6 +221,16 @@ impl<'h> AllocationView<'h> {
         self.rec().capped()
     }
 
+    /// The stack of the event that made the record, when the source captured one.
+    pub fn stack_id(&self) -> Option<StackId> {
+        self.history.record_stack(self.id)
+    }
+
+    /// The frames of [`AllocationView::stack_id`]'s stack, innermost first.
+    pub fn stack(&self) -> Option<Stack> {
+        self.history.stack(self.stack_id()?)
+    }
+
     /// An owned summary (no events).
     pub fn info(&self) -> AllocationInfo {
         let counters = self.counters();
@@ -239,6 +250,7 @@ impl<'h> AllocationView<'h> {
             pinned_by_registration: self.pinned_by_registration(),
             events_retained: self.events_retained(),
             events_dropped: self.events_dropped(),
+            stack: self.stack_id(),
         }
     }
 }
@@ -276,4 +288,6 @@ pub struct AllocationInfo {
     pub events_retained: u64,
     /// Events dropped by the cap.
     pub events_dropped: u64,
+    /// The allocation's stack, in the history's stack table.
+    pub stack: Option<StackId>,
 }

@@ -1,11 +1,16 @@
-//! `free`, `realloc`, `reallocarray` and `munmap`: only so that a range pinwise registered
-//! inside the program's memory is unregistered before the memory goes away. While nothing
-//! is registered they cost one atomic load; they never allocate, lock or touch
-//! thread-local storage themselves.
+//! `free`, `realloc`, `reallocarray` and `munmap`: so that a range pinwise registered
+//! inside the program's memory is unregistered before the memory goes away, and so that
+//! frees (and moves) of tracked blocks are recorded ([`crate::malloc`]). While nothing is
+//! registered and nothing recorded they cost two atomic loads; they never allocate, lock
+//! or touch thread-local storage themselves on that path. Blocks of the bootstrap arena
+//! ([`crate::malloc::boot`]) never reach the real functions.
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use super::export_with_caller;
+use super::malloc_hooks::usable_size;
+use crate::malloc::{after_release, before_release, boot, is_tracked_size, record_alloc};
 use crate::pinning::{before_free, before_munmap, PROMOTED_RANGES};
 
 /// The real functions, found on first use.
@@ -24,7 +29,7 @@ extern "C" {
 /// The next definition of `name` after this library, cached in `slot`; 0 while it is being
 /// looked up on this path (the caller then uses glibc's own function).
 #[inline]
-fn next(slot: &AtomicUsize, name: &std::ffi::CStr) -> usize {
+pub(super) fn next(slot: &AtomicUsize, name: &std::ffi::CStr) -> usize {
     const LOOKING_UP: usize = 1;
     let a = slot.load(Ordering::Acquire);
     if a > LOOKING_UP {
@@ -50,6 +55,7 @@ pub fn resolve_now() {
     next(&REAL_REALLOC, c"realloc");
     next(&REAL_REALLOCARRAY, c"reallocarray");
     next(&REAL_MUNMAP, c"munmap");
+    super::malloc_hooks::resolve_now();
 }
 
 /// Whether the program's `free`, `realloc` and `munmap` are these (a program that defines
@@ -70,29 +76,56 @@ pub fn hooks_effective() -> bool {
 ///
 /// # Safety
 /// As `free(3)`.
-#[no_mangle]
-pub unsafe extern "C" fn free(p: *mut c_void) {
+unsafe extern "C" fn free_imp(p: *mut c_void, caller: usize) {
+    if boot::contains(p as usize) {
+        return;
+    }
     if !p.is_null() && PROMOTED_RANGES.any_active() {
         before_free(p as usize);
     }
+    let release = before_release(caller, p, usable_size);
     match next(&REAL_FREE, c"free") {
         // SAFETY: glibc's free, with the caller's pointer (free's contract).
         0 => unsafe { __libc_free(p) },
         // SAFETY: the next `free`, with the caller's pointer.
         f => unsafe { std::mem::transmute::<usize, unsafe extern "C" fn(*mut c_void)>(f)(p) },
     }
+    if let Some(r) = release {
+        after_release(r, p, true);
+    }
+}
+export_with_caller!(free => free_imp, 1);
+
+/// A block of the bootstrap arena moved to the real allocator (`realloc` of it).
+///
+/// # Safety
+/// `p` is a block of the arena.
+unsafe fn realloc_boot_block(p: *mut c_void, n: usize, caller: usize) -> *mut c_void {
+    // SAFETY: the caller's contract.
+    let old = unsafe { boot::size_of(p as usize) };
+    // SAFETY: a plain allocation through our own `malloc`.
+    let q = unsafe { super::malloc_hooks::malloc_for_realloc(n, caller) };
+    if !q.is_null() {
+        // SAFETY: both blocks hold at least `min(old, n)` bytes and do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(p as *const u8, q as *mut u8, old.min(n)) };
+    }
+    q
 }
 
 /// `realloc`.
 ///
 /// # Safety
 /// As `realloc(3)`.
-#[no_mangle]
-pub unsafe extern "C" fn realloc(p: *mut c_void, n: usize) -> *mut c_void {
+unsafe extern "C" fn realloc_imp(p: *mut c_void, n: usize, caller: usize) -> *mut c_void {
+    if boot::contains(p as usize) {
+        // SAFETY: a block of the arena.
+        return unsafe { realloc_boot_block(p, n, caller) };
+    }
     if !p.is_null() && PROMOTED_RANGES.any_active() {
         before_free(p as usize);
     }
-    match next(&REAL_REALLOC, c"realloc") {
+    let release = before_release(caller, p, usable_size);
+    let q = match next(&REAL_REALLOC, c"realloc") {
         // SAFETY: glibc's realloc, with the caller's arguments.
         0 => unsafe { __libc_realloc(p, n) },
         // SAFETY: the next `realloc`, with the caller's arguments.
@@ -101,28 +134,63 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, n: usize) -> *mut c_void {
                 p, n,
             )
         },
+    };
+    after_realloc(release, p, q, n, caller)
+}
+export_with_caller!(realloc => realloc_imp, 2);
+
+/// Records what a `realloc` did: the old block went back unless the call failed (null
+/// with a size), and the new one is an allocation of its own.
+#[inline]
+fn after_realloc(
+    release: Option<crate::malloc::Release>,
+    p: *mut c_void,
+    q: *mut c_void,
+    n: usize,
+    caller: usize,
+) -> *mut c_void {
+    if let Some(r) = release {
+        after_release(r, p, !(q.is_null() && n != 0));
     }
+    if !q.is_null() && is_tracked_size(n) {
+        record_alloc(caller, q, n);
+    }
+    q
 }
 
 /// `reallocarray`.
 ///
 /// # Safety
 /// As `reallocarray(3)`.
-#[no_mangle]
-pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> *mut c_void {
-    if !p.is_null() && PROMOTED_RANGES.any_active() {
-        before_free(p as usize);
-    }
-    match next(&REAL_REALLOCARRAY, c"reallocarray") {
-        0 => match n.checked_mul(size) {
-            // SAFETY: glibc's realloc, with the caller's pointer and the product checked.
-            Some(bytes) => unsafe { __libc_realloc(p, bytes) },
+unsafe extern "C" fn reallocarray_imp(
+    p: *mut c_void,
+    n: usize,
+    size: usize,
+    caller: usize,
+) -> *mut c_void {
+    if boot::contains(p as usize) {
+        return match n.checked_mul(size) {
+            // SAFETY: a block of the arena.
+            Some(bytes) => unsafe { realloc_boot_block(p, bytes, caller) },
             None => {
                 // SAFETY: errno is thread-local storage of libc, writable.
                 unsafe { *libc::__errno_location() = libc::ENOMEM };
                 std::ptr::null_mut()
             }
-        },
+        };
+    }
+    if !p.is_null() && PROMOTED_RANGES.any_active() {
+        before_free(p as usize);
+    }
+    let Some(bytes) = n.checked_mul(size) else {
+        // SAFETY: errno is thread-local storage of libc, writable.
+        unsafe { *libc::__errno_location() = libc::ENOMEM };
+        return std::ptr::null_mut();
+    };
+    let release = before_release(caller, p, usable_size);
+    let q = match next(&REAL_REALLOCARRAY, c"reallocarray") {
+        // SAFETY: glibc's realloc, with the caller's pointer and the product checked.
+        0 => unsafe { __libc_realloc(p, bytes) },
         // SAFETY: the next `reallocarray`, with the caller's arguments.
         f => unsafe {
             std::mem::transmute::<
@@ -130,8 +198,10 @@ pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> 
                 unsafe extern "C" fn(*mut c_void, usize, usize) -> *mut c_void,
             >(f)(p, n, size)
         },
-    }
+    };
+    after_realloc(release, p, q, bytes, caller)
 }
+export_with_caller!(reallocarray => reallocarray_imp, 3);
 
 /// `munmap`.
 ///

@@ -8,6 +8,7 @@ mod dl;
 mod driver;
 mod exit;
 mod libc_hooks;
+mod malloc_hooks;
 mod runtime;
 
 /// The register that carries the caller's return address into an implementation taking
@@ -105,6 +106,11 @@ extern "C" fn on_load() {
     crate::state::on_load();
     libc_hooks::resolve_now();
     crate::state::set_free_hooks_effective(libc_hooks::hooks_effective());
+    // CPython, if this process runs it (looked for once, here: it may allocate and takes
+    // the loader's lock, which hooks must not).
+    let _ = pinwise_pyframes::interpreter();
+    // Last: allocations are tracked from here on.
+    malloc_hooks::configure_from_env();
 }
 
 #[used]

@@ -1,0 +1,84 @@
+/* The cost pinwise-preload's malloc-family hooks add (no CUDA involved: it runs the same on
+ * the dev VM and on the GPU machine).
+ *
+ * Phases, each printed as `name<TAB>median ns<TAB>p10<TAB>p90<TAB>per` (per malloc+free pair,
+ * median over BATCHES batches of PAIRS pairs each):
+ *   small64_cold, small4k_cold    malloc(64) / malloc(4096) + free, before any tracked
+ *                                 allocation (pinwise has no state in the process yet)
+ *   tracked_first                 one 1 MiB malloc + free (creates pinwise's state)
+ *   small64, small4k, calloc4k,   the same small pairs after it (free now asks
+ *   memalign4k                    malloc_usable_size), calloc, posix_memalign(64, 4096)
+ *   tracked1m                     1 MiB malloc + free (recorded: event, free, and the stack
+ *                                 unless PINWISE_STACKS=0)
+ * Run it plainly, and with LD_PRELOAD=libpinwise_preload.so (PINWISE_MALLOC_HOOKS=0/1,
+ * PINWISE_STACKS=0/1): the difference is the hooks' cost. */
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define BATCHES 301
+#define PAIRS 2000
+
+static double now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
+}
+
+static int cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static volatile uintptr_t sink;
+
+typedef void (*pair_fn)(size_t);
+
+static void pair_malloc(size_t n) {
+    char *p = malloc(n);
+    p[0] = 1;
+    sink += (uintptr_t)p;
+    free(p);
+}
+
+static void pair_calloc(size_t n) {
+    char *p = calloc(1, n);
+    sink += (uintptr_t)p + (uintptr_t)p[0];
+    free(p);
+}
+
+static void pair_memalign(size_t n) {
+    void *p = NULL;
+    if (posix_memalign(&p, 64, n) != 0) abort();
+    sink += (uintptr_t)p;
+    free(p);
+}
+
+static void phase(const char *name, pair_fn f, size_t n, int batches, int pairs) {
+    static double t[BATCHES];
+    for (int b = 0; b < batches; b++) {
+        double t0 = now_ns();
+        for (int i = 0; i < pairs; i++) f(n);
+        t[b] = (now_ns() - t0) / pairs;
+    }
+    qsort(t, batches, sizeof t[0], cmp);
+    printf("%s\t%.2f\t%.2f\t%.2f\tpair\n", name, t[batches / 2], t[batches / 10],
+           t[batches * 9 / 10]);
+}
+
+int main(void) {
+    /* Warm the allocator's caches. */
+    for (int i = 0; i < 100000; i++) pair_malloc(64);
+    phase("small64_cold", pair_malloc, 64, BATCHES, PAIRS);
+    phase("small4k_cold", pair_malloc, 4096, BATCHES, PAIRS);
+    phase("tracked_first", pair_malloc, 1 << 20, 1, 1);
+    phase("small64", pair_malloc, 64, BATCHES, PAIRS);
+    phase("small4k", pair_malloc, 4096, BATCHES, PAIRS);
+    phase("calloc4k", pair_calloc, 4096, BATCHES, PAIRS);
+    phase("memalign4k", pair_memalign, 4096, BATCHES, PAIRS);
+    phase("tracked1m", pair_malloc, 1 << 20, 101, 20);
+    return 0;
+}

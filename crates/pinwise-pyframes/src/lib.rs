@@ -1,0 +1,401 @@
+//! pinwise-pyframes: the Python frames (file, line, function) of the calling thread,
+//! read from CPython's memory from inside the process, without calling into the
+//! interpreter (no C-API call, no GIL) — as py-spy and the eBPF profilers read it, but
+//! in-process and for the current thread only.
+//!
+//! Supported: CPython 3.10, 3.11, 3.12 and 3.13 on 64-bit Linux with glibc (offsets in
+//! [`layout`], taken from the headers of 3.10.13, 3.11.7, 3.12.1 and 3.13.0). Run for real
+//! (`fixtures/pyframes-probe`) with those four pyenv builds (`libpython3.X.so`) and
+//! Debian's `/usr/bin/python3` 3.11.2 (symbols in the executable), with detection on first
+//! use and in a preloaded library's constructor; not yet with other patch releases (such as
+//! Ubuntu's 3.12.3: `fixtures/pyframes-probe/check.py` checks one without Rust). For 3.13
+//! the interpreter's own `_Py_DebugOffsets` must agree with the table, which also refuses
+//! free-threaded builds (`python3.13t`); other versions are refused.
+//!
+//! # Two steps: capture in the hook, resolve later
+//!
+//! [`capture`] fills a fixed-size [`RawStack`] with (code object address, instruction
+//! offset) pairs: no heap allocation, no lock, a `pthread_getspecific` and a few
+//! `process_vm_readv` calls (the thread state, the `_PyCFrame` on 3.11/3.12, one per page of
+//! frames; just one when the thread captures from where it did last time, see
+//! [`walk::Hint`]). About 3-8 µs on the development VM (bench/results/pyframes-cost.md),
+//! so for rare events (large allocations, sampled copies), not every call. It is meant for
+//! allocation hooks that may run inside `malloc`.
+//!
+//! A [`Resolver`] later turns the pairs into [`PyFrame`]s (reads `co_filename`,
+//! `co_name`, `co_firstlineno`, `co_linetable`; allocates), caching each code object's
+//! strings by address. **Staleness:** a captured code address holds no reference to the
+//! code object. If the object is freed before resolution (a function compiled and dropped
+//! at run time, a module unloaded) its memory may be reused. The resolver re-reads the
+//! object's header on every lookup and takes it only if it is still a live code object (type
+//! `PyCode_Type`, a reference count of a live object: a freed block's first word is the
+//! allocator's free-list link) with the cached filename, name and line-table pointers;
+//! otherwise the frame resolves afresh or to `None`. A *new* code object at the same
+//! address is read as what it is, so the frame names the wrong function: the staleness test
+//! (`fixtures/pyframes-probe`) sees exactly that on 3.10 (a freed function's frame later
+//! resolves as one of 20000 code objects compiled since) and `None` on 3.11-3.13. Resolve
+//! soon after capture (after the hook returns, or at the next flush) to keep the window
+//! small; `def`-level code objects live as long as their module, which covers the frames of
+//! a typical training script.
+//!
+//! # Detection
+//!
+//! [`interpreter`] looks for `_PyRuntime` once (lazily; `dlsym`, which may allocate: call it
+//! once outside hooks, e.g. from a library constructor). [`detected`] and [`capture`]
+//! never run the detection, so a hook before it gets `false`, never recursion. The answer is
+//! final: a program that loads `libpython` later (an application embedding Python through
+//! `dlopen` after the first call) is not seen as Python.
+//!
+//! # The current thread
+//!
+//! The thread state comes from the `Py_tss_t` key CPython's `PyGILState` API keeps in
+//! `_PyRuntime` (`pthread_getspecific`): it is set for every thread the interpreter
+//! created or that called `PyGILState_Ensure`, and stays set while the thread has
+//! released the GIL (a ctypes call, a PyTorch operator), which is when native allocations
+//! happen. The thread state must point back at the main interpreter, which catches a
+//! wrong offset table; subinterpreters' threads give no frames.
+//!
+//! Lines: the line of the current instruction from the line table; the function's first
+//! line when the instruction is not known (a frame being set up).
+//!
+//! Reports: [`user_frame_index`] picks the innermost frame outside installed packages and
+//! the standard library (the line a reader can change).
+//!
+//! | module | idea |
+//! |---|---|
+//! | [`detect`] | finding `_PyRuntime`, the version, the type objects |
+//! | [`layout`] | per-version offsets |
+//! | [`mem`] | checked reads of this process (`process_vm_readv`) |
+//! | [`tss`] | the thread-state key, confirmed before use |
+//! | [`walk`] | the allocation-free capture |
+//! | [`resolve`] | code objects to strings, type- and liveness-checked |
+//! | [`linetable`] | line numbers from `co_linetable` (3.10 and 3.11+ formats) |
+//! | [`user`] | which frames are the program's own |
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+pub mod detect;
+pub mod layout;
+pub mod linetable;
+pub mod mem;
+pub mod resolve;
+pub mod tss;
+pub mod user;
+pub mod walk;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+pub use layout::Version;
+use mem::{Memory, SelfMemory};
+use resolve::CodeInfo;
+pub use user::{is_library_file, user_frame_index};
+pub use walk::{RawFrame, RawStack, MAX_FRAMES};
+
+/// One Python frame.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PyFrame {
+    /// `co_filename`, as the interpreter has it (the path the module was loaded from).
+    pub file: String,
+    /// Line of the current instruction (the function's first line when unknown).
+    pub line: u32,
+    /// `co_name`.
+    pub function: String,
+}
+
+impl fmt::Display for PyFrame {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{} in {}", self.file, self.line, self.function)
+    }
+}
+
+/// The CPython found in this process.
+#[derive(Debug)]
+pub struct Interpreter {
+    found: detect::Found,
+    /// `pthread_key_t` + 1 once confirmed on some thread (0: not yet).
+    key: AtomicUsize,
+    /// The main interpreter's address once the runtime has one.
+    main_interp: AtomicUsize,
+}
+
+/// This thread's value for `key` (`pthread_getspecific`), as an address.
+fn getspecific(key: u32) -> usize {
+    if key >= tss::PTHREAD_KEYS_MAX {
+        return 0;
+    }
+    // SAFETY: glibc's pthread_getspecific takes no lock, does not allocate and returns NULL
+    // for a key below PTHREAD_KEYS_MAX that was never created or was deleted (it checks
+    // the key's sequence number); the value is only used as an address to read through
+    // the checked reader.
+    unsafe { libc::pthread_getspecific(key) as usize }
+}
+
+impl Interpreter {
+    /// The CPython minor version.
+    pub fn version(&self) -> Version {
+        self.found.version
+    }
+
+    /// The file that defines `_PyRuntime` (the executable or `libpython3.X.so`).
+    pub fn object(&self) -> &str {
+        &self.found.object
+    }
+
+    fn layout(&self) -> &'static layout::Layout {
+        self.found.version.layout()
+    }
+
+    fn main_interp(&self) -> Option<usize> {
+        let m = self.main_interp.load(Ordering::Relaxed);
+        if m != 0 {
+            return Some(m);
+        }
+        let m = SelfMemory.read_u64(self.found.runtime + self.layout().runtime_main_interp)?;
+        if m == 0 {
+            return None;
+        }
+        self.main_interp.store(m as usize, Ordering::Relaxed);
+        Some(m as usize)
+    }
+
+    /// This thread's `PyThreadState`, if it has one. Until a key has been confirmed on
+    /// some thread, each call looks for it (see [`tss`]); after that, one
+    /// `pthread_getspecific`.
+    fn thread_state(&self) -> Option<usize> {
+        let k = self.key.load(Ordering::Relaxed);
+        if k != 0 {
+            let ts = getspecific((k - 1) as u32);
+            return (ts != 0).then_some(ts);
+        }
+        let main = self.main_interp()?;
+        let expected = self.found.runtime + self.layout().runtime_tss;
+        let (key, ts) = tss::find_key(
+            &SelfMemory,
+            expected,
+            self.layout().tstate_interp,
+            main,
+            getspecific,
+        )?;
+        self.key.store(key as usize + 1, Ordering::Relaxed);
+        Some(ts)
+    }
+
+    /// Captures this thread's Python frames (innermost first) into `out`; false when the
+    /// thread has no Python thread state or it could not be read. No allocation.
+    pub fn capture(&self, max: usize, out: &mut RawStack) -> bool {
+        out.clear();
+        let (Some(main), Some(ts)) = (self.main_interp(), self.thread_state()) else {
+            return false;
+        };
+        HINT.with(|h| {
+            let mut hint = h.get();
+            let r = walk::walk_hinted(&SelfMemory, self.layout(), main, ts, max, out, &mut hint);
+            h.set(hint);
+            r.is_ok()
+        })
+    }
+
+    /// [`Interpreter::capture`] without this thread's hint (neither used nor updated): the
+    /// cost of a capture from a place the thread has not captured from before.
+    pub fn capture_cold(&self, max: usize, out: &mut RawStack) -> bool {
+        out.clear();
+        let (Some(main), Some(ts)) = (self.main_interp(), self.thread_state()) else {
+            return false;
+        };
+        walk::walk(&SelfMemory, self.layout(), main, ts, max, out).is_ok()
+    }
+
+    /// Reads one code object now.
+    fn code_info(&self, code: usize) -> Option<CodeInfo> {
+        resolve::read_code(&SelfMemory, self.layout(), &self.found.types, code)
+    }
+}
+
+thread_local! {
+    /// This thread's [`walk::Hint`] (const-initialised, no destructor: no allocation).
+    static HINT: std::cell::Cell<walk::Hint> = const {
+        std::cell::Cell::new(walk::Hint { cframe: 0, page: 0 })
+    };
+}
+
+static STARTED: AtomicBool = AtomicBool::new(false);
+static FOUND: OnceLock<Option<Interpreter>> = OnceLock::new();
+
+/// The CPython in this process, looked for on the first call (which may allocate and
+/// takes the dynamic linker's lock: make it outside allocation hooks). While a first
+/// call is under way, other (and reentrant) calls get `None` rather than wait.
+pub fn interpreter() -> Option<&'static Interpreter> {
+    if let Some(found) = FOUND.get() {
+        return found.as_ref();
+    }
+    if STARTED.swap(true, Ordering::AcqRel) {
+        return None;
+    }
+    let found = detect::find();
+    if found.is_some() {
+        mem::remember_pid();
+    }
+    let found = found.map(|found| Interpreter {
+        found,
+        key: AtomicUsize::new(0),
+        main_interp: AtomicUsize::new(0),
+    });
+    let _ = FOUND.set(found);
+    FOUND.get().and_then(Option::as_ref)
+}
+
+/// The CPython found by an earlier [`interpreter`] call; never looks (one atomic load).
+pub fn detected() -> Option<&'static Interpreter> {
+    FOUND.get().and_then(Option::as_ref)
+}
+
+/// Whether this process runs a supported CPython (looks on the first call).
+pub fn is_python_process() -> bool {
+    interpreter().is_some()
+}
+
+/// Captures the calling thread's Python frames into `out`, without allocating: false when
+/// [`interpreter`] has not found one yet or this thread runs no Python.
+pub fn capture(out: &mut RawStack) -> bool {
+    match detected() {
+        Some(interp) => interp.capture(MAX_FRAMES, out),
+        None => {
+            out.clear();
+            false
+        }
+    }
+}
+
+/// The calling thread's Python frames now, innermost first, at most `max` (≤
+/// [`MAX_FRAMES`]); `None` when this is not a Python process or thread. Allocates: not
+/// for allocation hooks (use [`capture`] there).
+pub fn current_python_frames(max: usize) -> Option<Vec<PyFrame>> {
+    let interp = interpreter()?;
+    let mut raw = RawStack::new();
+    if !interp.capture(max, &mut raw) {
+        return None;
+    }
+    let mut resolver = Resolver::new();
+    Some(resolver.resolve_stack(&raw))
+}
+
+/// Turns captured frames into [`PyFrame`]s, caching each code object's strings by its
+/// address (see the crate docs on staleness).
+#[derive(Debug, Default)]
+pub struct Resolver {
+    cache: HashMap<usize, CodeInfo>,
+    stale: u64,
+}
+
+/// The most code objects a [`Resolver`] keeps (it starts over when full).
+pub const RESOLVER_CAPACITY: usize = 1 << 16;
+
+impl Resolver {
+    /// An empty resolver.
+    pub fn new() -> Resolver {
+        Resolver::default()
+    }
+
+    /// The frame `raw` names, or `None` when this is not a Python process or its code
+    /// object is gone.
+    pub fn resolve(&mut self, raw: &RawFrame) -> Option<PyFrame> {
+        let interp = detected()?;
+        let fp = resolve::fingerprint(&SelfMemory, interp.layout(), &interp.found.types, raw.code)?;
+        self.cached(raw, fp).or_else(|| self.read(raw))
+    }
+
+    /// Every frame of `stack` that still resolves, innermost first. The headers of all
+    /// the stack's code objects are checked in one batched read.
+    pub fn resolve_stack(&mut self, stack: &RawStack) -> Vec<PyFrame> {
+        let Some(interp) = detected() else {
+            return Vec::new();
+        };
+        let layout = interp.layout();
+        let types = &interp.found.types;
+        let frames = stack.frames();
+        let len = resolve::header_len(layout);
+        let addrs: Vec<usize> = frames.iter().map(|f| f.code).collect();
+        let mut headers = vec![[0u8; 160]; frames.len()];
+        let mut bufs: Vec<&mut [u8]> = headers.iter_mut().map(|h| &mut h[..len]).collect();
+        let mut ok = vec![false; frames.len()];
+        SelfMemory.read_many(&addrs, &mut bufs, &mut ok);
+        let mut out = Vec::with_capacity(frames.len());
+        for (i, raw) in frames.iter().enumerate() {
+            let fp = ok[i]
+                .then(|| resolve::fingerprint_of(&headers[i], layout, types))
+                .flatten();
+            let Some(fp) = fp else { continue };
+            if let Some(frame) = self.cached(raw, fp) {
+                out.push(frame);
+            } else if let Some(frame) = self.read(raw) {
+                out.push(frame);
+            }
+        }
+        out
+    }
+
+    /// The cached frame for `raw` if the object there still has fingerprint `fp`.
+    fn cached(&mut self, raw: &RawFrame, fp: [u64; 5]) -> Option<PyFrame> {
+        let layout = detected()?.layout();
+        let info = self.cache.get(&raw.code)?;
+        if info.fingerprint == fp {
+            return Some(info.frame(layout, raw.instr_offset));
+        }
+        self.stale += 1;
+        None
+    }
+
+    /// Reads `raw`'s code object afresh and caches it.
+    fn read(&mut self, raw: &RawFrame) -> Option<PyFrame> {
+        let interp = detected()?;
+        let info = interp.code_info(raw.code)?;
+        let frame = info.frame(interp.layout(), raw.instr_offset);
+        if self.cache.len() >= RESOLVER_CAPACITY {
+            self.cache.clear();
+        }
+        self.cache.insert(raw.code, info);
+        Some(frame)
+    }
+
+    /// Cache entries found replaced by another object since they were read.
+    pub fn stale_hits(&self) -> u64 {
+        self.stale
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outside_python_everything_is_none_and_nothing_faults() {
+        assert!(!is_python_process());
+        assert!(interpreter().is_none());
+        assert!(detected().is_none());
+        let mut raw = RawStack::new();
+        assert!(!capture(&mut raw));
+        assert!(raw.frames().is_empty());
+        assert_eq!(current_python_frames(32), None);
+        let mut r = Resolver::new();
+        assert_eq!(
+            r.resolve(&RawFrame {
+                code: 0xdead_beef,
+                instr_offset: 0
+            }),
+            None
+        );
+    }
+
+    #[test]
+    fn frames_display_as_file_line_in_function() {
+        let f = PyFrame {
+            file: "train.py".into(),
+            line: 88,
+            function: "load_batch".into(),
+        };
+        assert_eq!(f.to_string(), "train.py:88 in load_batch");
+    }
+}
