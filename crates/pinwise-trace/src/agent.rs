@@ -33,6 +33,7 @@ use pinwise_core::{DumpFormat, Event, HistoryConfig, SharedHistory};
 use crate::error::TraceError;
 use crate::libs::{self, LaunchEnv, Libraries, LibraryOverrides};
 use crate::loader::{BpfConfig, KernelHookStatus, Probes, ProgramCost};
+use crate::preattach::PreAttach;
 use crate::probes::{func_name, Library};
 use crate::procmaps::{self, ProcMaps};
 use crate::raw::{self, counters, DecodeError, RawEvent};
@@ -51,6 +52,18 @@ pub struct TracerConfig {
     /// How long the event thread waits for the ring buffer before looking again (events
     /// that do not wake it are picked up at this pace).
     pub poll_interval: Duration,
+}
+
+impl TracerConfig {
+    /// This configuration made fit for attaching to a running process
+    /// ([`TracerAgent::start_pid`]): the history makes no records for memory whose
+    /// allocation it did not see (`track_untracked` off), because such memory may have been
+    /// pinned before the attach (see [`crate::preattach`]); copies of it are counted, not
+    /// attributed, and so stay out of any pinning advice.
+    pub fn for_attach(mut self) -> Self {
+        self.history.track_untracked = false;
+        self
+    }
 }
 
 impl Default for TracerConfig {
@@ -114,6 +127,28 @@ pub struct TraceStats {
     pub tracer_rss_bytes: u64,
     /// Peak resident memory of the tracer's process (bytes).
     pub tracer_peak_rss_bytes: u64,
+    /// What the tracer found when it attached to a running process (`None` otherwise).
+    pub attach: Option<AttachStats>,
+}
+
+/// What the tracer learnt when it attached to a running process (see [`crate::preattach`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct AttachStats {
+    /// The process attached to.
+    pub pid: u32,
+    /// Host ranges the driver had pinned (mappings of `/dev/nvidiactl`).
+    pub pinned_mappings: u64,
+    /// Their bytes.
+    pub pinned_bytes: u64,
+    /// Of those ranges, the ones copies touched (reported as pinned allocations).
+    pub pinned_reported: u64,
+    /// Other writable memory mapped at the attach: its state is unknown if copies use it.
+    pub other_bytes: u64,
+    /// Memory locked with mlock at the attach (outside the driver's mappings).
+    pub mlocked_bytes: u64,
+    /// Whether the history makes records for memory whose allocation was not seen (it
+    /// should not when attached: [`TracerConfig::for_attach`]).
+    pub history_tracks_untracked: bool,
 }
 
 #[derive(Default)]
@@ -141,6 +176,7 @@ struct SharedState {
 }
 
 struct Running {
+    attach: Option<AttachStats>,
     probes: Arc<Mutex<Probes>>,
     shared: Arc<SharedState>,
     worker: JoinHandle<()>,
@@ -184,6 +220,11 @@ impl TracerAgent {
     /// Starts tracing the running process `pid` (and the children it forks from now on).
     /// Fails when the process does not exist or maps no libcuda (unless `--libcuda` says
     /// which one to probe).
+    ///
+    /// What the process had pinned before the attach is learnt from its maps (see
+    /// [`crate::preattach`]). Use a configuration from [`TracerConfig::for_attach`], so
+    /// that memory allocated before the attach, whose state is unknown, is not counted as
+    /// pageable (a warning is logged otherwise).
     pub fn start_pid(&mut self, pid: u32) -> Result<(), TraceError> {
         self.check_idle()?;
         if !Path::new(&format!("/proc/{pid}")).exists() {
@@ -202,7 +243,38 @@ impl TracerAgent {
         }
         let probes = self.prepare(&libs)?;
         probes.trace_process(pid)?;
-        self.run(probes, None, libs.all())?;
+        // Surveyed once the probes are on: what is allocated from now on is seen by them
+        // (and a range both surveyed and seen is reported once).
+        let attach_ts = monotonic_ns();
+        let survey = PreAttach::survey(pid).map_err(|_| TraceError::NoSuchProcess(pid))?;
+        let tracks_untracked = self.history.read().config().track_untracked;
+        if tracks_untracked {
+            tracing::warn!(
+                "attaching with a history that tracks untracked memory: memory allocated \
+                 before the attach will be counted as pageable (use TracerConfig::for_attach)"
+            );
+        }
+        let attach = AttachStats {
+            pid,
+            pinned_mappings: survey.pinned.len() as u64,
+            pinned_bytes: survey.pinned_bytes,
+            pinned_reported: 0,
+            other_bytes: survey.unknown_bytes,
+            mlocked_bytes: survey.mlocked_bytes,
+            history_tracks_untracked: tracks_untracked,
+        };
+        tracing::info!(
+            "PID {pid} at the attach: {} bytes in {} driver-pinned mappings, {} bytes mlocked, \
+             {} bytes of other writable memory (state unknown)",
+            attach.pinned_bytes,
+            attach.pinned_mappings,
+            attach.mlocked_bytes,
+            attach.other_bytes
+        );
+        self.run(probes, None, libs.all(), Some((pid, survey, attach_ts)))?;
+        if let Some(r) = self.running.as_mut() {
+            r.attach = Some(attach);
+        }
         Ok(())
     }
 
@@ -228,7 +300,7 @@ impl TracerAgent {
         }
         let probes = self.prepare(&libs)?;
         probes.trace_process(pid)?;
-        self.run(probes, Some(pid), libs.all())?;
+        self.run(probes, Some(pid), libs.all(), None)?;
         Ok(())
     }
 
@@ -254,7 +326,7 @@ impl TracerAgent {
         let probes = self.prepare(&libs)?;
         // The event thread runs before the command starts, so that it reads the command's
         // maps while the command is alive, however short its life.
-        let probes = self.run(probes, None, libs.all())?;
+        let probes = self.run(probes, None, libs.all(), None)?;
         // While the tracer is a "spawner", the kernel adds the processes it forks to the
         // traced set at fork time: the command is traced before it runs anything.
         let me = std::process::id();
@@ -325,6 +397,7 @@ impl TracerAgent {
         probes: Probes,
         self_pid: Option<u32>,
         known: Vec<PathBuf>,
+        preattach: Option<(u32, PreAttach, u64)>,
     ) -> Result<Arc<Mutex<Probes>>, TraceError> {
         let probes = Arc::new(Mutex::new(probes));
         let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
@@ -341,7 +414,12 @@ impl TracerAgent {
             std::thread::Builder::new()
                 .name("pinwise-trace".into())
                 .spawn(move || {
-                    event_loop(&probes, &shared, &history, poll, self_pid, &known, ready_tx)
+                    let target = Target {
+                        self_pid,
+                        known_files: &known,
+                        preattach,
+                    };
+                    event_loop(&probes, &shared, &history, poll, target, ready_tx)
                 })
                 .map_err(|e| TraceError::io("starting the tracer's event thread", e))?
         };
@@ -356,6 +434,7 @@ impl TracerAgent {
         }
         self.last_stats = None;
         self.running = Some(Running {
+            attach: None,
             probes: Arc::clone(&probes),
             shared,
             worker,
@@ -374,7 +453,11 @@ impl TracerAgent {
         if running.worker.join().is_err() {
             tracing::error!("the tracer's event thread panicked; the history may be incomplete");
         }
-        let stats = collect_stats(&running.probes.lock(), &running.shared);
+        let stats = collect_stats(
+            &running.probes.lock(),
+            &running.shared,
+            running.attach.as_ref(),
+        );
         self.record_source_stats(&stats);
         if let Some(dump) = running.shared.dump.lock().as_mut() {
             write_periodic(&self.history, dump);
@@ -405,12 +488,23 @@ impl TracerAgent {
                 .write()
                 .set_source_stat(pinwise_core::history::STANDIN_SOURCE_STAT, 1);
         }
+        if let Some(a) = &s.attach {
+            use pinwise_core::history::{ATTACHED_SOURCE_STAT, ATTACH_PINNED_BYTES_STAT};
+            self.history.write().set_source_stats([
+                (ATTACHED_SOURCE_STAT, 1),
+                (ATTACH_PINNED_BYTES_STAT, a.pinned_bytes),
+                ("tracer.attach.pinned_mappings", a.pinned_mappings),
+                ("tracer.attach.pinned_reported", a.pinned_reported),
+                ("tracer.attach.other_bytes", a.other_bytes),
+                ("tracer.attach.mlocked_bytes", a.mlocked_bytes),
+            ]);
+        }
     }
 
     /// Statistics now (while tracing) or of the last trace.
     pub fn stats(&self) -> TraceStats {
         match &self.running {
-            Some(r) => collect_stats(&r.probes.lock(), &r.shared),
+            Some(r) => collect_stats(&r.probes.lock(), &r.shared, r.attach.as_ref()),
             None => self.last_stats.clone().unwrap_or_default(),
         }
     }
@@ -553,6 +647,27 @@ fn write_periodic(history: &SharedHistory, dump: &mut PeriodicDump) {
     }
 }
 
+/// CLOCK_MONOTONIC now, in ns (the clock of `bpf_ktime_get_ns`, which stamps events).
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the struct it is given, which lives on this stack.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64).saturating_mul(1_000_000_000) + ts.tv_nsec as u64
+}
+
+/// Who the event thread traces, besides what the probes say.
+struct Target<'a> {
+    /// The tracer traces its own process (its threads' activity is not the program's).
+    self_pid: Option<u32>,
+    /// Files probed from the start.
+    known_files: &'a [PathBuf],
+    /// An attach: the process, what it had pinned, and when.
+    preattach: Option<(u32, PreAttach, u64)>,
+}
+
 fn own_tid() -> u32 {
     // SAFETY: gettid has no preconditions.
     unsafe { libc::gettid() as u32 }
@@ -566,10 +681,14 @@ fn event_loop(
     shared: &SharedState,
     history: &SharedHistory,
     poll: Duration,
-    self_pid: Option<u32>,
-    known_files: &[PathBuf],
+    target: Target<'_>,
     ready: std::sync::mpsc::SyncSender<Result<(), String>>,
 ) {
+    let Target {
+        self_pid,
+        known_files,
+        preattach,
+    } = target;
     if self_pid.is_some() {
         if let Err(e) = probes.lock().ignore_thread(own_tid()) {
             tracing::warn!("{e}");
@@ -599,6 +718,9 @@ fn event_loop(
     let mut translator = Translator::new(SiteResolver::new(history.modules()));
     for path in known_files {
         translator.sites().learn_file(path);
+    }
+    if let Some((pid, survey, ts)) = &preattach {
+        translator.learn_preattach(*pid, &survey.pinned, *ts);
     }
     let mut events: Vec<Event> = Vec::with_capacity(4096);
     let mut news: Vec<(ProcessNews, u64)> = Vec::new();
@@ -753,7 +875,11 @@ fn status_kib(field: &str) -> u64 {
         .unwrap_or(0)
 }
 
-fn collect_stats(probes: &Probes, shared: &SharedState) -> TraceStats {
+fn collect_stats(
+    probes: &Probes,
+    shared: &SharedState,
+    attach: Option<&AttachStats>,
+) -> TraceStats {
     let c = probes.counters();
     let live = shared.live.lock();
     TraceStats {
@@ -789,5 +915,9 @@ fn collect_stats(probes: &Probes, shared: &SharedState) -> TraceStats {
         processes_exited: live.exited.len() as u64,
         tracer_rss_bytes: status_kib("VmRSS:") * 1024,
         tracer_peak_rss_bytes: status_kib("VmHWM:") * 1024,
+        attach: attach.map(|a| AttachStats {
+            pinned_reported: live.translate.preattach_pinned_reported,
+            ..a.clone()
+        }),
     }
 }

@@ -16,7 +16,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use pinwise_core::{Direction, Event, EventKind, HostMemKind, HostState, ProbeKind, Site};
+use pinwise_core::{
+    Direction, Event, EventKind, HostMemKind, HostState, ModuleIdentity, ProbeKind, Site,
+};
 
 use crate::raw::{kinds, memtypes, site_sources, RawEvent};
 use crate::sites::{ExactAddr, SiteResolver};
@@ -58,6 +60,9 @@ pub struct TranslateStats {
     pub sites_unknown: u64,
     /// Unified copies whose direction was inferred from the process's maps.
     pub directions_from_maps: u64,
+    /// Ranges pinned before the attach (see [`crate::preattach`]) that copies touched, and
+    /// that were therefore reported as pinned allocations.
+    pub preattach_pinned_reported: u64,
 }
 
 #[derive(Debug, Default)]
@@ -66,6 +71,19 @@ struct ProcessRanges {
     host: BTreeMap<u64, u64>,
     /// Device ranges: start -> end.
     device: BTreeMap<u64, u64>,
+    /// Ranges the driver had pinned before the attach, not reported yet: start -> end.
+    preattach: BTreeMap<u64, u64>,
+    /// When the tracer attached (CLOCK_MONOTONIC ns), for the events of `preattach` ranges.
+    attach_ts: u64,
+}
+
+/// The range of `ranges` that `addr` lies in.
+fn range_of(ranges: &BTreeMap<u64, u64>, addr: u64) -> Option<(u64, u64)> {
+    ranges
+        .range(..=addr)
+        .next_back()
+        .filter(|(_, &end)| addr < end)
+        .map(|(&s, &e)| (s, e))
 }
 
 fn contains(ranges: &BTreeMap<u64, u64>, addr: u64) -> bool {
@@ -133,6 +151,51 @@ impl Translator {
         self.ranges.entry(pid).or_default()
     }
 
+    /// Tells the translator which ranges of process `pid` the driver had pinned before the
+    /// tracer attached at `attach_ts` (see [`crate::preattach`]). Each is reported as a
+    /// pinned allocation (no call site) when a copy first touches it.
+    pub fn learn_preattach(&mut self, pid: u32, pinned: &BTreeMap<u64, u64>, attach_ts: u64) {
+        let r = self.ranges(pid);
+        r.preattach.extend(pinned.iter().map(|(&s, &e)| (s, e)));
+        r.attach_ts = attach_ts;
+    }
+
+    /// Reports the pre-attach pinned range `addr` lies in, if any and not reported yet.
+    fn report_preattach(&mut self, pid: u32, tid: u32, addr: u64, out: &mut Vec<Event>) {
+        let Some(r) = self.ranges.get_mut(&pid) else {
+            return;
+        };
+        let Some((start, end)) = range_of(&r.preattach, addr) else {
+            return;
+        };
+        if contains(&r.host, addr) {
+            return;
+        }
+        r.preattach.remove(&start);
+        r.host.insert(start, end);
+        let attach_ts = r.attach_ts;
+        self.stats.preattach_pinned_reported += 1;
+        // Its allocation happened before the attach and was not seen: its call site is the
+        // pseudo-module saying so. It is recorded with the probe kind of the call it stands
+        // for (a uprobe on the driver's allocation entry point), at the attach time.
+        let module = self.sites.modules().intern(&ModuleIdentity::from_path(
+            crate::preattach::PREATTACH_MODULE,
+        ));
+        let e = Event::new(
+            attach_ts,
+            pid,
+            tid,
+            ProbeKind::Uprobe,
+            EventKind::Alloc {
+                start,
+                size: end - start,
+                kind: HostMemKind::PinnedAlloc,
+                flags: 0,
+            },
+        );
+        out.push(e.with_site(Site { module, offset: 0 }));
+    }
+
     /// Translates one record, appending its events to `out`; returns what the tracer must
     /// do about the process, if anything.
     pub fn translate(&mut self, raw: &RawEvent, out: &mut Vec<Event>) -> Option<ProcessNews> {
@@ -171,6 +234,7 @@ impl Translator {
                     kinds::HOST_FREE => {
                         if let Some(ranges) = self.ranges.get_mut(&pid) {
                             ranges.host.remove(&r.addr);
+                            ranges.preattach.remove(&r.addr);
                         }
                         let site = self.sites.site(pid, r.call_site);
                         out.push(with_site(base, site));
@@ -198,6 +262,7 @@ impl Translator {
                         let end = r.addr.saturating_add(r.len);
                         if let Some(ranges) = self.ranges.get_mut(&pid) {
                             remove_inside(&mut ranges.host, r.addr, end);
+                            remove_inside(&mut ranges.preattach, r.addr, end);
                         }
                         out.push(Event {
                             probe: ProbeKind::Tracepoint,
@@ -262,6 +327,8 @@ impl Translator {
                         let copy = ProcessRanges {
                             host: parent.host.clone(),
                             device: parent.device.clone(),
+                            preattach: parent.preattach.clone(),
+                            attach_ts: parent.attach_ts,
                         };
                         self.ranges.insert(p.child, copy);
                     }
@@ -301,7 +368,7 @@ impl Translator {
             if contains(&r.device, addr) {
                 return Side::Device;
             }
-            if contains(&r.host, addr) {
+            if contains(&r.host, addr) || contains(&r.preattach, addr) {
                 return Side::Host;
             }
         }
@@ -332,6 +399,9 @@ impl Translator {
             (Side::Device, Side::Device) => (Direction::DtoD, 0, c.dst),
             (Side::Host, Side::Host) => (Direction::HtoH, c.src, 0),
         };
+        if host != 0 {
+            self.report_preattach(pid, c.h.tid, host, out);
+        }
         let mut e = Event::new(
             c.h.ts_ns,
             pid,
@@ -692,6 +762,63 @@ mod tests {
         );
         assert!(matches!(out.last().unwrap().kind, EventKind::Munmap { .. }));
         assert!(t.ranges.get(&PID).unwrap().host.is_empty());
+    }
+
+    #[test]
+    fn ranges_pinned_before_the_attach_become_pinned_allocations_when_copied() {
+        let mut t = translator();
+        let mut out = Vec::new();
+        let pinned: BTreeMap<u64, u64> = [(0x40_0000, 0x60_0000), (0x80_0000, 0x90_0000)].into();
+        t.learn_preattach(PID, &pinned, 5);
+        t.translate(&range(kinds::DEV_ALLOC, 10, 0xd000, 0x1000), &mut out);
+        // A unified copy from inside the first range is host to device, and the range is
+        // reported first, as a pinned allocation at the attach time, without a site.
+        let u = memtypes::UNIFIED;
+        t.translate(&copy(11, 0xd000, 0x40_1000, u, u), &mut out);
+        assert_eq!(out.len(), 2, "{out:?}");
+        assert_eq!(out[0].ts_ns, 5);
+        let site = out[0].site.expect("a pseudo site");
+        assert_eq!(site.offset, 0);
+        assert_eq!(
+            t.sites().modules().get(site.module).unwrap().path,
+            crate::preattach::PREATTACH_MODULE
+        );
+        assert!(matches!(
+            out[0].kind,
+            EventKind::Alloc {
+                start: 0x40_0000,
+                size: 0x20_0000,
+                kind: HostMemKind::PinnedAlloc,
+                ..
+            }
+        ));
+        assert_eq!(direction(&out[1]), Direction::HtoD);
+        // Only once.
+        out.clear();
+        t.translate(
+            &copy(12, 0x40_2000, 0xd000, memtypes::HOST, memtypes::DEVICE),
+            &mut out,
+        );
+        assert_eq!(out.len(), 1);
+        assert_eq!(t.stats().preattach_pinned_reported, 1);
+        // A range freed before any copy is never reported; a copy of its addresses later
+        // is of unknown memory.
+        t.translate(
+            &RawEvent::Release(ReleaseRecord {
+                h: header(kinds::HOST_FREE, 13),
+                addr: 0x80_0000,
+                ..ReleaseRecord::default()
+            }),
+            &mut out,
+        );
+        out.clear();
+        t.translate(
+            &copy(14, 0xd000, 0x80_0000, memtypes::DEVICE, memtypes::HOST),
+            &mut out,
+        );
+        assert_eq!(out.len(), 1);
+        assert!(matches!(out[0].kind, EventKind::Transfer { .. }));
+        assert_eq!(t.stats().preattach_pinned_reported, 1);
     }
 
     #[test]

@@ -215,6 +215,13 @@ pub fn run(args: TraceArgs) -> Result<ExitCode> {
         },
         ..TracerConfig::default()
     };
+    // Attached: memory allocated before the attach may have been pinned then; no records
+    // (and so no advice) for memory whose allocation was not seen.
+    let config = if args.pid.is_some() {
+        config.for_attach()
+    } else {
+        config
+    };
     let format = match args.format {
         FormatArg::Json => DumpFormat::Json,
         FormatArg::Bin => DumpFormat::Binary,
@@ -441,6 +448,28 @@ fn print_summary(
         dirs.join(", "),
         summary.pageable_share * 100.0
     ));
+    if let Some(a) = &stats.attach {
+        let stat = *agent.history().read().stats();
+        let unknown: u64 = [Direction::HtoD, Direction::DtoH]
+            .iter()
+            .map(|d| {
+                let all = stat.transfers[d.index()].transfers;
+                all.saturating_sub(summary.by_direction[d.index()].attributed.transfers())
+            })
+            .sum();
+        status(format!(
+            "attached to PID {}: the driver had pinned {} in {} mappings before the attach \
+             ({} of them copied since, recorded as pinned allocations without a call site); \
+             {} host<->device transfers touched memory whose allocation the trace did not \
+             see (made before the attach, or from the heap), whose pinned state cannot be \
+             known: they are counted, and left out of any advice",
+            a.pid,
+            bytes(a.pinned_bytes),
+            a.pinned_mappings,
+            a.pinned_reported,
+            unknown
+        ));
+    }
     let symbolizer = Symbolizer::new();
     let hot = agent.hotspots(top);
     if !hot.is_empty() {
