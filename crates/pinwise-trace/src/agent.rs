@@ -459,6 +459,10 @@ impl TracerAgent {
             running.attach.as_ref(),
         );
         self.record_source_stats(&stats);
+        // Names of every site the history refers to, while the modules' files are surely
+        // there: reports made later, or elsewhere, name functions without the binaries.
+        let named = crate::symbolize::store_symbols(&mut self.history.write());
+        tracing::debug!("{named} call sites named");
         if let Some(dump) = running.shared.dump.lock().as_mut() {
             write_periodic(&self.history, dump);
         }
@@ -481,6 +485,8 @@ impl TracerAgent {
                 s.translate.cuda_internal_mmaps,
             ),
             ("tracer.sites_unknown", s.translate.sites_unknown),
+            ("tracer.stacks_captured", s.translate.stacks_captured),
+            ("tracer.frames_unplaced", s.translate.frames_unplaced),
             ("tracer.uprobes", s.uprobes as u64),
         ]);
         if s.cuda_standin {
@@ -715,7 +721,8 @@ fn event_loop(
         }
     };
     let _ = ready.send(Ok(()));
-    let mut translator = Translator::new(SiteResolver::new(history.modules()));
+    let mut translator =
+        Translator::new(SiteResolver::new(history.modules())).with_stacks(history.stacks());
     for path in known_files {
         translator.sites().learn_file(path);
     }

@@ -48,6 +48,12 @@ pub struct BpfConfig {
     pub page_faults: bool,
     /// Try the kernel hooks into the nvidia module.
     pub kernel_hooks: bool,
+    /// Allocation events (host allocations, registrations, mmaps) carry their user call
+    /// chain, up to 32 frames (`bpf_get_stack`: frame pointers; the chain stops or goes
+    /// astray at code built without them).
+    pub alloc_stacks: bool,
+    /// One copy in this many, at random, carries its call chain too (0: none, 1: all).
+    pub copy_stack_every: u32,
 }
 
 impl Default for BpfConfig {
@@ -58,6 +64,8 @@ impl Default for BpfConfig {
             wakeup_bytes: 256 << 10,
             page_faults: false,
             kernel_hooks: true,
+            alloc_stacks: true,
+            copy_stack_every: 64,
         }
     }
 }
@@ -140,6 +148,11 @@ fn set_rodata(object: &mut OpenObject, config: &BpfConfig, is_main: bool) {
             slot.copy_from_slice(&value.to_ne_bytes());
         }
     };
+    let put32 = |data: &mut [u8], offset: usize, value: u32| {
+        if let Some(slot) = data.get_mut(offset..offset + 4) {
+            slot.copy_from_slice(&value.to_ne_bytes());
+        }
+    };
     for mut map in object.maps_mut() {
         if !map.name().to_string_lossy().ends_with(".rodata") {
             continue;
@@ -156,6 +169,16 @@ fn set_rodata(object: &mut OpenObject, config: &BpfConfig, is_main: bool) {
                 data,
                 offset_of!(MainRo, cfg_min_mmap_bytes),
                 config.min_mmap_bytes,
+            );
+            put32(
+                data,
+                offset_of!(MainRo, cfg_copy_stack_every),
+                config.copy_stack_every,
+            );
+            put32(
+                data,
+                offset_of!(MainRo, cfg_alloc_stacks),
+                u32::from(config.alloc_stacks),
             );
         } else {
             put(data, offset_of!(NvRo, cfg_wakeup_bytes), wakeup);

@@ -15,9 +15,11 @@
 //! own event (which is sent when the call returns); they are held back and emitted after it.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use pinwise_core::{
-    Direction, Event, EventKind, HostMemKind, HostState, ModuleIdentity, ProbeKind, Site,
+    Direction, Event, EventKind, Frame, HostMemKind, HostState, ModuleIdentity, ProbeKind, Site,
+    StackId, StackTable,
 };
 
 use crate::raw::{kinds, memtypes, site_sources, RawEvent};
@@ -63,6 +65,10 @@ pub struct TranslateStats {
     /// Ranges pinned before the attach (see [`crate::preattach`]) that copies touched, and
     /// that were therefore reported as pinned allocations.
     pub preattach_pinned_reported: u64,
+    /// Events that carried a user call chain from BPF (allocations, sampled copies).
+    pub stacks_captured: u64,
+    /// Frames of those chains that lay in no known module (dropped from the stack).
+    pub frames_unplaced: u64,
 }
 
 #[derive(Debug, Default)]
@@ -113,6 +119,8 @@ enum Side {
 /// Translates records into events. Owned by the tracer's event thread.
 pub struct Translator {
     sites: SiteResolver,
+    /// Where call chains are interned (none: chains are dropped).
+    stacks: Option<Arc<StackTable>>,
     ranges: HashMap<u32, ProcessRanges>,
     /// Kernel page-lock events held until the CUDA call they happened in returns, by tid.
     held: HashMap<u32, Vec<Event>>,
@@ -124,10 +132,47 @@ impl Translator {
     pub fn new(sites: SiteResolver) -> Self {
         Translator {
             sites,
+            stacks: None,
             ranges: HashMap::new(),
             held: HashMap::new(),
             stats: TranslateStats::default(),
         }
+    }
+
+    /// The same translator, interning the call chains BPF captured into `stacks` (the
+    /// history's stack table) and attaching them to their events.
+    pub fn with_stacks(mut self, stacks: Arc<StackTable>) -> Self {
+        self.stacks = Some(stacks);
+        self
+    }
+
+    /// A call chain from BPF (return addresses, innermost first) as an interned stack of
+    /// sites; frames in no known module are left out. The event's call site, when the
+    /// chain lacks it, goes in after the innermost frame: a chain captured at a function's
+    /// entry (copies), or inside a wrapper that keeps no frame (libc's mmap), starts at the
+    /// function and continues at its caller's caller, because the frame-pointer walk reads
+    /// the caller's return address from a frame the callee has not made.
+    fn stack(&mut self, pid: u32, frames: &[u64], site: Option<Site>) -> Option<StackId> {
+        let table = self.stacks.clone()?;
+        if frames.is_empty() {
+            return None;
+        }
+        self.stats.stacks_captured += 1;
+        let mut out = Vec::with_capacity(frames.len());
+        for &addr in frames.iter().take(pinwise_core::stack::MAX_FRAMES) {
+            match self.sites.site(pid, addr) {
+                Some(site) => out.push(Frame::Native(site)),
+                None => self.stats.frames_unplaced += 1,
+            }
+        }
+        if let Some(site) = site {
+            let frame = Frame::Native(site);
+            if !out.contains(&frame) {
+                out.insert(out.len().min(1), frame);
+                out.truncate(pinwise_core::stack::MAX_FRAMES);
+            }
+        }
+        table.intern(&out)
     }
 
     /// The call-site resolver.
@@ -212,7 +257,14 @@ impl Translator {
         }
         let news = match raw {
             RawEvent::Copy(c) => {
-                self.copy(c, out);
+                self.copy(c, None, out);
+                None
+            }
+            RawEvent::CopyStack(c) => {
+                let n = (c.nframes as usize).min(c.frames.len());
+                let site = self.sites.site(pid, c.copy.call_site);
+                let stack = self.stack(pid, &c.frames[..n], site);
+                self.copy(&c.copy, stack, out);
                 None
             }
             RawEvent::Range(r) => {
@@ -389,7 +441,7 @@ impl Translator {
         }
     }
 
-    fn copy(&mut self, c: &crate::raw::CopyRecord, out: &mut Vec<Event>) {
+    fn copy(&mut self, c: &crate::raw::CopyRecord, stack: Option<StackId>, out: &mut Vec<Event>) {
         let pid = c.h.pid;
         let src = self.side(pid, c.src, c.src_type);
         let dst = self.side(pid, c.dst, c.dst_type);
@@ -420,6 +472,9 @@ impl Translator {
         if let Some(site) = self.sites.site(pid, c.call_site) {
             e = e.with_site(site);
         }
+        if let Some(stack) = stack {
+            e = e.with_stack(stack);
+        }
         out.push(e);
     }
 
@@ -448,6 +503,10 @@ impl Translator {
 
     fn range(&mut self, r: &crate::raw::RangeRecord, out: &mut Vec<Event>) {
         let (pid, tid, ts) = (r.h.pid, r.h.tid, r.h.ts_ns);
+        let stack_of = |t: &mut Self, site: Option<Site>| {
+            let n = (r.nframes as usize).min(r.frames.len());
+            t.stack(pid, &r.frames[..n], site)
+        };
         let end = r.addr.saturating_add(r.len);
         let ev = |kind: EventKind| Event::new(ts, pid, tid, ProbeKind::Uprobe, kind);
         match r.h.kind {
@@ -464,6 +523,7 @@ impl Translator {
                     return;
                 }
                 let (site, _) = self.range_site(r);
+                let stack = stack_of(self, site);
                 self.ranges(pid).host.insert(r.addr, end);
                 let e = ev(EventKind::Alloc {
                     start: r.addr,
@@ -471,7 +531,7 @@ impl Translator {
                     kind: HostMemKind::PinnedAlloc,
                     flags: r.flags,
                 });
-                out.push(with_site(e, site));
+                out.push(with_stack(with_site(e, site), stack));
             }
             kinds::HOST_REGISTER => {
                 if r.result != 0 {
@@ -484,15 +544,19 @@ impl Translator {
                     .get(&pid)
                     .is_some_and(|rs| contains(&rs.host, r.addr));
                 if !known {
+                    let stack = stack_of(self, site);
                     self.ranges(pid).host.insert(r.addr, end);
-                    out.push(with_site(
-                        ev(EventKind::Alloc {
-                            start: r.addr,
-                            size: r.len,
-                            kind: HostMemKind::Registered,
-                            flags: r.flags,
-                        }),
-                        site,
+                    out.push(with_stack(
+                        with_site(
+                            ev(EventKind::Alloc {
+                                start: r.addr,
+                                size: r.len,
+                                kind: HostMemKind::Registered,
+                                flags: r.flags,
+                            }),
+                            site,
+                        ),
+                        stack,
                     ));
                 }
                 out.push(with_site(
@@ -510,16 +574,20 @@ impl Translator {
                     self.stats.cuda_internal_mmaps += 1;
                     return;
                 }
+                let stack = stack_of(self, site);
                 self.ranges(pid).host.insert(r.addr, end);
                 let tp = |kind| Event::new(ts, pid, tid, ProbeKind::Tracepoint, kind);
-                out.push(with_site(
-                    tp(EventKind::Alloc {
-                        start: r.addr,
-                        size: r.len,
-                        kind: HostMemKind::Pageable,
-                        flags: 0,
-                    }),
-                    site,
+                out.push(with_stack(
+                    with_site(
+                        tp(EventKind::Alloc {
+                            start: r.addr,
+                            size: r.len,
+                            kind: HostMemKind::Pageable,
+                            flags: 0,
+                        }),
+                        site,
+                    ),
+                    stack,
                 ));
                 out.push(with_site(
                     tp(EventKind::Mmap {
@@ -537,6 +605,13 @@ impl Translator {
 fn with_site(e: Event, site: Option<Site>) -> Event {
     match site {
         Some(s) => e.with_site(s),
+        None => e,
+    }
+}
+
+fn with_stack(e: Event, stack: Option<StackId>) -> Event {
+    match stack {
+        Some(s) => e.with_stack(s),
         None => e,
     }
 }
@@ -819,6 +894,64 @@ mod tests {
         assert_eq!(out.len(), 1);
         assert!(matches!(out[0].kind, EventKind::Transfer { .. }));
         assert_eq!(t.stats().preattach_pinned_reported, 1);
+    }
+
+    #[inline(never)]
+    fn frame_a() -> u64 {
+        std::hint::black_box(1)
+    }
+    #[inline(never)]
+    fn frame_b() -> u64 {
+        std::hint::black_box(2)
+    }
+    #[inline(never)]
+    fn frame_c() -> u64 {
+        std::hint::black_box(3)
+    }
+
+    #[test]
+    fn sampled_copy_chains_become_stacks_with_the_call_site_after_the_innermost_frame() {
+        let modules = ModuleTable::shared();
+        let stacks = Arc::new(StackTable::new());
+        let mut t = Translator::new(SiteResolver::new(modules)).with_stacks(stacks.clone());
+        let me = std::process::id();
+        let addr = |f: fn() -> u64| f as *const () as u64 + 1;
+        assert_eq!(frame_a() + frame_b() + frame_c(), 6);
+        let mut rec = crate::raw::CopyStackRecord::default();
+        rec.copy.h = Header {
+            pid: me,
+            tid: me,
+            kind: kinds::COPY_STACK,
+            ..Header::default()
+        };
+        rec.copy.bytes = 8;
+        rec.copy.src_type = memtypes::HOST;
+        rec.copy.dst_type = memtypes::DEVICE;
+        rec.copy.call_site = addr(frame_c);
+        rec.frames[0] = addr(frame_a);
+        rec.frames[1] = addr(frame_b);
+        // An address in no mapping is dropped.
+        rec.frames[2] = 0x10;
+        rec.nframes = 3;
+        let mut out = Vec::new();
+        t.translate(&RawEvent::CopyStack(Box::new(rec)), &mut out);
+        let id = out[0].stack.expect("a stack");
+        let frames = stacks.get(id).unwrap();
+        let want: Vec<Site> = [frame_a as fn() -> u64, frame_c, frame_b]
+            .into_iter()
+            .map(|f| t.sites.site(me, addr(f)).unwrap())
+            .collect();
+        assert_eq!(
+            frames.iter().filter_map(Frame::site).collect::<Vec<_>>(),
+            want
+        );
+        assert_eq!(t.stats().stacks_captured, 1);
+        assert_eq!(t.stats().frames_unplaced, 1);
+        // Without a stack table, chains are dropped.
+        let mut plain = translator();
+        let mut out = Vec::new();
+        plain.translate(&RawEvent::CopyStack(Box::new(rec)), &mut out);
+        assert!(out[0].stack.is_none());
     }
 
     #[test]

@@ -83,6 +83,15 @@ pub struct TraceArgs {
     #[arg(long)]
     pub no_kernel_hooks: bool,
 
+    /// Do not capture the user call chain (up to 32 frames) of allocations. Chains are
+    /// walked by frame pointers: they stop, or go astray, at code built without them.
+    #[arg(long)]
+    pub no_stacks: bool,
+
+    /// One copy in N, at random, carries its call chain too (0: none, 1: every copy).
+    #[arg(long, default_value_t = 64, value_name = "N")]
+    pub copy_stacks: u32,
+
     /// Hotspots shown in the summary.
     #[arg(long, default_value_t = 5, value_name = "N")]
     pub top: usize,
@@ -207,6 +216,8 @@ pub fn run(args: TraceArgs) -> Result<ExitCode> {
             min_mmap_bytes: args.min_mmap.max(1),
             page_faults: args.page_faults,
             kernel_hooks: !args.no_kernel_hooks,
+            alloc_stacks: !args.no_stacks,
+            copy_stack_every: if args.no_stacks { 0 } else { args.copy_stacks },
             ..BpfConfig::default()
         },
         libraries: LibraryOverrides {

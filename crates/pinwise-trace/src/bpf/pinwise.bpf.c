@@ -26,6 +26,12 @@ struct pw_abi pw_abi_anchor = {};
 /* Anonymous mappings smaller than this are not reported (set by user space). */
 const volatile __u64 cfg_min_mmap_bytes = 1 << 20;
 
+/* One copy in this many carries its user call chain (0: none; set by user space). */
+const volatile __u32 cfg_copy_stack_every = 0;
+
+/* Allocation events carry their user call chain (set by user space). */
+const volatile __u32 cfg_alloc_stacks = 1;
+
 #define PROT_READ 0x1
 #define PROT_WRITE 0x2
 #define PROT_EXEC 0x4
@@ -173,11 +179,57 @@ static __always_inline void place_site(struct pw_range_event *e)
 
 /* ---- copies: one hit each, at entry ---------------------------------------------------- */
 
+/* Fills a copy record. */
+static __always_inline void fill_copy(struct pw_copy_event *e, struct pt_regs *ctx, __u16 kind,
+				      __u16 func, __u64 dst, __u64 src, __u64 bytes, __u64 stream,
+				      __u8 dst_type, __u8 src_type, __u8 is_async)
+{
+	fill_header(&e->h, kind, func);
+	e->dst = dst;
+	e->src = src;
+	e->bytes = bytes;
+	e->stream = stream;
+	e->call_site = entry_return_address(ctx);
+	e->dst_type = dst_type;
+	e->src_type = src_type;
+	e->is_async = is_async;
+	__builtin_memset(e->_pad0, 0, sizeof(e->_pad0));
+}
+
+/* Whether this copy is one of the sampled ones that carry their call chain. */
+static __always_inline int sample_copy_stack(void)
+{
+	__u32 every = cfg_copy_stack_every;
+	if (every == 0)
+		return 0;
+	return every == 1 || bpf_get_prandom_u32() % every == 0;
+}
+
+/* The user call chain into `frames` (PW_MAX_FRAMES slots); returns how many were written. */
+static __always_inline __u32 user_frames(void *ctx, __u64 *frames)
+{
+	long n = bpf_get_stack(ctx, frames, PW_MAX_FRAMES * sizeof(__u64), BPF_F_USER_STACK);
+	if (n <= 0)
+		return 0;
+	return (__u32)(n / sizeof(__u64));
+}
+
 /* Reports a copy of a traced process whose hit is counted already. */
 static __always_inline int send_copy(struct pt_regs *ctx, __u16 func, __u64 dst, __u64 src,
 				     __u64 bytes, __u64 stream, __u8 dst_type, __u8 src_type,
 				     __u8 is_async)
 {
+	if (sample_copy_stack()) {
+		struct pw_copy_stack_event *s = reserve(sizeof(*s));
+		if (!s)
+			return 0;
+		fill_copy(&s->copy, ctx, PW_EV_COPY_STACK, func, dst, src, bytes, stream, dst_type,
+			  src_type, is_async);
+		s->_pad0 = 0;
+		s->nframes = user_frames(ctx, s->frames);
+		submit(s, 0);
+		return 0;
+	}
 	struct pw_copy_event *e = reserve(sizeof(*e));
 	if (!e)
 		return 0;
@@ -502,6 +554,11 @@ static __always_inline int report_return(struct pt_regs *ctx, __u16 kind)
 		e->site_dev = 0;
 		e->site_ino = 0;
 		e->site_offset = 0;
+		e->_pad1 = 0;
+		e->nframes = 0;
+		/* Right after the return: the chain starts at the caller's next instruction. */
+		if (kind != PW_EV_DEV_ALLOC && cfg_alloc_stacks)
+			e->nframes = user_frames(ctx, e->frames);
 		/* Host ranges need a call site: placed now, and when the runtime did not give
 		 * one, the stack too (the caller's frames are intact right after the return). */
 		if (kind != PW_EV_DEV_ALLOC) {
@@ -747,6 +804,9 @@ int on_mmap_exit(struct tp_sys_exit *ctx)
 	e->site_dev = 0;
 	e->site_ino = 0;
 	e->site_offset = 0;
+	e->_pad1 = 0;
+	/* From a syscall tracepoint the chain starts in the mmap wrapper (libc). */
+	e->nframes = cfg_alloc_stacks ? user_frames(ctx, e->frames) : 0;
 	read_stack(e, user_sp());
 	submit(e, 0);
 	return 0;
