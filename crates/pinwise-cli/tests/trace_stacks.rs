@@ -186,3 +186,149 @@ fn no_stacks_means_no_stacks() {
         .unwrap();
     assert_eq!(function(&h, pinned.site()), "pin_here");
 }
+
+/// Six 4 MiB buffers in turn (each freed before the next, so addresses are reused), six
+/// 64 KiB ones from the heap, and one each from calloc, realloc (grown from a small block),
+/// posix_memalign, aligned_alloc and valloc, each copied to the device a known number of
+/// times; small blocks in between are below the threshold.
+const MALLOC_PROGRAM: &str = r#"
+#define _GNU_SOURCE
+#include <malloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cuda_driver_min.h"
+
+#define CHECK(x) do { CUresult r_ = (x); if (r_) { fprintf(stderr, "%s: %d\n", #x, (int)r_); exit(2); } } while (0)
+#define NOINLINE __attribute__((noinline))
+
+static CUdeviceptr d;
+static void copy(const void *p, size_t n, int times) {
+    for (int i = 0; i < times; i++) CHECK(cuMemcpyHtoD(d, p, n));
+}
+NOINLINE void big_buffers(void) {
+    for (int i = 0; i < 6; i++) {
+        char *p = malloc(4 << 20);
+        memset(p, i, 4 << 20);
+        copy(p, 4 << 20, i + 1);
+        free(p);
+        free(malloc(100)); /* small: not recorded */
+    }
+}
+NOINLINE void small_buffers(void) {
+    for (int i = 0; i < 6; i++) {
+        char *p = malloc(64 << 10);
+        memset(p, i, 64 << 10);
+        copy(p, 64 << 10, 2);
+        free(p);
+    }
+}
+NOINLINE void other_allocators(void) {
+    char *c = calloc(16, 8192);                 /* 128 KiB */
+    copy(c, 128 << 10, 3);
+    char *r = malloc(1000);
+    r = realloc(r, 256 << 10);                  /* grown into a recorded block */
+    memset(r, 1, 256 << 10);
+    copy(r, 256 << 10, 4);
+    void *pm = NULL;
+    if (posix_memalign(&pm, 4096, 96 << 10)) exit(5);
+    memset(pm, 1, 96 << 10);
+    copy(pm, 96 << 10, 5);
+    char *aa = aligned_alloc(4096, 80 << 10);
+    memset(aa, 1, 80 << 10);
+    copy(aa, 80 << 10, 6);
+    char *v = valloc(72 << 10);
+    memset(v, 1, 72 << 10);
+    copy(v, 72 << 10, 7);
+    free(c); free(r); free(pm); free(aa); free(v);
+}
+
+int main(void) {
+    CUdevice dev;
+    CUcontext ctx;
+    CHECK(cuInit(0));
+    CHECK(cuDeviceGet(&dev, 0));
+    CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CHECK(cuCtxSetCurrent(ctx));
+    CHECK(cuMemAlloc(&d, 4 << 20));
+    big_buffers();
+    small_buffers();
+    other_allocators();
+    return 0;
+}
+"#;
+
+#[test]
+fn malloc_probes_give_every_large_block_its_own_record_and_site() {
+    if !require_bpf("malloc_probes_give_every_large_block_its_own_record_and_site") {
+        return;
+    }
+    let libs = StandinLibs::new();
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("malloc_prog");
+    let mut args: Vec<String> = libs.cuda_link_args();
+    args.extend(["-O0", "-g", "-fno-omit-frame-pointer"].map(String::from));
+    compile_c_source(MALLOC_PROGRAM, &exe, &args);
+    let out = dir.path().join("malloc.json");
+    let output = Command::new(env!("CARGO_BIN_EXE_pinwise"))
+        .env("LD_LIBRARY_PATH", libs.ld_library_path())
+        .args(["trace", "--malloc", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let h = load_history(&out).unwrap();
+    assert_eq!(h.source_stats().get("tracer.malloc_probes"), Some(&1));
+    assert_eq!(
+        h.allocations()
+            .filter(|v| v.kind() == AllocKind::Untracked)
+            .count(),
+        0,
+        "no implicit records: every copied block's allocation was seen"
+    );
+    // (size, site function) -> transfer counts, in allocation order.
+    let mut seen: Vec<(u64, String, u64)> = h
+        .allocations()
+        .filter(|v| v.kind() == AllocKind::Pageable && v.transfer_count() > 0)
+        .map(|v| (v.size(), function(&h, v.site()), v.transfer_count()))
+        .collect();
+    seen.sort_by_key(|(size, _, n)| (*size, *n));
+    let mut want: Vec<(u64, String, u64)> = Vec::new();
+    for i in 1..=6 {
+        want.push((4 << 20, "big_buffers".into(), i));
+        want.push((64 << 10, "small_buffers".into(), 2));
+    }
+    for (size, n) in [
+        (128u64 << 10, 3),
+        (256 << 10, 4),
+        (96 << 10, 5),
+        (80 << 10, 6),
+        (72 << 10, 7),
+    ] {
+        want.push((size, "other_allocators".into(), n));
+    }
+    want.sort_by_key(|(size, _, n)| (*size, *n));
+    assert_eq!(seen, want, "{stderr}");
+    // The six 4 MiB blocks are six records with call numbers 1..6 at one site.
+    let mut calls: Vec<u32> = h
+        .allocations()
+        .filter(|v| v.size() == 4 << 20)
+        .map(|v| v.tag().call_no)
+        .collect();
+    calls.sort_unstable();
+    assert_eq!(calls, [1, 2, 3, 4, 5, 6]);
+    // Every recorded block was freed, and nothing else was recorded.
+    assert!(h
+        .allocations()
+        .filter(|v| v.kind() == AllocKind::Pageable)
+        .all(|v| v.state() == pinwise_core::history::AllocState::Freed));
+    assert_eq!(
+        h.allocations()
+            .filter(|v| v.kind() == AllocKind::Pageable)
+            .count(),
+        17
+    );
+}

@@ -52,6 +52,9 @@ pub struct TracerConfig {
     /// How long the event thread waits for the ring buffer before looking again (events
     /// that do not wake it are picked up at this pace).
     pub poll_interval: Duration,
+    /// Probe libc's malloc family (blocks from `bpf.malloc_min_bytes` up are reported).
+    /// Off by default: a uprobe is a trap on every call, small ones included.
+    pub malloc: bool,
 }
 
 impl TracerConfig {
@@ -73,6 +76,7 @@ impl Default for TracerConfig {
             history: HistoryConfig::default(),
             libraries: LibraryOverrides::default(),
             poll_interval: Duration::from_millis(20),
+            malloc: false,
         }
     }
 }
@@ -241,7 +245,7 @@ impl TracerAgent {
                 target: format!("PID {pid}"),
             });
         }
-        let probes = self.prepare(&libs)?;
+        let probes = self.prepare(&libs, pid)?;
         probes.trace_process(pid)?;
         // Surveyed once the probes are on: what is allocated from now on is seen by them
         // (and a range both surveyed and seen is reported once).
@@ -298,7 +302,7 @@ impl TracerAgent {
                 target: "this process".into(),
             });
         }
-        let probes = self.prepare(&libs)?;
+        let probes = self.prepare(&libs, pid)?;
         probes.trace_process(pid)?;
         self.run(probes, Some(pid), libs.all(), None)?;
         Ok(())
@@ -323,7 +327,8 @@ impl TracerAgent {
                 target: format!("`{}`", program.display()),
             });
         }
-        let probes = self.prepare(&libs)?;
+        // The command will use the C library the tracer uses (same system, same namespace).
+        let probes = self.prepare(&libs, std::process::id())?;
         // The event thread runs before the command starts, so that it reads the command's
         // maps while the command is alive, however short its life.
         let probes = self.run(probes, None, libs.all(), None)?;
@@ -355,7 +360,9 @@ impl TracerAgent {
         Ok(())
     }
 
-    fn prepare(&self, libs: &Libraries) -> Result<Probes, TraceError> {
+    /// Loads the programs and probes `libs` (and, with `malloc`, the C library that process
+    /// `libc_of` maps).
+    fn prepare(&self, libs: &Libraries, libc_of: u32) -> Result<Probes, TraceError> {
         for p in libs.driver.iter().chain(&libs.runtime) {
             if !p.is_file() {
                 return Err(TraceError::NoSuchLibrary(p.clone()));
@@ -379,6 +386,19 @@ impl TracerAgent {
         for path in &libs.runtime {
             if let Err(e) = probes.attach_library(path, Library::Runtime) {
                 tracing::debug!("runtime probes on {}: {e}", path.display());
+            }
+        }
+        if self.config.malloc {
+            let path = libs::libc_of(libc_of).ok_or_else(|| TraceError::NothingAttached {
+                path: PathBuf::from("libc.so.6"),
+                detail: format!("PID {libc_of} maps no libc.so for the malloc probes"),
+            })?;
+            let n = probes.attach_library(&path, Library::Libc)?;
+            if n == 0 {
+                return Err(TraceError::NothingAttached {
+                    path,
+                    detail: "it exports none of malloc, calloc, realloc, free".into(),
+                });
             }
         }
         tracing::info!(
@@ -486,6 +506,11 @@ impl TracerAgent {
             ),
             ("tracer.sites_unknown", s.translate.sites_unknown),
             ("tracer.stacks_captured", s.translate.stacks_captured),
+            ("tracer.malloc_probes", u64::from(self.config.malloc)),
+            (
+                "tracer.cuda_internal_mallocs",
+                s.translate.cuda_internal_mallocs,
+            ),
             ("tracer.frames_unplaced", s.translate.frames_unplaced),
             ("tracer.uprobes", s.uprobes as u64),
         ]);

@@ -54,6 +54,8 @@ pub struct BpfConfig {
     pub alloc_stacks: bool,
     /// One copy in this many, at random, carries its call chain too (0: none, 1: all).
     pub copy_stack_every: u32,
+    /// With the malloc probes: blocks smaller than this are not reported (filtered in BPF).
+    pub malloc_min_bytes: u64,
 }
 
 impl Default for BpfConfig {
@@ -66,6 +68,7 @@ impl Default for BpfConfig {
             kernel_hooks: true,
             alloc_stacks: true,
             copy_stack_every: 64,
+            malloc_min_bytes: 64 << 10,
         }
     }
 }
@@ -169,6 +172,11 @@ fn set_rodata(object: &mut OpenObject, config: &BpfConfig, is_main: bool) {
                 data,
                 offset_of!(MainRo, cfg_min_mmap_bytes),
                 config.min_mmap_bytes,
+            );
+            put(
+                data,
+                offset_of!(MainRo, cfg_malloc_min_bytes),
+                config.malloc_min_bytes,
             );
             put32(
                 data,
@@ -485,6 +493,9 @@ impl Probes {
                 .chain(spec.ret.map(|r| (r, true)));
             for key in progs {
                 match groups.iter_mut().find(|(k, _)| *k == key) {
+                    // Two symbols at one address (aliases: aligned_alloc and memalign in
+                    // some libcs) get one probe, or each call would be seen twice.
+                    Some((_, list)) if list.iter().any(|(_, o)| *o == offset) => {}
                     Some((_, list)) => list.push((spec, offset)),
                     None => groups.push((key, vec![(spec, offset)])),
                 }

@@ -119,14 +119,16 @@ pub fn decode(bytes: &[u8]) -> Result<RawEvent, DecodeError> {
         _ if k == kind(c::pw_kind::PW_EV_HOST_ALLOC)
             || k == kind(c::pw_kind::PW_EV_HOST_REGISTER)
             || k == kind(c::pw_kind::PW_EV_DEV_ALLOC)
-            || k == kind(c::pw_kind::PW_EV_MMAP) =>
+            || k == kind(c::pw_kind::PW_EV_MMAP)
+            || k == kind(c::pw_kind::PW_EV_MALLOC) =>
         {
             RawEvent::Range(Box::new(read(bytes, k)?))
         }
         _ if k == kind(c::pw_kind::PW_EV_HOST_FREE)
             || k == kind(c::pw_kind::PW_EV_HOST_UNREGISTER)
             || k == kind(c::pw_kind::PW_EV_DEV_FREE)
-            || k == kind(c::pw_kind::PW_EV_MUNMAP) =>
+            || k == kind(c::pw_kind::PW_EV_MUNMAP)
+            || k == kind(c::pw_kind::PW_EV_MALLOC_FREE) =>
         {
             RawEvent::Release(read(bytes, k)?)
         }
@@ -166,6 +168,10 @@ pub mod kinds {
     pub const MUNMAP: u16 = k::PW_EV_MUNMAP.0 as u16;
     /// See `PW_EV_COPY`.
     pub const COPY: u16 = k::PW_EV_COPY.0 as u16;
+    /// See `PW_EV_MALLOC`.
+    pub const MALLOC: u16 = k::PW_EV_MALLOC.0 as u16;
+    /// See `PW_EV_MALLOC_FREE`.
+    pub const MALLOC_FREE: u16 = k::PW_EV_MALLOC_FREE.0 as u16;
     /// See `PW_EV_COPY_STACK`.
     pub const COPY_STACK: u16 = k::PW_EV_COPY_STACK.0 as u16;
     /// See `PW_EV_PIN_PAGES`.
@@ -292,9 +298,14 @@ mod tests {
         // pinwise_events.h); a change there must show up here.
         assert_eq!(std::mem::size_of::<Header>(), 24);
         assert_eq!(std::mem::size_of::<CopyRecord>(), 24 + 5 * 8 + 8);
+        // ..., stack_len, nframes, _pad1, frames[32], stack[1024].
         assert_eq!(
             std::mem::size_of::<RangeRecord>(),
-            24 + 7 * 8 + 8 + 8 + 1024
+            24 + 7 * 8 + 8 + 8 + 8 + 32 * 8 + 1024
+        );
+        assert_eq!(
+            std::mem::size_of::<CopyStackRecord>(),
+            std::mem::size_of::<CopyRecord>() + 8 + 32 * 8
         );
         assert_eq!(std::mem::size_of::<ReleaseRecord>(), 24 + 3 * 8);
     }

@@ -69,6 +69,8 @@ pub struct TranslateStats {
     pub stacks_captured: u64,
     /// Frames of those chains that lay in no known module (dropped from the stack).
     pub frames_unplaced: u64,
+    /// malloc-family blocks CUDA allocated for itself (not reported, nor their frees).
+    pub cuda_internal_mallocs: u64,
 }
 
 #[derive(Debug, Default)]
@@ -79,6 +81,8 @@ struct ProcessRanges {
     device: BTreeMap<u64, u64>,
     /// Ranges the driver had pinned before the attach, not reported yet: start -> end.
     preattach: BTreeMap<u64, u64>,
+    /// malloc blocks CUDA made for itself (not reported): their frees are not either.
+    cuda_mallocs: std::collections::HashSet<u64>,
     /// When the tracer attached (CLOCK_MONOTONIC ns), for the events of `preattach` ranges.
     attach_ts: u64,
 }
@@ -283,6 +287,16 @@ impl Translator {
                     EventKind::Free { start: r.addr },
                 );
                 match h.kind {
+                    kinds::MALLOC_FREE => {
+                        if let Some(ranges) = self.ranges.get_mut(&pid) {
+                            if ranges.cuda_mallocs.remove(&r.addr) {
+                                return None;
+                            }
+                            ranges.host.remove(&r.addr);
+                        }
+                        let site = self.sites.site(pid, r.call_site);
+                        out.push(with_site(base, site));
+                    }
                     kinds::HOST_FREE => {
                         if let Some(ranges) = self.ranges.get_mut(&pid) {
                             ranges.host.remove(&r.addr);
@@ -380,6 +394,7 @@ impl Translator {
                             host: parent.host.clone(),
                             device: parent.device.clone(),
                             preattach: parent.preattach.clone(),
+                            cuda_mallocs: parent.cuda_mallocs.clone(),
                             attach_ts: parent.attach_ts,
                         };
                         self.ranges.insert(p.child, copy);
@@ -566,6 +581,30 @@ impl Translator {
                         pages: None,
                     }),
                     site,
+                ));
+            }
+            kinds::MALLOC => {
+                let (site, through_cuda) = self.range_site(r);
+                if through_cuda {
+                    self.stats.cuda_internal_mallocs += 1;
+                    self.ranges(pid).cuda_mallocs.insert(r.addr);
+                    return;
+                }
+                let stack = stack_of(self, site);
+                let r_host = self.ranges(pid);
+                r_host.cuda_mallocs.remove(&r.addr);
+                r_host.host.insert(r.addr, end);
+                out.push(with_stack(
+                    with_site(
+                        ev(EventKind::Alloc {
+                            start: r.addr,
+                            size: r.len,
+                            kind: HostMemKind::Pageable,
+                            flags: 0,
+                        }),
+                        site,
+                    ),
+                    stack,
                 ));
             }
             kinds::MMAP => {

@@ -88,6 +88,17 @@ pub struct TraceArgs {
     #[arg(long)]
     pub no_stacks: bool,
 
+    /// Probe libc's malloc family (malloc, calloc, realloc, free, posix_memalign,
+    /// aligned_alloc, memalign, valloc): every block of --malloc-min or more becomes a
+    /// pageable allocation with its call site and stack. Off by default: a uprobe is a trap
+    /// on every call, small ones included (see bench/results/trace-malloc-probes.md).
+    #[arg(long)]
+    pub malloc: bool,
+
+    /// With --malloc: blocks smaller than this are not recorded (filtered in BPF).
+    #[arg(long, value_parser = parse_size, default_value = "64K", value_name = "BYTES")]
+    pub malloc_min: u64,
+
     /// One copy in N, at random, carries its call chain too (0: none, 1: every copy).
     #[arg(long, default_value_t = 64, value_name = "N")]
     pub copy_stacks: u32,
@@ -218,12 +229,14 @@ pub fn run(args: TraceArgs) -> Result<ExitCode> {
             kernel_hooks: !args.no_kernel_hooks,
             alloc_stacks: !args.no_stacks,
             copy_stack_every: if args.no_stacks { 0 } else { args.copy_stacks },
+            malloc_min_bytes: args.malloc_min.max(1),
             ..BpfConfig::default()
         },
         libraries: LibraryOverrides {
             libcuda: args.libcuda.clone(),
             libcudart: args.libcudart.clone(),
         },
+        malloc: args.malloc,
         ..TracerConfig::default()
     };
     // Attached: memory allocated before the attach may have been pinned then; no records

@@ -56,6 +56,11 @@ enum pw_kind {
 	PW_EV_EXEC_MAP = 16,
 	/* A copy sampled for its stack (struct pw_copy_stack_event). */
 	PW_EV_COPY_STACK = 17,
+	/* A malloc-family call returned a block at or above the threshold (struct
+	 * pw_range_event), only with the malloc probes (`--malloc`). */
+	PW_EV_MALLOC = 18,
+	/* free (or realloc) of a block PW_EV_MALLOC reported (struct pw_release_event). */
+	PW_EV_MALLOC_FREE = 19,
 };
 
 /*
@@ -123,6 +128,15 @@ enum pw_func {
 	PW_FN_sched_process_fork,
 	PW_FN_sched_process_exit,
 	PW_FN_sched_process_exec,
+	/* libc's malloc family (only with `--malloc`). */
+	PW_FN_malloc,
+	PW_FN_calloc,
+	PW_FN_realloc,
+	PW_FN_free,
+	PW_FN_posix_memalign,
+	PW_FN_aligned_alloc,
+	PW_FN_memalign,
+	PW_FN_valloc,
 	PW_FN_COUNT,
 };
 
