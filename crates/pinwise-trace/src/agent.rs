@@ -245,7 +245,7 @@ impl TracerAgent {
                 target: format!("PID {pid}"),
             });
         }
-        let probes = self.prepare(&libs, pid)?;
+        let probes = self.prepare(&libs, pid, pid as i32)?;
         probes.trace_process(pid)?;
         // Surveyed once the probes are on: what is allocated from now on is seen by them
         // (and a range both surveyed and seen is reported once).
@@ -302,7 +302,7 @@ impl TracerAgent {
                 target: "this process".into(),
             });
         }
-        let probes = self.prepare(&libs, pid)?;
+        let probes = self.prepare(&libs, pid, pid as i32)?;
         probes.trace_process(pid)?;
         self.run(probes, Some(pid), libs.all(), None)?;
         Ok(())
@@ -328,7 +328,10 @@ impl TracerAgent {
             });
         }
         // The command will use the C library the tracer uses (same system, same namespace).
-        let probes = self.prepare(&libs, std::process::id())?;
+        // Its malloc probes trap in every process until the child is known, then in the
+        // child alone (a call seen by both while they overlap is reported once: BPF takes
+        // the second hit of one call for a restart of it).
+        let probes = self.prepare(&libs, std::process::id(), -1)?;
         // The event thread runs before the command starts, so that it reads the command's
         // maps while the command is alive, however short its life.
         let probes = self.run(probes, None, libs.all(), None)?;
@@ -345,6 +348,13 @@ impl TracerAgent {
             let child = spawned?;
             cleared?;
             probes.lock().trace_process(child.id())?;
+            if self.config.malloc {
+                let mut p = probes.lock();
+                if let Some(path) = libs::libc_of(me) {
+                    p.attach_libc(&path, child.id() as i32)?;
+                }
+                p.drop_temporary();
+            }
             Ok(child)
         });
         if spawned.is_err() {
@@ -360,9 +370,15 @@ impl TracerAgent {
         Ok(())
     }
 
-    /// Loads the programs and probes `libs` (and, with `malloc`, the C library that process
-    /// `libc_of` maps).
-    fn prepare(&self, libs: &Libraries, libc_of: u32) -> Result<Probes, TraceError> {
+    /// Loads the programs and probes `libs`; with `malloc`, the C library that process
+    /// `libc_of` maps too: for process `malloc_pid` only, or for every process (-1: a
+    /// launch, until [`TracerAgent::launch`] knows the child).
+    fn prepare(
+        &self,
+        libs: &Libraries,
+        libc_of: u32,
+        malloc_pid: i32,
+    ) -> Result<Probes, TraceError> {
         for p in libs.driver.iter().chain(&libs.runtime) {
             if !p.is_file() {
                 return Err(TraceError::NoSuchLibrary(p.clone()));
@@ -393,7 +409,7 @@ impl TracerAgent {
                 path: PathBuf::from("libc.so.6"),
                 detail: format!("PID {libc_of} maps no libc.so for the malloc probes"),
             })?;
-            let n = probes.attach_library(&path, Library::Libc)?;
+            let n = probes.attach_libc(&path, malloc_pid)?;
             if n == 0 {
                 return Err(TraceError::NothingAttached {
                     path,

@@ -96,6 +96,8 @@ pub struct AttachedUprobe {
     pub program: &'static str,
     /// A return probe.
     pub retprobe: bool,
+    /// The process whose calls trap (-1: every process mapping the file, filtered in BPF).
+    pub pid: i32,
 }
 
 /// Kernel-side cost of one BPF program, from the kernel's run-time statistics.
@@ -123,6 +125,9 @@ pub struct Probes {
     nvidia: Option<Object>,
     kernel_hooks: KernelHookStatus,
     links: Vec<Link>,
+    /// Links dropped by [`Probes::drop_temporary`]: system-wide malloc probes, kept only
+    /// until their per-process replacements are attached.
+    temporary_links: Vec<Link>,
     uprobes: Vec<AttachedUprobe>,
     known_files: HashSet<(u64, u64)>,
     stats_fd: Option<OwnedFd>,
@@ -298,6 +303,7 @@ impl Probes {
             nvidia: None,
             kernel_hooks: KernelHookStatus::NotApplicable("not tried".into()),
             links: Vec::new(),
+            temporary_links: Vec::new(),
             uprobes: Vec::new(),
             known_files: HashSet::new(),
             stats_fd: None,
@@ -475,8 +481,37 @@ impl Probes {
     /// how many were attached; a file looked at before (same device and inode) is skipped
     /// (returns 0): probing it twice would report each call twice.
     pub fn attach_library(&mut self, path: &Path, library: Library) -> Result<usize, TraceError> {
+        self.attach_file(path, library, -1, false)
+    }
+
+    /// Attaches the malloc-family probes on the C library `path` for process `pid` only
+    /// (the trap is inserted in that process alone, and follows it across exec), or for
+    /// every process (`pid` -1: each call of every process using that libc traps, to be
+    /// filtered in BPF) as temporary probes that [`Probes::drop_temporary`] removes.
+    pub fn attach_libc(&mut self, path: &Path, pid: i32) -> Result<usize, TraceError> {
+        self.attach_file(path, Library::Libc, pid, pid < 0)
+    }
+
+    /// Detaches the temporary (system-wide) malloc probes.
+    pub fn drop_temporary(&mut self) {
+        self.temporary_links.clear();
+        self.uprobes.retain(|u| {
+            !(u.pid < 0
+                && UPROBES
+                    .iter()
+                    .any(|s| s.symbol == u.symbol && s.library == Library::Libc))
+        });
+    }
+
+    fn attach_file(
+        &mut self,
+        path: &Path,
+        library: Library,
+        pid: i32,
+        temporary: bool,
+    ) -> Result<usize, TraceError> {
         let id = file_id(path).ok_or_else(|| TraceError::NoSuchLibrary(path.to_path_buf()))?;
-        if self.known_files.contains(&id) {
+        if library != Library::Libc && self.known_files.contains(&id) {
             return Ok(0);
         }
         let specs: Vec<&UprobeSpec> = UPROBES.iter().filter(|s| s.library == library).collect();
@@ -526,7 +561,7 @@ impl Probes {
                     ..Default::default()
                 };
                 vec![(
-                    prog.attach_uprobe_multi_with_opts(-1, path, "", opts),
+                    prog.attach_uprobe_multi_with_opts(pid, path, "", opts),
                     probes.iter().map(|(s, _)| *s).collect(),
                 )]
             } else {
@@ -539,7 +574,7 @@ impl Probes {
                             ..Default::default()
                         };
                         (
-                            prog.attach_uprobe_with_opts(-1, path, *offset as usize, opts),
+                            prog.attach_uprobe_with_opts(pid, path, *offset as usize, opts),
                             vec![*spec],
                         )
                     })
@@ -548,13 +583,18 @@ impl Probes {
             for (link, specs) in links {
                 match link {
                     Ok(link) => {
-                        self.links.push(link);
+                        if temporary {
+                            self.temporary_links.push(link);
+                        } else {
+                            self.links.push(link);
+                        }
                         for spec in specs {
                             self.uprobes.push(AttachedUprobe {
                                 symbol: spec.symbol,
                                 path: path.to_path_buf(),
                                 program,
                                 retprobe,
+                                pid,
                             });
                             attached += 1;
                         }
