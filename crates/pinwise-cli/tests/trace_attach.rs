@@ -19,56 +19,11 @@ use pinwise_testkit::{compile_c_source, require_bpf, StandinLibs};
 
 const MIB: u64 = 1 << 20;
 
-/// Pins 4 MiB (cuMemAllocHost) and maps 2 MiB of pageable memory, says `ready PINNED EARLY`,
-/// waits for a line on stdin (the tracer is attached by then), then copies: 20 HtoD and 5
-/// DtoH of the pinned buffer, 10 HtoD of the early pageable one and, unless its argument is
-/// `early-only`, 30 HtoD of 8 MiB mapped after the attach.
-const PROGRAM: &str = r#"
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/mman.h>
-#include "cuda_driver_min.h"
-
-#define CHECK(x) do { CUresult r_ = (x); if (r_) { fprintf(stderr, "%s: %d\n", #x, (int)r_); exit(2); } } while (0)
-#define MIB ((size_t)1 << 20)
-
-static char *map_pageable(size_t n) {
-    char *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) exit(4);
-    memset(p, 7, n);
-    return p;
-}
-
-int main(int argc, char **argv) {
-    int late_copies = !(argc > 1 && strcmp(argv[1], "early-only") == 0);
-    CUdevice dev;
-    CUcontext ctx;
-    CHECK(cuInit(0));
-    CHECK(cuDeviceGet(&dev, 0));
-    CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CHECK(cuCtxSetCurrent(ctx));
-    void *pinned;
-    CHECK(cuMemAllocHost(&pinned, 4 * MIB));
-    memset(pinned, 1, 4 * MIB);
-    char *early = map_pageable(2 * MIB);
-    CUdeviceptr d;
-    CHECK(cuMemAlloc(&d, 8 * MIB));
-    printf("ready %lu %lu\n", (unsigned long)pinned, (unsigned long)early);
-    fflush(stdout);
-    char line[16];
-    if (!fgets(line, sizeof line, stdin)) return 3;
-    for (int i = 0; i < 20; i++) CHECK(cuMemcpyHtoD(d, pinned, 4 * MIB));
-    for (int i = 0; i < 5; i++) CHECK(cuMemcpyDtoH(pinned, d, 4 * MIB));
-    for (int i = 0; i < 10; i++) CHECK(cuMemcpyHtoD(d, early, 2 * MIB));
-    if (late_copies) {
-        char *late = map_pageable(8 * MIB);
-        for (int i = 0; i < 30; i++) CHECK(cuMemcpyHtoD(d, late, 8 * MIB));
-    }
-    CHECK(cuMemFree(d));
-    return 0;
-}
-"#;
+/// bench/gpu/trace/pin_then_copy.c: pins 4 MiB (cuMemAllocHost) and maps 2 MiB of pageable
+/// memory, says `ready PINNED EARLY`, waits for a line on stdin (the tracer is attached by
+/// then), then copies: 20 HtoD and 5 DtoH of the pinned buffer, 10 HtoD of the early
+/// pageable one and, unless its argument is `early-only`, 30 HtoD of 8 MiB mapped after.
+const PROGRAM: &str = include_str!("../../../bench/gpu/trace/pin_then_copy.c");
 
 fn pinwise() -> Command {
     Command::new(env!("CARGO_BIN_EXE_pinwise"))
