@@ -244,10 +244,22 @@ pub(crate) fn saving_sentence(r: &Report) -> String {
 /// What a trace attached to a running process could not know, as a sentence to add (empty
 /// for other histories).
 pub(crate) fn attach_sentence(r: &Report) -> String {
-    use pinwise_core::history::{ATTACHED_SOURCE_STAT, ATTACH_PINNED_BYTES_STAT};
+    use pinwise_core::history::{
+        ATTACHED_SOURCE_STAT, ATTACH_PINNED_BYTES_STAT, ATTACH_UNKNOWN_COUNTED_STAT,
+    };
     let stat = |k: &str| r.source.stats.get(k).copied().unwrap_or(0);
     if stat(ATTACHED_SOURCE_STAT) == 0 {
         return String::new();
+    }
+    if stat(ATTACH_UNKNOWN_COUNTED_STAT) != 0 {
+        return format!(
+            " This trace attached to a running process, and its history counted memory whose \
+             allocation it did not see as pageable (untracked records), though that memory \
+             may have been pinned before the attach: the saving above may be overstated \
+             (`pinwise trace --pid` does not make such records). The driver had pinned {} \
+             before the attach.",
+            bytes(stat(ATTACH_PINNED_BYTES_STAT)),
+        );
     }
     let (transfers, moved) = r
         .directions

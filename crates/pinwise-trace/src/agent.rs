@@ -536,9 +536,15 @@ impl TracerAgent {
                 .set_source_stat(pinwise_core::history::STANDIN_SOURCE_STAT, 1);
         }
         if let Some(a) = &s.attach {
-            use pinwise_core::history::{ATTACHED_SOURCE_STAT, ATTACH_PINNED_BYTES_STAT};
+            use pinwise_core::history::{
+                ATTACHED_SOURCE_STAT, ATTACH_PINNED_BYTES_STAT, ATTACH_UNKNOWN_COUNTED_STAT,
+            };
             self.history.write().set_source_stats([
                 (ATTACHED_SOURCE_STAT, 1),
+                (
+                    ATTACH_UNKNOWN_COUNTED_STAT,
+                    u64::from(a.history_tracks_untracked),
+                ),
                 (ATTACH_PINNED_BYTES_STAT, a.pinned_bytes),
                 ("tracer.attach.pinned_mappings", a.pinned_mappings),
                 ("tracer.attach.pinned_reported", a.pinned_reported),

@@ -178,6 +178,11 @@ pub const ATTACHED_SOURCE_STAT: &str = "source.attached";
 /// (`/dev/nvidiactl` mappings); copies of them are known to be of pinned memory.
 pub const ATTACH_PINNED_BYTES_STAT: &str = "source.attach_pinned_bytes";
 
+/// Set to 1 by an attaching source whose history still made records for memory whose
+/// allocation it did not see (`track_untracked` on): those records count as pageable,
+/// though the memory may have been pinned before the attach (reports say so).
+pub const ATTACH_UNKNOWN_COUNTED_STAT: &str = "source.attach_unknown_counted";
+
 /// The history of every host allocation seen. See the module documentation.
 #[derive(Debug, Clone)]
 pub struct MemHistory {
