@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use pinwise_core::history::{AllocKind, AllocState};
-use pinwise_core::PinMethod;
+use pinwise_core::{Direction, PinMethod};
 
 use crate::analysis::{AllocationRow, Report};
 use crate::units::{bytes, count, duration_ns, fit, percent};
@@ -259,7 +259,46 @@ pub(crate) fn saving_sentence(r: &Report) -> String {
             " (approximate: some allocations' events were capped, their sizes are averages)"
         } else {
             ""
-        }
+        },
+    ) + &attach_sentence(r)
+}
+
+/// What a trace attached to a running process could not know, as a sentence to add (empty
+/// for other histories).
+pub(crate) fn attach_sentence(r: &Report) -> String {
+    use pinwise_core::history::{
+        ATTACHED_SOURCE_STAT, ATTACH_PINNED_BYTES_STAT, ATTACH_UNKNOWN_COUNTED_STAT,
+    };
+    let stat = |k: &str| r.source.stats.get(k).copied().unwrap_or(0);
+    if stat(ATTACHED_SOURCE_STAT) == 0 {
+        return String::new();
+    }
+    if stat(ATTACH_UNKNOWN_COUNTED_STAT) != 0 {
+        return format!(
+            " This trace attached to a running process, and its history counted memory whose \
+             allocation it did not see as pageable (untracked records), though that memory \
+             may have been pinned before the attach: the saving above may be overstated \
+             (`pinwise trace --pid` does not make such records). The driver had pinned {} \
+             before the attach.",
+            bytes(stat(ATTACH_PINNED_BYTES_STAT)),
+        );
+    }
+    let (transfers, moved) = r
+        .directions
+        .iter()
+        .filter(|d| matches!(d.direction, Direction::HtoD | Direction::DtoH))
+        .fold((0, 0), |(t, b), d| {
+            (t + d.unattributed_transfers, b + d.unattributed_bytes)
+        });
+    format!(
+        " This trace attached to a running process, so it did not see what the process \
+         allocated before: the driver had pinned {} then (copies of that memory count as \
+         pinned); {} host<->device transfers ({}) touched memory whose allocation the trace \
+         did not see, whose pinned state cannot be known (it may have been registered before \
+         the attach): they are left out of these figures and of the pinning plan.",
+        bytes(stat(ATTACH_PINNED_BYTES_STAT)),
+        count(transfers),
+        bytes(moved),
     )
 }
 

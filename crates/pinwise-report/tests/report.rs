@@ -417,3 +417,32 @@ fn events_past_the_trace_span_still_plot() {
     let r = report_of(&h, &ReportOptions::default());
     pinwise_report::html::render(&r).unwrap();
 }
+
+#[test]
+fn an_attached_trace_says_what_it_could_not_know_and_how_it_counted_it() {
+    use pinwise_core::history::{
+        ATTACHED_SOURCE_STAT, ATTACH_PINNED_BYTES_STAT, ATTACH_UNKNOWN_COUNTED_STAT,
+    };
+    let one_line = |h: &MemHistory| {
+        let text = pinwise_report::text::render(&report_of(h, &ReportOptions::default()));
+        text.split_whitespace().collect::<Vec<_>>().join(" ")
+    };
+    let mut h = MemHistory::default();
+    assert!(!one_line(&h).contains("attached to a running process"));
+    h.set_source_stats([
+        (ATTACHED_SOURCE_STAT, 1),
+        (ATTACH_PINNED_BYTES_STAT, 4 << 20),
+    ]);
+    let text = one_line(&h);
+    assert!(
+        text.contains("the driver had pinned 4.00 MiB then")
+            && text.contains("left out of these figures and of the pinning plan"),
+        "{text}"
+    );
+    // A history that made records for unseen memory (not `pinwise trace --pid`'s) is told
+    // apart: its saving may be overstated, and the report does not claim otherwise.
+    h.set_source_stat(ATTACH_UNKNOWN_COUNTED_STAT, 1);
+    let text = one_line(&h);
+    assert!(text.contains("may be overstated"), "{text}");
+    assert!(!text.contains("left out of these figures"), "{text}");
+}

@@ -33,6 +33,7 @@ use pinwise_core::{DumpFormat, Event, HistoryConfig, SharedHistory};
 use crate::error::TraceError;
 use crate::libs::{self, LaunchEnv, Libraries, LibraryOverrides};
 use crate::loader::{BpfConfig, KernelHookStatus, Probes, ProgramCost};
+use crate::preattach::PreAttach;
 use crate::probes::{func_name, Library};
 use crate::procmaps::{self, ProcMaps};
 use crate::raw::{self, counters, DecodeError, RawEvent};
@@ -51,6 +52,21 @@ pub struct TracerConfig {
     /// How long the event thread waits for the ring buffer before looking again (events
     /// that do not wake it are picked up at this pace).
     pub poll_interval: Duration,
+    /// Probe libc's malloc family (blocks from `bpf.malloc_min_bytes` up are reported).
+    /// Off by default: a uprobe is a trap on every call, small ones included.
+    pub malloc: bool,
+}
+
+impl TracerConfig {
+    /// This configuration made fit for attaching to a running process
+    /// ([`TracerAgent::start_pid`]): the history makes no records for memory whose
+    /// allocation it did not see (`track_untracked` off), because such memory may have been
+    /// pinned before the attach (see [`crate::preattach`]); copies of it are counted, not
+    /// attributed, and so stay out of any pinning advice.
+    pub fn for_attach(mut self) -> Self {
+        self.history.track_untracked = false;
+        self
+    }
 }
 
 impl Default for TracerConfig {
@@ -60,6 +76,7 @@ impl Default for TracerConfig {
             history: HistoryConfig::default(),
             libraries: LibraryOverrides::default(),
             poll_interval: Duration::from_millis(20),
+            malloc: false,
         }
     }
 }
@@ -114,6 +131,28 @@ pub struct TraceStats {
     pub tracer_rss_bytes: u64,
     /// Peak resident memory of the tracer's process (bytes).
     pub tracer_peak_rss_bytes: u64,
+    /// What the tracer found when it attached to a running process (`None` otherwise).
+    pub attach: Option<AttachStats>,
+}
+
+/// What the tracer learnt when it attached to a running process (see [`crate::preattach`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct AttachStats {
+    /// The process attached to.
+    pub pid: u32,
+    /// Host ranges the driver had pinned (mappings of `/dev/nvidiactl`).
+    pub pinned_mappings: u64,
+    /// Their bytes.
+    pub pinned_bytes: u64,
+    /// Of those ranges, the ones copies touched (reported as pinned allocations).
+    pub pinned_reported: u64,
+    /// Other writable memory mapped at the attach: its state is unknown if copies use it.
+    pub other_bytes: u64,
+    /// Memory locked with mlock at the attach (outside the driver's mappings).
+    pub mlocked_bytes: u64,
+    /// Whether the history makes records for memory whose allocation was not seen (it
+    /// should not when attached: [`TracerConfig::for_attach`]).
+    pub history_tracks_untracked: bool,
 }
 
 #[derive(Default)]
@@ -141,6 +180,7 @@ struct SharedState {
 }
 
 struct Running {
+    attach: Option<AttachStats>,
     probes: Arc<Mutex<Probes>>,
     shared: Arc<SharedState>,
     worker: JoinHandle<()>,
@@ -184,6 +224,11 @@ impl TracerAgent {
     /// Starts tracing the running process `pid` (and the children it forks from now on).
     /// Fails when the process does not exist or maps no libcuda (unless `--libcuda` says
     /// which one to probe).
+    ///
+    /// What the process had pinned before the attach is learnt from its maps (see
+    /// [`crate::preattach`]). Use a configuration from [`TracerConfig::for_attach`], so
+    /// that memory allocated before the attach, whose state is unknown, is not counted as
+    /// pageable (a warning is logged otherwise).
     pub fn start_pid(&mut self, pid: u32) -> Result<(), TraceError> {
         self.check_idle()?;
         if !Path::new(&format!("/proc/{pid}")).exists() {
@@ -200,9 +245,40 @@ impl TracerAgent {
                 target: format!("PID {pid}"),
             });
         }
-        let probes = self.prepare(&libs)?;
+        let probes = self.prepare(&libs, pid, pid as i32)?;
         probes.trace_process(pid)?;
-        self.run(probes, None, libs.all())?;
+        // Surveyed once the probes are on: what is allocated from now on is seen by them
+        // (and a range both surveyed and seen is reported once).
+        let attach_ts = monotonic_ns();
+        let survey = PreAttach::survey(pid).map_err(|_| TraceError::NoSuchProcess(pid))?;
+        let tracks_untracked = self.history.read().config().track_untracked;
+        if tracks_untracked {
+            tracing::warn!(
+                "attaching with a history that tracks untracked memory: memory allocated \
+                 before the attach will be counted as pageable (use TracerConfig::for_attach)"
+            );
+        }
+        let attach = AttachStats {
+            pid,
+            pinned_mappings: survey.pinned.len() as u64,
+            pinned_bytes: survey.pinned_bytes,
+            pinned_reported: 0,
+            other_bytes: survey.unknown_bytes,
+            mlocked_bytes: survey.mlocked_bytes,
+            history_tracks_untracked: tracks_untracked,
+        };
+        tracing::info!(
+            "PID {pid} at the attach: {} bytes in {} driver-pinned mappings, {} bytes mlocked, \
+             {} bytes of other writable memory (state unknown)",
+            attach.pinned_bytes,
+            attach.pinned_mappings,
+            attach.mlocked_bytes,
+            attach.other_bytes
+        );
+        self.run(probes, None, libs.all(), Some((pid, survey, attach_ts)))?;
+        if let Some(r) = self.running.as_mut() {
+            r.attach = Some(attach);
+        }
         Ok(())
     }
 
@@ -226,9 +302,9 @@ impl TracerAgent {
                 target: "this process".into(),
             });
         }
-        let probes = self.prepare(&libs)?;
+        let probes = self.prepare(&libs, pid, pid as i32)?;
         probes.trace_process(pid)?;
-        self.run(probes, Some(pid), libs.all())?;
+        self.run(probes, Some(pid), libs.all(), None)?;
         Ok(())
     }
 
@@ -251,10 +327,14 @@ impl TracerAgent {
                 target: format!("`{}`", program.display()),
             });
         }
-        let probes = self.prepare(&libs)?;
+        // The command will use the C library the tracer uses (same system, same namespace).
+        // Its malloc probes trap in every process until the child is known, then in the
+        // child alone (a call seen by both while they overlap is reported once: BPF takes
+        // the second hit of one call for a restart of it).
+        let probes = self.prepare(&libs, std::process::id(), -1)?;
         // The event thread runs before the command starts, so that it reads the command's
         // maps while the command is alive, however short its life.
-        let probes = self.run(probes, None, libs.all())?;
+        let probes = self.run(probes, None, libs.all(), None)?;
         // While the tracer is a "spawner", the kernel adds the processes it forks to the
         // traced set at fork time: the command is traced before it runs anything.
         let me = std::process::id();
@@ -268,6 +348,13 @@ impl TracerAgent {
             let child = spawned?;
             cleared?;
             probes.lock().trace_process(child.id())?;
+            if self.config.malloc {
+                let mut p = probes.lock();
+                if let Some(path) = libs::libc_of(me) {
+                    p.attach_libc(&path, child.id() as i32)?;
+                }
+                p.drop_temporary();
+            }
             Ok(child)
         });
         if spawned.is_err() {
@@ -283,7 +370,15 @@ impl TracerAgent {
         Ok(())
     }
 
-    fn prepare(&self, libs: &Libraries) -> Result<Probes, TraceError> {
+    /// Loads the programs and probes `libs`; with `malloc`, the C library that process
+    /// `libc_of` maps too: for process `malloc_pid` only, or for every process (-1: a
+    /// launch, until [`TracerAgent::launch`] knows the child).
+    fn prepare(
+        &self,
+        libs: &Libraries,
+        libc_of: u32,
+        malloc_pid: i32,
+    ) -> Result<Probes, TraceError> {
         for p in libs.driver.iter().chain(&libs.runtime) {
             if !p.is_file() {
                 return Err(TraceError::NoSuchLibrary(p.clone()));
@@ -309,6 +404,19 @@ impl TracerAgent {
                 tracing::debug!("runtime probes on {}: {e}", path.display());
             }
         }
+        if self.config.malloc {
+            let path = libs::libc_of(libc_of).ok_or_else(|| TraceError::NothingAttached {
+                path: PathBuf::from("libc.so.6"),
+                detail: format!("PID {libc_of} maps no libc.so for the malloc probes"),
+            })?;
+            let n = probes.attach_libc(&path, malloc_pid)?;
+            if n == 0 {
+                return Err(TraceError::NothingAttached {
+                    path,
+                    detail: "it exports none of malloc, calloc, realloc, free".into(),
+                });
+            }
+        }
         tracing::info!(
             "{} uprobes on {} files; kernel hooks: {:?}",
             probes.uprobes().len(),
@@ -325,6 +433,7 @@ impl TracerAgent {
         probes: Probes,
         self_pid: Option<u32>,
         known: Vec<PathBuf>,
+        preattach: Option<(u32, PreAttach, u64)>,
     ) -> Result<Arc<Mutex<Probes>>, TraceError> {
         let probes = Arc::new(Mutex::new(probes));
         let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
@@ -341,7 +450,12 @@ impl TracerAgent {
             std::thread::Builder::new()
                 .name("pinwise-trace".into())
                 .spawn(move || {
-                    event_loop(&probes, &shared, &history, poll, self_pid, &known, ready_tx)
+                    let target = Target {
+                        self_pid,
+                        known_files: &known,
+                        preattach,
+                    };
+                    event_loop(&probes, &shared, &history, poll, target, ready_tx)
                 })
                 .map_err(|e| TraceError::io("starting the tracer's event thread", e))?
         };
@@ -356,6 +470,7 @@ impl TracerAgent {
         }
         self.last_stats = None;
         self.running = Some(Running {
+            attach: None,
             probes: Arc::clone(&probes),
             shared,
             worker,
@@ -374,8 +489,16 @@ impl TracerAgent {
         if running.worker.join().is_err() {
             tracing::error!("the tracer's event thread panicked; the history may be incomplete");
         }
-        let stats = collect_stats(&running.probes.lock(), &running.shared);
+        let stats = collect_stats(
+            &running.probes.lock(),
+            &running.shared,
+            running.attach.as_ref(),
+        );
         self.record_source_stats(&stats);
+        // Names of every site the history refers to, while the modules' files are surely
+        // there: reports made later, or elsewhere, name functions without the binaries.
+        let named = crate::symbolize::store_symbols(&mut self.history.write());
+        tracing::debug!("{named} call sites named");
         if let Some(dump) = running.shared.dump.lock().as_mut() {
             write_periodic(&self.history, dump);
         }
@@ -398,6 +521,13 @@ impl TracerAgent {
                 s.translate.cuda_internal_mmaps,
             ),
             ("tracer.sites_unknown", s.translate.sites_unknown),
+            ("tracer.stacks_captured", s.translate.stacks_captured),
+            ("tracer.malloc_probes", u64::from(self.config.malloc)),
+            (
+                "tracer.cuda_internal_mallocs",
+                s.translate.cuda_internal_mallocs,
+            ),
+            ("tracer.frames_unplaced", s.translate.frames_unplaced),
             ("tracer.uprobes", s.uprobes as u64),
         ]);
         if s.cuda_standin {
@@ -405,12 +535,29 @@ impl TracerAgent {
                 .write()
                 .set_source_stat(pinwise_core::history::STANDIN_SOURCE_STAT, 1);
         }
+        if let Some(a) = &s.attach {
+            use pinwise_core::history::{
+                ATTACHED_SOURCE_STAT, ATTACH_PINNED_BYTES_STAT, ATTACH_UNKNOWN_COUNTED_STAT,
+            };
+            self.history.write().set_source_stats([
+                (ATTACHED_SOURCE_STAT, 1),
+                (
+                    ATTACH_UNKNOWN_COUNTED_STAT,
+                    u64::from(a.history_tracks_untracked),
+                ),
+                (ATTACH_PINNED_BYTES_STAT, a.pinned_bytes),
+                ("tracer.attach.pinned_mappings", a.pinned_mappings),
+                ("tracer.attach.pinned_reported", a.pinned_reported),
+                ("tracer.attach.other_bytes", a.other_bytes),
+                ("tracer.attach.mlocked_bytes", a.mlocked_bytes),
+            ]);
+        }
     }
 
     /// Statistics now (while tracing) or of the last trace.
     pub fn stats(&self) -> TraceStats {
         match &self.running {
-            Some(r) => collect_stats(&r.probes.lock(), &r.shared),
+            Some(r) => collect_stats(&r.probes.lock(), &r.shared, r.attach.as_ref()),
             None => self.last_stats.clone().unwrap_or_default(),
         }
     }
@@ -552,6 +699,27 @@ fn write_periodic(history: &SharedHistory, dump: &mut PeriodicDump) {
     }
 }
 
+/// CLOCK_MONOTONIC now, in ns (the clock of `bpf_ktime_get_ns`, which stamps events).
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the struct it is given, which lives on this stack.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64).saturating_mul(1_000_000_000) + ts.tv_nsec as u64
+}
+
+/// Who the event thread traces, besides what the probes say.
+struct Target<'a> {
+    /// The tracer traces its own process (its threads' activity is not the program's).
+    self_pid: Option<u32>,
+    /// Files probed from the start.
+    known_files: &'a [PathBuf],
+    /// An attach: the process, what it had pinned, and when.
+    preattach: Option<(u32, PreAttach, u64)>,
+}
+
 fn own_tid() -> u32 {
     // SAFETY: gettid has no preconditions.
     unsafe { libc::gettid() as u32 }
@@ -565,10 +733,14 @@ fn event_loop(
     shared: &SharedState,
     history: &SharedHistory,
     poll: Duration,
-    self_pid: Option<u32>,
-    known_files: &[PathBuf],
+    target: Target<'_>,
     ready: std::sync::mpsc::SyncSender<Result<(), String>>,
 ) {
+    let Target {
+        self_pid,
+        known_files,
+        preattach,
+    } = target;
     if self_pid.is_some() {
         if let Err(e) = probes.lock().ignore_thread(own_tid()) {
             tracing::warn!("{e}");
@@ -595,9 +767,13 @@ fn event_loop(
         }
     };
     let _ = ready.send(Ok(()));
-    let mut translator = Translator::new(SiteResolver::new(history.modules()));
+    let mut translator =
+        Translator::new(SiteResolver::new(history.modules())).with_stacks(history.stacks());
     for path in known_files {
         translator.sites().learn_file(path);
+    }
+    if let Some((pid, survey, ts)) = &preattach {
+        translator.learn_preattach(*pid, &survey.pinned, *ts);
     }
     let mut events: Vec<Event> = Vec::with_capacity(4096);
     let mut news: Vec<(ProcessNews, u64)> = Vec::new();
@@ -752,7 +928,11 @@ fn status_kib(field: &str) -> u64 {
         .unwrap_or(0)
 }
 
-fn collect_stats(probes: &Probes, shared: &SharedState) -> TraceStats {
+fn collect_stats(
+    probes: &Probes,
+    shared: &SharedState,
+    attach: Option<&AttachStats>,
+) -> TraceStats {
     let c = probes.counters();
     let live = shared.live.lock();
     TraceStats {
@@ -788,5 +968,9 @@ fn collect_stats(probes: &Probes, shared: &SharedState) -> TraceStats {
         processes_exited: live.exited.len() as u64,
         tracer_rss_bytes: status_kib("VmRSS:") * 1024,
         tracer_peak_rss_bytes: status_kib("VmHWM:") * 1024,
+        attach: attach.map(|a| AttachStats {
+            pinned_reported: live.translate.preattach_pinned_reported,
+            ..a.clone()
+        }),
     }
 }

@@ -229,6 +229,7 @@ pub fn capabilities() -> Capabilities {
         wakeup_bytes: 1,
         page_faults: false,
         kernel_hooks: true,
+        ..BpfConfig::default()
     };
     let (programs_load, uprobes, tracepoints, nvidia_kernel_hooks) = match Probes::load(&config) {
         Err(e) => {

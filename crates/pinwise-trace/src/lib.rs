@@ -19,6 +19,8 @@
 //!   file offset); [`mod@symbolize`]: sites to function and line, for reports.
 //! - [`translate`]: records to `pinwise_core::Event`s (copy directions, registrations,
 //!   CUDA's own mappings left out).
+//! - [`preattach`]: on `--pid`, what the process had pinned before the attach (the driver's
+//!   `/dev/nvidiactl` mappings); memory allocated before it has an unknown state.
 //! - [`agent`]: [`TracerAgent`], the library API (launch, attach to a PID or to itself,
 //!   query while running, dumps); `pinwise-capi` wraps it for C.
 //! - [`caps`]: what this machine lets the tracer do, for `pinwise doctor`.
@@ -29,6 +31,7 @@ pub mod caps;
 pub mod error;
 pub mod libs;
 pub mod loader;
+pub mod preattach;
 pub mod probes;
 pub mod procmaps;
 pub mod raw;

@@ -433,6 +433,22 @@ impl ElfDeps {
     }
 }
 
+/// The C library process `pid` maps (`libc.so.6`, or an older `libc-2.*.so`), as a path
+/// this process can open: where the malloc probes go.
+pub fn libc_of(pid: u32) -> Option<PathBuf> {
+    let maps = ProcMaps::read(pid).ok()?;
+    maps.mappings()
+        .iter()
+        .filter(|m| m.exec)
+        .find(|m| {
+            m.file_name().is_some_and(|n| {
+                n.starts_with("libc.so") || (n.starts_with("libc-") && n.ends_with(".so"))
+            })
+        })
+        .and_then(|m| m.file_path())
+        .map(|p| crate::procmaps::path_in_process(pid, p))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

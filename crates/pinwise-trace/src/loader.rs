@@ -48,6 +48,14 @@ pub struct BpfConfig {
     pub page_faults: bool,
     /// Try the kernel hooks into the nvidia module.
     pub kernel_hooks: bool,
+    /// Allocation events (host allocations, registrations, mmaps) carry their user call
+    /// chain, up to 32 frames (`bpf_get_stack`: frame pointers; the chain stops or goes
+    /// astray at code built without them).
+    pub alloc_stacks: bool,
+    /// One copy in this many, at random, carries its call chain too (0: none, 1: all).
+    pub copy_stack_every: u32,
+    /// With the malloc probes: blocks smaller than this are not reported (filtered in BPF).
+    pub malloc_min_bytes: u64,
 }
 
 impl Default for BpfConfig {
@@ -58,6 +66,9 @@ impl Default for BpfConfig {
             wakeup_bytes: 256 << 10,
             page_faults: false,
             kernel_hooks: true,
+            alloc_stacks: true,
+            copy_stack_every: 64,
+            malloc_min_bytes: 64 << 10,
         }
     }
 }
@@ -85,6 +96,8 @@ pub struct AttachedUprobe {
     pub program: &'static str,
     /// A return probe.
     pub retprobe: bool,
+    /// The process whose calls trap (-1: every process mapping the file, filtered in BPF).
+    pub pid: i32,
 }
 
 /// Kernel-side cost of one BPF program, from the kernel's run-time statistics.
@@ -112,6 +125,9 @@ pub struct Probes {
     nvidia: Option<Object>,
     kernel_hooks: KernelHookStatus,
     links: Vec<Link>,
+    /// Links dropped by [`Probes::drop_temporary`]: system-wide malloc probes, kept only
+    /// until their per-process replacements are attached.
+    temporary_links: Vec<Link>,
     uprobes: Vec<AttachedUprobe>,
     known_files: HashSet<(u64, u64)>,
     stats_fd: Option<OwnedFd>,
@@ -140,6 +156,11 @@ fn set_rodata(object: &mut OpenObject, config: &BpfConfig, is_main: bool) {
             slot.copy_from_slice(&value.to_ne_bytes());
         }
     };
+    let put32 = |data: &mut [u8], offset: usize, value: u32| {
+        if let Some(slot) = data.get_mut(offset..offset + 4) {
+            slot.copy_from_slice(&value.to_ne_bytes());
+        }
+    };
     for mut map in object.maps_mut() {
         if !map.name().to_string_lossy().ends_with(".rodata") {
             continue;
@@ -156,6 +177,21 @@ fn set_rodata(object: &mut OpenObject, config: &BpfConfig, is_main: bool) {
                 data,
                 offset_of!(MainRo, cfg_min_mmap_bytes),
                 config.min_mmap_bytes,
+            );
+            put(
+                data,
+                offset_of!(MainRo, cfg_malloc_min_bytes),
+                config.malloc_min_bytes,
+            );
+            put32(
+                data,
+                offset_of!(MainRo, cfg_copy_stack_every),
+                config.copy_stack_every,
+            );
+            put32(
+                data,
+                offset_of!(MainRo, cfg_alloc_stacks),
+                u32::from(config.alloc_stacks),
             );
         } else {
             put(data, offset_of!(NvRo, cfg_wakeup_bytes), wakeup);
@@ -267,6 +303,7 @@ impl Probes {
             nvidia: None,
             kernel_hooks: KernelHookStatus::NotApplicable("not tried".into()),
             links: Vec::new(),
+            temporary_links: Vec::new(),
             uprobes: Vec::new(),
             known_files: HashSet::new(),
             stats_fd: None,
@@ -444,8 +481,37 @@ impl Probes {
     /// how many were attached; a file looked at before (same device and inode) is skipped
     /// (returns 0): probing it twice would report each call twice.
     pub fn attach_library(&mut self, path: &Path, library: Library) -> Result<usize, TraceError> {
+        self.attach_file(path, library, -1, false)
+    }
+
+    /// Attaches the malloc-family probes on the C library `path` for process `pid` only
+    /// (the trap is inserted in that process alone, and follows it across exec), or for
+    /// every process (`pid` -1: each call of every process using that libc traps, to be
+    /// filtered in BPF) as temporary probes that [`Probes::drop_temporary`] removes.
+    pub fn attach_libc(&mut self, path: &Path, pid: i32) -> Result<usize, TraceError> {
+        self.attach_file(path, Library::Libc, pid, pid < 0)
+    }
+
+    /// Detaches the temporary (system-wide) malloc probes.
+    pub fn drop_temporary(&mut self) {
+        self.temporary_links.clear();
+        self.uprobes.retain(|u| {
+            !(u.pid < 0
+                && UPROBES
+                    .iter()
+                    .any(|s| s.symbol == u.symbol && s.library == Library::Libc))
+        });
+    }
+
+    fn attach_file(
+        &mut self,
+        path: &Path,
+        library: Library,
+        pid: i32,
+        temporary: bool,
+    ) -> Result<usize, TraceError> {
         let id = file_id(path).ok_or_else(|| TraceError::NoSuchLibrary(path.to_path_buf()))?;
-        if self.known_files.contains(&id) {
+        if library != Library::Libc && self.known_files.contains(&id) {
             return Ok(0);
         }
         let specs: Vec<&UprobeSpec> = UPROBES.iter().filter(|s| s.library == library).collect();
@@ -462,6 +528,9 @@ impl Probes {
                 .chain(spec.ret.map(|r| (r, true)));
             for key in progs {
                 match groups.iter_mut().find(|(k, _)| *k == key) {
+                    // Two symbols at one address (aliases: aligned_alloc and memalign in
+                    // some libcs) get one probe, or each call would be seen twice.
+                    Some((_, list)) if list.iter().any(|(_, o)| *o == offset) => {}
                     Some((_, list)) => list.push((spec, offset)),
                     None => groups.push((key, vec![(spec, offset)])),
                 }
@@ -492,7 +561,7 @@ impl Probes {
                     ..Default::default()
                 };
                 vec![(
-                    prog.attach_uprobe_multi_with_opts(-1, path, "", opts),
+                    prog.attach_uprobe_multi_with_opts(pid, path, "", opts),
                     probes.iter().map(|(s, _)| *s).collect(),
                 )]
             } else {
@@ -505,7 +574,7 @@ impl Probes {
                             ..Default::default()
                         };
                         (
-                            prog.attach_uprobe_with_opts(-1, path, *offset as usize, opts),
+                            prog.attach_uprobe_with_opts(pid, path, *offset as usize, opts),
                             vec![*spec],
                         )
                     })
@@ -514,13 +583,18 @@ impl Probes {
             for (link, specs) in links {
                 match link {
                     Ok(link) => {
-                        self.links.push(link);
+                        if temporary {
+                            self.temporary_links.push(link);
+                        } else {
+                            self.links.push(link);
+                        }
                         for spec in specs {
                             self.uprobes.push(AttachedUprobe {
                                 symbol: spec.symbol,
                                 path: path.to_path_buf(),
                                 program,
                                 retprobe,
+                                pid,
                             });
                             attached += 1;
                         }

@@ -14,6 +14,9 @@ pub enum Library {
     /// The CUDA runtime: a shared `libcudart.so*`, or the executable itself when it links
     /// cudart statically.
     Runtime,
+    /// The C library's malloc family (`libc.so.6`), probed only when asked for (`--malloc`):
+    /// a uprobe is a trap per call.
+    Libc,
 }
 
 /// One probed entry point.
@@ -56,6 +59,16 @@ const fn driver_ret(
     }
 }
 
+const fn libc(symbol: &'static str, entry: &'static str, ret: bool, func: f) -> UprobeSpec {
+    UprobeSpec {
+        symbol,
+        library: Library::Libc,
+        entry,
+        ret: if ret { Some("malloc_return") } else { None },
+        func: func.0,
+    }
+}
+
 const fn runtime(symbol: &'static str, func: f) -> UprobeSpec {
     UprobeSpec {
         symbol,
@@ -69,6 +82,25 @@ const fn runtime(symbol: &'static str, func: f) -> UprobeSpec {
 /// Every user-space entry point pinwise probes. Symbols a library does not export are
 /// skipped (older drivers lack some `_ptds`/`_ptsz` forms; the stand-in has a subset).
 pub const UPROBES: &[UprobeSpec] = &[
+    // libc's malloc family, only with `--malloc` (sizes filtered in BPF).
+    libc("malloc", "malloc_entry", true, f::PW_FN_malloc),
+    libc("calloc", "calloc_entry", true, f::PW_FN_calloc),
+    libc("realloc", "realloc_entry", true, f::PW_FN_realloc),
+    libc("free", "free_entry", false, f::PW_FN_free),
+    libc(
+        "posix_memalign",
+        "posix_memalign_entry",
+        true,
+        f::PW_FN_posix_memalign,
+    ),
+    libc(
+        "aligned_alloc",
+        "memalign_entry",
+        true,
+        f::PW_FN_aligned_alloc,
+    ),
+    libc("memalign", "memalign_entry", true, f::PW_FN_memalign),
+    libc("valloc", "valloc_entry", true, f::PW_FN_valloc),
     // Copies: one probe hit each, at entry.
     driver("cuMemcpyHtoD_v2", "copy_htod", f::PW_FN_cuMemcpyHtoD_v2),
     driver(

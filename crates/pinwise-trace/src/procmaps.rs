@@ -16,6 +16,8 @@ pub struct Mapping {
     pub write: bool,
     /// Executable.
     pub exec: bool,
+    /// Shared (`s`), not private copy-on-write (`p`): device-file and memfd mappings.
+    pub shared: bool,
     /// Offset in the file of `start`.
     pub offset: u64,
     /// Device of the file (`major:minor` as one number, `major << 32 | minor`).
@@ -112,7 +114,7 @@ fn parse_line(line: &str) -> Option<Mapping> {
     let path = rest.trim_start();
     let (start, end) = range.split_once('-')?;
     let (major, minor) = dev.split_once(':')?;
-    if perms.len() < 3 {
+    if perms.len() < 4 {
         return None;
     }
     Some(Mapping {
@@ -121,6 +123,7 @@ fn parse_line(line: &str) -> Option<Mapping> {
         read: perms[0] == b'r',
         write: perms[1] == b'w',
         exec: perms[2] == b'x',
+        shared: perms[3] == b's',
         offset,
         dev: (u64::from_str_radix(major, 16).ok()? << 32) | u64::from_str_radix(minor, 16).ok()?,
         inode,
@@ -160,7 +163,7 @@ mod tests {
         let maps = ProcMaps::parse(SAMPLE);
         assert_eq!(maps.mappings().len(), 6);
         let m = maps.find(0x55d0c0a02010).unwrap();
-        assert!(m.exec && m.read && !m.write);
+        assert!(m.exec && m.read && !m.write && !m.shared);
         assert_eq!(m.file_offset(0x55d0c0a02010), 0x2010);
         assert_eq!(m.file_name(), Some("app"));
         assert_eq!(m.dev, (0xfe << 32) | 1);

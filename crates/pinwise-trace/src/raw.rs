@@ -7,9 +7,9 @@
 use crate::skel::main::types as c;
 
 pub use c::{
-    pw_copy_event as CopyRecord, pw_fault_event as FaultRecord, pw_header as Header,
-    pw_pin_event as PinRecord, pw_proc_event as ProcRecord, pw_range_event as RangeRecord,
-    pw_release_event as ReleaseRecord,
+    pw_copy_event as CopyRecord, pw_copy_stack_event as CopyStackRecord,
+    pw_fault_event as FaultRecord, pw_header as Header, pw_pin_event as PinRecord,
+    pw_proc_event as ProcRecord, pw_range_event as RangeRecord, pw_release_event as ReleaseRecord,
 };
 
 /// One decoded ring-buffer record.
@@ -17,6 +17,8 @@ pub use c::{
 pub enum RawEvent {
     /// A copy (any copy entry point).
     Copy(CopyRecord),
+    /// A copy sampled for its call chain.
+    CopyStack(Box<CopyStackRecord>),
     /// A host allocation, registration, device allocation or mmap (with a stack window).
     Range(Box<RangeRecord>),
     /// A host free, unregistration, device free or munmap.
@@ -34,6 +36,7 @@ impl RawEvent {
     pub fn header(&self) -> &Header {
         match self {
             RawEvent::Copy(r) => &r.h,
+            RawEvent::CopyStack(r) => &r.copy.h,
             RawEvent::Range(r) => &r.h,
             RawEvent::Release(r) => &r.h,
             RawEvent::Pin(r) => &r.h,
@@ -74,6 +77,8 @@ unsafe impl Plain for Header {}
 // SAFETY: as above.
 unsafe impl Plain for CopyRecord {}
 // SAFETY: as above.
+unsafe impl Plain for CopyStackRecord {}
+// SAFETY: as above.
 unsafe impl Plain for RangeRecord {}
 // SAFETY: as above.
 unsafe impl Plain for ReleaseRecord {}
@@ -108,17 +113,22 @@ pub fn decode(bytes: &[u8]) -> Result<RawEvent, DecodeError> {
     let k = header.kind;
     Ok(match k {
         _ if k == kind(c::pw_kind::PW_EV_COPY) => RawEvent::Copy(read(bytes, k)?),
+        _ if k == kind(c::pw_kind::PW_EV_COPY_STACK) => {
+            RawEvent::CopyStack(Box::new(read(bytes, k)?))
+        }
         _ if k == kind(c::pw_kind::PW_EV_HOST_ALLOC)
             || k == kind(c::pw_kind::PW_EV_HOST_REGISTER)
             || k == kind(c::pw_kind::PW_EV_DEV_ALLOC)
-            || k == kind(c::pw_kind::PW_EV_MMAP) =>
+            || k == kind(c::pw_kind::PW_EV_MMAP)
+            || k == kind(c::pw_kind::PW_EV_MALLOC) =>
         {
             RawEvent::Range(Box::new(read(bytes, k)?))
         }
         _ if k == kind(c::pw_kind::PW_EV_HOST_FREE)
             || k == kind(c::pw_kind::PW_EV_HOST_UNREGISTER)
             || k == kind(c::pw_kind::PW_EV_DEV_FREE)
-            || k == kind(c::pw_kind::PW_EV_MUNMAP) =>
+            || k == kind(c::pw_kind::PW_EV_MUNMAP)
+            || k == kind(c::pw_kind::PW_EV_MALLOC_FREE) =>
         {
             RawEvent::Release(read(bytes, k)?)
         }
@@ -158,6 +168,12 @@ pub mod kinds {
     pub const MUNMAP: u16 = k::PW_EV_MUNMAP.0 as u16;
     /// See `PW_EV_COPY`.
     pub const COPY: u16 = k::PW_EV_COPY.0 as u16;
+    /// See `PW_EV_MALLOC`.
+    pub const MALLOC: u16 = k::PW_EV_MALLOC.0 as u16;
+    /// See `PW_EV_MALLOC_FREE`.
+    pub const MALLOC_FREE: u16 = k::PW_EV_MALLOC_FREE.0 as u16;
+    /// See `PW_EV_COPY_STACK`.
+    pub const COPY_STACK: u16 = k::PW_EV_COPY_STACK.0 as u16;
     /// See `PW_EV_PIN_PAGES`.
     pub const PIN_PAGES: u16 = k::PW_EV_PIN_PAGES.0 as u16;
     /// See `PW_EV_UNPIN_PAGES`.
@@ -282,9 +298,14 @@ mod tests {
         // pinwise_events.h); a change there must show up here.
         assert_eq!(std::mem::size_of::<Header>(), 24);
         assert_eq!(std::mem::size_of::<CopyRecord>(), 24 + 5 * 8 + 8);
+        // ..., stack_len, nframes, _pad1, frames[32], stack[1024].
         assert_eq!(
             std::mem::size_of::<RangeRecord>(),
-            24 + 7 * 8 + 8 + 8 + 1024
+            24 + 7 * 8 + 8 + 8 + 8 + 32 * 8 + 1024
+        );
+        assert_eq!(
+            std::mem::size_of::<CopyStackRecord>(),
+            std::mem::size_of::<CopyRecord>() + 8 + 32 * 8
         );
         assert_eq!(std::mem::size_of::<ReleaseRecord>(), 24 + 3 * 8);
     }

@@ -60,35 +60,83 @@ impl Symbolizer {
     /// The function and source location at `offset` (a file offset) in `module`'s file,
     /// or `None` when the file is gone, has another build ID, or has no symbol there.
     pub fn symbolize(&self, module: &ModuleIdentity, offset: u64) -> Option<Symbol> {
-        let path = Path::new(&module.path);
-        if !path.is_file() {
-            return None;
-        }
-        if let Some(expected) = &module.build_id {
-            let actual = blazesym::helper::read_elf_build_id(path).ok().flatten()?;
-            if actual.as_ref() != expected.as_slice() {
-                return None;
-            }
-        }
+        self.symbolize_many(module, &[offset]).pop().flatten()
+    }
+
+    /// [`Symbolizer::symbolize`] for many offsets of one module (one file check, one
+    /// batched lookup): one answer per offset, in order.
+    pub fn symbolize_many(&self, module: &ModuleIdentity, offsets: &[u64]) -> Vec<Option<Symbol>> {
+        let none = || vec![None; offsets.len()];
+        let Some(path) = usable_file(module) else {
+            return none();
+        };
         let source = Source::Elf(Elf::new(path));
         // A return address points after the call; the call itself is one byte earlier,
         // which matters for the line when the call ends a line.
-        let input = Input::FileOffset(offset.saturating_sub(1));
-        match self.inner.symbolize_single(&source, input).ok()? {
-            Symbolized::Sym(sym) => {
-                let (file, line) = match sym.code_info.as_deref() {
-                    Some(info) => (Some(info.to_path().display().to_string()), info.line),
-                    None => (None, None),
-                };
-                Some(Symbol {
-                    function: sym.name.into_owned(),
-                    file,
-                    line,
-                })
-            }
-            Symbolized::Unknown(_) => None,
+        let before: Vec<u64> = offsets.iter().map(|o| o.saturating_sub(1)).collect();
+        match self.inner.symbolize(&source, Input::FileOffset(&before)) {
+            Ok(found) if found.len() == offsets.len() => found.into_iter().map(to_symbol).collect(),
+            _ => none(),
         }
     }
+}
+
+/// The module's file, when it exists and has the build ID recorded (if one was).
+fn usable_file(module: &ModuleIdentity) -> Option<&Path> {
+    let path = Path::new(&module.path);
+    if !path.is_file() {
+        return None;
+    }
+    if let Some(expected) = &module.build_id {
+        let actual = blazesym::helper::read_elf_build_id(path).ok().flatten()?;
+        if actual.as_ref() != expected.as_slice() {
+            return None;
+        }
+    }
+    Some(path)
+}
+
+fn to_symbol(found: Symbolized<'_>) -> Option<Symbol> {
+    match found {
+        Symbolized::Sym(sym) => {
+            let (file, line) = match sym.code_info.as_deref() {
+                Some(info) => (Some(info.to_path().display().to_string()), info.line),
+                None => (None, None),
+            };
+            Some(Symbol {
+                function: sym.name.into_owned(),
+                file,
+                line,
+            })
+        }
+        Symbolized::Unknown(_) => None,
+    }
+}
+
+impl From<Symbol> for pinwise_core::Symbol {
+    fn from(s: Symbol) -> Self {
+        pinwise_core::Symbol {
+            function: s.function,
+            file: s.file,
+            line: s.line,
+        }
+    }
+}
+
+/// Names every site `history` refers to that has no name yet (see
+/// [`pinwise_core::MemHistory::symbolize_with`]), from the modules' files as they are now.
+/// A source calls it when its trace ends, while the files are surely there, so that
+/// reports made after the binaries are gone (or on another machine) still name functions.
+/// Returns how many sites were named.
+pub fn store_symbols(history: &mut pinwise_core::MemHistory) -> usize {
+    let symbolizer = Symbolizer::new();
+    history.symbolize_with(|module, offsets| {
+        symbolizer
+            .symbolize_many(module, offsets)
+            .into_iter()
+            .map(|s| s.map(Into::into))
+            .collect()
+    })
 }
 
 /// One-shot [`Symbolizer::symbolize`].

@@ -15,8 +15,12 @@
 //! own event (which is sent when the call returns); they are held back and emitted after it.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
-use pinwise_core::{Direction, Event, EventKind, HostMemKind, HostState, ProbeKind, Site};
+use pinwise_core::{
+    Direction, Event, EventKind, Frame, HostMemKind, HostState, ModuleIdentity, ProbeKind, Site,
+    StackId, StackTable,
+};
 
 use crate::raw::{kinds, memtypes, site_sources, RawEvent};
 use crate::sites::{ExactAddr, SiteResolver};
@@ -58,6 +62,15 @@ pub struct TranslateStats {
     pub sites_unknown: u64,
     /// Unified copies whose direction was inferred from the process's maps.
     pub directions_from_maps: u64,
+    /// Ranges pinned before the attach (see [`crate::preattach`]) that copies touched, and
+    /// that were therefore reported as pinned allocations.
+    pub preattach_pinned_reported: u64,
+    /// Events that carried a user call chain from BPF (allocations, sampled copies).
+    pub stacks_captured: u64,
+    /// Frames of those chains that lay in no known module (dropped from the stack).
+    pub frames_unplaced: u64,
+    /// malloc-family blocks CUDA allocated for itself (not reported, nor their frees).
+    pub cuda_internal_mallocs: u64,
 }
 
 #[derive(Debug, Default)]
@@ -66,6 +79,21 @@ struct ProcessRanges {
     host: BTreeMap<u64, u64>,
     /// Device ranges: start -> end.
     device: BTreeMap<u64, u64>,
+    /// Ranges the driver had pinned before the attach, not reported yet: start -> end.
+    preattach: BTreeMap<u64, u64>,
+    /// malloc blocks CUDA made for itself (not reported): their frees are not either.
+    cuda_mallocs: std::collections::HashSet<u64>,
+    /// When the tracer attached (CLOCK_MONOTONIC ns), for the events of `preattach` ranges.
+    attach_ts: u64,
+}
+
+/// The range of `ranges` that `addr` lies in.
+fn range_of(ranges: &BTreeMap<u64, u64>, addr: u64) -> Option<(u64, u64)> {
+    ranges
+        .range(..=addr)
+        .next_back()
+        .filter(|(_, &end)| addr < end)
+        .map(|(&s, &e)| (s, e))
 }
 
 fn contains(ranges: &BTreeMap<u64, u64>, addr: u64) -> bool {
@@ -95,6 +123,8 @@ enum Side {
 /// Translates records into events. Owned by the tracer's event thread.
 pub struct Translator {
     sites: SiteResolver,
+    /// Where call chains are interned (none: chains are dropped).
+    stacks: Option<Arc<StackTable>>,
     ranges: HashMap<u32, ProcessRanges>,
     /// Kernel page-lock events held until the CUDA call they happened in returns, by tid.
     held: HashMap<u32, Vec<Event>>,
@@ -106,10 +136,47 @@ impl Translator {
     pub fn new(sites: SiteResolver) -> Self {
         Translator {
             sites,
+            stacks: None,
             ranges: HashMap::new(),
             held: HashMap::new(),
             stats: TranslateStats::default(),
         }
+    }
+
+    /// The same translator, interning the call chains BPF captured into `stacks` (the
+    /// history's stack table) and attaching them to their events.
+    pub fn with_stacks(mut self, stacks: Arc<StackTable>) -> Self {
+        self.stacks = Some(stacks);
+        self
+    }
+
+    /// A call chain from BPF (return addresses, innermost first) as an interned stack of
+    /// sites; frames in no known module are left out. The event's call site, when the
+    /// chain lacks it, goes in after the innermost frame: a chain captured at a function's
+    /// entry (copies), or inside a wrapper that keeps no frame (libc's mmap), starts at the
+    /// function and continues at its caller's caller, because the frame-pointer walk reads
+    /// the caller's return address from a frame the callee has not made.
+    fn stack(&mut self, pid: u32, frames: &[u64], site: Option<Site>) -> Option<StackId> {
+        let table = self.stacks.clone()?;
+        if frames.is_empty() {
+            return None;
+        }
+        self.stats.stacks_captured += 1;
+        let mut out = Vec::with_capacity(frames.len());
+        for &addr in frames.iter().take(pinwise_core::stack::MAX_FRAMES) {
+            match self.sites.site(pid, addr) {
+                Some(site) => out.push(Frame::Native(site)),
+                None => self.stats.frames_unplaced += 1,
+            }
+        }
+        if let Some(site) = site {
+            let frame = Frame::Native(site);
+            if !out.contains(&frame) {
+                out.insert(out.len().min(1), frame);
+                out.truncate(pinwise_core::stack::MAX_FRAMES);
+            }
+        }
+        table.intern(&out)
     }
 
     /// The call-site resolver.
@@ -133,6 +200,51 @@ impl Translator {
         self.ranges.entry(pid).or_default()
     }
 
+    /// Tells the translator which ranges of process `pid` the driver had pinned before the
+    /// tracer attached at `attach_ts` (see [`crate::preattach`]). Each is reported as a
+    /// pinned allocation (no call site) when a copy first touches it.
+    pub fn learn_preattach(&mut self, pid: u32, pinned: &BTreeMap<u64, u64>, attach_ts: u64) {
+        let r = self.ranges(pid);
+        r.preattach.extend(pinned.iter().map(|(&s, &e)| (s, e)));
+        r.attach_ts = attach_ts;
+    }
+
+    /// Reports the pre-attach pinned range `addr` lies in, if any and not reported yet.
+    fn report_preattach(&mut self, pid: u32, tid: u32, addr: u64, out: &mut Vec<Event>) {
+        let Some(r) = self.ranges.get_mut(&pid) else {
+            return;
+        };
+        let Some((start, end)) = range_of(&r.preattach, addr) else {
+            return;
+        };
+        if contains(&r.host, addr) {
+            return;
+        }
+        r.preattach.remove(&start);
+        r.host.insert(start, end);
+        let attach_ts = r.attach_ts;
+        self.stats.preattach_pinned_reported += 1;
+        // Its allocation happened before the attach and was not seen: its call site is the
+        // pseudo-module saying so. It is recorded with the probe kind of the call it stands
+        // for (a uprobe on the driver's allocation entry point), at the attach time.
+        let module = self.sites.modules().intern(&ModuleIdentity::from_path(
+            crate::preattach::PREATTACH_MODULE,
+        ));
+        let e = Event::new(
+            attach_ts,
+            pid,
+            tid,
+            ProbeKind::Uprobe,
+            EventKind::Alloc {
+                start,
+                size: end - start,
+                kind: HostMemKind::PinnedAlloc,
+                flags: 0,
+            },
+        );
+        out.push(e.with_site(Site { module, offset: 0 }));
+    }
+
     /// Translates one record, appending its events to `out`; returns what the tracer must
     /// do about the process, if anything.
     pub fn translate(&mut self, raw: &RawEvent, out: &mut Vec<Event>) -> Option<ProcessNews> {
@@ -149,7 +261,14 @@ impl Translator {
         }
         let news = match raw {
             RawEvent::Copy(c) => {
-                self.copy(c, out);
+                self.copy(c, None, out);
+                None
+            }
+            RawEvent::CopyStack(c) => {
+                let n = (c.nframes as usize).min(c.frames.len());
+                let site = self.sites.site(pid, c.copy.call_site);
+                let stack = self.stack(pid, &c.frames[..n], site);
+                self.copy(&c.copy, stack, out);
                 None
             }
             RawEvent::Range(r) => {
@@ -168,9 +287,20 @@ impl Translator {
                     EventKind::Free { start: r.addr },
                 );
                 match h.kind {
+                    kinds::MALLOC_FREE => {
+                        if let Some(ranges) = self.ranges.get_mut(&pid) {
+                            if ranges.cuda_mallocs.remove(&r.addr) {
+                                return None;
+                            }
+                            ranges.host.remove(&r.addr);
+                        }
+                        let site = self.sites.site(pid, r.call_site);
+                        out.push(with_site(base, site));
+                    }
                     kinds::HOST_FREE => {
                         if let Some(ranges) = self.ranges.get_mut(&pid) {
                             ranges.host.remove(&r.addr);
+                            ranges.preattach.remove(&r.addr);
                         }
                         let site = self.sites.site(pid, r.call_site);
                         out.push(with_site(base, site));
@@ -198,6 +328,7 @@ impl Translator {
                         let end = r.addr.saturating_add(r.len);
                         if let Some(ranges) = self.ranges.get_mut(&pid) {
                             remove_inside(&mut ranges.host, r.addr, end);
+                            remove_inside(&mut ranges.preattach, r.addr, end);
                         }
                         out.push(Event {
                             probe: ProbeKind::Tracepoint,
@@ -262,6 +393,9 @@ impl Translator {
                         let copy = ProcessRanges {
                             host: parent.host.clone(),
                             device: parent.device.clone(),
+                            preattach: parent.preattach.clone(),
+                            cuda_mallocs: parent.cuda_mallocs.clone(),
+                            attach_ts: parent.attach_ts,
                         };
                         self.ranges.insert(p.child, copy);
                     }
@@ -301,7 +435,7 @@ impl Translator {
             if contains(&r.device, addr) {
                 return Side::Device;
             }
-            if contains(&r.host, addr) {
+            if contains(&r.host, addr) || contains(&r.preattach, addr) {
                 return Side::Host;
             }
         }
@@ -322,7 +456,7 @@ impl Translator {
         }
     }
 
-    fn copy(&mut self, c: &crate::raw::CopyRecord, out: &mut Vec<Event>) {
+    fn copy(&mut self, c: &crate::raw::CopyRecord, stack: Option<StackId>, out: &mut Vec<Event>) {
         let pid = c.h.pid;
         let src = self.side(pid, c.src, c.src_type);
         let dst = self.side(pid, c.dst, c.dst_type);
@@ -332,6 +466,9 @@ impl Translator {
             (Side::Device, Side::Device) => (Direction::DtoD, 0, c.dst),
             (Side::Host, Side::Host) => (Direction::HtoH, c.src, 0),
         };
+        if host != 0 {
+            self.report_preattach(pid, c.h.tid, host, out);
+        }
         let mut e = Event::new(
             c.h.ts_ns,
             pid,
@@ -349,6 +486,9 @@ impl Translator {
         );
         if let Some(site) = self.sites.site(pid, c.call_site) {
             e = e.with_site(site);
+        }
+        if let Some(stack) = stack {
+            e = e.with_stack(stack);
         }
         out.push(e);
     }
@@ -378,6 +518,10 @@ impl Translator {
 
     fn range(&mut self, r: &crate::raw::RangeRecord, out: &mut Vec<Event>) {
         let (pid, tid, ts) = (r.h.pid, r.h.tid, r.h.ts_ns);
+        let stack_of = |t: &mut Self, site: Option<Site>| {
+            let n = (r.nframes as usize).min(r.frames.len());
+            t.stack(pid, &r.frames[..n], site)
+        };
         let end = r.addr.saturating_add(r.len);
         let ev = |kind: EventKind| Event::new(ts, pid, tid, ProbeKind::Uprobe, kind);
         match r.h.kind {
@@ -394,6 +538,7 @@ impl Translator {
                     return;
                 }
                 let (site, _) = self.range_site(r);
+                let stack = stack_of(self, site);
                 self.ranges(pid).host.insert(r.addr, end);
                 let e = ev(EventKind::Alloc {
                     start: r.addr,
@@ -401,7 +546,7 @@ impl Translator {
                     kind: HostMemKind::PinnedAlloc,
                     flags: r.flags,
                 });
-                out.push(with_site(e, site));
+                out.push(with_stack(with_site(e, site), stack));
             }
             kinds::HOST_REGISTER => {
                 if r.result != 0 {
@@ -414,15 +559,19 @@ impl Translator {
                     .get(&pid)
                     .is_some_and(|rs| contains(&rs.host, r.addr));
                 if !known {
+                    let stack = stack_of(self, site);
                     self.ranges(pid).host.insert(r.addr, end);
-                    out.push(with_site(
-                        ev(EventKind::Alloc {
-                            start: r.addr,
-                            size: r.len,
-                            kind: HostMemKind::Registered,
-                            flags: r.flags,
-                        }),
-                        site,
+                    out.push(with_stack(
+                        with_site(
+                            ev(EventKind::Alloc {
+                                start: r.addr,
+                                size: r.len,
+                                kind: HostMemKind::Registered,
+                                flags: r.flags,
+                            }),
+                            site,
+                        ),
+                        stack,
                     ));
                 }
                 out.push(with_site(
@@ -434,22 +583,50 @@ impl Translator {
                     site,
                 ));
             }
+            kinds::MALLOC => {
+                let (site, through_cuda) = self.range_site(r);
+                if through_cuda {
+                    self.stats.cuda_internal_mallocs += 1;
+                    self.ranges(pid).cuda_mallocs.insert(r.addr);
+                    return;
+                }
+                let stack = stack_of(self, site);
+                let r_host = self.ranges(pid);
+                r_host.cuda_mallocs.remove(&r.addr);
+                r_host.host.insert(r.addr, end);
+                out.push(with_stack(
+                    with_site(
+                        ev(EventKind::Alloc {
+                            start: r.addr,
+                            size: r.len,
+                            kind: HostMemKind::Pageable,
+                            flags: 0,
+                        }),
+                        site,
+                    ),
+                    stack,
+                ));
+            }
             kinds::MMAP => {
                 let (site, through_cuda) = self.range_site(r);
                 if through_cuda {
                     self.stats.cuda_internal_mmaps += 1;
                     return;
                 }
+                let stack = stack_of(self, site);
                 self.ranges(pid).host.insert(r.addr, end);
                 let tp = |kind| Event::new(ts, pid, tid, ProbeKind::Tracepoint, kind);
-                out.push(with_site(
-                    tp(EventKind::Alloc {
-                        start: r.addr,
-                        size: r.len,
-                        kind: HostMemKind::Pageable,
-                        flags: 0,
-                    }),
-                    site,
+                out.push(with_stack(
+                    with_site(
+                        tp(EventKind::Alloc {
+                            start: r.addr,
+                            size: r.len,
+                            kind: HostMemKind::Pageable,
+                            flags: 0,
+                        }),
+                        site,
+                    ),
+                    stack,
                 ));
                 out.push(with_site(
                     tp(EventKind::Mmap {
@@ -467,6 +644,13 @@ impl Translator {
 fn with_site(e: Event, site: Option<Site>) -> Event {
     match site {
         Some(s) => e.with_site(s),
+        None => e,
+    }
+}
+
+fn with_stack(e: Event, stack: Option<StackId>) -> Event {
+    match stack {
+        Some(s) => e.with_stack(s),
         None => e,
     }
 }
@@ -692,6 +876,121 @@ mod tests {
         );
         assert!(matches!(out.last().unwrap().kind, EventKind::Munmap { .. }));
         assert!(t.ranges.get(&PID).unwrap().host.is_empty());
+    }
+
+    #[test]
+    fn ranges_pinned_before_the_attach_become_pinned_allocations_when_copied() {
+        let mut t = translator();
+        let mut out = Vec::new();
+        let pinned: BTreeMap<u64, u64> = [(0x40_0000, 0x60_0000), (0x80_0000, 0x90_0000)].into();
+        t.learn_preattach(PID, &pinned, 5);
+        t.translate(&range(kinds::DEV_ALLOC, 10, 0xd000, 0x1000), &mut out);
+        // A unified copy from inside the first range is host to device, and the range is
+        // reported first, as a pinned allocation at the attach time, without a site.
+        let u = memtypes::UNIFIED;
+        t.translate(&copy(11, 0xd000, 0x40_1000, u, u), &mut out);
+        assert_eq!(out.len(), 2, "{out:?}");
+        assert_eq!(out[0].ts_ns, 5);
+        let site = out[0].site.expect("a pseudo site");
+        assert_eq!(site.offset, 0);
+        assert_eq!(
+            t.sites().modules().get(site.module).unwrap().path,
+            crate::preattach::PREATTACH_MODULE
+        );
+        assert!(matches!(
+            out[0].kind,
+            EventKind::Alloc {
+                start: 0x40_0000,
+                size: 0x20_0000,
+                kind: HostMemKind::PinnedAlloc,
+                ..
+            }
+        ));
+        assert_eq!(direction(&out[1]), Direction::HtoD);
+        // Only once.
+        out.clear();
+        t.translate(
+            &copy(12, 0x40_2000, 0xd000, memtypes::HOST, memtypes::DEVICE),
+            &mut out,
+        );
+        assert_eq!(out.len(), 1);
+        assert_eq!(t.stats().preattach_pinned_reported, 1);
+        // A range freed before any copy is never reported; a copy of its addresses later
+        // is of unknown memory.
+        t.translate(
+            &RawEvent::Release(ReleaseRecord {
+                h: header(kinds::HOST_FREE, 13),
+                addr: 0x80_0000,
+                ..ReleaseRecord::default()
+            }),
+            &mut out,
+        );
+        out.clear();
+        t.translate(
+            &copy(14, 0xd000, 0x80_0000, memtypes::DEVICE, memtypes::HOST),
+            &mut out,
+        );
+        assert_eq!(out.len(), 1);
+        assert!(matches!(out[0].kind, EventKind::Transfer { .. }));
+        assert_eq!(t.stats().preattach_pinned_reported, 1);
+    }
+
+    #[inline(never)]
+    fn frame_a() -> u64 {
+        std::hint::black_box(1)
+    }
+    #[inline(never)]
+    fn frame_b() -> u64 {
+        std::hint::black_box(2)
+    }
+    #[inline(never)]
+    fn frame_c() -> u64 {
+        std::hint::black_box(3)
+    }
+
+    #[test]
+    fn sampled_copy_chains_become_stacks_with_the_call_site_after_the_innermost_frame() {
+        let modules = ModuleTable::shared();
+        let stacks = Arc::new(StackTable::new());
+        let mut t = Translator::new(SiteResolver::new(modules)).with_stacks(stacks.clone());
+        let me = std::process::id();
+        let addr = |f: fn() -> u64| f as *const () as u64 + 1;
+        assert_eq!(frame_a() + frame_b() + frame_c(), 6);
+        let mut rec = crate::raw::CopyStackRecord::default();
+        rec.copy.h = Header {
+            pid: me,
+            tid: me,
+            kind: kinds::COPY_STACK,
+            ..Header::default()
+        };
+        rec.copy.bytes = 8;
+        rec.copy.src_type = memtypes::HOST;
+        rec.copy.dst_type = memtypes::DEVICE;
+        rec.copy.call_site = addr(frame_c);
+        rec.frames[0] = addr(frame_a);
+        rec.frames[1] = addr(frame_b);
+        // An address in no mapping is dropped.
+        rec.frames[2] = 0x10;
+        rec.nframes = 3;
+        let mut out = Vec::new();
+        t.translate(&RawEvent::CopyStack(Box::new(rec)), &mut out);
+        let id = out[0].stack.expect("a stack");
+        let frames = stacks.get(id).unwrap();
+        let want: Vec<Site> = [frame_a as fn() -> u64, frame_c, frame_b]
+            .into_iter()
+            .map(|f| t.sites.site(me, addr(f)).unwrap())
+            .collect();
+        assert_eq!(
+            frames.iter().filter_map(Frame::site).collect::<Vec<_>>(),
+            want
+        );
+        assert_eq!(t.stats().stacks_captured, 1);
+        assert_eq!(t.stats().frames_unplaced, 1);
+        // Without a stack table, chains are dropped.
+        let mut plain = translator();
+        let mut out = Vec::new();
+        plain.translate(&RawEvent::CopyStack(Box::new(rec)), &mut out);
+        assert!(out[0].stack.is_none());
     }
 
     #[test]

@@ -83,6 +83,26 @@ pub struct TraceArgs {
     #[arg(long)]
     pub no_kernel_hooks: bool,
 
+    /// Do not capture the user call chain (up to 32 frames) of allocations. Chains are
+    /// walked by frame pointers: they stop, or go astray, at code built without them.
+    #[arg(long)]
+    pub no_stacks: bool,
+
+    /// Probe libc's malloc family (malloc, calloc, realloc, free, posix_memalign,
+    /// aligned_alloc, memalign, valloc): every block of --malloc-min or more becomes a
+    /// pageable allocation with its call site and stack. Off by default: a uprobe is a trap
+    /// on every call, small ones included (see bench/results/trace-malloc-probes.md).
+    #[arg(long)]
+    pub malloc: bool,
+
+    /// With --malloc: blocks smaller than this are not recorded (filtered in BPF).
+    #[arg(long, value_parser = parse_size, default_value = "64K", value_name = "BYTES")]
+    pub malloc_min: u64,
+
+    /// One copy in N, at random, carries its call chain too (0: none, 1: every copy).
+    #[arg(long, default_value_t = 64, value_name = "N")]
+    pub copy_stacks: u32,
+
     /// Hotspots shown in the summary.
     #[arg(long, default_value_t = 5, value_name = "N")]
     pub top: usize,
@@ -212,13 +232,24 @@ pub fn run(args: TraceArgs) -> Result<ExitCode> {
             min_mmap_bytes: args.min_mmap.max(1),
             page_faults: args.page_faults,
             kernel_hooks: !args.no_kernel_hooks,
+            alloc_stacks: !args.no_stacks,
+            copy_stack_every: if args.no_stacks { 0 } else { args.copy_stacks },
+            malloc_min_bytes: args.malloc_min.max(1),
             ..BpfConfig::default()
         },
         libraries: LibraryOverrides {
             libcuda: args.libcuda.clone(),
             libcudart: args.libcudart.clone(),
         },
+        malloc: args.malloc,
         ..TracerConfig::default()
+    };
+    // Attached: memory allocated before the attach may have been pinned then; no records
+    // (and so no advice) for memory whose allocation was not seen.
+    let config = if args.pid.is_some() {
+        config.for_attach()
+    } else {
+        config
     };
     let format = match args.format {
         FormatArg::Json => DumpFormat::Json,
@@ -465,6 +496,28 @@ fn print_summary(
         dirs.join(", "),
         summary.pageable_share * 100.0
     ));
+    if let Some(a) = &stats.attach {
+        let stat = *agent.history().read().stats();
+        let unknown: u64 = [Direction::HtoD, Direction::DtoH]
+            .iter()
+            .map(|d| {
+                let all = stat.transfers[d.index()].transfers;
+                all.saturating_sub(summary.by_direction[d.index()].attributed.transfers())
+            })
+            .sum();
+        status(format!(
+            "attached to PID {}: the driver had pinned {} in {} mappings before the attach \
+             ({} of them copied since, recorded as pinned allocations without a call site); \
+             {} host<->device transfers touched memory whose allocation the trace did not \
+             see (made before the attach, or from the heap), whose pinned state cannot be \
+             known: they are counted, and left out of any advice",
+            a.pid,
+            bytes(a.pinned_bytes),
+            a.pinned_mappings,
+            a.pinned_reported,
+            unknown
+        ));
+    }
     let symbolizer = Symbolizer::new();
     let hot = agent.hotspots(top);
     if !hot.is_empty() {

@@ -169,6 +169,20 @@ impl MemoryUsage {
 /// stand-in (a test fixture): reports on such a history say no GPU moved its bytes.
 pub const STANDIN_SOURCE_STAT: &str = "source.cuda_standin";
 
+/// The source statistic a source sets to 1 when it attached to a process already running
+/// (`pinwise trace --pid`): memory allocated before the attach was not seen, and its
+/// pinned state is unknown unless the source says otherwise (reports say so).
+pub const ATTACHED_SOURCE_STAT: &str = "source.attached";
+
+/// Bytes the driver had pinned before the attach, as the attaching source found them
+/// (`/dev/nvidiactl` mappings); copies of them are known to be of pinned memory.
+pub const ATTACH_PINNED_BYTES_STAT: &str = "source.attach_pinned_bytes";
+
+/// Set to 1 by an attaching source whose history still made records for memory whose
+/// allocation it did not see (`track_untracked` on): those records count as pageable,
+/// though the memory may have been pinned before the attach (reports say so).
+pub const ATTACH_UNKNOWN_COUNTED_STAT: &str = "source.attach_unknown_counted";
+
 /// The history of every host allocation seen. See the module documentation.
 #[derive(Debug, Clone)]
 pub struct MemHistory {

@@ -26,6 +26,15 @@ struct pw_abi pw_abi_anchor = {};
 /* Anonymous mappings smaller than this are not reported (set by user space). */
 const volatile __u64 cfg_min_mmap_bytes = 1 << 20;
 
+/* One copy in this many carries its user call chain (0: none; set by user space). */
+const volatile __u32 cfg_copy_stack_every = 0;
+
+/* Allocation events carry their user call chain (set by user space). */
+const volatile __u32 cfg_alloc_stacks = 1;
+
+/* malloc-family blocks smaller than this are not reported (set by user space). */
+const volatile __u64 cfg_malloc_min_bytes = 64 << 10;
+
 #define PROT_READ 0x1
 #define PROT_WRITE 0x2
 #define PROT_EXEC 0x4
@@ -85,6 +94,45 @@ struct {
 	__type(key, __u64); /* pid_tgid */
 	__type(value, struct mmap_args);
 } mmap_calls SEC(".maps");
+
+/* A malloc-family call between its entry and its return, per thread (only calls of at
+ * least cfg_malloc_min_bytes, and reallocs of reported blocks). */
+struct malloc_call {
+	/* Bytes asked for. */
+	__u64 size;
+	/* posix_memalign: where the pointer goes. */
+	__u64 out_ptr;
+	/* realloc: the block given (0 if none or not reported). */
+	__u64 old_ptr;
+	/* Stack pointer at entry: a return at a lower address is a nested call's. */
+	__u64 entry_sp;
+	__u16 func;
+	/* Calls of the family made inside this one (realloc calling malloc, ...). */
+	__u8 depth;
+	__u8 _pad0[5];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u64); /* pid_tgid */
+	__type(value, struct malloc_call);
+} malloc_calls SEC(".maps");
+
+/* Blocks PW_EV_MALLOC reported and not freed yet: free checks here, so that only frees of
+ * reported blocks make events. */
+struct malloc_block {
+	__u32 tgid;
+	__u32 _pad0;
+	__u64 ptr;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct malloc_block);
+	__type(value, __u64); /* size */
+} malloc_live SEC(".maps");
 
 /* Processes whose new children are traced: the tracer itself while it launches a command. */
 struct {
@@ -173,11 +221,57 @@ static __always_inline void place_site(struct pw_range_event *e)
 
 /* ---- copies: one hit each, at entry ---------------------------------------------------- */
 
+/* Fills a copy record. */
+static __always_inline void fill_copy(struct pw_copy_event *e, struct pt_regs *ctx, __u16 kind,
+				      __u16 func, __u64 dst, __u64 src, __u64 bytes, __u64 stream,
+				      __u8 dst_type, __u8 src_type, __u8 is_async)
+{
+	fill_header(&e->h, kind, func);
+	e->dst = dst;
+	e->src = src;
+	e->bytes = bytes;
+	e->stream = stream;
+	e->call_site = entry_return_address(ctx);
+	e->dst_type = dst_type;
+	e->src_type = src_type;
+	e->is_async = is_async;
+	__builtin_memset(e->_pad0, 0, sizeof(e->_pad0));
+}
+
+/* Whether this copy is one of the sampled ones that carry their call chain. */
+static __always_inline int sample_copy_stack(void)
+{
+	__u32 every = cfg_copy_stack_every;
+	if (every == 0)
+		return 0;
+	return every == 1 || bpf_get_prandom_u32() % every == 0;
+}
+
+/* The user call chain into `frames` (PW_MAX_FRAMES slots); returns how many were written. */
+static __always_inline __u32 user_frames(void *ctx, __u64 *frames)
+{
+	long n = bpf_get_stack(ctx, frames, PW_MAX_FRAMES * sizeof(__u64), BPF_F_USER_STACK);
+	if (n <= 0)
+		return 0;
+	return (__u32)(n / sizeof(__u64));
+}
+
 /* Reports a copy of a traced process whose hit is counted already. */
 static __always_inline int send_copy(struct pt_regs *ctx, __u16 func, __u64 dst, __u64 src,
 				     __u64 bytes, __u64 stream, __u8 dst_type, __u8 src_type,
 				     __u8 is_async)
 {
+	if (sample_copy_stack()) {
+		struct pw_copy_stack_event *s = reserve(sizeof(*s));
+		if (!s)
+			return 0;
+		fill_copy(&s->copy, ctx, PW_EV_COPY_STACK, func, dst, src, bytes, stream, dst_type,
+			  src_type, is_async);
+		s->_pad0 = 0;
+		s->nframes = user_frames(ctx, s->frames);
+		submit(s, 0);
+		return 0;
+	}
 	struct pw_copy_event *e = reserve(sizeof(*e));
 	if (!e)
 		return 0;
@@ -502,6 +596,11 @@ static __always_inline int report_return(struct pt_regs *ctx, __u16 kind)
 		e->site_dev = 0;
 		e->site_ino = 0;
 		e->site_offset = 0;
+		e->_pad1 = 0;
+		e->nframes = 0;
+		/* Right after the return: the chain starts at the caller's next instruction. */
+		if (kind != PW_EV_DEV_ALLOC && cfg_alloc_stacks)
+			e->nframes = user_frames(ctx, e->frames);
 		/* Host ranges need a call site: placed now, and when the runtime did not give
 		 * one, the stack too (the caller's frames are intact right after the return). */
 		if (kind != PW_EV_DEV_ALLOC) {
@@ -636,6 +735,183 @@ int runtime_alloc_entry(struct pt_regs *ctx)
 	return 0;
 }
 
+/* ---- libc's malloc family (only with `--malloc`): blocks at or above a size ------------- */
+/*
+ * A uprobe is a trap per call, whatever the size: these probes are attached only when asked
+ * for. The size filter runs here, so that small blocks cost the trap and one comparison,
+ * and make no event. Calls made inside a reported call (realloc calling malloc) are not
+ * reported again; mmaps made inside it are not reported either.
+ */
+
+static __always_inline int malloc_enter(struct pt_regs *ctx, __u64 size, __u64 out_ptr,
+					__u64 old_ptr)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if (!is_traced(pid_tgid >> 32))
+		return 0;
+	__u16 func = bpf_get_attach_cookie(ctx);
+	count_hit(func);
+	struct malloc_call *outer = bpf_map_lookup_elem(&malloc_calls, &pid_tgid);
+	if (outer) {
+		/* A nested call (deeper stack), or a stale entry whose return was missed. */
+		if (PT_REGS_SP(ctx) < outer->entry_sp) {
+			outer->depth++;
+			return 0;
+		}
+		bpf_map_delete_elem(&malloc_calls, &pid_tgid);
+	}
+	if (size < cfg_malloc_min_bytes && !old_ptr)
+		return 0;
+	struct malloc_call call = {
+		.size = size,
+		.out_ptr = out_ptr,
+		.old_ptr = old_ptr,
+		.entry_sp = PT_REGS_SP(ctx),
+		.func = func,
+	};
+	if (bpf_map_update_elem(&malloc_calls, &pid_tgid, &call, BPF_ANY))
+		count(PW_CNT_PENDING_FULL);
+	return 0;
+}
+
+/* Reports the end of a reported block (free, or realloc moving it). */
+static __always_inline void malloc_released(__u16 func, __u64 ptr, __u64 call_site)
+{
+	struct malloc_block key = { .tgid = current_tgid(), .ptr = ptr };
+	if (!bpf_map_lookup_elem(&malloc_live, &key))
+		return;
+	bpf_map_delete_elem(&malloc_live, &key);
+	struct pw_release_event *e = reserve(sizeof(*e));
+	if (!e)
+		return;
+	fill_header(&e->h, PW_EV_MALLOC_FREE, func);
+	e->addr = ptr;
+	e->len = 0;
+	e->call_site = call_site;
+	submit(e, 0);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(malloc_entry, __u64 size)
+{
+	return malloc_enter(ctx, size, 0, 0);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(calloc_entry, __u64 n, __u64 size)
+{
+	/* On overflow calloc fails: nothing to report (0 is below any threshold). The check
+	 * uses 32-bit halves: BPF has no 128-bit multiply. */
+	__u64 a = n > size ? n : size, b = n > size ? size : n, total = 0;
+	if ((a >> 32) == 0) {
+		total = a * b;
+	} else if ((b >> 32) == 0) {
+		__u64 hi = (a >> 32) * b, lo = (a & 0xffffffffULL) * b;
+		__u64 sum = (hi << 32) + lo;
+		if ((hi >> 32) == 0 && sum >= lo)
+			total = sum;
+	}
+	return malloc_enter(ctx, total, 0, 0);
+}
+
+/* realloc(ptr, size): the old block is followed only when it was reported. */
+SEC("uprobe")
+int BPF_KPROBE(realloc_entry, __u64 ptr, __u64 size)
+{
+	struct malloc_block key = { .tgid = current_tgid(), .ptr = ptr };
+	__u64 old = (ptr && bpf_map_lookup_elem(&malloc_live, &key)) ? ptr : 0;
+	return malloc_enter(ctx, size, 0, old);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(posix_memalign_entry, __u64 pp, __u64 align, __u64 size)
+{
+	return malloc_enter(ctx, size, pp, 0);
+}
+
+/* aligned_alloc(align, size), memalign(align, size) */
+SEC("uprobe")
+int BPF_KPROBE(memalign_entry, __u64 align, __u64 size)
+{
+	return malloc_enter(ctx, size, 0, 0);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(valloc_entry, __u64 size)
+{
+	return malloc_enter(ctx, size, 0, 0);
+}
+
+SEC("uretprobe")
+int malloc_return(struct pt_regs *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct malloc_call *found = bpf_map_lookup_elem(&malloc_calls, &pid_tgid);
+	if (!found)
+		return 0;
+	if (found->depth && PT_REGS_SP(ctx) < found->entry_sp + 8) {
+		found->depth--;
+		return 0;
+	}
+	struct malloc_call call = *found;
+	bpf_map_delete_elem(&malloc_calls, &pid_tgid);
+	__u64 ret = PT_REGS_RC(ctx);
+	__u64 addr = ret;
+	if (call.func == PW_FN_posix_memalign) {
+		addr = 0;
+		if ((int)ret == 0 &&
+		    bpf_probe_read_user(&addr, sizeof(addr), (void *)call.out_ptr))
+			count(PW_CNT_USER_READ_FAILED);
+	}
+	/* The caller's return address: at a return, the word just below the stack pointer. */
+	__u64 call_site = PT_REGS_IP(ctx);
+	if (call.old_ptr && addr) {
+		if (addr == call.old_ptr && call.size >= cfg_malloc_min_bytes) {
+			/* Resized in place: still the same block (its size is not followed). */
+			return 0;
+		}
+		malloc_released(call.func, call.old_ptr, call_site);
+	}
+	if (!addr || call.size < cfg_malloc_min_bytes)
+		return 0;
+	struct malloc_block key = { .tgid = pid_tgid >> 32, .ptr = addr };
+	if (bpf_map_update_elem(&malloc_live, &key, &call.size, BPF_ANY))
+		count(PW_CNT_PENDING_FULL);
+	struct pw_range_event *e = reserve(sizeof(*e));
+	if (!e)
+		return 0;
+	fill_header(&e->h, PW_EV_MALLOC, call.func);
+	e->addr = addr;
+	e->len = call.size;
+	e->call_site = call_site;
+	e->flags = 0;
+	e->result = 0;
+	e->site_source = PW_SITE_DRIVER;
+	__builtin_memset(e->_pad0, 0, sizeof(e->_pad0));
+	e->stack_sp = 0;
+	e->stack_len = 0;
+	e->site_dev = 0;
+	e->site_ino = 0;
+	e->site_offset = 0;
+	e->_pad1 = 0;
+	e->nframes = cfg_alloc_stacks ? user_frames(ctx, e->frames) : 0;
+	place_site(e);
+	read_stack(e, PT_REGS_SP(ctx));
+	submit(e, 0);
+	return 0;
+}
+
+SEC("uprobe")
+int BPF_KPROBE(free_entry, __u64 ptr)
+{
+	if (!ptr || !is_traced(current_tgid()))
+		return 0;
+	__u16 func = bpf_get_attach_cookie(ctx);
+	count_hit(func);
+	malloc_released(func, ptr, entry_return_address(ctx));
+	return 0;
+}
+
 /* ---- syscalls: large anonymous mappings, and library loads ------------------------------ */
 
 /* Records as /sys/kernel/tracing/events/syscalls/.../format lays them out. */
@@ -685,8 +961,10 @@ int on_mmap_enter(struct tp_sys_enter_mmap *ctx)
 	int exec_file = !(ctx->flags & MAP_ANONYMOUS) && (ctx->prot & PROT_EXEC);
 	if (!anon_rw && !exec_file)
 		return 0;
-	/* Inside a CUDA allocation: that allocation's own event covers its memory. */
-	if (anon_rw && bpf_map_lookup_elem(&pending, &pid_tgid))
+	/* Inside a CUDA allocation, or a malloc the malloc probes report: that allocation's
+	 * own event covers its memory. */
+	if (anon_rw && (bpf_map_lookup_elem(&pending, &pid_tgid) ||
+			bpf_map_lookup_elem(&malloc_calls, &pid_tgid)))
 		return 0;
 	if (anon_rw && tid_ignored(pid_tgid))
 		return 0;
@@ -747,6 +1025,9 @@ int on_mmap_exit(struct tp_sys_exit *ctx)
 	e->site_dev = 0;
 	e->site_ino = 0;
 	e->site_offset = 0;
+	e->_pad1 = 0;
+	/* From a syscall tracepoint the chain starts in the mmap wrapper (libc). */
+	e->nframes = cfg_alloc_stacks ? user_frames(ctx, e->frames) : 0;
 	read_stack(e, user_sp());
 	submit(e, 0);
 	return 0;

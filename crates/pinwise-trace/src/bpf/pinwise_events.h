@@ -15,6 +15,10 @@
 /* Bytes of user stack copied with events that need a call site found in user space. */
 #define PW_STACK_BYTES 1024
 
+/* User frames (return addresses) captured with bpf_get_stack(BPF_F_USER_STACK): the kernel
+ * walks frame pointers, so the walk stops (or goes astray) at code built without them. */
+#define PW_MAX_FRAMES 32
+
 /* What a ring-buffer record is (pw_header.kind). */
 enum pw_kind {
 	PW_EV_NONE = 0,
@@ -50,6 +54,13 @@ enum pw_kind {
 	PW_EV_PROC_EXEC = 15,
 	/* A traced process mapped a file executable: a library was loaded (struct pw_proc_event). */
 	PW_EV_EXEC_MAP = 16,
+	/* A copy sampled for its stack (struct pw_copy_stack_event). */
+	PW_EV_COPY_STACK = 17,
+	/* A malloc-family call returned a block at or above the threshold (struct
+	 * pw_range_event), only with the malloc probes (`--malloc`). */
+	PW_EV_MALLOC = 18,
+	/* free (or realloc) of a block PW_EV_MALLOC reported (struct pw_release_event). */
+	PW_EV_MALLOC_FREE = 19,
 };
 
 /*
@@ -117,6 +128,15 @@ enum pw_func {
 	PW_FN_sched_process_fork,
 	PW_FN_sched_process_exit,
 	PW_FN_sched_process_exec,
+	/* libc's malloc family (only with `--malloc`). */
+	PW_FN_malloc,
+	PW_FN_calloc,
+	PW_FN_realloc,
+	PW_FN_free,
+	PW_FN_posix_memalign,
+	PW_FN_aligned_alloc,
+	PW_FN_memalign,
+	PW_FN_valloc,
 	PW_FN_COUNT,
 };
 
@@ -215,8 +235,22 @@ struct pw_range_event {
 	__u8 _pad0[3];
 	/* Bytes of `stack` that were read (0: none). */
 	__u32 stack_len;
+	/* User frames in `frames` (0: none captured); frames[0] is the innermost. */
+	__u32 nframes;
+	__u32 _pad1;
+	/* The user call chain at the event (bpf_get_stack, frame pointers). */
+	__u64 frames[PW_MAX_FRAMES];
 	/* The user stack from stack_sp upwards, for finding the application's frame. */
 	__u8 stack[PW_STACK_BYTES];
+};
+
+/* A copy sampled for its call chain (one in cfg_copy_stack_every copies). */
+struct pw_copy_stack_event {
+	struct pw_copy_event copy;
+	/* User frames in `frames`; frames[0] is the innermost. */
+	__u32 nframes;
+	__u32 _pad0;
+	__u64 frames[PW_MAX_FRAMES];
 };
 
 /* A range went away: host free, unregistration, device free, munmap. */
@@ -274,6 +308,7 @@ struct pw_abi {
 	struct pw_header header;
 	struct pw_copy_event copy;
 	struct pw_range_event range;
+	struct pw_copy_stack_event copy_stack;
 	struct pw_release_event release;
 	struct pw_pin_event pin;
 	struct pw_fault_event fault;
