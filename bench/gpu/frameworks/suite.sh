@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# One GPU-machine call of the framework suite: puts the carried release binaries in place,
+# runs run.sh on the given programs (and any extra checks named by EXTRA), packs the files.
+#   bash bench/gpu/frameworks/suite.sh TAG PROGRAM.py ...
+set -u
+cd "$(dirname "$0")/../../.."
+tag=$1; shift
+mkdir -p target/release && cp -a .device-carry/. target/release/
+mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null
+FINAL=$OUT; export OUT=/tmp/pw-$tag; rm -rf $OUT; mkdir -p $OUT
+rc=0
+if (($#)); then bash bench/gpu/frameworks/run.sh "$@" > $OUT/suite.txt 2>&1 || rc=$?; fi
+for x in ${EXTRA:-}; do
+  echo "=== $x" >> $OUT/extra.txt
+  case $x in
+    exit_race) timeout 200 bash bench/gpu/frameworks/exit_race.sh 20 >> $OUT/extra.txt 2>&1 ;;
+    attribution) timeout 240 bash bench/gpu/attribution/run.sh >> $OUT/extra.txt 2>&1 ;;
+    attach) SKIP_MALLOC_COST=${SKIP_MALLOC_COST:-0} timeout 120 bash bench/gpu/trace/attach_malloc.sh >> $OUT/extra.txt 2>&1 ;;
+    interrupt) timeout 120 bash bench/gpu/safety/interrupt.sh >> $OUT/extra.txt 2>&1 ;;
+  esac
+  echo "=== $x exit $?" >> $OUT/extra.txt
+done
+find $OUT -type f -size +4M -delete
+tar czf $FINAL/$tag.tgz -C /tmp pw-$tag
+cat $OUT/suite.txt 2>/dev/null | tail -60; tail -80 $OUT/extra.txt 2>/dev/null
+exit $rc
