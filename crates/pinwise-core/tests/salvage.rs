@@ -45,13 +45,13 @@ fn a_cut_dump_keeps_every_whole_frame() {
     assert!(none.is_none());
     assert_eq!(whole.len(), records[8]);
 
-    // 10 bytes off: the last frame (stats of the 9th append) is lost, 26 kept.
+    // 10 bytes off: the last frame (stats of the 9th append) is lost, 35 kept (four frames an append since format 2).
     let cut = &bytes[..bytes.len() - 10];
     let strict = read(cut).unwrap_err().to_string();
     assert!(strict.contains("truncated"), "{strict}");
     let (h, s) = read_salvaging(cut).unwrap();
     let s = s.expect("a salvage note");
-    assert_eq!(s.frames_kept, 26);
+    assert_eq!(s.frames_kept, 35);
     assert!(s.stats_behind);
     assert!(s.bytes_dropped > 0 && s.bytes_dropped < bytes.len() as u64);
     // The 9th append's records frame is whole: every record is there.

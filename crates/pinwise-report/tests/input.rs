@@ -50,7 +50,7 @@ fn a_truncated_history_is_salvaged_and_says_where_it_was_cut() {
     assert_eq!(h.len(), history.len());
     let note = info.salvaged.expect("a salvage note");
     assert!(
-        note.contains("the file was cut: 2 whole frames salvaged"),
+        note.contains("the file was cut: 3 whole frames salvaged"),
         "{note}"
     );
     assert!(note.contains("truncated at byte"), "{note}");

@@ -246,7 +246,7 @@ pub(crate) mod tests {
         let (_, info) = pinwise_report::load_history(&cut, &mut Progress::hidden()).unwrap();
         let note = info.salvaged.expect("a salvage note");
         assert!(
-            note.contains("the file was cut: 1 whole frames salvaged"),
+            note.contains("the file was cut: 2 whole frames salvaged"),
             "{note}"
         );
         // Corrupt: an error naming the file.
