@@ -82,6 +82,10 @@ pub struct PinnedPool {
     pending: Vec<(usize, Vec<EventHandle>)>,
     segment_bytes: usize,
     in_use_bytes: usize,
+    /// Segments never to hand out again (their context may have ended, and the driver then
+    /// unmaps the memory): their blocks are not indexed as free when given back, and they
+    /// are never released (see [`PinnedPool::retire_all`]).
+    retired: std::collections::HashSet<usize>,
 }
 
 impl PinnedPool {
@@ -236,13 +240,32 @@ impl PinnedPool {
         done_events
     }
 
+    /// Retires every segment: none of their blocks is handed out again (a context that may
+    /// have ended took the memory with it; handing it out would make the program write to
+    /// unmapped memory). Blocks in use stay the program's until it frees them.
+    pub fn retire_all(&mut self) {
+        for &base in self.segments.keys() {
+            self.retired.insert(base);
+        }
+        let retired = &self.retired;
+        let blocks = &self.blocks;
+        self.free.retain(|&(_, addr)| {
+            blocks
+                .get(&addr)
+                .is_none_or(|b| !retired.contains(&b.segment))
+        });
+    }
+
     /// Removes up to `want` bytes of segments that are entirely free (largest first) from the
     /// pool and returns them, for the caller to unpin and release from the budget.
     pub fn take_free_segments(&mut self, want: usize) -> Vec<Segment> {
         let mut idle: Vec<Segment> = self
             .segments
             .values()
-            .filter(|s| self.busy_blocks.get(&s.base).copied().unwrap_or(0) == 0)
+            .filter(|s| {
+                self.busy_blocks.get(&s.base).copied().unwrap_or(0) == 0
+                    && !self.retired.contains(&s.base)
+            })
             .copied()
             .collect();
         idle.sort_by_key(|s| std::cmp::Reverse(s.len));
@@ -303,7 +326,9 @@ impl PinnedPool {
         }
         block.state = BlockState::Free;
         self.blocks.insert(start, block);
-        self.free.insert((block.len, start));
+        if !self.retired.contains(&segment) {
+            self.free.insert((block.len, start));
+        }
         let busy = self.busy_blocks.get_mut(&segment).expect("segment exists");
         *busy -= 1;
     }
@@ -421,6 +446,36 @@ mod tests {
         assert!(p.give_back(0x100000, vec![]));
         assert!(!p.give_back(0x100000, vec![]), "double free");
         p.check_invariants();
+    }
+
+    #[test]
+    fn retired_segments_hand_nothing_out_again() {
+        let mut p = PinnedPool::new();
+        let base = 0x10_0000;
+        let a = p.add_segment(seg(base, 16 * PAGE), 4 * PAGE).unwrap();
+        let b = p.take(4 * PAGE).unwrap();
+        assert!(p.has_free(PAGE));
+        p.retire_all();
+        assert!(
+            !p.has_free(PAGE),
+            "no free block of a retired segment is offered"
+        );
+        assert_eq!(p.take(PAGE), None);
+        assert!(p.give_back(a, vec![]));
+        assert!(p.give_back(b, vec![]));
+        assert_eq!(
+            p.take(PAGE),
+            None,
+            "blocks given back later are not offered either"
+        );
+        assert!(
+            p.take_free_segments(usize::MAX).is_empty(),
+            "a retired segment is never released (its memory may be gone with its context)"
+        );
+        // A new segment is used as usual.
+        let fresh = p.add_segment(seg(0x100_0000, 4 * PAGE), 0);
+        assert_eq!(fresh, None);
+        assert_eq!(p.take(PAGE), Some(0x100_0000));
     }
 
     #[test]

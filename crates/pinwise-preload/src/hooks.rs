@@ -1069,6 +1069,10 @@ pub fn context_ending(destroyed: usize, forward: impl FnOnce() -> CUresult) -> C
         guarded(|| {
             p.engine
                 .forget_context_objects(|s| s.0 <= CU_STREAM_PER_THREAD as u64);
+            // The pool's pinned memory ends with the context: hand none of it out again.
+            // (Suspected cause of the SIGSEGVs exit_race's teardown variant had on an H100
+            // under pinwise: pool blocks served after the primary context's release.)
+            p.engine.retire_pool();
             if destroyed != 0 {
                 p.driver.forget_context(destroyed);
             }

@@ -535,6 +535,15 @@ impl Engine {
         }
     }
 
+    /// Before a context may end (the driver then unmaps the pinned memory made in it):
+    /// releases the idle segments while the context is still there, and retires the rest,
+    /// so no block of theirs is handed out again (it could be unmapped memory). Blocks in
+    /// use stay the program's; later requests get fresh segments.
+    pub fn retire_pool(&self) {
+        self.trim();
+        self.pool.lock().retire_all();
+    }
+
     /// Releases every idle pinned segment and the pageable cache (keeps blocks in use).
     pub fn trim(&self) {
         self.reclaim_pending();
