@@ -114,6 +114,8 @@ pub struct ProcessStats {
     pub hook_ns_median: Option<f64>,
     /// Samples behind the mean and the median.
     pub hook_samples: u64,
+    /// Medians of the same samples' parts: what a copy hook spends where.
+    pub hook_stages: HookStages,
     /// Events recorded into the history.
     pub events: u64,
     /// Events lost (after the outputs were written, or a full global queue).
@@ -130,6 +132,21 @@ pub struct ProcessStats {
     pub profile: OutputStats,
     /// Problems: configuration values not understood, a profile not read, ...
     pub problems: Vec<String>,
+}
+
+/// Medians (ns, the middle of a histogram bucket; `None`: no sample) of the parts of a
+/// sampled copy hook's bookkeeping.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct HookStages {
+    /// Working out what the copy moves (decoding its arguments, asking the driver which
+    /// side is host memory where the call does not say).
+    pub describe_ns: Option<f64>,
+    /// Deciding about it before it is issued: the capture check, the allocator's and the
+    /// promotion counters, any registration made.
+    pub decide_ns: Option<f64>,
+    /// Recording it after the driver accepted it (timestamp, push into the thread's ring).
+    pub record_ns: Option<f64>,
 }
 
 /// Copies of one direction.
@@ -251,6 +268,7 @@ mod tests {
         "hook_ns_mean",
         "hook_ns_median",
         "hook_samples",
+        "hook_stages",
         "events",
         "events_lost",
         "inline_drains",

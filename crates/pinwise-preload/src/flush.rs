@@ -56,6 +56,7 @@ pub fn install(skip: Option<libc::c_int>) {
     if INSTALLED.swap(true, Ordering::AcqRel) {
         return;
     }
+    crate::crash::prepare();
     for sig in FATAL_SIGNALS {
         if Some(sig) == skip {
             continue;
@@ -96,9 +97,10 @@ pub fn service(write: impl FnOnce()) {
 
 extern "C" fn on_fatal_signal(
     sig: libc::c_int,
-    _info: *mut libc::siginfo_t,
+    info: *mut libc::siginfo_t,
     _ctx: *mut libc::c_void,
 ) {
+    crate::crash::report(sig, info);
     // Async-signal-safe only: atomics, getpid, nanosleep, sigaction, raise.
     // SAFETY: __errno_location gives this thread's errno; saved and restored around the
     // calls below.

@@ -325,9 +325,23 @@ pub fn copy(
         return forward();
     };
     let t0 = if timed { now_ns() } else { 0 };
-    let noted = guarded(|| describe(st).map(|c| (c, note(st, &c, true)))).flatten();
+    let mut described_at = 0;
+    let noted = guarded(|| {
+        describe(st).map(|c| {
+            if t0 != 0 {
+                described_at = now_ns();
+            }
+            (c, note(st, &c, true))
+        })
+    })
+    .flatten();
     let before = if t0 != 0 {
-        now_ns().saturating_sub(t0)
+        let t = now_ns();
+        if described_at != 0 {
+            st.stats.stage_describe.add(described_at.saturating_sub(t0));
+            st.stats.stage_decide.add(t.saturating_sub(described_at));
+        }
+        t.saturating_sub(t0)
     } else {
         0
     };
@@ -344,8 +358,9 @@ pub fn copy(
     let t1 = if t0 != 0 { now_ns() } else { 0 };
     guarded(|| record_transfer(st, &c, &noted, site_addr));
     if t0 != 0 {
-        st.stats
-            .hook_sample(before.saturating_add(now_ns().saturating_sub(t1)));
+        let record = now_ns().saturating_sub(t1);
+        st.stats.stage_record.add(record);
+        st.stats.hook_sample(before.saturating_add(record));
     }
     if let Some(stream) = noted.finish_on {
         // The program's own pageable memory, registered by pinwise: as on pageable memory,

@@ -167,6 +167,7 @@
 
 mod backend;
 pub mod config;
+mod crash;
 pub mod elf;
 mod flush;
 mod guard;

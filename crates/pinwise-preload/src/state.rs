@@ -148,6 +148,15 @@ pub fn wake_drain_thread() {
 }
 
 extern "C" fn in_forked_child() {
+    // A child forked after the parent started using CUDA cannot use CUDA itself (the
+    // driver does not survive fork): it is a worker doing CPU work, such as a PyTorch
+    // DataLoader's. pinwise stays out of its way entirely (every hook forwards, no malloc
+    // is tracked); an `exec` loads the library afresh.
+    let parent_used_cuda = current().is_some_and(|st| st.pinning().is_some());
+    if parent_used_cuda {
+        DISABLED.store(true, Ordering::Relaxed);
+        crate::malloc::turn_off();
+    }
     // The child has one thread; the parent's state (its locks, its engine, its rings) is
     // left alone, leaked: a fresh one is made if the child uses CUDA.
     GENERATION.fetch_add(1, Ordering::AcqRel);

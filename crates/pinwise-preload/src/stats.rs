@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use pinwise_core::preload_stats::{
-    DirectionStats, ProcessStats, TransferStats, STATS_FORMAT, STATS_VERSION,
+    DirectionStats, HookStages, ProcessStats, TransferStats, STATS_FORMAT, STATS_VERSION,
 };
 use pinwise_core::Direction;
 
@@ -80,6 +80,57 @@ pub struct HookStats {
     /// The samples by [`HOOK_BUCKET_NS`]-wide buckets (the last one: everything above), for
     /// a median that a preempted sample cannot move.
     pub hook_buckets: [AtomicU64; HOOK_BUCKETS],
+    /// The same samples' parts (see [`HookStages`]).
+    pub stage_describe: TimeHistogram,
+    /// See [`HookStages::decide_ns`].
+    pub stage_decide: TimeHistogram,
+    /// See [`HookStages::record_ns`].
+    pub stage_record: TimeHistogram,
+}
+
+/// A histogram of sampled times in the hook-time buckets.
+#[derive(Debug)]
+pub struct TimeHistogram {
+    buckets: [AtomicU64; HOOK_BUCKETS],
+}
+
+impl Default for TimeHistogram {
+    fn default() -> Self {
+        TimeHistogram {
+            buckets: [const { AtomicU64::new(0) }; HOOK_BUCKETS],
+        }
+    }
+}
+
+impl TimeHistogram {
+    /// Adds one sample of `ns` nanoseconds.
+    #[inline]
+    pub fn add(&self, ns: u64) {
+        self.buckets[hook_bucket(ns)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The median (the middle of its bucket); `None` without samples.
+    pub fn median_ns(&self) -> Option<f64> {
+        median_of(&self.buckets)
+    }
+}
+
+/// The median of a bucket histogram (the middle of its bucket); `None` if empty.
+fn median_of(buckets: &[AtomicU64; HOOK_BUCKETS]) -> Option<f64> {
+    let counts: Vec<u64> = buckets.iter().map(|b| b.load(Ordering::Relaxed)).collect();
+    let total: u64 = counts.iter().sum();
+    if total == 0 {
+        return None;
+    }
+    let mut seen = 0;
+    for (i, c) in counts.iter().enumerate() {
+        seen += c;
+        if seen * 2 >= total {
+            let (lo, hi) = hook_bucket_range(i);
+            return Some((lo + hi) as f64 / 2.0);
+        }
+    }
+    None
 }
 
 /// Width of the hook-time buckets below [`HOOK_LINEAR_NS`], ns.
@@ -141,6 +192,9 @@ impl Default for HookStats {
             hook_ns: AtomicU64::new(0),
             hook_samples: AtomicU64::new(0),
             hook_buckets: [const { AtomicU64::new(0) }; HOOK_BUCKETS],
+            stage_describe: TimeHistogram::default(),
+            stage_decide: TimeHistogram::default(),
+            stage_record: TimeHistogram::default(),
         }
     }
 }
@@ -162,24 +216,7 @@ impl HookStats {
 
     /// The median sampled hook time, ns (the middle of its bucket); `None` without samples.
     pub fn hook_median_ns(&self) -> Option<f64> {
-        let counts: Vec<u64> = self
-            .hook_buckets
-            .iter()
-            .map(|b| b.load(Ordering::Relaxed))
-            .collect();
-        let total: u64 = counts.iter().sum();
-        if total == 0 {
-            return None;
-        }
-        let mut seen = 0;
-        for (i, c) in counts.iter().enumerate() {
-            seen += c;
-            if seen * 2 >= total {
-                let (lo, hi) = hook_bucket_range(i);
-                return Some((lo + hi) as f64 / 2.0);
-            }
-        }
-        None
+        median_of(&self.hook_buckets)
     }
 
     /// The hooks' counters and the recorded copies as a statistics record (other fields
@@ -232,6 +269,11 @@ impl HookStats {
             hook_ns_mean: (samples > 0).then(|| r(&h.hook_ns) as f64 / samples as f64),
             hook_ns_median: h.hook_median_ns(),
             hook_samples: samples,
+            hook_stages: HookStages {
+                describe_ns: h.stage_describe.median_ns(),
+                decide_ns: h.stage_decide.median_ns(),
+                record_ns: h.stage_record.median_ns(),
+            },
             ..Default::default()
         }
     }
