@@ -161,8 +161,14 @@ struct LiveStats {
     decode_errors: u64,
     translate: TranslateStats,
     sites: SiteStats,
+    /// Exited processes, for [`TracerAgent::has_exited`]; emptied when it reaches
+    /// [`EXITED_SET_CAP`] (a node-wide trace sees processes exit for weeks).
     exited: HashSet<u32>,
+    exited_count: u64,
 }
+
+/// Most exited PIDs remembered by [`TracerAgent::has_exited`] before the set is emptied.
+const EXITED_SET_CAP: usize = 65_536;
 
 struct PeriodicDump {
     path: PathBuf,
@@ -173,10 +179,28 @@ struct PeriodicDump {
     last_error: Option<String>,
 }
 
+/// Receives the translated events as the event thread produces them (besides, or instead
+/// of, the history: see [`TracerAgent::set_sink`]). Called on the event thread: it must
+/// not block for long, or the ring buffer fills and events are dropped (and counted).
+pub trait EventSink: Send {
+    /// A batch of events, in the order they were translated.
+    fn events(&mut self, events: &[Event]);
+    /// Process `pid` exited at `ts_ns` (CLOCK_MONOTONIC); after its last event.
+    fn process_exited(&mut self, pid: u32, ts_ns: u64);
+    /// Process `pid` ran a new program (its address space is new).
+    fn process_exec(&mut self, _pid: u32) {}
+}
+
+struct SinkSlot {
+    sink: Option<Box<dyn EventSink>>,
+    feed_history: bool,
+}
+
 struct SharedState {
     stop: AtomicBool,
     live: Mutex<LiveStats>,
     dump: Mutex<Option<PeriodicDump>>,
+    sink: Mutex<SinkSlot>,
 }
 
 struct Running {
@@ -192,6 +216,7 @@ pub struct TracerAgent {
     history: SharedHistory,
     running: Option<Running>,
     last_stats: Option<TraceStats>,
+    sink: Option<(Box<dyn EventSink>, bool)>,
 }
 
 impl TracerAgent {
@@ -208,7 +233,38 @@ impl TracerAgent {
             history,
             running: None,
             last_stats: None,
+            sink: None,
         }
+    }
+
+    /// Sends every translated event to `sink` from the next start on; with
+    /// `feed_history` false the history is not fed (a long-running consumer that keeps
+    /// its own bounded summaries: the history would grow with every allocation seen).
+    pub fn set_sink(&mut self, sink: Box<dyn EventSink>, feed_history: bool) {
+        self.sink = Some((sink, feed_history));
+    }
+
+    /// Starts tracing node-wide: probes the given driver (and runtime) library files for
+    /// every process that maps them, and traces each process from its first call into a
+    /// probed CUDA function on (the BPF side adds it to the traced set there; see
+    /// [`BpfConfig::enroll_on_cuda`], which this sets). Processes already running are
+    /// traced from their next CUDA call; what they allocated before is not seen.
+    pub fn start_system(&mut self, libs: &Libraries) -> Result<(), TraceError> {
+        self.check_idle()?;
+        if libs.has_no_driver() {
+            return Err(TraceError::NoLibcuda {
+                target: "the system".into(),
+            });
+        }
+        let mut config = self.config.clone();
+        config.bpf.enroll_on_cuda = true;
+        config.malloc = false;
+        let saved = std::mem::replace(&mut self.config, config);
+        let prepared = self.prepare(libs, std::process::id(), -1);
+        self.config = saved;
+        let probes = prepared?;
+        self.run(probes, None, libs.all(), None)?;
+        Ok(())
     }
 
     /// The history being filled (cheap to clone; readable while tracing).
@@ -437,10 +493,15 @@ impl TracerAgent {
     ) -> Result<Arc<Mutex<Probes>>, TraceError> {
         let probes = Arc::new(Mutex::new(probes));
         let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
+        let (sink, feed_history) = match self.sink.take() {
+            Some((sink, feed)) => (Some(sink), feed),
+            None => (None, true),
+        };
         let shared = Arc::new(SharedState {
             stop: AtomicBool::new(false),
             live: Mutex::new(LiveStats::default()),
             dump: Mutex::new(None),
+            sink: Mutex::new(SinkSlot { sink, feed_history }),
         });
         let worker = {
             let probes = Arc::clone(&probes);
@@ -552,6 +613,20 @@ impl TracerAgent {
                 ("tracer.attach.mlocked_bytes", a.mlocked_bytes),
             ]);
         }
+    }
+
+    /// Probes one more library file (for every process that maps it) while tracing;
+    /// returns the uprobes attached (0 when the file is probed already).
+    pub fn probe_library(&self, path: &Path, library: Library) -> Result<usize, TraceError> {
+        let running = self
+            .running
+            .as_ref()
+            .ok_or(TraceError::State("not tracing"))?;
+        let mut probes = running.probes.lock();
+        if probes.knows_file(path) {
+            return Ok(0);
+        }
+        probes.attach_library(path, library)
     }
 
     /// Statistics now (while tracing) or of the last trace.
@@ -825,7 +900,14 @@ fn event_loop(
             translator.flush(&mut events);
         }
         if !events.is_empty() {
-            history.ingest_batch(&events);
+            let mut slot = shared.sink.lock();
+            if let Some(sink) = slot.sink.as_mut() {
+                sink.events(&events);
+            }
+            if slot.feed_history {
+                history.ingest_batch(&events);
+            }
+            drop(slot);
             events.clear();
         }
         handle_news(&news, &attach_jobs, &mut translator, history, shared);
@@ -898,14 +980,34 @@ fn handle_news(
     for &(n, ts) in news {
         match n {
             ProcessNews::Exited(pid) => {
-                history.write().process_exited(pid, ts);
-                shared.live.lock().exited.insert(pid);
+                {
+                    let mut slot = shared.sink.lock();
+                    if let Some(sink) = slot.sink.as_mut() {
+                        sink.process_exited(pid, ts);
+                    }
+                    if slot.feed_history {
+                        history.write().process_exited(pid, ts);
+                    }
+                }
+                let mut live = shared.live.lock();
+                if live.exited.len() >= EXITED_SET_CAP {
+                    live.exited.clear();
+                }
+                live.exited.insert(pid);
+                live.exited_count += 1;
+                drop(live);
                 // Its exit is its last event: its maps snapshot is no longer needed.
                 translator.sites().forget(pid);
             }
             // A fork copies the parent's address space: nothing new to probe.
             ProcessNews::Forked { .. } => {}
-            ProcessNews::Exec(pid) | ProcessNews::LibraryMapped(pid) => check.push(pid),
+            ProcessNews::Exec(pid) => {
+                if let Some(sink) = shared.sink.lock().sink.as_mut() {
+                    sink.process_exec(pid);
+                }
+                check.push(pid)
+            }
+            ProcessNews::LibraryMapped(pid) => check.push(pid),
         }
     }
     check.sort_unstable();
@@ -965,7 +1067,7 @@ fn collect_stats(
         probed_files: probes.probed_files(),
         uprobes: probes.uprobes().len(),
         kernel_hooks: Some(probes.kernel_hooks().clone()),
-        processes_exited: live.exited.len() as u64,
+        processes_exited: live.exited_count,
         tracer_rss_bytes: status_kib("VmRSS:") * 1024,
         tracer_peak_rss_bytes: status_kib("VmHWM:") * 1024,
         attach: attach.map(|a| AttachStats {

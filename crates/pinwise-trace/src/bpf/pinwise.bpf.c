@@ -134,6 +134,12 @@ struct {
 	__type(value, __u64); /* size */
 } malloc_live SEC(".maps");
 
+/* Node-wide mode (`pinwise agent`): a process not yet traced that enters a probed CUDA
+ * function is added to `traced_tgids` there (its first CUDA call and all that follows are
+ * seen; what it did before, e.g. its first mmaps, is not). 0: only the processes user space
+ * adds are traced. */
+const volatile __u32 cfg_enroll_on_cuda = 0;
+
 /* Processes whose new children are traced: the tracer itself while it launches a command. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -141,6 +147,23 @@ struct {
 	__type(key, __u32);
 	__type(value, __u8);
 } spawners SEC(".maps");
+
+/* Whether a CUDA entry point hit by the current process is to be reported: the process is
+ * traced, or node-wide mode enrolls it now. */
+static __always_inline int cuda_traced(__u32 tgid)
+{
+	if (is_traced(tgid))
+		return 1;
+	if (!cfg_enroll_on_cuda)
+		return 0;
+	__u8 one = 1;
+	/* NOEXIST: two threads racing both see the process traced afterwards. */
+	if (bpf_map_update_elem(&traced_tgids, &tgid, &one, BPF_NOEXIST) && !is_traced(tgid)) {
+		count(PW_CNT_TGID_MAP_FULL);
+		return 0;
+	}
+	return 1;
+}
 
 /* Threads whose mmaps and page faults are not reported: the tracer's own threads when it
  * traces its own process. */
@@ -292,7 +315,7 @@ static __always_inline int send_copy(struct pt_regs *ctx, __u16 func, __u64 dst,
 static __always_inline int emit_copy(struct pt_regs *ctx, __u64 dst, __u64 src, __u64 bytes,
 				     __u64 stream, __u8 dst_type, __u8 src_type, __u8 is_async)
 {
-	if (!is_traced(current_tgid()))
+	if (!cuda_traced(current_tgid()))
 		return 0;
 	__u16 func = bpf_get_attach_cookie(ctx);
 	count_hit(func);
@@ -441,7 +464,7 @@ static __always_inline __u64 side_start(__u32 type, __u64 host, __u64 device, __
 static __always_inline int emit_copy_2d(struct pt_regs *ctx, __u64 desc, __u64 stream,
 					__u8 is_async)
 {
-	if (!is_traced(current_tgid()))
+	if (!cuda_traced(current_tgid()))
 		return 0;
 	__u16 func = bpf_get_attach_cookie(ctx);
 	count_hit(func);
@@ -461,7 +484,7 @@ static __always_inline int emit_copy_2d(struct pt_regs *ctx, __u64 desc, __u64 s
 static __always_inline int emit_copy_3d(struct pt_regs *ctx, __u64 desc, __u64 stream,
 					__u8 is_async)
 {
-	if (!is_traced(current_tgid()))
+	if (!cuda_traced(current_tgid()))
 		return 0;
 	__u16 func = bpf_get_attach_cookie(ctx);
 	count_hit(func);
@@ -512,7 +535,7 @@ static __always_inline int remember_call(struct pt_regs *ctx, __u64 out_ptr, __u
 					 __u64 len, __u32 flags, int want_runtime_site)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	if (!is_traced(pid_tgid >> 32))
+	if (!cuda_traced(pid_tgid >> 32))
 		return 0;
 	__u16 func = bpf_get_attach_cookie(ctx);
 	count_hit(func);
@@ -689,7 +712,7 @@ static __always_inline int emit_release(__u16 kind, __u16 func, __u64 addr, __u6
 SEC("uprobe")
 int BPF_KPROBE(host_free, __u64 p)
 {
-	if (!is_traced(current_tgid()))
+	if (!cuda_traced(current_tgid()))
 		return 0;
 	return emit_release(PW_EV_HOST_FREE, bpf_get_attach_cookie(ctx), p, 0,
 			    entry_return_address(ctx));
@@ -699,7 +722,7 @@ int BPF_KPROBE(host_free, __u64 p)
 SEC("uprobe")
 int BPF_KPROBE(host_unregister, __u64 p)
 {
-	if (!is_traced(current_tgid()))
+	if (!cuda_traced(current_tgid()))
 		return 0;
 	return emit_release(PW_EV_HOST_UNREGISTER, bpf_get_attach_cookie(ctx), p, 0,
 			    entry_return_address(ctx));
@@ -709,7 +732,7 @@ int BPF_KPROBE(host_unregister, __u64 p)
 SEC("uprobe")
 int BPF_KPROBE(dev_free, __u64 p)
 {
-	if (!is_traced(current_tgid()))
+	if (!cuda_traced(current_tgid()))
 		return 0;
 	return emit_release(PW_EV_DEV_FREE, bpf_get_attach_cookie(ctx), p, 0,
 			    entry_return_address(ctx));
@@ -723,7 +746,7 @@ SEC("uprobe")
 int runtime_alloc_entry(struct pt_regs *ctx)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	if (!is_traced(pid_tgid >> 32))
+	if (!cuda_traced(pid_tgid >> 32))
 		return 0;
 	count_hit(bpf_get_attach_cookie(ctx));
 	struct runtime_frame rf = {
