@@ -46,6 +46,9 @@ pub struct AgentConfig {
     /// How often every process's maps are scanned for libcuda files not probed yet
     /// (containers with their own copy of the driver library); `None`: never.
     pub rescan_every: Option<Duration>,
+    /// Where the host's cgroup v2 hierarchy is mounted (in a container: the host's,
+    /// mounted in); `None`: the one `/proc/mounts` lists.
+    pub cgroupfs: Option<PathBuf>,
 }
 
 impl Default for AgentConfig {
@@ -61,6 +64,7 @@ impl Default for AgentConfig {
             cost: CostModel::builtin(),
             tick: Duration::from_millis(500),
             rescan_every: Some(Duration::from_secs(30)),
+            cgroupfs: None,
         }
     }
 }
@@ -118,6 +122,16 @@ impl EventSink for TableSink {
 
     fn process_exec(&mut self, pid: u32) {
         self.table.lock().exec(pid, monotonic_ns());
+    }
+
+    fn process_enrolled(&mut self, pid: u32, cgroup_id: u64, comm: &str) {
+        self.table
+            .lock()
+            .enrolled(pid, cgroup_id, comm, monotonic_ns());
+    }
+
+    fn process_forked(&mut self, parent: u32, child: u32) {
+        self.table.lock().forked(parent, child, monotonic_ns());
     }
 }
 
@@ -227,6 +241,12 @@ impl Agent {
         let libraries = driver_libraries(&config.libcuda)?;
         let probe = ProcFs {
             attach_ticks: ProcFs::now_ticks(),
+            cgroups: crate::cgroup::CgroupResolver::new(
+                config
+                    .cgroupfs
+                    .clone()
+                    .or_else(crate::cgroup::cgroup2_mount),
+            ),
         };
         let table = Arc::new(Mutex::new(ProcessTable::new(
             config.table.clone(),

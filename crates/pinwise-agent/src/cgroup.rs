@@ -198,3 +198,89 @@ mod tests {
         assert_eq!(parse_proc_cgroup("garbage"), CgroupInfo::default());
     }
 }
+
+/// Finds cgroup v2 paths from cgroup ids (the id BPF's `bpf_get_current_cgroup_id` gives
+/// is the inode number of the cgroup's directory in the v2 hierarchy), by walking the
+/// hierarchy once per unknown id; what a walk sees is cached (at most [`MAX_CACHED`]
+/// entries, then the cache starts over).
+#[derive(Debug)]
+pub struct CgroupResolver {
+    root: Option<std::path::PathBuf>,
+    cache: std::collections::HashMap<u64, String>,
+}
+
+/// Most cgroup ids [`CgroupResolver`] remembers.
+pub const MAX_CACHED: usize = 65_536;
+
+/// Where the cgroup v2 hierarchy is mounted, from `/proc/mounts`.
+pub fn cgroup2_mount() -> Option<std::path::PathBuf> {
+    let mounts = std::fs::read_to_string("/proc/mounts").ok()?;
+    mounts.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.get(2) == Some(&"cgroup2")).then(|| std::path::PathBuf::from(f[1]))
+    })
+}
+
+impl CgroupResolver {
+    /// A resolver over the hierarchy mounted at `root` (None: none known, ids stay unknown).
+    pub fn new(root: Option<std::path::PathBuf>) -> Self {
+        CgroupResolver {
+            root,
+            cache: std::collections::HashMap::new(),
+        }
+    }
+
+    /// The path (relative to the hierarchy's root, with a leading `/`) of cgroup `id`.
+    pub fn path(&mut self, id: u64) -> Option<String> {
+        if let Some(p) = self.cache.get(&id) {
+            return Some(p.clone());
+        }
+        let root = self.root.clone()?;
+        if self.cache.len() >= MAX_CACHED {
+            self.cache.clear();
+        }
+        self.walk(&root, &root, 0);
+        self.cache.get(&id).cloned()
+    }
+
+    fn walk(&mut self, root: &std::path::Path, dir: &std::path::Path, depth: usize) {
+        use std::os::unix::fs::MetadataExt;
+        if depth > 32 {
+            return;
+        }
+        if let Ok(meta) = std::fs::metadata(dir) {
+            let rel = dir
+                .strip_prefix(root)
+                .map_or(String::new(), |r| r.display().to_string());
+            self.cache.insert(meta.ino(), format!("/{rel}"));
+        }
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                self.walk(root, &e.path(), depth + 1);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod resolver_tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_directory_inodes_relative_to_the_root() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let leaf = dir.path().join("kubepods.slice/pod-x");
+        std::fs::create_dir_all(&leaf).unwrap();
+        let id = std::fs::metadata(&leaf).unwrap().ino();
+        let mut r = CgroupResolver::new(Some(dir.path().to_path_buf()));
+        assert_eq!(r.path(id).as_deref(), Some("/kubepods.slice/pod-x"));
+        let root_id = std::fs::metadata(dir.path()).unwrap().ino();
+        assert_eq!(r.path(root_id).as_deref(), Some("/"));
+        assert_eq!(r.path(u64::MAX), None);
+        assert_eq!(CgroupResolver::new(None).path(id), None);
+    }
+}

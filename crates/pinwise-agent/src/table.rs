@@ -106,14 +106,21 @@ enum Entry {
 /// How the table learns about a new process (reads /proc; replaceable in tests).
 pub trait ProcessProbe: Send + std::fmt::Debug {
     /// `(comm, cgroup, started before the agent attached)`; `None` when the process is gone.
-    fn describe(&self, pid: u32) -> Option<(String, CgroupInfo, bool)>;
+    fn describe(&mut self, pid: u32) -> Option<(String, CgroupInfo, bool)>;
+    /// The path of the cgroup v2 with this id, if it can be found.
+    fn cgroup_path(&mut self, _id: u64) -> Option<String> {
+        None
+    }
 }
 
-/// Reads `/proc/PID/{comm,cgroup,stat}`.
-#[derive(Debug, Clone, Copy)]
+/// Reads `/proc/PID/{comm,cgroup,stat}`, and finds cgroup paths by id in the cgroup v2
+/// hierarchy.
+#[derive(Debug)]
 pub struct ProcFs {
     /// The agent's attach time, in clock ticks since boot (`/proc/PID/stat`'s unit).
     pub attach_ticks: u64,
+    /// Cgroup ids to paths.
+    pub cgroups: cgroup::CgroupResolver,
 }
 
 impl ProcFs {
@@ -146,7 +153,11 @@ pub fn parse_stat_starttime(stat: &str) -> Option<u64> {
 }
 
 impl ProcessProbe for ProcFs {
-    fn describe(&self, pid: u32) -> Option<(String, CgroupInfo, bool)> {
+    fn cgroup_path(&mut self, id: u64) -> Option<String> {
+        self.cgroups.path(id)
+    }
+
+    fn describe(&mut self, pid: u32) -> Option<(String, CgroupInfo, bool)> {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
         let start = parse_stat_starttime(&stat)?;
         let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
@@ -243,6 +254,72 @@ impl ProcessTable {
             .probe
             .describe(pid)
             .unwrap_or_else(|| ("?".into(), CgroupInfo::default(), false));
+        self.admit_as(pid, comm, cgroup, predates, now_ns);
+    }
+
+    /// Node-wide mode: process `pid` joined the traced set at its first CUDA call, in
+    /// cgroup `cgroup_id`, named `comm` (both read in the kernel then: the process may be
+    /// gone by now). Whether it started before the agent is read from /proc (taken as not
+    /// when it is gone).
+    pub fn enrolled(&mut self, pid: u32, cgroup_id: u64, comm: &str, now_ns: u64) {
+        if self.entries.contains_key(&pid) {
+            return;
+        }
+        let described = self.probe.describe(pid);
+        let cgroup = match self.probe.cgroup_path(cgroup_id) {
+            Some(path) => cgroup::parse_path(&path),
+            None => described.as_ref().map(|d| d.1.clone()).unwrap_or_default(),
+        };
+        let predates = described.is_some_and(|d| d.2);
+        self.admit_as(pid, comm.to_string(), cgroup, predates, now_ns);
+    }
+
+    /// Followed process `parent` forked `child`: the child is followed (or excluded) as its
+    /// parent is, with its parent's name, cgroup and pinned ranges (its address space is a
+    /// copy), and no copies yet.
+    pub fn forked(&mut self, parent: u32, child: u32, now_ns: u64) {
+        let entry = match self.entries.get(&parent) {
+            Some(Entry::Followed(p)) => {
+                let mut s = ProcessSummary::clone(p);
+                s.pid = child;
+                s.copies = Default::default();
+                s.exited_ns = None;
+                s.first_ns = 0;
+                s.last_ns = 0;
+                s.ranges_overflowed = 0;
+                Some(Entry::Followed(Box::new(s)))
+            }
+            Some(Entry::Excluded { .. }) => Some(Entry::Excluded { exited_ns: None }),
+            _ => None,
+        };
+        match entry {
+            Some(Entry::Followed(s)) => {
+                self.totals.processes_seen += 1;
+                if self.followed_count() >= self.config.max_processes
+                    && !self.evict_one(now_ns, true)
+                {
+                    self.totals.untracked_processes += 1;
+                    self.entries
+                        .insert(child, Entry::Untracked { exited_ns: None });
+                } else {
+                    self.entries.insert(child, Entry::Followed(s));
+                }
+            }
+            Some(e) => {
+                self.entries.insert(child, e);
+            }
+            None => {}
+        }
+    }
+
+    fn admit_as(
+        &mut self,
+        pid: u32,
+        comm: String,
+        cgroup: CgroupInfo,
+        predates: bool,
+        now_ns: u64,
+    ) {
         if !self.config.filter.matches(pid, &comm, &cgroup) {
             self.entries
                 .insert(pid, Entry::Excluded { exited_ns: None });
@@ -313,7 +390,17 @@ impl ProcessTable {
         let Some(old) = self.entries.remove(&pid) else {
             return;
         };
-        self.admit(pid, now_ns);
+        match (self.probe.describe(pid), &old) {
+            (Some((comm, cgroup, predates)), _) => {
+                self.admit_as(pid, comm, cgroup, predates, now_ns)
+            }
+            // Gone already: its name and cgroup as they were.
+            (None, Entry::Followed(s)) => {
+                let (comm, cgroup, predates) = (s.comm.clone(), s.cgroup.clone(), s.predates_agent);
+                self.admit_as(pid, comm, cgroup, predates, now_ns)
+            }
+            (None, _) => self.admit(pid, now_ns),
+        }
         if let (Entry::Followed(old), Some(Entry::Followed(new))) =
             (old, self.entries.get_mut(&pid))
         {
@@ -373,7 +460,7 @@ mod tests {
     #[derive(Debug)]
     struct FakeProbe;
     impl ProcessProbe for FakeProbe {
-        fn describe(&self, pid: u32) -> Option<(String, CgroupInfo, bool)> {
+        fn describe(&mut self, pid: u32) -> Option<(String, CgroupInfo, bool)> {
             let comm = if pid.is_multiple_of(2) { "even" } else { "odd" };
             Some((
                 comm.into(),
@@ -492,6 +579,40 @@ mod tests {
         t.ingest(&[copy(1, 5)], 2);
         let s = t.summaries().next().unwrap();
         assert_eq!(s.copies[0][HostKind::Pageable as usize].bytes, 15);
+    }
+
+    #[test]
+    fn enrollment_names_the_process_and_a_fork_inherits_from_its_parent() {
+        let mut t = table(
+            10,
+            Filter {
+                cgroups: vec!["/kube".into()],
+                ..Filter::default()
+            },
+        );
+        // FakeProbe knows no cgroup ids: the cgroup comes from "/proc" (FakeProbe: /test/gN)
+        // and fails the filter...
+        t.enrolled(3, 99, "trainer", 0);
+        t.ingest(&[copy(3, 10)], 0);
+        assert_eq!(t.summaries().count(), 0);
+        assert_eq!(t.totals().events_filtered, 1);
+        // ...and a fork of an excluded process is excluded.
+        t.forked(3, 30, 0);
+        t.ingest(&[copy(30, 10)], 0);
+        assert_eq!(t.totals().events_filtered, 2);
+
+        let mut t = table(10, Filter::default());
+        t.enrolled(5, 99, "trainer", 0);
+        t.ingest(&[copy(5, 10)], 0);
+        t.forked(5, 6, 0);
+        t.ingest(&[copy(6, 7)], 0);
+        let mut rows: Vec<(u32, String, u64)> = t
+            .summaries()
+            .map(|s| (s.pid, s.comm.clone(), s.total_bytes()))
+            .collect();
+        rows.sort();
+        // The comm the kernel gave at enrollment, not /proc's; the child's own copies only.
+        assert_eq!(rows, [(5, "trainer".into(), 10), (6, "trainer".into(), 7)]);
     }
 
     #[test]

@@ -189,6 +189,13 @@ pub trait EventSink: Send {
     fn process_exited(&mut self, pid: u32, ts_ns: u64);
     /// Process `pid` ran a new program (its address space is new).
     fn process_exec(&mut self, _pid: u32) {}
+    /// Node-wide mode: process `pid` joined the traced set at its first CUDA call, in the
+    /// cgroup v2 whose id is `cgroup_id`, named `comm` (read in the kernel then). Comes
+    /// before its first event.
+    fn process_enrolled(&mut self, _pid: u32, _cgroup_id: u64, _comm: &str) {}
+    /// Traced process `parent` forked `child` (traced too). Comes before the child's
+    /// first event.
+    fn process_forked(&mut self, _parent: u32, _child: u32) {}
 }
 
 struct SinkSlot {
@@ -887,6 +894,17 @@ fn event_loop(
                 Ok(raw) => {
                     let ts = raw.header().ts_ns;
                     if let Some(n) = translator.translate(raw, &mut events) {
+                        if matches!(
+                            n,
+                            ProcessNews::Enrolled { .. }
+                                | ProcessNews::Forked { .. }
+                                | ProcessNews::Exec(_)
+                        ) {
+                            // The sink learns of these in order with the events: who a
+                            // process is comes before its first event.
+                            feed(shared, history, &mut events);
+                            tell_sink(shared, n);
+                        }
                         news.push((n, ts));
                     }
                 }
@@ -899,17 +917,7 @@ fn event_loop(
         if stopping {
             translator.flush(&mut events);
         }
-        if !events.is_empty() {
-            let mut slot = shared.sink.lock();
-            if let Some(sink) = slot.sink.as_mut() {
-                sink.events(&events);
-            }
-            if slot.feed_history {
-                history.ingest_batch(&events);
-            }
-            drop(slot);
-            events.clear();
-        }
+        feed(shared, history, &mut events);
         handle_news(&news, &attach_jobs, &mut translator, history, shared);
         news.clear();
         {
@@ -969,6 +977,43 @@ fn attach_loop(
     }
 }
 
+/// Sends the events translated so far to the sink and (unless disabled) the history.
+fn feed(shared: &SharedState, history: &SharedHistory, events: &mut Vec<Event>) {
+    if events.is_empty() {
+        return;
+    }
+    let mut slot = shared.sink.lock();
+    if let Some(sink) = slot.sink.as_mut() {
+        sink.events(events);
+    }
+    if slot.feed_history {
+        history.ingest_batch(events);
+    }
+    drop(slot);
+    events.clear();
+}
+
+/// Tells the sink of a process's enrollment, fork or exec.
+fn tell_sink(shared: &SharedState, news: ProcessNews) {
+    let mut slot = shared.sink.lock();
+    let Some(sink) = slot.sink.as_mut() else {
+        return;
+    };
+    match news {
+        ProcessNews::Enrolled {
+            pid,
+            cgroup_id,
+            comm,
+        } => {
+            let end = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
+            sink.process_enrolled(pid, cgroup_id, &String::from_utf8_lossy(&comm[..end]));
+        }
+        ProcessNews::Forked { parent, child } => sink.process_forked(parent, child),
+        ProcessNews::Exec(pid) => sink.process_exec(pid),
+        ProcessNews::LibraryMapped(_) | ProcessNews::Exited(_) => {}
+    }
+}
+
 fn handle_news(
     news: &[(ProcessNews, u64)],
     attach_jobs: &std::sync::mpsc::Sender<(u32, ProcMaps)>,
@@ -1000,14 +1045,9 @@ fn handle_news(
                 translator.sites().forget(pid);
             }
             // A fork copies the parent's address space: nothing new to probe.
-            ProcessNews::Forked { .. } => {}
-            ProcessNews::Exec(pid) => {
-                if let Some(sink) = shared.sink.lock().sink.as_mut() {
-                    sink.process_exec(pid);
-                }
-                check.push(pid)
-            }
-            ProcessNews::LibraryMapped(pid) => check.push(pid),
+            // The sink heard of these from the event loop, in order with the events.
+            ProcessNews::Forked { .. } | ProcessNews::Enrolled { .. } => {}
+            ProcessNews::Exec(pid) | ProcessNews::LibraryMapped(pid) => check.push(pid),
         }
     }
     check.sort_unstable();

@@ -56,6 +56,10 @@ pub struct AgentArgs {
     /// BPF ring buffer size (full: events are dropped and counted, never waited for).
     #[arg(long, value_parser = parse_size, default_value = "8M", value_name = "BYTES")]
     pub ringbuf_size: u64,
+    /// Where the host's cgroup v2 hierarchy is mounted (in a container, mount the host's
+    /// /sys/fs/cgroup and name it here) [default: from /proc/mounts].
+    #[arg(long, value_name = "DIR")]
+    pub cgroupfs: Option<PathBuf>,
     /// Calibration CSV for the cost model (`pinwise calibrate`) [default: built-in].
     #[arg(long, value_name = "FILE")]
     pub calibration: Option<PathBuf>,
@@ -89,6 +93,7 @@ pub fn run(args: AgentArgs) -> Result<ExitCode> {
         max_series_processes: args.max_series_processes,
         idle_after: args.idle_after,
         cost,
+        cgroupfs: args.cgroupfs,
         ..AgentConfig::default()
     };
     if let Some(node) = args.node {

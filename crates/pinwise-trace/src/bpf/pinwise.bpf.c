@@ -150,6 +150,12 @@ struct {
 
 /* Whether a CUDA entry point hit by the current process is to be reported: the process is
  * traced, or node-wide mode enrolls it now. */
+static __always_inline void proc_ident(struct pw_proc_event *p)
+{
+	p->cgroup_id = bpf_get_current_cgroup_id();
+	bpf_get_current_comm(p->comm, sizeof(p->comm));
+}
+
 static __always_inline int cuda_traced(__u32 tgid)
 {
 	if (is_traced(tgid))
@@ -157,10 +163,19 @@ static __always_inline int cuda_traced(__u32 tgid)
 	if (!cfg_enroll_on_cuda)
 		return 0;
 	__u8 one = 1;
-	/* NOEXIST: two threads racing both see the process traced afterwards. */
-	if (bpf_map_update_elem(&traced_tgids, &tgid, &one, BPF_NOEXIST) && !is_traced(tgid)) {
-		count(PW_CNT_TGID_MAP_FULL);
-		return 0;
+	/* NOEXIST: of two threads racing, one enrolls the process; both trace it. */
+	if (bpf_map_update_elem(&traced_tgids, &tgid, &one, BPF_NOEXIST))
+		return is_traced(tgid);
+	/* Who it is, read now (user space may find the process gone by the time it looks). */
+	struct pw_proc_event *p = reserve(sizeof(*p));
+	if (p) {
+		fill_header(&p->h, PW_EV_PROC_ENROLL, PW_FN_NONE);
+		p->child = 0;
+		p->_pad0 = 0;
+		p->addr = 0;
+		p->len = 0;
+		proc_ident(p);
+		submit(p, 1);
 	}
 	return 1;
 }
@@ -1031,6 +1046,7 @@ int on_mmap_exit(struct tp_sys_exit *ctx)
 		p->_pad0 = 0;
 		p->addr = ctx->ret;
 		p->len = args.len;
+		proc_ident(p);
 		submit(p, 1);
 		return 0;
 	}
@@ -1114,6 +1130,7 @@ static __always_inline int follow_child(__u32 parent_tgid, __u32 child_tgid)
 	p->_pad0 = 0;
 	p->addr = 0;
 	p->len = 0;
+	proc_ident(p);
 	submit(p, 1);
 	return 0;
 }
@@ -1177,6 +1194,7 @@ int on_exit(struct tp_sched_process_exit *ctx)
 	p->_pad0 = 0;
 	p->addr = 0;
 	p->len = 0;
+	proc_ident(p);
 	submit(p, 1);
 	return 0;
 }
@@ -1202,6 +1220,7 @@ int on_exec(struct tp_sched_process_exec *ctx)
 	p->_pad0 = 0;
 	p->addr = 0;
 	p->len = 0;
+	proc_ident(p);
 	submit(p, 1);
 	return 0;
 }
