@@ -431,7 +431,7 @@ impl Translator {
                 kinds::PROC_ENROLL => Some(ProcessNews::Enrolled {
                     pid,
                     cgroup_id: p.cgroup_id,
-                    comm: p.comm.map(|b| b as u8),
+                    comm: p.comm,
                 }),
                 _ => None,
             },
