@@ -18,6 +18,7 @@ use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::Registry;
 
 use crate::error::AgentError;
+use crate::histories::{HistorySettings, HistoryStore};
 use crate::http::MetricsServer;
 use crate::metrics::{self, Snapshot};
 use crate::table::{ProcFs, ProcessTable, TableConfig};
@@ -46,6 +47,8 @@ pub struct AgentConfig {
     /// How often every process's maps are scanned for libcuda files not probed yet
     /// (containers with their own copy of the driver library); `None`: never.
     pub rescan_every: Option<Duration>,
+    /// Per-process histories (off when `None`).
+    pub histories: Option<HistorySettings>,
     /// Where the host's cgroup v2 hierarchy is mounted (in a container: the host's,
     /// mounted in); `None`: the one `/proc/mounts` lists.
     pub cgroupfs: Option<PathBuf>,
@@ -65,6 +68,7 @@ impl Default for AgentConfig {
             tick: Duration::from_millis(500),
             rescan_every: Some(Duration::from_secs(30)),
             cgroupfs: None,
+            histories: None,
         }
     }
 }
@@ -99,24 +103,29 @@ struct TracerCounters {
     uprobes: u64,
 }
 
-/// Called when a followed process exits, with the table (locked) and its PID.
-pub type ExitHook = Box<dyn FnMut(&ProcessTable, u32) + Send>;
-
 struct TableSink {
     table: Arc<Mutex<ProcessTable>>,
-    hook: Option<ExitHook>,
+    histories: Option<Arc<Mutex<HistoryStore>>>,
 }
 
 impl EventSink for TableSink {
     fn events(&mut self, events: &[Event]) {
-        self.table.lock().ingest(events, monotonic_ns());
+        let mut table = self.table.lock();
+        table.ingest(events, monotonic_ns());
+        if let Some(h) = &self.histories {
+            let mut h = h.lock();
+            for ev in events {
+                if let Some(comm) = table.followed_comm(ev.pid) {
+                    h.ingest(ev.pid, comm, ev);
+                }
+            }
+        }
     }
 
     fn process_exited(&mut self, pid: u32, ts_ns: u64) {
-        let mut table = self.table.lock();
-        table.exited(pid, ts_ns);
-        if let Some(hook) = self.hook.as_mut() {
-            hook(&table, pid);
+        self.table.lock().exited(pid, ts_ns);
+        if let Some(h) = &self.histories {
+            h.lock().exited(pid, ts_ns);
         }
     }
 
@@ -207,6 +216,7 @@ pub struct Agent {
     table: Arc<Mutex<ProcessTable>>,
     counters: Arc<Mutex<TracerCounters>>,
     server: Option<MetricsServer>,
+    histories: Option<Arc<Mutex<HistoryStore>>>,
     last_rescan: Instant,
     libraries: Vec<PathBuf>,
 }
@@ -229,15 +239,6 @@ pub fn driver_libraries(given: &[PathBuf]) -> Result<Vec<PathBuf>, AgentError> {
 impl Agent {
     /// Loads the BPF programs, probes the driver libraries node-wide, and serves metrics.
     pub fn start(config: AgentConfig) -> Result<Agent, AgentError> {
-        Self::start_with_exit_hook(config, None)
-    }
-
-    /// Like [`Agent::start`]; `on_exit` is called (on the event thread, with the table
-    /// locked) when a followed process exits, before its summary is expired.
-    pub fn start_with_exit_hook(
-        config: AgentConfig,
-        on_exit: Option<ExitHook>,
-    ) -> Result<Agent, AgentError> {
         let libraries = driver_libraries(&config.libcuda)?;
         let probe = ProcFs {
             attach_ticks: ProcFs::now_ticks(),
@@ -265,10 +266,17 @@ impl Agent {
             ..TracerConfig::default()
         };
         let mut tracer = TracerAgent::new(tracer_config);
+        let histories = match &config.histories {
+            Some(settings) => Some(Arc::new(Mutex::new(HistoryStore::new(
+                settings.clone(),
+                tracer.history().modules(),
+            )?))),
+            None => None,
+        };
         tracer.set_sink(
             Box::new(TableSink {
                 table: Arc::clone(&table),
-                hook: on_exit,
+                histories: histories.clone(),
             }),
             false,
         );
@@ -297,6 +305,7 @@ impl Agent {
             table,
             counters,
             server: Some(server),
+            histories,
             last_rescan: Instant::now(),
             libraries,
         };
@@ -343,6 +352,9 @@ impl Agent {
     pub fn tick(&mut self) -> Vec<crate::process::ProcessSummary> {
         self.refresh_counters();
         let expired = self.table.lock().expire(monotonic_ns());
+        if let Some(h) = &self.histories {
+            h.lock().tick();
+        }
         if let Some(every) = self.config.rescan_every {
             if self.last_rescan.elapsed() >= every {
                 self.rescan();
@@ -385,31 +397,40 @@ impl Agent {
         added
     }
 
-    /// Runs until SIGTERM or SIGINT: ticks, and on SIGHUP calls `on_reopen` (the caller
-    /// reopens its outputs) and rescans for driver libraries. Returns after [`Agent::stop`].
-    pub fn run(
-        mut self,
-        signals: &Signals,
-        mut on_tick: impl FnMut(&mut Agent, Vec<crate::process::ProcessSummary>),
-        mut on_reopen: impl FnMut(&mut Agent),
-    ) -> Result<(), AgentError> {
+    /// SIGHUP's work: histories continue in new files; libraries are rescanned.
+    pub fn reopen(&mut self) {
+        if let Some(h) = &self.histories {
+            h.lock().reopen();
+        }
+        self.rescan();
+    }
+
+    /// Runs until SIGTERM or SIGINT, ticking; SIGHUP calls [`Agent::reopen`]. Returns
+    /// after [`Agent::stop`].
+    pub fn run(mut self, signals: &Signals) -> Result<(), AgentError> {
+        let mut last_tick = Instant::now();
         while !signals.stop.load(Ordering::SeqCst) {
-            std::thread::sleep(self.config.tick.min(Duration::from_millis(200)));
+            std::thread::sleep(Duration::from_millis(50));
             if signals.reopen.swap(false, Ordering::SeqCst) {
-                tracing::info!("SIGHUP: reopening outputs and rescanning for libcuda");
-                on_reopen(&mut self);
-                self.rescan();
+                tracing::info!("SIGHUP: new history files; rescanning for libcuda");
+                self.reopen();
             }
-            let expired = self.tick();
-            on_tick(&mut self, expired);
+            if last_tick.elapsed() >= self.config.tick {
+                last_tick = Instant::now();
+                self.tick();
+            }
         }
         tracing::info!("stopping: draining the ring buffer and detaching");
         self.stop()
     }
 
-    /// Stops: drains the ring buffer into the table, detaches every probe, stops serving.
+    /// Stops: drains the ring buffer into the table, detaches every probe, writes the
+    /// histories that changed, stops serving.
     pub fn stop(mut self) -> Result<(), AgentError> {
         let result = self.tracer.stop().map(|_| ());
+        if let Some(h) = &self.histories {
+            h.lock().flush();
+        }
         self.server = None;
         result.map_err(AgentError::from)
     }

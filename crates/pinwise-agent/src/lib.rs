@@ -10,6 +10,7 @@
 //! - [`table`]: the process table, filters, memory cap and eviction.
 //! - [`metrics`]: metric names, labels, the cardinality cap.
 //! - [`http`]: the endpoint.
+//! - [`histories`]: periodic per-process histories, rotated under a disk cap.
 //! - [`agent`]: all of it together, signals.
 //!
 //! The agent's death leaves traced programs alone: uprobes and BPF programs belong to the
@@ -19,6 +20,7 @@
 pub mod agent;
 pub mod cgroup;
 pub mod error;
+pub mod histories;
 pub mod http;
 pub mod metrics;
 pub mod process;

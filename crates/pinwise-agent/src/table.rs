@@ -205,6 +205,14 @@ impl ProcessTable {
         })
     }
 
+    /// The command name of `pid` if the table follows it (has a summary of it).
+    pub fn followed_comm(&self, pid: u32) -> Option<&str> {
+        match self.entries.get(&pid) {
+            Some(Entry::Followed(s)) => Some(&s.comm),
+            _ => None,
+        }
+    }
+
     /// Entries of every kind (followed, excluded, untracked).
     pub fn len(&self) -> usize {
         self.entries.len()

@@ -74,3 +74,64 @@ fn killing_the_agent_leaves_a_copying_workload_running_and_correct() {
         "done 10 10 4096 ok"
     );
 }
+
+#[test]
+fn the_agent_writes_a_private_history_per_process_that_report_reads() {
+    if !require_bpf("the_agent_writes_a_private_history_per_process_that_report_reads") {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let libs = StandinLibs::new();
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_workload(&libs, dir.path());
+    let histories = dir.path().join("histories");
+    let agent = AgentProcess::start(
+        &libs,
+        &[
+            "--comm",
+            "workload",
+            "--history-dir",
+            histories.to_str().unwrap(),
+        ],
+    );
+    let out = libs
+        .command(&exe)
+        .args(["copies", "4", "2", "4096"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    // The workload's PID is not known from `output()`: find its file by the counts.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let file = loop {
+        let found = std::fs::read_dir(&histories).ok().and_then(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .find(|p| p.to_string_lossy().contains("-workload-0.bin"))
+        });
+        if let Some(f) = found {
+            break f;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no history written:\n{}",
+            agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let h = pinwise_core::load_history(&file).unwrap();
+    let t = &h.stats().transfers;
+    assert_eq!(t[pinwise_core::Direction::HtoD.index()].transfers, 6);
+    assert_eq!(t[pinwise_core::Direction::DtoH.index()].transfers, 1);
+    let report = std::process::Command::new(env!("CARGO_BIN_EXE_pinwise"))
+        .arg("report")
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        report.status.success(),
+        "{}",
+        String::from_utf8_lossy(&report.stderr)
+    );
+}

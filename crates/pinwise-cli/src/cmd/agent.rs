@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use pinwise_agent::histories::HistorySettings;
 use pinwise_agent::table::{Filter, TableConfig};
 use pinwise_agent::{Agent, AgentConfig, Signals};
 use pinwise_core::CostModel;
@@ -60,6 +61,16 @@ pub struct AgentArgs {
     /// /sys/fs/cgroup and name it here) [default: from /proc/mounts].
     #[arg(long, value_name = "DIR")]
     pub cgroupfs: Option<PathBuf>,
+    /// Write each process's history (binary; `pinwise report` reads it) into this
+    /// directory when it exits and every --history-every while it runs.
+    #[arg(long, value_name = "DIR")]
+    pub history_dir: Option<PathBuf>,
+    /// How often a running process's history is rewritten.
+    #[arg(long, value_parser = parse_duration, default_value = "60s", value_name = "TIME")]
+    pub history_every: Duration,
+    /// Most bytes of history files kept in --history-dir (the oldest go first).
+    #[arg(long, value_parser = parse_size, default_value = "1G", value_name = "BYTES")]
+    pub history_max: u64,
     /// Calibration CSV for the cost model (`pinwise calibrate`) [default: built-in].
     #[arg(long, value_name = "FILE")]
     pub calibration: Option<PathBuf>,
@@ -94,6 +105,12 @@ pub fn run(args: AgentArgs) -> Result<ExitCode> {
         idle_after: args.idle_after,
         cost,
         cgroupfs: args.cgroupfs,
+        histories: args.history_dir.map(|dir| HistorySettings {
+            dir,
+            every: args.history_every,
+            max_bytes: args.history_max,
+            events_per_allocation: 64,
+        }),
         ..AgentConfig::default()
     };
     if let Some(node) = args.node {
@@ -111,7 +128,7 @@ pub fn run(args: AgentArgs) -> Result<ExitCode> {
             .join(", "),
         agent.local_addr()
     );
-    agent.run(&signals, |_, _| {}, |_| {})?;
+    agent.run(&signals)?;
     eprintln!("pinwise agent: stopped");
     Ok(ExitCode::SUCCESS)
 }
