@@ -270,6 +270,23 @@ fn cells<'a>(
     })
 }
 
+/// The snapshot in the exposition format, as `/metrics` serves it (for tests and tools).
+pub fn render(s: &Snapshot) -> String {
+    #[derive(Debug)]
+    struct Fixed(Snapshot);
+    impl prometheus_client::collector::Collector for Fixed {
+        fn encode(&self, encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+            encode(&self.0, encoder)
+        }
+    }
+    let mut registry = prometheus_client::registry::Registry::default();
+    registry.register_collector(Box::new(Fixed(s.clone())));
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, &registry)
+        .expect("writing to a String does not fail");
+    out
+}
+
 /// Writes the snapshot's metric families.
 pub fn encode(s: &Snapshot, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
     let node = s.node.as_str();
