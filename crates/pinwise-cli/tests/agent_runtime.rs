@@ -245,7 +245,7 @@ fn the_series_cap_sums_the_rest_under_other_and_sighup_starts_new_history_files(
     signal(&agent.child, libc::SIGTERM);
     let st = wait_timeout(&mut agent.child, Duration::from_secs(15)).expect("stopped");
     assert!(st.success(), "{}", agent.log());
-    let h = pinwise_core::load_history(&file(1)).unwrap();
+    let h = pinwise_core::load_history(file(1)).unwrap();
     assert_eq!(
         h.stats().transfers[pinwise_core::Direction::HtoD.index()].transfers,
         2
