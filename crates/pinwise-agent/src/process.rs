@@ -197,8 +197,13 @@ impl ProcessSummary {
         );
     }
 
-    /// Takes one event of this process into the summary.
-    pub fn ingest(&mut self, ev: &Event, cost: &CostModel) {
+    /// Takes one event of this process into the summary; for a copy, returns its cell
+    /// (direction index, host kind) and what it added there.
+    pub fn ingest(
+        &mut self,
+        ev: &Event,
+        cost: &CostModel,
+    ) -> Option<(usize, HostKind, CopyTotals)> {
         if self.first_ns == 0 {
             self.first_ns = ev.ts_ns;
         }
@@ -266,9 +271,6 @@ impl ProcessSummary {
                 } else {
                     HostKind::Pageable
                 };
-                let t = &mut self.copies[direction.index()][kind.index()];
-                t.transfers += 1;
-                t.bytes += bytes;
                 let ns = match kind {
                     HostKind::Pinned => cost.transfer_ns(direction, bytes, true),
                     HostKind::Registered => cost.transfer_ns_registered(direction, bytes),
@@ -277,13 +279,23 @@ impl ProcessSummary {
                         cost.transfer_ns(direction, bytes, false)
                     }
                 };
-                t.est_seconds += ns / 1e9;
-                if kind == HostKind::Pageable {
-                    t.saving_seconds += cost.transfer_saving_ns(direction, bytes).max(0.0) / 1e9;
-                }
+                let saving = if kind == HostKind::Pageable {
+                    cost.transfer_saving_ns(direction, bytes).max(0.0) / 1e9
+                } else {
+                    0.0
+                };
+                let delta = CopyTotals {
+                    transfers: 1,
+                    bytes,
+                    est_seconds: ns / 1e9,
+                    saving_seconds: saving,
+                };
+                self.copies[direction.index()][kind.index()].merge(&delta);
+                return Some((direction.index(), kind, delta));
             }
             EventKind::Mmap { .. } | EventKind::PageFault { .. } => {}
         }
+        None
     }
 }
 

@@ -18,7 +18,7 @@ use std::time::Duration;
 use pinwise_core::{CostModel, Event};
 
 use crate::cgroup::{self, CgroupInfo};
-use crate::process::{merge_tables, CopyTable, CopyTotals, ProcessSummary};
+use crate::process::{merge_tables, CopyTable, ProcessSummary};
 
 /// Which processes the agent follows (all when every list is empty).
 #[derive(Debug, Clone, Default)]
@@ -230,7 +230,25 @@ impl ProcessTable {
         }
     }
 
+    /// Forgets the entry of `pid` if that process exited: an event or an enrollment under
+    /// its PID is a new process (PIDs are reused). Its copies stay in the node totals.
+    fn forget_if_exited(&mut self, pid: u32) {
+        let exited = match self.entries.get(&pid) {
+            Some(Entry::Followed(s)) => s.exited_ns.is_some(),
+            Some(Entry::Excluded { exited_ns } | Entry::Untracked { exited_ns }) => {
+                exited_ns.is_some()
+            }
+            None => false,
+        };
+        if exited {
+            if let Some(Entry::Followed(_)) = self.entries.remove(&pid) {
+                self.totals.processes_evicted += 1;
+            }
+        }
+    }
+
     fn ingest_one(&mut self, ev: &Event, now_ns: u64) {
+        self.forget_if_exited(ev.pid);
         if !self.entries.contains_key(&ev.pid) {
             self.admit(ev.pid, now_ns);
         }
@@ -239,10 +257,8 @@ impl ProcessTable {
         };
         match entry {
             Entry::Followed(s) => {
-                let before = s.copies;
-                s.ingest(ev, &self.cost);
-                if matches!(ev.kind, pinwise_core::EventKind::Transfer { .. }) {
-                    add_difference(&mut self.totals.copies, &s.copies, &before);
+                if let Some((d, k, delta)) = s.ingest(ev, &self.cost) {
+                    self.totals.copies[d][k as usize].merge(&delta);
                 }
             }
             Entry::Excluded { .. } => self.totals.events_filtered += 1,
@@ -270,6 +286,7 @@ impl ProcessTable {
     /// gone by now). Whether it started before the agent is read from /proc (taken as not
     /// when it is gone).
     pub fn enrolled(&mut self, pid: u32, cgroup_id: u64, comm: &str, now_ns: u64) {
+        self.forget_if_exited(pid);
         if self.entries.contains_key(&pid) {
             return;
         }
@@ -286,6 +303,7 @@ impl ProcessTable {
     /// parent is, with its parent's name, cgroup and pinned ranges (its address space is a
     /// copy), and no copies yet.
     pub fn forked(&mut self, parent: u32, child: u32, now_ns: u64) {
+        self.forget_if_exited(child);
         let entry = match self.entries.get(&parent) {
             Some(Entry::Followed(p)) => {
                 let mut s = ProcessSummary::clone(p);
@@ -445,20 +463,6 @@ impl ProcessTable {
     }
 }
 
-/// `totals += now - before` (the one event's contribution).
-fn add_difference(totals: &mut CopyTable, now: &CopyTable, before: &CopyTable) {
-    for ((t, n), b) in totals.iter_mut().zip(now).zip(before) {
-        for ((t, n), b) in t.iter_mut().zip(n).zip(b) {
-            t.merge(&CopyTotals {
-                transfers: n.transfers - b.transfers,
-                bytes: n.bytes - b.bytes,
-                est_seconds: n.est_seconds - b.est_seconds,
-                saving_seconds: n.saving_seconds - b.saving_seconds,
-            });
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -577,6 +581,20 @@ mod tests {
         assert_eq!(t.totals().copies[0][HostKind::Unknown as usize].bytes, 10);
         assert_eq!(t.totals().copies[0][HostKind::Pageable as usize].bytes, 10);
         assert!(t.len() <= 3);
+    }
+
+    #[test]
+    fn a_reused_pid_is_a_new_process() {
+        let mut t = table(4, Filter::default());
+        t.ingest(&[copy(1, 10)], 0);
+        t.exited(1, 1);
+        t.ingest(&[copy(1, 5)], 2);
+        let s: Vec<_> = t.summaries().collect();
+        assert_eq!(s.len(), 1);
+        assert_eq!(s[0].total_bytes(), 5, "the new process's copies only");
+        assert_eq!(s[0].exited_ns, None);
+        assert_eq!(t.totals().processes_evicted, 1);
+        assert_eq!(t.totals().copies[0][HostKind::Pageable as usize].bytes, 15);
     }
 
     #[test]

@@ -223,7 +223,8 @@ pub struct TracerAgent {
     history: SharedHistory,
     running: Option<Running>,
     last_stats: Option<TraceStats>,
-    sink: Option<(Box<dyn EventSink>, bool)>,
+    /// The sink for the next start (a mutex keeps the agent `Sync`; sinks need only be `Send`).
+    sink: Mutex<Option<(Box<dyn EventSink>, bool)>>,
 }
 
 impl TracerAgent {
@@ -240,7 +241,7 @@ impl TracerAgent {
             history,
             running: None,
             last_stats: None,
-            sink: None,
+            sink: Mutex::new(None),
         }
     }
 
@@ -248,7 +249,7 @@ impl TracerAgent {
     /// `feed_history` false the history is not fed (a long-running consumer that keeps
     /// its own bounded summaries: the history would grow with every allocation seen).
     pub fn set_sink(&mut self, sink: Box<dyn EventSink>, feed_history: bool) {
-        self.sink = Some((sink, feed_history));
+        *self.sink.lock() = Some((sink, feed_history));
     }
 
     /// Starts tracing node-wide: probes the given driver (and runtime) library files for
@@ -500,7 +501,7 @@ impl TracerAgent {
     ) -> Result<Arc<Mutex<Probes>>, TraceError> {
         let probes = Arc::new(Mutex::new(probes));
         let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
-        let (sink, feed_history) = match self.sink.take() {
+        let (sink, feed_history) = match self.sink.lock().take() {
             Some((sink, feed)) => (Some(sink), feed),
             None => (None, true),
         };
