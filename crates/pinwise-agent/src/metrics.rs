@@ -1,6 +1,31 @@
 //! The metrics, in Prometheus's exposition format (OpenMetrics text, written by the
 //! `prometheus-client` crate from a [`Snapshot`] taken at each scrape).
 //!
+//! # Metrics
+//!
+//! Process labels: `node`, `pid`, `comm`, `cgroup`, `container_id`, `pod_uid`, `qos`.
+//! Copy labels: `direction` (`HtoD`, `DtoH`, `DtoD`, `HtoH`) and `host_kind` (`pageable`,
+//! `pinned`, `registered`, `unknown`; `none` for device-to-device).
+//!
+//! | metric | type | labels |
+//! |---|---|---|
+//! | `pinwise_transfers_total`, `pinwise_transfer_bytes_total` | counter | process, copy |
+//! | `pinwise_transfer_estimated_seconds_total` (cost model) | counter | process, copy |
+//! | `pinwise_pinning_saving_estimated_seconds_total` (pageable copies) | counter | process, copy |
+//! | `pinwise_node_…` the four above summed over every process ever seen | counter | node, copy |
+//! | `pinwise_pinned_bytes` (`host_kind` pinned or registered), `pinwise_pinned_idle_bytes` | gauge | process |
+//! | `pinwise_processes` (`state` live or exited) | gauge | node |
+//! | `pinwise_processes_seen_total`, `_evicted_total`, `_untracked_total`, `pinwise_events_filtered_total` | counter | node |
+//! | `pinwise_series_aggregated_processes` | gauge | node |
+//! | `pinwise_ringbuf_drops_total`, `pinwise_tracer_records_total`, `pinwise_tracer_decode_errors_total`, `pinwise_tracer_tgid_map_full_total` | counter | node |
+//! | `pinwise_tracer_uprobes` | gauge | node |
+//! | `pinwise_agent_cpu_seconds_total` | counter | node |
+//! | `pinwise_agent_resident_memory_bytes` | gauge | node |
+//!
+//! A copy's host kind is decided by the pinned and registered ranges the agent saw the
+//! process make ([`crate::process`]); memory of a process that ran before the agent
+//! attached is `unknown` unless it is in such a range.
+//!
 //! # Cardinality cap
 //!
 //! Per-process series carry the labels `node`, `pid`, `comm`, `cgroup`, `container_id`,

@@ -18,7 +18,7 @@ use super::trace::{parse_duration, parse_size};
 #[command(after_help = "Examples:\n  pinwise agent\n  \
                   pinwise agent --listen 0.0.0.0:9464 --comm python3\n\n\
                   Needs root (or CAP_BPF, CAP_PERFMON and CAP_SYS_RESOURCE). SIGTERM/SIGINT: \
-                  drain and detach; SIGHUP: rescan for libcuda files.")]
+                  drain, detach, write histories; SIGHUP: new history files, rescan for libcuda files.")]
 pub struct AgentArgs {
     /// Serve Prometheus metrics on this address (`/metrics`).
     #[arg(long, default_value = "127.0.0.1:9464", value_name = "ADDR")]
