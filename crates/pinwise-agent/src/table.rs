@@ -20,7 +20,10 @@ use pinwise_core::{CostModel, Event};
 use crate::cgroup::{self, CgroupInfo};
 use crate::process::{merge_tables, CopyTable, ProcessSummary};
 
-/// Which processes the agent follows (all when every list is empty).
+/// Which processes the agent follows (all when every list is empty). Filters apply in the
+/// agent: a process they exclude is still traced by BPF from its first CUDA call (its probe
+/// hits cost what they cost), and its events are dropped and counted
+/// (`pinwise_events_filtered_total`).
 #[derive(Debug, Clone, Default)]
 pub struct Filter {
     /// Only these PIDs (and no others) when not empty.
