@@ -23,7 +23,7 @@ fn killing_the_agent_leaves_a_copying_workload_running_and_correct() {
     let exe = build_workload(&libs, dir.path());
     let mut agent = AgentProcess::start(&libs, &["--comm", "workload"]);
 
-    const COPIES: u64 = 300_000;
+    const COPIES: u64 = 600_000;
     let mut workload = libs
         .command(&exe)
         .args(["copies", &COPIES.to_string(), "0", "64"])
