@@ -20,9 +20,10 @@ fi
 command -v cargo >/dev/null || { say "cargo not found: install Rust from https://rustup.rs first"; exit 1; }
 
 PACKAGES=(clang llvm libelf-dev zlib1g-dev pkg-config gcc make autoconf automake autopoint flex bison gawk libtool python3)
-# Extra packages for the test suite only (the HTML report is checked in headless Chromium).
+# Extra packages for the test suite only (the HTML report is checked in headless Chromium;
+# `pinwise agent` is scraped by a real Prometheus server).
 if [[ "${PINWISE_SETUP_TESTS:-0}" == 1 ]]; then
-  PACKAGES+=(chromium)
+  PACKAGES+=(chromium prometheus)
 fi
 
 missing=()

@@ -38,6 +38,8 @@ enum Command {
     Doctor(cmd::doctor::DoctorArgs),
     /// Run a small built-in workload through pinwise end to end and show what it found.
     Demo(cmd::demo::DemoArgs),
+    /// Monitor every CUDA process on this node, always on; metrics for Prometheus.
+    Agent(cmd::agent::AgentArgs),
 }
 
 fn init_logging(verbose: u8) {
@@ -69,6 +71,7 @@ fn main() -> ExitCode {
         Command::Calibrate(args) => cmd::calibrate::run(args),
         Command::Doctor(args) => cmd::doctor::run(args),
         Command::Demo(args) => cmd::demo::run(args),
+        Command::Agent(args) => cmd::agent::run(args),
     };
     match result {
         Ok(code) => code,

@@ -161,8 +161,14 @@ struct LiveStats {
     decode_errors: u64,
     translate: TranslateStats,
     sites: SiteStats,
+    /// Exited processes, for [`TracerAgent::has_exited`]; emptied when it reaches
+    /// [`EXITED_SET_CAP`] (a node-wide trace sees processes exit for weeks).
     exited: HashSet<u32>,
+    exited_count: u64,
 }
+
+/// Most exited PIDs remembered by [`TracerAgent::has_exited`] before the set is emptied.
+const EXITED_SET_CAP: usize = 65_536;
 
 struct PeriodicDump {
     path: PathBuf,
@@ -173,10 +179,35 @@ struct PeriodicDump {
     last_error: Option<String>,
 }
 
+/// Receives the translated events as the event thread produces them (besides, or instead
+/// of, the history: see [`TracerAgent::set_sink`]). Called on the event thread: it must
+/// not block for long, or the ring buffer fills and events are dropped (and counted).
+pub trait EventSink: Send {
+    /// A batch of events, in the order they were translated.
+    fn events(&mut self, events: &[Event]);
+    /// Process `pid` exited at `ts_ns` (CLOCK_MONOTONIC); after its last event.
+    fn process_exited(&mut self, pid: u32, ts_ns: u64);
+    /// Process `pid` ran a new program (its address space is new).
+    fn process_exec(&mut self, _pid: u32) {}
+    /// Node-wide mode: process `pid` joined the traced set at its first CUDA call, in the
+    /// cgroup v2 whose id is `cgroup_id`, named `comm` (read in the kernel then). Comes
+    /// before its first event.
+    fn process_enrolled(&mut self, _pid: u32, _cgroup_id: u64, _comm: &str) {}
+    /// Traced process `parent` forked `child` (traced too). Comes before the child's
+    /// first event.
+    fn process_forked(&mut self, _parent: u32, _child: u32) {}
+}
+
+struct SinkSlot {
+    sink: Option<Box<dyn EventSink>>,
+    feed_history: bool,
+}
+
 struct SharedState {
     stop: AtomicBool,
     live: Mutex<LiveStats>,
     dump: Mutex<Option<PeriodicDump>>,
+    sink: Mutex<SinkSlot>,
 }
 
 struct Running {
@@ -192,6 +223,8 @@ pub struct TracerAgent {
     history: SharedHistory,
     running: Option<Running>,
     last_stats: Option<TraceStats>,
+    /// The sink for the next start (a mutex keeps the agent `Sync`; sinks need only be `Send`).
+    sink: Mutex<Option<(Box<dyn EventSink>, bool)>>,
 }
 
 impl TracerAgent {
@@ -208,7 +241,38 @@ impl TracerAgent {
             history,
             running: None,
             last_stats: None,
+            sink: Mutex::new(None),
         }
+    }
+
+    /// Sends every translated event to `sink` from the next start on; with
+    /// `feed_history` false the history is not fed (a long-running consumer that keeps
+    /// its own bounded summaries: the history would grow with every allocation seen).
+    pub fn set_sink(&mut self, sink: Box<dyn EventSink>, feed_history: bool) {
+        *self.sink.lock() = Some((sink, feed_history));
+    }
+
+    /// Starts tracing node-wide: probes the given driver (and runtime) library files for
+    /// every process that maps them, and traces each process from its first call into a
+    /// probed CUDA function on (the BPF side adds it to the traced set there; see
+    /// [`BpfConfig::enroll_on_cuda`], which this sets). Processes already running are
+    /// traced from their next CUDA call; what they allocated before is not seen.
+    pub fn start_system(&mut self, libs: &Libraries) -> Result<(), TraceError> {
+        self.check_idle()?;
+        if libs.has_no_driver() {
+            return Err(TraceError::NoLibcuda {
+                target: "the system".into(),
+            });
+        }
+        let mut config = self.config.clone();
+        config.bpf.enroll_on_cuda = true;
+        config.malloc = false;
+        let saved = std::mem::replace(&mut self.config, config);
+        let prepared = self.prepare(libs, std::process::id(), -1);
+        self.config = saved;
+        let probes = prepared?;
+        self.run(probes, None, libs.all(), None)?;
+        Ok(())
     }
 
     /// The history being filled (cheap to clone; readable while tracing).
@@ -437,10 +501,15 @@ impl TracerAgent {
     ) -> Result<Arc<Mutex<Probes>>, TraceError> {
         let probes = Arc::new(Mutex::new(probes));
         let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
+        let (sink, feed_history) = match self.sink.lock().take() {
+            Some((sink, feed)) => (Some(sink), feed),
+            None => (None, true),
+        };
         let shared = Arc::new(SharedState {
             stop: AtomicBool::new(false),
             live: Mutex::new(LiveStats::default()),
             dump: Mutex::new(None),
+            sink: Mutex::new(SinkSlot { sink, feed_history }),
         });
         let worker = {
             let probes = Arc::clone(&probes);
@@ -552,6 +621,20 @@ impl TracerAgent {
                 ("tracer.attach.mlocked_bytes", a.mlocked_bytes),
             ]);
         }
+    }
+
+    /// Probes one more library file (for every process that maps it) while tracing;
+    /// returns the uprobes attached (0 when the file is probed already).
+    pub fn probe_library(&self, path: &Path, library: Library) -> Result<usize, TraceError> {
+        let running = self
+            .running
+            .as_ref()
+            .ok_or(TraceError::State("not tracing"))?;
+        let mut probes = running.probes.lock();
+        if probes.knows_file(path) {
+            return Ok(0);
+        }
+        probes.attach_library(path, library)
     }
 
     /// Statistics now (while tracing) or of the last trace.
@@ -812,6 +895,17 @@ fn event_loop(
                 Ok(raw) => {
                     let ts = raw.header().ts_ns;
                     if let Some(n) = translator.translate(raw, &mut events) {
+                        if matches!(
+                            n,
+                            ProcessNews::Enrolled { .. }
+                                | ProcessNews::Forked { .. }
+                                | ProcessNews::Exec(_)
+                        ) {
+                            // The sink learns of these in order with the events: who a
+                            // process is comes before its first event.
+                            feed(shared, history, &mut events);
+                            tell_sink(shared, n);
+                        }
                         news.push((n, ts));
                     }
                 }
@@ -824,10 +918,7 @@ fn event_loop(
         if stopping {
             translator.flush(&mut events);
         }
-        if !events.is_empty() {
-            history.ingest_batch(&events);
-            events.clear();
-        }
+        feed(shared, history, &mut events);
         handle_news(&news, &attach_jobs, &mut translator, history, shared);
         news.clear();
         {
@@ -887,6 +978,43 @@ fn attach_loop(
     }
 }
 
+/// Sends the events translated so far to the sink and (unless disabled) the history.
+fn feed(shared: &SharedState, history: &SharedHistory, events: &mut Vec<Event>) {
+    if events.is_empty() {
+        return;
+    }
+    let mut slot = shared.sink.lock();
+    if let Some(sink) = slot.sink.as_mut() {
+        sink.events(events);
+    }
+    if slot.feed_history {
+        history.ingest_batch(events);
+    }
+    drop(slot);
+    events.clear();
+}
+
+/// Tells the sink of a process's enrollment, fork or exec.
+fn tell_sink(shared: &SharedState, news: ProcessNews) {
+    let mut slot = shared.sink.lock();
+    let Some(sink) = slot.sink.as_mut() else {
+        return;
+    };
+    match news {
+        ProcessNews::Enrolled {
+            pid,
+            cgroup_id,
+            comm,
+        } => {
+            let end = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
+            sink.process_enrolled(pid, cgroup_id, &String::from_utf8_lossy(&comm[..end]));
+        }
+        ProcessNews::Forked { parent, child } => sink.process_forked(parent, child),
+        ProcessNews::Exec(pid) => sink.process_exec(pid),
+        ProcessNews::LibraryMapped(_) | ProcessNews::Exited(_) => {}
+    }
+}
+
 fn handle_news(
     news: &[(ProcessNews, u64)],
     attach_jobs: &std::sync::mpsc::Sender<(u32, ProcMaps)>,
@@ -898,13 +1026,28 @@ fn handle_news(
     for &(n, ts) in news {
         match n {
             ProcessNews::Exited(pid) => {
-                history.write().process_exited(pid, ts);
-                shared.live.lock().exited.insert(pid);
+                {
+                    let mut slot = shared.sink.lock();
+                    if let Some(sink) = slot.sink.as_mut() {
+                        sink.process_exited(pid, ts);
+                    }
+                    if slot.feed_history {
+                        history.write().process_exited(pid, ts);
+                    }
+                }
+                let mut live = shared.live.lock();
+                if live.exited.len() >= EXITED_SET_CAP {
+                    live.exited.clear();
+                }
+                live.exited.insert(pid);
+                live.exited_count += 1;
+                drop(live);
                 // Its exit is its last event: its maps snapshot is no longer needed.
                 translator.sites().forget(pid);
             }
             // A fork copies the parent's address space: nothing new to probe.
-            ProcessNews::Forked { .. } => {}
+            // The sink heard of these from the event loop, in order with the events.
+            ProcessNews::Forked { .. } | ProcessNews::Enrolled { .. } => {}
             ProcessNews::Exec(pid) | ProcessNews::LibraryMapped(pid) => check.push(pid),
         }
     }
@@ -965,7 +1108,7 @@ fn collect_stats(
         probed_files: probes.probed_files(),
         uprobes: probes.uprobes().len(),
         kernel_hooks: Some(probes.kernel_hooks().clone()),
-        processes_exited: live.exited.len() as u64,
+        processes_exited: live.exited_count,
         tracer_rss_bytes: status_kib("VmRSS:") * 1024,
         tracer_peak_rss_bytes: status_kib("VmHWM:") * 1024,
         attach: attach.map(|a| AttachStats {

@@ -56,6 +56,9 @@ pub struct BpfConfig {
     pub copy_stack_every: u32,
     /// With the malloc probes: blocks smaller than this are not reported (filtered in BPF).
     pub malloc_min_bytes: u64,
+    /// Node-wide mode: any process entering a probed CUDA function becomes traced there
+    /// (from that call on), without user space adding it (`pinwise agent`).
+    pub enroll_on_cuda: bool,
 }
 
 impl Default for BpfConfig {
@@ -69,6 +72,7 @@ impl Default for BpfConfig {
             alloc_stacks: true,
             copy_stack_every: 64,
             malloc_min_bytes: 64 << 10,
+            enroll_on_cuda: false,
         }
     }
 }
@@ -192,6 +196,11 @@ fn set_rodata(object: &mut OpenObject, config: &BpfConfig, is_main: bool) {
                 data,
                 offset_of!(MainRo, cfg_alloc_stacks),
                 u32::from(config.alloc_stacks),
+            );
+            put32(
+                data,
+                offset_of!(MainRo, cfg_enroll_on_cuda),
+                u32::from(config.enroll_on_cuda),
             );
         } else {
             put(data, offset_of!(NvRo, cfg_wakeup_bytes), wakeup);

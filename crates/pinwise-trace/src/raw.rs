@@ -139,7 +139,8 @@ pub fn decode(bytes: &[u8]) -> Result<RawEvent, DecodeError> {
         _ if k == kind(c::pw_kind::PW_EV_PROC_FORK)
             || k == kind(c::pw_kind::PW_EV_PROC_EXIT)
             || k == kind(c::pw_kind::PW_EV_PROC_EXEC)
-            || k == kind(c::pw_kind::PW_EV_EXEC_MAP) =>
+            || k == kind(c::pw_kind::PW_EV_EXEC_MAP)
+            || k == kind(c::pw_kind::PW_EV_PROC_ENROLL) =>
         {
             RawEvent::Proc(read(bytes, k)?)
         }
@@ -188,6 +189,8 @@ pub mod kinds {
     pub const PROC_EXEC: u16 = k::PW_EV_PROC_EXEC.0 as u16;
     /// See `PW_EV_EXEC_MAP`.
     pub const EXEC_MAP: u16 = k::PW_EV_EXEC_MAP.0 as u16;
+    /// See `PW_EV_PROC_ENROLL`.
+    pub const PROC_ENROLL: u16 = k::PW_EV_PROC_ENROLL.0 as u16;
 }
 
 /// CUDA memory types of copy sides (from `enum pw_memtype`).

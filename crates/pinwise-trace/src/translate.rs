@@ -41,6 +41,15 @@ pub enum ProcessNews {
     LibraryMapped(u32),
     /// A traced process exited.
     Exited(u32),
+    /// Node-wide mode: a process joined the traced set at its first CUDA call.
+    Enrolled {
+        /// The process.
+        pid: u32,
+        /// Its cgroup v2 id then (the inode number of its cgroup directory).
+        cgroup_id: u64,
+        /// Its command name then (NUL-padded).
+        comm: [u8; 16],
+    },
 }
 
 /// Counters of the translation.
@@ -419,6 +428,11 @@ impl Translator {
                     self.ranges.remove(&pid);
                     Some(ProcessNews::Exited(pid))
                 }
+                kinds::PROC_ENROLL => Some(ProcessNews::Enrolled {
+                    pid,
+                    cgroup_id: p.cgroup_id,
+                    comm: p.comm,
+                }),
                 _ => None,
             },
         };

@@ -111,6 +111,7 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     };
     check_memory(&mut b);
     check_preload(&mut b);
+    check_agent(&mut b, can_trace, !args.no_bpf);
 
     let report = Report {
         can_run: can_pin,
@@ -388,6 +389,46 @@ fn check_bpf(b: &mut Builder) -> bool {
         b.add(S, name, st, check.detail.clone(), disables);
     }
     c.can_trace()
+}
+
+/// Whether `pinwise agent` can run on this node: eBPF tracing works, a driver library
+/// to probe node-wide is found, cgroup v2 gives container labels, the metrics port is free.
+fn check_agent(b: &mut Builder, can_trace: bool, bpf_checked: bool) {
+    const S: &str = "Fleet";
+    const DISABLES: &str = "`pinwise agent` (node-wide monitoring for Prometheus)";
+    if !bpf_checked {
+        b.add(S, "agent", State::NotApplicable, "skipped (--no-bpf)", "");
+        return;
+    }
+    let libs = pinwise_agent::agent::driver_libraries(&[]);
+    let cgroup = pinwise_agent::cgroup::cgroup2_mount();
+    let port = std::net::TcpListener::bind("127.0.0.1:9464").is_ok();
+    let (state, detail) = match (&libs, can_trace) {
+        (_, false) => (
+            State::Failed,
+            "eBPF tracing does not work here (see above)".to_string(),
+        ),
+        (Err(e), true) => (State::Failed, e.to_string()),
+        (Ok(libs), true) => {
+            let names: Vec<String> = libs.iter().map(|p| p.display().to_string()).collect();
+            let mut detail = format!("would probe {} node-wide", names.join(", "));
+            let mut state = State::Ok;
+            match &cgroup {
+                Some(m) => detail.push_str(&format!("; cgroup v2 at {}", m.display())),
+                None => {
+                    state = State::Warn;
+                    detail.push_str("; no cgroup v2: no container or pod labels");
+                }
+            }
+            if !port {
+                state = State::Warn;
+                detail.push_str("; 127.0.0.1:9464 is in use (pass --listen)");
+            }
+            (state, detail)
+        }
+    };
+    let disables = if state == State::Failed { DISABLES } else { "" };
+    b.add(S, "agent", state, detail, disables);
 }
 
 /// memlock limit and transparent huge pages.

@@ -1,4 +1,5 @@
 //! One module per subcommand. Each has a clap `Args` struct and a `run` function.
+pub mod agent;
 pub mod bench;
 pub mod calibrate;
 pub mod demo;

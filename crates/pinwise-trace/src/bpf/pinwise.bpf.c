@@ -134,6 +134,12 @@ struct {
 	__type(value, __u64); /* size */
 } malloc_live SEC(".maps");
 
+/* Node-wide mode (`pinwise agent`): a process not yet traced that enters a probed CUDA
+ * function is added to `traced_tgids` there (its first CUDA call and all that follows are
+ * seen; what it did before, e.g. its first mmaps, is not). 0: only the processes user space
+ * adds are traced. */
+const volatile __u32 cfg_enroll_on_cuda = 0;
+
 /* Processes whose new children are traced: the tracer itself while it launches a command. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -141,6 +147,38 @@ struct {
 	__type(key, __u32);
 	__type(value, __u8);
 } spawners SEC(".maps");
+
+/* Whether a CUDA entry point hit by the current process is to be reported: the process is
+ * traced, or node-wide mode enrolls it now. */
+static __always_inline void proc_ident(struct pw_proc_event *p)
+{
+	p->cgroup_id = bpf_get_current_cgroup_id();
+	bpf_get_current_comm(p->comm, sizeof(p->comm));
+}
+
+static __always_inline int cuda_traced(__u32 tgid)
+{
+	if (is_traced(tgid))
+		return 1;
+	if (!cfg_enroll_on_cuda)
+		return 0;
+	__u8 one = 1;
+	/* NOEXIST: of two threads racing, one enrolls the process; both trace it. */
+	if (bpf_map_update_elem(&traced_tgids, &tgid, &one, BPF_NOEXIST))
+		return is_traced(tgid);
+	/* Who it is, read now (user space may find the process gone by the time it looks). */
+	struct pw_proc_event *p = reserve(sizeof(*p));
+	if (p) {
+		fill_header(&p->h, PW_EV_PROC_ENROLL, PW_FN_NONE);
+		p->child = 0;
+		p->_pad0 = 0;
+		p->addr = 0;
+		p->len = 0;
+		proc_ident(p);
+		submit(p, 1);
+	}
+	return 1;
+}
 
 /* Threads whose mmaps and page faults are not reported: the tracer's own threads when it
  * traces its own process. */
@@ -292,7 +330,7 @@ static __always_inline int send_copy(struct pt_regs *ctx, __u16 func, __u64 dst,
 static __always_inline int emit_copy(struct pt_regs *ctx, __u64 dst, __u64 src, __u64 bytes,
 				     __u64 stream, __u8 dst_type, __u8 src_type, __u8 is_async)
 {
-	if (!is_traced(current_tgid()))
+	if (!cuda_traced(current_tgid()))
 		return 0;
 	__u16 func = bpf_get_attach_cookie(ctx);
 	count_hit(func);
@@ -441,7 +479,7 @@ static __always_inline __u64 side_start(__u32 type, __u64 host, __u64 device, __
 static __always_inline int emit_copy_2d(struct pt_regs *ctx, __u64 desc, __u64 stream,
 					__u8 is_async)
 {
-	if (!is_traced(current_tgid()))
+	if (!cuda_traced(current_tgid()))
 		return 0;
 	__u16 func = bpf_get_attach_cookie(ctx);
 	count_hit(func);
@@ -461,7 +499,7 @@ static __always_inline int emit_copy_2d(struct pt_regs *ctx, __u64 desc, __u64 s
 static __always_inline int emit_copy_3d(struct pt_regs *ctx, __u64 desc, __u64 stream,
 					__u8 is_async)
 {
-	if (!is_traced(current_tgid()))
+	if (!cuda_traced(current_tgid()))
 		return 0;
 	__u16 func = bpf_get_attach_cookie(ctx);
 	count_hit(func);
@@ -512,7 +550,7 @@ static __always_inline int remember_call(struct pt_regs *ctx, __u64 out_ptr, __u
 					 __u64 len, __u32 flags, int want_runtime_site)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	if (!is_traced(pid_tgid >> 32))
+	if (!cuda_traced(pid_tgid >> 32))
 		return 0;
 	__u16 func = bpf_get_attach_cookie(ctx);
 	count_hit(func);
@@ -689,7 +727,7 @@ static __always_inline int emit_release(__u16 kind, __u16 func, __u64 addr, __u6
 SEC("uprobe")
 int BPF_KPROBE(host_free, __u64 p)
 {
-	if (!is_traced(current_tgid()))
+	if (!cuda_traced(current_tgid()))
 		return 0;
 	return emit_release(PW_EV_HOST_FREE, bpf_get_attach_cookie(ctx), p, 0,
 			    entry_return_address(ctx));
@@ -699,7 +737,7 @@ int BPF_KPROBE(host_free, __u64 p)
 SEC("uprobe")
 int BPF_KPROBE(host_unregister, __u64 p)
 {
-	if (!is_traced(current_tgid()))
+	if (!cuda_traced(current_tgid()))
 		return 0;
 	return emit_release(PW_EV_HOST_UNREGISTER, bpf_get_attach_cookie(ctx), p, 0,
 			    entry_return_address(ctx));
@@ -709,7 +747,7 @@ int BPF_KPROBE(host_unregister, __u64 p)
 SEC("uprobe")
 int BPF_KPROBE(dev_free, __u64 p)
 {
-	if (!is_traced(current_tgid()))
+	if (!cuda_traced(current_tgid()))
 		return 0;
 	return emit_release(PW_EV_DEV_FREE, bpf_get_attach_cookie(ctx), p, 0,
 			    entry_return_address(ctx));
@@ -723,7 +761,7 @@ SEC("uprobe")
 int runtime_alloc_entry(struct pt_regs *ctx)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	if (!is_traced(pid_tgid >> 32))
+	if (!cuda_traced(pid_tgid >> 32))
 		return 0;
 	count_hit(bpf_get_attach_cookie(ctx));
 	struct runtime_frame rf = {
@@ -1008,6 +1046,7 @@ int on_mmap_exit(struct tp_sys_exit *ctx)
 		p->_pad0 = 0;
 		p->addr = ctx->ret;
 		p->len = args.len;
+		proc_ident(p);
 		submit(p, 1);
 		return 0;
 	}
@@ -1091,6 +1130,7 @@ static __always_inline int follow_child(__u32 parent_tgid, __u32 child_tgid)
 	p->_pad0 = 0;
 	p->addr = 0;
 	p->len = 0;
+	proc_ident(p);
 	submit(p, 1);
 	return 0;
 }
@@ -1154,6 +1194,7 @@ int on_exit(struct tp_sched_process_exit *ctx)
 	p->_pad0 = 0;
 	p->addr = 0;
 	p->len = 0;
+	proc_ident(p);
 	submit(p, 1);
 	return 0;
 }
@@ -1179,6 +1220,7 @@ int on_exec(struct tp_sched_process_exec *ctx)
 	p->_pad0 = 0;
 	p->addr = 0;
 	p->len = 0;
+	proc_ident(p);
 	submit(p, 1);
 	return 0;
 }

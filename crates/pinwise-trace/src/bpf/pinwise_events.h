@@ -61,6 +61,9 @@ enum pw_kind {
 	PW_EV_MALLOC = 18,
 	/* free (or realloc) of a block PW_EV_MALLOC reported (struct pw_release_event). */
 	PW_EV_MALLOC_FREE = 19,
+	/* Node-wide mode: a process joined the traced set at its first call into a probed CUDA
+	 * function (struct pw_proc_event: its cgroup id and command name). */
+	PW_EV_PROC_ENROLL = 20,
 };
 
 /*
@@ -292,6 +295,10 @@ struct pw_proc_event {
 	__u32 _pad0;
 	__u64 addr;
 	__u64 len;
+	/* The current task's cgroup v2 id (the inode number of its cgroup directory) and
+	 * command name, when the record was made. */
+	__u64 cgroup_id;
+	__u8 comm[16];
 };
 
 /*
