@@ -18,8 +18,10 @@ cc -O1 -o "$D/exit_race" crates/pinwise-preload/tests/programs/exit_race.c \
   -L"$CUDA/lib64/stubs" -lcuda -lpthread || exit 1
 modes=("plain" "--mode adaptive" "--mode profile --profile $D/p.json" "--mode use --profile $D/p.json"
        "--mode adaptive --keep-pinned" "--mode adaptive --no-promote")
+# A crash under pinwise prints where it happened (signal, address, native frames).
+export PINWISE_CRASH_REPORT=1
 total_bad=0
-for variant in exit teardown threadexit; do
+for variant in ${VARIANTS:-exit teardown threadexit}; do
   "$D/exit_race" "$variant" > "$D/$variant.plain.ref" 2>/dev/null || echo "$variant: plain run failed"
   for mode in "${modes[@]}"; do
     bad=0

@@ -32,7 +32,10 @@ pwrun() { # NAME MODE REP PROG
 for p in "${progs[@]}"; do
   name=$(basename "$p" .py); prog=$SRC/$p
   pwrun "$name" profile 0 "$prog"            # the profile `use` follows (not timed)
-  one "$name" trace 0 "$PW" trace -o "$D/$name.trace.bin" --format bin -- python3 "$prog"
+  one "$name" trace 0 "$PW" trace -o "$D/$name.trace.json" --format json -- python3 "$prog"
+  # What the program pins by itself (the plain run's peak, as the tracer saw it).
+  python3 "$SRC/peak_pinned.py" "$D/$name.trace.json" > "$D/$name.trace.peak" 2>&1 || true
+  rm -f "$D/$name.trace.json"
   order=(plain profile use adaptive)
   for rep in $(seq 1 "$REPEATS"); do
     for k in 0 1 2 3; do

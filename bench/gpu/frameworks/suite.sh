@@ -16,6 +16,10 @@ for x in ${EXTRA:-}; do
     exit_race) timeout 200 bash bench/gpu/frameworks/exit_race.sh 20 >> $OUT/extra.txt 2>&1 ;;
     attribution) timeout 240 bash bench/gpu/attribution/run.sh >> $OUT/extra.txt 2>&1 ;;
     attach) SKIP_MALLOC_COST=${SKIP_MALLOC_COST:-0} timeout 120 bash bench/gpu/trace/attach_malloc.sh >> $OUT/extra.txt 2>&1 ;;
+    teardown) VARIANTS=teardown timeout 300 bash bench/gpu/frameworks/exit_race.sh ${TEARDOWN_RUNS:-40} >> $OUT/extra.txt 2>&1
+      cp -a /tmp/exit_race/*.err $OUT/ 2>/dev/null ;;
+    diag) timeout 60 bash bench/gpu/frameworks/diag.sh >> $OUT/extra.txt 2>&1 ;;
+    agent) timeout 400 bash bench/gpu/agent/overhead.sh >> $OUT/extra.txt 2>&1 ;;
     interrupt) timeout 120 bash bench/gpu/safety/interrupt.sh >> $OUT/extra.txt 2>&1 ;;
   esac
   echo "=== $x exit $?" >> $OUT/extra.txt

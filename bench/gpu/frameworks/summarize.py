@@ -19,6 +19,10 @@ for name, run, rep, rc, wall in runs:
     out = read(os.path.join(d, f"{name}.{run}.{rep}.out"))
     if rc != "0" or not out or out != plain_out.get(name):
         bad.append(f"{name} {run} #{rep}: exit {rc}, output {'same' if out == plain_out.get(name) else 'DIFFERENT'}")
+    if run == "trace":
+        pk = read(os.path.join(d, f"{name}.trace.peak")).split()
+        if pk and pk[0].isdigit():
+            metrics[(name, "plain", "peak_pinned_MiB")].append(int(pk[0]) / 2**20)
     if rep == "0":
         continue
     metrics[(name, run, "wall_s")].append(float(wall))
@@ -34,9 +38,15 @@ for name, run, rep, rc, wall in runs:
             metrics[(name, run, "peak_pinned_MiB")].append(t["pinned_bytes_peak_max"] / 2**20)
             metrics[(name, run, "promotions")].append(t["promotions"])
             metrics[(name, run, "demotions")].append(t.get("demotions", 0))
+            metrics[(name, run, "registrations")].append(sum(p.get("registrations", 0) for p in s["processes"]))
+            metrics[(name, run, "unregistrations")].append(sum(p.get("unregistrations", 0) for p in s["processes"]))
             ps = [p for p in s["processes"] if p.get("hook_ns_median") is not None]
             if ps:
-                metrics[(name, run, "hook_ns_median")].append(max(ps, key=lambda p: p["hook_samples"])["hook_ns_median"])
+                busiest = max(ps, key=lambda p: p["hook_samples"])
+                metrics[(name, run, "hook_ns_median")].append(busiest["hook_ns_median"])
+                for k, v in (busiest.get("hook_stages") or {}).items():
+                    if v is not None:
+                        metrics[(name, run, "hook_" + k)].append(v)
         except (KeyError, ValueError) as e:
             bad.append(f"{name} {run} #{rep}: statistics unreadable ({e})")
     elif run not in ("plain", "trace"):
