@@ -423,7 +423,14 @@ fn appends_skip_unchanged_live_records() {
     };
     let base = |i: u64| A + (i << 24);
     for i in 0..500 {
-        h.ingest(&alloc(t(), PID, base(i), 1 << 20, HostMemKind::Pageable, site));
+        h.ingest(&alloc(
+            t(),
+            PID,
+            base(i),
+            1 << 20,
+            HostMemKind::Pageable,
+            site,
+        ));
     }
     let mut app = BinaryAppender::create(&path).unwrap();
     let first = app.encode(&h).unwrap();
@@ -438,7 +445,14 @@ fn appends_skip_unchanged_live_records() {
     // One copy into one buffer, one freed, one new: three records.
     h.ingest(&copy(t(), PID, Direction::DtoH, base(7), 4096));
     h.ingest(&free(t(), PID, base(9)));
-    h.ingest(&alloc(t(), PID, base(600), 4096, HostMemKind::PinnedAlloc, site));
+    h.ingest(&alloc(
+        t(),
+        PID,
+        base(600),
+        4096,
+        HostMemKind::PinnedAlloc,
+        site,
+    ));
     let next = app.encode(&h).unwrap();
     assert_eq!(next.records(), 4, "two copied into, one freed, one new");
     app.write(next, false).unwrap();
@@ -448,7 +462,11 @@ fn appends_skip_unchanged_live_records() {
     // The process ends: every live record changes state.
     h.process_exited(PID, t());
     let last = app.encode(&h).unwrap();
-    assert_eq!(last.records(), 500, "499 pageable and 1 pinned, all live until then");
+    assert_eq!(
+        last.records(),
+        500,
+        "499 pageable and 1 pinned, all live until then"
+    );
     app.write(last, true).unwrap();
     assert_same_history(&h, &format::load_history(&path).unwrap());
 }

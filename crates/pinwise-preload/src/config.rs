@@ -253,7 +253,11 @@ pub fn parse_flush_every(v: &str) -> Result<Option<std::time::Duration>, String>
         "" | "s" => value,
         "ms" => value / 1e3,
         "m" | "min" => value * 60.0,
-        other => return Err(format!("unknown time unit {other:?} in {v:?} (use ms, s, m)")),
+        other => {
+            return Err(format!(
+                "unknown time unit {other:?} in {v:?} (use ms, s, m)"
+            ))
+        }
     };
     let (min, max) = (MIN_FLUSH_EVERY.as_secs_f64(), MAX_FLUSH_EVERY.as_secs_f64());
     if !(secs.is_finite() && (min..=max).contains(&secs)) {
@@ -384,14 +388,25 @@ mod tests {
             assert_eq!(c.flush_every, want, "{v}");
             assert!(c.problems.is_empty(), "{v}: {:?}", c.problems);
         }
-        for bad in ["9ms", "0.001", "2h", "-1s", "soon", "1 fortnight", "NaN", "inf"] {
+        for bad in [
+            "9ms",
+            "0.001",
+            "2h",
+            "-1s",
+            "soon",
+            "1 fortnight",
+            "NaN",
+            "inf",
+        ] {
             assert!(parse_flush_every(bad).is_err(), "{bad}");
             let c = config(&[(env::FLUSH_EVERY, bad)]);
             assert_eq!(c.flush_every, Some(DEFAULT_FLUSH_EVERY), "{bad}");
             assert_eq!(c.problems.len(), 1, "{bad}");
             assert!(c.problems[0].contains("PINWISE_FLUSH_EVERY"), "{bad}");
         }
-        assert!(parse_flush_every("5ms").unwrap_err().contains("between 10ms and 1h"));
+        assert!(parse_flush_every("5ms")
+            .unwrap_err()
+            .contains("between 10ms and 1h"));
     }
 
     #[test]

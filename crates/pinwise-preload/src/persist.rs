@@ -168,10 +168,7 @@ impl HistoryFile {
                     None => None,
                 };
                 Err(match kept {
-                    Some(file) => format!(
-                        "{e} (what was flushed before is in {})",
-                        file.display()
-                    ),
+                    Some(file) => format!("{e} (what was flushed before is in {})", file.display()),
                     None => e,
                 })
             }

@@ -49,8 +49,8 @@ use super::{FormatError, FormatErrorKind};
 use crate::event::Direction;
 use crate::history::codec::{self, RecordContext, Resolve};
 use crate::history::{
-    AllocKind, LiveMark, AllocState, DirTotals, DirectionCounters, HistoryConfig, HistoryStats, MemHistory,
-    ProcessInfo, RecordId, RecordedEvent, RestoredRecord, TransferCounters,
+    AllocKind, AllocState, DirTotals, DirectionCounters, HistoryConfig, HistoryStats, LiveMark,
+    MemHistory, ProcessInfo, RecordId, RecordedEvent, RestoredRecord, TransferCounters,
 };
 use crate::stack::{Frame, PyFrame, StackTable, Symbol, SymbolTable, MAX_FRAMES};
 use crate::tag::{ModuleId, ModuleIdentity, ModuleTable, Site};
@@ -231,13 +231,16 @@ impl BinaryAppender {
             .file
             .as_mut()
             .ok_or_else(|| FormatError::io(std::io::Error::other("appender has no file")))?;
-        let written = file.write_all(&encoded.bytes).and_then(|()| {
-            if sync {
-                file.sync_data()
-            } else {
-                Ok(())
-            }
-        });
+        let written =
+            file.write_all(&encoded.bytes).and_then(
+                |()| {
+                    if sync {
+                        file.sync_data()
+                    } else {
+                        Ok(())
+                    }
+                },
+            );
         match written {
             Ok(()) => {
                 self.len += encoded.bytes.len() as u64;
