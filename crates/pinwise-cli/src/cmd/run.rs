@@ -378,7 +378,8 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         ] {
             if let (Some(path), true) = (path, what == "history" || args.mode == ModeArg::Profile) {
                 failures.add(format!(
-                    "the {what} {} was NOT written: the program ended before pinwise could                      write it",
+                    "the {what} {} was NOT written: the program ended before pinwise could \
+                     write it",
                     path.display()
                 ));
             }
@@ -702,7 +703,7 @@ pub fn summary_lines(ps: &[ProcessStats]) -> Vec<String> {
     if ps.is_empty() {
         lines.push(
             "no statistics were written: the library did not load (a static executable?), or \
-             the program ended without running its exit handlers (_exit, a fatal signal)"
+             the program was killed without warning (SIGKILL, the OOM killer)"
                 .to_string(),
         );
         return lines;
