@@ -85,7 +85,10 @@ impl HistoryFile {
         if inner.closed || now < inner.next_due {
             return false;
         }
-        inner.next_due = now + every;
+        // At a fixed rate (the drain thread wakes every 10 ms: the lateness of one append
+        // is not added to the next's).
+        let next = inner.next_due + every;
+        inner.next_due = if next > now { next } else { now + every };
         true
     }
 
