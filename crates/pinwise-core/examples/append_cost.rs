@@ -60,7 +60,12 @@ fn copy(ts: u64, host: u64) -> Event {
 }
 
 /// Appends after each round, printing bytes and encoding time per append.
-fn report(name: &str, h: &mut MemHistory, rounds: usize, mut round: impl FnMut(&mut MemHistory, usize)) {
+fn report(
+    name: &str,
+    h: &mut MemHistory,
+    rounds: usize,
+    mut round: impl FnMut(&mut MemHistory, usize),
+) {
     let dir = tempfile::tempdir().expect("temporary directory");
     let mut app = BinaryAppender::create(dir.path().join("a.bin")).expect("create");
     let mut rows = Vec::new();

@@ -14,7 +14,7 @@ pub mod env {
     pub const MODE: &str = "PINWISE_MODE";
     /// Profile to write or read.
     pub const PROFILE: &str = "PINWISE_PROFILE";
-    /// History to write at exit.
+    /// History to write (appended to while the program runs, completed at exit).
     pub const HISTORY: &str = "PINWISE_HISTORY";
     /// Directory for per-process statistics.
     pub const STATS_DIR: &str = "PINWISE_STATS_DIR";
@@ -76,7 +76,7 @@ pub struct Config {
     pub mode: Mode,
     /// Profile to write (profile mode) or follow (use mode).
     pub profile_path: Option<PathBuf>,
-    /// History to write at exit.
+    /// History to write (appended to while the program runs, completed at exit).
     pub history_path: Option<PathBuf>,
     /// Directory for statistics.
     pub stats_dir: Option<PathBuf>,

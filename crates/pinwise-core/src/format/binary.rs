@@ -177,10 +177,15 @@ impl BinaryAppender {
     /// and writes the header.
     pub fn create(path: impl AsRef<Path>) -> Result<Self, FormatError> {
         let path = path.as_ref();
-        let mut file = crate::safe_file::create_replacing(path)
+        let target =
+            crate::safe_file::resolve_output(path).map_err(|e| FormatError::io(e).in_file(path))?;
+        let mut file = crate::safe_file::create_replacing(&target)
             .map_err(|e| FormatError::io(e).in_file(path))?;
-        file.write_all(&header())
-            .map_err(|e| FormatError::io(e).in_file(path))?;
+        if let Err(e) = file.write_all(&header()) {
+            // No header, no file (a full disk): nothing half-made is left at the path.
+            let _ = std::fs::remove_file(&target);
+            return Err(FormatError::io(e).in_file(path));
+        }
         Ok(BinaryAppender {
             file: Some(file),
             len: HEADER_LEN as u64,
