@@ -331,6 +331,12 @@ fn a_disk_that_fills_up_mid_run_is_counted_and_the_program_goes_on() {
         "{inc}"
     );
     assert_eq!(summary["processes"][0]["history"]["written"], false);
+    assert!(
+        k.stderr
+            .contains("appending to the history while the program ran failed"),
+        "{}",
+        k.stderr
+    );
     // The program went on copying until the signal (not held up by the full disk).
     let last = *k.copies.last().unwrap();
     assert!(

@@ -757,6 +757,15 @@ pub fn summary_lines(ps: &[ProcessStats]) -> Vec<String> {
             t.captured_copies
         ));
     }
+    for p in ps.iter().filter(|p| p.incremental.errors > 0) {
+        lines.push(format!(
+            "[pid {}] appending to the history while the program ran failed {} times (the \
+             program went on; a kill then would have lost more): {}",
+            p.pid,
+            p.incremental.errors,
+            p.incremental.last_error.as_deref().unwrap_or("?")
+        ));
+    }
     if t.failed_copies > 0 {
         lines.push(format!(
             "{} copies were refused by the driver (the program got CUDA's error; not in the \
