@@ -12,9 +12,9 @@
 //! `max_events_per_allocation`, 1024 by default): an append costs what happened since the
 //! previous one, not the size of the history (figures: `bench/results/incremental-history.md`).
 //! The append is encoded while the history's lock is held, and written to the file after it
-//! is let go, on the drain thread (which blocks every signal), never in a hook: a hook waits
-//! for the history's lock only when its own ring is full (see `recorder`), and then at most
-//! for the encoding. A write that fails (a full disk) is counted in the statistics
+//! is let go, on the drain thread (which blocks every signal), never in a hook; a hook never
+//! waits for it either: a hook whose ring is full drains the ring itself, and if the history
+//! is busy the events wait in the recorder's collector for the next drain (see `recorder`). A write that fails (a full disk) is counted in the statistics
 //! (`incremental` in the per-process statistics), the file is cut back to its last whole
 //! append, and the program goes on; the next append includes what the failed one held.
 //! Appends are not synced to the disk (a killed process's writes are in the kernel's cache
