@@ -439,6 +439,7 @@ mod tests {
             for v in map.values() {
                 let _ = parse_signal(v);
                 let _ = parse_bool(v);
+                let _ = parse_flush_every(v);
             }
         });
         assert!(run.inputs > run.seeds as u64);
