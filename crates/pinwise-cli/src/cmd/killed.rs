@@ -57,8 +57,20 @@ pub fn salvage(
         DumpFormat::Json => partial_path(history),
         DumpFormat::Binary => history.to_path_buf(),
     };
-    if !appended.is_file() {
-        return Ok(None);
+    // Read only a file this user made (the library made it 0600): never through another
+    // user's symlink, never another user's file planted at the name.
+    let appended = pinwise_core::safe_file::resolve_output(&appended)?;
+    let meta = match std::fs::symlink_metadata(&appended) {
+        Ok(m) if m.is_file() => m,
+        _ => return Ok(None),
+    };
+    let me = pinwise_core::safe_file::caller_uid();
+    if std::os::unix::fs::MetadataExt::uid(&meta) != me {
+        anyhow::bail!(
+            "{} is owned by uid {}, not by this user (uid {me}): not read",
+            appended.display(),
+            std::os::unix::fs::MetadataExt::uid(&meta)
+        );
     }
     let bytes = read_checked(&appended).with_context(|| appended.display().to_string())?;
     let (mut h, cut) = binary::read_salvaging(&bytes)
@@ -167,5 +179,29 @@ mod tests {
         assert!(salvage(&dir.path().join("none.bin"), 0, |_| {})
             .unwrap()
             .is_none());
+    }
+
+    /// Root salvaging a killed run's JSON history does not read a `.partial` file another
+    /// user planted (nor follow their symlink).
+    #[test]
+    fn another_users_partial_file_is_not_read() {
+        if pinwise_core::safe_file::caller_uid() != 0 {
+            eprintln!("SKIPPED another_users_partial_file_is_not_read: needs root (chown)");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let history = dir.path().join("h.json");
+        let h = MemHistory::new(pinwise_core::HistoryConfig::default());
+        pinwise_core::save_history(&h, partial_path(&history), DumpFormat::Binary).unwrap();
+        std::os::unix::fs::chown(partial_path(&history), Some(65534), Some(65534)).unwrap();
+        let e = salvage(&history, 0, |_| {}).unwrap_err().to_string();
+        assert!(e.contains("not by this user"), "{e}");
+        assert!(!history.exists());
+        std::fs::remove_file(partial_path(&history)).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", partial_path(&history)).unwrap();
+        std::os::unix::fs::lchown(partial_path(&history), Some(65534), Some(65534)).unwrap();
+        let e = format!("{:#}", salvage(&history, 0, |_| {}).unwrap_err());
+        assert!(e.contains("refusing to write through symlink"), "{e}");
+        assert!(!history.exists());
     }
 }
