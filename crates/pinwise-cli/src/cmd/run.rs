@@ -356,7 +356,8 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             Ok(Some(s)) => {
                 salvaged = true;
                 eprintln!(
-                    "pinwise: the history {} holds what was flushed while the program ran                      ({} records{}{}); later events were lost",
+                    "pinwise: the history {} holds what was flushed while the program ran \
+                     ({} records{}{}); later events were lost",
                     path.display(),
                     s.records,
                     s.last_event_age
