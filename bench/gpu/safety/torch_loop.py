@@ -1,5 +1,6 @@
 """Copies a pinned and a pageable 16 MiB tensor to the GPU until it is interrupted, and
-prints how many copies had finished every 0.5 s ("copies N", flushed), for
+prints how many copies had finished every 0.5 s ("copies N T", flushed; T: CLOCK_MONOTONIC
+in ns, the clock of pinwise's events), for
 bench/gpu/safety/interrupt.sh. Ctrl-C (KeyboardInterrupt) prints the count and exits 130."""
 import sys
 import time
@@ -19,8 +20,8 @@ try:
         torch.cuda.synchronize()
         n += 2
         if time.monotonic() - last > 0.5:
-            print(f"copies {n}", flush=True)
+            print(f"copies {n} {time.monotonic_ns()}", flush=True)
             last = time.monotonic()
 except KeyboardInterrupt:
-    print(f"copies {n}", flush=True)
+    print(f"copies {n} {time.monotonic_ns()}", flush=True)
     sys.exit(130)

@@ -132,6 +132,8 @@ pub struct ProcessStats {
     pub profile: OutputStats,
     /// Problems: configuration values not understood, a profile not read, ...
     pub problems: Vec<String>,
+    /// The history written while the program ran.
+    pub incremental: IncrementalStats,
 }
 
 /// Medians (ns, the middle of a histogram bucket; `None`: no sample) of the parts of a
@@ -221,6 +223,34 @@ pub struct OutputStats {
     pub error: Option<String>,
 }
 
+/// The history written while the program runs (appended every `interval_ms`; see
+/// pinwise-preload's `persist` module).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct IncrementalStats {
+    /// The file appended to (the history, or the side file of a JSON history), once made.
+    pub path: Option<String>,
+    /// The interval, ms (0: no appends while the program runs).
+    pub interval_ms: u64,
+    /// Appends written (the last one, at the end, included).
+    pub appends: u64,
+    /// Bytes they wrote.
+    pub bytes: u64,
+    /// The largest append, bytes.
+    pub bytes_max: u64,
+    /// Record snapshots they wrote.
+    pub records: u64,
+    /// Appends that failed (a full disk...): the program went on, the next append wrote
+    /// what they held.
+    pub errors: u64,
+    /// The last failure.
+    pub last_error: Option<String>,
+    /// Time spent encoding appends (the history's lock held), ns.
+    pub encode_ns_total: u64,
+    /// The longest encoding, ns.
+    pub encode_ns_max: u64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -277,6 +307,7 @@ mod tests {
         "history",
         "profile",
         "problems",
+        "incremental",
     ];
 
     /// Keys of a serialized object, in order (no JSON map type keeps the order here).

@@ -403,6 +403,74 @@ fn periodic_binary_dumps_append_and_read_back_as_of_each_append() {
     assert!(sizes.windows(2).all(|w| w[1] > w[0]));
 }
 
+/// An append writes the records created since the previous one and the live ones that
+/// changed; an unchanged live record is not written again (so an append's cost follows what
+/// happened since the previous one, not the size of the history), and the file still reads
+/// back as the whole history. An append encoded but not written changes nothing.
+#[test]
+fn appends_skip_unchanged_live_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("live.bin");
+    let mut h = MemHistory::new(HistoryConfig::default());
+    let site = Site {
+        module: h.modules().intern(&ModuleIdentity::from_path("/opt/app")),
+        offset: 0x10,
+    };
+    let mut ts = 1_000;
+    let mut t = || {
+        ts += 10;
+        ts
+    };
+    let base = |i: u64| A + (i << 24);
+    for i in 0..500 {
+        h.ingest(&alloc(
+            t(),
+            PID,
+            base(i),
+            1 << 20,
+            HostMemKind::Pageable,
+            site,
+        ));
+    }
+    let mut app = BinaryAppender::create(&path).unwrap();
+    let first = app.encode(&h).unwrap();
+    assert_eq!(first.records(), 500);
+    app.write(first, false).unwrap();
+    // Nothing happened: no record is written again.
+    let idle = app.encode(&h).unwrap();
+    assert_eq!(idle.records(), 0);
+    // Encoded, never written: the next append still holds what it held.
+    h.ingest(&copy(t(), PID, Direction::HtoD, base(3), 4096));
+    assert_eq!(app.encode(&h).unwrap().records(), 1);
+    // One copy into one buffer, one freed, one new: three records.
+    h.ingest(&copy(t(), PID, Direction::DtoH, base(7), 4096));
+    h.ingest(&free(t(), PID, base(9)));
+    h.ingest(&alloc(
+        t(),
+        PID,
+        base(600),
+        4096,
+        HostMemKind::PinnedAlloc,
+        site,
+    ));
+    let next = app.encode(&h).unwrap();
+    assert_eq!(next.records(), 4, "two copied into, one freed, one new");
+    app.write(next, false).unwrap();
+    assert_same_history(&h, &format::load_history(&path).unwrap());
+    assert_eq!(app.appends(), 2);
+    assert_eq!(app.file_len(), std::fs::metadata(&path).unwrap().len());
+    // The process ends: every live record changes state.
+    h.process_exited(PID, t());
+    let last = app.encode(&h).unwrap();
+    assert_eq!(
+        last.records(),
+        500,
+        "499 pageable and 1 pinned, all live until then"
+    );
+    app.write(last, true).unwrap();
+    assert_same_history(&h, &format::load_history(&path).unwrap());
+}
+
 #[test]
 fn load_history_tells_the_formats_apart_by_content() {
     let dir = tempfile::tempdir().unwrap();

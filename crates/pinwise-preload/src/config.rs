@@ -14,7 +14,7 @@ pub mod env {
     pub const MODE: &str = "PINWISE_MODE";
     /// Profile to write or read.
     pub const PROFILE: &str = "PINWISE_PROFILE";
-    /// History to write at exit.
+    /// History to write (appended to while the program runs, completed at exit).
     pub const HISTORY: &str = "PINWISE_HISTORY";
     /// Directory for per-process statistics.
     pub const STATS_DIR: &str = "PINWISE_STATS_DIR";
@@ -44,7 +44,17 @@ pub mod env {
     pub const MALLOC_HOOKS: &str = "PINWISE_MALLOC_HOOKS";
     /// `0`: recorded allocations carry their call site only, no stack.
     pub const STACKS: &str = "PINWISE_STACKS";
+    /// How often the history is appended to while the program runs (`1s` default;
+    /// `0`/`off`: only at the end).
+    pub const FLUSH_EVERY: &str = "PINWISE_FLUSH_EVERY";
 }
+
+/// The default of [`Config::flush_every`].
+pub const DEFAULT_FLUSH_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+/// The shortest interval [`env::FLUSH_EVERY`] takes.
+pub const MIN_FLUSH_EVERY: std::time::Duration = std::time::Duration::from_millis(10);
+/// The longest interval [`env::FLUSH_EVERY`] takes.
+pub const MAX_FLUSH_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// Where log lines go.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,7 +76,7 @@ pub struct Config {
     pub mode: Mode,
     /// Profile to write (profile mode) or follow (use mode).
     pub profile_path: Option<PathBuf>,
-    /// History to write at exit.
+    /// History to write (appended to while the program runs, completed at exit).
     pub history_path: Option<PathBuf>,
     /// Directory for statistics.
     pub stats_dir: Option<PathBuf>,
@@ -88,6 +98,9 @@ pub struct Config {
     pub driver_hooks: bool,
     /// The pid of the `pinwise run` that started the program.
     pub launcher_pid: Option<u32>,
+    /// How often the drain thread appends what changed to the history file (`None`: only
+    /// at the end, as a whole file). See `persist`.
+    pub flush_every: Option<std::time::Duration>,
     /// Values that could not be understood, each with what was done instead.
     pub problems: Vec<String>,
 }
@@ -179,6 +192,13 @@ impl Config {
             }
         });
         let launcher_pid = set(env::LAUNCHER_PID).and_then(|v| v.trim().parse().ok());
+        let flush_every = match set(env::FLUSH_EVERY) {
+            None => Some(DEFAULT_FLUSH_EVERY),
+            Some(v) => parse_flush_every(&v).unwrap_or_else(|e| {
+                problems.push(format!("{}: {e}; flushing every second", env::FLUSH_EVERY));
+                Some(DEFAULT_FLUSH_EVERY)
+            }),
+        };
         Config {
             disabled,
             mode,
@@ -194,6 +214,7 @@ impl Config {
             promote_pageable,
             driver_hooks,
             launcher_pid,
+            flush_every,
             problems,
         }
     }
@@ -212,6 +233,39 @@ pub fn parse_bool(v: &str) -> Option<bool> {
     } else {
         None
     }
+}
+
+/// [`env::FLUSH_EVERY`]: `0` or `off` (`None`: no incremental writing), or a duration
+/// between [`MIN_FLUSH_EVERY`] and [`MAX_FLUSH_EVERY`]: `500ms`, `2s`, `1.5s`, `1m`, or a
+/// bare number of seconds (the grammar of `pinwise trace --dump-every`).
+pub fn parse_flush_every(v: &str) -> Result<Option<std::time::Duration>, String> {
+    let v = v.trim();
+    if v == "0" || v.eq_ignore_ascii_case("off") {
+        return Ok(None);
+    }
+    let split = v.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(v.len());
+    let (number, unit) = v.split_at(split);
+    let value: f64 = number
+        .trim()
+        .parse()
+        .map_err(|_| format!("{v:?} is not a duration (examples: 1s, 500ms, 0 for off)"))?;
+    let secs = match unit.trim() {
+        "" | "s" => value,
+        "ms" => value / 1e3,
+        "m" | "min" => value * 60.0,
+        other => {
+            return Err(format!(
+                "unknown time unit {other:?} in {v:?} (use ms, s, m)"
+            ))
+        }
+    };
+    let (min, max) = (MIN_FLUSH_EVERY.as_secs_f64(), MAX_FLUSH_EVERY.as_secs_f64());
+    if !(secs.is_finite() && (min..=max).contains(&secs)) {
+        return Err(format!(
+            "{v:?} is out of range: between 10ms and 1h (or 0 for off)"
+        ));
+    }
+    Ok(Some(std::time::Duration::from_secs_f64(secs)))
 }
 
 /// A signal the library may install a handler for: `USR1`, `USR2` (with or without `SIG`),
@@ -316,6 +370,46 @@ mod tests {
     }
 
     #[test]
+    fn flush_intervals_are_range_checked() {
+        use std::time::Duration;
+        assert_eq!(config(&[]).flush_every, Some(DEFAULT_FLUSH_EVERY));
+        for (v, want) in [
+            ("250ms", Some(Duration::from_millis(250))),
+            (" 2 ", Some(Duration::from_secs(2))),
+            ("1.5s", Some(Duration::from_millis(1500))),
+            ("1m", Some(Duration::from_secs(60))),
+            ("10ms", Some(MIN_FLUSH_EVERY)),
+            ("3600", Some(MAX_FLUSH_EVERY)),
+            ("0", None),
+            ("OFF", None),
+        ] {
+            assert_eq!(parse_flush_every(v), Ok(want), "{v}");
+            let c = config(&[(env::FLUSH_EVERY, v)]);
+            assert_eq!(c.flush_every, want, "{v}");
+            assert!(c.problems.is_empty(), "{v}: {:?}", c.problems);
+        }
+        for bad in [
+            "9ms",
+            "0.001",
+            "2h",
+            "-1s",
+            "soon",
+            "1 fortnight",
+            "NaN",
+            "inf",
+        ] {
+            assert!(parse_flush_every(bad).is_err(), "{bad}");
+            let c = config(&[(env::FLUSH_EVERY, bad)]);
+            assert_eq!(c.flush_every, Some(DEFAULT_FLUSH_EVERY), "{bad}");
+            assert_eq!(c.problems.len(), 1, "{bad}");
+            assert!(c.problems[0].contains("PINWISE_FLUSH_EVERY"), "{bad}");
+        }
+        assert!(parse_flush_every("5ms")
+            .unwrap_err()
+            .contains("between 10ms and 1h"));
+    }
+
+    #[test]
     fn signals() {
         assert_eq!(parse_signal("USR1"), Some(libc::SIGUSR1));
         assert_eq!(parse_signal("sigusr2"), Some(libc::SIGUSR2));
@@ -345,6 +439,7 @@ mod tests {
             for v in map.values() {
                 let _ = parse_signal(v);
                 let _ = parse_bool(v);
+                let _ = parse_flush_every(v);
             }
         });
         assert!(run.inputs > run.seeds as u64);

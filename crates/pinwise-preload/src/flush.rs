@@ -19,6 +19,10 @@
 //! signal handler), then call the real function. A `vfork` child calling `_exit` is another
 //! pid and does nothing; so does a process that never made the state (no CUDA host-memory
 //! call: `pinwise run` then says no statistics were written).
+//!
+//! What nothing in the process can catch (`SIGKILL`, the OOM killer) is covered by the
+//! history appended while the program runs (`persist`): such a run keeps everything up to
+//! the last append.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;

@@ -3,8 +3,9 @@
 //! `pinwise run -- CMD` starts `CMD` with `libpinwise_preload.so` preloaded. The library
 //! intercepts the CUDA host-memory entry points at both levels, serves pinned requests from
 //! pinwise's pool (pinwise-alloc), promotes hot pageable buffers in place, and records every
-//! host allocation's life in a `MemHistory` (pinwise-core), written at exit as a history and
-//! as a profile for `--mode use`.
+//! host allocation's life in a `MemHistory` (pinwise-core), written as a history (appended
+//! to every second while the program runs, completed at exit) and at exit as a profile for
+//! `--mode use`.
 //!
 //! # How calls are reached
 //!
@@ -42,7 +43,8 @@
 //! |---|---|
 //! | `PINWISE_MODE` | `adaptive` (default), `profile` or `use` |
 //! | `PINWISE_PROFILE` | profile to write (`profile`) or follow (`use`) |
-//! | `PINWISE_HISTORY` | history to write at exit (`.json`: JSON, else binary) |
+//! | `PINWISE_HISTORY` | history to write (`.json`: JSON, else binary); appended to while the program runs (see `persist`) |
+//! | `PINWISE_FLUSH_EVERY` | how often the history is appended to while the program runs: `1s` (default), `250ms`, ... between 10 ms and 1 h, or `0`/`off` (only at the end) |
 //! | `PINWISE_STATS_DIR` | directory for this process's statistics (`<pid>.json`) |
 //! | `PINWISE_BUDGET` | pinned budget (`8G`, `512MiB`, `25%`); default a quarter of RAM |
 //! | `PINWISE_CALIBRATION` | calibration CSV for the cost model (default: built-in H200 table) |
@@ -152,6 +154,7 @@
 //! | [`promote`] | lock-free tables: promoted ranges and pageable transfer counters |
 //! | `recorder` | the history, the drain thread, the output files |
 //! | `flush` | the outputs written before a fatal signal or `_exit` ends the process |
+//! | `persist` | the history appended to while the program runs (nothing older than the last flush lost on `SIGKILL`) |
 //! | `pinning` | the engine behind the hooks and the promotion of pageable buffers |
 //! | `stack` | the application's call site under a statically linked cudart |
 //! | [`malloc`] | recording the program's malloc-family allocations at or above a threshold |
@@ -173,6 +176,7 @@ mod flush;
 mod guard;
 mod hooks;
 pub mod malloc;
+mod persist;
 mod pinning;
 pub mod promote;
 pub mod real;

@@ -346,11 +346,14 @@ impl Recorder {
         } else {
             wm_rings.min(wm_global)
         };
+        // Events left in `ready` by an inline drain that found the history busy come first
+        // (older than any released now), already resolved and counted.
+        let fresh = ready.len();
         release_below(pending, watermark, ready);
         if ready.is_empty() {
             return;
         }
-        for raw in ready.iter_mut() {
+        for raw in ready[fresh..].iter_mut() {
             if raw.caller != 0 && raw.event.site.is_none() {
                 let slot = &mut sites[(raw.caller >> 2) % SITE_CACHE];
                 if slot.0 != raw.caller {
@@ -374,7 +377,17 @@ impl Recorder {
                 }
             }
         }
-        let mut h = self.history.lock();
+        // A hook draining its own full ring never waits for the history (the drain thread
+        // may hold it while it encodes an append, see `persist`): its ring is empty now, and
+        // the events wait in `ready` for the next drain.
+        let mut h = if own.is_some() {
+            match self.history.try_lock() {
+                Some(h) => h,
+                None => return,
+            }
+        } else {
+            self.history.lock()
+        };
         for raw in ready.drain(..) {
             h.ingest(&raw.event);
         }
@@ -501,6 +514,66 @@ mod tests {
 
     thread_local! {
         static LATE_HOOK: LateHook = const { LateHook };
+    }
+
+    /// A hook whose ring is full drains it itself; while the history is held (the drain
+    /// thread encoding an append), it does not wait: the events wait in the collector, and
+    /// reach the history, in order, at the next drain.
+    #[test]
+    fn a_full_ring_does_not_wait_for_a_busy_history() {
+        use pinwise_core::{Direction, HostMemKind};
+        let rec: &'static Recorder =
+            Box::leak(Box::new(Recorder::new(4242, ModuleTable::shared())));
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let holder = std::thread::spawn(move || {
+            rec.with_history(|_| {
+                held_tx.send(()).unwrap();
+                // Held until the recording thread is done (or 20 s: it blocked).
+                let _ = done_rx.recv_timeout(std::time::Duration::from_secs(20));
+            })
+        });
+        held_rx.recv().unwrap();
+        let copies = 3 * RING_CAP as u64;
+        let started = std::time::Instant::now();
+        let recorder = std::thread::spawn(move || {
+            let kind = EventKind::Alloc {
+                start: 0x10_0000,
+                size: 1 << 20,
+                kind: HostMemKind::Pageable,
+                flags: 0,
+            };
+            rec.record(rec.stamp(), kind, Some(Site::UNKNOWN), 0);
+            for _ in 0..copies {
+                let kind = EventKind::Transfer {
+                    direction: Direction::HtoD,
+                    host: 0x10_0000,
+                    device: 0xd000,
+                    bytes: 64,
+                    is_async: false,
+                    stream: 0,
+                    host_state: HostState::Pageable,
+                };
+                rec.record(rec.stamp(), kind, Some(Site::UNKNOWN), 0);
+            }
+        });
+        recorder.join().unwrap();
+        let waited = started.elapsed();
+        let _ = done_tx.send(());
+        holder.join().unwrap();
+        assert!(
+            waited < std::time::Duration::from_secs(15),
+            "the recording thread waited for the history ({waited:?})"
+        );
+        assert!(rec.inline_drains() >= 2, "{}", rec.inline_drains());
+        rec.drain(true, None);
+        rec.with_history(|h| {
+            assert_eq!(
+                h.stats().transfers[Direction::HtoD.index()].transfers,
+                copies
+            );
+            assert_eq!(h.len(), 1);
+        });
     }
 
     #[test]

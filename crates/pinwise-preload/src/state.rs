@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 use pinwise_alloc::Mode;
 use pinwise_core::preload_stats::{EngineStats, OutputStats};
 use pinwise_core::profile::Profile;
-use pinwise_core::{CostModel, DumpFormat, ModuleTable, Policy};
+use pinwise_core::{CostModel, ModuleTable, Policy};
 
 use crate::backend::Driver;
 use crate::config::{Config, LogTarget};
@@ -29,6 +29,8 @@ pub struct State {
     pub recorder: Recorder,
     /// The hooks' counters.
     pub stats: HookStats,
+    /// The history written while the program runs.
+    history_file: crate::persist::HistoryFile,
     modules: Arc<ModuleTable>,
     policy: Arc<Policy>,
     /// Use mode: the profile followed.
@@ -320,6 +322,9 @@ impl State {
             pid,
             recorder: Recorder::new(pid, modules.clone()),
             stats: HookStats::default(),
+            history_file: crate::persist::HistoryFile::new(
+                config.history_path.as_ref().and(config.flush_every),
+            ),
             modules,
             policy: Arc::new(Policy::new(cost)),
             profile,
@@ -416,6 +421,9 @@ impl State {
             }
             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 self.recorder.drain(false, None);
+                if self.history_file.due() {
+                    self.flush_history();
+                }
                 if DUMP_REQUESTED.swap(false, Ordering::Relaxed) {
                     self.write_outputs(true);
                 }
@@ -424,6 +432,39 @@ impl State {
                     self.write_outputs(false);
                 });
             }));
+        }
+    }
+
+    /// Appends what changed in the history to its file (see `persist`), on the drain thread
+    /// every `flush_every`. A failure is counted (`incremental` in the statistics), never
+    /// more.
+    fn flush_history(&self) {
+        let Some(path) = &self.config.history_path else {
+            return;
+        };
+        if !self.top_process && !self.cuda_seen() {
+            return; // as in write_outputs
+        }
+        self.note_source_stats();
+        let path = self.output_path(path);
+        if let Err(e) = self.history_file.append(&path, &self.recorder, false) {
+            tracing::warn!("pinwise: history not flushed: {e}");
+        }
+    }
+
+    /// Stores in the history the statistics of the sources (the malloc hooks), and whether
+    /// the driver is the CPU stand-in (reports warn on it).
+    fn note_source_stats(&self) {
+        self.recorder
+            .with_history(|h| h.set_source_stats(crate::malloc::source_stats()));
+        let standin = match self.pinning.get() {
+            Some(Ok(p)) => p.driver.standin,
+            Some(Err(_)) => false,
+            None => crate::real::libcuda_is_standin(),
+        };
+        if standin {
+            self.recorder
+                .with_history(|h| h.set_source_stat(pinwise_core::history::STANDIN_SOURCE_STAT, 1));
         }
     }
 
@@ -436,8 +477,7 @@ impl State {
             // nothing to say).
             return;
         }
-        self.recorder
-            .with_history(|h| h.set_source_stats(crate::malloc::source_stats()));
+        self.note_source_stats();
         let mut stats = self.stats.process_stats(&self.recorder.tally());
         stats.pid = self.pid;
         stats.top_process = self.top_process;
@@ -459,21 +499,15 @@ impl State {
                 stats.driver_is_standin = crate::real::libcuda_is_standin();
             }
         }
-        if stats.driver_is_standin {
-            // Histories made on the CPU stand-in say so (reports warn on this statistic).
-            self.recorder
-                .with_history(|h| h.set_source_stat(pinwise_core::history::STANDIN_SOURCE_STAT, 1));
-        }
         stats.history = match &self.config.history_path {
             None => OutputStats::default(),
             Some(path) => {
                 let path = self.output_path(path);
-                let r = self.recorder.with_history(|h| {
-                    pinwise_core::save_history(h, &path, DumpFormat::from_path(&path))
-                });
-                output(path, r.map_err(|e| e.to_string()))
+                let r = self.history_file.finish(&path, &self.recorder, snapshot);
+                output(path, r)
             }
         };
+        stats.incremental = self.history_file.stats();
         stats.history_records = self.recorder.with_history(|h| h.len() as u64);
         stats.profile = match (&self.config.profile_path, self.config.mode) {
             (Some(path), Mode::Profile) => {

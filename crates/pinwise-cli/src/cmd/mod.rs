@@ -6,6 +6,7 @@ pub mod demo;
 pub mod diff;
 pub mod doctor;
 pub mod export;
+pub mod killed;
 pub mod outputs;
 pub mod report;
 pub mod run;

@@ -72,9 +72,17 @@ pub struct RunArgs {
     #[arg(long, value_name = "SIZE")]
     pub budget: Option<String>,
 
-    /// Write the history here at exit (`.json`: JSON, else binary).
+    /// Write the history here (`.json`: JSON, else binary). It is appended to while the
+    /// program runs (see --flush-every) and completed at exit.
     #[arg(short, long, value_name = "HISTORY")]
     pub output: Option<PathBuf>,
+
+    /// Append what changed to the history every TIME while the program runs (`500ms`,
+    /// `2s`; 10ms to 1h; `0`: only at exit), so that a program killed without warning
+    /// (SIGKILL, the OOM killer) keeps its history up to the last flush. A JSON history's
+    /// appends go to HISTORY.partial (binary) until the JSON file is written.
+    #[arg(long, value_name = "TIME", default_value = "1s", value_parser = super::killed::parse_flush_every)]
+    pub flush_every: String,
 
     /// The preload library [default: libpinwise_preload.so next to this binary].
     #[arg(long, value_name = "PATH")]
@@ -250,6 +258,10 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             args.dump_signal.as_ref().map(OsString::from),
         ),
         ("PINWISE_LOG", args.log.as_ref().map(OsString::from)),
+        (
+            "PINWISE_FLUSH_EVERY",
+            history.as_ref().map(|_| OsString::from(&args.flush_every)),
+        ),
     ] {
         match value {
             Some(v) => command.env(name, v),
@@ -282,6 +294,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     // command (see `supervise`).
     let forwarding = super::supervise::Forwarding::to(child.id());
     let status = child.wait().context("waiting for the command failed")?;
+    let ended_ns = super::killed::monotonic_ns();
     drop(forwarding);
     let elapsed = started.elapsed();
 
@@ -330,14 +343,44 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             }
         }
     }
+    // The started process wrote no statistics: it was killed without warning (SIGKILL),
+    // after the library appended its history while it ran.
+    let mut salvaged = false;
+    if let (Some(path), false) = (&history, processes.iter().any(|p| p.top_process)) {
+        let name = |h: &mut pinwise_core::MemHistory| {
+            if !args.no_symbols {
+                name_sites(h);
+            }
+        };
+        match super::killed::salvage(path, ended_ns, name) {
+            Ok(Some(s)) => {
+                salvaged = true;
+                eprintln!(
+                    "pinwise: the history {} holds what was flushed while the program ran \
+                     ({} records{}{}); later events were lost",
+                    path.display(),
+                    s.records,
+                    s.last_event_age
+                        .map(|a| format!(", the newest {:.2} s before it ended", a.as_secs_f64()))
+                        .unwrap_or_default(),
+                    s.cut
+                        .map(|c| format!("; the file was cut mid-write, whole appends kept: {c}"))
+                        .unwrap_or_default(),
+                );
+            }
+            Ok(None) => {}
+            Err(e) => failures.add(format!("the history {}: {e:#}", path.display())),
+        }
+    }
     if processes.is_empty() {
         for (what, path) in [
-            ("history", history.as_deref()),
+            ("history", history.as_deref().filter(|_| !salvaged)),
             ("profile", profile.as_deref()),
         ] {
             if let (Some(path), true) = (path, what == "history" || args.mode == ModeArg::Profile) {
                 failures.add(format!(
-                    "the {what} {} was NOT written: the program ended before pinwise could                      write it",
+                    "the {what} {} was NOT written: the program ended before pinwise could \
+                     write it",
                     path.display()
                 ));
             }
@@ -481,6 +524,18 @@ impl Drop for StatsDir {
 /// and in the profile the same run wrote, the names of its sites (for `pinwise diff`).
 fn store_symbols(path: &Path, profile: Option<&Path>) -> Result<()> {
     let mut history = pinwise_core::load_history(path)?;
+    name_sites(&mut history);
+    pinwise_core::save_history(&history, path, pinwise_core::DumpFormat::from_path(path))?;
+    if let Some(profile_path) = profile {
+        let mut p = pinwise_core::Profile::load(profile_path)?;
+        p.add_symbols(&history);
+        p.save(profile_path)?;
+    }
+    Ok(())
+}
+
+/// Stores in `history` the names of the call sites it refers to (resolved now).
+fn name_sites(history: &mut pinwise_core::MemHistory) {
     let symbolizer = pinwise_trace::Symbolizer::new();
     let named = history.symbolize_with(|module, offsets| {
         offsets
@@ -496,14 +551,7 @@ fn store_symbols(path: &Path, profile: Option<&Path>) -> Result<()> {
             })
             .collect()
     });
-    tracing::info!(named, path = %path.display(), "call-site names stored");
-    pinwise_core::save_history(&history, path, pinwise_core::DumpFormat::from_path(path))?;
-    if let Some(profile_path) = profile {
-        let mut p = pinwise_core::Profile::load(profile_path)?;
-        p.add_symbols(&history);
-        p.save(profile_path)?;
-    }
-    Ok(())
+    tracing::info!(named, "call-site names stored");
 }
 
 /// Whether a process made CUDA host-memory calls (its malloc-family allocations alone do
@@ -656,7 +704,7 @@ pub fn summary_lines(ps: &[ProcessStats]) -> Vec<String> {
     if ps.is_empty() {
         lines.push(
             "no statistics were written: the library did not load (a static executable?), or \
-             the program ended without running its exit handlers (_exit, a fatal signal)"
+             the program was killed without warning (SIGKILL, the OOM killer)"
                 .to_string(),
         );
         return lines;
@@ -708,6 +756,15 @@ pub fn summary_lines(ps: &[ProcessStats]) -> Vec<String> {
              waited for or learned from them; registrations they used kept until the memory \
              is freed)",
             t.captured_copies
+        ));
+    }
+    for p in ps.iter().filter(|p| p.incremental.errors > 0) {
+        lines.push(format!(
+            "[pid {}] appending to the history while the program ran failed {} times (the \
+             program went on; a kill then would have lost more): {}",
+            p.pid,
+            p.incremental.errors,
+            p.incremental.last_error.as_deref().unwrap_or("?")
         ));
     }
     if t.failed_copies > 0 {

@@ -33,7 +33,8 @@
 //!
 //! A dump, and each append of a periodic dump ([`BinaryAppender`]), is one TABLES frame,
 //! one STACKS frame, one RECORDS frame (for an append: the records created since the last
-//! append and those that were live then, whose new snapshot replaces the earlier one), a
+//! append, and those that were live then and changed since, ended or not, whose new snapshot
+//! replaces the earlier one), a
 //! SYMBOLS frame when the symbol table changed, and one STATS frame, which closes it. A reader applies the frames in order, so a file is the complete
 //! history as of its last append. A file cut anywhere but after a STATS frame is an error
 //! that says where (the appends before are intact; a file cut exactly between two appends
@@ -48,8 +49,8 @@ use super::{FormatError, FormatErrorKind};
 use crate::event::Direction;
 use crate::history::codec::{self, RecordContext, Resolve};
 use crate::history::{
-    AllocKind, AllocState, DirTotals, DirectionCounters, HistoryConfig, HistoryStats, MemHistory,
-    ProcessInfo, RecordId, RecordedEvent, RestoredRecord, TransferCounters,
+    AllocKind, AllocState, DirTotals, DirectionCounters, HistoryConfig, HistoryStats, LiveMark,
+    MemHistory, ProcessInfo, RecordId, RecordedEvent, RestoredRecord, TransferCounters,
 };
 use crate::stack::{Frame, PyFrame, StackTable, Symbol, SymbolTable, MAX_FRAMES};
 use crate::tag::{ModuleId, ModuleIdentity, ModuleTable, Site};
@@ -76,7 +77,7 @@ const FRAME_PYTHON: u64 = 1;
 pub fn write(history: &MemHistory, w: &mut dyn Write) -> Result<(), FormatError> {
     let mut appender = BinaryAppender::new();
     w.write_all(&header()).map_err(FormatError::io)?;
-    appender.append_to(history, w)
+    appender.append_to(history, w).map(|_| ())
 }
 
 /// The binary dump in memory.
@@ -96,29 +97,79 @@ fn header() -> [u8; HEADER_LEN] {
 
 /// Appends snapshots of a history to a binary dump, for periodic dumps: each
 /// [`BinaryAppender::append`] writes only what changed since the previous one.
+///
+/// **What an append holds.** The format replaces a record's whole snapshot (its retained
+/// events included) when a later RECORDS frame names it again; it has no frame that adds
+/// events to a record. So an append writes the records created since the previous append,
+/// and of the records that were live then, only those that changed since (a new event, a
+/// new size or state; see `MemHistory::live_record_marks`): an unchanged live record costs
+/// nothing. An append's size is thus bounded by the records touched since the previous one,
+/// each at most `max_events_per_allocation` events (1024 by default, about 10 bytes each),
+/// plus the tables, stacks and modules added since, and the statistics; not by the size of
+/// the history.
+///
+/// **Failed writes.** An append is encoded first ([`BinaryAppender::encode`]), then written
+/// ([`BinaryAppender::write`]); if the write fails (a full disk), the file is cut back to its
+/// last whole append and the appender keeps its previous state, so the next append writes
+/// everything since the last one that succeeded and the file stays readable.
 #[derive(Debug)]
 pub struct BinaryAppender {
     file: Option<std::fs::File>,
+    /// Bytes in the file after the last successful append.
+    len: u64,
+    /// An earlier failed write could not be undone: the file is not extended any more.
+    broken: bool,
+    appends: u64,
+    state: AppendState,
+}
+
+/// What the previous appends wrote.
+#[derive(Debug, Clone, Default)]
+struct AppendState {
     modules_written: usize,
     sites_written: usize,
     streams_written: usize,
     stacks_written: usize,
     symbols_written: usize,
     records_written: u32,
-    live_at_last: Vec<u32>,
+    /// Records live at the last append, with their marks, sorted by record.
+    live_at_last: Vec<(u32, LiveMark)>,
+}
+
+/// An append encoded by [`BinaryAppender::encode`], to be written by
+/// [`BinaryAppender::write`].
+#[derive(Debug)]
+pub struct EncodedAppend {
+    bytes: Vec<u8>,
+    records: usize,
+    next: AppendState,
+}
+
+impl EncodedAppend {
+    /// Its size in bytes.
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// Whether it is empty (never: an append has at least its frame headers).
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    /// Record snapshots it holds.
+    pub fn records(&self) -> usize {
+        self.records
+    }
 }
 
 impl BinaryAppender {
     fn new() -> Self {
         BinaryAppender {
             file: None,
-            modules_written: 0,
-            sites_written: 0,
-            streams_written: 0,
-            stacks_written: 0,
-            symbols_written: 0,
-            records_written: 0,
-            live_at_last: Vec::new(),
+            len: 0,
+            broken: false,
+            appends: 0,
+            state: AppendState::default(),
         }
     }
 
@@ -126,52 +177,126 @@ impl BinaryAppender {
     /// and writes the header.
     pub fn create(path: impl AsRef<Path>) -> Result<Self, FormatError> {
         let path = path.as_ref();
-        let mut file = crate::safe_file::create_replacing(path)
+        let target =
+            crate::safe_file::resolve_output(path).map_err(|e| FormatError::io(e).in_file(path))?;
+        let mut file = crate::safe_file::create_replacing(&target)
             .map_err(|e| FormatError::io(e).in_file(path))?;
-        file.write_all(&header())
-            .map_err(|e| FormatError::io(e).in_file(path))?;
+        if let Err(e) = file.write_all(&header()) {
+            // No header, no file (a full disk): nothing half-made is left at the path.
+            let _ = std::fs::remove_file(&target);
+            return Err(FormatError::io(e).in_file(path));
+        }
         Ok(BinaryAppender {
             file: Some(file),
+            len: HEADER_LEN as u64,
             ..Self::new()
         })
     }
 
     /// Appends what changed in `history` since the last append (the first append writes
-    /// everything), and flushes it to the file.
+    /// everything), and syncs it to the disk ([`BinaryAppender::encode`], then
+    /// [`BinaryAppender::write`]).
     pub fn append(&mut self, history: &MemHistory) -> Result<(), FormatError> {
-        let mut file = self
-            .file
-            .take()
-            .ok_or_else(|| FormatError::io(std::io::Error::other("appender has no file")))?;
-        let mut buf = Vec::new();
-        let result = self.append_to(history, &mut buf).and_then(|()| {
-            file.write_all(&buf).map_err(FormatError::io)?;
-            file.sync_data().map_err(FormatError::io)
-        });
-        self.file = Some(file);
-        result
+        let encoded = self.encode(history)?;
+        self.write(encoded, true)
     }
 
-    fn append_to(&mut self, history: &MemHistory, w: &mut dyn Write) -> Result<(), FormatError> {
+    /// Encodes what changed in `history` since the last successful append, without
+    /// writing it (so that the history can be let go before the file is written).
+    pub fn encode(&self, history: &MemHistory) -> Result<EncodedAppend, FormatError> {
+        let mut next = Self {
+            file: None,
+            len: 0,
+            broken: false,
+            appends: 0,
+            state: self.state.clone(),
+        };
+        let mut bytes = Vec::new();
+        let records = next.append_to(history, &mut bytes)?;
+        Ok(EncodedAppend {
+            bytes,
+            records,
+            next: next.state,
+        })
+    }
+
+    /// Writes an append made by [`BinaryAppender::encode`] (it must be the next one: encoded
+    /// after the last successful write); `sync`: and syncs the file's data to the disk (a
+    /// process killed after the write keeps it either way: it is in the kernel's cache). On
+    /// an error the file is cut back to its last whole append, and the appender stays as it
+    /// was (the next append includes this one's changes).
+    pub fn write(&mut self, encoded: EncodedAppend, sync: bool) -> Result<(), FormatError> {
+        use std::io::{Seek, SeekFrom};
+        if self.broken {
+            return Err(FormatError::io(std::io::Error::other(
+                "an earlier failed write could not be undone: no more appends",
+            )));
+        }
+        let file = self
+            .file
+            .as_mut()
+            .ok_or_else(|| FormatError::io(std::io::Error::other("appender has no file")))?;
+        let written =
+            file.write_all(&encoded.bytes).and_then(
+                |()| {
+                    if sync {
+                        file.sync_data()
+                    } else {
+                        Ok(())
+                    }
+                },
+            );
+        match written {
+            Ok(()) => {
+                self.len += encoded.bytes.len() as u64;
+                self.state = encoded.next;
+                self.appends += 1;
+                Ok(())
+            }
+            Err(e) => {
+                let undone = file
+                    .set_len(self.len)
+                    .and_then(|()| file.seek(SeekFrom::Start(self.len)).map(|_| ()));
+                if undone.is_err() {
+                    self.broken = true;
+                }
+                Err(FormatError::io(e))
+            }
+        }
+    }
+
+    /// Appends written so far.
+    pub fn appends(&self) -> u64 {
+        self.appends
+    }
+
+    /// Bytes in the file after the last successful append (the header included).
+    pub fn file_len(&self) -> u64 {
+        self.len
+    }
+
+    /// Writes the next append's frames to `w`; returns the record snapshots written.
+    fn append_to(&mut self, history: &MemHistory, w: &mut dyn Write) -> Result<usize, FormatError> {
         // Sources may intern stacks and modules while this runs: take the stacks first,
         // so that the modules written (taken after) cover every frame.
-        let stacks = history.stacks().since(self.stacks_written);
+        let stacks = history.stacks().since(self.state.stacks_written);
         let tables = self.tables_payload(history);
         write_frame(w, FRAME_TABLES, &tables)?;
         write_frame(w, FRAME_STACKS, &self.stacks_payload(&stacks))?;
-        let records = self.records_payload(history);
+        let (records, count) = self.records_payload(history);
         write_frame(w, FRAME_RECORDS, &records)?;
         let symbols = history.symbols();
-        if symbols.len() != self.symbols_written {
+        if symbols.len() != self.state.symbols_written {
             write_frame(w, FRAME_SYMBOLS, &symbols_payload(symbols))?;
-            self.symbols_written = symbols.len();
+            self.state.symbols_written = symbols.len();
         }
-        write_frame(w, FRAME_STATS, &stats_payload(history))
+        write_frame(w, FRAME_STATS, &stats_payload(history))?;
+        Ok(count)
     }
 
     fn stacks_payload(&mut self, stacks: &[crate::stack::Stack]) -> Vec<u8> {
         let mut p = Payload::default();
-        p.uint(self.stacks_written as u64);
+        p.uint(self.state.stacks_written as u64);
         p.uint(stacks.len() as u64);
         for stack in stacks {
             p.uint(stack.len() as u64);
@@ -191,7 +316,7 @@ impl BinaryAppender {
                 }
             }
         }
-        self.stacks_written += stacks.len();
+        self.state.stacks_written += stacks.len();
         p.0
     }
 
@@ -202,7 +327,7 @@ impl BinaryAppender {
         p.uint(u64::from(config.track_untracked));
         // Module 0 (unknown) exists in every table: start at 1.
         let modules = history.modules().snapshot();
-        let first = self.modules_written.max(1);
+        let first = self.state.modules_written.max(1);
         p.uint(first as u64);
         p.uint(modules.len().saturating_sub(first) as u64);
         for m in modules.iter().skip(first) {
@@ -215,23 +340,23 @@ impl BinaryAppender {
                 None => p.uint(0),
             }
         }
-        self.modules_written = modules.len();
+        self.state.modules_written = modules.len();
         let t = history.event_tables();
         let sites = t.sites.items();
-        p.uint(self.sites_written as u64);
-        p.uint((sites.len() - self.sites_written) as u64);
-        for s in &sites[self.sites_written..] {
+        p.uint(self.state.sites_written as u64);
+        p.uint((sites.len() - self.state.sites_written) as u64);
+        for s in &sites[self.state.sites_written..] {
             p.uint(u64::from(s.module.0));
             p.uint(s.offset);
         }
-        self.sites_written = sites.len();
+        self.state.sites_written = sites.len();
         let streams = t.streams.items();
-        p.uint(self.streams_written as u64);
-        p.uint((streams.len() - self.streams_written) as u64);
-        for &s in &streams[self.streams_written..] {
+        p.uint(self.state.streams_written as u64);
+        p.uint((streams.len() - self.state.streams_written) as u64);
+        for &s in &streams[self.state.streams_written..] {
             p.uint(s);
         }
-        self.streams_written = streams.len();
+        self.state.streams_written = streams.len();
         let processes: Vec<&ProcessInfo> = history.processes().collect();
         p.uint(processes.len() as u64);
         for pr in processes {
@@ -244,16 +369,26 @@ impl BinaryAppender {
         p.0
     }
 
-    fn records_payload(&mut self, history: &MemHistory) -> Vec<u8> {
+    /// The RECORDS frame's payload and the number of snapshots in it: the records created
+    /// since the last append, and those live then that ended or changed since.
+    fn records_payload(&mut self, history: &MemHistory) -> (Vec<u8>, usize) {
         let total = history.len() as u32;
+        let live_now = history.live_record_marks();
         let mut ids: Vec<u32> = self
+            .state
             .live_at_last
             .iter()
-            .copied()
-            .filter(|&i| i < self.records_written)
+            .filter(|&&(id, mark)| {
+                id < self.state.records_written
+                    && live_now
+                        .binary_search_by_key(&id, |m| m.0)
+                        .map_or(true, |i| live_now[i].1 != mark)
+            })
+            .map(|m| m.0)
             .collect();
         ids.sort_unstable();
-        ids.extend(self.records_written..total);
+        ids.extend(self.state.records_written..total);
+        let count = ids.len();
         let mut p = Payload::default();
         p.uint(ids.len() as u64);
         for id in ids {
@@ -284,9 +419,9 @@ impl BinaryAppender {
             }
             p.bytes(&history.record_event_bytes(RecordId(id)));
         }
-        self.records_written = total;
-        self.live_at_last = history.live_record_ids();
-        p.0
+        self.state.records_written = total;
+        self.state.live_at_last = live_now;
+        (p.0, count)
     }
 }
 

@@ -16,6 +16,15 @@ use crate::history::MemHistory;
 pub use binary::{BinaryAppender, BINARY_MAGIC, BINARY_VERSION};
 pub use json::{JSON_FORMAT, JSON_VERSION};
 
+/// The binary file a JSON history's appends go to while the program that writes it runs
+/// (`pinwise run -o h.json` appends to `h.json.partial`, and removes it once `h.json` is
+/// written; a run killed before leaves it). Binary, whatever the name says.
+pub fn partial_path(json_history: &Path) -> std::path::PathBuf {
+    let mut name = json_history.as_os_str().to_owned();
+    name.push(".partial");
+    std::path::PathBuf::from(name)
+}
+
 /// Which dump format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DumpFormat {

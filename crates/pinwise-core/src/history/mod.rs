@@ -827,12 +827,31 @@ impl MemHistory {
         (0..len).filter_map(|_| reader.next_byte()).collect()
     }
 
-    /// Live record ids (for appendable dumps).
-    pub(crate) fn live_record_ids(&self) -> Vec<u32> {
-        self.processes
+    /// Live records with a mark of everything their dump snapshot holds that can still
+    /// change (events, size, state, flags, counters), sorted by record: an appendable dump
+    /// writes a live record again only when its mark moved.
+    pub(crate) fn live_record_marks(&self) -> Vec<(u32, LiveMark)> {
+        let mut marks: Vec<(u32, LiveMark)> = self
+            .processes
             .iter()
-            .flat_map(|p| p.live.values().map(|e| e.record))
-            .collect()
+            .flat_map(|p| {
+                p.live.values().map(|e| {
+                    let r = &self.store.records[e.record as usize];
+                    let mark = LiveMark {
+                        events: e.events,
+                        last_ts: e.last_ts,
+                        dropped: self.record_dropped(RecordId(e.record)),
+                        start: r.start(),
+                        size_flags: r.size_flags(),
+                        transfers: r.transfers,
+                        stack: r.stack.map_or(0, |s| s.index() as u64 + 1),
+                    };
+                    (e.record, mark)
+                })
+            })
+            .collect();
+        marks.sort_unstable_by_key(|m| m.0);
+        marks
     }
 
     pub(crate) fn rank_top(&self, n: usize) -> Vec<usize> {
@@ -861,4 +880,17 @@ impl MemHistory {
         let key = p.containing(addr)?;
         p.live.get(&key).map(|e| e.record)
     }
+}
+
+/// What an appendable dump remembers of a live record it wrote (see
+/// [`MemHistory::live_record_marks`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LiveMark {
+    events: u32,
+    last_ts: u64,
+    dropped: u64,
+    start: u64,
+    size_flags: u64,
+    transfers: u32,
+    stack: u64,
 }

@@ -199,8 +199,10 @@ impl AllocRecord {
         }
     }
 
+    /// Size and flags, packed (what [`Self::size`], [`Self::kind`], [`Self::state`] and the
+    /// flag accessors read).
     #[inline]
-    fn size_flags(&self) -> u64 {
+    pub fn size_flags(&self) -> u64 {
         whole(self.size_flags_halves)
     }
 

@@ -202,7 +202,7 @@ impl RecordedRun {
 }
 
 /// Removes pinwise settings the test's own environment may carry.
-fn clean_env(c: &mut Command) {
+pub fn clean_env(c: &mut Command) {
     for (k, _) in std::env::vars_os() {
         if k.to_string_lossy().starts_with("PINWISE_")
             && k != "PINWISE_LIBCUDA"
