@@ -36,7 +36,7 @@ for variant in ${VARIANTS:-exit teardown threadexit}; do
       fi
       if (( rc != 0 )) || ! cmp -s "$D/out" "$D/$variant.plain.ref" || [[ $stats != ok ]]; then
         bad=$((bad + 1))
-        cp "$D/err" "$D/$variant.${mode// /_}.$i.err"
+        tag=${mode//[ \/]/_}; cp "$D/err" "$D/$variant.${tag:0:40}.$i.err"
       fi
     done
     echo "$variant [$mode]: $bad of $n runs bad"

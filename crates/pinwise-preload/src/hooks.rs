@@ -365,8 +365,19 @@ pub fn copy(
     if let Some(stream) = noted.finish_on {
         // The program's own pageable memory, registered by pinwise: as on pageable memory,
         // the copy is done when the call returns (the program may reuse the buffer at once).
+        // Asked of the driver first (a capture the hooks did not count must not be
+        // invalidated by a wait): a captured copy's registration is held instead.
         if let Some(p) = st.pinning() {
-            let _ = p.driver.synchronize(stream);
+            match p.driver.capture_of(stream) {
+                StreamCapture::None => {
+                    let _ = p.driver.synchronize(stream);
+                }
+                _ => {
+                    if let Some(i) = PROMOTED_RANGES.covering(c.host, c.span) {
+                        PROMOTED_RANGES.hold(i);
+                    }
+                }
+            }
         }
     }
     rc
@@ -452,6 +463,9 @@ fn record_transfer(st: &State, c: &Copy, noted: &Noted, site_addr: usize) {
 /// driver would not answer about (the legacy stream while a blocking stream captures) is
 /// left alone as well, uncounted.
 fn not_captured(st: &State, p: &Pinning, stream: StreamHandle) -> bool {
+    if crate::capture::none_open() {
+        return true;
+    }
     match p.driver.capture_of(stream.0 as usize) {
         StreamCapture::None => true,
         StreamCapture::Capturing => {

@@ -169,6 +169,7 @@
 #![cfg_attr(test, allow(dead_code))]
 
 mod backend;
+mod capture;
 pub mod config;
 mod crash;
 pub mod elf;

@@ -251,7 +251,8 @@ impl Pinning {
             let pinned = pinned || PROMOTED_RANGES.covering(host, span).is_some();
             return (state_of(pinned), false);
         }
-        if PROMOTED_RANGES.covering(host, span).is_some() {
+        if let Some(i) = PROMOTED_RANGES.covering(host, span) {
+            PROMOTED_RANGES.note_use(i);
             return (HostState::Pinned, true);
         }
         const UNKNOWN: (HostState, bool) = (HostState::Unknown, false);
@@ -288,7 +289,7 @@ impl Pinning {
                 .pin_cost_ns(reg_len as u64, PinMethod::RegisterTouched)
                 * self.policy.config().payback_factor) as u64
         });
-        if saved > threshold && self.promote_program(host, span, i, stats, rec) {
+        if saved > c.required(threshold) && self.promote_program(host, span, i, stats, rec) {
             return (HostState::Pinned, true);
         }
         UNKNOWN
@@ -675,7 +676,9 @@ impl Pinning {
             HookStats::bump(&stats.promotion_failures);
         }
         if p.counter != 0 {
-            COUNTERS.get(p.counter - 1).reset();
+            let c = COUNTERS.get(p.counter - 1);
+            c.judge_promotion(PROMOTED_RANGES.uses(i));
+            c.reset();
         }
         PROMOTED_RANGES.finish_demote(i);
         HookStats::bump(&stats.demotions);

@@ -14,7 +14,7 @@
 //!
 //! Both are fixed-size arrays of atomics (usable in `static`s, reset in a forked child).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 /// Entries of the promoted table.
 pub const PROMOTED_CAP: usize = 512;
@@ -71,6 +71,8 @@ struct Entry {
     budgeted: AtomicBool,
     /// Used by a captured copy (see [`PromotedTable::hold`]).
     held: AtomicBool,
+    /// Copies that used the registration after the one that made it.
+    uses: AtomicU32,
 }
 
 impl Entry {
@@ -86,6 +88,7 @@ impl Entry {
             counter: AtomicUsize::new(0),
             budgeted: AtomicBool::new(false),
             held: AtomicBool::new(false),
+            uses: AtomicU32::new(0),
         }
     }
 
@@ -177,6 +180,7 @@ impl PromotedTable {
                 e.counter.store(p.counter, Ordering::Relaxed);
                 e.budgeted.store(p.budgeted, Ordering::Relaxed);
                 e.held.store(false, Ordering::Relaxed);
+                e.uses.store(0, Ordering::Relaxed);
                 self.high_water.fetch_max(i + 1, Ordering::AcqRel);
                 return Some(i);
             }
@@ -264,6 +268,17 @@ impl PromotedTable {
         self.entries[i].held.store(true, Ordering::Release);
     }
 
+    /// Counts a copy that used entry `i`'s registration.
+    #[inline]
+    pub fn note_use(&self, i: usize) {
+        self.entries[i].uses.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Copies that used entry `i`'s registration after the one that made it.
+    pub fn uses(&self, i: usize) -> u32 {
+        self.entries[i].uses.load(Ordering::Relaxed)
+    }
+
     /// Whether entry `i` is held ([`Self::hold`]).
     pub fn is_held(&self, i: usize) -> bool {
         self.entries[i].held.load(Ordering::Acquire)
@@ -309,6 +324,9 @@ pub struct Counter {
     /// The span the cached threshold is for, and the threshold (ns).
     threshold_span: AtomicUsize,
     threshold_ns: AtomicU64,
+    /// Doublings of the evidence a promotion at this address needs (see
+    /// [`Counter::judge_promotion`]).
+    penalty: AtomicU8,
 }
 
 impl Counter {
@@ -321,6 +339,7 @@ impl Counter {
             cached_saving: AtomicU64::new(0),
             threshold_span: AtomicUsize::new(0),
             threshold_ns: AtomicU64::new(0),
+            penalty: AtomicU8::new(0),
         }
     }
 
@@ -379,7 +398,33 @@ impl Counter {
         self.saved_ns.store(0, Ordering::Relaxed);
         self.set_state(TRACKING);
     }
+
+    /// The saving a promotion at this address must exceed: `threshold` (the registration's
+    /// cost times the payback factor) doubled once per promotion here that did not pay.
+    pub fn required(&self, threshold: u64) -> u64 {
+        threshold.saturating_mul(1 << self.penalty.load(Ordering::Relaxed))
+    }
+
+    /// Learns from a registration given back after `uses` copies used it (besides the one
+    /// that made it): one that served fewer than [`PAID_USES`] did not pay for its
+    /// registration and unregistration (a buffer allocated, copied once and freed, again
+    /// and again at the same address), and the next promotion here needs twice the
+    /// evidence (at most 2^[`MAX_PENALTY`] times); one that served more clears the penalty.
+    pub fn judge_promotion(&self, uses: u32) {
+        let p = self.penalty.load(Ordering::Relaxed);
+        let next = if uses < PAID_USES {
+            (p + 1).min(MAX_PENALTY)
+        } else {
+            0
+        };
+        self.penalty.store(next, Ordering::Relaxed);
+    }
 }
+
+/// Copies (after the promoting one) a registration must serve to count as having paid.
+pub const PAID_USES: u32 = 2;
+/// The most doublings of [`Counter::required`].
+pub const MAX_PENALTY: u8 = 6;
 
 /// Per host pointer counters of pageable copies. See the module documentation.
 pub struct TransferCounters {
@@ -446,6 +491,7 @@ impl TransferCounters {
         for c in &self.slots {
             c.key.store(0, Ordering::Relaxed);
             c.reset();
+            c.penalty.store(0, Ordering::Relaxed);
             c.cached_key.store(0, Ordering::Relaxed);
             c.threshold_span.store(0, Ordering::Relaxed);
         }
@@ -467,6 +513,48 @@ mod tests {
             counter: 0,
             budgeted: true,
         }
+    }
+
+    #[test]
+    fn promotions_that_did_not_pay_raise_the_evidence_needed_and_one_that_paid_clears_it() {
+        let c = Counter::new();
+        assert_eq!(c.required(1000), 1000);
+        // Allocated, copied once (the promoting copy), freed: did not pay.
+        c.judge_promotion(0);
+        assert_eq!(c.required(1000), 2000);
+        c.judge_promotion(PAID_USES - 1);
+        assert_eq!(c.required(1000), 4000);
+        for _ in 0..20 {
+            c.judge_promotion(0);
+        }
+        assert_eq!(c.required(1000), 1000 << MAX_PENALTY, "bounded");
+        c.reset();
+        assert_eq!(
+            c.required(1000),
+            1000 << MAX_PENALTY,
+            "reset keeps what was learned"
+        );
+        c.judge_promotion(PAID_USES);
+        assert_eq!(c.required(1000), 1000);
+    }
+
+    #[test]
+    fn uses_of_a_registration_are_counted_from_its_claim() {
+        let t = PromotedTable::new();
+        let i = t
+            .claim(range((0x10000, 0x12000), (0x10000, 0x12000)))
+            .unwrap();
+        t.activate(i);
+        t.note_use(i);
+        t.note_use(i);
+        assert_eq!(t.uses(i), 2);
+        assert!(t.begin_demote(i).is_some());
+        assert_eq!(t.uses(i), 2, "readable while being demoted");
+        t.finish_demote(i);
+        let j = t
+            .claim(range((0x10000, 0x12000), (0x10000, 0x12000)))
+            .unwrap();
+        assert_eq!(t.uses(j), 0, "a new registration starts at 0");
     }
 
     #[test]

@@ -169,6 +169,7 @@ extern "C" fn in_forked_child() {
     GLOBAL.reset_in_child();
     PROMOTED_RANGES.forget_all();
     COUNTERS.forget_all();
+    crate::capture::forget_all();
 }
 
 /// The exit handler. Registered with `atexit` from the library's constructor, so with

@@ -115,6 +115,14 @@ hooked! {
     PrimaryCtxReleaseV2 = "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease", 11000, Default;
     PrimaryCtxReset = "cuDevicePrimaryCtxReset", "cuDevicePrimaryCtxReset", 7000, Default;
     PrimaryCtxResetV2 = "cuDevicePrimaryCtxReset_v2", "cuDevicePrimaryCtxReset", 11000, Default;
+    StreamBeginCapture = "cuStreamBeginCapture", "cuStreamBeginCapture", 10000, Default;
+    StreamBeginCapturePtsz = "cuStreamBeginCapture_ptsz", "cuStreamBeginCapture", 10000, PerThread;
+    StreamBeginCaptureV2 = "cuStreamBeginCapture_v2", "cuStreamBeginCapture", 10010, Default;
+    StreamBeginCaptureV2Ptsz = "cuStreamBeginCapture_v2_ptsz", "cuStreamBeginCapture", 10010, PerThread;
+    StreamBeginCaptureToGraph = "cuStreamBeginCaptureToGraph", "cuStreamBeginCaptureToGraph", 12030, Default;
+    StreamBeginCaptureToGraphPtsz = "cuStreamBeginCaptureToGraph_ptsz", "cuStreamBeginCaptureToGraph", 12030, PerThread;
+    StreamEndCapture = "cuStreamEndCapture", "cuStreamEndCapture", 10000, Default;
+    StreamEndCapturePtsz = "cuStreamEndCapture_ptsz", "cuStreamEndCapture", 10000, PerThread;
 }
 
 /// Number of hooked variants.

@@ -558,6 +558,89 @@ unsafe extern "C" fn primary_reset_v2(dev: c_int, _caller: usize) -> CUresult {
 }
 export_with_caller!(cuDevicePrimaryCtxReset_v2 => primary_reset_v2, 1);
 
+// ---------- stream captures (see crate::capture) ----------
+
+type BeginFn = unsafe extern "C" fn(CUstream) -> CUresult;
+type BeginModeFn = unsafe extern "C" fn(CUstream, c_uint) -> CUresult;
+type BeginToGraphFn = unsafe extern "C" fn(
+    CUstream,
+    *mut c_void,
+    *const c_void,
+    *const c_void,
+    usize,
+    c_uint,
+) -> CUresult;
+type EndFn = unsafe extern "C" fn(CUstream, *mut *mut c_void) -> CUresult;
+
+macro_rules! capture_begin {
+    ($name:ident, $h:expr) => {
+        #[doc = concat!("`", stringify!($name), "`: counted in `crate::capture`.")]
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(stream: CUstream) -> CUresult {
+            let f = real_or_return!($h, BeginFn);
+            // SAFETY: CUDA's contract for the argument, passed on.
+            crate::capture::begin(|| unsafe { f(stream) })
+        }
+    };
+}
+macro_rules! capture_begin_mode {
+    ($name:ident, $h:expr) => {
+        #[doc = concat!("`", stringify!($name), "`: counted in `crate::capture`.")]
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(stream: CUstream, mode: c_uint) -> CUresult {
+            let f = real_or_return!($h, BeginModeFn);
+            // SAFETY: CUDA's contract for the arguments, passed on.
+            crate::capture::begin(|| unsafe { f(stream, mode) })
+        }
+    };
+}
+macro_rules! capture_begin_to_graph {
+    ($name:ident, $h:expr) => {
+        #[doc = concat!("`", stringify!($name), "`: counted in `crate::capture`.")]
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            stream: CUstream,
+            graph: *mut c_void,
+            deps: *const c_void,
+            edges: *const c_void,
+            n: usize,
+            mode: c_uint,
+        ) -> CUresult {
+            let f = real_or_return!($h, BeginToGraphFn);
+            // SAFETY: CUDA's contract for the arguments, passed on.
+            crate::capture::begin(|| unsafe { f(stream, graph, deps, edges, n, mode) })
+        }
+    };
+}
+macro_rules! capture_end {
+    ($name:ident, $h:expr) => {
+        #[doc = concat!("`", stringify!($name), "`: counted in `crate::capture`.")]
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(stream: CUstream, graph: *mut *mut c_void) -> CUresult {
+            let f = real_or_return!($h, EndFn);
+            // SAFETY: CUDA's contract for the arguments, passed on.
+            crate::capture::end(|| unsafe { f(stream, graph) })
+        }
+    };
+}
+capture_begin!(cuStreamBeginCapture, Hooked::StreamBeginCapture);
+capture_begin!(cuStreamBeginCapture_ptsz, Hooked::StreamBeginCapturePtsz);
+capture_begin_mode!(cuStreamBeginCapture_v2, Hooked::StreamBeginCaptureV2);
+capture_begin_mode!(
+    cuStreamBeginCapture_v2_ptsz,
+    Hooked::StreamBeginCaptureV2Ptsz
+);
+capture_begin_to_graph!(
+    cuStreamBeginCaptureToGraph,
+    Hooked::StreamBeginCaptureToGraph
+);
+capture_begin_to_graph!(
+    cuStreamBeginCaptureToGraph_ptsz,
+    Hooked::StreamBeginCaptureToGraphPtsz
+);
+capture_end!(cuStreamEndCapture, Hooked::StreamEndCapture);
+capture_end!(cuStreamEndCapture_ptsz, Hooked::StreamEndCapturePtsz);
+
 /// Fills [`WRAPPERS`] with the exported wrappers' addresses.
 pub fn register_wrappers() {
     let set = |h: Hooked, f: unsafe extern "C" fn()| {
@@ -608,5 +691,37 @@ pub fn register_wrappers() {
     set(Hooked::PrimaryCtxReleaseV2, cuDevicePrimaryCtxRelease_v2);
     set(Hooked::PrimaryCtxReset, cuDevicePrimaryCtxReset);
     set(Hooked::PrimaryCtxResetV2, cuDevicePrimaryCtxReset_v2);
+    let set_addr = |h: Hooked, f: *const ()| {
+        WRAPPERS[h as usize].store(f as usize, Ordering::Relaxed);
+    };
+    set_addr(
+        Hooked::StreamBeginCapture,
+        cuStreamBeginCapture as *const (),
+    );
+    set_addr(
+        Hooked::StreamBeginCapturePtsz,
+        cuStreamBeginCapture_ptsz as *const (),
+    );
+    set_addr(
+        Hooked::StreamBeginCaptureV2,
+        cuStreamBeginCapture_v2 as *const (),
+    );
+    set_addr(
+        Hooked::StreamBeginCaptureV2Ptsz,
+        cuStreamBeginCapture_v2_ptsz as *const (),
+    );
+    set_addr(
+        Hooked::StreamBeginCaptureToGraph,
+        cuStreamBeginCaptureToGraph as *const (),
+    );
+    set_addr(
+        Hooked::StreamBeginCaptureToGraphPtsz,
+        cuStreamBeginCaptureToGraph_ptsz as *const (),
+    );
+    set_addr(Hooked::StreamEndCapture, cuStreamEndCapture as *const ());
+    set_addr(
+        Hooked::StreamEndCapturePtsz,
+        cuStreamEndCapture_ptsz as *const (),
+    );
     debug_assert!(WRAPPERS.iter().all(|w| w.load(Ordering::Relaxed) != 0));
 }
