@@ -330,6 +330,32 @@ pub fn user_frame(
     user_native.or((!frames.is_empty()).then_some(0))
 }
 
+/// One stack from the native frames and the Python frames of the same moment, innermost
+/// first: the native frames down to (not including) the first one in the interpreter
+/// (`in_interpreter` says of a module; `None`: unknown), then the Python frames; at most
+/// [`MAX_FRAMES`], of which up to 16 are kept for Python frames. The preload (in-process)
+/// and the tracer (from BPF) both build their stacks so.
+pub fn merge_python_frames(
+    native: Vec<Site>,
+    python: Vec<PyFrame>,
+    in_interpreter: impl Fn(crate::tag::ModuleId) -> Option<bool>,
+) -> Vec<Frame> {
+    if python.is_empty() {
+        return native.into_iter().map(Frame::Native).collect();
+    }
+    let mut native: Vec<Site> = native
+        .into_iter()
+        .take_while(|s| in_interpreter(s.module) != Some(true))
+        .collect();
+    native.truncate(MAX_FRAMES - python.len().min(MAX_FRAMES / 2));
+    let room = MAX_FRAMES - native.len();
+    native
+        .into_iter()
+        .map(Frame::Native)
+        .chain(python.into_iter().take(room).map(Frame::Python))
+        .collect()
+}
+
 impl std::fmt::Display for PyFrame {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}:{} in {}", self.file, self.line, self.function)
@@ -368,6 +394,49 @@ mod tests {
             (3, 20) => Some("train::load_batch".into()),
             _ => None,
         }
+    }
+
+    #[test]
+    fn python_frames_replace_the_interpreters_native_frames_and_keep_room() {
+        // Module 2 is the interpreter.
+        let interp = |m: ModuleId| Some(m.0 == 2);
+        let site = |m: u32, o: u64| Site {
+            module: ModuleId(m),
+            offset: o,
+        };
+        let py = |n: usize| -> Vec<PyFrame> {
+            (0..n)
+                .map(|i| PyFrame::new("t.py", i as u32 + 1, "f"))
+                .collect()
+        };
+        let native = vec![site(1, 1), site(1, 2), site(2, 3), site(2, 4), site(1, 5)];
+        let m = merge_python_frames(native.clone(), py(2), interp);
+        assert_eq!(
+            m,
+            vec![
+                at(1, 1),
+                at(1, 2),
+                Frame::Python(PyFrame::new("t.py", 1, "f")),
+                Frame::Python(PyFrame::new("t.py", 2, "f")),
+            ]
+        );
+        // No Python frames: the native stack as it is.
+        assert_eq!(merge_python_frames(native, Vec::new(), interp).len(), 5);
+        // A deep native stack leaves room for up to 16 Python frames; a short one for all.
+        let deep: Vec<Site> = (0..40).map(|i| site(1, i)).collect();
+        let m = merge_python_frames(deep, py(20), interp);
+        assert_eq!(m.len(), MAX_FRAMES);
+        assert_eq!(
+            m.iter().filter(|f| matches!(f, Frame::Python(_))).count(),
+            16
+        );
+        assert_eq!(m[0], at(1, 0));
+        let m = merge_python_frames(vec![site(1, 0)], py(40), interp);
+        assert_eq!(m.len(), MAX_FRAMES);
+        assert_eq!(m[1], Frame::Python(PyFrame::new("t.py", 1, "f")));
+        // An interpreter frame first: Python frames only.
+        let m = merge_python_frames(vec![site(2, 9), site(1, 1)], py(1), interp);
+        assert_eq!(m, vec![Frame::Python(PyFrame::new("t.py", 1, "f"))]);
     }
 
     #[test]

@@ -431,29 +431,14 @@ fn same_file(a: &str, b: &str) -> bool {
 }
 
 /// One stack from the native frames and the Python frames of the same moment, innermost
-/// first: the native frames down to (not including) the first one in the interpreter
-/// (`in_interpreter` says of a module; `None`: unknown), then the Python frames; at most
-/// [`pinwise_core::stack::MAX_FRAMES`], of which up to 16 are kept for Python frames.
+/// first, as every source builds it ([`pinwise_core::stack::merge_python_frames`]: the
+/// tracer's stacks have the same shape).
 pub(crate) fn merge_frames(
     native: Vec<Site>,
     python: Vec<pinwise_core::PyFrame>,
     in_interpreter: impl Fn(pinwise_core::ModuleId) -> Option<bool>,
 ) -> Vec<Frame> {
-    use pinwise_core::stack::MAX_FRAMES;
-    if python.is_empty() {
-        return native.into_iter().map(Frame::Native).collect();
-    }
-    let mut native: Vec<Site> = native
-        .into_iter()
-        .take_while(|s| in_interpreter(s.module) != Some(true))
-        .collect();
-    native.truncate(MAX_FRAMES - python.len().min(MAX_FRAMES / 2));
-    let room = MAX_FRAMES - native.len();
-    native
-        .into_iter()
-        .map(Frame::Native)
-        .chain(python.into_iter().take(room).map(Frame::Python))
-        .collect()
+    pinwise_core::stack::merge_python_frames(native, python, in_interpreter)
 }
 
 #[cfg(test)]

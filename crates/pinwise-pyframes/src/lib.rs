@@ -1,7 +1,8 @@
 //! pinwise-pyframes: the Python frames (file, line, function) of the calling thread,
 //! read from CPython's memory from inside the process, without calling into the
 //! interpreter (no C-API call, no GIL) — as py-spy and the eBPF profilers read it, but
-//! in-process and for the current thread only.
+//! in-process and for the current thread; and the naming of frames the tracer's BPF
+//! programs capture in another process (see "From another process" below).
 //!
 //! Supported: CPython 3.10, 3.11, 3.12 and 3.13 on 64-bit Linux with glibc (offsets in
 //! [`layout`], taken from the headers of 3.10.13, 3.11.7, 3.12.1 and 3.13.0). Run for real
@@ -61,11 +62,19 @@
 //! Reports: [`user_frame_index`] picks the innermost frame outside installed packages and
 //! the standard library (the line a reader can change).
 //!
+//! # From another process
+//!
+//! The tracer (`pinwise-trace`) captures frames in BPF with the offsets of [`layout`] and
+//! names them here: [`CodeCache`] over [`ProcessMemory`] (`process_vm_readv` on the traced
+//! PID), with [`instr_offset`] for the instruction field BPF read, and
+//! [`CodeCache::resolve_frames_remembered`] for frames whose code object is gone by the
+//! time the event is read.
+//!
 //! | module | idea |
 //! |---|---|
 //! | [`detect`] | finding `_PyRuntime`, the version, the type objects |
 //! | [`layout`] | per-version offsets |
-//! | [`mem`] | checked reads of this process (`process_vm_readv`) |
+//! | [`mem`] | checked reads of this process or another (`process_vm_readv`) |
 //! | [`tss`] | the thread-state key, confirmed before use |
 //! | [`walk`] | the allocation-free capture |
 //! | [`resolve`] | code objects to strings, type- and liveness-checked |
@@ -89,10 +98,11 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 pub use layout::Version;
-use mem::{Memory, SelfMemory};
+use mem::SelfMemory;
+pub use mem::{Memory, ProcessMemory};
 use resolve::CodeInfo;
 pub use user::{is_library_file, user_frame_index};
-pub use walk::{RawFrame, RawStack, MAX_FRAMES};
+pub use walk::{instr_offset, RawFrame, RawStack, MAX_FRAMES};
 
 /// One Python frame.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -207,11 +217,6 @@ impl Interpreter {
         };
         walk::walk(&SelfMemory, self.layout(), main, ts, max, out).is_ok()
     }
-
-    /// Reads one code object now.
-    fn code_info(&self, code: usize) -> Option<CodeInfo> {
-        resolve::read_code(&SelfMemory, self.layout(), &self.found.types, code)
-    }
 }
 
 thread_local! {
@@ -282,15 +287,14 @@ pub fn current_python_frames(max: usize) -> Option<Vec<PyFrame>> {
     Some(resolver.resolve_stack(&raw))
 }
 
-/// Turns captured frames into [`PyFrame`]s, caching each code object's strings by its
-/// address (see the crate docs on staleness).
+/// Turns this process's captured frames into [`PyFrame`]s, caching each code object's
+/// strings by its address (see the crate docs on staleness).
 #[derive(Debug, Default)]
 pub struct Resolver {
-    cache: HashMap<usize, CodeInfo>,
-    stale: u64,
+    cache: CodeCache,
 }
 
-/// The most code objects a [`Resolver`] keeps (it starts over when full).
+/// The most code objects a [`Resolver`] or [`CodeCache`] keeps (it starts over when full).
 pub const RESOLVER_CAPACITY: usize = 1 << 16;
 
 impl Resolver {
@@ -303,8 +307,8 @@ impl Resolver {
     /// object is gone.
     pub fn resolve(&mut self, raw: &RawFrame) -> Option<PyFrame> {
         let interp = detected()?;
-        let fp = resolve::fingerprint(&SelfMemory, interp.layout(), &interp.found.types, raw.code)?;
-        self.cached(raw, fp).or_else(|| self.read(raw))
+        self.cache
+            .resolve(&SelfMemory, interp.layout(), &interp.found.types, raw)
     }
 
     /// Every frame of `stack` that still resolves, innermost first. The headers of all
@@ -313,33 +317,115 @@ impl Resolver {
         let Some(interp) = detected() else {
             return Vec::new();
         };
-        let layout = interp.layout();
-        let types = &interp.found.types;
-        let frames = stack.frames();
+        self.cache.resolve_frames(
+            &SelfMemory,
+            interp.layout(),
+            &interp.found.types,
+            stack.frames(),
+        )
+    }
+
+    /// Cache entries found replaced by another object since they were read.
+    pub fn stale_hits(&self) -> u64 {
+        self.cache.stale_hits()
+    }
+}
+
+/// Code objects' strings by address, for resolving the frames of one interpreter read
+/// through any [`mem::Memory`] (this process, or another one: the tracer). Every lookup
+/// re-reads the object's header and takes the cached strings only if it is still the same
+/// live code object (see the crate docs on staleness).
+#[derive(Debug, Default, Clone)]
+pub struct CodeCache {
+    cache: HashMap<usize, CodeInfo>,
+    stale: u64,
+}
+
+impl CodeCache {
+    /// An empty cache.
+    pub fn new() -> CodeCache {
+        CodeCache::default()
+    }
+
+    /// The frame `raw` names in the interpreter `mem` holds, or `None` when its code
+    /// object is gone.
+    pub fn resolve<M: Memory>(
+        &mut self,
+        mem: &M,
+        layout: &layout::Layout,
+        types: &resolve::Types,
+        raw: &RawFrame,
+    ) -> Option<PyFrame> {
+        let fp = resolve::fingerprint(mem, layout, types, raw.code)?;
+        self.cached(layout, raw, fp)
+            .or_else(|| self.read(mem, layout, types, raw))
+    }
+
+    /// Every frame of `frames` that still resolves, in order. The headers of all the code
+    /// objects are checked in one batched read.
+    pub fn resolve_frames<M: Memory>(
+        &mut self,
+        mem: &M,
+        layout: &layout::Layout,
+        types: &resolve::Types,
+        frames: &[RawFrame],
+    ) -> Vec<PyFrame> {
+        self.resolve_with(mem, layout, types, frames, false)
+    }
+
+    /// [`CodeCache::resolve_frames`] for frames captured a while ago, by another process
+    /// (the tracer, from BPF): a frame whose code object is no longer there (its memory
+    /// unreadable, or no longer a live code object: the interpreter freed it, or the
+    /// process exited, since the capture) is named as the object was when this cache last
+    /// read it, if it did. The capture proves the object was alive when captured; that it
+    /// was the object cached is the same bet the staleness check makes (see the crate
+    /// docs), over the time between the cache's reading and the capture.
+    pub fn resolve_frames_remembered<M: Memory>(
+        &mut self,
+        mem: &M,
+        layout: &layout::Layout,
+        types: &resolve::Types,
+        frames: &[RawFrame],
+    ) -> Vec<PyFrame> {
+        self.resolve_with(mem, layout, types, frames, true)
+    }
+
+    fn resolve_with<M: Memory>(
+        &mut self,
+        mem: &M,
+        layout: &layout::Layout,
+        types: &resolve::Types,
+        frames: &[RawFrame],
+        remembered: bool,
+    ) -> Vec<PyFrame> {
         let len = resolve::header_len(layout);
         let addrs: Vec<usize> = frames.iter().map(|f| f.code).collect();
         let mut headers = vec![[0u8; 160]; frames.len()];
         let mut bufs: Vec<&mut [u8]> = headers.iter_mut().map(|h| &mut h[..len]).collect();
         let mut ok = vec![false; frames.len()];
-        SelfMemory.read_many(&addrs, &mut bufs, &mut ok);
+        mem.read_many(&addrs, &mut bufs, &mut ok);
         let mut out = Vec::with_capacity(frames.len());
         for (i, raw) in frames.iter().enumerate() {
-            let fp = ok[i]
+            let fp = (ok[i] && raw.code.is_multiple_of(8))
                 .then(|| resolve::fingerprint_of(&headers[i], layout, types))
                 .flatten();
-            let Some(fp) = fp else { continue };
-            if let Some(frame) = self.cached(raw, fp) {
-                out.push(frame);
-            } else if let Some(frame) = self.read(raw) {
-                out.push(frame);
-            }
+            let frame = match fp {
+                Some(fp) => self
+                    .cached(layout, raw, fp)
+                    .or_else(|| self.read(mem, layout, types, raw)),
+                None if remembered => self
+                    .cache
+                    .get(&raw.code)
+                    .map(|info| info.frame(layout, raw.instr_offset)),
+                None => None,
+            };
+            out.extend(frame);
         }
         out
     }
 
     /// The cached frame for `raw` if the object there still has fingerprint `fp`.
-    fn cached(&mut self, raw: &RawFrame, fp: [u64; 5]) -> Option<PyFrame> {
-        let layout = detected()?.layout();
+    fn cached(&mut self, layout: &layout::Layout, raw: &RawFrame, fp: [u64; 5]) -> Option<PyFrame> {
         let info = self.cache.get(&raw.code)?;
         if info.fingerprint == fp {
             return Some(info.frame(layout, raw.instr_offset));
@@ -349,15 +435,30 @@ impl Resolver {
     }
 
     /// Reads `raw`'s code object afresh and caches it.
-    fn read(&mut self, raw: &RawFrame) -> Option<PyFrame> {
-        let interp = detected()?;
-        let info = interp.code_info(raw.code)?;
-        let frame = info.frame(interp.layout(), raw.instr_offset);
+    fn read<M: Memory>(
+        &mut self,
+        mem: &M,
+        layout: &layout::Layout,
+        types: &resolve::Types,
+        raw: &RawFrame,
+    ) -> Option<PyFrame> {
+        let info = resolve::read_code(mem, layout, types, raw.code)?;
+        let frame = info.frame(layout, raw.instr_offset);
         if self.cache.len() >= RESOLVER_CAPACITY {
             self.cache.clear();
         }
         self.cache.insert(raw.code, info);
         Some(frame)
+    }
+
+    /// Code objects cached now.
+    pub fn len(&self) -> usize {
+        self.cache.len()
+    }
+
+    /// Whether nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.cache.is_empty()
     }
 
     /// Cache entries found replaced by another object since they were read.
@@ -397,5 +498,92 @@ mod tests {
             function: "load_batch".into(),
         };
         assert_eq!(f.to_string(), "train.py:88 in load_batch");
+    }
+
+    /// The tracer's cache: a code object freed (or a process gone) after it was read is
+    /// named as it was read by `resolve_frames_remembered`, never by `resolve_frames`; one
+    /// replaced by another live code object is read afresh.
+    #[test]
+    fn remembered_frames_outlive_their_code_objects_and_replacements_are_reread() {
+        use crate::mem::FakeMemory;
+        use crate::resolve::tests::{put_code, TYPES};
+        let layout = Version::V310.layout();
+        let mut mem = FakeMemory::default();
+        put_code(
+            &mut mem,
+            layout,
+            0x3000_0000,
+            "/srv/train.py",
+            "load",
+            87,
+            &[6, 1],
+        );
+        let frames = [RawFrame {
+            code: 0x3000_0000,
+            instr_offset: 2,
+        }];
+        let want = PyFrame {
+            file: "/srv/train.py".into(),
+            line: 88,
+            function: "load".into(),
+        };
+        let mut cache = CodeCache::new();
+        // Never read: nothing to remember.
+        assert!(cache
+            .resolve_frames_remembered(&FakeMemory::default(), layout, &TYPES, &frames)
+            .is_empty());
+        assert_eq!(
+            cache.resolve_frames_remembered(&mem, layout, &TYPES, &frames),
+            std::slice::from_ref(&want)
+        );
+        assert_eq!(cache.len(), 1);
+        // Freed: the first word becomes a free-list link.
+        mem.set_u64(0x3000_0000, 0x5555_5555_a000);
+        assert!(cache
+            .resolve_frames(&mem, layout, &TYPES, &frames)
+            .is_empty());
+        assert_eq!(
+            cache.resolve_frames_remembered(&mem, layout, &TYPES, &frames),
+            std::slice::from_ref(&want)
+        );
+        // The process is gone: every read fails.
+        assert_eq!(
+            cache.resolve_frames_remembered(&FakeMemory::default(), layout, &TYPES, &frames),
+            [want]
+        );
+        // Another live code object at the same address: read as what it is.
+        let mut other = FakeMemory::default();
+        put_code(
+            &mut other,
+            layout,
+            0x3000_0000,
+            "/srv/eval.py",
+            "score",
+            9,
+            &[6, 1],
+        );
+        let got = cache.resolve_frames_remembered(&other, layout, &TYPES, &frames);
+        assert_eq!(got.len(), 1);
+        assert_eq!(
+            (&*got[0].file, &*got[0].function),
+            ("/srv/eval.py", "score")
+        );
+        assert_eq!(cache.stale_hits(), 1);
+    }
+
+    #[test]
+    fn instruction_fields_become_byte_offsets() {
+        let v310 = Version::V310.layout();
+        // f_lasti counts 2-byte code units; only the low 32 bits are the field.
+        assert_eq!(instr_offset(v310, 0x1000, 5), 10);
+        assert_eq!(instr_offset(v310, 0x1000, 0xdead_beef_0000_0007), 14);
+        assert_eq!(instr_offset(v310, 0x1000, u64::from(u32::MAX)), -1);
+        for v in [Version::V311, Version::V312, Version::V313] {
+            let l = v.layout();
+            let start = 0x7000_0000 + l.code_adaptive.unwrap();
+            assert_eq!(instr_offset(l, 0x7000_0000, start as u64 + 24), 24);
+            assert_eq!(instr_offset(l, 0x7000_0000, start as u64 - 2), -1);
+            assert_eq!(instr_offset(l, 0x7000_0000, 0), -1);
+        }
     }
 }

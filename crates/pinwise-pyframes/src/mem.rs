@@ -78,76 +78,105 @@ pub struct SelfMemory;
 
 impl Memory for SelfMemory {
     fn read(&self, addr: usize, buf: &mut [u8]) -> bool {
-        if buf.is_empty() {
-            return true;
-        }
-        if !plausible(addr, buf.len()) {
-            return false;
-        }
-        let local = libc::iovec {
-            iov_base: buf.as_mut_ptr().cast(),
-            iov_len: buf.len(),
-        };
-        let remote = libc::iovec {
-            iov_base: addr as *mut libc::c_void,
-            iov_len: buf.len(),
-        };
-        // SAFETY: `local` describes `buf`, which we borrow mutably for the call; the kernel
-        // validates the remote range and fails with EFAULT rather than faulting if any of
-        // it is unmapped, so no address given here can crash the process.
-        let n = unsafe { libc::process_vm_readv(pid(), &local, 1, &remote, 1, 0) };
-        n == buf.len() as isize
+        read_process(pid(), addr, buf)
     }
 
     fn read_many(&self, addrs: &[usize], bufs: &mut [&mut [u8]], ok: &mut [bool]) {
-        const BATCH: usize = 64;
-        let count = addrs.len().min(bufs.len()).min(ok.len());
-        let mut i = 0;
-        while i < count {
-            if !plausible(addrs[i], bufs[i].len()) {
-                ok[i] = false;
-                i += 1;
-                continue;
-            }
-            // One call for the run of plausible requests from `i` (at most BATCH).
-            let mut local = [libc::iovec {
-                iov_base: std::ptr::null_mut(),
-                iov_len: 0,
-            }; BATCH];
-            let mut remote = local;
-            let mut n = 0;
-            while i + n < count && n < BATCH && plausible(addrs[i + n], bufs[i + n].len()) {
-                let buf = &mut bufs[i + n];
-                local[n] = libc::iovec {
-                    iov_base: buf.as_mut_ptr().cast(),
-                    iov_len: buf.len(),
-                };
-                remote[n] = libc::iovec {
-                    iov_base: addrs[i + n] as *mut libc::c_void,
-                    iov_len: buf.len(),
-                };
-                n += 1;
-            }
-            // SAFETY: `local[..n]` describe the distinct buffers `bufs[i..i+n]`, borrowed
-            // mutably for the call; the kernel checks the remote ranges and stops at the
-            // first unreadable one (EFAULT) instead of faulting.
-            let got = unsafe {
-                libc::process_vm_readv(pid(), local.as_ptr(), n as _, remote.as_ptr(), n as _, 0)
-            };
-            // Requests wholly transferred are good; the transfer stops at the first bad one.
-            let mut left = got.max(0) as usize;
-            let mut done = 0;
-            while done < n && left >= local[done].iov_len {
-                left -= local[done].iov_len;
-                ok[i + done] = true;
-                done += 1;
-            }
-            if done < n {
-                ok[i + done] = false;
-                done += 1;
-            }
-            i += done;
+        read_process_many(pid(), addrs, bufs, ok)
+    }
+}
+
+/// Another process's memory (the tracer reading a traced interpreter), read with
+/// `process_vm_readv`: needs the right to ptrace it (root, or `CAP_SYS_PTRACE`). Reads of
+/// a process that is gone fail, like reads of unmapped memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcessMemory {
+    /// The process read.
+    pub pid: i32,
+}
+
+impl Memory for ProcessMemory {
+    fn read(&self, addr: usize, buf: &mut [u8]) -> bool {
+        read_process(self.pid, addr, buf)
+    }
+
+    fn read_many(&self, addrs: &[usize], bufs: &mut [&mut [u8]], ok: &mut [bool]) {
+        read_process_many(self.pid, addrs, bufs, ok)
+    }
+}
+
+/// One read of process `pid`'s memory.
+fn read_process(pid: libc::pid_t, addr: usize, buf: &mut [u8]) -> bool {
+    if buf.is_empty() {
+        return true;
+    }
+    if !plausible(addr, buf.len()) {
+        return false;
+    }
+    let local = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    // SAFETY: `local` describes `buf`, which we borrow mutably for the call; the kernel
+    // validates the remote range and fails with EFAULT rather than faulting if any of
+    // it is unmapped, so no address given here can crash the process.
+    let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+    n == buf.len() as isize
+}
+
+/// Batched reads of process `pid`'s memory (see [`Memory::read_many`]).
+fn read_process_many(pid: libc::pid_t, addrs: &[usize], bufs: &mut [&mut [u8]], ok: &mut [bool]) {
+    const BATCH: usize = 64;
+    let count = addrs.len().min(bufs.len()).min(ok.len());
+    let mut i = 0;
+    while i < count {
+        if !plausible(addrs[i], bufs[i].len()) {
+            ok[i] = false;
+            i += 1;
+            continue;
         }
+        // One call for the run of plausible requests from `i` (at most BATCH).
+        let mut local = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; BATCH];
+        let mut remote = local;
+        let mut n = 0;
+        while i + n < count && n < BATCH && plausible(addrs[i + n], bufs[i + n].len()) {
+            let buf = &mut bufs[i + n];
+            local[n] = libc::iovec {
+                iov_base: buf.as_mut_ptr().cast(),
+                iov_len: buf.len(),
+            };
+            remote[n] = libc::iovec {
+                iov_base: addrs[i + n] as *mut libc::c_void,
+                iov_len: buf.len(),
+            };
+            n += 1;
+        }
+        // SAFETY: `local[..n]` describe the distinct buffers `bufs[i..i+n]`, borrowed
+        // mutably for the call; the kernel checks the remote ranges and stops at the
+        // first unreadable one (EFAULT) instead of faulting.
+        let got = unsafe {
+            libc::process_vm_readv(pid, local.as_ptr(), n as _, remote.as_ptr(), n as _, 0)
+        };
+        // Requests wholly transferred are good; the transfer stops at the first bad one.
+        let mut left = got.max(0) as usize;
+        let mut done = 0;
+        while done < n && left >= local[done].iov_len {
+            left -= local[done].iov_len;
+            ok[i + done] = true;
+            done += 1;
+        }
+        if done < n {
+            ok[i + done] = false;
+            done += 1;
+        }
+        i += done;
     }
 }
 
@@ -338,6 +367,28 @@ mod tests {
         for (i, buf) in bufs.iter().enumerate() {
             assert_eq!(buf[0], (i % 90) as u8);
         }
+    }
+
+    #[test]
+    fn another_process_is_read_by_pid_and_a_gone_one_fails() {
+        let data: Vec<u8> = (0..=255).collect();
+        // SAFETY: getpid has no preconditions.
+        let me = ProcessMemory {
+            pid: unsafe { libc::getpid() },
+        };
+        let mut buf = [0u8; 256];
+        assert!(me.read(data.as_ptr() as usize, &mut buf));
+        assert_eq!(&buf[..], &data[..]);
+        // A child that has exited and been reaped: its pid names no process.
+        let child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id() as i32;
+        let mut child = child;
+        child.wait().unwrap();
+        let gone = ProcessMemory { pid };
+        assert!(!gone.read(data.as_ptr() as usize, &mut buf));
+        let mut ok = [true; 1];
+        gone.read_many(&[data.as_ptr() as usize], &mut [&mut buf[..]], &mut ok);
+        assert_eq!(ok, [false]);
     }
 
     #[test]

@@ -93,6 +93,29 @@ fn i32_at(buf: &[u8], off: usize) -> i32 {
     i32::from_ne_bytes(b)
 }
 
+/// The byte offset of a frame's current instruction in its code object `code`, from the
+/// frame's instruction field as read (`raw`: 3.10's `f_lasti` in its low 32 bits, else
+/// the instruction pointer); -1 when not known (a frame being set up, or garbage).
+pub fn instr_offset(layout: &Layout, code: usize, raw: u64) -> i32 {
+    match layout.instr_kind {
+        InstrKind::LastiIndex => {
+            let lasti = raw as u32 as i32;
+            if lasti < 0 {
+                -1
+            } else {
+                lasti.checked_mul(2).unwrap_or(-1)
+            }
+        }
+        InstrKind::Pointer => {
+            let start = code.wrapping_add(layout.code_adaptive.unwrap_or(0));
+            match (raw as usize).checked_sub(start) {
+                Some(d) if d <= i32::MAX as usize => d as i32,
+                _ => -1,
+            }
+        }
+    }
+}
+
 /// Why a walk gave no stack.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WalkError {
@@ -239,24 +262,11 @@ pub fn walk_hinted<M: Memory>(
             .frame_owner
             .is_some_and(|o| fbuf[o] == layout.owner_cstack);
         if !shim && code != 0 {
-            let instr_offset = match layout.instr_kind {
-                InstrKind::LastiIndex => {
-                    let lasti = i32_at(fbuf, layout.frame_instr);
-                    if lasti < 0 {
-                        -1
-                    } else {
-                        lasti.checked_mul(2).unwrap_or(-1)
-                    }
-                }
-                InstrKind::Pointer => {
-                    let ptr = u64_at(fbuf, layout.frame_instr);
-                    let start = code.wrapping_add(layout.code_adaptive.unwrap_or(0));
-                    match ptr.checked_sub(start) {
-                        Some(d) if d <= i32::MAX as usize => d as i32,
-                        _ => -1,
-                    }
-                }
+            let raw = match layout.instr_kind {
+                InstrKind::LastiIndex => i32_at(fbuf, layout.frame_instr) as u32 as u64,
+                InstrKind::Pointer => u64_at(fbuf, layout.frame_instr) as u64,
             };
+            let instr_offset = instr_offset(layout, code, raw);
             out.push(RawFrame { code, instr_offset });
         }
         frame = back;

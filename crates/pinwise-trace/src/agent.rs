@@ -32,10 +32,11 @@ use pinwise_core::{DumpFormat, Event, HistoryConfig, SharedHistory};
 
 use crate::error::TraceError;
 use crate::libs::{self, LaunchEnv, Libraries, LibraryOverrides};
-use crate::loader::{BpfConfig, KernelHookStatus, Probes, ProgramCost};
+use crate::loader::{BpfConfig, KernelHookStatus, Probes, ProgramCost, PythonMap};
 use crate::preattach::PreAttach;
 use crate::probes::{func_name, Library};
 use crate::procmaps::{self, ProcMaps};
+use crate::python::{GlibcSpecific, PythonFinder};
 use crate::raw::{self, counters, DecodeError, RawEvent};
 use crate::sites::{SiteResolver, SiteStats};
 use crate::translate::{ProcessNews, TranslateStats, Translator};
@@ -398,7 +399,11 @@ impl TracerAgent {
         let probes = self.prepare(&libs, std::process::id(), -1)?;
         // The event thread runs before the command starts, so that it reads the command's
         // maps while the command is alive, however short its life.
-        let probes = self.run(probes, None, libs.all(), None)?;
+        // The interpreter a Python command will map is read now, so that its frames are
+        // captured from its first allocations.
+        let mut known = libs.all();
+        known.extend(libs::python_libraries(&executable, &env));
+        let probes = self.run(probes, None, known, None)?;
         // While the tracer is a "spawner", the kernel adds the processes it forks to the
         // traced set at fork time: the command is traced before it runs anything.
         let me = std::process::id();
@@ -516,6 +521,8 @@ impl TracerAgent {
             let shared = Arc::clone(&shared);
             let history = self.history.clone();
             let poll = self.config.poll_interval;
+            let bpf = &self.config.bpf;
+            let python_frames = bpf.python_frames && (bpf.alloc_stacks || bpf.copy_stack_every > 0);
             std::thread::Builder::new()
                 .name("pinwise-trace".into())
                 .spawn(move || {
@@ -523,6 +530,7 @@ impl TracerAgent {
                         self_pid,
                         known_files: &known,
                         preattach,
+                        python_frames,
                     };
                     event_loop(&probes, &shared, &history, poll, target, ready_tx)
                 })
@@ -597,6 +605,14 @@ impl TracerAgent {
                 s.translate.cuda_internal_mallocs,
             ),
             ("tracer.frames_unplaced", s.translate.frames_unplaced),
+            ("tracer.python_stacks", s.translate.python_stacks),
+            (
+                "tracer.python_frames_unnamed",
+                s.translate.python_frames_unnamed,
+            ),
+            ("tracer.python_no_thread", s.translate.python_no_thread),
+            ("tracer.python_failed", s.translate.python_failed),
+            ("tracer.python_truncated", s.translate.python_truncated),
             ("tracer.uprobes", s.uprobes as u64),
         ]);
         if s.cuda_standin {
@@ -793,6 +809,11 @@ fn monotonic_ns() -> u64 {
     (ts.tv_sec as u64).saturating_mul(1_000_000_000) + ts.tv_nsec as u64
 }
 
+/// The event thread's longest wait while a traced process runs Python (see
+/// [`crate::python`]): its events' frames are named by reading its memory, which is gone
+/// once it exits.
+const PYTHON_POLL: Duration = Duration::from_millis(2);
+
 /// Who the event thread traces, besides what the probes say.
 struct Target<'a> {
     /// The tracer traces its own process (its threads' activity is not the program's).
@@ -801,6 +822,8 @@ struct Target<'a> {
     known_files: &'a [PathBuf],
     /// An attach: the process, what it had pinned, and when.
     preattach: Option<(u32, PreAttach, u64)>,
+    /// Python frames are captured (`BpfConfig::python_frames`, with stacks of some kind).
+    python_frames: bool,
 }
 
 fn own_tid() -> u32 {
@@ -823,6 +846,7 @@ fn event_loop(
         self_pid,
         known_files,
         preattach,
+        python_frames,
     } = target;
     if self_pid.is_some() {
         if let Err(e) = probes.lock().ignore_thread(own_tid()) {
@@ -849,7 +873,6 @@ fn event_loop(
             }
         }
     };
-    let _ = ready.send(Ok(()));
     let mut translator =
         Translator::new(SiteResolver::new(history.modules())).with_stacks(history.stacks());
     for path in known_files {
@@ -858,6 +881,16 @@ fn event_loop(
     if let Some((pid, survey, ts)) = &preattach {
         translator.learn_preattach(*pid, &survey.pinned, *ts);
     }
+    // Before the caller goes on (a launched command starts, an attach is reported): the
+    // interpreter a command will map is read, and a process traced from the start (an
+    // attach, or the tracer itself) that runs Python already is entered, so that its events
+    // have Python frames from the first one.
+    let mut python = PythonWatch::new(probes, python_frames);
+    python.warm(known_files);
+    for pid in preattach.iter().map(|p| p.0).chain(self_pid) {
+        python.look(pid, &mut translator);
+    }
+    let _ = ready.send(Ok(()));
     let mut events: Vec<Event> = Vec::with_capacity(4096);
     let mut news: Vec<(ProcessNews, u64)> = Vec::new();
     // Probing newly mapped libraries reads their symbol tables, which can take a while:
@@ -876,10 +909,17 @@ fn event_loop(
         let stopping = shared.stop.load(Ordering::SeqCst);
         // Events submitted without a wakeup (copies, until enough data waits) do not make
         // `poll` return early; `consume` takes whatever is there once the wait is over.
+        // Python frames are named by reading the process: while a Python process is traced,
+        // its events are read sooner, so that they are read before it exits.
+        let wait = if translator.has_python() {
+            poll.min(PYTHON_POLL)
+        } else {
+            poll
+        };
         let polled = if stopping {
             ring.consume()
         } else {
-            ring.poll(poll).and_then(|()| ring.consume())
+            ring.poll(wait).and_then(|()| ring.consume())
         };
         if let Err(e) = polled {
             if e.kind() != libbpf_rs::ErrorKind::Interrupted {
@@ -890,6 +930,8 @@ fn event_loop(
         }
         let records: Vec<_> = std::mem::take(&mut *batch.borrow_mut());
         let mut decode_errors = 0;
+        let named = translator.name_python_frames(records.iter().filter_map(|r| r.as_ref().ok()));
+        python.named(&named);
         for record in &records {
             match record {
                 Ok(raw) => {
@@ -919,7 +961,14 @@ fn event_loop(
             translator.flush(&mut events);
         }
         feed(shared, history, &mut events);
-        handle_news(&news, &attach_jobs, &mut translator, history, shared);
+        handle_news(
+            &news,
+            &attach_jobs,
+            &mut translator,
+            history,
+            shared,
+            &mut python,
+        );
         news.clear();
         {
             let mut live = shared.live.lock();
@@ -1015,12 +1064,88 @@ fn tell_sink(shared: &SharedState, news: ProcessNews) {
     }
 }
 
+/// Python processes among the traced ones: found when they exec or map an interpreter,
+/// told to BPF (map `py_procs`; BPF and the translator follow them into forked children),
+/// forgotten when they exit.
+struct PythonWatch {
+    map: Option<PythonMap>,
+    finder: PythonFinder,
+    /// glibc's pthread-specific storage (`None`: not found, no Python frames at all).
+    glibc: Option<GlibcSpecific>,
+}
+
+impl PythonWatch {
+    /// A watch that does nothing unless `enabled`.
+    fn new(probes: &Mutex<Probes>, enabled: bool) -> Self {
+        let map = enabled
+            .then(|| {
+                probes
+                    .lock()
+                    .python_map()
+                    .map_err(|e| tracing::warn!("no Python frames: {e}"))
+                    .ok()
+            })
+            .flatten();
+        PythonWatch {
+            map,
+            finder: PythonFinder::new(),
+            glibc: enabled.then(crate::python::glibc_specific).flatten(),
+        }
+    }
+
+    /// Reads ahead the interpreters among `files` (a launched command's executable and
+    /// libraries).
+    fn warm(&mut self, files: &[PathBuf]) {
+        if self.glibc.is_some() && self.map.is_some() {
+            self.finder.warm(files);
+        }
+    }
+
+    /// Looks for an interpreter in `pid` (unless one is known).
+    fn look(&mut self, pid: u32, translator: &mut Translator) {
+        let (Some(glibc), Some(map)) = (self.glibc, &self.map) else {
+            return;
+        };
+        if translator.python(pid).is_some() {
+            return;
+        }
+        let Some(maps) = translator.sites().maps(pid).cloned() else {
+            return;
+        };
+        if let Some(found) = self.finder.find(pid, &maps) {
+            if let Err(e) = map.set(pid, &found.bpf_entry(glibc)) {
+                tracing::warn!("PID {pid}: no Python frames: {e}");
+            }
+            translator.set_python(pid, found);
+        }
+    }
+
+    /// Code objects named (and so remembered) from now on.
+    fn named(&self, codes: &[(u32, u64)]) {
+        if let Some(map) = &self.map {
+            for &(pid, code) in codes {
+                map.named(pid, code);
+            }
+        }
+    }
+
+    fn forget(&mut self, pid: u32, translator: &mut Translator) {
+        if translator.python(pid).is_some() {
+            translator.forget_python(pid);
+            if let Some(map) = &self.map {
+                map.forget(pid);
+            }
+        }
+    }
+}
+
 fn handle_news(
     news: &[(ProcessNews, u64)],
     attach_jobs: &std::sync::mpsc::Sender<(u32, ProcMaps)>,
     translator: &mut Translator,
     history: &SharedHistory,
     shared: &SharedState,
+    python: &mut PythonWatch,
 ) {
     let mut check: Vec<u32> = Vec::new();
     for &(n, ts) in news {
@@ -1044,16 +1169,25 @@ fn handle_news(
                 drop(live);
                 // Its exit is its last event: its maps snapshot is no longer needed.
                 translator.sites().forget(pid);
+                python.forget(pid, translator);
             }
-            // A fork copies the parent's address space: nothing new to probe.
-            // The sink heard of these from the event loop, in order with the events.
-            ProcessNews::Forked { .. } | ProcessNews::Enrolled { .. } => {}
-            ProcessNews::Exec(pid) | ProcessNews::LibraryMapped(pid) => check.push(pid),
+            // A fork copies the parent's address space: nothing new to probe (the child's
+            // Python entry was copied by BPF and by the translator). The sink heard of these
+            // from the event loop, in order with the events.
+            ProcessNews::Forked { .. } => {}
+            // A process enrolled node-wide may run Python.
+            ProcessNews::Enrolled { pid, .. } => python.look(pid, translator),
+            ProcessNews::Exec(pid) => {
+                python.forget(pid, translator);
+                check.push(pid);
+            }
+            ProcessNews::LibraryMapped(pid) => check.push(pid),
         }
     }
     check.sort_unstable();
     check.dedup();
     for pid in check {
+        python.look(pid, translator);
         if let Some(maps) = translator.sites().maps(pid).cloned() {
             let _ = attach_jobs.send((pid, maps));
         }

@@ -19,6 +19,8 @@
 //!   file offset); [`mod@symbolize`]: sites to function and line, for reports.
 //! - [`translate`]: records to `pinwise_core::Event`s (copy directions, registrations,
 //!   CUDA's own mappings left out).
+//! - [`python`]: CPython 3.10-3.13 in traced processes: where BPF finds their frames, and
+//!   the naming of the frames it captures (`file:line in function` in the stacks).
 //! - [`preattach`]: on `--pid`, what the process had pinned before the attach (the driver's
 //!   `/dev/nvidiactl` mappings); memory allocated before it has an unknown state.
 //! - [`agent`]: [`TracerAgent`], the library API (launch, attach to a PID or to itself,
@@ -34,6 +36,7 @@ pub mod loader;
 pub mod preattach;
 pub mod probes;
 pub mod procmaps;
+pub mod python;
 pub mod raw;
 pub mod sites;
 pub mod skel;

@@ -194,14 +194,11 @@ pub fn resolve_program(program: &Path, env: &LaunchEnv) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// The libraries a command will use, found the way the dynamic loader would find them.
-pub fn for_command(executable: &Path, env: &LaunchEnv) -> Libraries {
-    let ldconfig = LdconfigCache::load();
-    let elf = ElfDeps::read(executable);
+/// Where the dynamic loader looks for `elf`'s libraries, in its order: DT_RPATH (only
+/// without DT_RUNPATH), LD_LIBRARY_PATH, DT_RUNPATH (the default directories not included).
+fn search_dirs(elf: &ElfDeps, executable: &Path, env: &LaunchEnv) -> Vec<PathBuf> {
     let origin = executable.parent().unwrap_or(Path::new("/"));
-
     let mut search: Vec<PathBuf> = Vec::new();
-    // The loader's order: DT_RPATH (only without DT_RUNPATH), LD_LIBRARY_PATH, DT_RUNPATH.
     if elf.runpath.is_empty() {
         search.extend(elf.rpath.iter().map(|d| expand_origin(d, origin)));
     }
@@ -209,6 +206,35 @@ pub fn for_command(executable: &Path, env: &LaunchEnv) -> Libraries {
         search.extend(std::env::split_paths(llp).filter(|p| !p.as_os_str().is_empty()));
     }
     search.extend(elf.runpath.iter().map(|d| expand_origin(d, origin)));
+    search
+}
+
+/// The `libpython3.*` libraries a command links (as the dynamic loader will find them):
+/// read ahead of the launch, so that the tracer knows the interpreter when it is mapped.
+pub fn python_libraries(executable: &Path, env: &LaunchEnv) -> Vec<PathBuf> {
+    let elf = ElfDeps::read(executable);
+    let search = search_dirs(&elf, executable, env);
+    let defaults = default_dirs();
+    let mut out = Vec::new();
+    for needed in elf.needed.iter().filter(|n| n.starts_with("libpython3.")) {
+        let found = search
+            .iter()
+            .chain(defaults.iter())
+            .map(|d| d.join(needed))
+            .find(|p| p.is_file());
+        match found {
+            Some(p) => out.push(p),
+            None => out.extend(LdconfigCache::load().find(|n| n == needed.as_str())),
+        }
+    }
+    out
+}
+
+/// The libraries a command will use, found the way the dynamic loader would find them.
+pub fn for_command(executable: &Path, env: &LaunchEnv) -> Libraries {
+    let ldconfig = LdconfigCache::load();
+    let elf = ElfDeps::read(executable);
+    let search = search_dirs(&elf, executable, env);
     let defaults = default_dirs();
 
     let find_in_dirs = |name: &str| -> Vec<PathBuf> {

@@ -59,6 +59,10 @@ pub struct BpfConfig {
     /// Node-wide mode: any process entering a probed CUDA function becomes traced there
     /// (from that call on), without user space adding it (`pinwise agent`).
     pub enroll_on_cuda: bool,
+    /// Events that carry a call chain (allocations with `alloc_stacks`, sampled copies)
+    /// carry the Python frames of the thread too, in processes running CPython 3.10-3.13
+    /// (see [`crate::python`]).
+    pub python_frames: bool,
 }
 
 impl Default for BpfConfig {
@@ -73,7 +77,52 @@ impl Default for BpfConfig {
             copy_stack_every: 64,
             malloc_min_bytes: 64 << 10,
             enroll_on_cuda: false,
+            python_frames: true,
         }
+    }
+}
+
+/// The BPF map of traced Python processes (`py_procs`), through a handle of its own: the
+/// event thread updates it without waiting for the lock on [`Probes`], which the thread
+/// that probes new libraries may hold for a long while.
+#[derive(Debug)]
+pub struct PythonMap {
+    procs: libbpf_rs::MapHandle,
+    codes: libbpf_rs::MapHandle,
+}
+
+impl PythonMap {
+    /// Tells BPF where process `pid`'s Python frames are (see [`crate::python`]).
+    pub fn set(
+        &self,
+        pid: u32,
+        proc_: &crate::skel::main::types::pw_py_proc,
+    ) -> Result<(), TraceError> {
+        // SAFETY: pw_py_proc is a #[repr(C)] struct of integers generated from BTF, with
+        // explicit padding (pinwise_events.h): all of its bytes are initialised.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                (proc_ as *const crate::skel::main::types::pw_py_proc).cast::<u8>(),
+                std::mem::size_of_val(proc_),
+            )
+        };
+        self.procs
+            .update(&pid.to_ne_bytes(), bytes, MapFlags::ANY)
+            .map_err(|e| TraceError::Load(format!("Python process map: {e:#}")))
+    }
+
+    /// Forgets process `pid`'s Python frames (it exited, or exec'd something else).
+    pub fn forget(&self, pid: u32) {
+        let _ = self.procs.delete(&pid.to_ne_bytes());
+    }
+
+    /// Tells BPF that code object `code` of process `pid` is named (remembered): events
+    /// running only named code objects need not wake the consumer at once.
+    pub fn named(&self, pid: u32, code: u64) {
+        let mut key = [0u8; 16];
+        key[..4].copy_from_slice(&pid.to_ne_bytes());
+        key[8..].copy_from_slice(&code.to_ne_bytes());
+        let _ = self.codes.update(&key, &[1], MapFlags::ANY);
     }
 }
 
@@ -201,6 +250,11 @@ fn set_rodata(object: &mut OpenObject, config: &BpfConfig, is_main: bool) {
                 data,
                 offset_of!(MainRo, cfg_enroll_on_cuda),
                 u32::from(config.enroll_on_cuda),
+            );
+            put32(
+                data,
+                offset_of!(MainRo, cfg_python_frames),
+                u32::from(config.python_frames),
             );
         } else {
             put(data, offset_of!(NvRo, cfg_wakeup_bytes), wakeup);
@@ -704,6 +758,18 @@ impl Probes {
         self.map("ignored_tids")
             .update(&tid.to_ne_bytes(), &[1], MapFlags::ANY)
             .map_err(|e| TraceError::Load(format!("ignored-thread map: {e:#}")))
+    }
+
+    /// Handles of their own on the maps of Python processes (see [`PythonMap`]).
+    pub fn python_map(&self) -> Result<PythonMap, TraceError> {
+        let handle = |name: &str| {
+            libbpf_rs::MapHandle::try_from(&self.map(name))
+                .map_err(|e| TraceError::Load(format!("map {name}: {e:#}")))
+        };
+        Ok(PythonMap {
+            procs: handle("py_procs")?,
+            codes: handle("py_codes")?,
+        })
     }
 
     fn percpu_sums(&self, map: &str, count: u32) -> Vec<u64> {

@@ -9,7 +9,8 @@ use crate::skel::main::types as c;
 pub use c::{
     pw_copy_event as CopyRecord, pw_copy_stack_event as CopyStackRecord,
     pw_fault_event as FaultRecord, pw_header as Header, pw_pin_event as PinRecord,
-    pw_proc_event as ProcRecord, pw_range_event as RangeRecord, pw_release_event as ReleaseRecord,
+    pw_proc_event as ProcRecord, pw_py_stack as PyStackRecord, pw_range_event as RangeRecord,
+    pw_release_event as ReleaseRecord,
 };
 
 /// One decoded ring-buffer record.
@@ -219,6 +220,22 @@ pub mod site_sources {
     pub const DRIVER: u8 = s::PW_SITE_DRIVER.0 as u8;
 }
 
+/// What came of reading an event's Python frames (`pw_py_stack.status`, from `enum
+/// pw_py_status`).
+pub mod py_status {
+    use super::c::pw_py_status as s;
+    /// Not a Python process: nothing tried.
+    pub const NONE: u32 = s::PW_PY_NONE.0;
+    /// Read.
+    pub const OK: u32 = s::PW_PY_OK.0;
+    /// The thread has no Python thread state.
+    pub const NO_THREAD: u32 = s::PW_PY_NO_THREAD.0;
+    /// Unreadable, or not the main interpreter's thread state.
+    pub const FAILED: u32 = s::PW_PY_FAILED.0;
+    /// Read, but cut short.
+    pub const TRUNCATED: u32 = s::PW_PY_TRUNCATED.0;
+}
+
 /// Indexes of the BPF-side counters (from `enum pw_counter`).
 pub mod counters {
     use super::c::pw_counter as k;
@@ -301,14 +318,17 @@ mod tests {
         // pinwise_events.h); a change there must show up here.
         assert_eq!(std::mem::size_of::<Header>(), 24);
         assert_eq!(std::mem::size_of::<CopyRecord>(), 24 + 5 * 8 + 8);
-        // ..., stack_len, nframes, _pad1, frames[32], stack[1024].
+        // A Python stack: nframes, status, 32 (code, instr) pairs.
+        let py = 8 + 32 * 16;
+        assert_eq!(std::mem::size_of::<PyStackRecord>(), py);
+        // ..., stack_len, nframes, _pad1, frames[32], py, stack[1024].
         assert_eq!(
             std::mem::size_of::<RangeRecord>(),
-            24 + 7 * 8 + 8 + 8 + 8 + 32 * 8 + 1024
+            24 + 7 * 8 + 8 + 8 + 8 + 32 * 8 + py + 1024
         );
         assert_eq!(
             std::mem::size_of::<CopyStackRecord>(),
-            std::mem::size_of::<CopyRecord>() + 8 + 32 * 8
+            std::mem::size_of::<CopyRecord>() + 8 + 32 * 8 + py
         );
         assert_eq!(std::mem::size_of::<ReleaseRecord>(), 24 + 3 * 8);
     }

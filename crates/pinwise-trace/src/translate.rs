@@ -22,7 +22,8 @@ use pinwise_core::{
     StackId, StackTable,
 };
 
-use crate::raw::{kinds, memtypes, site_sources, RawEvent};
+use crate::python::PythonProcess;
+use crate::raw::{kinds, memtypes, py_status, site_sources, Header, PyStackRecord, RawEvent};
 use crate::sites::{ExactAddr, SiteResolver};
 
 /// What the tracer must do about a process, besides recording its events.
@@ -80,6 +81,17 @@ pub struct TranslateStats {
     pub frames_unplaced: u64,
     /// malloc-family blocks CUDA allocated for itself (not reported, nor their frees).
     pub cuda_internal_mallocs: u64,
+    /// Events of Python processes whose stacks got Python frames (see [`crate::python`]).
+    pub python_stacks: u64,
+    /// Python frames BPF captured that could not be named (the code object was gone or
+    /// unreadable by the time the event was read).
+    pub python_frames_unnamed: u64,
+    /// Events of Python processes from threads without a Python thread state.
+    pub python_no_thread: u64,
+    /// Events of Python processes whose frames BPF could not read (see `pw_py_status`).
+    pub python_failed: u64,
+    /// Events whose Python stack was cut (more than 32 frames, or an unreadable frame).
+    pub python_truncated: u64,
 }
 
 #[derive(Debug, Default)]
@@ -137,6 +149,10 @@ pub struct Translator {
     ranges: HashMap<u32, ProcessRanges>,
     /// Kernel page-lock events held until the CUDA call they happened in returns, by tid.
     held: HashMap<u32, Vec<Event>>,
+    /// Traced processes running CPython, whose events carry Python frames.
+    python: HashMap<u32, PythonProcess>,
+    /// Python frames named ahead of their events' translation, by (tid, timestamp).
+    python_named: HashMap<(u32, u64), Vec<pinwise_core::PyFrame>>,
     stats: TranslateStats,
 }
 
@@ -148,6 +164,8 @@ impl Translator {
             stacks: None,
             ranges: HashMap::new(),
             held: HashMap::new(),
+            python: HashMap::new(),
+            python_named: HashMap::new(),
             stats: TranslateStats::default(),
         }
     }
@@ -159,15 +177,123 @@ impl Translator {
         self
     }
 
+    /// Process `pid` runs CPython: its events' Python frames are named from now on.
+    pub fn set_python(&mut self, pid: u32, process: PythonProcess) {
+        self.python.insert(pid, process);
+    }
+
+    /// Whether some traced process runs CPython.
+    pub fn has_python(&self) -> bool {
+        !self.python.is_empty()
+    }
+
+    /// The interpreter process `pid` runs, if known.
+    pub fn python(&self, pid: u32) -> Option<&PythonProcess> {
+        self.python.get(&pid)
+    }
+
+    /// Process `pid` no longer runs the interpreter it ran (exit, exec).
+    pub fn forget_python(&mut self, pid: u32) {
+        self.python.remove(&pid);
+    }
+
+    /// Names the Python frames of a batch of records before the batch is translated: the
+    /// code objects are read as soon as possible after the events (an interpreter frees
+    /// its code objects as it shuts down, and a process that exits takes them along), not
+    /// after the slower work of translating the records before them.
+    ///
+    /// Returns the (process, code object) pairs of the events whose frames were all named:
+    /// the code objects now remembered.
+    pub fn name_python_frames<'r>(
+        &mut self,
+        records: impl IntoIterator<Item = &'r RawEvent>,
+    ) -> Vec<(u32, u64)> {
+        // Names of the batch before are all taken by now (a record that was not
+        // translated, none should be, leaves nothing behind).
+        self.python_named.clear();
+        let mut named_codes = Vec::new();
+        if self.python.is_empty() {
+            return named_codes;
+        }
+        for raw in records {
+            let (h, py) = match raw {
+                RawEvent::CopyStack(c) => (&c.copy.h, &c.py),
+                RawEvent::Range(r) => (&r.h, &r.py),
+                _ => continue,
+            };
+            if py.nframes == 0 || !self.python.contains_key(&h.pid) {
+                continue;
+            }
+            let named = self.python_frames(h.pid, h.tid, h.ts_ns, py);
+            let n = (py.nframes as usize).min(py.frames.len());
+            if named.len() == n {
+                named_codes.extend(py.frames[..n].iter().map(|f| (h.pid, f.code)));
+            }
+            self.python_named.insert((h.tid, h.ts_ns), named);
+        }
+        named_codes.sort_unstable();
+        named_codes.dedup();
+        named_codes
+    }
+
+    /// The Python frames BPF captured with an event of `pid`, named now (the process is
+    /// alive, or just exited: its code objects are read at once), or earlier by
+    /// [`Translator::name_python_frames`].
+    fn python_frames(
+        &mut self,
+        pid: u32,
+        tid: u32,
+        ts: u64,
+        py: &PyStackRecord,
+    ) -> Vec<pinwise_core::PyFrame> {
+        if let Some(named) = self.python_named.remove(&(tid, ts)) {
+            return named;
+        }
+        match py.status {
+            s if s == py_status::NONE => return Vec::new(),
+            s if s == py_status::NO_THREAD => {
+                self.stats.python_no_thread += 1;
+                return Vec::new();
+            }
+            s if s == py_status::FAILED => {
+                self.stats.python_failed += 1;
+                return Vec::new();
+            }
+            s if s == py_status::TRUNCATED => self.stats.python_truncated += 1,
+            _ => {}
+        }
+        let Some(process) = self.python.get_mut(&pid) else {
+            return Vec::new();
+        };
+        let frames = process.resolve(pid, py);
+        let captured = (py.nframes as usize).min(py.frames.len());
+        self.stats.python_frames_unnamed += (captured - frames.len().min(captured)) as u64;
+        if !frames.is_empty() {
+            self.stats.python_stacks += 1;
+        }
+        frames
+    }
+
     /// A call chain from BPF (return addresses, innermost first) as an interned stack of
     /// sites; frames in no known module are left out. The event's call site, when the
     /// chain lacks it, goes in after the innermost frame: a chain captured at a function's
     /// entry (copies), or inside a wrapper that keeps no frame (libc's mmap), starts at the
     /// function and continues at its caller's caller, because the frame-pointer walk reads
     /// the caller's return address from a frame the callee has not made.
-    fn stack(&mut self, pid: u32, frames: &[u64], site: Option<Site>) -> Option<StackId> {
+    ///
+    /// Python frames captured with the event replace the interpreter's own native frames,
+    /// as the preload's stacks have them ([`pinwise_core::stack::merge_python_frames`]).
+    fn stack(
+        &mut self,
+        h: &Header,
+        frames: &[u64],
+        site: Option<Site>,
+        py: &PyStackRecord,
+    ) -> Option<StackId> {
         let table = self.stacks.clone()?;
-        if frames.is_empty() {
+        let pid = h.pid;
+        let python = self.python_frames(pid, h.tid, h.ts_ns, py);
+        if frames.is_empty() && python.is_empty() {
             return None;
         }
         self.stats.stacks_captured += 1;
@@ -184,6 +310,14 @@ impl Translator {
                 out.insert(out.len().min(1), frame);
                 out.truncate(pinwise_core::stack::MAX_FRAMES);
             }
+        }
+        if !python.is_empty() {
+            let text = self.python.get(&pid).map(|p| p.text);
+            let interpreter = text.and_then(|t| self.sites.site(pid, t)).map(|s| s.module);
+            let native: Vec<Site> = out.iter().filter_map(Frame::site).collect();
+            out = pinwise_core::stack::merge_python_frames(native, python, |m| {
+                interpreter.map(|i| i == m)
+            });
         }
         table.intern(&out)
     }
@@ -276,7 +410,7 @@ impl Translator {
             RawEvent::CopyStack(c) => {
                 let n = (c.nframes as usize).min(c.frames.len());
                 let site = self.sites.site(pid, c.copy.call_site);
-                let stack = self.stack(pid, &c.frames[..n], site);
+                let stack = self.stack(&c.copy.h, &c.frames[..n], site, &c.py);
                 self.copy(&c.copy, stack, out);
                 None
             }
@@ -397,6 +531,12 @@ impl Translator {
             }
             RawEvent::Proc(p) => match h.kind {
                 kinds::PROC_FORK => {
+                    // The child runs the parent's interpreter at the same addresses (BPF
+                    // gave it the parent's entry): its events, perhaps in this very batch,
+                    // have Python frames to name.
+                    if let Some(py) = self.python.get(&pid).map(PythonProcess::forked) {
+                        self.python.insert(p.child, py);
+                    }
                     // The child starts with a copy of the parent's address space.
                     if let Some(parent) = self.ranges.get(&pid) {
                         let copy = ProcessRanges {
@@ -534,7 +674,7 @@ impl Translator {
         let (pid, tid, ts) = (r.h.pid, r.h.tid, r.h.ts_ns);
         let stack_of = |t: &mut Self, site: Option<Site>| {
             let n = (r.nframes as usize).min(r.frames.len());
-            t.stack(pid, &r.frames[..n], site)
+            t.stack(&r.h, &r.frames[..n], site, &r.py)
         };
         let end = r.addr.saturating_add(r.len);
         let ev = |kind: EventKind| Event::new(ts, pid, tid, ProbeKind::Uprobe, kind);

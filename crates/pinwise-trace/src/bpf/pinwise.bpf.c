@@ -41,10 +41,19 @@ const volatile __u64 cfg_malloc_min_bytes = 64 << 10;
 #define MAP_ANONYMOUS 0x20
 #define MAP_STACK 0x20000
 
+/* Events of Python processes carry the Python frames of the thread (set by user space). */
+const volatile __u32 cfg_python_frames = 1;
+
 /* The few kernel fields pinwise reads; CO-RE finds their offsets in the running kernel. */
+struct thread_struct {
+	/* x86-64: the user thread pointer (glibc's `struct pthread` of the thread). */
+	unsigned long fsbase;
+} __attribute__((preserve_access_index));
+
 struct task_struct {
 	int pid;
 	int tgid;
+	struct thread_struct thread;
 } __attribute__((preserve_access_index));
 
 struct super_block {
@@ -189,6 +198,55 @@ struct {
 	__type(value, __u8);
 } ignored_tids SEC(".maps");
 
+/* Traced processes that run CPython 3.10-3.13: where their frame chains are (written by
+ * user space when it sees the interpreter mapped). A process absent here costs one lookup. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32); /* tgid */
+	__type(value, struct pw_py_proc);
+} py_procs SEC(".maps");
+
+/* Code objects user space has named (and so remembers, should they be freed before a
+ * later event is read): an event whose frames run a code object not here wakes the consumer
+ * at once, so that the object is read while it lives. */
+struct py_code_key {
+	__u32 tgid;
+	__u32 _pad0;
+	__u64 code;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct py_code_key);
+	__type(value, __u8);
+} py_codes SEC(".maps");
+
+/* Bytes of one interpreter frame read at once (the fields are then picked out of it). */
+#define PY_FRAME_READ 128
+/* Frames visited in one walk (shim frames are visited, not kept): ends a cyclic chain. */
+#define PY_MAX_VISITS (2 * PW_MAX_PY_FRAMES)
+
+/* Bytes of a page: 3.11+ frames are read a page at a time (the page's start to the frame's
+ * end), which covers the callers below them on the same page. */
+#define PY_PAGE 4096
+
+struct py_scratch {
+	/* The bytes read last: from win_base, win_len of them. */
+	__u8 window[PY_PAGE + PY_FRAME_READ];
+	/* The frames kept so far. */
+	struct pw_py_frame frames[PW_MAX_PY_FRAMES];
+};
+
+/* Per-CPU room for a walk (the BPF stack is too small for it). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct py_scratch);
+} py_scratch SEC(".maps");
+
 /* ---- helpers ------------------------------------------------------------------------- */
 
 /* At a function's first instruction the return address is the word at the stack pointer. */
@@ -257,6 +315,206 @@ static __always_inline void place_site(struct pw_range_event *e)
 	}
 }
 
+/* ---- Python frames ------------------------------------------------------------------- */
+/*
+ * The interpreter's frame chain of the current thread, as py-spy and the eBPF profilers read
+ * it, with the offsets user space took from pinwise-pyframes' per-version layout.
+ *
+ * The thread state: CPython keeps each thread's PyThreadState under a pthread key
+ * (_PyRuntime's autoTSSkey, the PyGILState key), set for every thread Python knows and kept
+ * while the thread has released the GIL: a ctypes call, a PyTorch operator, which is when
+ * CUDA calls and large allocations happen (the GIL holder, _PyRuntime's tstate_current,
+ * would be another thread or none then; 3.12+'s _Py_tss_tstate thread-local is absent
+ * before 3.12). glibc keeps a thread's key values in its `struct pthread`, at the thread
+ * pointer (fs base on x86-64): keys below 32 in specific_1stblock[key].data, others in
+ * specific[key / 32][key % 32].data. User space finds those two offsets in its own glibc
+ * (the traced process is assumed to use the same glibc: a thread state that does not
+ * point back at the main interpreter is refused, so a different one gives no frames,
+ * never wrong ones).
+ *
+ * Then: thread state -> current frame (through _PyCFrame on 3.11 and 3.12) -> previous ...,
+ * in bpf_loop (at most PW_MAX_PY_FRAMES kept, PY_MAX_VISITS visited), code object and
+ * instruction field kept; 3.12+'s shim frames (owned by the C stack) skipped. 3.10's frames
+ * are objects of their own: one read each. 3.11+'s lie on the thread's data stack, callers
+ * below callees: one read from the page's start to the frame's end serves the frames below
+ * on that page. Code objects are named in user space, at once (map py_codes).
+ */
+
+/* The word at `off` of the frame at `at` in the window. */
+static __always_inline __u64 py_u64(const struct py_scratch *sc, __u64 at, __u32 off)
+{
+	return *(const __u64 *)(sc->window + (at & (PY_PAGE - 1)) + (off & 0x78));
+}
+
+/* One walk's state, for bpf_loop's callback (verified once, whatever the chain's length). */
+struct py_walk {
+	__u64 frame;
+	/* What the window holds: win_len bytes from win_base (0: nothing). */
+	__u64 win_base;
+	__u64 win_len;
+	__u32 n;
+	__u32 truncated;
+	__u32 size;
+	__u32 frame_code;
+	__u32 frame_back;
+	__u32 frame_instr;
+	__s32 frame_owner;
+	__u32 owner_cstack;
+	__u32 contiguous;
+	__u32 _pad0;
+};
+
+/* One frame: read it (unless the window has it), keep its code object and instruction
+ * unless it is a shim, go to the caller. Returns 1 to end the walk. */
+static long py_step(__u64 index, void *ctx)
+{
+	struct py_walk *w = ctx;
+	__u32 zero = 0;
+	struct py_scratch *sc = bpf_map_lookup_elem(&py_scratch, &zero);
+	__u64 f = w->frame;
+	if (!sc || !f)
+		return 1;
+	__u64 size = w->size;
+	if (size > PY_FRAME_READ)
+		size = PY_FRAME_READ;
+	__u32 n = w->n;
+	if (n >= PW_MAX_PY_FRAMES || (f & 7)) {
+		w->truncated = 1;
+		return 1;
+	}
+	if (!(w->win_len && f >= w->win_base && f + size <= w->win_base + w->win_len)) {
+		__u64 start = w->contiguous ? (f & ~(__u64)(PY_PAGE - 1)) : f;
+		__u64 len = f - start + size;
+		if (len > PY_PAGE + PY_FRAME_READ)
+			len = PY_PAGE + PY_FRAME_READ;
+		if (bpf_probe_read_user(sc->window, len, (void *)start)) {
+			w->truncated = 1;
+			return 1;
+		}
+		w->win_base = start;
+		w->win_len = len;
+	}
+	__u64 at = f - w->win_base;
+	__u64 code = py_u64(sc, at, w->frame_code);
+	int shim = w->frame_owner >= 0 &&
+		   sc->window[(at & (PY_PAGE - 1)) + (w->frame_owner & (PY_FRAME_READ - 1))] ==
+			   w->owner_cstack;
+	if (!shim && code) {
+		sc->frames[n & (PW_MAX_PY_FRAMES - 1)].code = code;
+		sc->frames[n & (PW_MAX_PY_FRAMES - 1)].instr = py_u64(sc, at, w->frame_instr);
+		w->n = n + 1;
+	}
+	w->frame = py_u64(sc, at, w->frame_back);
+	return 0;
+}
+
+/* bpf_loop callback: whether frame `index` of the walk runs a code object user space has
+ * not named yet (ends the loop at the first). */
+struct py_news {
+	__u32 tgid;
+	__u32 n;
+	__u32 unknown;
+};
+
+static long py_unknown_step(__u64 index, void *ctx)
+{
+	struct py_news *w = ctx;
+	__u32 zero = 0;
+	struct py_scratch *sc = bpf_map_lookup_elem(&py_scratch, &zero);
+	if (!sc || index >= w->n)
+		return 1;
+	struct py_code_key key = {
+		.tgid = w->tgid,
+		.code = sc->frames[index & (PW_MAX_PY_FRAMES - 1)].code,
+	};
+	if (!bpf_map_lookup_elem(&py_codes, &key)) {
+		w->unknown = 1;
+		return 1;
+	}
+	return 0;
+}
+
+/* Fills `s` with the thread's Python frames; returns 1 when one of them runs a code object
+ * user space has not named yet (the event should wake it now). */
+static __always_inline int py_capture(struct pw_py_stack *s)
+{
+	s->nframes = 0;
+	s->status = PW_PY_NONE;
+	if (!cfg_python_frames)
+		return 0;
+	__u32 tgid = current_tgid();
+	struct pw_py_proc *p = bpf_map_lookup_elem(&py_procs, &tgid);
+	if (!p)
+		return 0;
+	s->status = PW_PY_FAILED;
+	struct {
+		__s32 initialised;
+		__u32 key;
+	} tss;
+	__u64 main = 0;
+	if (bpf_probe_read_user(&tss, sizeof(tss), (void *)(p->runtime + p->runtime_tss)) ||
+	    bpf_probe_read_user(&main, sizeof(main),
+				(void *)(p->runtime + p->runtime_main_interp)))
+		return 0;
+	if (tss.initialised != 1 || !main) {
+		s->status = PW_PY_NO_THREAD;
+		return 0;
+	}
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u64 tp = BPF_CORE_READ(task, thread.fsbase);
+	__u64 slot;
+	if (tss.key < 32) {
+		slot = tp + p->tls_first_block + 16 * (__u64)tss.key + 8;
+	} else {
+		__u64 block = 0;
+		if (!p->tls_second_level || tss.key >= 1024 ||
+		    bpf_probe_read_user(&block, sizeof(block),
+					(void *)(tp + p->tls_second_level + 8 * (tss.key / 32))) ||
+		    !block)
+			return 0;
+		slot = block + 16 * (__u64)(tss.key % 32) + 8;
+	}
+	__u64 tstate = 0, interp = 0, frame = 0;
+	if (bpf_probe_read_user(&tstate, sizeof(tstate), (void *)slot))
+		return 0;
+	if (!tstate) {
+		s->status = PW_PY_NO_THREAD;
+		return 0;
+	}
+	if (bpf_probe_read_user(&interp, sizeof(interp), (void *)(tstate + p->tstate_interp)) ||
+	    interp != main ||
+	    bpf_probe_read_user(&frame, sizeof(frame), (void *)(tstate + p->tstate_frame)))
+		return 0;
+	if (p->cframe_current >= 0 && frame &&
+	    bpf_probe_read_user(&frame, sizeof(frame), (void *)(frame + p->cframe_current)))
+		return 0;
+	struct py_walk w = {
+		.frame = frame,
+		.size = p->frame_size,
+		.frame_code = p->frame_code,
+		.frame_back = p->frame_back,
+		.frame_instr = p->frame_instr,
+		.frame_owner = p->frame_owner,
+		.owner_cstack = p->owner_cstack,
+		.contiguous = p->contiguous,
+	};
+	bpf_loop(PY_MAX_VISITS, py_step, &w, 0);
+	__u32 zero = 0;
+	struct py_scratch *sc = bpf_map_lookup_elem(&py_scratch, &zero);
+	if (!sc)
+		return 0;
+	__u32 n = w.n;
+	if (n > PW_MAX_PY_FRAMES)
+		n = PW_MAX_PY_FRAMES;
+	if (n)
+		bpf_probe_read_kernel(s->frames, n * sizeof(struct pw_py_frame), sc->frames);
+	s->nframes = n;
+	s->status = (w.truncated || w.frame) ? PW_PY_TRUNCATED : PW_PY_OK;
+	struct py_news news = { .tgid = tgid, .n = n };
+	bpf_loop(PW_MAX_PY_FRAMES, py_unknown_step, &news, 0);
+	return news.unknown;
+}
+
 /* ---- copies: one hit each, at entry ---------------------------------------------------- */
 
 /* Fills a copy record. */
@@ -307,7 +565,7 @@ static __always_inline int send_copy(struct pt_regs *ctx, __u16 func, __u64 dst,
 			  src_type, is_async);
 		s->_pad0 = 0;
 		s->nframes = user_frames(ctx, s->frames);
-		submit(s, 0);
+		submit(s, py_capture(&s->py));
 		return 0;
 	}
 	struct pw_copy_event *e = reserve(sizeof(*e));
@@ -636,9 +894,14 @@ static __always_inline int report_return(struct pt_regs *ctx, __u16 kind)
 		e->site_offset = 0;
 		e->_pad1 = 0;
 		e->nframes = 0;
+		e->py.nframes = 0;
+		e->py.status = PW_PY_NONE;
+		int urgent = 0;
 		/* Right after the return: the chain starts at the caller's next instruction. */
-		if (kind != PW_EV_DEV_ALLOC && cfg_alloc_stacks)
+		if (kind != PW_EV_DEV_ALLOC && cfg_alloc_stacks) {
 			e->nframes = user_frames(ctx, e->frames);
+			urgent = py_capture(&e->py);
+		}
 		/* Host ranges need a call site: placed now, and when the runtime did not give
 		 * one, the stack too (the caller's frames are intact right after the return). */
 		if (kind != PW_EV_DEV_ALLOC) {
@@ -646,7 +909,7 @@ static __always_inline int report_return(struct pt_regs *ctx, __u16 kind)
 			if (call->site_source != PW_SITE_RUNTIME)
 				read_stack(e, PT_REGS_SP(ctx));
 		}
-		submit(e, 0);
+		submit(e, urgent);
 	}
 	bpf_map_delete_elem(&pending, &pid_tgid);
 	return 0;
@@ -932,10 +1195,17 @@ int malloc_return(struct pt_regs *ctx)
 	e->site_ino = 0;
 	e->site_offset = 0;
 	e->_pad1 = 0;
-	e->nframes = cfg_alloc_stacks ? user_frames(ctx, e->frames) : 0;
+	e->nframes = 0;
+	e->py.nframes = 0;
+	e->py.status = PW_PY_NONE;
+	int urgent = 0;
+	if (cfg_alloc_stacks) {
+		e->nframes = user_frames(ctx, e->frames);
+		urgent = py_capture(&e->py);
+	}
 	place_site(e);
 	read_stack(e, PT_REGS_SP(ctx));
-	submit(e, 0);
+	submit(e, urgent);
 	return 0;
 }
 
@@ -1066,9 +1336,16 @@ int on_mmap_exit(struct tp_sys_exit *ctx)
 	e->site_offset = 0;
 	e->_pad1 = 0;
 	/* From a syscall tracepoint the chain starts in the mmap wrapper (libc). */
-	e->nframes = cfg_alloc_stacks ? user_frames(ctx, e->frames) : 0;
+	e->nframes = 0;
+	e->py.nframes = 0;
+	e->py.status = PW_PY_NONE;
+	int urgent = 0;
+	if (cfg_alloc_stacks) {
+		e->nframes = user_frames(ctx, e->frames);
+		urgent = py_capture(&e->py);
+	}
 	read_stack(e, user_sp());
-	submit(e, 0);
+	submit(e, urgent);
 	return 0;
 }
 
@@ -1120,6 +1397,13 @@ static __always_inline int follow_child(__u32 parent_tgid, __u32 child_tgid)
 	if (bpf_map_update_elem(&traced_tgids, &child_tgid, &one, BPF_ANY)) {
 		count(PW_CNT_TGID_MAP_FULL);
 		return 0;
+	}
+	/* A child of a Python process runs the same interpreter at the same addresses: its
+	 * first events have Python frames too. */
+	struct pw_py_proc *py = bpf_map_lookup_elem(&py_procs, &parent_tgid);
+	if (py) {
+		struct pw_py_proc copy = *py;
+		bpf_map_update_elem(&py_procs, &child_tgid, &copy, BPF_ANY);
 	}
 	count_hit(PW_FN_sched_process_fork);
 	struct pw_proc_event *p = reserve(sizeof(*p));

@@ -19,6 +19,10 @@
  * walks frame pointers, so the walk stops (or goes astray) at code built without them. */
 #define PW_MAX_FRAMES 32
 
+/* Python frames captured with an event (the interpreter's frame chain of the thread; see
+ * pinwise.bpf.c, "Python frames"). */
+#define PW_MAX_PY_FRAMES 32
+
 /* What a ring-buffer record is (pw_header.kind). */
 enum pw_kind {
 	PW_EV_NONE = 0,
@@ -179,6 +183,72 @@ enum pw_site_source {
 	PW_SITE_DRIVER = 2,
 };
 
+/* One Python frame, as read from the interpreter: user space turns it into file, line
+ * and function by reading the code object (pinwise-pyframes). */
+struct pw_py_frame {
+	/* Address of the frame's code object (PyCodeObject). */
+	__u64 code;
+	/* The frame's instruction field as read: 3.10's f_lasti (low 32 bits), 3.11+'s
+	 * instruction pointer. */
+	__u64 instr;
+};
+
+/* What came of reading the Python frames (pw_py_stack.status). */
+enum pw_py_status {
+	/* Not a Python process (or Python frames are off): nothing was tried. */
+	PW_PY_NONE = 0,
+	/* The frames were read (nframes may be 0: no Python code running). */
+	PW_PY_OK = 1,
+	/* The thread has no Python thread state (a thread Python does not know). */
+	PW_PY_NO_THREAD = 2,
+	/* The interpreter's memory could not be read, or the thread state does not belong to
+	 * the main interpreter (a wrong layout, a subinterpreter). */
+	PW_PY_FAILED = 3,
+	/* Read, but the chain went on past what was kept (PW_MAX_PY_FRAMES, or an unreadable
+	 * frame). */
+	PW_PY_TRUNCATED = 4,
+};
+
+/* The Python frames of the thread at an event, innermost first. */
+struct pw_py_stack {
+	__u32 nframes;
+	/* enum pw_py_status */
+	__u32 status;
+	struct pw_py_frame frames[PW_MAX_PY_FRAMES];
+};
+
+/* Where a traced Python process keeps what the frame walk reads (map `py_procs`, by tgid,
+ * written by user space from pinwise-pyframes' per-version layout). Offsets in bytes. */
+struct pw_py_proc {
+	/* Address of _PyRuntime. */
+	__u64 runtime;
+	/* _PyRuntime -> the Py_tss_t {int initialised; pthread_key_t key} of thread states. */
+	__u32 runtime_tss;
+	/* _PyRuntime -> interpreters.main. */
+	__u32 runtime_main_interp;
+	/* glibc: thread pointer (fs base) -> specific_1stblock (keys below 32), and ->
+	 * specific[] (the second level; 0: not known, keys from 32 give nothing). */
+	__u32 tls_first_block;
+	__u32 tls_second_level;
+	/* PyThreadState -> interp, and -> frame / cframe / current_frame. */
+	__u32 tstate_interp;
+	__u32 tstate_frame;
+	/* _PyCFrame -> current_frame (3.11, 3.12); -1: tstate_frame is the frame. */
+	__s32 cframe_current;
+	/* Frame -> code object, calling frame, instruction field. */
+	__u32 frame_code;
+	__u32 frame_back;
+	__u32 frame_instr;
+	/* Frame -> owner byte (3.12+; -1: none), and the owner of shim frames to skip. */
+	__s32 frame_owner;
+	__u32 owner_cstack;
+	/* Bytes of a frame read (at most 128). */
+	__u32 frame_size;
+	/* 1: frames lie one after another on the thread's data stack, callers below (3.11+):
+	 * read a page at a time. 0: each frame is an object of its own (3.10). */
+	__u32 contiguous;
+};
+
 struct pw_header {
 	/* CLOCK_MONOTONIC nanoseconds (bpf_ktime_get_ns). */
 	__u64 ts_ns;
@@ -243,6 +313,8 @@ struct pw_range_event {
 	__u32 _pad1;
 	/* The user call chain at the event (bpf_get_stack, frame pointers). */
 	__u64 frames[PW_MAX_FRAMES];
+	/* The Python frames of the thread (allocations of Python processes). */
+	struct pw_py_stack py;
 	/* The user stack from stack_sp upwards, for finding the application's frame. */
 	__u8 stack[PW_STACK_BYTES];
 };
@@ -254,6 +326,8 @@ struct pw_copy_stack_event {
 	__u32 nframes;
 	__u32 _pad0;
 	__u64 frames[PW_MAX_FRAMES];
+	/* The Python frames of the thread (copies of Python processes). */
+	struct pw_py_stack py;
 };
 
 /* A range went away: host free, unregistration, device free, munmap. */
@@ -311,7 +385,8 @@ struct pw_abi {
 	enum pw_counter counter;
 	enum pw_memtype memtype;
 	enum pw_site_source site_source;
-	__u32 _pad0;
+	enum pw_py_status py_status;
+	struct pw_py_proc py_proc;
 	struct pw_header header;
 	struct pw_copy_event copy;
 	struct pw_range_event range;
