@@ -18,6 +18,7 @@ for x in ${EXTRA:-}; do
     attach) SKIP_MALLOC_COST=${SKIP_MALLOC_COST:-0} timeout 120 bash bench/gpu/trace/attach_malloc.sh >> $OUT/extra.txt 2>&1 ;;
     teardown) VARIANTS=teardown timeout 300 bash bench/gpu/frameworks/exit_race.sh ${TEARDOWN_RUNS:-40} >> $OUT/extra.txt 2>&1
       cp -a /tmp/exit_race/*.err $OUT/ 2>/dev/null ;;
+    attrtrace) OUT=$OUT timeout 200 bash bench/gpu/attribution/trace.sh >> $OUT/extra.txt 2>&1 ;;
     diag) timeout 60 bash bench/gpu/frameworks/diag.sh >> $OUT/extra.txt 2>&1 ;;
     agent) timeout 400 bash bench/gpu/agent/overhead.sh >> $OUT/extra.txt 2>&1 ;;
     interrupt) timeout 120 bash bench/gpu/safety/interrupt.sh >> $OUT/extra.txt 2>&1 ;;
