@@ -5,6 +5,7 @@
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use pinwise_alloc::{AllocError, StreamHandle};
 use pinwise_core::{Direction, EventKind, HostMemKind, HostState};
@@ -78,12 +79,19 @@ pub unsafe fn host_alloc(
     }
     let site_addr = allocation_site(st, caller);
     HookStats::bump(&st.stats.host_allocs);
-    let served = guarded(|| {
-        let pinning = st.pinning_or_start()?;
-        let site = st.recorder.resolve(site_addr);
-        Some((pinning.alloc(size, flags, site), site))
-    })
-    .flatten();
+    // While a context ends, requests go to CUDA as without pinwise: memory pinwise would
+    // hand out now (a pool block, or a segment allocated just before the release) is
+    // unmapped by the release a moment later.
+    let served = if CONTEXTS_ENDING.load(Ordering::Acquire) > 0 {
+        None
+    } else {
+        guarded(|| {
+            let pinning = st.pinning_or_start()?;
+            let site = st.recorder.resolve(site_addr);
+            Some((pinning.alloc(size, flags, site), site))
+        })
+        .flatten()
+    };
     match served {
         Some((Ok(a), site)) => {
             // SAFETY: `pp` is non-null and writable (checked above; CUDA's contract).
@@ -1094,6 +1102,16 @@ pub fn stream_destroy(stream: usize, forward: impl FnOnce() -> CUresult) -> CUre
 /// stream and event handles first (a later free must not pass a dead handle to the driver),
 /// and forgets a destroyed context it would otherwise make current for its own calls.
 pub fn context_ending(destroyed: usize, forward: impl FnOnce() -> CUresult) -> CUresult {
+    CONTEXTS_ENDING.fetch_add(1, Ordering::AcqRel);
+    let rc = end_context(destroyed, forward);
+    CONTEXTS_ENDING.fetch_sub(1, Ordering::AcqRel);
+    rc
+}
+
+/// Context releases and destructions in progress (see [`host_alloc`]).
+static CONTEXTS_ENDING: AtomicUsize = AtomicUsize::new(0);
+
+fn end_context(destroyed: usize, forward: impl FnOnce() -> CUresult) -> CUresult {
     if let Some(p) = holding_handles() {
         guarded(|| {
             p.engine
