@@ -3,7 +3,7 @@ mod cmd;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// pinwise: see where your CUDA program's host<->device transfer time goes, and pin only
 /// the host memory that pays for it.
@@ -40,6 +40,10 @@ enum Command {
     Demo(cmd::demo::DemoArgs),
     /// Monitor every CUDA process on this node, always on; metrics for Prometheus.
     Agent(cmd::agent::AgentArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(cmd::shell::CompletionsArgs),
+    /// Print the manual page (or write one per subcommand with --out-dir).
+    Man(cmd::shell::ManArgs),
 }
 
 fn init_logging(verbose: u8) {
@@ -72,6 +76,8 @@ fn main() -> ExitCode {
         Command::Doctor(args) => cmd::doctor::run(args),
         Command::Demo(args) => cmd::demo::run(args),
         Command::Agent(args) => cmd::agent::run(args),
+        Command::Completions(args) => cmd::shell::completions(args, Cli::command()),
+        Command::Man(args) => cmd::shell::man(args, Cli::command()),
     };
     match result {
         Ok(code) => code,

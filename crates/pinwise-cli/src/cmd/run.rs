@@ -24,9 +24,6 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use pinwise_core::preload_stats::{OutputStats, ProcessStats};
 
-/// File name of the preload library.
-pub const PRELOAD_FILE: &str = "libpinwise_preload.so";
-
 /// How the library decides what to pin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ModeArg {
@@ -84,8 +81,9 @@ pub struct RunArgs {
     #[arg(long, value_name = "TIME", default_value = "1s", value_parser = super::killed::parse_flush_every)]
     pub flush_every: String,
 
-    /// The preload library [default: libpinwise_preload.so next to this binary].
-    #[arg(long, value_name = "PATH")]
+    /// The preload library [default: libpinwise_preload.so next to this binary, else in
+    /// <prefix>/lib/pinwise/ or <prefix>/lib/ for a binary in <prefix>/bin/].
+    #[arg(long, value_name = "PATH", env = "PINWISE_PRELOAD_LIB")]
     pub preload: Option<PathBuf>,
 
     /// Serve every pinned request pinned (still from the pool): never pageable.
@@ -145,7 +143,7 @@ pub struct RunArgs {
 
 /// Runs `pinwise run`.
 pub fn run(args: RunArgs) -> Result<ExitCode> {
-    let preload = find_preload(args.preload.as_deref())?;
+    let preload = super::preload_path::locate(args.preload.as_deref())?;
     let program = args.command[0].clone();
     let program_name = Path::new(&program)
         .file_name()
@@ -427,29 +425,6 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     Ok(ExitCode::from(
         status.code().unwrap_or(1).clamp(0, 255) as u8
     ))
-}
-
-/// The preload library: `explicit`, else next to this binary.
-fn find_preload(explicit: Option<&Path>) -> Result<PathBuf> {
-    let path = match explicit {
-        Some(p) => p.to_path_buf(),
-        None => {
-            let exe = std::env::current_exe().context("cannot find the pinwise binary")?;
-            exe.with_file_name(PRELOAD_FILE)
-        }
-    };
-    let path = path
-        .canonicalize()
-        .with_context(|| format!("the preload library {} is missing (build it with `cargo build -p pinwise-preload`, or pass --preload PATH)", path.display()))?;
-    let text = path.to_string_lossy();
-    if text.contains(' ') || text.contains(':') {
-        bail!(
-            "the preload library's path {} contains a space or a colon, which LD_PRELOAD \
-             cannot carry: move it",
-            path.display()
-        );
-    }
-    Ok(path)
 }
 
 /// A temporary directory for the processes' statistics, removed when dropped.
