@@ -62,9 +62,26 @@ fn init_logging(verbose: u8) {
         .init();
 }
 
+/// Lets a write to a closed pipe end the process quietly (as `cat` does) instead of
+/// failing: for the commands that only print, not those that supervise a program (`run`,
+/// `trace`, `demo`), which must outlive their terminal to write the program's history.
+fn quiet_on_closed_pipe() {
+    // SAFETY: restoring the default disposition of SIGPIPE at start-up, before any thread
+    // is spawned; no handler is installed.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.verbose);
+    if !matches!(
+        cli.command,
+        Command::Run(_) | Command::Trace(_) | Command::Demo(_) | Command::Bench(_)
+    ) {
+        quiet_on_closed_pipe();
+    }
     let result = match cli.command {
         Command::Trace(args) => cmd::trace::run(args),
         Command::Run(args) => cmd::run::run(args),
@@ -81,9 +98,10 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        Err(err) if cmd::outputs::is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("pinwise: error: {}", cmd::outputs::render_error(&err));
-            ExitCode::FAILURE
+            ExitCode::from(cmd::outputs::exit_status(&err))
         }
     }
 }

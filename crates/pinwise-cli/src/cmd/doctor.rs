@@ -496,7 +496,7 @@ fn check_preload(b: &mut Builder) {
     use super::preload_path;
     let explicit = std::env::var_os(preload_path::PRELOAD_ENV).map(std::path::PathBuf::from);
     let found = match explicit {
-        Some(p) => preload_path::locate(Some(&p)).map_err(|e| format!("{e:#}")),
+        Some(p) => preload_path::locate(Some(&p)).map_err(|e| super::outputs::render_error(&e)),
         None => preload_path::search().map_err(|looked| {
             format!(
                 "{} not found (looked in: {})",

@@ -66,7 +66,7 @@ pub struct RunArgs {
 
     /// Most bytes pinwise keeps pinned in a process (`8G`, `512MiB`, `25%` of RAM)
     /// [default: a quarter of RAM].
-    #[arg(long, value_name = "SIZE")]
+    #[arg(long, value_name = "SIZE", value_parser = size_text)]
     pub budget: Option<String>,
 
     /// Write the history here (`.json`: JSON, else binary). It is appended to while the
@@ -96,7 +96,7 @@ pub struct RunArgs {
 
     /// Record malloc-family allocations of at least this size (`64K`, `1M`, `4096`) as
     /// pageable allocations with their call site and stack.
-    #[arg(long, value_name = "SIZE", default_value = "64K")]
+    #[arg(long, value_name = "SIZE", default_value = "64K", value_parser = nonzero_size_text)]
     pub min_tracked: String,
 
     /// Do not record malloc-family allocations (copies into them get implicit
@@ -112,6 +112,11 @@ pub struct RunArgs {
     /// name sites only where the binaries can still be read).
     #[arg(long)]
     pub no_symbols: bool,
+
+    /// Replace output files that exist already (without it, pinwise refuses before starting
+    /// the program).
+    #[arg(long)]
+    pub force: bool,
 
     /// Also write the summary as JSON (per process and totals).
     #[arg(long, value_name = "FILE")]
@@ -139,6 +144,20 @@ pub struct RunArgs {
         value_name = "CMD"
     )]
     pub command: Vec<OsString>,
+}
+
+/// A size (pinwise's size grammar, `25%` of RAM included), checked and kept as written: the
+/// preload library reads it from the environment with the same parser.
+fn size_text(text: &str) -> std::result::Result<String, String> {
+    pinwise_alloc::budget::parse_size(text).map(|_| text.to_string())
+}
+
+/// As [`size_text`], at least 1 byte.
+fn nonzero_size_text(text: &str) -> std::result::Result<String, String> {
+    match pinwise_alloc::budget::parse_size(text)? {
+        0 => Err("the size must be at least 1 byte (--no-malloc-hooks turns tracking off)".into()),
+        _ => Ok(text.to_string()),
+    }
 }
 
 /// Runs `pinwise run`.
@@ -190,15 +209,6 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             }
         }
     }
-    if let Some(b) = &args.budget {
-        pinwise_alloc::budget::parse_size(b).map_err(|e| anyhow::anyhow!("--budget: {e}"))?;
-    }
-    if pinwise_alloc::budget::parse_size(&args.min_tracked)
-        .map_err(|e| anyhow::anyhow!("--min-tracked: {e}"))?
-        == 0
-    {
-        bail!("--min-tracked: the size must be at least 1 byte (--no-malloc-hooks turns tracking off)");
-    }
     let history = args.output.as_deref().map(absolute);
     // Every output is checked before the program starts.
     if let Some(sig) = &args.dump_signal {
@@ -215,7 +225,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         outputs.extend(profile.clone().map(|p| ("--profile", p)));
     }
     for (flag, path) in &outputs {
-        super::outputs::check_before_run(flag, path)?;
+        super::outputs::check_before_run(flag, path, args.force)?;
     }
     if let Some(log) = args.log.as_deref().filter(|l| *l != "stderr") {
         pinwise_core::safe_file::open_append(&absolute(Path::new(log))).with_context(|| {
@@ -313,7 +323,10 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
                     .as_deref()
                     .filter(|_| p.profile.written && args.mode == ModeArg::Profile);
                 if let Err(e) = store_symbols(Path::new(path), profile.map(Path::new)) {
-                    eprintln!("pinwise: names not stored in {path}: {e:#}");
+                    eprintln!(
+                        "pinwise: names not stored in {path}: {}",
+                        super::outputs::render_error(&e)
+                    );
                 }
             }
         }
