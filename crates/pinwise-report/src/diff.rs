@@ -64,6 +64,7 @@ pub struct Side {
 
 /// A change of one call site.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Change {
     /// Only in B.
     Appeared,
@@ -197,6 +198,10 @@ pub struct ModuleChange {
 /// The comparison.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DiffReport {
+    /// `"pinwise-diff"` ([`crate::json::DIFF_FORMAT`]).
+    pub format: &'static str,
+    /// Version of this JSON layout ([`crate::json::DIFF_VERSION`]).
+    pub version: u32,
     /// Input A (the reference: e.g. the profile).
     pub a: Side,
     /// Input B (e.g. a new run).
@@ -577,6 +582,8 @@ pub fn diff(
     let verdict = verdict(&pinning, &module_changes, &tags);
     let _ = (ia.processes, ib.processes);
     DiffReport {
+        format: crate::json::DIFF_FORMAT,
+        version: crate::json::DIFF_VERSION,
         a: ia.side(a_info),
         b: ib.side(b_info),
         threshold: t,

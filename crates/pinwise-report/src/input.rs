@@ -14,6 +14,7 @@ use crate::progress::Progress;
 
 /// What kind of file an input is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum InputKind {
     /// A binary history dump (`pinwise trace`, `pinwise run`, `save_history`).
     BinaryHistory,

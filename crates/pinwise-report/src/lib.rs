@@ -14,6 +14,7 @@
 //! | [`perfetto`] | the timeline in Chrome's trace event format (Perfetto, chrome://tracing) |
 //! | [`diff`] | two histories or profiles side by side |
 //! | [`units`] | bytes, durations and counts for people |
+//! | [`json`] | how the JSON outputs name things (format, version, snake_case, keyed objects) |
 //!
 //! Estimated times come from core's cost model: a history records what moved, not how long
 //! it took. Nothing here needs a GPU or privileges.
@@ -27,6 +28,7 @@ pub mod error;
 pub mod health;
 pub mod html;
 pub mod input;
+pub mod json;
 pub mod model;
 mod pass;
 pub mod perfetto;

@@ -56,8 +56,15 @@ struct Item {
     disables: String,
 }
 
+/// `format` of `pinwise doctor --json` (`schemas/doctor.schema.json`).
+pub const DOCTOR_FORMAT: &str = "pinwise-doctor";
+/// `version` of `pinwise doctor --json`.
+pub const DOCTOR_VERSION: u32 = 1;
+
 #[derive(Debug, Serialize)]
 struct Report {
+    format: &'static str,
+    version: u32,
     can_run: bool,
     can_trace: bool,
     can_pin: bool,
@@ -114,6 +121,8 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     check_agent(&mut b, can_trace, !args.no_bpf);
 
     let report = Report {
+        format: DOCTOR_FORMAT,
+        version: DOCTOR_VERSION,
         can_run: can_pin,
         can_trace,
         can_pin,

@@ -57,13 +57,14 @@ pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
 /// it is not another user's symlink), and, without `force`, unless nothing is there yet;
 /// `flag` names the option in the error. Nothing is left behind.
 pub fn check_before_run(flag: &str, path: &Path, force: bool) -> Result<()> {
-    check_overwrite(flag, path, force)?;
+    // Another user's symlink is refused as such, before "exists already".
     pinwise_core::safe_file::check_writable(path).with_context(|| {
         format!(
             "{flag} {}: the file cannot be written (checked before starting the program)",
             path.display()
         )
-    })
+    })?;
+    check_overwrite(flag, path, force)
 }
 
 /// The history format a file name asks for: JSON for `.json`, else binary (as the preload
@@ -105,6 +106,9 @@ pub fn write_output(
         write(&mut out).context("writing to stdout")?;
         return std::io::Write::flush(&mut out).context("writing to stdout");
     }
+    // Another user's symlink is refused as such, before "exists already".
+    pinwise_core::safe_file::check_writable(path)
+        .with_context(|| format!("cannot write {}", path.display()))?;
     check_overwrite(flag, path, force)?;
     pinwise_core::safe_file::write_with(path, write)
         .with_context(|| format!("cannot write {}", path.display()))

@@ -66,7 +66,7 @@ pub struct RunArgs {
 
     /// Most bytes pinwise keeps pinned in a process (`8G`, `512MiB`, `25%` of RAM)
     /// [default: a quarter of RAM].
-    #[arg(long, value_name = "SIZE", value_parser = size_text)]
+    #[arg(long, value_name = "SIZE")]
     pub budget: Option<String>,
 
     /// Write the history here (`.json`: JSON, else binary). It is appended to while the
@@ -96,7 +96,7 @@ pub struct RunArgs {
 
     /// Record malloc-family allocations of at least this size (`64K`, `1M`, `4096`) as
     /// pageable allocations with their call site and stack.
-    #[arg(long, value_name = "SIZE", default_value = "64K", value_parser = nonzero_size_text)]
+    #[arg(long, value_name = "SIZE", default_value = "64K")]
     pub min_tracked: String,
 
     /// Do not record malloc-family allocations (copies into them get implicit
@@ -144,20 +144,6 @@ pub struct RunArgs {
         value_name = "CMD"
     )]
     pub command: Vec<OsString>,
-}
-
-/// A size (pinwise's size grammar, `25%` of RAM included), checked and kept as written: the
-/// preload library reads it from the environment with the same parser.
-fn size_text(text: &str) -> std::result::Result<String, String> {
-    pinwise_alloc::budget::parse_size(text).map(|_| text.to_string())
-}
-
-/// As [`size_text`], at least 1 byte.
-fn nonzero_size_text(text: &str) -> std::result::Result<String, String> {
-    match pinwise_alloc::budget::parse_size(text)? {
-        0 => Err("the size must be at least 1 byte (--no-malloc-hooks turns tracking off)".into()),
-        _ => Ok(text.to_string()),
-    }
 }
 
 /// Runs `pinwise run`.
@@ -209,6 +195,20 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             }
         }
     }
+    // Sizes are kept as written (the library reads them with the same parser) and checked
+    // here: a bad one is a usage error.
+    let usage = super::outputs::usage;
+    if let Some(b) = &args.budget {
+        pinwise_alloc::budget::parse_size(b).map_err(|e| usage(format!("--budget: {e}")))?;
+    }
+    if pinwise_alloc::budget::parse_size(&args.min_tracked)
+        .map_err(|e| usage(format!("--min-tracked: {e}")))?
+        == 0
+    {
+        return Err(super::outputs::usage(
+            "--min-tracked: the size must be at least 1 byte (--no-malloc-hooks turns tracking off)",
+        ));
+    }
     let history = args.output.as_deref().map(absolute);
     // Every output is checked before the program starts.
     if let Some(sig) = &args.dump_signal {
@@ -225,7 +225,9 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         outputs.extend(profile.clone().map(|p| ("--profile", p)));
     }
     for (flag, path) in &outputs {
-        super::outputs::check_before_run(flag, path, args.force)?;
+        // Profile mode rewrites its profile: learning again is what it is for.
+        let force = args.force || *flag == "--profile";
+        super::outputs::check_before_run(flag, path, force)?;
     }
     if let Some(log) = args.log.as_deref().filter(|l| *l != "stderr") {
         pinwise_core::safe_file::open_append(&absolute(Path::new(log))).with_context(|| {

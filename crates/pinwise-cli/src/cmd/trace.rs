@@ -560,6 +560,12 @@ fn print_summary(
     ));
 }
 
+/// `format` of `pinwise trace --summary-json` (`schemas/trace-summary.schema.json`).
+pub const TRACE_SUMMARY_FORMAT: &str = "pinwise-trace-summary";
+/// `version` of `pinwise trace --summary-json` (files without one predate it, and had
+/// `summary.by_direction` as a positional array).
+pub const TRACE_SUMMARY_VERSION: u32 = 1;
+
 fn write_summary_json(
     path: &Path,
     agent: &TracerAgent,
@@ -578,8 +584,8 @@ fn write_summary_json(
                 "pid": a.pid,
                 "start": a.start,
                 "size": a.size,
-                "kind": a.kind.as_str(),
-                "state": format!("{:?}", a.state),
+                "kind": pinwise_report::json::snake_case(&format!("{:?}", a.kind)),
+                "state": pinwise_report::json::snake_case(&format!("{:?}", a.state)),
                 "module": module.as_ref().map(|m| m.key()),
                 "module_path": module.as_ref().map(|m| m.path.clone()),
                 "offset": a.tag.site.offset,
@@ -604,7 +610,20 @@ fn write_summary_json(
             )
         })
         .collect();
+    // The history's summary, its directions keyed by name (not by position).
+    let mut summary = serde_json::to_value(summary)?;
+    summary["by_direction"] = serde_json::Value::Object(
+        Direction::ALL
+            .iter()
+            .map(|d| {
+                let s = &summary["by_direction"][d.index()];
+                (d.as_str().to_string(), s.clone())
+            })
+            .collect(),
+    );
     let value = serde_json::json!({
+        "format": TRACE_SUMMARY_FORMAT,
+        "version": TRACE_SUMMARY_VERSION,
         "pid": pid,
         "seconds": elapsed.as_secs_f64(),
         "summary": summary,
