@@ -55,6 +55,10 @@ pub struct DiffArgs {
     #[arg(long)]
     pub force: bool,
 
+    /// Full names in the tables, never shortened to the terminal's width.
+    #[arg(long)]
+    pub wide: bool,
+
     /// Relative change that counts as hotter, colder, resized (0.25: 25 %).
     #[arg(long, default_value_t = 0.25, value_name = "SHARE")]
     pub threshold: f64,
@@ -128,7 +132,9 @@ pub fn run(args: DiffArgs) -> Result<ExitCode> {
         v.push(b'\n');
         v
     } else {
-        diff::render_text(&report).into_bytes()
+        let output = args.output.clone().unwrap_or_else(|| PathBuf::from("-"));
+        let layout = super::outputs::text_layout(&output, args.wide);
+        diff::render_text_with(&report, layout).into_bytes()
     };
     let output = args.output.clone().unwrap_or_else(|| PathBuf::from("-"));
     super::outputs::write_output("-o", &output, args.force, |w| w.write_all(&bytes))?;
@@ -156,6 +162,7 @@ mod tests {
             output: None,
             format: None,
             force: false,
+            wide: false,
             json: false,
             threshold: 0.25,
             top: 5,

@@ -76,6 +76,26 @@ pub fn history_format_of(path: &Path) -> pinwise_core::DumpFormat {
     }
 }
 
+/// How a text rendering for `output` looks: on a terminal (stdout, a TTY), its width and
+/// colour unless `NO_COLOR` is set (or `TERM=dumb`); elsewhere 100 columns, no colour.
+/// `wide`: full names.
+pub fn text_layout(output: &Path, wide: bool) -> pinwise_report::layout::Layout {
+    use std::io::IsTerminal as _;
+    let mut layout = pinwise_report::layout::Layout {
+        wide,
+        ..Default::default()
+    };
+    if is_std(output) && std::io::stdout().is_terminal() {
+        if let Some((terminal_size::Width(w), _)) = terminal_size::terminal_size() {
+            layout.width = usize::from(w).max(60);
+        }
+        let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+        let dumb = std::env::var_os("TERM").is_some_and(|t| t == "dumb");
+        layout.color = !no_color && !dumb;
+    }
+    layout
+}
+
 /// Whether `path` is `-`: stdout (for an output) or stdin (for an input).
 pub fn is_std(path: &Path) -> bool {
     path.as_os_str() == "-"

@@ -115,6 +115,10 @@ pub struct ReportArgs {
     #[arg(long)]
     pub no_symbols: bool,
 
+    /// Full names in the tables, never shortened to the terminal's width.
+    #[arg(long)]
+    pub wide: bool,
+
     /// Show each allocation's whole call stack (native and Python frames) under its row.
     #[arg(long)]
     pub stacks: bool,
@@ -216,8 +220,10 @@ pub fn run(args: ReportArgs) -> Result<ExitCode> {
             pinwise_report::html::render(&report)?.into_bytes()
         }
         ReportFormat::Text => {
+            let output = args.output.clone().unwrap_or_else(|| PathBuf::from("-"));
             let options = pinwise_report::text::TextOptions {
                 stacks: args.stacks,
+                layout: super::outputs::text_layout(&output, args.wide),
             };
             pinwise_report::text::render_with(&report, options).into_bytes()
         }
@@ -274,6 +280,7 @@ pub(crate) mod tests {
             capture: 0.9,
             pin_method: PinMethodArg::Register,
             no_symbols: true,
+            wide: false,
             stacks: false,
             quiet: true,
         }
@@ -590,6 +597,7 @@ pub(crate) mod tests {
                 output: None,
                 format: None,
                 force: false,
+                wide: false,
                 json: true,
                 threshold: 0.25,
                 top: 5,

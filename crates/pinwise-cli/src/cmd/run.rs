@@ -99,8 +99,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "SIZE", default_value = "64K")]
     pub min_tracked: String,
 
-    /// Do not record malloc-family allocations (copies into them get implicit
-    /// "untracked" records, as before).
+    /// Do not record malloc-family allocations (copies into them are then recorded against
+    /// buffers of unknown origin).
     #[arg(long)]
     pub no_malloc_hooks: bool,
 
@@ -765,9 +765,9 @@ pub fn summary_lines(ps: &[ProcessStats]) -> Vec<String> {
         ));
     }
     lines.push(format!(
-        "pinned bytes peak {} (budget {}); promotions in place {} (program buffers {}, \
-         allocator {}, before a pointer query {}; given back {}, merged with a neighbour {}); \
-         fallbacks to pageable {}; budget refusals {}",
+        "pinned bytes peak {} (budget {}); existing buffers pinned where they lie {} (the \
+         program's own {}, its allocator's {}, before a pointer query {}; unpinned again {}, \
+         joined with a neighbour {}); fallbacks to pageable {}; budget refusals {}",
         bytes(t.pinned_bytes_peak_max),
         if t.budget_bytes_max > 0 {
             bytes(t.budget_bytes_max)
