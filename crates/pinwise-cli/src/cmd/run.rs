@@ -23,6 +23,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use pinwise_core::preload_stats::{OutputStats, ProcessStats};
+use pinwise_report::units::bytes;
 
 /// How the library decides what to pin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -846,31 +847,16 @@ pub fn summary_lines(ps: &[ProcessStats]) -> Vec<String> {
     lines
 }
 
-/// `12.0 MiB`.
-fn bytes(b: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = b as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{b} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn sizes_read_well() {
+        // The summary uses the reports' one byte formatter (three figures).
         assert_eq!(bytes(512), "512 B");
         assert_eq!(bytes(12 << 20), "12.0 MiB");
-        assert_eq!(bytes(3 << 30), "3.0 GiB");
+        assert_eq!(bytes(3 << 30), "3.00 GiB");
     }
 
     #[test]
@@ -905,7 +891,7 @@ mod tests {
         );
         assert!(text.contains("HtoD 8 (800 B)"), "{text}");
         assert!(
-            text.contains("pinned bytes peak 8.0 KiB (budget 1.0 MiB)"),
+            text.contains("pinned bytes peak 8.00 KiB (budget 1.00 MiB)"),
             "{text}"
         );
         assert!(

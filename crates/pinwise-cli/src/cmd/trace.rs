@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use pinwise_core::history::Summary;
 use pinwise_core::{CostModel, Direction, DumpFormat};
+use pinwise_report::units::bytes;
 use pinwise_trace::agent::{TraceStats, TracerAgent, TracerConfig};
 use pinwise_trace::libs::LibraryOverrides;
 use pinwise_trace::loader::{BpfConfig, KernelHookStatus};
@@ -420,22 +421,6 @@ fn hooks_text(hooks: Option<&KernelHookStatus>) -> String {
     }
 }
 
-/// `1.5 MiB`, `64 KiB`, `12 B`.
-fn bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
-
 fn site_text(agent: &TracerAgent, symbolizer: &Symbolizer, site: pinwise_core::Site) -> String {
     let Some(module) = agent.history().modules().get(site.module) else {
         return "?".into();
@@ -665,7 +650,7 @@ mod tests {
     #[test]
     fn formats_byte_counts() {
         assert_eq!(bytes(12), "12 B");
-        assert_eq!(bytes(1536), "1.5 KiB");
+        assert_eq!(bytes(1536), "1.50 KiB");
         assert_eq!(bytes(64 << 20), "64.0 MiB");
     }
 }
