@@ -64,7 +64,8 @@ fn init_logging(verbose: u8) {
 
 /// Lets a write to a closed pipe end the process quietly (as `cat` does) instead of
 /// failing: for the commands that only print, not those that supervise a program (`run`,
-/// `trace`, `demo`), which must outlive their terminal to write the program's history.
+/// `trace`, `demo`), which must outlive their terminal to write the program's history, nor
+/// `agent`, which writes to sockets.
 fn quiet_on_closed_pipe() {
     // SAFETY: restoring the default disposition of SIGPIPE at start-up, before any thread
     // is spawned; no handler is installed.
@@ -76,9 +77,16 @@ fn quiet_on_closed_pipe() {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.verbose);
-    if !matches!(
+    // Only the commands that print and end: never for one that supervises a program or
+    // serves sockets (`agent`: a client that hangs up must not end it).
+    if matches!(
         cli.command,
-        Command::Run(_) | Command::Trace(_) | Command::Demo(_) | Command::Bench(_)
+        Command::Report(_)
+            | Command::Export(_)
+            | Command::Diff(_)
+            | Command::Doctor(_)
+            | Command::Completions(_)
+            | Command::Man(_)
     ) {
         quiet_on_closed_pipe();
     }
