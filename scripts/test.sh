@@ -20,3 +20,5 @@ if cargo nextest --version >/dev/null 2>&1; then
 else
   cargo test --workspace --locked --no-fail-fast "$@"
 fi
+echo "[test] install path: cargo install into a temporary root (scripts/check-install.sh)"
+bash scripts/check-install.sh

@@ -35,8 +35,8 @@ run() { # mode size -> median_ns of one run
 	local mode=$1 size=$2 line
 	case $mode in
 	plain) line=$("$out/malloc_cost" "$size" "$ITERS" "$BATCHES") ;;
-	trace) line=$("$PINWISE" trace -o "$out/h.json" -- "$out/malloc_cost" "$size" "$ITERS" "$BATCHES" 2>"$out/trace.err") ;;
-	malloc) line=$("$PINWISE" trace --malloc -o "$out/h.json" -- "$out/malloc_cost" "$size" "$ITERS" "$BATCHES" 2>"$out/trace.err") ;;
+	trace) line=$("$PINWISE" trace --force -o "$out/h.json" -- "$out/malloc_cost" "$size" "$ITERS" "$BATCHES" 2>"$out/trace.err") ;;
+	malloc) line=$("$PINWISE" trace --force --malloc -o "$out/h.json" -- "$out/malloc_cost" "$size" "$ITERS" "$BATCHES" 2>"$out/trace.err") ;;
 	esac
 	echo "$line" | sed 's/.*"median_ns": \([0-9.]*\).*/\1/'
 }

@@ -116,8 +116,9 @@ pub fn mem_total_bytes(meminfo: &str) -> Option<u64> {
     }
 }
 
-/// Parses a size such as `8GiB`, `512M`, `4096`, `1.5G` or `25%` (of `MemTotal`).
-/// Binary units (K, M, G, T with or without `iB`/`B`).
+/// Parses a size such as `8GiB`, `512M`, `4096`, `1.5G`, `64KiB` or `25%` (of `MemTotal`):
+/// the one size grammar of pinwise (the `parse-size` crate, binary units: K, M, G, T, P with
+/// or without `iB`/`B` are powers of 1024; fractions round to the nearest byte).
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let t = text.trim();
     if let Some(pct) = t.strip_suffix('%') {
@@ -135,30 +136,22 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
             .ok_or_else(|| format!("`{text}`: cannot read MemTotal from /proc/meminfo"))?;
         return Ok((total as f64 * p / 100.0) as u64);
     }
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("`{text}` is not a size (examples: 4096, 64MiB, 8G, 25%)"))?;
-    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        "t" | "tb" | "tib" => 1 << 40,
-        other => return Err(format!("`{text}`: unknown size unit `{other}`")),
-    };
-    let v = n * mult as f64;
-    // `u64::MAX as f64` is 2^64, one past the largest size.
-    if !v.is_finite() || v < 0.0 || v >= u64::MAX as f64 {
-        return Err(format!(
+    // One grammar for every size pinwise takes (parse-size, binary units).
+    const GRAMMAR: parse_size::Config = parse_size::Config::new().with_binary();
+    match GRAMMAR.parse_size(t) {
+        Ok(v) => Ok(v),
+        Err(parse_size::Error::PosOverflow) => Err(format!(
             "`{text}` is out of range: a size is from 0 to {} bytes (16 EiB)",
             u64::MAX
-        ));
+        )),
+        Err(_) if t.starts_with(|c: char| c.is_ascii_digit() || c == '.') => Err(format!(
+            "`{text}`: unknown size unit (use B, K, M, G, T, P, with or without iB/B; all \
+             powers of 1024; examples: 4096, 64KiB, 1.5M, 8G, 25%)"
+        )),
+        Err(_) => Err(format!(
+            "`{text}` is not a size (examples: 4096, 64KiB, 1.5M, 8G, 25%)"
+        )),
     }
-    Ok(v as u64)
 }
 
 #[cfg(test)]
@@ -225,5 +218,12 @@ mod tests {
             .unwrap_err()
             .contains("unknown size unit"));
         assert!(parse_size("150%").is_err());
+        assert_eq!(parse_size("1.5M").unwrap(), 3 << 19);
+        assert_eq!(parse_size("64KiB").unwrap(), 64 << 10);
+        assert_eq!(parse_size("2g").unwrap(), 2 << 30);
+        assert_eq!(parse_size("1 GB").unwrap(), 1 << 30);
+        assert_eq!(parse_size("512").unwrap(), 512);
+        assert!(parse_size("").unwrap_err().contains("not a size"));
+        assert!(parse_size("-1M").unwrap_err().contains("not a size"));
     }
 }

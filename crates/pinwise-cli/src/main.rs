@@ -3,7 +3,7 @@ mod cmd;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// pinwise: see where your CUDA program's host<->device transfer time goes, and pin only
 /// the host memory that pays for it.
@@ -40,6 +40,10 @@ enum Command {
     Demo(cmd::demo::DemoArgs),
     /// Monitor every CUDA process on this node, always on; metrics for Prometheus.
     Agent(cmd::agent::AgentArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(cmd::shell::CompletionsArgs),
+    /// Print the manual page (or write one per subcommand with --out-dir).
+    Man(cmd::shell::ManArgs),
 }
 
 fn init_logging(verbose: u8) {
@@ -58,9 +62,34 @@ fn init_logging(verbose: u8) {
         .init();
 }
 
+/// Lets a write to a closed pipe end the process quietly (as `cat` does) instead of
+/// failing: for the commands that only print, not those that supervise a program (`run`,
+/// `trace`, `demo`), which must outlive their terminal to write the program's history, nor
+/// `agent`, which writes to sockets.
+fn quiet_on_closed_pipe() {
+    // SAFETY: restoring the default disposition of SIGPIPE at start-up, before any thread
+    // is spawned; no handler is installed.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.verbose);
+    // Only the commands that print and end: never for one that supervises a program or
+    // serves sockets (`agent`: a client that hangs up must not end it).
+    if matches!(
+        cli.command,
+        Command::Report(_)
+            | Command::Export(_)
+            | Command::Diff(_)
+            | Command::Doctor(_)
+            | Command::Completions(_)
+            | Command::Man(_)
+    ) {
+        quiet_on_closed_pipe();
+    }
     let result = match cli.command {
         Command::Trace(args) => cmd::trace::run(args),
         Command::Run(args) => cmd::run::run(args),
@@ -72,12 +101,15 @@ fn main() -> ExitCode {
         Command::Doctor(args) => cmd::doctor::run(args),
         Command::Demo(args) => cmd::demo::run(args),
         Command::Agent(args) => cmd::agent::run(args),
+        Command::Completions(args) => cmd::shell::completions(args, Cli::command()),
+        Command::Man(args) => cmd::shell::man(args, Cli::command()),
     };
     match result {
         Ok(code) => code,
+        Err(err) if cmd::outputs::is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("pinwise: error: {}", cmd::outputs::render_error(&err));
-            ExitCode::FAILURE
+            ExitCode::from(cmd::outputs::exit_status(&err))
         }
     }
 }

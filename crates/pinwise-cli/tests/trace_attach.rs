@@ -236,7 +236,7 @@ fn attach_with_only_pre_attach_memory_has_nothing_to_save_and_says_so_consistent
         "{text}"
     );
     assert!(
-        text.contains("This run had pinned 1 of these tags already"),
+        text.contains("This run had pinned 1 of these allocations already"),
         "{text}"
     );
     assert!(text.contains("[pinned before the attach]+0x0"), "{text}");

@@ -229,6 +229,20 @@ fn binary_dump_reads_back_with_the_same_counts() {
         + expected["DtoH"]["transfers"].as_u64().unwrap();
     assert_eq!(total, want, "transfers attributed to host allocations");
     let s: serde_json::Value = serde_json::from_slice(&std::fs::read(&summary).unwrap()).unwrap();
+    // It follows its published schema.
+    let schema: serde_json::Value =
+        serde_json::from_str(include_str!("../../../schemas/trace-summary.schema.json")).unwrap();
+    let errors: Vec<String> = jsonschema::validator_for(&schema)
+        .unwrap()
+        .iter_errors(&s)
+        .map(|e| format!("{e} at {}", e.instance_path()))
+        .collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+    assert_eq!(s["format"], "pinwise-trace-summary");
+    assert_eq!(
+        s["summary"]["by_direction"]["HtoD"]["all"],
+        s["by_direction"]["HtoD"]
+    );
     assert_eq!(s["by_direction"]["HtoD"], expected["HtoD"]);
     assert_eq!(s["tracer"]["ringbuf_drops"], 0);
     assert!(s["tracer"]["uprobes"].as_u64().unwrap() > 10);

@@ -90,7 +90,8 @@ fn frames_in<'a>(frames: &'a [(String, u32, String)], script: &str) -> Vec<(&'a 
 fn trace(libs: &StandinLibs, python: &Path, out: &Path) -> String {
     let output = Command::new(env!("CARGO_BIN_EXE_pinwise"))
         .env("LD_LIBRARY_PATH", libs.ld_library_path())
-        .args(["trace", "--malloc", "--copy-stacks", "1", "-o"])
+        // Each Python version is traced to the same file: replaced.
+        .args(["trace", "--force", "--malloc", "--copy-stacks", "1", "-o"])
         .arg(out)
         .arg("--")
         .arg(python)
@@ -297,7 +298,7 @@ fn python_frames_of_a_process_attached_to() {
         assert_eq!(lines.next().unwrap().unwrap(), "ready", "{shown}");
         let out = dir.path().join("attach.json");
         let mut trace = Command::new(env!("CARGO_BIN_EXE_pinwise"))
-            .args(["trace", "--pid"])
+            .args(["trace", "--force", "--pid"])
             .arg(program.id().to_string())
             .arg("--libcuda")
             .arg(libs.libcuda())

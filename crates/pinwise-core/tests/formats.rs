@@ -308,7 +308,7 @@ fn binary_round_trip_keeps_everything_and_is_compact() {
 #[test]
 fn the_json_dump_follows_its_schema_and_the_issues_shape() {
     let schema: serde_json::Value =
-        serde_json::from_str(include_str!("../schemas/history.schema.json")).unwrap();
+        serde_json::from_str(include_str!("../../../schemas/history.schema.json")).unwrap();
     let validator = jsonschema::validator_for(&schema).expect("the schema compiles");
     let doc: serde_json::Value = serde_json::from_str(&json::to_string(&rich_history())).unwrap();
     let errors: Vec<String> = validator.iter_errors(&doc).map(|e| e.to_string()).collect();

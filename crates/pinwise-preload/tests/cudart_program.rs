@@ -206,6 +206,7 @@ fn without_driver_hooks_the_runtime_level_records_the_same_history() {
         c.args([
             "run",
             "--no-malloc-hooks",
+            "--force",
             "-o",
             hist.to_str().unwrap(),
             "--stats-json",

@@ -164,6 +164,8 @@ pub fn build_report(
         .collect();
 
     Report {
+        format: crate::json::REPORT_FORMAT,
+        version: crate::json::REPORT_VERSION,
         pinwise_version: env!("CARGO_PKG_VERSION"),
         input,
         provenance: provenance(history, &modules),

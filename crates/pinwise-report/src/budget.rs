@@ -34,6 +34,7 @@ pub struct BudgetPoint {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct BudgetAnalysis {
     /// How pinning was costed.
+    #[serde(serialize_with = "crate::json::snake")]
     pub method: PinMethod,
     /// Tags in the profile.
     pub tags: u64,

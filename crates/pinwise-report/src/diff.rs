@@ -18,7 +18,7 @@ use pinwise_core::{Decision, PinMethod, Policy};
 
 use crate::input::{InputInfo, Loaded};
 use crate::sites::{SiteLabel, SiteNames, SiteResolver};
-use crate::text::{plural, wrap, Align, Table, WIDTH};
+use crate::text::{plural, wrap, Align, Table};
 use crate::units::{bytes, count, duration_ns, fit, percent};
 
 /// What to compare, and how sensitively.
@@ -64,6 +64,7 @@ pub struct Side {
 
 /// A change of one call site.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Change {
     /// Only in B.
     Appeared,
@@ -197,6 +198,10 @@ pub struct ModuleChange {
 /// The comparison.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DiffReport {
+    /// `"pinwise-diff"` ([`crate::json::DIFF_FORMAT`]).
+    pub format: &'static str,
+    /// Version of this JSON layout ([`crate::json::DIFF_VERSION`]).
+    pub version: u32,
     /// Input A (the reference: e.g. the profile).
     pub a: Side,
     /// Input B (e.g. a new run).
@@ -577,6 +582,8 @@ pub fn diff(
     let verdict = verdict(&pinning, &module_changes, &tags);
     let _ = (ia.processes, ib.processes);
     DiffReport {
+        format: crate::json::DIFF_FORMAT,
+        version: crate::json::DIFF_VERSION,
         a: ia.side(a_info),
         b: ib.side(b_info),
         threshold: t,
@@ -600,11 +607,11 @@ fn verdict(p: &PinAgreement, modules: &[ModuleChange], tags: &TagCounts) -> Stri
         )
     };
     if tags.matched == 0 && (tags.only_a > 0 || tags.only_b > 0) {
-        return format!("No tag in common: A and B are not the same program (or build).{rebuilt}");
+        return format!("No allocation (call site and call number) in common: A and B are not the same program (or build).{rebuilt}");
     }
     if p.pinned_a == 0 {
         return format!(
-            "A advises pinning nothing; B finds {} tags worth pinning.{rebuilt}",
+            "A advises pinning nothing; B finds {} allocations worth pinning.{rebuilt}",
             count(p.pinned_b)
         );
     }
@@ -616,7 +623,7 @@ fn verdict(p: &PinAgreement, modules: &[ModuleChange], tags: &TagCounts) -> Stri
         "no longer matches"
     };
     format!(
-        "A's advice {how} B: {} of the {} tags A would pin also pay back in B, {} of A's \
+        "A's advice {how} B: {} of the {} allocations A would pin also pay back in B, {} of A's \
          estimated saving.{rebuilt}",
         count(p.confirmed),
         count(p.pinned_a),
@@ -624,12 +631,31 @@ fn verdict(p: &PinAgreement, modules: &[ModuleChange], tags: &TagCounts) -> Stri
     )
 }
 
-/// The text rendering of a diff, at most 100 columns.
+/// The text rendering of a diff, 100 columns wide.
 pub fn render_text(d: &DiffReport) -> String {
+    render_text_with(d, crate::layout::Layout::default())
+}
+
+/// The comparison for a terminal of `layout`'s width.
+pub fn render_text_with(d: &DiffReport, layout: crate::layout::Layout) -> String {
+    let out = crate::layout::with(layout, || render_now(d));
+    debug_assert!(
+        layout.wide
+            || layout.color
+            || out
+                .lines()
+                .all(|l| l.chars().count() <= layout.width.max(100)),
+        "a line wider than {}",
+        layout.width
+    );
+    out
+}
+
+fn render_now(d: &DiffReport) -> String {
     let mut out = String::new();
     let side = |name: &str, s: &Side| {
         format!(
-            "{name}: {} ({}): {}, {} tags at {} sites, {} allocations, {} transfers, {}",
+            "{name}: {} ({}): {}, {} distinct allocations (call site and call number) at {} sites, {} allocations, {} transfers, {}",
             s.input.path,
             s.input.kind.describe(),
             plural(s.processes, "process", "processes"),
@@ -672,6 +698,8 @@ pub fn render_text(d: &DiffReport) -> String {
             ("xfers/alloc A -> B", 16, Align::Right),
             ("mean size A -> B", 14, Align::Right),
         ]);
+        let full: Vec<String> = d.sites.iter().map(|s| s.site.short()).collect();
+        let t = t.with_names(full.iter().map(String::as_str));
         let _ = writeln!(out, "{}", t.header());
         for s in &d.sites {
             let pair = |f: &dyn Fn(&SiteSide) -> String| {
@@ -686,7 +714,7 @@ pub fn render_text(d: &DiffReport) -> String {
                 out,
                 "{}",
                 t.row(&[
-                    s.site.short_fit(30),
+                    s.site.short_fit(t.name_width()),
                     changes.join(","),
                     pair(&|x| compact(x.allocations_per_process)),
                     pair(&|x| compact(x.transfers_per_allocation)),
@@ -724,7 +752,7 @@ pub fn render_text(d: &DiffReport) -> String {
         "{}",
         wrap(
             &format!(
-                "A: {} tags pay back (net {}); B confirms {} of them ({}); B: {} tags pay back.",
+                "A: {} allocations pay back (net {}); B confirms {} of them ({}); B: {} allocations pay back.",
                 count(p.pinned_a),
                 duration_ns(p.saving_a_ns),
                 count(p.confirmed),
@@ -751,6 +779,8 @@ pub fn render_text(d: &DiffReport) -> String {
             ("net B", 9, Align::Right),
             ("in B", 18, Align::Left),
         ]);
+        let full: Vec<String> = rows.iter().map(|r| r.site.short()).collect();
+        let t = t.with_names(full.iter().map(String::as_str));
         let _ = writeln!(out, "{}", t.header());
         for r in rows {
             let size = format!(
@@ -763,7 +793,7 @@ pub fn render_text(d: &DiffReport) -> String {
                 out,
                 "{}",
                 t.row(&[
-                    r.site.short_fit(34),
+                    r.site.short_fit(t.name_width()),
                     r.call_no.to_string(),
                     size,
                     ns(r.net_a_ns),
@@ -773,7 +803,6 @@ pub fn render_text(d: &DiffReport) -> String {
             );
         }
     }
-    debug_assert!(out.lines().all(|l| l.chars().count() <= WIDTH));
     out
 }
 

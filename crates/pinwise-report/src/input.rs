@@ -14,6 +14,7 @@ use crate::progress::Progress;
 
 /// What kind of file an input is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum InputKind {
     /// A binary history dump (`pinwise trace`, `pinwise run`, `save_history`).
     BinaryHistory,
@@ -57,12 +58,21 @@ pub enum Loaded {
     Profile(Box<Profile>),
 }
 
-/// Reads a whole file, advancing `progress` as it goes.
+/// Reads a whole file, advancing `progress` as it goes; `-` is stdin.
 pub fn read_file(path: &Path, progress: &mut Progress) -> Result<Vec<u8>, ReportError> {
     let read_error = |source| ReportError::Read {
         path: path.to_path_buf(),
         source,
     };
+    if path.as_os_str() == "-" {
+        let mut bytes = Vec::new();
+        std::io::stdin()
+            .lock()
+            .read_to_end(&mut bytes)
+            .map_err(read_error)?;
+        check_head(&bytes[..bytes.len().min(64)]).map_err(|e| e.in_file(path))?;
+        return Ok(bytes);
+    }
     let mut file = std::fs::File::open(path).map_err(read_error)?;
     let len = file.metadata().map_err(read_error)?.len();
     // The first bytes say whether this can be a pinwise file at all: a large file of

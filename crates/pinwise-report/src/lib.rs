@@ -9,11 +9,13 @@
 //! | `health` | the sources' own statistics, and whether the run used the CPU stand-in |
 //! | [`budget`] | the saving-versus-pinned-budget curve and the budget for a share of the saving |
 //! | [`sites`] | naming call sites: [`SiteResolver`] (the caller symbolizes), labels |
-//! | [`text`] | the terminal rendering (100 columns) |
+//! | [`text`] | the terminal rendering (the terminal's width; 100 columns elsewhere) |
+//! | [`layout`] | the width, full names or not, colour: how one text rendering looks |
 //! | [`html`] | the self-contained HTML page; [`plots`] draws its SVG plots |
 //! | [`perfetto`] | the timeline in Chrome's trace event format (Perfetto, chrome://tracing) |
 //! | [`diff`] | two histories or profiles side by side |
 //! | [`units`] | bytes, durations and counts for people |
+//! | [`json`] | how the JSON outputs name things (format, version, snake_case, keyed objects) |
 //!
 //! Estimated times come from core's cost model: a history records what moved, not how long
 //! it took. Nothing here needs a GPU or privileges.
@@ -27,6 +29,8 @@ pub mod error;
 pub mod health;
 pub mod html;
 pub mod input;
+pub mod json;
+pub mod layout;
 pub mod model;
 mod pass;
 pub mod perfetto;

@@ -17,6 +17,10 @@ use crate::sites::SiteLabel;
 /// Everything a report shows; the terminal and HTML renderings read it, `--json` prints it.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
+    /// `"pinwise-report"` ([`crate::json::REPORT_FORMAT`]).
+    pub format: &'static str,
+    /// Version of this JSON layout ([`crate::json::REPORT_VERSION`]).
+    pub version: u32,
     /// Version of pinwise that made it.
     pub pinwise_version: &'static str,
     /// The file reported on.
@@ -45,7 +49,8 @@ pub struct Report {
     pub budget: BudgetAnalysis,
     /// What the sources said about themselves: drops, lost events.
     pub source: SourceHealth,
-    /// The history's own bookkeeping.
+    /// The history's own bookkeeping (its per-direction arrays keyed by direction).
+    #[serde(serialize_with = "crate::json::keyed_history_stats")]
     pub history_stats: HistoryStats,
     /// The data behind the HTML plots.
     pub plots: PlotData,
@@ -116,8 +121,10 @@ pub struct AllocationRow {
     /// Size.
     pub size: u64,
     /// Kind of memory.
+    #[serde(serialize_with = "crate::json::snake")]
     pub kind: AllocKind,
     /// Final state.
+    #[serde(serialize_with = "crate::json::snake")]
     pub state: AllocState,
     /// Transfers.
     pub transfers: u64,
@@ -240,6 +247,7 @@ pub struct Traffic {
     /// Width of a bucket, ns.
     pub bucket_ns: u64,
     /// Per bucket: bytes of [HtoD pageable, HtoD pinned, DtoH pageable, DtoH pinned].
+    #[serde(serialize_with = "crate::json::traffic_buckets")]
     pub buckets: Vec<[u64; 4]>,
     /// Whether some transfers are missing (dropped by the per-allocation cap).
     pub incomplete: bool,
@@ -259,6 +267,7 @@ pub struct Lifetime {
     /// Its row in the hot tables, shortened: site and call number.
     pub label: String,
     /// Kind of memory.
+    #[serde(serialize_with = "crate::json::snake")]
     pub kind: AllocKind,
     /// Size.
     pub size: u64,
@@ -271,6 +280,7 @@ pub struct Lifetime {
     /// Whether its end was seen.
     pub ended: bool,
     /// Its retained transfers: time (ns after the first event) and whether pinned.
+    #[serde(serialize_with = "crate::json::timed_transfers")]
     pub transfers: Vec<(u64, bool)>,
 }
 

@@ -94,7 +94,8 @@ impl SiteLabel {
     }
 
     /// [`SiteLabel::short`] in at most `width` characters: a long function name is cut
-    /// before the file and line are.
+    /// before the file and line are, and keeps its end (`…::Buffer::resize`: the end tells
+    /// functions of one class or namespace apart; their beginnings are alike).
     pub fn short_fit(&self, width: usize) -> String {
         let short = self.short();
         if short.chars().count() <= width {
@@ -104,10 +105,10 @@ impl SiteLabel {
             let suffix = &short[loc.function.len()..];
             let room = width.saturating_sub(suffix.chars().count());
             if room >= 8 {
-                return format!("{}{suffix}", crate::units::fit(&loc.function, room, false));
+                return format!("{}{suffix}", crate::units::fit(&loc.function, room, true));
             }
         }
-        crate::units::fit(&short, width, false)
+        crate::units::fit(&short, width, true)
     }
 
     /// Everything known: function, full file path and line, module and offset.

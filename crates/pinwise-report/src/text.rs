@@ -1,4 +1,6 @@
-//! The terminal rendering of a [`Report`]: plain text, at most [`WIDTH`] columns.
+//! The terminal rendering of a [`Report`]: plain text in the terminal's width
+//! ([`crate::layout`]; [`WIDTH`] columns when not on a terminal), names cut at the front
+//! unless `--wide`.
 
 use std::fmt::Write as _;
 
@@ -8,8 +10,8 @@ use pinwise_core::{Direction, PinMethod};
 use crate::analysis::{AllocationRow, Report};
 use crate::units::{bytes, count, duration_ns, fit, percent};
 
-/// Columns the text report fits in.
-pub const WIDTH: usize = 100;
+/// Columns the text report fits in when not on a terminal.
+pub const WIDTH: usize = crate::layout::BASE_WIDTH;
 
 /// How a table column is aligned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,13 +34,37 @@ impl Table {
         t
     }
 
+    /// The same table with its first column (names) as wide as the longest of `names`, but
+    /// no wider than the layout allows unless `--wide`.
+    pub(crate) fn with_names<'a>(mut self, names: impl IntoIterator<Item = &'a str>) -> Self {
+        let (title, base) = (self.columns[0].0, self.columns[0].1);
+        // No wider than the longest name (nor narrower than the title).
+        let longest = names
+            .into_iter()
+            .map(|n| n.chars().count())
+            .max()
+            .unwrap_or(0)
+            .max(title.chars().count());
+        self.columns[0].1 = if crate::layout::current().wide {
+            longest
+        } else {
+            crate::layout::name_width(base).min(longest)
+        };
+        self
+    }
+
+    /// Width of the first column.
+    pub(crate) fn name_width(&self) -> usize {
+        self.columns[0].1
+    }
+
     fn width(&self) -> usize {
         self.columns.iter().map(|c| c.1).sum::<usize>() + self.columns.len().saturating_sub(1)
     }
 
     pub(crate) fn header(&self) -> String {
         let titles: Vec<String> = self.columns.iter().map(|c| c.0.to_owned()).collect();
-        let mut s = self.row(&titles);
+        let mut s = crate::layout::bold(&self.row(&titles));
         s.push('\n');
         s.push_str(&"-".repeat(self.width()));
         s
@@ -50,7 +76,8 @@ impl Table {
             if i > 0 {
                 line.push(' ');
             }
-            let cell = fit(cell, *width, false);
+            // Names (the first column) keep their end.
+            let cell = fit(cell, *width, i == 0);
             match align {
                 Align::Left => {
                     let _ = write!(line, "{cell:<width$}");
@@ -64,13 +91,14 @@ impl Table {
     }
 }
 
-/// Wraps `text` at [`WIDTH`] columns, each line after the first indented by `indent`.
+/// Wraps `text` at the layout's width, each line after the first indented by `indent`.
 pub(crate) fn wrap(text: &str, indent: usize) -> String {
+    let width = crate::layout::current().width.max(40);
     let mut out = String::new();
     let mut line = String::new();
     for word in text.split_whitespace() {
         let len = line.chars().count();
-        if len > 0 && len + 1 + word.chars().count() > WIDTH {
+        if len > 0 && len + 1 + word.chars().count() > width {
             out.push_str(&line);
             out.push('\n');
             line = " ".repeat(indent);
@@ -84,13 +112,14 @@ pub(crate) fn wrap(text: &str, indent: usize) -> String {
     out
 }
 
-/// Short name of a kind of memory (at most 8 characters).
+/// Short name of a kind of memory (at most 8 characters; `unknown`: memory pinwise did not
+/// see allocated, known only from the copies that touched it).
 pub(crate) fn kind_name(kind: AllocKind) -> &'static str {
     match kind {
         AllocKind::Pageable => "pageable",
         AllocKind::PinnedAlloc => "pinned",
         AllocKind::Registered => "register",
-        AllocKind::Untracked => "untrackd",
+        AllocKind::Untracked => "unknown",
     }
 }
 
@@ -115,14 +144,16 @@ pub(crate) fn method_name(method: PinMethod) -> &'static str {
 
 fn section(out: &mut String, title: &str) {
     let _ = writeln!(out);
-    let _ = writeln!(out, "{title}");
+    let _ = writeln!(out, "{}", crate::layout::bold(title));
 }
 
-/// How much the text report shows.
+/// How much the text report shows, and how.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TextOptions {
     /// Each allocation's whole stack under its row (else its user frame only).
     pub stacks: bool,
+    /// Width, full names, colour.
+    pub layout: crate::layout::Layout,
 }
 
 /// The text report.
@@ -132,6 +163,10 @@ pub fn render(report: &Report) -> String {
 
 /// The text report, showing what `options` asks for.
 pub fn render_with(report: &Report, options: TextOptions) -> String {
+    crate::layout::with(options.layout, || render_now(report, options))
+}
+
+fn render_now(report: &Report, options: TextOptions) -> String {
     let mut out = String::new();
     header(&mut out, report);
     directions(&mut out, report);
@@ -172,11 +207,11 @@ fn header(out: &mut String, r: &Report) {
         )
     );
     if let Some(s) = &r.input.salvaged {
-        let _ = writeln!(out, "{}", wrap(&format!("!! {s}"), 2));
+        let _ = writeln!(out, "{}", crate::layout::warn(&wrap(&format!("!! {s}"), 2)));
     }
     for w in &r.source.warnings {
         if w.starts_with(crate::health::CONTRADICTION) {
-            let _ = writeln!(out, "{}", wrap(&format!("!! {w}"), 2));
+            let _ = writeln!(out, "{}", crate::layout::warn(&wrap(&format!("!! {w}"), 2)));
         }
     }
     let _ = writeln!(out, "{}", wrap(&overview_sentence(r), 2));
@@ -307,8 +342,9 @@ pub(crate) fn budget_sentence(r: &Report) -> String {
     let b = &r.budget;
     if b.tags_worth_pinning == 0 {
         return format!(
-            "No allocation of this history pays back its pinning (of {} tags), when pinning by \
-             {}: the smart allocator would pin nothing.",
+            "No allocation of this history pays back its pinning (of {} allocations, counted \
+             by call site and call number), when pinning by {}: the smart allocator would pin \
+             nothing.",
             count(b.tags),
             method_name(b.method)
         );
@@ -325,7 +361,7 @@ pub(crate) fn budget_sentence(r: &Report) -> String {
     let pinned_in_run = match b.tags_pinned_in_run {
         0 => String::new(),
         n => format!(
-            " This run had pinned {} of these tags already ({} of the {}): the saving above, \
+            " This run had pinned {} of these allocations already ({} of the {}): the saving above, \
              over this run's pageable memory, leaves {}.",
             count(n),
             duration_ns(b.pinned_in_run_ns),
@@ -334,9 +370,10 @@ pub(crate) fn budget_sentence(r: &Report) -> String {
         ),
     };
     format!(
-        "Pinning by {}, {} of {} tags pay back; pinning all of them nets {} (against pageable \
-         memory) and holds {} pinned at once. To capture {} of that, a budget of {} suffices: \
-         core's plan at that budget pins {} (at most {} at once) and nets {} ({}).\
+        "Pinning by {}, {} of {} allocations (counted by call site and call number) pay back; \
+         pinning all of them nets {} (against pageable memory) and holds {} pinned at once. To \
+         capture {} of that, a budget of {} suffices: the plan for that budget pins {} (at most \
+         {} at once) and nets {} ({}).\
          {pinned_in_run}{per_run}",
         method_name(b.method),
         count(b.tags_worth_pinning),
@@ -345,7 +382,7 @@ pub(crate) fn budget_sentence(r: &Report) -> String {
         bytes(b.attainable_peak_bytes),
         percent(b.share_asked),
         bytes(b.budget_bytes),
-        plural(b.plan_pinned_tags, "tag", "tags"),
+        plural(b.plan_pinned_tags, "allocation", "allocations"),
         bytes(b.plan_peak_bytes),
         duration_ns(b.plan_saving_ns),
         percent(b.plan_share()),
@@ -400,7 +437,8 @@ pub(crate) fn overview_sentence(r: &Report) -> String {
         n => format!("{n} processes"),
     };
     format!(
-        "{pids}; {} records ({} implicit, {} live at the end); trace span {}",
+        "{pids}; {} allocations ({} of them known only from their copies, {} live at the end); \
+         trace span {}",
         count(o.records),
         count(o.implicit_records),
         count(o.live),
@@ -422,10 +460,10 @@ fn where_made(a: &AllocationRow, width: usize) -> String {
     }
 }
 
-/// A frame label in `width` characters: a Python frame (`file.py:12 in function`) keeps
-/// its end (the function and line), a native one its beginning (the function).
+/// A frame label in `width` characters, keeping its end (a Python frame's function and
+/// line, a native frame's file and line).
 fn fit_frame(label: &str, width: usize) -> String {
-    crate::units::fit(label, width, label.contains(".py:"))
+    crate::units::fit(label, width, true)
 }
 
 fn allocations(
@@ -450,13 +488,15 @@ fn allocations(
         ("pageable", 8, Align::Right),
         ("pin pays", 9, Align::Left),
     ]);
+    let full: Vec<String> = rows.iter().map(|a| where_made(a, usize::MAX)).collect();
+    let t = t.with_names(full.iter().map(String::as_str));
     let _ = writeln!(out, "{}", t.header());
     for a in rows {
         let _ = writeln!(
             out,
             "{}",
             t.row(&[
-                where_made(a, 34),
+                where_made(a, t.name_width()),
                 if a.call_no > 0 {
                     a.call_no.to_string()
                 } else {
@@ -513,6 +553,14 @@ fn sites(out: &mut String, r: &Report) {
         ("sizes", 17, Align::Right),
         ("max call#", 9, Align::Right),
     ]);
+    let t = t.with_names(
+        r.sites
+            .iter()
+            .map(|s| site_row_name(s, usize::MAX))
+            .collect::<Vec<_>>()
+            .iter()
+            .map(String::as_str),
+    );
     let _ = writeln!(out, "{}", t.header());
     for s in &r.sites {
         let sizes = if s.allocations == 0 {
@@ -523,7 +571,7 @@ fn sites(out: &mut String, r: &Report) {
             format!("{}-{}", bytes(s.min_size), bytes(s.max_size)).replace(' ', "")
         };
         let allocs = if s.implicit_records > 0 {
-            format!("{}+{}u", count(s.allocations), count(s.implicit_records))
+            format!("{}+{}", count(s.allocations), count(s.implicit_records))
         } else {
             count(s.allocations)
         };
@@ -531,15 +579,7 @@ fn sites(out: &mut String, r: &Report) {
             out,
             "{}",
             t.row(&[
-                match (&s.user_frame, s.user_frames) {
-                    (Some(f), _) if *f != s.site.short() => fit_frame(f, 32),
-                    (None, n) if n > 1 => crate::units::fit(
-                        &format!("{} ({n} call paths)", s.site.short()),
-                        32,
-                        false,
-                    ),
-                    _ => s.site.short_fit(32),
-                },
+                site_row_name(s, t.name_width()),
                 allocs,
                 count(s.transfers),
                 bytes(s.bytes),
@@ -560,8 +600,19 @@ fn sites(out: &mut String, r: &Report) {
     if r.sites.iter().any(|s| s.implicit_records > 0) {
         let _ = writeln!(
             out,
-            "(+Nu: N implicit records of untracked memory first touched by copies from the site)"
+            "(allocs +N unknown: N buffers pinwise did not see allocated, first touched by copies from the site)"
         );
+    }
+}
+
+/// A call site's name in the sites table, in `width` characters.
+fn site_row_name(s: &crate::model::SiteRow, width: usize) -> String {
+    match (&s.user_frame, s.user_frames) {
+        (Some(f), _) if *f != s.site.short() => fit_frame(f, width),
+        (None, n) if n > 1 => {
+            crate::units::fit(&format!("{} ({n} call paths)", s.site.short()), width, true)
+        }
+        _ => s.site.short_fit(width),
     }
 }
 
@@ -588,13 +639,15 @@ fn pinned_for_nothing(out: &mut String, r: &Report) {
         ("largest", 9, Align::Right),
         ("unearned", 10, Align::Right),
     ]);
+    let full: Vec<String> = p.sites.iter().map(|w| w.site.short()).collect();
+    let t = t.with_names(full.iter().map(String::as_str));
     let _ = writeln!(out, "{}", t.header());
     for w in &p.sites {
         let _ = writeln!(
             out,
             "{}",
             t.row(&[
-                w.site.short_fit(36),
+                w.site.short_fit(t.name_width()),
                 count(w.allocations),
                 count(w.never_transferred),
                 bytes(w.bytes),
@@ -647,7 +700,103 @@ mod tests {
     #[test]
     fn tables_fit_cells_and_align() {
         let t = Table::new(&[("a", 4, Align::Left), ("b", 5, Align::Right)]);
-        assert_eq!(t.row(&["toolong".into(), "1".into()]), "too~     1");
+        // The first column (names) keeps its end.
+        assert_eq!(t.row(&["toolong".into(), "1".into()]), "…ong     1");
         assert_eq!(t.header().lines().nth(1), Some("----------"));
+    }
+
+    fn long_names_report() -> Report {
+        let h = pinwise_core::MemHistory::default();
+        let info = crate::input::InputInfo {
+            path: "x".into(),
+            kind: crate::input::InputKind::JsonHistory,
+            file_bytes: 0,
+            salvaged: None,
+        };
+        let mut r = crate::build_report(
+            &h,
+            info,
+            &pinwise_core::CostModel::builtin(),
+            &crate::ReportOptions::default(),
+            &mut crate::NoSymbols,
+            &mut crate::Progress::hidden(),
+        );
+        let site = |function: &str| crate::SiteLabel {
+            module_key: "path:/app".into(),
+            module_path: "/app".into(),
+            offset: 0x10,
+            location: Some(crate::SourceLocation {
+                function: function.into(),
+                file: Some("/src/buffers.cpp".into()),
+                line: Some(42),
+            }),
+        };
+        for (i, f) in [
+            "pinwise::examples::very_long_namespace::DeviceBuffer<float>::resize",
+            "pinwise::examples::very_long_namespace::DeviceBuffer<float>::upload",
+        ]
+        .iter()
+        .enumerate()
+        {
+            r.pinned_for_nothing.sites.push(crate::model::WasteRow {
+                site: site(f),
+                allocations: 1 + i as u64,
+                never_transferred: 0,
+                bytes: 1 << 20,
+                transfers: 1,
+                max_size: 1 << 20,
+                wasted_ns: 1000.0,
+            });
+        }
+        r.pinned_for_nothing.pinned_allocations = 2;
+        r
+    }
+
+    #[test]
+    fn names_keep_their_end_fit_the_width_and_are_whole_with_wide() {
+        use crate::layout::Layout;
+        let r = long_names_report();
+        let render = |layout| {
+            render_with(
+                &r,
+                TextOptions {
+                    stacks: false,
+                    layout,
+                },
+            )
+        };
+        // 100 columns: cut at the front, the two names still told apart by their ends.
+        let text = render(Layout::default());
+        assert!(text.lines().all(|l| l.chars().count() <= 100), "{text}");
+        assert!(
+            text.contains("…fer<float>::resize (buffers.cpp:42)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("…fer<float>::upload (buffers.cpp:42)"),
+            "{text}"
+        );
+        // A wider terminal shows more of them; --wide shows them whole.
+        let wide_terminal = render(Layout {
+            width: 160,
+            ..Layout::default()
+        });
+        assert!(wide_terminal
+            .contains("pinwise::examples::very_long_namespace::DeviceBuffer<float>::resize"));
+        assert!(wide_terminal.lines().all(|l| l.chars().count() <= 160));
+        let wide = render(Layout {
+            wide: true,
+            ..Layout::default()
+        });
+        assert!(wide.contains(
+            "pinwise::examples::very_long_namespace::DeviceBuffer<float>::upload (buffers.cpp:42)"
+        ));
+        // Colour only when asked for (a terminal without NO_COLOR): bold titles.
+        assert!(!text.contains('\x1b'));
+        let color = render(Layout {
+            color: true,
+            ..Layout::default()
+        });
+        assert!(color.contains("\x1b[1mPINNED FOR NOTHING"), "{color}");
     }
 }

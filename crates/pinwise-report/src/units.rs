@@ -85,10 +85,10 @@ pub fn fit(s: &str, width: usize, keep_end: bool) -> String {
     }
     if keep_end {
         let tail: String = s.chars().skip(n - (width - 1)).collect();
-        format!("~{tail}")
+        format!("…{tail}")
     } else {
         let head: String = s.chars().take(width - 1).collect();
-        format!("{head}~")
+        format!("{head}…")
     }
 }
 
@@ -126,8 +126,8 @@ mod tests {
     #[test]
     fn fit_cuts_and_marks() {
         assert_eq!(fit("abcdef", 6, false), "abcdef");
-        assert_eq!(fit("abcdef", 4, false), "abc~");
-        assert_eq!(fit("abcdef", 4, true), "~def");
+        assert_eq!(fit("abcdef", 4, false), "abc…");
+        assert_eq!(fit("abcdef", 4, true), "…def");
         assert_eq!(percent(0.8421), "84.2 %");
     }
 }

@@ -47,7 +47,13 @@ struct AllocArgs {
     #[arg(long)]
     calibration: Option<PathBuf>,
     /// Directory for alloc-runs.csv, alloc-summary.csv, alloc.md and alloc.svg.
-    #[arg(short, long, default_value = "bench-results/alloc")]
+    /// (`--out` is the older spelling.)
+    #[arg(
+        short,
+        long = "output",
+        alias = "out",
+        default_value = "bench-results/alloc"
+    )]
     out: PathBuf,
     /// Strategies to run, comma-separated (default: all): pageable, pin-each, caching-pool,
     /// smart-profile-run, smart, adaptive, smart-misaligned, smart-budget-1.1x.
@@ -100,7 +106,9 @@ fn alloc(a: AllocArgs) -> anyhow::Result<ExitCode> {
         BenchConfig::standard(policy)
     };
     if let Some(mut sizes) = a.sizes {
-        anyhow::ensure!(!sizes.is_empty(), "--sizes is empty");
+        if sizes.is_empty() {
+            return Err(super::outputs::usage("--sizes is empty"));
+        }
         sizes.sort_unstable();
         sizes.dedup();
         config.sizes = sizes;
@@ -109,7 +117,9 @@ fn alloc(a: AllocArgs) -> anyhow::Result<ExitCode> {
         config.repeats = r.max(1);
     }
     if let Some(s) = a.strategies {
-        anyhow::ensure!(!s.is_empty(), "--strategies is empty");
+        if s.is_empty() {
+            return Err(super::outputs::usage("--strategies is empty"));
+        }
         config.strategies = s;
     }
     if let Some(t) = a.target_bytes {

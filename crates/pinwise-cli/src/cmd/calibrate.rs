@@ -18,8 +18,17 @@ use pinwise_alloc::PinBackend;
 #[derive(Debug, clap::Args)]
 pub struct CalibrateArgs {
     /// Where to write the calibration (CSV in the format of pinwise-core's built-in table).
-    #[arg(short, long, default_value = "pinwise-calibration.csv")]
+    /// (`--out` is the older spelling.)
+    #[arg(
+        short,
+        long = "output",
+        alias = "out",
+        default_value = "pinwise-calibration.csv"
+    )]
     out: PathBuf,
+    /// Replace the output file if it exists already.
+    #[arg(long)]
+    force: bool,
     /// Sizes to measure, comma-separated (e.g. `4K,64K,1M,16M,256M,1G`). Default: 4 KiB to
     /// 1 GiB in steps of 4.
     #[arg(long, value_delimiter = ',', value_parser = parse_size)]
@@ -38,6 +47,8 @@ pub(crate) fn parse_size(s: &str) -> Result<usize, String> {
 
 /// Runs `pinwise calibrate`.
 pub fn run(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
+    // Checked before measuring, which takes a while.
+    super::outputs::check_before_run("-o", &args.out, args.force)?;
     let driver = pinwise_cuda::Driver::shared()
         .context("pinwise calibrate needs the CUDA driver (libcuda.so.1, or PINWISE_LIBCUDA)")?;
     let backend = Arc::new(
@@ -52,7 +63,9 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
     }
     let mut config = CalibrationConfig::default();
     if let Some(sizes) = args.sizes {
-        anyhow::ensure!(!sizes.is_empty(), "--sizes is empty");
+        if sizes.is_empty() {
+            return Err(super::outputs::usage("--sizes is empty"));
+        }
         config.sizes = sizes;
         config.sizes.sort_unstable();
         config.sizes.dedup();
@@ -74,8 +87,9 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
     })
     .map_err(|e| anyhow::anyhow!("calibration failed: {e}"))?;
     bar.finish_and_clear();
-    pinwise_core::safe_file::write_bytes(&args.out, model.to_csv().as_bytes())
-        .with_context(|| format!("writing {}", args.out.display()))?;
+    super::outputs::write_output("-o", &args.out, args.force, |w| {
+        w.write_all(model.to_csv().as_bytes())
+    })?;
     println!(
         "calibrated {} sizes in {:.1} s on {}; wrote {}",
         model.points().len(),

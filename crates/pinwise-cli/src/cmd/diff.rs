@@ -1,7 +1,6 @@
 //! `pinwise diff A B`: two histories or profiles side by side (per call site and per tag:
 //! what got hotter or colder, appeared or disappeared, changed size), and whether the
 //! pinning A advises still pays back in B: a check that a profile still matches the program.
-use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -12,14 +11,24 @@ use pinwise_report::Progress;
 
 use super::report::{cost_model, parse_share, resolver, PinMethodArg};
 
-/// Exit status when B confirms less of A's advice than `--fail-under` asks.
-pub const EXIT_MISMATCH: u8 = 2;
+/// Exit status when B confirms less of A's advice than `--fail-under` asks (the
+/// "threshold not met" status of the README's conventions).
+pub const EXIT_MISMATCH: u8 = super::outputs::EXIT_THRESHOLD;
+
+/// Format of `pinwise diff`'s output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DiffFormat {
+    /// Tables for a terminal.
+    Text,
+    /// JSON (`schemas/diff.schema.json`).
+    Json,
+}
 
 /// Arguments of `pinwise diff`.
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Examples:\n  pinwise diff profile.json new-run.bin\n  \
                   pinwise diff old.bin new.bin --json\n  \
-                  pinwise diff app.profile.json today.bin --fail-under 0.8   # exit 2 when the \
+                  pinwise diff app.profile.json today.bin --fail-under 0.8   # exit 3 when the \
                   profile no longer matches")]
 pub struct DiffArgs {
     /// The reference: a history (binary or JSON) or a profile.
@@ -30,9 +39,25 @@ pub struct DiffArgs {
     #[arg(value_name = "B")]
     pub b: PathBuf,
 
-    /// Print the comparison as JSON.
+    /// Write the comparison here (`-`: stdout) [default: stdout]; `.json`: JSON, else text.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+
+    /// The comparison's format, whatever the output's name [default: from -o, else text].
+    #[arg(long, value_enum, conflicts_with = "json")]
+    pub format: Option<DiffFormat>,
+
+    /// The same as `--format json`.
     #[arg(long)]
     pub json: bool,
+
+    /// Replace an output file that exists already.
+    #[arg(long)]
+    pub force: bool,
+
+    /// Full names in the tables, never shortened to the terminal's width.
+    #[arg(long)]
+    pub wide: bool,
 
     /// Relative change that counts as hotter, colder, resized (0.25: 25 %).
     #[arg(long, default_value_t = 0.25, value_name = "SHARE")]
@@ -42,7 +67,7 @@ pub struct DiffArgs {
     #[arg(long, default_value_t = 15, value_name = "N")]
     pub top: usize,
 
-    /// Exit with status 2 when B confirms less than this share of A's estimated pinning
+    /// Exit with status 3 when B confirms less than this share of A's estimated pinning
     /// saving (0 to 1).
     #[arg(long, value_parser = parse_share, value_name = "SHARE")]
     pub fail_under: Option<f64>,
@@ -66,11 +91,12 @@ pub struct DiffArgs {
 
 /// Runs `pinwise diff`.
 pub fn run(args: DiffArgs) -> Result<ExitCode> {
-    anyhow::ensure!(
-        args.threshold.is_finite() && args.threshold >= 0.0,
-        "--threshold must be a share of 0 or more, not {}",
-        args.threshold
-    );
+    if !(args.threshold.is_finite() && args.threshold >= 0.0) {
+        return Err(super::outputs::usage(format!(
+            "--threshold must be a share of 0 or more, not {}",
+            args.threshold
+        )));
+    }
     let cost = cost_model(args.calibration.as_deref())?;
     let mut progress = Progress::new(!args.quiet);
     let (a, a_info) = pinwise_report::load_any(&args.a, &mut progress)?;
@@ -93,14 +119,25 @@ pub fn run(args: DiffArgs) -> Result<ExitCode> {
         resolver.as_mut(),
     );
     progress.finish();
-    let mut stdout = std::io::stdout().lock();
-    if args.json {
-        serde_json::to_writer_pretty(&mut stdout, &report).context("writing the JSON diff")?;
-        writeln!(stdout)?;
+    let json = match (args.format, &args.output) {
+        (Some(f), _) => f == DiffFormat::Json,
+        (None, _) if args.json => true,
+        (None, Some(path)) => {
+            super::outputs::history_format_of(path) == pinwise_core::DumpFormat::Json
+        }
+        (None, None) => false,
+    };
+    let bytes = if json {
+        let mut v = serde_json::to_vec_pretty(&report).context("writing the JSON diff")?;
+        v.push(b'\n');
+        v
     } else {
-        write!(stdout, "{}", diff::render_text(&report))?;
-    }
-    stdout.flush()?;
+        let output = args.output.clone().unwrap_or_else(|| PathBuf::from("-"));
+        let layout = super::outputs::text_layout(&output, args.wide);
+        diff::render_text_with(&report, layout).into_bytes()
+    };
+    let output = args.output.clone().unwrap_or_else(|| PathBuf::from("-"));
+    super::outputs::write_output("-o", &output, args.force, |w| w.write_all(&bytes))?;
     match args.fail_under {
         Some(min) if report.pinning.share < min => {
             eprintln!(
@@ -122,6 +159,10 @@ mod tests {
         DiffArgs {
             a,
             b,
+            output: None,
+            format: None,
+            force: false,
+            wide: false,
             json: false,
             threshold: 0.25,
             top: 5,

@@ -56,8 +56,15 @@ struct Item {
     disables: String,
 }
 
+/// `format` of `pinwise doctor --json` (`schemas/doctor.schema.json`).
+pub const DOCTOR_FORMAT: &str = "pinwise-doctor";
+/// `version` of `pinwise doctor --json`.
+pub const DOCTOR_VERSION: u32 = 1;
+
 #[derive(Debug, Serialize)]
 struct Report {
+    format: &'static str,
+    version: u32,
     can_run: bool,
     can_trace: bool,
     can_pin: bool,
@@ -114,6 +121,8 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     check_agent(&mut b, can_trace, !args.no_bpf);
 
     let report = Report {
+        format: DOCTOR_FORMAT,
+        version: DOCTOR_VERSION,
         can_run: can_pin,
         can_trace,
         can_pin,
@@ -491,32 +500,38 @@ fn check_memory(b: &mut Builder) {
     );
 }
 
-/// The preload library `pinwise run` injects, next to this binary.
+/// The preload library `pinwise run` injects (where `pinwise run` looks for it).
 fn check_preload(b: &mut Builder) {
-    let exe_dir = std::env::current_exe()
-        .ok()
-        .and_then(|p| p.parent().map(Path::to_path_buf));
-    let found = exe_dir
-        .as_ref()
-        .map(|d| d.join("libpinwise_preload.so"))
-        .filter(|p| p.exists());
+    use super::preload_path;
+    let explicit = std::env::var_os(preload_path::PRELOAD_ENV).map(std::path::PathBuf::from);
+    let found = match explicit {
+        Some(p) => preload_path::locate(Some(&p)).map_err(|e| super::outputs::render_error(&e)),
+        None => preload_path::search().map_err(|looked| {
+            format!(
+                "{} not found (looked in: {})",
+                preload_path::PRELOAD_FILE,
+                looked
+                    .iter()
+                    .map(|p| p.parent().unwrap_or(p).display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        }),
+    };
     match found {
-        Some(p) => b.add(
+        Ok(p) => b.add(
             "pinwise",
             "preload library",
             State::Ok,
             p.display().to_string(),
             "",
         ),
-        None => b.add(
+        Err(detail) => b.add(
             "pinwise",
             "preload library",
             State::Failed,
-            format!(
-                "libpinwise_preload.so not found next to {}",
-                exe_dir.map(|d| d.display().to_string()).unwrap_or_default()
-            ),
-            "`pinwise run` (build the workspace: cargo build --release --workspace)",
+            detail,
+            "`pinwise run` (see the README's Install section)",
         ),
     }
 }

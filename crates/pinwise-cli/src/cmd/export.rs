@@ -19,13 +19,24 @@ use super::report::{cost_model, resolver};
                   counters."
 )]
 pub struct ExportArgs {
-    /// History file written by `pinwise trace` or `pinwise run` (binary or JSON).
+    /// History file written by `pinwise trace` or `pinwise run` (binary or JSON; `-`:
+    /// stdin).
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
 
-    /// Write the Chrome trace event JSON here.
-    #[arg(long, value_name = "OUT.json")]
+    /// Write the timeline (Chrome trace event JSON, for Perfetto) here (`-`: stdout).
+    /// `--perfetto FILE` is the older spelling.
+    #[arg(
+        short = 'o',
+        long = "output",
+        alias = "perfetto",
+        value_name = "OUT.json"
+    )]
     pub perfetto: PathBuf,
+
+    /// Replace an output file that exists already.
+    #[arg(long)]
+    pub force: bool,
 
     /// Only the N allocations that moved the most bytes (large histories make large traces).
     #[arg(long, value_name = "N")]
@@ -60,13 +71,18 @@ pub fn run(args: ExportArgs) -> Result<ExitCode> {
     }
     progress.stage(&format!("writing {}", args.perfetto.display()));
     let mut resolver = resolver(args.no_symbols);
-    let summary = perfetto::export_file(
-        &history,
-        &cost,
-        &ExportOptions { top: args.top },
-        resolver.as_mut(),
-        &args.perfetto,
-    )?;
+    let mut summary = None;
+    super::outputs::write_output("-o", &args.perfetto, args.force, |out| {
+        summary = Some(perfetto::write_trace(
+            &history,
+            &cost,
+            &ExportOptions { top: args.top },
+            resolver.as_mut(),
+            out,
+        )?);
+        Ok(())
+    })?;
+    let summary = summary.expect("the trace was written");
     progress.finish();
     eprintln!(
         "pinwise: wrote {} trace events to {}: {} allocations on {} lanes, {} transfers, {} \
@@ -107,6 +123,7 @@ mod tests {
         let code = run(ExportArgs {
             file,
             perfetto: out.clone(),
+            force: false,
             top: Some(20),
             calibration: None,
             no_symbols: true,
@@ -128,6 +145,7 @@ mod tests {
         let err = run(ExportArgs {
             file,
             perfetto: out,
+            force: false,
             top: None,
             calibration: None,
             no_symbols: true,

@@ -8,8 +8,10 @@ pub mod doctor;
 pub mod export;
 pub mod killed;
 pub mod outputs;
+pub mod preload_path;
 pub mod report;
 pub mod run;
+pub mod shell;
 pub mod supervise;
 pub mod trace;
 

@@ -11,16 +11,127 @@ use anyhow::{Context, Result};
 /// The exit status of a `--strict` run whose outputs were not all written.
 pub const STRICT_EXIT: u8 = 125;
 
+/// Exit status of an error (pinwise could not do what was asked).
+pub const EXIT_ERROR: u8 = 1;
+/// Exit status of a usage error (bad arguments; clap uses it too).
+pub const EXIT_USAGE: u8 = 2;
+/// Exit status of a check whose threshold was not met (`diff --fail-under`).
+pub const EXIT_THRESHOLD: u8 = 3;
+
+/// A mistake in the arguments found after parsing (pinwise exits with [`EXIT_USAGE`]).
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// A [`UsageError`] as an `anyhow::Error`.
+pub fn usage(message: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(UsageError(message.into()))
+}
+
+/// The exit status for `error`: [`EXIT_USAGE`] for a [`UsageError`], else [`EXIT_ERROR`].
+pub fn exit_status(error: &anyhow::Error) -> u8 {
+    if error.chain().any(|c| c.is::<UsageError>()) {
+        EXIT_USAGE
+    } else {
+        EXIT_ERROR
+    }
+}
+
+/// Whether `error` comes from writing to a closed pipe (`pinwise report x | head`): pinwise
+/// then exits quietly.
+pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
 /// Fails unless a file can be created at `path` (its directory exists and is writable, and
-/// it is not another user's symlink); `flag` names the option in the error. Nothing is left
-/// behind.
-pub fn check_before_run(flag: &str, path: &Path) -> Result<()> {
+/// it is not another user's symlink), and, without `force`, unless nothing is there yet;
+/// `flag` names the option in the error. Nothing is left behind.
+pub fn check_before_run(flag: &str, path: &Path, force: bool) -> Result<()> {
+    // Another user's symlink is refused as such, before "exists already".
     pinwise_core::safe_file::check_writable(path).with_context(|| {
         format!(
             "{flag} {}: the file cannot be written (checked before starting the program)",
             path.display()
         )
-    })
+    })?;
+    check_overwrite(flag, path, force)
+}
+
+/// The history format a file name asks for: JSON for `.json`, else binary (as the preload
+/// library decides for `pinwise run -o`).
+pub fn history_format_of(path: &Path) -> pinwise_core::DumpFormat {
+    match path.extension().and_then(|e| e.to_str()) {
+        Some(e) if e.eq_ignore_ascii_case("json") => pinwise_core::DumpFormat::Json,
+        _ => pinwise_core::DumpFormat::Binary,
+    }
+}
+
+/// How a text rendering for `output` looks: on a terminal (stdout, a TTY), its width and
+/// colour unless `NO_COLOR` is set (or `TERM=dumb`); elsewhere 100 columns, no colour.
+/// `wide`: full names.
+pub fn text_layout(output: &Path, wide: bool) -> pinwise_report::layout::Layout {
+    use std::io::IsTerminal as _;
+    let mut layout = pinwise_report::layout::Layout {
+        wide,
+        ..Default::default()
+    };
+    if is_std(output) && std::io::stdout().is_terminal() {
+        if let Some((terminal_size::Width(w), _)) = terminal_size::terminal_size() {
+            layout.width = usize::from(w).max(60);
+        }
+        let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+        let dumb = std::env::var_os("TERM").is_some_and(|t| t == "dumb");
+        layout.color = !no_color && !dumb;
+    }
+    layout
+}
+
+/// Whether `path` is `-`: stdout (for an output) or stdin (for an input).
+pub fn is_std(path: &Path) -> bool {
+    path.as_os_str() == "-"
+}
+
+/// Fails when an output file `path` exists already and `force` is not given; `flag` names
+/// the option in the error. `-` (stdout) is never refused.
+pub fn check_overwrite(flag: &str, path: &Path, force: bool) -> Result<()> {
+    if !force && !is_std(path) && std::fs::symlink_metadata(path).is_ok() {
+        anyhow::bail!(
+            "{flag} {}: the file exists already (--force replaces it)",
+            path.display()
+        );
+    }
+    Ok(())
+}
+
+/// Writes an output through `write`: to stdout for `-`, else as a new `0600` file (see
+/// `pinwise_core::safe_file`), refused when it exists and `force` is not given.
+pub fn write_output(
+    flag: &str,
+    path: &Path,
+    force: bool,
+    write: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
+) -> Result<()> {
+    if is_std(path) {
+        let mut out = std::io::stdout().lock();
+        write(&mut out).context("writing to stdout")?;
+        return std::io::Write::flush(&mut out).context("writing to stdout");
+    }
+    // Another user's symlink is refused as such, before "exists already".
+    pinwise_core::safe_file::check_writable(path)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    check_overwrite(flag, path, force)?;
+    pinwise_core::safe_file::write_with(path, write)
+        .with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// Pinwise's own failures during a run, said on stderr as they happen.
@@ -129,12 +240,28 @@ mod tests {
     #[test]
     fn unwritable_outputs_are_found_before_the_run() {
         let dir = tempfile::tempdir().unwrap();
-        check_before_run("-o", &dir.path().join("h.json")).unwrap();
-        let e = check_before_run("-o", &dir.path().join("no/such/dir/h.json")).unwrap_err();
+        check_before_run("-o", &dir.path().join("h.json"), false).unwrap();
+        let e = check_before_run("-o", &dir.path().join("no/such/dir/h.json"), false).unwrap_err();
         let text = render_error(&e);
         assert!(
             text.contains("-o ") && text.contains("before starting"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn an_existing_output_is_replaced_only_with_force() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("keep.json");
+        std::fs::write(&p, "precious").unwrap();
+        let e = check_before_run("-o", &p, false).unwrap_err().to_string();
+        assert!(e.contains("exists already (--force replaces it)"), "{e}");
+        check_before_run("-o", &p, true).unwrap();
+        let e = write_output("-o", &p, false, |w| w.write_all(b"new")).unwrap_err();
+        assert!(render_error(&e).contains("exists already"), "{e}");
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "precious");
+        write_output("-o", &p, true, |w| w.write_all(b"new")).unwrap();
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "new");
+        check_overwrite("-o", Path::new("-"), false).unwrap();
     }
 }

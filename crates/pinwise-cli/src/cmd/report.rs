@@ -4,7 +4,6 @@
 //! Also home of what `export` and `diff` share with it: the cost model from `--calibration`,
 //! the pin method argument, and the call-site resolver backed by pinwise-trace's blazesym
 //! symbolizer.
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -30,26 +29,69 @@ impl From<PinMethodArg> for PinMethod {
     }
 }
 
+/// Format of `pinwise report`'s output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReportFormat {
+    /// Tables for a terminal.
+    Text,
+    /// JSON (`schemas/report.schema.json`).
+    Json,
+    /// A self-contained HTML page with plots.
+    Html,
+}
+
+impl ReportFormat {
+    /// The format a file name asks for: `.json`, `.html`/`.htm`, else text.
+    fn of(path: &Path) -> ReportFormat {
+        match path
+            .extension()
+            .and_then(|e| e.to_str())
+            .map(str::to_ascii_lowercase)
+            .as_deref()
+        {
+            Some("json") => ReportFormat::Json,
+            Some("html" | "htm") => ReportFormat::Html,
+            _ => ReportFormat::Text,
+        }
+    }
+}
+
 /// Arguments of `pinwise report`.
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Examples:\n  pinwise report run.json\n  \
-                  pinwise report run.bin --html report.html\n  \
-                  pinwise report run.bin --json > report.json\n  \
+                  pinwise report run.bin -o report.html\n  \
+                  pinwise report run.bin -o report.json\n  \
+                  pinwise report - --json < run.bin | jq .hotspots\n  \
                   pinwise report run.bin --calibration my-gpu.csv\n\n\
                   Times are estimates from the cost model (built in: measured on an H200; \
                   `pinwise calibrate` measures this machine's): a history records what moved, \
                   not how long it took.")]
 pub struct ReportArgs {
-    /// History file written by `pinwise trace` or `pinwise run` (binary or JSON).
+    /// History file written by `pinwise trace` or `pinwise run` (binary or JSON; `-`:
+    /// stdin).
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
 
-    /// Print the report as JSON (to stdout) instead of text.
+    /// Write the report here (`-`: stdout) [default: stdout]. The format follows the name:
+    /// `.json` JSON, `.html` an HTML page with plots, else text.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+
+    /// The report's format, whatever the output's name [default: from -o, else text].
+    #[arg(long, value_enum, conflicts_with = "json")]
+    pub format: Option<ReportFormat>,
+
+    /// The same as `--format json`.
     #[arg(long)]
     pub json: bool,
 
-    /// Also write a self-contained HTML page with plots here.
-    #[arg(long, value_name = "OUT.html")]
+    /// Replace an output file that exists already.
+    #[arg(long)]
+    pub force: bool,
+
+    /// Also write the HTML page here (the text still goes to stdout): the older spelling
+    /// of `-o FILE.html`, kept for scripts.
+    #[arg(long, value_name = "OUT.html", hide = true)]
     pub html: Option<PathBuf>,
 
     /// Calibration CSV for the cost model (`pinwise calibrate` writes one) [default: the
@@ -72,6 +114,10 @@ pub struct ReportArgs {
     /// Name call sites by module and offset only (no symbol look-up).
     #[arg(long)]
     pub no_symbols: bool,
+
+    /// Full names in the tables, never shortened to the terminal's width.
+    #[arg(long)]
+    pub wide: bool,
 
     /// Show each allocation's whole call stack (native and Python frames) under its row.
     #[arg(long)]
@@ -152,28 +198,46 @@ pub fn run(args: ReportArgs) -> Result<ExitCode> {
         resolver.as_mut(),
         &mut progress,
     );
+    let format = match (args.format, args.json, &args.output) {
+        (Some(f), _, _) => f,
+        (None, true, _) => ReportFormat::Json,
+        (None, false, Some(path)) => ReportFormat::of(path),
+        (None, false, None) => ReportFormat::Text,
+    };
     if let Some(path) = &args.html {
         progress.stage("drawing the HTML report");
-        pinwise_report::html::write(&report, path)?;
+        let page = pinwise_report::html::render(&report)?;
+        super::outputs::write_output("--html", path, args.force, |w| w.write_all(page.as_bytes()))?;
     }
+    let bytes = match format {
+        ReportFormat::Json => {
+            let mut v = serde_json::to_vec_pretty(&report).context("writing the JSON report")?;
+            v.push(b'\n');
+            v
+        }
+        ReportFormat::Html => {
+            progress.stage("drawing the HTML report");
+            pinwise_report::html::render(&report)?.into_bytes()
+        }
+        ReportFormat::Text => {
+            let output = args.output.clone().unwrap_or_else(|| PathBuf::from("-"));
+            let options = pinwise_report::text::TextOptions {
+                stacks: args.stacks,
+                layout: super::outputs::text_layout(&output, args.wide),
+            };
+            pinwise_report::text::render_with(&report, options).into_bytes()
+        }
+    };
     progress.finish();
-    let mut stdout = std::io::stdout().lock();
-    if args.json {
-        serde_json::to_writer_pretty(&mut stdout, &report).context("writing the JSON report")?;
-        writeln!(stdout)?;
-    } else {
-        let options = pinwise_report::text::TextOptions {
-            stacks: args.stacks,
-        };
-        write!(
-            stdout,
-            "{}",
-            pinwise_report::text::render_with(&report, options)
-        )?;
-    }
-    stdout.flush()?;
-    if let Some(path) = &args.html {
-        eprintln!("pinwise: wrote the HTML report to {}", path.display());
+    let output = args.output.clone().unwrap_or_else(|| PathBuf::from("-"));
+    super::outputs::write_output("-o", &output, args.force, |w| w.write_all(&bytes))?;
+    for path in [args.html.as_ref(), args.output.as_ref()]
+        .into_iter()
+        .flatten()
+    {
+        if !super::outputs::is_std(path) {
+            eprintln!("pinwise: wrote the report to {}", path.display());
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -206,13 +270,17 @@ pub(crate) mod tests {
     fn args(file: PathBuf) -> ReportArgs {
         ReportArgs {
             file,
+            output: None,
+            format: None,
             json: false,
+            force: false,
             html: None,
             calibration: None,
             top: 5,
             capture: 0.9,
             pin_method: PinMethodArg::Register,
             no_symbols: true,
+            wide: false,
             stacks: false,
             quiet: true,
         }
@@ -458,8 +526,10 @@ pub(crate) mod tests {
             assert!(text.lines().all(|l| l.chars().count() <= 100), "{text}");
             // The command itself: text on stdout, the HTML page.
             let page = dir.join("r.html");
+            // Both histories of a test are reported to the same page: replaced.
             let code = run(ReportArgs {
                 html: Some(page.clone()),
+                force: true,
                 no_symbols: false,
                 ..args(history.to_path_buf())
             })
@@ -473,6 +543,7 @@ pub(crate) mod tests {
             let code = super::super::super::export::run(super::super::super::export::ExportArgs {
                 file: history.to_path_buf(),
                 perfetto: trace.clone(),
+                force: true,
                 top: None,
                 calibration: None,
                 no_symbols: false,
@@ -523,6 +594,10 @@ pub(crate) mod tests {
             let code = super::super::super::diff::run(super::super::super::diff::DiffArgs {
                 a: a.to_path_buf(),
                 b: a.to_path_buf(),
+                output: None,
+                format: None,
+                force: false,
+                wide: false,
                 json: true,
                 threshold: 0.25,
                 top: 5,

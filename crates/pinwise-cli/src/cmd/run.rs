@@ -23,9 +23,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use pinwise_core::preload_stats::{OutputStats, ProcessStats};
-
-/// File name of the preload library.
-pub const PRELOAD_FILE: &str = "libpinwise_preload.so";
+use pinwise_report::units::bytes;
 
 /// How the library decides what to pin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -84,8 +82,9 @@ pub struct RunArgs {
     #[arg(long, value_name = "TIME", default_value = "1s", value_parser = super::killed::parse_flush_every)]
     pub flush_every: String,
 
-    /// The preload library [default: libpinwise_preload.so next to this binary].
-    #[arg(long, value_name = "PATH")]
+    /// The preload library [default: libpinwise_preload.so next to this binary, else in
+    /// <prefix>/lib/pinwise/ or <prefix>/lib/ for a binary in <prefix>/bin/].
+    #[arg(long, value_name = "PATH", env = "PINWISE_PRELOAD_LIB")]
     pub preload: Option<PathBuf>,
 
     /// Serve every pinned request pinned (still from the pool): never pageable.
@@ -101,8 +100,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "SIZE", default_value = "64K")]
     pub min_tracked: String,
 
-    /// Do not record malloc-family allocations (copies into them get implicit
-    /// "untracked" records, as before).
+    /// Do not record malloc-family allocations (copies into them are then recorded against
+    /// buffers of unknown origin).
     #[arg(long)]
     pub no_malloc_hooks: bool,
 
@@ -114,6 +113,11 @@ pub struct RunArgs {
     /// name sites only where the binaries can still be read).
     #[arg(long)]
     pub no_symbols: bool,
+
+    /// Replace output files that exist already (without it, pinwise refuses before starting
+    /// the program).
+    #[arg(long)]
+    pub force: bool,
 
     /// Also write the summary as JSON (per process and totals).
     #[arg(long, value_name = "FILE")]
@@ -145,7 +149,7 @@ pub struct RunArgs {
 
 /// Runs `pinwise run`.
 pub fn run(args: RunArgs) -> Result<ExitCode> {
-    let preload = find_preload(args.preload.as_deref())?;
+    let preload = super::preload_path::locate(args.preload.as_deref())?;
     let program = args.command[0].clone();
     let program_name = Path::new(&program)
         .file_name()
@@ -192,14 +196,19 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             }
         }
     }
+    // Sizes are kept as written (the library reads them with the same parser) and checked
+    // here: a bad one is a usage error.
+    let usage = super::outputs::usage;
     if let Some(b) = &args.budget {
-        pinwise_alloc::budget::parse_size(b).map_err(|e| anyhow::anyhow!("--budget: {e}"))?;
+        pinwise_alloc::budget::parse_size(b).map_err(|e| usage(format!("--budget: {e}")))?;
     }
     if pinwise_alloc::budget::parse_size(&args.min_tracked)
-        .map_err(|e| anyhow::anyhow!("--min-tracked: {e}"))?
+        .map_err(|e| usage(format!("--min-tracked: {e}")))?
         == 0
     {
-        bail!("--min-tracked: the size must be at least 1 byte (--no-malloc-hooks turns tracking off)");
+        return Err(super::outputs::usage(
+            "--min-tracked: the size must be at least 1 byte (--no-malloc-hooks turns tracking off)",
+        ));
     }
     let history = args.output.as_deref().map(absolute);
     // Every output is checked before the program starts.
@@ -217,7 +226,9 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         outputs.extend(profile.clone().map(|p| ("--profile", p)));
     }
     for (flag, path) in &outputs {
-        super::outputs::check_before_run(flag, path)?;
+        // Profile mode rewrites its profile: learning again is what it is for.
+        let force = args.force || *flag == "--profile";
+        super::outputs::check_before_run(flag, path, force)?;
     }
     if let Some(log) = args.log.as_deref().filter(|l| *l != "stderr") {
         pinwise_core::safe_file::open_append(&absolute(Path::new(log))).with_context(|| {
@@ -315,7 +326,10 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
                     .as_deref()
                     .filter(|_| p.profile.written && args.mode == ModeArg::Profile);
                 if let Err(e) = store_symbols(Path::new(path), profile.map(Path::new)) {
-                    eprintln!("pinwise: names not stored in {path}: {e:#}");
+                    eprintln!(
+                        "pinwise: names not stored in {path}: {}",
+                        super::outputs::render_error(&e)
+                    );
                 }
             }
         }
@@ -427,29 +441,6 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     Ok(ExitCode::from(
         status.code().unwrap_or(1).clamp(0, 255) as u8
     ))
-}
-
-/// The preload library: `explicit`, else next to this binary.
-fn find_preload(explicit: Option<&Path>) -> Result<PathBuf> {
-    let path = match explicit {
-        Some(p) => p.to_path_buf(),
-        None => {
-            let exe = std::env::current_exe().context("cannot find the pinwise binary")?;
-            exe.with_file_name(PRELOAD_FILE)
-        }
-    };
-    let path = path
-        .canonicalize()
-        .with_context(|| format!("the preload library {} is missing (build it with `cargo build -p pinwise-preload`, or pass --preload PATH)", path.display()))?;
-    let text = path.to_string_lossy();
-    if text.contains(' ') || text.contains(':') {
-        bail!(
-            "the preload library's path {} contains a space or a colon, which LD_PRELOAD \
-             cannot carry: move it",
-            path.display()
-        );
-    }
-    Ok(path)
 }
 
 /// A temporary directory for the processes' statistics, removed when dropped.
@@ -775,9 +766,9 @@ pub fn summary_lines(ps: &[ProcessStats]) -> Vec<String> {
         ));
     }
     lines.push(format!(
-        "pinned bytes peak {} (budget {}); promotions in place {} (program buffers {}, \
-         allocator {}, before a pointer query {}; given back {}, merged with a neighbour {}); \
-         fallbacks to pageable {}; budget refusals {}",
+        "pinned bytes peak {} (budget {}); existing buffers pinned where they lie {} (the \
+         program's own {}, its allocator's {}, before a pointer query {}; unpinned again {}, \
+         joined with a neighbour {}); fallbacks to pageable {}; budget refusals {}",
         bytes(t.pinned_bytes_peak_max),
         if t.budget_bytes_max > 0 {
             bytes(t.budget_bytes_max)
@@ -856,31 +847,16 @@ pub fn summary_lines(ps: &[ProcessStats]) -> Vec<String> {
     lines
 }
 
-/// `12.0 MiB`.
-fn bytes(b: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = b as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{b} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn sizes_read_well() {
+        // The summary uses the reports' one byte formatter (three figures).
         assert_eq!(bytes(512), "512 B");
         assert_eq!(bytes(12 << 20), "12.0 MiB");
-        assert_eq!(bytes(3 << 30), "3.0 GiB");
+        assert_eq!(bytes(3 << 30), "3.00 GiB");
     }
 
     #[test]
@@ -915,7 +891,7 @@ mod tests {
         );
         assert!(text.contains("HtoD 8 (800 B)"), "{text}");
         assert!(
-            text.contains("pinned bytes peak 8.0 KiB (budget 1.0 MiB)"),
+            text.contains("pinned bytes peak 8.00 KiB (budget 1.00 MiB)"),
             "{text}"
         );
         assert!(

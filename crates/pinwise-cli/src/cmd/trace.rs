@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use pinwise_core::history::Summary;
 use pinwise_core::{CostModel, Direction, DumpFormat};
+use pinwise_report::units::bytes;
 use pinwise_trace::agent::{TraceStats, TracerAgent, TracerConfig};
 use pinwise_trace::libs::LibraryOverrides;
 use pinwise_trace::loader::{BpfConfig, KernelHookStatus};
@@ -46,13 +47,19 @@ pub struct TraceArgs {
     #[arg(long, value_parser = parse_duration, value_name = "TIME")]
     pub duration: Option<Duration>,
 
-    /// Where to write the history [default: pinwise-trace-<PID>.json or .bin].
+    /// Where to write the history [default: pinwise-trace-<PID>.json or .bin]. Its format
+    /// follows the name: JSON for `.json`, else the compact binary format.
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
 
-    /// Format of the history file.
-    #[arg(long, value_enum, default_value_t = FormatArg::Json)]
-    pub format: FormatArg,
+    /// Format of the history file, whatever its name [default: from -o's extension, JSON
+    /// without -o].
+    #[arg(long, value_enum)]
+    pub format: Option<FormatArg>,
+
+    /// Replace output files that exist already (without it, pinwise refuses before tracing).
+    #[arg(long)]
+    pub force: bool,
 
     /// Probe this libcuda instead of looking for it.
     #[arg(long, value_name = "PATH")]
@@ -116,61 +123,40 @@ pub struct TraceArgs {
     #[arg(long)]
     pub strict: bool,
 
-    /// The command to launch and trace, after `--`.
-    #[arg(last = true, value_name = "CMD")]
+    /// The command to launch and trace, and its arguments (`--` before it is optional, as
+    /// for `pinwise run`).
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
     pub command: Vec<OsString>,
 }
 
-/// Parses `30s`, `2m`, `500ms`, `1h`, or a bare number of seconds.
+/// Parses a duration: `30s`, `2m`, `500ms`, `1h 30m`, `2min` (the `humantime` grammar), or
+/// a bare number of seconds (`1.5`). The one duration grammar of pinwise's options.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(s.len());
-    let (number, unit) = s.split_at(split);
-    let value: f64 = number
-        .trim()
-        .parse()
-        .map_err(|_| format!("`{s}` is not a duration (examples: 30s, 2m, 500ms)"))?;
-    let secs = match unit.trim() {
-        "" | "s" => value,
-        "ms" => value / 1e3,
-        "m" | "min" => value * 60.0,
-        "h" => value * 3600.0,
-        other => {
-            return Err(format!(
-                "unknown time unit `{other}` in `{s}` (use ms, s, m, h)"
-            ))
-        }
+    let t = s.trim();
+    let d = match t.parse::<f64>() {
+        Ok(secs) if (0.0..1e12).contains(&secs) => Duration::from_secs_f64(secs),
+        Ok(_) => return Err(format!("`{s}`: the duration must be positive")),
+        Err(_) => humantime::parse_duration(t).map_err(|e| {
+            format!("`{s}` is not a duration ({e}; examples: 30s, 2m, 500ms, 1h 30m)")
+        })?,
     };
-    if !(secs.is_finite() && secs > 0.0) {
+    if d.is_zero() {
         return Err(format!("`{s}`: the duration must be positive"));
     }
-    Ok(Duration::from_secs_f64(secs))
+    Ok(d)
 }
 
-/// Parses `4M`, `256K`, `1G`, `4096` (bytes; K/M/G are powers of 1024, `iB`/`B` allowed).
+/// Parses a size (`4M`, `1.5M`, `256KiB`, `1G`, `4096`): pinwise's one size grammar,
+/// [`pinwise_alloc::budget::parse_size`], without the percentage of RAM.
 pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
-    let (number, unit) = t.split_at(split);
-    let value: u64 = number
-        .trim()
-        .parse()
-        .map_err(|_| format!("`{s}` is not a size (examples: 4M, 256K, 4096)"))?;
-    let unit = unit.trim().trim_end_matches("iB").trim_end_matches('B');
-    let shift = match unit.to_ascii_uppercase().as_str() {
-        "" => 0,
-        "K" => 10,
-        "M" => 20,
-        "G" => 30,
-        other => {
-            return Err(format!(
-                "unknown size unit `{other}` in `{s}` (use K, M, G)"
-            ))
-        }
-    };
-    value
-        .checked_mul(1 << shift)
-        .ok_or_else(|| format!("`{s}` is too large"))
+    if s.trim().ends_with('%') {
+        return Err(format!("`{s}`: a percentage of RAM is not accepted here"));
+    }
+    pinwise_alloc::budget::parse_size(s)
 }
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -211,7 +197,9 @@ enum Ending {
 /// Runs `pinwise trace`.
 pub fn run(args: TraceArgs) -> Result<ExitCode> {
     if args.pid.is_none() && args.command.is_empty() {
-        bail!("nothing to trace: give a command after `--` (pinwise trace -- ./app) or --pid N");
+        return Err(super::outputs::usage(
+            "nothing to trace: give a command (pinwise trace ./app ARGS) or --pid N",
+        ));
     }
     let privileges = caps::check_privileges();
     if !privileges.is_ok() {
@@ -251,9 +239,10 @@ pub fn run(args: TraceArgs) -> Result<ExitCode> {
     } else {
         config
     };
-    let format = match args.format {
-        FormatArg::Json => DumpFormat::Json,
-        FormatArg::Bin => DumpFormat::Binary,
+    let format = match (args.format, &args.output) {
+        (Some(FormatArg::Json), _) | (None, None) => DumpFormat::Json,
+        (Some(FormatArg::Bin), _) => DumpFormat::Binary,
+        (None, Some(path)) => super::outputs::history_format_of(path),
     };
     // Every output is checked before anything starts (the default history name depends on
     // the PID, unknown yet: its directory is checked).
@@ -261,9 +250,9 @@ pub fn run(args: TraceArgs) -> Result<ExitCode> {
         .output
         .clone()
         .unwrap_or_else(|| PathBuf::from("pinwise-trace.json"));
-    super::outputs::check_before_run("-o", &planned)?;
+    super::outputs::check_before_run("-o", &planned, args.force || args.output.is_none())?;
     if let Some(path) = &args.summary_json {
-        super::outputs::check_before_run("--summary-json", path)?;
+        super::outputs::check_before_run("--summary-json", path, args.force)?;
     }
     catch_interrupts();
     let mut agent = TracerAgent::new(config);
@@ -432,22 +421,6 @@ fn hooks_text(hooks: Option<&KernelHookStatus>) -> String {
     }
 }
 
-/// `1.5 MiB`, `64 KiB`, `12 B`.
-fn bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
-
 fn site_text(agent: &TracerAgent, symbolizer: &Symbolizer, site: pinwise_core::Site) -> String {
     let Some(module) = agent.history().modules().get(site.module) else {
         return "?".into();
@@ -572,6 +545,12 @@ fn print_summary(
     ));
 }
 
+/// `format` of `pinwise trace --summary-json` (`schemas/trace-summary.schema.json`).
+pub const TRACE_SUMMARY_FORMAT: &str = "pinwise-trace-summary";
+/// `version` of `pinwise trace --summary-json` (files without one predate it, and had
+/// `summary.by_direction` as a positional array).
+pub const TRACE_SUMMARY_VERSION: u32 = 1;
+
 fn write_summary_json(
     path: &Path,
     agent: &TracerAgent,
@@ -590,8 +569,8 @@ fn write_summary_json(
                 "pid": a.pid,
                 "start": a.start,
                 "size": a.size,
-                "kind": a.kind.as_str(),
-                "state": format!("{:?}", a.state),
+                "kind": pinwise_report::json::snake_case(&format!("{:?}", a.kind)),
+                "state": pinwise_report::json::snake_case(&format!("{:?}", a.state)),
                 "module": module.as_ref().map(|m| m.key()),
                 "module_path": module.as_ref().map(|m| m.path.clone()),
                 "offset": a.tag.site.offset,
@@ -616,7 +595,20 @@ fn write_summary_json(
             )
         })
         .collect();
+    // The history's summary, its directions keyed by name (not by position).
+    let mut summary = serde_json::to_value(summary)?;
+    summary["by_direction"] = serde_json::Value::Object(
+        Direction::ALL
+            .iter()
+            .map(|d| {
+                let s = &summary["by_direction"][d.index()];
+                (d.as_str().to_string(), s.clone())
+            })
+            .collect(),
+    );
     let value = serde_json::json!({
+        "format": TRACE_SUMMARY_FORMAT,
+        "version": TRACE_SUMMARY_VERSION,
         "pid": pid,
         "seconds": elapsed.as_secs_f64(),
         "summary": summary,
@@ -648,12 +640,17 @@ mod tests {
         assert_eq!(parse_size("1g"), Ok(1 << 30));
         assert!(parse_size("4Q").is_err());
         assert!(parse_size("99999999999G").is_err());
+        assert_eq!(parse_size("1.5M"), Ok(3 << 19));
+        assert!(parse_size("10%").is_err());
+        assert_eq!(parse_duration("1h 30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("2min"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("-3").is_err());
     }
 
     #[test]
     fn formats_byte_counts() {
         assert_eq!(bytes(12), "12 B");
-        assert_eq!(bytes(1536), "1.5 KiB");
+        assert_eq!(bytes(1536), "1.50 KiB");
         assert_eq!(bytes(64 << 20), "64.0 MiB");
     }
 }

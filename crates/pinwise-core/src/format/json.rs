@@ -1,6 +1,6 @@
 //! The JSON dump: everything a history holds, in a shape scripts can rely on.
 //!
-//! The shape (checked in as `schemas/history.schema.json` and tested against it):
+//! The shape (checked in as `schemas/history.schema.json` at the repository root and tested against it):
 //!
 //! ```text
 //! { "format": "pinwise-history", "version": 2,
