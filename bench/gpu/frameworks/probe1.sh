@@ -11,7 +11,7 @@ timeout 420 bash bench/gpu/frameworks/crash_probe.sh ${REPEATS:-5} python3 bench
 D=$OUT/mixed; mkdir -p $D
 for m in plain adaptive use; do
   if [[ $m == plain ]]; then timeout 120 python3 bench/gpu/frameworks/torch_mixed.py > $D/plain.out 2> $D/plain.err
-  else timeout 120 target/release/pinwise run --mode $m --profile $D/p.json --stats-json $D/$m.stats.json -- python3 bench/gpu/frameworks/torch_mixed.py > $D/$m.out 2> $D/$m.err; fi
+  else timeout 120 target/release/pinwise run --force --mode $m --profile $D/p.json --stats-json $D/$m.stats.json -- python3 bench/gpu/frameworks/torch_mixed.py > $D/$m.out 2> $D/$m.err; fi
   echo "mixed $m exit $? $(grep time_ms $D/$m.err)"; [[ $m == plain ]] && cp $D/p.json /dev/null 2>/dev/null
   [[ $m == adaptive ]] && timeout 120 target/release/pinwise run --mode profile --profile $D/p.json -- python3 bench/gpu/frameworks/torch_mixed.py > /dev/null 2>&1
 done

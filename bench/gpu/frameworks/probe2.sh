@@ -15,7 +15,7 @@ for v in module pending func; do
     for how in run run_o hand; do
       case $how in
         run) timeout 60 $PW run -- python3 bench/gpu/frameworks/jax_exit.py $v ;;
-        run_o) timeout 60 $PW run -o $D/h.bin -- python3 bench/gpu/frameworks/jax_exit.py $v ;;
+        run_o) timeout 60 $PW run --force -o $D/h.bin -- python3 bench/gpu/frameworks/jax_exit.py $v ;;
         hand) timeout 60 env LD_PRELOAD=$PWD/target/release/libpinwise_preload.so python3 bench/gpu/frameworks/jax_exit.py $v ;;
       esac > $D/$v.$how.$i.out 2> $D/$v.$how.$i.err
       rc=$?; echo "$v $how $i exit $rc $(tail -c 200 $D/$v.$how.$i.err | tr '\n' ' ')"
