@@ -33,7 +33,10 @@ for case in sigint-group sigterm sighup sigkill program-term program-kill progra
   case $case in *-json) ext=json ;; esac
   hist="$dir/$case.$ext"
   rm -f "$hist" "$hist.partial"
-  setsid "$PW" run -o "$hist" -- python3 bench/gpu/safety/torch_loop.py \
+  # A background job of a non-interactive shell starts with SIGINT ignored (and would pass
+  # that on): the default action is restored before pinwise run starts.
+  setsid python3 -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execvp(sys.argv[1], sys.argv[1:])' \
+    "$PW" run -o "$hist" -- python3 bench/gpu/safety/torch_loop.py \
     >"$dir/$case.out" 2>"$dir/$case.err" &
   pid=$!
   sleep 8
