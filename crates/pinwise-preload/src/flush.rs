@@ -2,7 +2,7 @@
 //! are written before a signal whose default action ends the process takes effect, and
 //! before `_exit`/`_Exit` (which skip `atexit`).
 //!
-//! **Signals** (`SIGINT`, `SIGTERM`, `SIGHUP`, `SIGQUIT`, `SIGABRT`, `SIGSEGV`, `SIGBUS`,
+//! **Signals** (`SIGINT` except in a Python process (see `python_present`), `SIGTERM`, `SIGHUP`, `SIGQUIT`, `SIGABRT`, `SIGSEGV`, `SIGBUS`,
 //! `SIGFPE`, `SIGILL`): when the state is created, pinwise installs a handler for each of
 //! these whose action is still the default one (never for a signal the program ignores or
 //! handles, nor for the dump signal). The handler is async-signal-safe: it sets a flag and
@@ -61,8 +61,9 @@ pub fn install(skip: Option<libc::c_int>) {
         return;
     }
     crate::crash::prepare();
+    let python = python_present();
     for sig in FATAL_SIGNALS {
-        if Some(sig) == skip {
+        if Some(sig) == skip || (sig == libc::SIGINT && python) {
             continue;
         }
         // SAFETY: sigaction with valid in/out structures; the handler is async-signal-safe.
@@ -80,6 +81,16 @@ pub fn install(skip: Option<libc::c_int>) {
             libc::sigaction(sig, &action, std::ptr::null_mut());
         }
     }
+}
+
+/// Whether a CPython interpreter is in the process. CPython installs its SIGINT handler
+/// (the one that raises `KeyboardInterrupt`) only over the default action: a handler of
+/// pinwise's installed first would take Ctrl-C away from the program's `try`/`finally`
+/// and `except KeyboardInterrupt`. In a Python process SIGINT is left alone; the history
+/// then keeps what the periodic appends wrote (see `crate::persist`).
+fn python_present() -> bool {
+    // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name only looks the symbol up.
+    !unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"Py_IsInitialized".as_ptr()) }.is_null()
 }
 
 /// Called by the drain thread on every wake-up: runs `write` (drain everything, write the

@@ -170,3 +170,46 @@ fn a_killed_pinwise_run_takes_the_program_with_it_and_the_history_is_written() {
     }
     check_history(&hist, "pinwise run killed");
 }
+
+/// CPython installs its SIGINT handler (the one raising `KeyboardInterrupt`) only over the
+/// default action: under `pinwise run` (malloc hooks on, so pinwise's state exists before
+/// the interpreter starts) a Python program keeps it, and Ctrl-C still reaches its
+/// `except KeyboardInterrupt`.
+#[test]
+fn a_python_program_keeps_its_keyboard_interrupt() {
+    let Some(python) = ["python3", "/usr/bin/python3"].into_iter().find(|p| {
+        std::process::Command::new(p)
+            .arg("-c")
+            .arg("pass")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }) else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "python3 is needed (scripts/setup.sh installs it)"
+        );
+        eprintln!("SKIPPED a_python_program_keeps_its_keyboard_interrupt: no python3");
+        return;
+    };
+    let s = Setup::new();
+    let script = "import os, signal, sys\n\
+                  buf = bytearray(8 << 20)  # a tracked allocation: pinwise's state exists\n\
+                  print(signal.getsignal(signal.SIGINT), flush=True)\n\
+                  try:\n    os.kill(os.getpid(), signal.SIGINT)\n    signal.pause()\n\
+                  except KeyboardInterrupt:\n    print('caught', flush=True)\n";
+    let out = s.run_pinwise(
+        &["--min-tracked", "64K"],
+        Path::new(python),
+        &["-c", script],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        stdout, "<built-in function default_int_handler>\ncaught\n",
+        "the program's SIGINT handling changed"
+    );
+}
