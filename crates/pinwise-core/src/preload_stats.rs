@@ -137,7 +137,8 @@ pub struct ProcessStats {
 }
 
 /// Medians (ns, the middle of a histogram bucket; `None`: no sample) of the parts of a
-/// sampled copy hook's bookkeeping.
+/// sampled copy hook's bookkeeping, each taken on its own: they need not add up to
+/// `hook_ns_median`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct HookStages {

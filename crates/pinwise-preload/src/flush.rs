@@ -86,8 +86,11 @@ pub fn install(skip: Option<libc::c_int>) {
 /// Whether a CPython interpreter is in the process. CPython installs its SIGINT handler
 /// (the one that raises `KeyboardInterrupt`) only over the default action: a handler of
 /// pinwise's installed first would take Ctrl-C away from the program's `try`/`finally`
-/// and `except KeyboardInterrupt`. In a Python process SIGINT is left alone; the history
-/// then keeps what the periodic appends wrote (see `crate::persist`).
+/// and `except KeyboardInterrupt`. In a Python process SIGINT is left alone. A Ctrl-C the
+/// program catches ends it normally (every output written at exit); one it does not catch
+/// ends it the way CPython does (it restores the default action and raises SIGINT again,
+/// skipping `atexit`): the history then keeps what the periodic appends wrote, and the
+/// statistics and a profile are not written.
 fn python_present() -> bool {
     // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name only looks the symbol up.
     !unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"Py_IsInitialized".as_ptr()) }.is_null()
@@ -115,11 +118,11 @@ extern "C" fn on_fatal_signal(
     info: *mut libc::siginfo_t,
     _ctx: *mut libc::c_void,
 ) {
-    crate::crash::report(sig, info);
     // Async-signal-safe only: atomics, getpid, nanosleep, sigaction, raise.
     // SAFETY: __errno_location gives this thread's errno; saved and restored around the
     // calls below.
     let errno = unsafe { *libc::__errno_location() };
+    crate::crash::report(sig, info);
     flush_and_wait();
     // SAFETY: restoring the default action and raising the signal again: it is blocked
     // while this handler runs and takes effect (the default action) when it returns.

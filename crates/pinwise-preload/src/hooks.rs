@@ -81,7 +81,9 @@ pub unsafe fn host_alloc(
     HookStats::bump(&st.stats.host_allocs);
     // While a context ends, requests go to CUDA as without pinwise: memory pinwise would
     // hand out now (a pool block, or a segment allocated just before the release) is
-    // unmapped by the release a moment later.
+    // unmapped by the release a moment later. This narrows the race, it does not close it:
+    // a request that passed this check just before the release began is served by the
+    // pool, as a request already inside cuMemHostAlloc would be by CUDA.
     let served = if CONTEXTS_ENDING.load(Ordering::Acquire) > 0 {
         None
     } else {
@@ -1102,10 +1104,16 @@ pub fn stream_destroy(stream: usize, forward: impl FnOnce() -> CUresult) -> CUre
 /// stream and event handles first (a later free must not pass a dead handle to the driver),
 /// and forgets a destroyed context it would otherwise make current for its own calls.
 pub fn context_ending(destroyed: usize, forward: impl FnOnce() -> CUresult) -> CUresult {
+    /// Lowers the count again, even if the work below unwinds.
+    struct Ending;
+    impl Drop for Ending {
+        fn drop(&mut self) {
+            CONTEXTS_ENDING.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
     CONTEXTS_ENDING.fetch_add(1, Ordering::AcqRel);
-    let rc = end_context(destroyed, forward);
-    CONTEXTS_ENDING.fetch_sub(1, Ordering::AcqRel);
-    rc
+    let _ending = Ending;
+    end_context(destroyed, forward)
 }
 
 /// Context releases and destructions in progress (see [`host_alloc`]).

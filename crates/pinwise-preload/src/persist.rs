@@ -104,6 +104,11 @@ impl HistoryFile {
     /// at the first append). `sync`: and syncs it to the disk. Errors are counted.
     pub fn append(&self, path: &Path, recorder: &Recorder, sync: bool) -> Result<(), String> {
         let mut inner = self.inner.lock();
+        if inner.closed {
+            // `finish` ran since `due` said yes (the exit path): the history is written
+            // whole; another append would re-create a JSON history's side file.
+            return Ok(());
+        }
         let r = inner.append(&Self::target(path), recorder, sync);
         if let Err(e) = &r {
             inner.stats.errors += 1;

@@ -411,13 +411,15 @@ impl Counter {
     /// and again at the same address), and the next promotion here needs twice the
     /// evidence (at most 2^[`MAX_PENALTY`] times); one that served more clears the penalty.
     pub fn judge_promotion(&self, uses: u32) {
-        let p = self.penalty.load(Ordering::Relaxed);
-        let next = if uses < PAID_USES {
-            (p + 1).min(MAX_PENALTY)
-        } else {
-            0
-        };
-        self.penalty.store(next, Ordering::Relaxed);
+        let _ = self
+            .penalty
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |p| {
+                Some(if uses < PAID_USES {
+                    (p + 1).min(MAX_PENALTY)
+                } else {
+                    0
+                })
+            });
     }
 }
 
