@@ -77,9 +77,9 @@ pub struct HookStats {
     pub hook_ns: AtomicU64,
     /// Samples in `hook_ns`.
     pub hook_samples: AtomicU64,
-    /// The samples by [`HOOK_BUCKET_NS`]-wide buckets (the last one: everything above), for
-    /// a median that a preempted sample cannot move.
-    pub hook_buckets: [AtomicU64; HOOK_BUCKETS],
+    /// The samples in the hook-time buckets, for a median that a preempted sample cannot
+    /// move.
+    pub hook_buckets: TimeHistogram,
     /// The same samples' parts (see [`HookStages`]).
     pub stage_describe: TimeHistogram,
     /// See [`HookStages::decide_ns`].
@@ -109,28 +109,33 @@ impl TimeHistogram {
         self.buckets[hook_bucket(ns)].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Samples in bucket `i`.
+    #[cfg(test)]
+    fn count_in(&self, i: usize) -> u64 {
+        self.buckets[i].load(Ordering::Relaxed)
+    }
+
     /// The median (the middle of its bucket); `None` without samples.
     pub fn median_ns(&self) -> Option<f64> {
-        median_of(&self.buckets)
-    }
-}
-
-/// The median of a bucket histogram (the middle of its bucket); `None` if empty.
-fn median_of(buckets: &[AtomicU64; HOOK_BUCKETS]) -> Option<f64> {
-    let counts: Vec<u64> = buckets.iter().map(|b| b.load(Ordering::Relaxed)).collect();
-    let total: u64 = counts.iter().sum();
-    if total == 0 {
-        return None;
-    }
-    let mut seen = 0;
-    for (i, c) in counts.iter().enumerate() {
-        seen += c;
-        if seen * 2 >= total {
-            let (lo, hi) = hook_bucket_range(i);
-            return Some((lo + hi) as f64 / 2.0);
+        let counts: Vec<u64> = self
+            .buckets
+            .iter()
+            .map(|b| b.load(Ordering::Relaxed))
+            .collect();
+        let total: u64 = counts.iter().sum();
+        if total == 0 {
+            return None;
         }
+        let mut seen = 0;
+        for (i, c) in counts.iter().enumerate() {
+            seen += c;
+            if seen * 2 >= total {
+                let (lo, hi) = hook_bucket_range(i);
+                return Some((lo + hi) as f64 / 2.0);
+            }
+        }
+        None
     }
-    None
 }
 
 /// Width of the hook-time buckets below [`HOOK_LINEAR_NS`], ns.
@@ -191,7 +196,7 @@ impl Default for HookStats {
             contexts_ended: AtomicU64::new(0),
             hook_ns: AtomicU64::new(0),
             hook_samples: AtomicU64::new(0),
-            hook_buckets: [const { AtomicU64::new(0) }; HOOK_BUCKETS],
+            hook_buckets: TimeHistogram::default(),
             stage_describe: TimeHistogram::default(),
             stage_decide: TimeHistogram::default(),
             stage_record: TimeHistogram::default(),
@@ -211,12 +216,12 @@ impl HookStats {
     pub fn hook_sample(&self, ns: u64) {
         self.hook_ns.fetch_add(ns, Ordering::Relaxed);
         self.hook_samples.fetch_add(1, Ordering::Relaxed);
-        self.hook_buckets[hook_bucket(ns)].fetch_add(1, Ordering::Relaxed);
+        self.hook_buckets.add(ns);
     }
 
     /// The median sampled hook time, ns (the middle of its bucket); `None` without samples.
     pub fn hook_median_ns(&self) -> Option<f64> {
-        median_of(&self.hook_buckets)
+        self.hook_buckets.median_ns()
     }
 
     /// The hooks' counters and the recorded copies as a statistics record (other fields
@@ -322,7 +327,7 @@ mod tests {
             h.hook_sample(ns);
         }
         assert_eq!(h.hook_median_ns(), Some(46.0));
-        assert!(h.hook_buckets[HOOK_BUCKETS - 1].load(Ordering::Relaxed) == 0);
+        assert!(h.hook_buckets.count_in(HOOK_BUCKETS - 1) == 0);
         let mean = h.hook_ns.load(Ordering::Relaxed) as f64 / 7.0;
         assert!(mean > 1000.0, "the mean is moved: {mean}");
     }

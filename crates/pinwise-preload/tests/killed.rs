@@ -353,10 +353,11 @@ fn a_disk_that_fills_up_mid_run_is_counted_and_the_program_goes_on() {
 
 /// Figures for bench/results/incremental-history.md (not a test of timings: it asserts only
 /// what the test above does, and prints what it measured). Run with
-/// `cargo nextest run -p pinwise-preload --test killed --run-ignored only`; `KILLS` (default
-/// 20) runs at the default interval (1 s), killed at spread points 1.2 to 4 s in.
+/// `bash bench/incremental-history/measure.sh` (which runs `cargo nextest run -p
+/// pinwise-preload --test killed --run-ignored only`); `KILLS` (default 20) runs at the
+/// default interval (1 s), killed at spread points 1.2 to 4 s in.
 #[test]
-#[ignore]
+#[ignore = "a measurement (20+ kills, minutes), not a check: run by bench/incremental-history/measure.sh for bench/results/incremental-history.md; the kill checks above run in CI"]
 fn measure_what_a_sigkill_loses() {
     let s = Setup::new();
     let exe = s.build_cudart("steady_copies.c", &[]);
