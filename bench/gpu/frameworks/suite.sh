@@ -21,6 +21,7 @@ for x in ${EXTRA:-}; do
     attrtrace) OUT=$OUT timeout 200 bash bench/gpu/attribution/trace.sh >> $OUT/extra.txt 2>&1 ;;
     diag) timeout 60 bash bench/gpu/frameworks/diag.sh >> $OUT/extra.txt 2>&1 ;;
     agent) timeout 400 bash bench/gpu/agent/overhead.sh >> $OUT/extra.txt 2>&1 ;;
+    wall) timeout 450 bash bench/gpu/frameworks/wall.sh >> $OUT/extra.txt 2>&1 ;;
     interrupt) timeout 240 bash bench/gpu/safety/interrupt.sh >> $OUT/extra.txt 2>&1 ;;
   esac
   echo "=== $x exit $?" >> $OUT/extra.txt
