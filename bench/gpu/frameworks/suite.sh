@@ -9,7 +9,21 @@ mkdir -p target/release && cp -a .device-carry/. target/release/
 mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null
 FINAL=$OUT; export OUT=/tmp/pw-$tag; rm -rf $OUT; mkdir -p $OUT
 rc=0
-if (($#)); then bash bench/gpu/frameworks/run.sh "$@" > $OUT/suite.txt 2>&1 || rc=$?; fi
+# PASSES=N (default 1): N full passes, each into $OUT/passK (each program: profile, trace,
+# then REPEATS interleaved rounds of plain, profile, use, adaptive).
+passes=${PASSES:-1}
+if (($#)); then
+  if ((passes == 1)); then
+    bash bench/gpu/frameworks/run.sh "$@" > $OUT/suite.txt 2>&1 || rc=$?
+  else
+    for k in $(seq 1 "$passes"); do
+      echo "=== pass $k" >> $OUT/suite.txt
+      OUT=$OUT/pass$k BUDGET_S=${PASS_BUDGET_S:-300} bash bench/gpu/frameworks/run.sh "$@" >> $OUT/suite.txt 2>&1 || rc=$?
+    done
+    # Every run of every pass: exit status and output against plain (runs.tsv, *.out).
+    python3 bench/gpu/frameworks/passes.py $OUT >> $OUT/suite.txt 2>&1
+  fi
+fi
 for x in ${EXTRA:-}; do
   echo "=== $x" >> $OUT/extra.txt
   case $x in

@@ -44,6 +44,9 @@ for name, run, rep, rc, wall in runs:
             if ps:
                 busiest = max(ps, key=lambda p: p["hook_samples"])
                 metrics[(name, run, "hook_ns_median")].append(busiest["hook_ns_median"])
+                for k in ("hook_ns_net_median", "clock_read_ns"):
+                    if busiest.get(k) is not None:
+                        metrics[(name, run, k)].append(busiest[k])
                 for k, v in (busiest.get("hook_stages") or {}).items():
                     if v is not None:
                         metrics[(name, run, "hook_" + k)].append(v)

@@ -93,6 +93,58 @@ fn cold_site_stays_pageable() {
     assert_eq!(e.stats().pinned_allocations, 0);
 }
 
+/// As [`cycle`], for a request that prefers pinned memory (a program's `cuMemHostAlloc`).
+fn cycle_preferring_pinned(e: &Engine, s: Site, size: usize, transfers: u32) -> bool {
+    let a = e.alloc(size, s, AllocFlags::PREFER_PINNED).unwrap();
+    for i in 0..transfers {
+        let dir = if i % 2 == 0 {
+            Direction::HtoD
+        } else {
+            Direction::DtoH
+        };
+        e.note_transfer(a.ptr, size, dir, None).unwrap();
+    }
+    // SAFETY: allocated above, not used afterwards.
+    unsafe { e.free(a.ptr).unwrap() };
+    a.pinned
+}
+
+#[test]
+fn a_request_preferring_pinned_is_pinned_until_its_site_proves_cold() {
+    let (_m, e) = engine(1 << 30);
+    // No history: pinned, as plain CUDA would serve it.
+    assert!(cycle_preferring_pinned(&e, site(25), 4 * MIB, 0));
+    // The first ended with no transfer at all: the site is cold, the next is pageable.
+    assert!(!cycle_preferring_pinned(&e, site(25), 4 * MIB, 0));
+    // A hot site stays pinned, call after call.
+    for _ in 0..5 {
+        assert!(cycle_preferring_pinned(&e, site(26), 4 * MIB, 24));
+    }
+}
+
+#[test]
+fn a_request_preferring_pinned_stays_within_the_budget() {
+    let budget = 3 * MIB as u64;
+    let (mock, e) = engine(budget);
+    let a = e
+        .alloc(2 * MIB, site(27), AllocFlags::PREFER_PINNED)
+        .unwrap();
+    let b = e
+        .alloc(2 * MIB, site(28), AllocFlags::PREFER_PINNED)
+        .unwrap();
+    assert!(a.pinned);
+    assert!(
+        !b.pinned,
+        "a second 2 MiB block would exceed the 3 MiB budget"
+    );
+    assert!(mock.peak_pinned_bytes() <= budget);
+    // SAFETY: allocated above.
+    unsafe {
+        e.free(a.ptr).unwrap();
+        e.free(b.ptr).unwrap();
+    }
+}
+
 #[test]
 fn small_buffers_that_never_pay_back_are_never_pinned() {
     let (mock, e) = engine(1 << 30);

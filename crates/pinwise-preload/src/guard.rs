@@ -138,18 +138,41 @@ fn driver_site_in(t: &ThreadState, own: usize) -> usize {
     }
 }
 
+/// Whether and how a copy hook times itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Timing {
+    /// Not timed.
+    No,
+    /// The whole bookkeeping, two clock reads around each part of it.
+    Total,
+    /// Each stage on its own (more clock reads, so not part of the total's samples).
+    Stages,
+}
+
+/// Which calls are timed: of every `2 * every` calls on a thread, one is timed as a whole
+/// and one by stages.
+pub fn timing_of(tick: u32, every: u32) -> Timing {
+    if !tick.is_multiple_of(every) {
+        Timing::No
+    } else if (tick / every).is_multiple_of(2) {
+        Timing::Total
+    } else {
+        Timing::Stages
+    }
+}
+
 /// For a copy hook, in one thread-local access: `None` when pinwise's own code runs on
 /// this thread (forward at once); else the call site to attribute to and whether to time
-/// this call (one in `every`).
+/// this call ([`timing_of`]).
 #[inline]
-pub fn copy_prologue(own: usize, every: u32) -> Option<(usize, bool)> {
+pub fn copy_prologue(own: usize, every: u32) -> Option<(usize, Timing)> {
     with(|t| {
         if t.depth.get() > 0 {
             return None;
         }
         let n = t.sample_tick.get().wrapping_add(1);
         t.sample_tick.set(n);
-        Some((driver_site_in(t, own), n % every == 0))
+        Some((driver_site_in(t, own), timing_of(n, every)))
     })
 }
 
@@ -163,4 +186,26 @@ pub fn runtime_copy_kind() -> Option<i32> {
 #[inline]
 pub fn in_runtime_copy() -> bool {
     with(|t| t.runtime_copy.get())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_call_in_every_is_timed_alternately_whole_and_by_stages() {
+        let timed: Vec<(u32, Timing)> = (1..=32)
+            .map(|n| (n, timing_of(n, 8)))
+            .filter(|(_, k)| *k != Timing::No)
+            .collect();
+        assert_eq!(
+            timed,
+            vec![
+                (8, Timing::Stages),
+                (16, Timing::Total),
+                (24, Timing::Stages),
+                (32, Timing::Total)
+            ]
+        );
+    }
 }

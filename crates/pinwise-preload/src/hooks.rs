@@ -17,7 +17,7 @@ use pinwise_cuda::sys::{
 };
 
 use crate::backend::StreamCapture;
-use crate::guard;
+use crate::guard::{self, Timing};
 use crate::pinning::{Pinning, PROMOTED_RANGES};
 use crate::real;
 use crate::state::{self, State};
@@ -25,8 +25,9 @@ use crate::stats::{self, HookStats};
 use crate::variants::{self, Hooked};
 use pinwise_alloc::engine::monotonic_ns as now_ns;
 
-/// Sample the bookkeeping time of one copy in this many.
-const SAMPLE_EVERY: u32 = 16;
+/// Time the bookkeeping of one copy in this many (alternately whole and by stages: see
+/// [`guard::timing_of`]).
+const SAMPLE_EVERY: u32 = 8;
 
 /// The state, when this hook should do its work.
 #[inline]
@@ -328,17 +329,17 @@ pub fn copy(
     if !state::enabled() || !state::DRIVER_HOOKS.load(std::sync::atomic::Ordering::Relaxed) {
         return forward();
     }
-    let Some((site_addr, timed)) = guard::copy_prologue(caller, SAMPLE_EVERY) else {
+    let Some((site_addr, timing)) = guard::copy_prologue(caller, SAMPLE_EVERY) else {
         return forward();
     };
     let Some(st) = state::get() else {
         return forward();
     };
-    let t0 = if timed { now_ns() } else { 0 };
+    let t0 = if timing != Timing::No { now_ns() } else { 0 };
     let mut described_at = 0;
     let noted = guarded(|| {
         describe(st).map(|c| {
-            if t0 != 0 {
+            if timing == Timing::Stages {
                 described_at = now_ns();
             }
             (c, note(st, &c, true))
@@ -367,10 +368,13 @@ pub fn copy(
     }
     let t1 = if t0 != 0 { now_ns() } else { 0 };
     guarded(|| record_transfer(st, &c, &noted, site_addr));
-    if t0 != 0 {
-        let record = now_ns().saturating_sub(t1);
-        st.stats.stage_record.add(record);
-        st.stats.hook_sample(before.saturating_add(record));
+    match timing {
+        Timing::No => {}
+        Timing::Stages => st.stats.stage_record.add(now_ns().saturating_sub(t1)),
+        Timing::Total => {
+            let record = now_ns().saturating_sub(t1);
+            st.stats.hook_sample(before.saturating_add(record));
+        }
     }
     if let Some(stream) = noted.finish_on {
         // The program's own pageable memory, registered by pinwise: as on pageable memory,

@@ -1,7 +1,10 @@
 //! Smart pinning behind the hooks.
 //!
 //! - Pinned requests go to pinwise-alloc's [`Engine`]: a pooled pinned block, or (for a
-//!   request the profile or the online policy predicts cold) pageable memory. Requests whose
+//!   request the profile advises pageable, or whose call site's earlier allocations turned
+//!   out cold) pageable memory. Without such evidence a request is served pinned, as plain
+//!   CUDA would serve it: a framework asks for pinned memory for buffers it copies
+//!   asynchronously, and serving the first ones pageable made their first copies slow. Requests whose
 //!   flags need pinned semantics (mapped, portable, write-combined), small ones (a pooled
 //!   block costs nothing) and all of them under `PINWISE_KEEP_PINNED` are served pinned.
 //! - A pageable allocation served for a pinned request is registered before the program
@@ -147,7 +150,7 @@ impl Pinning {
         let af = if required {
             AllocFlags::REQUIRE_PINNED
         } else {
-            AllocFlags::NONE
+            AllocFlags::PREFER_PINNED
         };
         let a = {
             let _inside = guard::Inside::enter();

@@ -319,10 +319,12 @@ impl State {
         let modules = ModuleTable::shared();
         let top_process = GENERATION.load(Ordering::Acquire) == 1
             && config.launcher_pid.is_none_or(|l| l == ppid);
+        let stats = HookStats::default();
+        stats.measure_clock_read(pinwise_alloc::engine::monotonic_ns);
         State {
             pid,
             recorder: Recorder::new(pid, modules.clone()),
-            stats: HookStats::default(),
+            stats,
             history_file: crate::persist::HistoryFile::new(
                 config.history_path.as_ref().and(config.flush_every),
             ),

@@ -94,13 +94,20 @@ fn a_driver_api_program_is_unchanged_and_exactly_recorded_in_every_mode() {
 
 #[test]
 fn a_query_on_a_pageable_served_request_is_answered_as_plain_cuda_would() {
-    // The queried allocation is its site's first: adaptive mode has no history for it and
-    // serves it pageable; the program then asks its flags, memory type, range and device
-    // pointer. Pinwise registers it before the first query reaches the driver, and
-    // answers the flags and the range itself (the driver would see the pool's segment).
+    // The queried 3 MiB allocation does not fit the 2 MiB budget, so it is served pageable
+    // (a pinned request without evidence against it is otherwise served pinned); the
+    // program then asks its flags, memory type, range and device pointer. Pinwise
+    // registers it before the first query reaches the driver, and answers the flags and
+    // the range itself (the driver would see the pool's segment).
     let s = Setup::new();
     let exe = s.build_driver("driver_workload.c", &["-lpthread"]);
-    let p = check_run(&s, &exe, &["--mode", "adaptive"], "queries");
+    let p = check_run(
+        &s,
+        &exe,
+        &["--mode", "adaptive", "--budget", "2M"],
+        "queries",
+    );
+    assert!(p["served_pageable"].as_u64() >= Some(1), "{p}");
     assert_eq!(p["promotions_on_queries"], 1, "{p}");
     assert!(p["queries_answered"].as_u64() >= Some(2), "{p}");
 }

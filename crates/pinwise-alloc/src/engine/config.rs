@@ -43,6 +43,12 @@ impl AllocFlags {
     pub const REQUIRE_PINNED: AllocFlags = AllocFlags(1);
     /// Never pin this allocation (not even by promotion).
     pub const NEVER_PIN: AllocFlags = AllocFlags(2);
+    /// The caller asked for pinned memory but can take pageable (a program's plain
+    /// `cuMemHostAlloc`, which a framework makes for buffers it copies asynchronously):
+    /// pinned unless there is evidence against it (a profile's advice, or the call site's
+    /// earlier allocations turning out cold), so that a first use is never slower than
+    /// plain CUDA. Within the budget like any other pinned block.
+    pub const PREFER_PINNED: AllocFlags = AllocFlags(4);
 
     /// Whether all bits of `other` are set.
     pub const fn contains(self, other: AllocFlags) -> bool {

@@ -1,7 +1,8 @@
 //! Deciding, per allocation, pinned or pageable: the caller's flags, a profile's advice
 //! (use mode, where it matches and has not been proved wrong), else the call site's
 //! pattern-history predictor weighed by pinwise-core's policy against what pinning would
-//! cost now.
+//! cost now. A request that prefers pinned memory (a program's own pinned request) is
+//! pinned unless the site's history predicts cold.
 
 use std::sync::atomic::Ordering;
 
@@ -79,6 +80,15 @@ impl Engine {
         let expected = costs::scaled(&state.last_mix, guess.expected_transfers as f64);
         let reuse = state.hot_streak.clamp(1, self.max_reuse_credit) as f64;
         drop(sites);
+        if flags.contains(AllocFlags::PREFER_PINNED) {
+            // The program asked for pinned memory: it gets it unless its site's past says
+            // otherwise (no history, or a hot run: as plain CUDA; a cold run: pageable).
+            return (
+                tag,
+                guess.hot || guess.source == PredictionSource::NoHistory,
+                Planned::No,
+            );
+        }
         if !guess.hot || guess.source == PredictionSource::NoHistory {
             return (tag, false, Planned::No);
         }
