@@ -184,6 +184,7 @@ pub mod real;
 mod recorder;
 pub mod ring;
 mod stack;
+mod stack_budget;
 mod state;
 mod stats;
 mod unwind;

@@ -8,6 +8,10 @@
 //!
 //! # Cost
 //!
+//! A recorded allocation's call stack costs microseconds; beyond a first allowance, a
+//! thread spends at most 2 % of its time on them ([`crate::stack_budget`]), and
+//! allocations beyond that are recorded with their call site alone.
+//!
 //! An allocation below the threshold costs the trampoline, one atomic load and a compare
 //! on top of the real function. A `free` costs one more atomic load while nothing has been
 //! recorded in the process; after that, a call of the real `malloc_usable_size` (the block
@@ -59,6 +63,9 @@ pub static TRACKED_FREES: AtomicU64 = AtomicU64::new(0);
 pub static STACK_CAPTURES: AtomicU64 = AtomicU64::new(0);
 /// See [`STACK_CAPTURES`].
 pub static STACK_NS: AtomicU64 = AtomicU64::new(0);
+/// Allocations recorded without a stack: the thread had spent its share of time on
+/// captures (see [`crate::stack_budget`]).
+pub static STACKS_SKIPPED: AtomicU64 = AtomicU64::new(0);
 
 /// The threshold in force (`usize::MAX`: malloc tracking is off).
 #[inline]
@@ -162,13 +169,18 @@ pub fn record_alloc(caller: usize, ptr: *mut c_void, size: usize) {
     guarded(|| {
         let stack = if stacks_enabled() {
             let t0 = pinwise_alloc::engine::monotonic_ns();
-            let s = st.recorder.stack_from(caller);
-            STACK_NS.fetch_add(
-                pinwise_alloc::engine::monotonic_ns().saturating_sub(t0),
-                Ordering::Relaxed,
-            );
-            STACK_CAPTURES.fetch_add(1, Ordering::Relaxed);
-            s
+            if crate::stack_budget::may_capture(t0) {
+                let s = st.recorder.stack_from(caller);
+                let t1 = pinwise_alloc::engine::monotonic_ns();
+                let took = t1.saturating_sub(t0);
+                crate::stack_budget::spent(took);
+                STACK_NS.fetch_add(took, Ordering::Relaxed);
+                STACK_CAPTURES.fetch_add(1, Ordering::Relaxed);
+                s
+            } else {
+                STACKS_SKIPPED.fetch_add(1, Ordering::Relaxed);
+                None
+            }
         } else {
             None
         };
@@ -249,7 +261,7 @@ pub fn after_release(r: Release, ptr: *mut c_void, released: bool) {
 }
 
 /// The malloc-tracking counters, as history source statistics.
-pub fn source_stats() -> [(&'static str, u64); 5] {
+pub fn source_stats() -> [(&'static str, u64); 6] {
     let min = min_tracked();
     [
         (
@@ -269,6 +281,10 @@ pub fn source_stats() -> [(&'static str, u64); 5] {
             STACK_CAPTURES.load(Ordering::Relaxed),
         ),
         ("preload.stack_capture_ns", STACK_NS.load(Ordering::Relaxed)),
+        (
+            "preload.stack_captures_skipped",
+            STACKS_SKIPPED.load(Ordering::Relaxed),
+        ),
     ]
 }
 

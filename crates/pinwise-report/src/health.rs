@@ -49,6 +49,15 @@ pub(crate) fn source_health(history: &MemHistory) -> SourceHealth {
             s.replaced_records
         ));
     }
+    if let Some(&n) = stats
+        .get("preload.stack_captures_skipped")
+        .filter(|&&n| n > 0)
+    {
+        warnings.push(format!(
+            "{n} allocations have their call site but no call stack: beyond its first 20 ms of \
+             captures, a thread spends at most 2 % of its time capturing stacks"
+        ));
+    }
     for c in contradictions(history) {
         warnings.push(format!("{CONTRADICTION} {c}"));
     }
@@ -170,5 +179,27 @@ pub(crate) fn provenance(history: &MemHistory, modules: &ModuleTable) -> Provena
         cpu_standin,
         evidence,
         note,
+    }
+}
+
+#[cfg(test)]
+mod stack_budget_tests {
+    use super::*;
+    use pinwise_core::HistoryConfig;
+
+    #[test]
+    fn allocations_left_without_a_stack_are_told() {
+        let mut h = MemHistory::new(HistoryConfig::default());
+        assert!(!source_health(&h)
+            .warnings
+            .iter()
+            .any(|w| w.contains("no call stack")));
+        h.set_source_stat("preload.stack_captures_skipped", 7);
+        let w = source_health(&h).warnings;
+        assert!(
+            w.iter()
+                .any(|w| w.starts_with("7 allocations have their call site but no call stack")),
+            "{w:?}"
+        );
     }
 }
