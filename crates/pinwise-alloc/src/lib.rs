@@ -9,7 +9,8 @@
 //!   flags (what the C ABI and the preload library drive);
 //! - [`pool`]: page-locked segments carved into blocks (best fit, split, coalesce, no
 //!   power-of-two waste), reused only after the copies on them completed;
-//! - [`pageable`]: the path for what is not pinned (with a cache of touched mappings);
+//! - [`pageable`]: the path for what is not pinned (with a bounded cache of warm mappings);
+//! - [`pressure`]: whether the machine is short of memory (the cache then empties);
 //! - [`budget`]: a hard cap on pinned bytes, reserved atomically before pinning;
 //! - [`predict`]: the adaptive mode's per-call-site pattern history table;
 //! - [`callsite`]: allocation identity (call site normalized across runs);
@@ -34,6 +35,7 @@ pub mod pageable;
 pub mod plan;
 pub mod pool;
 pub mod predict;
+pub mod pressure;
 pub mod record;
 mod stats;
 pub mod testing;

@@ -47,6 +47,7 @@ use crate::events::EventPool;
 use crate::grade::{graded_size, PAGE};
 use crate::pageable::{self, PageableCache};
 use crate::pool::PinnedPool;
+use crate::pressure::MemoryGauge;
 use crate::stats::{AllocStats, Counters};
 
 /// One allocation handed out.
@@ -150,6 +151,8 @@ pub struct Engine {
     budget: PinBudget,
     pool: Mutex<PinnedPool>,
     pageable: Mutex<PageableCache>,
+    /// Whether the machine is short of memory (the pageable cache then empties).
+    pressure: MemoryGauge,
     events: EventPool,
     live: RwLock<BTreeMap<usize, Arc<Live>>>,
     sites: Mutex<HashMap<Site, SiteState>>,
@@ -193,7 +196,7 @@ impl Engine {
         // tight budget leaves more buffers pageable, and they are worth keeping touched.
         let cache = config
             .pageable_cache_bytes
-            .unwrap_or((default_budget_bytes() / 2).min(usize::MAX as u64) as usize);
+            .unwrap_or_else(pageable::cache_bytes_from_env);
         Ok(Engine {
             backend,
             mode: config.mode,
@@ -203,6 +206,7 @@ impl Engine {
             budget: PinBudget::new(budget),
             pool: Mutex::new(PinnedPool::new()),
             pageable: Mutex::new(PageableCache::new(cache)),
+            pressure: MemoryGauge::system(config.low_memory_bytes),
             events: EventPool::new(),
             live: RwLock::new(BTreeMap::new()),
             sites: Mutex::new(HashMap::new()),
