@@ -11,6 +11,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use indicatif::{ProgressBar, ProgressStyle};
 use pinwise_alloc::backend::cuda::CudaBackend;
+use pinwise_alloc::bench::matrix::{MatrixConfig, MatrixSummary};
 use pinwise_alloc::bench::{self, BenchConfig, CudaDevice, StrategyKind, Summary};
 use pinwise_alloc::PinBackend;
 use pinwise_core::{CostModel, Policy};
@@ -77,6 +78,17 @@ struct AllocArgs {
     /// CUDA device ordinal.
     #[arg(long, default_value_t = 0)]
     device: usize,
+    /// Run the matrix of shapes (hot buffers 1-4, cold 0-8, round trips 1-16, mixed sizes)
+    /// with pageable, pin-each, caching-pool, smart (use mode) and adaptive, and report per
+    /// size the worst smart/best and adaptive/best over shapes (alloc-matrix.md, CSV).
+    /// `--quick`: three sizes, three shapes, one repeat (for CI).
+    #[arg(long, conflicts_with_all = ["hot", "cold", "round_trips", "strategies"])]
+    matrix: bool,
+    /// Wall-time budget (e.g. `5m`, `450s`; `0` for none): iterations are lowered, largest
+    /// sizes first, and (matrix) the dearest cells left out, until the calibration's
+    /// estimate fits. Default 5 minutes (`--quick`: 1 minute).
+    #[arg(long, value_parser = parse_time_budget)]
+    time_budget: Option<std::time::Duration>,
 }
 
 fn parse_strategy(s: &str) -> Result<StrategyKind, String> {
@@ -93,6 +105,19 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// A time budget: pinwise's duration grammar, or `0`/`none`/`off` for none.
+fn parse_time_budget(s: &str) -> Result<std::time::Duration, String> {
+    match s.trim() {
+        "0" | "none" | "off" => Ok(std::time::Duration::ZERO),
+        t => super::trace::parse_duration(t),
+    }
+}
+
+/// `None` for a zero budget (no budget), else seconds.
+fn budget_s(d: std::time::Duration) -> Option<f64> {
+    (!d.is_zero()).then_some(d.as_secs_f64())
+}
+
 fn alloc(a: AllocArgs) -> anyhow::Result<ExitCode> {
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let costs = match &a.calibration {
@@ -100,6 +125,9 @@ fn alloc(a: AllocArgs) -> anyhow::Result<ExitCode> {
         None => CostModel::builtin(),
     };
     let policy = Policy::new(costs);
+    if a.matrix {
+        return matrix(a, policy, &command);
+    }
     let mut config = if a.quick {
         BenchConfig::quick(policy)
     } else {
@@ -130,28 +158,14 @@ fn alloc(a: AllocArgs) -> anyhow::Result<ExitCode> {
     config.cold_buffers = a.cold;
     config.round_trips = a.round_trips.max(1);
     config.budget_bytes = a.budget.map(|b| b as u64);
-
-    let driver = pinwise_cuda::Driver::shared()
-        .context("pinwise bench alloc needs the CUDA driver (libcuda.so.1, or PINWISE_LIBCUDA)")?;
-    let backend = Arc::new(
-        CudaBackend::on_device(&driver, a.device)
-            .with_context(|| format!("CUDA device {}", a.device))?,
-    );
-    if backend.is_fixture() {
-        eprintln!(
-            "note: {} -- every number below is a TEST FIXTURE number, not a GPU figure",
-            backend.describe()
-        );
+    if let Some(t) = a.time_budget {
+        config.time_budget_s = budget_s(t);
+    } else if a.quick {
+        config.time_budget_s = Some(60.0);
     }
-    let device = CudaDevice::new(backend.clone());
-    let bar = ProgressBar::new(0);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} bench alloc [{bar:30}] {pos}/{len} {msg} ({elapsed})",
-        )
-        .expect("valid template")
-        .progress_chars("=> "),
-    );
+
+    let device = cuda_device(a.device)?;
+    let bar = progress_bar("bench alloc");
     let date = bench::utc_now();
     // Results are written after each size, so a run cut short keeps what it finished.
     let report = bench::run_with_checkpoints(
@@ -192,6 +206,131 @@ fn alloc(a: AllocArgs) -> anyhow::Result<ExitCode> {
         );
     }
     println!("{:.0} s; wrote:", report.wall_s);
+    for f in files {
+        println!("  {}", f.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The CUDA device for a benchmark (saying so when it is the CPU stand-in).
+fn cuda_device(ordinal: usize) -> anyhow::Result<CudaDevice> {
+    let driver = pinwise_cuda::Driver::shared()
+        .context("pinwise bench alloc needs the CUDA driver (libcuda.so.1, or PINWISE_LIBCUDA)")?;
+    let backend = Arc::new(
+        CudaBackend::on_device(&driver, ordinal)
+            .with_context(|| format!("CUDA device {ordinal}"))?,
+    );
+    if backend.is_fixture() {
+        eprintln!(
+            "note: {} -- every number below is a TEST FIXTURE number, not a GPU figure",
+            backend.describe()
+        );
+    }
+    Ok(CudaDevice::new(backend))
+}
+
+fn progress_bar(what: &str) -> ProgressBar {
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template(&format!(
+            "{{spinner}} {what} [{{bar:30}}] {{pos}}/{{len}} {{msg}} ({{elapsed}}, ~{{eta}} left)"
+        ))
+        .expect("valid template")
+        .progress_chars("=> "),
+    );
+    bar
+}
+
+/// `pinwise bench alloc --matrix`.
+fn matrix(a: AllocArgs, policy: Policy, command: &str) -> anyhow::Result<ExitCode> {
+    let mut config = if a.quick {
+        MatrixConfig::quick(policy)
+    } else {
+        MatrixConfig::standard(policy)
+    };
+    if let Some(mut sizes) = a.sizes {
+        if sizes.is_empty() {
+            return Err(super::outputs::usage("--sizes is empty"));
+        }
+        sizes.sort_unstable();
+        sizes.dedup();
+        config.sizes = sizes;
+    }
+    if let Some(r) = a.repeats {
+        config.repeats = r.max(1);
+    }
+    if let Some(t) = a.target_bytes {
+        config.target_hot_bytes = t as u64;
+    }
+    if let Some(t) = a.time_budget {
+        config.time_budget_s = budget_s(t);
+    }
+    config.budget_bytes = a.budget.map(|b| b as u64);
+    let device = cuda_device(a.device)?;
+    let (_, estimate) = config.planned_iterations();
+    eprintln!(
+        "bench alloc --matrix: {} sizes x {} shapes x {} repeats x 5 strategies; estimated {:.0} s          from the calibration ({})",
+        config.sizes.len(),
+        config.shapes.len(),
+        config.repeats,
+        estimate,
+        config.policy.cost_model().source()
+    );
+    let bar = progress_bar("bench alloc --matrix");
+    let date = bench::utc_now();
+    let report = bench::matrix::run(
+        &config,
+        &device,
+        &mut |p| {
+            bar.set_length(p.total as u64);
+            bar.set_position(p.done as u64);
+            bar.set_message(p.label.clone());
+        },
+        &mut |partial| {
+            if let Err(e) = bench::matrix::write_all(partial, &a.out, command, &date) {
+                bar.println(format!("warning: writing partial results: {e}"));
+            }
+        },
+    )
+    .map_err(|e| anyhow::anyhow!("bench alloc --matrix failed: {e}"))?;
+    bar.finish_and_clear();
+    let files = bench::matrix::write_all(&report, &a.out, command, &date)
+        .map_err(|e| anyhow::anyhow!("writing results: {e}"))?;
+    let s = MatrixSummary::of(&report);
+    if report.fixture {
+        println!("TEST FIXTURE RUN on {} -- not GPU figures", report.device);
+    }
+    println!(
+        "{:>8} {:>6}  {:>26}  {:>26}  {:>26}",
+        "size",
+        "shapes",
+        "smart/best (worst shape)",
+        "adaptive/best (worst)",
+        "pinned/hot set (worst)"
+    );
+    let cell = |w: Option<(f64, bench::timing::Shape)>| {
+        w.map_or_else(
+            || "-".to_string(),
+            |(r, sh)| format!("{r:.3} ({})", sh.name()),
+        )
+    };
+    for w in &s.worst {
+        println!(
+            "{:>8} {:>6}  {:>26}  {:>26}  {:>26}",
+            bench::human_size(w.size),
+            w.shapes,
+            cell(w.smart),
+            cell(w.adaptive),
+            cell(w.pinned)
+        );
+    }
+    for (size, sh, why) in &report.skipped {
+        println!("not run: {} {}: {why}", bench::human_size(*size), sh.name());
+    }
+    println!(
+        "{:.0} s (estimated {:.0} s); wrote:",
+        report.wall_s, report.estimate_s
+    );
     for f in files {
         println!("  {}", f.display());
     }
@@ -320,6 +459,60 @@ mod tests {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
+    }
+
+    /// The matrix in its CI form (`--quick`) on the CPU stand-in: runs every shape and
+    /// strategy, writes its three files, and labels them TEST FIXTURE.
+    #[test]
+    fn bench_alloc_matrix_quick_runs_on_the_standin_and_says_fixture() {
+        let test = "bench_alloc_matrix_quick_runs_on_the_standin_and_says_fixture";
+        let Some(bin) = binary_or_skip(test) else {
+            return;
+        };
+        if !pinwise_testkit::require_locked_memory(test, 64 << 20) {
+            return;
+        }
+        let libs = StandinLibs::new();
+        let dir = tempfile::tempdir().unwrap();
+        let out = libs
+            .command(&bin)
+            .args(["bench", "alloc", "--matrix", "--quick", "--out"])
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(stdout.contains("TEST FIXTURE RUN"), "{stdout}");
+        for size in ["64 KiB", "1 MiB", "4 MiB"] {
+            assert!(stdout.contains(size), "{stdout}");
+        }
+        let md = std::fs::read_to_string(dir.path().join("alloc-matrix.md")).unwrap();
+        assert!(md.contains("**TEST FIXTURE RUN**"), "{md}");
+        assert!(
+            md.contains("h2 c4 r2 mixed"),
+            "the quick matrix has a mixed shape"
+        );
+        let runs = std::fs::read_to_string(dir.path().join("alloc-matrix-runs.csv")).unwrap();
+        assert!(
+            runs.starts_with("# pinwise bench alloc --matrix") && runs.contains("TEST FIXTURE")
+        );
+        // 3 sizes x 3 shapes x 1 repeat x 5 strategies, plus the comment and the header.
+        assert_eq!(runs.lines().count(), 45 + 2, "{runs}");
+        let worst = std::fs::read_to_string(dir.path().join("alloc-matrix-worst.csv")).unwrap();
+        assert_eq!(worst.lines().count(), 3 + 1, "{worst}");
+
+        // --matrix takes no single shape.
+        let out = libs
+            .command(&bin)
+            .args(["bench", "alloc", "--matrix", "--hot", "3"])
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("cannot be used with"));
     }
 
     #[test]
