@@ -16,10 +16,12 @@
 //! - [`callsite`]: allocation identity (call site normalized across runs);
 //! - [`costs`]: the view of the cost model that decisions weigh;
 //! - [`backend`]: the driver operations it needs, behind [`backend::PinBackend`];
-//! - [`calibrate`] and [`bench`](mod@bench): `pinwise calibrate` and `pinwise bench alloc`.
+//! - [`calibrate`] and [`bench`](mod@bench): `pinwise calibrate` and `pinwise bench alloc`;
+//! - [`autocal`]: every GPU its own calibration, measured on first use and cached per GPU.
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod autocal;
 pub mod backend;
 pub mod bench;
 pub mod budget;

@@ -195,6 +195,11 @@ impl CudaDevice {
             buffers: Mutex::new(HashMap::new()),
         }
     }
+
+    /// Its backend.
+    pub fn cuda_backend(&self) -> &Arc<CudaBackend> {
+        &self.backend
+    }
 }
 
 impl BenchDevice for CudaDevice {

@@ -10,9 +10,11 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use indicatif::{ProgressBar, ProgressStyle};
+use pinwise_alloc::autocal;
 use pinwise_alloc::backend::cuda::CudaBackend;
 use pinwise_alloc::bench::matrix::{MatrixConfig, MatrixSummary};
 use pinwise_alloc::bench::{self, BenchConfig, CudaDevice, StrategyKind, Summary};
+use pinwise_alloc::calibrate::calibrate;
 use pinwise_alloc::PinBackend;
 use pinwise_core::{CostModel, Policy};
 
@@ -44,7 +46,9 @@ struct AllocArgs {
     /// A short run: four sizes, one repeat, fewer iterations.
     #[arg(long)]
     quick: bool,
-    /// Calibration file from `pinwise calibrate` (default: the built-in H200 calibration).
+    /// Calibration file from `pinwise calibrate`. Default: this GPU's automatic calibration
+    /// (measured in a few seconds on first use, cached per GPU UUID in the user's cache
+    /// directory or `$PINWISE_CACHE_DIR`); the built-in H200 table only when that fails.
     #[arg(long)]
     calibration: Option<PathBuf>,
     /// Directory for alloc-runs.csv, alloc-summary.csv, alloc.md and alloc.svg.
@@ -120,13 +124,20 @@ fn budget_s(d: std::time::Duration) -> Option<f64> {
 
 fn alloc(a: AllocArgs) -> anyhow::Result<ExitCode> {
     let command = std::env::args().collect::<Vec<_>>().join(" ");
-    let costs = match &a.calibration {
-        Some(p) => CostModel::from_csv_file(p)?,
-        None => CostModel::builtin(),
+    // A calibration file that cannot be read is an error before the GPU is touched.
+    let given = a
+        .calibration
+        .as_ref()
+        .map(CostModel::from_csv_file)
+        .transpose()?;
+    let device = cuda_device(a.device)?;
+    let costs = match given {
+        Some(c) => c,
+        None => automatic_calibration(&device),
     };
     let policy = Policy::new(costs);
     if a.matrix {
-        return matrix(a, policy, &command);
+        return matrix(a, policy, &command, device);
     }
     let mut config = if a.quick {
         BenchConfig::quick(policy)
@@ -164,7 +175,6 @@ fn alloc(a: AllocArgs) -> anyhow::Result<ExitCode> {
         config.time_budget_s = Some(60.0);
     }
 
-    let device = cuda_device(a.device)?;
     let bar = progress_bar("bench alloc");
     let date = bench::utc_now();
     // Results are written after each size, so a run cut short keeps what it finished.
@@ -229,6 +239,31 @@ fn cuda_device(ordinal: usize) -> anyhow::Result<CudaDevice> {
     Ok(CudaDevice::new(backend))
 }
 
+/// This GPU's calibration without `--calibration`: cached per GPU under the user's cache
+/// directory, measured quickly on first use (announced once on stderr), the built-in table
+/// only when that is impossible (and said). See [`pinwise_alloc::autocal`].
+fn automatic_calibration(device: &CudaDevice) -> CostModel {
+    let key = device.cuda_backend().gpu_key();
+    let dir = autocal::cache_dir();
+    let cached = match (&key, &dir) {
+        (Some(k), Some(d)) => autocal::cache_file(d, k).exists(),
+        _ => false,
+    };
+    let spinner = ProgressBar::new_spinner();
+    if !cached {
+        spinner.set_message("calibrating this GPU (first use; cached for next time)");
+        spinner.enable_steady_tick(std::time::Duration::from_millis(120));
+    }
+    let r = autocal::resolve(key.as_deref(), dir.as_deref(), || {
+        calibrate(&autocal::quick_config(), device, &mut |_| {})
+    });
+    spinner.finish_and_clear();
+    if let Some(text) = r.announcement() {
+        eprintln!("{text}");
+    }
+    r.model
+}
+
 fn progress_bar(what: &str) -> ProgressBar {
     let bar = ProgressBar::new(0);
     bar.set_style(
@@ -242,7 +277,12 @@ fn progress_bar(what: &str) -> ProgressBar {
 }
 
 /// `pinwise bench alloc --matrix`.
-fn matrix(a: AllocArgs, policy: Policy, command: &str) -> anyhow::Result<ExitCode> {
+fn matrix(
+    a: AllocArgs,
+    policy: Policy,
+    command: &str,
+    device: CudaDevice,
+) -> anyhow::Result<ExitCode> {
     let mut config = if a.quick {
         MatrixConfig::quick(policy)
     } else {
@@ -266,7 +306,6 @@ fn matrix(a: AllocArgs, policy: Policy, command: &str) -> anyhow::Result<ExitCod
         config.time_budget_s = budget_s(t);
     }
     config.budget_bytes = a.budget.map(|b| b as u64);
-    let device = cuda_device(a.device)?;
     let (_, estimate) = config.planned_iterations();
     eprintln!(
         "bench alloc --matrix: {} sizes x {} shapes x {} repeats x 5 strategies; estimated {:.0} s          from the calibration ({})",
@@ -381,6 +420,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let out = libs
             .command(&bin)
+            .env("PINWISE_CACHE_DIR", dir.path().join("cache"))
             .args([
                 "bench",
                 "alloc",
@@ -462,10 +502,12 @@ mod tests {
     }
 
     /// The matrix in its CI form (`--quick`) on the CPU stand-in: runs every shape and
-    /// strategy, writes its three files, and labels them TEST FIXTURE.
+    /// strategy, writes its three files, and labels them TEST FIXTURE; without
+    /// `--calibration`, the first run calibrates the "GPU" and caches it (said on stderr),
+    /// the second reads the cache quietly, and a corrupt cache file is named and replaced.
     #[test]
-    fn bench_alloc_matrix_quick_runs_on_the_standin_and_says_fixture() {
-        let test = "bench_alloc_matrix_quick_runs_on_the_standin_and_says_fixture";
+    fn bench_alloc_matrix_quick_with_automatic_calibration_on_the_standin() {
+        let test = "bench_alloc_matrix_quick_with_automatic_calibration_on_the_standin";
         let Some(bin) = binary_or_skip(test) else {
             return;
         };
@@ -474,36 +516,85 @@ mod tests {
         }
         let libs = StandinLibs::new();
         let dir = tempfile::tempdir().unwrap();
-        let out = libs
-            .command(&bin)
-            .args(["bench", "alloc", "--matrix", "--quick", "--out"])
-            .arg(dir.path())
-            .output()
-            .unwrap();
+        let cache = dir.path().join("cache");
+        let run = |out_dir: &str| {
+            libs.command(&bin)
+                .env("PINWISE_CACHE_DIR", &cache)
+                .args(["bench", "alloc", "--matrix", "--quick", "--out"])
+                .arg(dir.path().join(out_dir))
+                .output()
+                .unwrap()
+        };
+        // First use on this "GPU": calibrated automatically, announced, cached.
+        let out = run("first");
         let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stdout}\n{stderr}");
+        assert!(stderr.contains("calibrated this GPU"), "{stderr}");
+        let cached: Vec<_> = std::fs::read_dir(&cache)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert_eq!(cached.len(), 1, "{cached:?}");
+        let name = cached[0]
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
         assert!(
-            out.status.success(),
-            "{stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
+            name.starts_with("calibration-") && name.ends_with(".csv"),
+            "{name}"
+        );
+        let csv = std::fs::read_to_string(&cached[0]).unwrap();
+        assert!(
+            csv.contains("TEST FIXTURE"),
+            "the stand-in's calibration says so"
         );
         assert!(stdout.contains("TEST FIXTURE RUN"), "{stdout}");
         for size in ["64 KiB", "1 MiB", "4 MiB"] {
             assert!(stdout.contains(size), "{stdout}");
         }
-        let md = std::fs::read_to_string(dir.path().join("alloc-matrix.md")).unwrap();
+        let first = dir.path().join("first");
+        let md = std::fs::read_to_string(first.join("alloc-matrix.md")).unwrap();
         assert!(md.contains("**TEST FIXTURE RUN**"), "{md}");
         assert!(
             md.contains("h2 c4 r2 mixed"),
             "the quick matrix has a mixed shape"
         );
-        let runs = std::fs::read_to_string(dir.path().join("alloc-matrix-runs.csv")).unwrap();
+        let runs = std::fs::read_to_string(first.join("alloc-matrix-runs.csv")).unwrap();
         assert!(
             runs.starts_with("# pinwise bench alloc --matrix") && runs.contains("TEST FIXTURE")
         );
         // 3 sizes x 3 shapes x 1 repeat x 5 strategies, plus the comment and the header.
         assert_eq!(runs.lines().count(), 45 + 2, "{runs}");
-        let worst = std::fs::read_to_string(dir.path().join("alloc-matrix-worst.csv")).unwrap();
+        let worst = std::fs::read_to_string(first.join("alloc-matrix-worst.csv")).unwrap();
         assert_eq!(worst.lines().count(), 3 + 1, "{worst}");
+
+        // Second use: the cached calibration, quietly.
+        let out = run("second");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        assert!(!stderr.contains("calibrated this GPU"), "{stderr}");
+        let md = std::fs::read_to_string(dir.path().join("second/alloc-matrix.md")).unwrap();
+        assert!(
+            md.contains(&name),
+            "the report names the cached calibration: {md}"
+        );
+
+        // A corrupt cache file: named, and measured again.
+        std::fs::write(&cached[0], "size_bytes\n12\n").unwrap();
+        let out = run("third");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        assert!(
+            stderr.contains("cannot be used")
+                && stderr.contains(&name)
+                && stderr.contains("calibrated this GPU"),
+            "{stderr}"
+        );
+        assert!(std::fs::read_to_string(&cached[0])
+            .unwrap()
+            .starts_with("# pinwise calibration"));
 
         // --matrix takes no single shape.
         let out = libs
