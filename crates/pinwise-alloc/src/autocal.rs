@@ -8,7 +8,6 @@
 //! [`resolve`] does the deciding with the measuring passed in (so it is tested without a
 //! GPU); [`spawn`] runs it on a background thread.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use pinwise_core::CostModel;
@@ -171,17 +170,14 @@ fn built_in(why: String, notes: Vec<String>) -> Resolved {
     }
 }
 
-/// Writes `model` to `path` through a new temporary file in the same directory, renamed
-/// over it: a reader never sees half a file, and a symlink planted at `path` is replaced,
-/// not followed.
+/// Writes `model` to `path` with [`pinwise_core::safe_file`] (a private directory, a 0600
+/// file through a temporary renamed into place: a reader never sees half a file, and
+/// another user's symlink is refused).
 fn write_cache(path: &Path, model: &CostModel) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    tmp.write_all(model.to_csv().as_bytes())?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
+    if let Some(dir) = path.parent() {
+        pinwise_core::safe_file::create_private_dir_all(dir)?;
+    }
+    pinwise_core::safe_file::write_bytes(path, model.to_csv().as_bytes())
 }
 
 /// [`resolve`] on a background thread.

@@ -634,7 +634,7 @@ pub fn write_all(
     command: &str,
     date: &str,
 ) -> std::io::Result<Vec<PathBuf>> {
-    std::fs::create_dir_all(dir)?;
+    pinwise_core::safe_file::create_private_dir_all(dir)?;
     let s = MatrixSummary::of(report);
     let files = [
         ("alloc-matrix.md", markdown(report, &s, command, date)),
@@ -644,7 +644,7 @@ pub fn write_all(
     let mut out = Vec::new();
     for (name, text) in files {
         let p = dir.join(name);
-        std::fs::write(&p, text)?;
+        pinwise_core::safe_file::write_bytes(&p, text.as_bytes())?;
         out.push(p);
     }
     Ok(out)

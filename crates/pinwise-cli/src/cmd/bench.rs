@@ -308,7 +308,7 @@ fn matrix(
     config.budget_bytes = a.budget.map(|b| b as u64);
     let (_, estimate) = config.planned_iterations();
     eprintln!(
-        "bench alloc --matrix: {} sizes x {} shapes x {} repeats x 5 strategies; estimated {:.0} s          from the calibration ({})",
+        "bench alloc --matrix: {} sizes x {} shapes x {} repeats x 5 strategies; estimated {:.0} s from the calibration ({})",
         config.sizes.len(),
         config.shapes.len(),
         config.repeats,
