@@ -66,7 +66,18 @@ impl Engine {
             if let Some(advice) = &self.advice {
                 match advice.advise(&tag, size) {
                     Advised::Pin => return (tag, true, Planned::Pin),
-                    Advised::Pageable => return (tag, false, Planned::Pageable),
+                    Advised::Pageable => {
+                        // A free block the pool already holds costs nothing (its memory is
+                        // pinned anyway): a site that has proved hot in this run uses it,
+                        // instead of a new mapping that its copies would promote again
+                        // (pinned memory beyond the hot working set).
+                        let hot = state.hot_streak > 0;
+                        drop(sites);
+                        if hot && self.pool.lock().has_free(graded) {
+                            return (tag, true, Planned::No);
+                        }
+                        return (tag, false, Planned::Pageable);
+                    }
                     Advised::Unknown => {
                         self.counters
                             .advice_unmatched
