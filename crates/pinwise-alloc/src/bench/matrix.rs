@@ -212,12 +212,6 @@ pub fn run(
         .iter()
         .map(|s| config.bench_config(s))
         .collect();
-    let roles = config
-        .shapes
-        .iter()
-        .map(|s| s.hot + s.cold)
-        .max()
-        .unwrap_or(1);
     let total = config.sizes.len() * config.shapes.len() * config.repeats * STRATEGIES.len();
     let mut done = 0;
     let mut rows = Vec::new();
@@ -234,6 +228,15 @@ pub fn run(
         skipped: skipped.clone(),
     };
     for (si, &size) in config.sizes.iter().enumerate() {
+        // Device buffers for the shapes that run at this size.
+        let roles = config
+            .shapes
+            .iter()
+            .zip(&planned)
+            .filter(|(_, its)| its[si] > 0)
+            .map(|(s, _)| s.hot + s.cold)
+            .max()
+            .unwrap_or(1);
         let dev: Vec<DevicePtr> = (0..roles)
             .map(|_| device.alloc_device(size))
             .collect::<Result<_, _>>()?;
