@@ -717,6 +717,24 @@ mod tests {
         assert_eq!(*c.sizes.last().unwrap(), GIB);
     }
 
+    /// The default bench fits its 5-minute budget on the built-in H200 calibration: the
+    /// largest sizes run fewer iterations (1 GiB did not finish in 400 s on an H100 with 3).
+    #[test]
+    fn the_standard_bench_fits_its_time_budget() {
+        let c = BenchConfig::standard(Policy::new(CostModel::builtin()));
+        let (its, est) = c.planned_iterations();
+        assert!(est <= 300.0 * timing::BUDGET_SHARE, "estimate {est} s");
+        assert_eq!(its[0], c.iterations(4 * KIB), "small sizes keep theirs");
+        assert!(its[9] < c.iterations(GIB) && its[9] >= 1, "{its:?}");
+        let unbudgeted = BenchConfig {
+            time_budget_s: None,
+            ..c.clone()
+        };
+        let (all, est_all) = unbudgeted.planned_iterations();
+        assert_eq!(all[9], 3);
+        assert!(est_all > est);
+    }
+
     #[test]
     fn utc_dates_look_right() {
         let d = utc_now();
