@@ -1,12 +1,89 @@
-//! The allocator's questions to pinwise-core's cost model and policy.
+//! The allocator's questions to pinwise-core's cost model and policy: every pin-or-not
+//! decision of the engine and of use mode's plan is priced here, at what the engine will
+//! actually do.
 //!
 //! The curves (measured transfer and pinning times, interpolated by size) are
 //! [`pinwise_core::CostModel`]; whether a predicted use pays for pinning is
-//! [`pinwise_core::Policy::decide`]. These helpers add only what the allocator needs on top:
-//! the cheapest way to get fresh pinned memory, and predictions built from live counters.
+//! [`pinwise_core::Policy::decide_priced`], at the price [`price`] gives:
+//!
+//! | how the engine gets the memory ([`Obtain`]) | price | copies timed at |
+//! |---|---|---|
+//! | a free pool block | nothing (the pool holds it anyway) | `cuMemHostAlloc` memory |
+//! | registering a warm cached mapping | register + unregister + hold | `registered_h2d_GBps` |
+//! | fresh memory | the cheaper of `cuMemHostAlloc` + free and map + touch + register + unregister ([`cheapest_fresh`]), + hold | that method's column |
+//!
+//! **Holding** pinned memory has a price too ([`hold_ns`]): the GPU page table it takes
+//! (8 bytes per 4 KiB page, priced like RAM), and the RAM that is no longer pageable,
+//! priced at what faulting in that much fresh memory costs (`malloc_touch_us`) times how
+//! full the pinned budget will be (0 with an empty budget, the whole price at its cap): the
+//! closer pinned memory comes to the cap, the more a new pin must save. So "pays back"
+//! means the saving covers obtaining, giving back and holding the memory.
 
-use pinwise_core::policy::{PinRequest, PredictedTransfers};
-use pinwise_core::{Decision, Direction, PinMethod, Policy};
+use pinwise_core::policy::{PinPrice, PinRequest, PredictedTransfers};
+use pinwise_core::{CostModel, Decision, Direction, PinMethod, Policy};
+
+/// How the engine would obtain pinned memory for a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Obtain {
+    /// A free block of the pinned pool.
+    PoolHit,
+    /// Registering a warm mapping of the pageable cache (or a live one, in place).
+    RegisterCached,
+    /// Fresh memory, the cheaper way ([`cheapest_fresh`]).
+    Fresh,
+}
+
+/// The price of holding `bytes` pinned when `pinned_after` bytes (these included) of a
+/// budget of `budget` bytes will be pinned, ns: the GPU page table (8 bytes per 4 KiB page,
+/// priced at the `malloc_touch_us` curve like RAM) plus the RAM no longer pageable, priced
+/// at `malloc_touch_us` times the budget's fill (`pinned_after / budget`, at most 1).
+pub fn hold_ns(p: &Policy, bytes: u64, pinned_after: u64, budget: u64) -> f64 {
+    let cost = p.cost_model();
+    let fill = (pinned_after as f64 / budget.max(1) as f64).clamp(0.0, 1.0);
+    cost.malloc_touch_ns(CostModel::page_table_bytes(bytes)) + cost.malloc_touch_ns(bytes) * fill
+}
+
+/// What pinning `bytes` obtained by `obtain` costs, with `pinned_after` bytes of `budget`
+/// pinned afterwards (see the module documentation).
+pub fn price(p: &Policy, bytes: u64, obtain: Obtain, pinned_after: u64, budget: u64) -> PinPrice {
+    match obtain {
+        Obtain::PoolHit => PinPrice {
+            cost_ns: 0.0,
+            bandwidth_of: PinMethod::MallocHost,
+        },
+        Obtain::RegisterCached => PinPrice {
+            cost_ns: register_touched_ns(p, bytes) + hold_ns(p, bytes, pinned_after, budget),
+            bandwidth_of: PinMethod::RegisterTouched,
+        },
+        Obtain::Fresh => {
+            let (method, cost) = cheapest_fresh(p, bytes);
+            PinPrice {
+                cost_ns: cost + hold_ns(p, bytes, pinned_after, budget),
+                bandwidth_of: method,
+            }
+        }
+    }
+}
+
+/// The policy's decision on pinning `size` bytes for `transfers` at `price`, with
+/// `remaining_budget` bytes left.
+pub fn decide_priced(
+    p: &Policy,
+    size: u64,
+    transfers: PredictedTransfers,
+    remaining_budget: u64,
+    price: &PinPrice,
+) -> Decision {
+    p.decide_priced(
+        &PinRequest {
+            size,
+            transfers,
+            remaining_budget,
+            method: price.bandwidth_of,
+        },
+        price,
+    )
+}
 
 /// Time one copy of `bytes` in `dir` saves when the host side is pinned, ns (never negative).
 pub fn saving_ns(p: &Policy, bytes: u64, dir: Direction) -> f64 {
@@ -100,5 +177,46 @@ mod tests {
             scaled.bytes[Direction::HtoD.index()],
             4.0 * (1u64 << 30) as f64
         );
+    }
+
+    /// Prices: a pool hit is free; registering a cached mapping costs its registration and
+    /// holding it, with registered bandwidth; fresh memory the cheaper way plus holding it;
+    /// holding costs more as the budget fills, so more transfers are needed to pay back.
+    #[test]
+    fn prices_follow_what_the_engine_does() {
+        let p = Policy::new(CostModel::builtin());
+        let mib = 1u64 << 20;
+        let size = 16 * mib;
+        let budget = 1u64 << 34;
+        let hit = price(&p, size, Obtain::PoolHit, size, budget);
+        assert_eq!(hit.cost_ns, 0.0);
+        let reg = price(&p, size, Obtain::RegisterCached, size, budget);
+        assert_eq!(reg.bandwidth_of, PinMethod::RegisterTouched);
+        let hold_empty = hold_ns(&p, size, size, budget);
+        assert!((reg.cost_ns - register_touched_ns(&p, size) - hold_empty).abs() < 1.0);
+        let fresh = price(&p, size, Obtain::Fresh, size, budget);
+        let (method, cost) = cheapest_fresh(&p, size);
+        assert_eq!(fresh.bandwidth_of, method);
+        assert!((fresh.cost_ns - cost - hold_empty).abs() < 1.0);
+        // The page table alone: 16 MiB pins 4096 pages, 32 KiB of GPU page table.
+        assert_eq!(CostModel::page_table_bytes(size), 32 << 10);
+        assert!(hold_ns(&p, size, 0, budget) > 0.0);
+        // A full budget charges the whole malloc_touch price of the RAM held.
+        let full = hold_ns(&p, size, budget, budget);
+        let ram = p.cost_model().malloc_touch_ns(size);
+        assert!(
+            (full - hold_ns(&p, size, 0, budget) - ram).abs() < 1.0,
+            "{full} {ram}"
+        );
+        // So a use that pays back at an empty budget may not at a full one.
+        let per_copy = saving_ns(&p, size, Direction::HtoD);
+        let copies = (fresh.cost_ns / per_copy).floor() + 1.0;
+        let t = PredictedTransfers::none().with(Direction::HtoD, copies, size);
+        assert!(decide_priced(&p, size, t, u64::MAX, &fresh).pin);
+        let dear = price(&p, size, Obtain::Fresh, budget, budget);
+        assert!(!decide_priced(&p, size, t, u64::MAX, &dear).pin);
+        // A pool hit pays whenever the copies save anything.
+        let one = PredictedTransfers::none().with(Direction::HtoD, 1.0, size);
+        assert!(decide_priced(&p, size, one, u64::MAX, &hit).pin);
     }
 }

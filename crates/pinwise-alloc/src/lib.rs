@@ -9,16 +9,19 @@
 //!   flags (what the C ABI and the preload library drive);
 //! - [`pool`]: page-locked segments carved into blocks (best fit, split, coalesce, no
 //!   power-of-two waste), reused only after the copies on them completed;
-//! - [`pageable`]: the path for what is not pinned (with a cache of touched mappings);
+//! - [`pageable`]: the path for what is not pinned (with a bounded cache of warm mappings);
+//! - [`pressure`]: whether the machine is short of memory (the cache then empties);
 //! - [`budget`]: a hard cap on pinned bytes, reserved atomically before pinning;
 //! - [`predict`]: the adaptive mode's per-call-site pattern history table;
 //! - [`callsite`]: allocation identity (call site normalized across runs);
 //! - [`costs`]: the view of the cost model that decisions weigh;
 //! - [`backend`]: the driver operations it needs, behind [`backend::PinBackend`];
-//! - [`calibrate`] and [`bench`](mod@bench): `pinwise calibrate` and `pinwise bench alloc`.
+//! - [`calibrate`] and [`bench`](mod@bench): `pinwise calibrate` and `pinwise bench alloc`;
+//! - [`autocal`]: every GPU its own calibration, measured on first use and cached per GPU.
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod autocal;
 pub mod backend;
 pub mod bench;
 pub mod budget;
@@ -34,6 +37,7 @@ pub mod pageable;
 pub mod plan;
 pub mod pool;
 pub mod predict;
+pub mod pressure;
 pub mod record;
 mod stats;
 pub mod testing;

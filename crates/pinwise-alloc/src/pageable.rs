@@ -1,11 +1,18 @@
 //! The pageable path: memory that is not pinned.
 //!
-//! Small requests come from the Rust global allocator. Large ones (at least
-//! [`MMAP_FROM`]) are anonymous mappings of whole pages, so that they can later be
-//! registered in place ("promoted") without touching anyone else's pages, and a freed one
-//! is kept in a bounded cache of *touched* mappings: reusing it costs no page faults, and
-//! the pinned pool can register it instead of calling `cuMemHostAlloc` (registering touched
-//! memory is about 8x cheaper on the H200). Mappings of 2 MiB and more are advised to use
+//! Small requests come from the Rust global allocator (whose free lists keep them warm).
+//! Large ones (at least [`MMAP_FROM`]) are anonymous mappings of whole pages, so that they
+//! can later be registered in place ("promoted") without touching anyone else's pages, and
+//! a freed one is kept in a bounded cache of *warm* (already faulted) mappings,
+//! [`PageableCache`]: a cold request of the same size class ([`graded_size`]; a cached
+//! mapping at most 1/8 larger also serves) reuses it and costs no page faults, as a pinned
+//! pool's reused block would not; and the pinned pool can register it instead of calling
+//! `cuMemHostAlloc` (registering touched memory is about 8x cheaper on the H200). The cache
+//! keeps at most its cap of bytes (`EngineConfig::pageable_cache_bytes`, or
+//! `PINWISE_PAGEABLE_CACHE`; an eighth of RAM by default), unmapping the largest mappings
+//! first when a new one would exceed it, and gives everything back to the OS (`munmap`)
+//! when the machine runs short of memory ([`crate::pressure`]: `MemAvailable` below a
+//! threshold, read at most once a second). Mappings of 2 MiB and more are advised to use
 //! transparent huge pages and are populated at once (`MADV_POPULATE_WRITE`): the program is
 //! about to write them, and populating a range in the kernel, in huge pages where it can, is
 //! faster than faulting it in page by page (on the H200 machine, `pinwise calibrate` mapped
@@ -15,6 +22,31 @@
 use std::collections::BTreeSet;
 
 use crate::grade::{graded_size, PAGE};
+
+/// Environment variable that sets the cache's cap when the engine's configuration does not
+/// (the size grammar of `PINWISE_BUDGET`: `2G`, `512MiB`, `10%`).
+pub const CACHE_ENV: &str = "PINWISE_PAGEABLE_CACHE";
+
+/// The cap of the cache when neither the configuration nor [`CACHE_ENV`] sets one: an
+/// eighth of `MemTotal` (half the default pinned budget).
+pub fn default_cache_bytes() -> usize {
+    (crate::budget::default_budget_bytes() / 2).min(usize::MAX as u64) as usize
+}
+
+/// The cap from [`CACHE_ENV`] if it is set and valid (an invalid value is logged and the
+/// default used), else the default.
+pub fn cache_bytes_from_env() -> usize {
+    match std::env::var(CACHE_ENV) {
+        Ok(v) => match crate::budget::parse_size(&v) {
+            Ok(b) => b.min(usize::MAX as u64) as usize,
+            Err(e) => {
+                tracing::warn!(value = %v, error = %e, "{CACHE_ENV} not understood; default cap");
+                default_cache_bytes()
+            }
+        },
+        Err(_) => default_cache_bytes(),
+    }
+}
 
 /// Requests of at least this many bytes get their own page-aligned mapping.
 pub const MMAP_FROM: usize = 64 * 1024;
@@ -129,9 +161,33 @@ impl PageableCache {
         if len > self.cap {
             return vec![(addr, len)];
         }
+        // The largest mappings go first: they cost the most to keep.
+        let evicted = self.shrink_to(self.cap - len);
+        self.free.insert((len, addr));
+        self.cached_bytes += len;
+        evicted
+    }
+
+    /// Its cap, bytes.
+    pub fn cap(&self) -> usize {
+        self.cap
+    }
+
+    /// Mappings cached now.
+    pub fn len(&self) -> usize {
+        self.free.len()
+    }
+
+    /// Whether nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.free.is_empty()
+    }
+
+    /// Gives up mappings, largest first, until at most `bytes` are cached; returns those to
+    /// unmap.
+    pub fn shrink_to(&mut self, bytes: usize) -> Vec<(usize, usize)> {
         let mut evicted = Vec::new();
-        while self.cached_bytes + len > self.cap {
-            // Evict the oldest-looking: the largest mappings first, they cost the most to keep.
+        while self.cached_bytes > bytes {
             let Some(&(l, a)) = self.free.iter().next_back() else {
                 break;
             };
@@ -139,8 +195,6 @@ impl PageableCache {
             self.cached_bytes -= l;
             evicted.push((a, l));
         }
-        self.free.insert((len, addr));
-        self.cached_bytes += len;
         evicted
     }
 
@@ -186,6 +240,86 @@ mod tests {
         assert_eq!(c.cached_bytes(), 6 << 20);
         assert_eq!(c.put(0x4000_0000, 16 << 20), vec![(0x4000_0000, 16 << 20)]);
         assert_eq!(c.drain().len(), 2);
+    }
+
+    #[test]
+    fn shrink_gives_up_the_largest_first() {
+        let mut c = PageableCache::new(64 << 20);
+        c.put(0x1000_0000, 1 << 20);
+        c.put(0x2000_0000, 8 << 20);
+        c.put(0x3000_0000, 2 << 20);
+        assert_eq!(c.shrink_to(4 << 20), vec![(0x2000_0000, 8 << 20)]);
+        assert_eq!(c.cached_bytes(), 3 << 20);
+        assert_eq!(c.shrink_to(0).len(), 2);
+        assert!(c.is_empty());
+    }
+
+    /// One step of the property test.
+    #[derive(Debug, Clone)]
+    enum Op {
+        Put(usize),
+        Take(usize),
+        Shrink(usize),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let pages = 1usize..512;
+        prop_oneof![
+            pages.clone().prop_map(|p| Op::Put(p * PAGE)),
+            pages.clone().prop_map(|p| Op::Take(p * PAGE)),
+            (0usize..(1 << 21)).prop_map(Op::Shrink),
+        ]
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Whatever is put, taken and shrunk: the cached bytes never exceed the cap, every
+        /// mapping given to the cache comes back exactly once (taken, evicted or drained),
+        /// and a take returns a mapping that fits (at least the size, at most 1/8 more).
+        #[test]
+        fn bound_reuse_and_release(cap_pages in 0usize..1024, ops in proptest::collection::vec(op(), 1..200)) {
+            let cap = cap_pages * PAGE;
+            let mut c = PageableCache::new(cap);
+            let mut next_addr = 0x1000_0000usize;
+            let mut outstanding: std::collections::HashMap<usize, usize> = Default::default();
+            let give_back = |out: &mut std::collections::HashMap<usize, usize>, (a, l): (usize, usize)| {
+                prop_assert_eq!(out.remove(&a), Some(l), "a mapping came back twice or changed size");
+                Ok(())
+            };
+            for op in ops {
+                match op {
+                    Op::Put(len) => {
+                        let a = next_addr;
+                        next_addr += 1 << 24;
+                        outstanding.insert(a, len);
+                        for m in c.put(a, len) { give_back(&mut outstanding, m)?; }
+                        // Reuse: a mapping that fits the cap is kept.
+                        if len <= cap { prop_assert!(c.has_fit(len)); }
+                    }
+                    Op::Take(len) => {
+                        let fit = c.has_fit(len);
+                        match c.take(len) {
+                            Some((a, l)) => {
+                                prop_assert!(fit);
+                                prop_assert!(l >= len && l <= len + len / 8);
+                                give_back(&mut outstanding, (a, l))?;
+                            }
+                            None => prop_assert!(!fit),
+                        }
+                    }
+                    Op::Shrink(bound) => {
+                        for m in c.shrink_to(bound) { give_back(&mut outstanding, m)?; }
+                        prop_assert!(c.cached_bytes() <= bound);
+                    }
+                }
+                prop_assert!(c.cached_bytes() <= cap, "{} cached over a cap of {}", c.cached_bytes(), cap);
+                prop_assert_eq!(c.cached_bytes(), outstanding.values().sum::<usize>());
+            }
+            for m in c.drain() { give_back(&mut outstanding, m)?; }
+            prop_assert!(outstanding.is_empty());
+            prop_assert_eq!(c.cached_bytes(), 0);
+        }
     }
 
     #[test]

@@ -18,8 +18,10 @@
 //!    of them, and its summed saving is weighed against that one block. A group that does
 //!    not pay, or does not fit the budget, is then tried entry by entry.
 //! 3. Whether an entry (or group) is pinned is pinwise-core's policy's decision
-//!    ([`Policy::decide`]) on its predicted transfers, for the pinned memory it *adds*: the
-//!    increase of the planned peak, allocated pinned, within what the budget has left. An
+//!    ([`Policy::decide_priced`]) on its predicted transfers, for the pinned memory it
+//!    *adds*: the increase of the planned peak, priced as the engine will obtain it (fresh
+//!    memory the cheaper way, plus holding it: [`costs::price`]), within what the budget
+//!    has left. An
 //!    entry that fits in memory the pool already holds for other, earlier lifetimes costs
 //!    nothing and is pinned whenever it saves anything. Entries that save nothing (small
 //!    buffers, buffers never transferred) are never pinned.
@@ -35,7 +37,7 @@ use std::collections::HashMap;
 
 use pinwise_core::policy::PredictedTransfers;
 use pinwise_core::profile::Profile;
-use pinwise_core::{ModuleId, ModuleIdentity, ModuleTable, PinMethod, Policy, Tag};
+use pinwise_core::{ModuleId, ModuleIdentity, ModuleTable, Policy, Tag};
 
 use crate::costs;
 use crate::engine::{Advice, Advised};
@@ -158,23 +160,27 @@ impl Plan {
                     transfers.bytes[d] += t.bytes[d];
                 }
             }
-            let (pays, saving, cost) = if grow == 0 {
-                // Fits in pinned memory the pool holds anyway: a pool hit costs nothing.
-                let saving = policy.saving_ns(&transfers);
-                (saving > 0.0, saving, 0.0)
+            // Priced at what the engine will do (`costs::price`): memory the pool holds
+            // anyway is a pool hit and costs nothing; growing the peak obtains fresh memory
+            // the cheaper way and holds it.
+            let (obtain, bytes) = if grow == 0 {
+                (costs::Obtain::PoolHit, new_peak.max(1))
             } else {
-                // Charged at cuMemHostAlloc's cost, as the adaptive decision is
-                // (`Engine::pin_pays_now`): an upper bound where the engine obtains fresh
-                // memory more cheaply by registering it.
-                let d = costs::decide(
-                    policy,
-                    grow,
-                    transfers,
-                    budget_bytes.saturating_sub(*peak),
-                    PinMethod::MallocHost,
-                );
-                (d.pin, d.saving_ns, d.cost_ns)
+                (costs::Obtain::Fresh, grow)
             };
+            let price = costs::price(policy, bytes, obtain, new_peak, budget_bytes);
+            let d = costs::decide_priced(
+                policy,
+                bytes,
+                transfers,
+                if grow == 0 {
+                    u64::MAX
+                } else {
+                    budget_bytes.saturating_sub(*peak)
+                },
+                &price,
+            );
+            let (pays, saving, cost) = (d.pin, d.saving_ns, d.cost_ns);
             if pays && new_peak <= budget_bytes {
                 *peak = new_peak.max(*peak);
                 Some((saving, cost))

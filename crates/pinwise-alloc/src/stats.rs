@@ -54,6 +54,11 @@ pub struct AllocStats {
     pub pageable_cache_hits: u64,
     /// Bytes in the cache of touched pageable mappings now.
     pub pageable_cached_bytes: u64,
+    /// Bytes of freed pageable mappings given back to the OS instead of cached (over the
+    /// cache's cap, or memory low).
+    pub pageable_released_bytes: u64,
+    /// Frees that found memory low and emptied the pageable cache.
+    pub pageable_pressure_releases: u64,
     /// Use mode: allocations the profile had no matching advice for (decided adaptively).
     pub advice_unmatched: u64,
 }
@@ -85,6 +90,8 @@ impl From<AllocStats> for pinwise_core::preload_stats::EngineStats {
             transfers_pageable: _,
             pageable_cache_hits: _,
             pageable_cached_bytes: _,
+            pageable_released_bytes: _,
+            pageable_pressure_releases: _,
             advice_unmatched,
         } = s;
         pinwise_core::preload_stats::EngineStats {
@@ -124,6 +131,8 @@ pub(crate) struct Counters {
     pub transfers_pinned: AtomicU64,
     pub transfers_pageable: AtomicU64,
     pub pageable_cache_hits: AtomicU64,
+    pub pageable_released_bytes: AtomicU64,
+    pub pageable_pressure_releases: AtomicU64,
     pub advice_unmatched: AtomicU64,
 }
 
@@ -171,6 +180,8 @@ impl Counters {
             transfers_pageable: r(&self.transfers_pageable),
             pageable_cache_hits: r(&self.pageable_cache_hits),
             pageable_cached_bytes: cached,
+            pageable_released_bytes: r(&self.pageable_released_bytes),
+            pageable_pressure_releases: r(&self.pageable_pressure_releases),
             advice_unmatched: r(&self.advice_unmatched),
         }
     }

@@ -97,3 +97,38 @@ fn runs_every_strategy_and_writes_labelled_outputs() {
         }
     }
 }
+
+/// Mixed sizes, two iterations (what the time budget leaves at large sizes): smart pins
+/// exactly the hot working set. A hot buffer the profile advises pageable is promoted in
+/// its first iteration and adopted by the pool when freed; in the second it must reuse that
+/// block, not take a new mapping and promote it again (which held 1.33x the hot set).
+#[test]
+fn smart_pins_the_hot_working_set_with_mixed_sizes_and_few_iterations() {
+    for size in [4 * MIB, 64 * MIB] {
+        let mock = Arc::new(MockBackend::new());
+        let device = MockDevice(mock.clone());
+        let cfg = BenchConfig {
+            sizes: vec![size],
+            repeats: 1,
+            hot_buffers: 2,
+            cold_buffers: 4,
+            round_trips: 2,
+            mixed_sizes: true,
+            min_iterations: 2,
+            max_iterations: 2,
+            strategies: vec![StrategyKind::Smart, StrategyKind::Adaptive],
+            ..BenchConfig::standard(Policy::new(CostModel::builtin()))
+        };
+        let report = bench::run(&cfg, &device, &mut |_| {}).unwrap();
+        let hot_set = cfg.hot_working_set(size);
+        assert_eq!(
+            hot_set,
+            (size + size / 2) as u64,
+            "roles 0 and 1: 4/4 and 2/4"
+        );
+        for r in &report.rows {
+            assert_eq!(r.iterations, 2);
+            assert_eq!(r.peak_pinned, hot_set, "{:?} at {size}", r.strategy);
+        }
+    }
+}

@@ -527,3 +527,71 @@ fn a_context_ending_leaves_the_engine_no_stream_or_event_handle() {
     unsafe { e.free(c.ptr).unwrap() };
     mock.free_device(dev);
 }
+
+/// Cold buffers reuse warm memory: a freed cold mapping serves the next cold request of
+/// its size class (the same address, no new mapping), several live at once each find one,
+/// and the cache keeps no more than its cap.
+#[test]
+fn cold_buffers_reuse_warm_mappings_within_the_cap() {
+    let mock = Arc::new(MockBackend::new());
+    let mut c = config(1 << 30);
+    c.pageable_cache_bytes = Some(3 * MIB);
+    c.low_memory_bytes = Some(0);
+    let e = Engine::new(mock, c).unwrap();
+    let cold = |n| {
+        (0..n)
+            .map(|i| e.alloc(MIB, site(300 + i), AllocFlags::NEVER_PIN).unwrap())
+            .collect::<Vec<_>>()
+    };
+    let first = cold(4);
+    let mut addrs: Vec<usize> = first.iter().map(|a| a.ptr as usize).collect();
+    for a in &first {
+        // SAFETY: allocated above, not used afterwards.
+        unsafe { e.free(a.ptr).unwrap() };
+    }
+    let st = e.stats();
+    assert_eq!(st.pageable_cached_bytes, 3 * MIB as u64, "the cap is 3 MiB");
+    assert_eq!(
+        st.pageable_released_bytes, MIB as u64,
+        "the fourth went back"
+    );
+    let second = cold(4);
+    let st = e.stats();
+    assert_eq!(st.pageable_cache_hits, 3, "three warm mappings reused");
+    let mut again: Vec<usize> = second.iter().map(|a| a.ptr as usize).collect();
+    addrs.sort_unstable();
+    again.sort_unstable();
+    let reused = again.iter().filter(|a| addrs.contains(a)).count();
+    assert!(reused >= 3, "{addrs:x?} vs {again:x?}");
+    assert_eq!(st.pageable_cached_bytes, 0);
+    for a in &second {
+        // SAFETY: allocated above, not used afterwards.
+        unsafe { e.free(a.ptr).unwrap() };
+    }
+}
+
+/// While memory is low, freed pageable mappings go back to the OS and the cache empties
+/// (the threshold here is above any machine's available memory).
+#[test]
+fn low_memory_empties_the_pageable_cache() {
+    let mock = Arc::new(MockBackend::new());
+    let mut c = config(1 << 30);
+    c.pageable_cache_bytes = Some(64 * MIB);
+    c.low_memory_bytes = Some(u64::MAX);
+    let e = Engine::new(mock, c).unwrap();
+    let a = e.alloc(2 * MIB, site(400), AllocFlags::NEVER_PIN).unwrap();
+    let b = e.alloc(2 * MIB, site(401), AllocFlags::NEVER_PIN).unwrap();
+    // SAFETY: allocated above, not used afterwards.
+    unsafe {
+        e.free(a.ptr).unwrap();
+        e.free(b.ptr).unwrap();
+    }
+    let st = e.stats();
+    assert_eq!(st.pageable_cached_bytes, 0);
+    assert_eq!(st.pageable_released_bytes, 4 * MIB as u64);
+    assert_eq!(st.pageable_pressure_releases, 2);
+    let c2 = e.alloc(2 * MIB, site(400), AllocFlags::NEVER_PIN).unwrap();
+    assert_eq!(e.stats().pageable_cache_hits, 0);
+    // SAFETY: allocated above, not used afterwards.
+    unsafe { e.free(c2.ptr).unwrap() };
+}

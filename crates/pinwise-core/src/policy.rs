@@ -88,6 +88,16 @@ pub struct PinRequest {
     pub method: PinMethod,
 }
 
+/// What pinning one allocation costs, as its caller prices it
+/// ([`Policy::decide_priced`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PinPrice {
+    /// The whole cost of pinning it (obtaining, giving back, holding), ns.
+    pub cost_ns: f64,
+    /// Copies on it are timed at the bandwidth of memory pinned this way.
+    pub bandwidth_of: PinMethod,
+}
+
 /// Why the policy decided as it did.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub enum Reason {
@@ -241,9 +251,40 @@ impl Policy {
         (each > 0.0).then(|| self.pin_cost_ns(size, method) * self.config.payback_factor / each)
     }
 
-    /// Decides for one allocation.
+    /// Predicted saving of pinning by `method`, ns: as [`Policy::saving_ns`], with
+    /// registered memory's own host-to-device bandwidth for [`PinMethod::RegisterTouched`].
+    pub fn saving_ns_by(&self, transfers: &PredictedTransfers, method: PinMethod) -> f64 {
+        Direction::ALL
+            .iter()
+            .map(|&d| {
+                let n = transfers.count[d.index()];
+                if n <= 0.0 {
+                    return 0.0;
+                }
+                let each = (transfers.bytes[d.index()] / n).round() as u64;
+                n * self.cost.transfer_saving_ns_by(d, each, method)
+            })
+            .sum()
+    }
+
+    /// Decides for one allocation, pinning priced by [`Policy::pin_cost_ns`] of the
+    /// request's method and copies timed at `cuMemHostAlloc` memory's bandwidth.
     pub fn decide(&self, req: &PinRequest) -> Decision {
-        let cost_ns = self.pin_cost_ns(req.size, req.method);
+        self.decide_priced(
+            req,
+            &PinPrice {
+                cost_ns: self.pin_cost_ns(req.size, req.method),
+                bandwidth_of: PinMethod::MallocHost,
+            },
+        )
+    }
+
+    /// Decides for one allocation at a price the caller knows better than the request's
+    /// method does (an allocator's pool hit, its way of obtaining fresh memory, the price
+    /// of holding memory pinned): `price.cost_ns` is the whole cost, and copies are timed
+    /// at the bandwidth of memory pinned by `price.bandwidth_of`.
+    pub fn decide_priced(&self, req: &PinRequest, price: &PinPrice) -> Decision {
+        let cost_ns = price.cost_ns;
         let decision = |pin, reason, saving_ns| Decision {
             pin,
             reason,
@@ -257,7 +298,7 @@ impl Policy {
         if predicted <= 0.0 {
             return decision(false, Reason::NoTransfersPredicted, 0.0);
         }
-        let saving = self.saving_ns(&req.transfers);
+        let saving = self.saving_ns_by(&req.transfers, price.bandwidth_of);
         if saving <= 0.0 {
             return decision(false, Reason::NeverPaysBackAtThisSize, saving);
         }

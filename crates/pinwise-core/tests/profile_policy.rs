@@ -480,3 +480,52 @@ fn a_free_timestamped_before_its_allocation_still_makes_a_loadable_profile() {
     assert!(e.end_ns.unwrap() >= e.start_ns, "{e:?}");
     Profile::from_json_bytes(p.to_json().as_bytes()).expect("the profile loads back");
 }
+
+/// A caller's price replaces the method's: free (a pool hit) pins whatever saves anything,
+/// a higher price needs more transfers; registered memory's copies use its own column.
+#[test]
+fn decisions_at_a_callers_price() {
+    use pinwise_core::policy::PinPrice;
+    let p = policy();
+    let size = 16 * MIB;
+    let t = PredictedTransfers::none().with(Direction::HtoD, 2.0, size);
+    let plain = p.decide(&req(size, t));
+    let same = p.decide_priced(
+        &req(size, t),
+        &PinPrice {
+            cost_ns: p.pin_cost_ns(size, PinMethod::RegisterTouched),
+            bandwidth_of: PinMethod::MallocHost,
+        },
+    );
+    assert_eq!(plain, same, "decide is decide_priced at the method's cost");
+    let free = p.decide_priced(
+        &req(size, t),
+        &PinPrice {
+            cost_ns: 0.0,
+            bandwidth_of: PinMethod::MallocHost,
+        },
+    );
+    assert_eq!((free.pin, free.cost_ns), (true, 0.0));
+    let dear = p.decide_priced(
+        &req(size, t),
+        &PinPrice {
+            cost_ns: free.saving_ns * 1.01,
+            bandwidth_of: PinMethod::MallocHost,
+        },
+    );
+    assert!(
+        matches!(dear.reason, Reason::TooFewTransfers { .. }),
+        "{dear:?}"
+    );
+    let reg = p.decide_priced(
+        &req(size, t),
+        &PinPrice {
+            cost_ns: 0.0,
+            bandwidth_of: PinMethod::RegisterTouched,
+        },
+    );
+    let cm = p.cost_model();
+    let expected =
+        2.0 * cm.transfer_saving_ns_by(Direction::HtoD, size, PinMethod::RegisterTouched);
+    assert!((reg.saving_ns - expected).abs() < 1e-6 * expected);
+}

@@ -111,6 +111,8 @@ driver_api! {
         cuEventDestroy_v2: fn(CUevent);
     }
     optional {
+        cuDeviceGetUuid_v2: fn(*mut CUuuid, CUdevice);
+        cuDeviceGetUuid: fn(*mut CUuuid, CUdevice);
         cuGetProcAddress_v2: fn(*const c_char, *mut *mut c_void, c_int, u64, *mut CUdriverProcAddressQueryResult);
     }
 }

@@ -102,6 +102,25 @@ impl Device {
         Ok(value)
     }
 
+    /// The device's UUID as `nvidia-smi` prints it (`GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`),
+    /// from `cuDeviceGetUuid_v2` (or `cuDeviceGetUuid`); `None` when the driver has
+    /// neither.
+    pub fn uuid(&self) -> Result<Option<String>> {
+        let api = self.driver.api();
+        let Some((call, f)) = api
+            .cuDeviceGetUuid_v2
+            .map(|f| ("cuDeviceGetUuid_v2", f))
+            .or(api.cuDeviceGetUuid.map(|f| ("cuDeviceGetUuid", f)))
+        else {
+            return Ok(None);
+        };
+        let mut id = CUuuid::default();
+        // SAFETY: valid out-parameter of 16 bytes.
+        self.driver
+            .check(call, unsafe { f(&mut id, self.ordinal) })?;
+        Ok(Some(format_uuid(&id.bytes)))
+    }
+
     /// The PCI domain, bus and device ids.
     pub fn pci_ids(&self) -> Result<PciIds> {
         Ok(PciIds {
@@ -122,5 +141,30 @@ impl Device {
     /// Retains the device's primary context (released when the last clone is dropped).
     pub fn primary_context(&self) -> Result<Context> {
         Context::retain_primary(self)
+    }
+}
+
+/// `GPU-` and the 16 bytes in the 8-4-4-4-12 grouping of `nvidia-smi -L`.
+pub fn format_uuid(b: &[u8; 16]) -> String {
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "GPU-{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
+#[cfg(test)]
+mod uuid_tests {
+    #[test]
+    fn uuids_print_as_nvidia_smi_does() {
+        let b: [u8; 16] = std::array::from_fn(|i| (i * 17) as u8);
+        assert_eq!(
+            super::format_uuid(&b),
+            "GPU-00112233-4455-6677-8899-aabbccddeeff"
+        );
     }
 }

@@ -11,6 +11,13 @@ use std::ffi::{c_int, c_uint, c_void};
 pub type CUresult = c_int;
 /// `CUdevice`: a device ordinal.
 pub type CUdevice = c_int;
+/// `CUuuid`: a device's 16-byte UUID.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CUuuid {
+    /// The bytes.
+    pub bytes: [u8; 16],
+}
 /// `CUdeviceptr`: a device address.
 pub type CUdeviceptr = u64;
 /// `CUcontext`: opaque context handle.

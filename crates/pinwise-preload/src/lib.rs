@@ -54,6 +54,7 @@
 //! | `PINWISE_KEEP_PINNED` | `1`: serve every pinned request pinned (still pooled) |
 //! | `PINWISE_PROMOTE_PAGEABLE` | `0`: never register the program's pageable buffers |
 //! | `PINWISE_DRIVER_HOOKS` | `0`: hand out the real driver entry points (runtime hooks only) |
+//! | `PINWISE_PAGEABLE_CACHE` | bytes of freed pageable mappings the allocator keeps warm for reuse (size grammar of `PINWISE_BUDGET`; default an eighth of RAM; emptied while `MemAvailable` is low) |
 //! | `PINWISE_MIN_TRACKED` | malloc-family allocations of at least this size are recorded (`64K` default; the size grammar of `PINWISE_BUDGET`) |
 //! | `PINWISE_MALLOC_HOOKS` | `0`: the malloc-family hooks only forward |
 //! | `PINWISE_STACKS` | `0`: recorded allocations carry their call site, no stack |

@@ -63,6 +63,19 @@ impl CudaBackend {
         &self.ctx
     }
 
+    /// What identifies this GPU for a cached calibration: its UUID (`GPU-...`), or where
+    /// the driver has no UUID call, its name and PCI bus id. `None` when neither can be
+    /// had.
+    pub fn gpu_key(&self) -> Option<String> {
+        let dev = self.ctx.device();
+        if let Ok(Some(uuid)) = dev.uuid() {
+            return Some(uuid);
+        }
+        let name = dev.name().ok()?;
+        let bus = dev.pci_bus_id().unwrap_or_else(|_| "?".into());
+        Some(format!("{name} at {bus}"))
+    }
+
     /// Runs a driver call with the context current, mapping errors.
     fn call(
         &self,

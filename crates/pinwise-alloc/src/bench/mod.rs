@@ -14,8 +14,10 @@
 //! sized by bytes (`target_hot_bytes`), so that small sizes run many iterations and large
 //! ones few. Teardown (releasing pools) is timed separately and not part of the total.
 
+pub mod matrix;
 mod report;
 mod strategies;
+pub mod timing;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -67,7 +69,16 @@ pub struct BenchConfig {
     pub policy: Policy,
     /// Pinned budget for the pinwise strategies (`None`: the default).
     pub budget_bytes: Option<u64>,
+    /// Buffers of different sizes within one iteration: role `r` gets
+    /// [`MIXED_QUARTERS`]`[r % 4]` quarters of the size (the size named is the largest).
+    pub mixed_sizes: bool,
+    /// Wall-time budget, seconds: iterations are lowered (largest sizes first, down to one)
+    /// until the estimate from the calibration fits ([`timing`]). `None`: no budget.
+    pub time_budget_s: Option<f64>,
 }
+
+/// Quarters of the size each role gets with [`BenchConfig::mixed_sizes`], by role modulo 4.
+pub const MIXED_QUARTERS: [usize; 4] = [4, 2, 1, 3];
 
 impl BenchConfig {
     /// The default experiment: 4 KiB to 1 GiB in steps of 4, 3 repeats, 2 hot and 2 cold
@@ -85,6 +96,8 @@ impl BenchConfig {
             strategies: StrategyKind::ALL.to_vec(),
             policy,
             budget_bytes: None,
+            mixed_sizes: false,
+            time_budget_s: Some(300.0),
         }
     }
 
@@ -109,7 +122,52 @@ impl BenchConfig {
 
     /// Bytes of hot buffers live at once: the hot working set.
     pub fn hot_working_set(&self, size: usize) -> u64 {
-        (size * self.hot_buffers) as u64
+        (0..self.hot_buffers)
+            .map(|r| self.role_size(size, r) as u64)
+            .sum()
+    }
+
+    /// The size of role `role`'s buffer at size `size` (smaller with mixed sizes).
+    pub fn role_size(&self, size: usize, role: usize) -> usize {
+        if self.mixed_sizes {
+            (size * MIXED_QUARTERS[role % 4] / 4).max(1)
+        } else {
+            size
+        }
+    }
+
+    /// The workload's shape.
+    pub fn shape(&self) -> timing::Shape {
+        timing::Shape {
+            hot: self.hot_buffers,
+            cold: self.cold_buffers,
+            round_trips: self.round_trips,
+            mixed: self.mixed_sizes,
+        }
+    }
+
+    /// Iterations per size (in the order of `sizes`): [`BenchConfig::iterations`], lowered to
+    /// fit [`BenchConfig::time_budget_s`] as the calibration estimates it. Also returns the
+    /// estimate, seconds.
+    pub fn planned_iterations(&self) -> (Vec<usize>, f64) {
+        let shape = self.shape();
+        let items: Vec<timing::Item> = self
+            .sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &size)| {
+                timing::Item::of(
+                    self.policy.cost_model(),
+                    &shape,
+                    size,
+                    &self.strategies,
+                    self.repeats,
+                    self.iterations(size),
+                    i,
+                )
+            })
+            .collect();
+        timing::plan(&items, self.time_budget_s)
     }
 }
 
@@ -136,6 +194,11 @@ impl CudaDevice {
             backend,
             buffers: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Its backend.
+    pub fn cuda_backend(&self) -> &Arc<CudaBackend> {
+        &self.backend
     }
 }
 
@@ -272,8 +335,9 @@ pub fn run_with_checkpoints(
     let mut done = 0;
     // Profiles recorded by profile runs, by size (the latest).
     let mut profiles: HashMap<usize, Profile> = HashMap::new();
+    let (planned, _) = config.planned_iterations();
     for (si, &size) in config.sizes.iter().enumerate() {
-        let iterations = config.iterations(size);
+        let iterations = planned[si];
         let dev: Vec<DevicePtr> = (0..roles)
             .map(|_| device.alloc_device(size))
             .collect::<Result<_, _>>()?;
@@ -367,6 +431,7 @@ fn record_profile(
     config: &BenchConfig,
     backend: &Arc<dyn PinBackend>,
     size: usize,
+    iterations: usize,
 ) -> Result<Profile, String> {
     let dev: Vec<DevicePtr> = Vec::new();
     let (c, rec) = engine_config(config).recording(None);
@@ -377,29 +442,23 @@ fn record_profile(
         sites,
     };
     // No device copies: only the notes matter for the profile, so note them without copying.
-    workload(
-        config,
-        None,
-        &dev,
-        size,
-        config.iterations(size),
-        &mut s,
-        true,
-    )?;
+    workload(config, None, &dev, size, iterations, &mut s, true)?;
     s.teardown()?;
     rec.last_profile()
         .ok_or_else(|| "the profile run left no profile".to_string())
 }
 
-/// The latest profile of the workload at `size`, recorded (untimed) if there is none yet.
+/// The latest profile of the workload at `size`, recorded (untimed, `iterations`
+/// iterations) if there is none yet.
 fn profile_at<'p>(
     profiles: &'p mut HashMap<usize, Profile>,
     config: &BenchConfig,
     backend: &Arc<dyn PinBackend>,
     size: usize,
+    iterations: usize,
 ) -> Result<&'p Profile, String> {
     if let std::collections::hash_map::Entry::Vacant(v) = profiles.entry(size) {
-        v.insert(record_profile(config, backend, size)?);
+        v.insert(record_profile(config, backend, size, iterations)?);
     }
     Ok(&profiles[&size])
 }
@@ -449,16 +508,16 @@ fn run_one(
                     // Follows the profile of the profile run just before it (the two run
                     // back to back); without one (smart-profile-run not selected), an
                     // untimed profile run records it.
-                    c.with_profile(profile_at(profiles, config, backend, size)?)
+                    c.with_profile(profile_at(profiles, config, backend, size, iterations)?)
                 }
                 StrategyKind::SmartMisaligned => {
                     let other = (size / 4).max(KIB);
-                    c.with_profile(profile_at(profiles, config, backend, other)?)
+                    c.with_profile(profile_at(profiles, config, backend, other, iterations)?)
                 }
                 StrategyKind::SmartTightBudget => {
                     let mut c = c;
                     c.budget_bytes = Some(config.hot_working_set(size) * 11 / 10);
-                    c.with_profile(profile_at(profiles, config, backend, size)?)
+                    c.with_profile(profile_at(profiles, config, backend, size, iterations)?)
                 }
                 _ => unreachable!("baselines handled above"),
             };
@@ -516,21 +575,22 @@ fn workload(
     notes_only: bool,
 ) -> Result<(u64, u64, u64, u64), String> {
     let roles = roles(config);
-    let copy = |ptr: *mut u8, d: DevicePtr, dir: Direction| -> Result<(), String> {
+    let copy = |ptr: *mut u8, d: DevicePtr, len: usize, dir: Direction| -> Result<(), String> {
         if notes_only {
             return Ok(());
         }
         let b = backend.ok_or("no device to copy to")?;
-        // SAFETY: `ptr` is a live allocation of `size` bytes from the strategy and `d` a device
-        // buffer of `size` bytes; the copies are synchronous.
+        // SAFETY: `ptr` is a live allocation of at least `len` bytes from the strategy and `d`
+        // a device buffer of `size >= len` bytes; the copies are synchronous.
         unsafe {
             match dir {
-                Direction::HtoD => b.copy_htod(d, ptr, size, None),
-                _ => b.copy_dtoh(ptr, d, size, None),
+                Direction::HtoD => b.copy_htod(d, ptr, len, None),
+                _ => b.copy_dtoh(ptr, d, len, None),
             }
         }
         .map_err(|e| e.to_string())
     };
+    let lens: Vec<usize> = (0..roles).map(|r| config.role_size(size, r)).collect();
     let mut hot_ns = 0u64;
     let mut hot_bytes = 0u64;
     let mut allocations = 0u64;
@@ -540,33 +600,34 @@ fn workload(
         let order: Vec<(usize, bool)> = interleave_roles(config.hot_buffers, config.cold_buffers);
         let mut ptrs: Vec<*mut u8> = vec![std::ptr::null_mut(); roles];
         for &(role, _) in &order {
-            ptrs[role] = s.alloc(size, role)?;
+            ptrs[role] = s.alloc(lens[role], role)?;
             allocations += 1;
         }
-        for &p in &ptrs {
-            // SAFETY: a live allocation of `size` bytes.
-            unsafe { std::ptr::write_bytes(p, it as u8, size) };
+        for (role, &p) in ptrs.iter().enumerate() {
+            // SAFETY: a live allocation of `lens[role]` bytes.
+            unsafe { std::ptr::write_bytes(p, it as u8, lens[role]) };
         }
         for &(role, hot) in &order {
             if !hot {
                 continue;
             }
             let d = dev.get(role).copied().unwrap_or(DevicePtr(0));
+            let len = lens[role];
             for _ in 0..config.round_trips {
                 let t = Instant::now();
-                s.note(ptrs[role], size, Direction::HtoD);
-                copy(ptrs[role], d, Direction::HtoD)?;
-                s.note(ptrs[role], size, Direction::DtoH);
-                copy(ptrs[role], d, Direction::DtoH)?;
+                s.note(ptrs[role], len, Direction::HtoD);
+                copy(ptrs[role], d, len, Direction::HtoD)?;
+                s.note(ptrs[role], len, Direction::DtoH);
+                copy(ptrs[role], d, len, Direction::DtoH)?;
                 hot_ns += t.elapsed().as_nanos() as u64;
-                hot_bytes += 2 * size as u64;
+                hot_bytes += 2 * len as u64;
             }
         }
         // The first cold buffer goes to the device once; the others never.
         if let Some(&(role, _)) = order.iter().find(|(_, hot)| !hot) {
             let d = dev.get(role).copied().unwrap_or(DevicePtr(0));
-            s.note(ptrs[role], size, Direction::HtoD);
-            copy(ptrs[role], d, Direction::HtoD)?;
+            s.note(ptrs[role], lens[role], Direction::HtoD);
+            copy(ptrs[role], d, lens[role], Direction::HtoD)?;
             if let (false, Some(b)) = (notes_only, backend) {
                 b.synchronize_stream(StreamHandle::DEFAULT)
                     .map_err(|e| e.to_string())?;
@@ -654,6 +715,24 @@ mod tests {
         assert_eq!(c.iterations(GIB), 3);
         assert_eq!(c.sizes.len(), 10);
         assert_eq!(*c.sizes.last().unwrap(), GIB);
+    }
+
+    /// The default bench fits its 5-minute budget on the built-in H200 calibration: the
+    /// largest sizes run fewer iterations (1 GiB did not finish in 400 s on an H100 with 3).
+    #[test]
+    fn the_standard_bench_fits_its_time_budget() {
+        let c = BenchConfig::standard(Policy::new(CostModel::builtin()));
+        let (its, est) = c.planned_iterations();
+        assert!(est <= 300.0 * timing::BUDGET_SHARE, "estimate {est} s");
+        assert_eq!(its[0], c.iterations(4 * KIB), "small sizes keep theirs");
+        assert!(its[9] < c.iterations(GIB) && its[9] >= 1, "{its:?}");
+        let unbudgeted = BenchConfig {
+            time_budget_s: None,
+            ..c.clone()
+        };
+        let (all, est_all) = unbudgeted.planned_iterations();
+        assert_eq!(all[9], 3);
+        assert!(est_all > est);
     }
 
     #[test]

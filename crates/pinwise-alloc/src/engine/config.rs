@@ -90,9 +90,12 @@ pub struct EngineConfig {
     pub mode: Mode,
     /// Hard cap on pinned bytes; `None`: a quarter of the machine's memory.
     pub budget_bytes: Option<u64>,
-    /// Freed large pageable mappings kept for reuse; `None`: an eighth of the machine's
-    /// memory.
+    /// Bytes of freed large pageable mappings kept warm for reuse (see [`crate::pageable`]);
+    /// `None`: `PINWISE_PAGEABLE_CACHE` if set, else an eighth of the machine's memory.
     pub pageable_cache_bytes: Option<usize>,
+    /// The cache of warm pageable mappings is given back to the OS while `MemAvailable` is
+    /// below this many bytes (see [`crate::pressure`]); `None`: a sixteenth of `MemTotal`.
+    pub low_memory_bytes: Option<u64>,
     /// Smallest pinned segment obtained at once (small blocks are carved from it).
     pub min_segment_bytes: usize,
     /// Outcomes remembered per call site by the predictor.
@@ -118,6 +121,7 @@ impl std::fmt::Debug for EngineConfig {
             .field("mode", &self.mode)
             .field("budget_bytes", &self.budget_bytes)
             .field("pageable_cache_bytes", &self.pageable_cache_bytes)
+            .field("low_memory_bytes", &self.low_memory_bytes)
             .field("min_segment_bytes", &self.min_segment_bytes)
             .field("history_bits", &self.history_bits)
             .field("huge_pages", &self.huge_pages)
@@ -135,6 +139,7 @@ impl EngineConfig {
             mode: Mode::Adaptive,
             budget_bytes: None,
             pageable_cache_bytes: None,
+            low_memory_bytes: None,
             min_segment_bytes: crate::grade::PAGE,
             history_bits: DEFAULT_HISTORY_BITS,
             huge_pages: true,

@@ -7,7 +7,7 @@
 use std::sync::atomic::Ordering;
 
 use pinwise_core::policy::PredictedTransfers;
-use pinwise_core::{PinMethod, Reason, Site, Tag};
+use pinwise_core::{Reason, Site, Tag};
 
 use super::{Advised, AllocFlags, Engine, Live, Mode, Planned};
 use crate::costs;
@@ -66,7 +66,18 @@ impl Engine {
             if let Some(advice) = &self.advice {
                 match advice.advise(&tag, size) {
                     Advised::Pin => return (tag, true, Planned::Pin),
-                    Advised::Pageable => return (tag, false, Planned::Pageable),
+                    Advised::Pageable => {
+                        // A free block the pool already holds costs nothing (its memory is
+                        // pinned anyway): a site that has proved hot in this run uses it,
+                        // instead of a new mapping that its copies would promote again
+                        // (pinned memory beyond the hot working set).
+                        let hot = state.hot_streak > 0;
+                        drop(sites);
+                        if hot && self.pool.lock().has_free(graded) {
+                            return (tag, true, Planned::No);
+                        }
+                        return (tag, false, Planned::Pageable);
+                    }
                     Advised::Unknown => {
                         self.counters
                             .advice_unmatched
@@ -99,10 +110,12 @@ impl Engine {
         )
     }
 
-    /// Whether pinning a `graded`-byte block for `expected` transfers pays *now*: a free
-    /// pooled block costs nothing; otherwise the policy weighs a new segment, credited with
-    /// `reuse` allocations like this one (the site's recent run of hot outcomes), since the
-    /// pool keeps it for them.
+    /// Whether pinning a `graded`-byte block for `expected` transfers pays *now*, priced at
+    /// what the engine would do ([`costs::price`]): a free pooled block costs nothing;
+    /// otherwise a new segment (registering a warm cached mapping where the pageable cache
+    /// has one, else fresh memory the cheaper way), plus holding it, credited with `reuse`
+    /// allocations like this one (the site's recent run of hot outcomes), since the pool
+    /// keeps it for them.
     pub(super) fn pin_pays_now(
         &self,
         graded: usize,
@@ -110,26 +123,32 @@ impl Engine {
         reuse: f64,
     ) -> bool {
         if self.pool.lock().has_free(graded) {
-            return self.policy.saving_ns(expected) > 0.0;
+            let hit = costs::price(&self.policy, graded as u64, costs::Obtain::PoolHit, 0, 1);
+            return costs::decide_priced(&self.policy, graded as u64, *expected, u64::MAX, &hit)
+                .pin;
         }
         let seg = graded.max(self.min_segment);
-        let method = if self.pageable.lock().has_fit(seg) {
-            PinMethod::RegisterTouched
+        let obtain = if self.pageable.lock().has_fit(seg) {
+            costs::Obtain::RegisterCached
         } else {
-            // Fresh memory: judged at the cost of cuMemHostAlloc (the policy has no method
-            // for "map, touch and register"). Where that way is cheaper, the pool obtains
-            // the segment so (`costs::cheapest_fresh`) and this overstates the cost, erring
-            // on the side of not pinning; on the H200's own calibration
-            // (bench/results/gpu-alloc.md) it is cheaper at every size.
-            PinMethod::MallocHost
+            costs::Obtain::Fresh
         };
-        let remaining = self.budget.cap().saturating_sub(self.budget.reserved());
-        let d = costs::decide(
+        let cap = self.budget.cap();
+        let reserved = self.budget.reserved();
+        let remaining = cap.saturating_sub(reserved);
+        let price = costs::price(
+            &self.policy,
+            seg as u64,
+            obtain,
+            reserved.saturating_add(seg as u64),
+            cap,
+        );
+        let d = costs::decide_priced(
             &self.policy,
             seg as u64,
             costs::scaled(expected, expected.total() * reuse),
             remaining,
-            method,
+            &price,
         );
         if matches!(d.reason, Reason::BudgetFull { .. }) {
             self.counters

@@ -9,9 +9,9 @@
 //! 2. asks, in order: the caller's flags (pinned required?), the advice of a profile (use
 //!    mode; only where the tag and size match and the site has not proved the advice wrong),
 //!    and otherwise the site's pattern-history predictor (adaptive behaviour), weighing the
-//!    predicted saving against what pinning would cost *now* (nothing when a pooled block
-//!    is free; registering touched memory when the pageable cache has some; else
-//!    allocating pinned),
+//!    predicted saving against what pinning would cost *now*, as [`crate::costs::price`]
+//!    prices it (nothing when a pooled block is free; registering a warm mapping when the
+//!    pageable cache has one; else fresh memory the cheaper way; plus holding it),
 //! 3. serves it from the pinned pool (within the budget) or the pageable path; any failure
 //!    to pin falls back to pageable memory and is counted.
 //!
@@ -28,7 +28,7 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 use pinwise_core::policy::PredictedTransfers;
 use pinwise_core::{
-    Direction, Event, EventKind, HostMemKind, HostState, PinMethod, Policy, ProbeKind, Site, Tag,
+    Direction, Event, EventKind, HostMemKind, HostState, Policy, ProbeKind, Site, Tag,
 };
 
 mod config;
@@ -47,6 +47,7 @@ use crate::events::EventPool;
 use crate::grade::{graded_size, PAGE};
 use crate::pageable::{self, PageableCache};
 use crate::pool::PinnedPool;
+use crate::pressure::MemoryGauge;
 use crate::stats::{AllocStats, Counters};
 
 /// One allocation handed out.
@@ -150,6 +151,8 @@ pub struct Engine {
     budget: PinBudget,
     pool: Mutex<PinnedPool>,
     pageable: Mutex<PageableCache>,
+    /// Whether the machine is short of memory (the pageable cache then empties).
+    pressure: MemoryGauge,
     events: EventPool,
     live: RwLock<BTreeMap<usize, Arc<Live>>>,
     sites: Mutex<HashMap<Site, SiteState>>,
@@ -193,7 +196,7 @@ impl Engine {
         // tight budget leaves more buffers pageable, and they are worth keeping touched.
         let cache = config
             .pageable_cache_bytes
-            .unwrap_or((default_budget_bytes() / 2).min(usize::MAX as u64) as usize);
+            .unwrap_or_else(pageable::cache_bytes_from_env);
         Ok(Engine {
             backend,
             mode: config.mode,
@@ -203,6 +206,7 @@ impl Engine {
             budget: PinBudget::new(budget),
             pool: Mutex::new(PinnedPool::new()),
             pageable: Mutex::new(PageableCache::new(cache)),
+            pressure: MemoryGauge::system(config.low_memory_bytes),
             events: EventPool::new(),
             live: RwLock::new(BTreeMap::new()),
             sites: Mutex::new(HashMap::new()),
@@ -432,12 +436,18 @@ impl Engine {
         if live.origin == Origin::Mapping
             && live.promotion.load(Ordering::Acquire) == PAGEABLE
             && costs::worth_pinning(&self.policy, &live.seen())
-            && costs::decide(
+            && costs::decide_priced(
                 &self.policy,
                 live.block_len as u64,
                 live.seen(),
                 u64::MAX,
-                PinMethod::RegisterTouched,
+                &costs::price(
+                    &self.policy,
+                    live.block_len as u64,
+                    costs::Obtain::RegisterCached,
+                    self.budget.reserved().saturating_add(live.block_len as u64),
+                    self.budget.cap(),
+                ),
             )
             .pin
         {

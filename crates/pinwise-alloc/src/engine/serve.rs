@@ -268,12 +268,32 @@ impl Engine {
         }
     }
 
-    /// Returns a mapping to the pageable cache, unmapping what the cache evicts.
+    /// Returns a mapping to the pageable cache, unmapping what the cache evicts to stay
+    /// within its cap; while memory is low ([`crate::pressure`]), the mapping and the whole
+    /// cache are given back to the OS instead.
     pub(super) fn return_mapping(&self, addr: usize, len: usize) {
-        let evicted = self.pageable.lock().put(addr, len);
+        let low = self.pressure.is_low(super::monotonic_ns());
+        let evicted = {
+            let mut cache = self.pageable.lock();
+            if low {
+                let mut all = cache.drain();
+                all.push((addr, len));
+                all
+            } else {
+                cache.put(addr, len)
+            }
+        };
+        if low {
+            self.counters
+                .pageable_pressure_releases
+                .fetch_add(1, Ordering::Relaxed);
+        }
         for (a, l) in evicted {
             // SAFETY: evicted mappings are ours, unregistered and unused.
             unsafe { pageable::unmap(a as *mut u8, l) };
+            self.counters
+                .pageable_released_bytes
+                .fetch_add(l as u64, Ordering::Relaxed);
         }
     }
 

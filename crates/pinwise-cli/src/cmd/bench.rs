@@ -10,8 +10,11 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use indicatif::{ProgressBar, ProgressStyle};
+use pinwise_alloc::autocal;
 use pinwise_alloc::backend::cuda::CudaBackend;
+use pinwise_alloc::bench::matrix::{MatrixConfig, MatrixSummary};
 use pinwise_alloc::bench::{self, BenchConfig, CudaDevice, StrategyKind, Summary};
+use pinwise_alloc::calibrate::calibrate;
 use pinwise_alloc::PinBackend;
 use pinwise_core::{CostModel, Policy};
 
@@ -43,7 +46,9 @@ struct AllocArgs {
     /// A short run: four sizes, one repeat, fewer iterations.
     #[arg(long)]
     quick: bool,
-    /// Calibration file from `pinwise calibrate` (default: the built-in H200 calibration).
+    /// Calibration file from `pinwise calibrate`. Default: this GPU's automatic calibration
+    /// (measured in a few seconds on first use, cached per GPU UUID in the user's cache
+    /// directory or `$PINWISE_CACHE_DIR`); the built-in H200 table only when that fails.
     #[arg(long)]
     calibration: Option<PathBuf>,
     /// Directory for alloc-runs.csv, alloc-summary.csv, alloc.md and alloc.svg.
@@ -77,6 +82,17 @@ struct AllocArgs {
     /// CUDA device ordinal.
     #[arg(long, default_value_t = 0)]
     device: usize,
+    /// Run the matrix of shapes (hot buffers 1-4, cold 0-8, round trips 1-16, mixed sizes)
+    /// with pageable, pin-each, caching-pool, smart (use mode) and adaptive, and report per
+    /// size the worst smart/best and adaptive/best over shapes (alloc-matrix.md, CSV).
+    /// `--quick`: three sizes, three shapes, one repeat (for CI).
+    #[arg(long, conflicts_with_all = ["hot", "cold", "round_trips", "strategies"])]
+    matrix: bool,
+    /// Wall-time budget (e.g. `5m`, `450s`; `0` for none): iterations are lowered, largest
+    /// sizes first, and (matrix) the dearest cells left out, until the calibration's
+    /// estimate fits. Default 5 minutes (`--quick`: 1 minute).
+    #[arg(long, value_parser = parse_time_budget)]
+    time_budget: Option<std::time::Duration>,
 }
 
 fn parse_strategy(s: &str) -> Result<StrategyKind, String> {
@@ -93,13 +109,36 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// A time budget: pinwise's duration grammar, or `0`/`none`/`off` for none.
+fn parse_time_budget(s: &str) -> Result<std::time::Duration, String> {
+    match s.trim() {
+        "0" | "none" | "off" => Ok(std::time::Duration::ZERO),
+        t => super::trace::parse_duration(t),
+    }
+}
+
+/// `None` for a zero budget (no budget), else seconds.
+fn budget_s(d: std::time::Duration) -> Option<f64> {
+    (!d.is_zero()).then_some(d.as_secs_f64())
+}
+
 fn alloc(a: AllocArgs) -> anyhow::Result<ExitCode> {
     let command = std::env::args().collect::<Vec<_>>().join(" ");
-    let costs = match &a.calibration {
-        Some(p) => CostModel::from_csv_file(p)?,
-        None => CostModel::builtin(),
+    // A calibration file that cannot be read is an error before the GPU is touched.
+    let given = a
+        .calibration
+        .as_ref()
+        .map(CostModel::from_csv_file)
+        .transpose()?;
+    let device = cuda_device(a.device)?;
+    let costs = match given {
+        Some(c) => c,
+        None => automatic_calibration(&device),
     };
     let policy = Policy::new(costs);
+    if a.matrix {
+        return matrix(a, policy, &command, device);
+    }
     let mut config = if a.quick {
         BenchConfig::quick(policy)
     } else {
@@ -130,28 +169,13 @@ fn alloc(a: AllocArgs) -> anyhow::Result<ExitCode> {
     config.cold_buffers = a.cold;
     config.round_trips = a.round_trips.max(1);
     config.budget_bytes = a.budget.map(|b| b as u64);
-
-    let driver = pinwise_cuda::Driver::shared()
-        .context("pinwise bench alloc needs the CUDA driver (libcuda.so.1, or PINWISE_LIBCUDA)")?;
-    let backend = Arc::new(
-        CudaBackend::on_device(&driver, a.device)
-            .with_context(|| format!("CUDA device {}", a.device))?,
-    );
-    if backend.is_fixture() {
-        eprintln!(
-            "note: {} -- every number below is a TEST FIXTURE number, not a GPU figure",
-            backend.describe()
-        );
+    if let Some(t) = a.time_budget {
+        config.time_budget_s = budget_s(t);
+    } else if a.quick {
+        config.time_budget_s = Some(60.0);
     }
-    let device = CudaDevice::new(backend.clone());
-    let bar = ProgressBar::new(0);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} bench alloc [{bar:30}] {pos}/{len} {msg} ({elapsed})",
-        )
-        .expect("valid template")
-        .progress_chars("=> "),
-    );
+
+    let bar = progress_bar("bench alloc");
     let date = bench::utc_now();
     // Results are written after each size, so a run cut short keeps what it finished.
     let report = bench::run_with_checkpoints(
@@ -192,6 +216,160 @@ fn alloc(a: AllocArgs) -> anyhow::Result<ExitCode> {
         );
     }
     println!("{:.0} s; wrote:", report.wall_s);
+    for f in files {
+        println!("  {}", f.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The CUDA device for a benchmark (saying so when it is the CPU stand-in).
+fn cuda_device(ordinal: usize) -> anyhow::Result<CudaDevice> {
+    let driver = pinwise_cuda::Driver::shared()
+        .context("pinwise bench alloc needs the CUDA driver (libcuda.so.1, or PINWISE_LIBCUDA)")?;
+    let backend = Arc::new(
+        CudaBackend::on_device(&driver, ordinal)
+            .with_context(|| format!("CUDA device {ordinal}"))?,
+    );
+    if backend.is_fixture() {
+        eprintln!(
+            "note: {} -- every number below is a TEST FIXTURE number, not a GPU figure",
+            backend.describe()
+        );
+    }
+    Ok(CudaDevice::new(backend))
+}
+
+/// This GPU's calibration without `--calibration`: cached per GPU under the user's cache
+/// directory, measured quickly on first use (announced once on stderr), the built-in table
+/// only when that is impossible (and said). See [`pinwise_alloc::autocal`].
+fn automatic_calibration(device: &CudaDevice) -> CostModel {
+    let key = device.cuda_backend().gpu_key();
+    let dir = autocal::cache_dir();
+    let cached = match (&key, &dir) {
+        (Some(k), Some(d)) => autocal::cache_file(d, k).exists(),
+        _ => false,
+    };
+    let spinner = ProgressBar::new_spinner();
+    if !cached {
+        spinner.set_message("calibrating this GPU (first use; cached for next time)");
+        spinner.enable_steady_tick(std::time::Duration::from_millis(120));
+    }
+    let r = autocal::resolve(key.as_deref(), dir.as_deref(), || {
+        calibrate(&autocal::quick_config(), device, &mut |_| {})
+    });
+    spinner.finish_and_clear();
+    if let Some(text) = r.announcement() {
+        eprintln!("{text}");
+    }
+    r.model
+}
+
+fn progress_bar(what: &str) -> ProgressBar {
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template(&format!(
+            "{{spinner}} {what} [{{bar:30}}] {{pos}}/{{len}} {{msg}} ({{elapsed}}, ~{{eta}} left)"
+        ))
+        .expect("valid template")
+        .progress_chars("=> "),
+    );
+    bar
+}
+
+/// `pinwise bench alloc --matrix`.
+fn matrix(
+    a: AllocArgs,
+    policy: Policy,
+    command: &str,
+    device: CudaDevice,
+) -> anyhow::Result<ExitCode> {
+    let mut config = if a.quick {
+        MatrixConfig::quick(policy)
+    } else {
+        MatrixConfig::standard(policy)
+    };
+    if let Some(mut sizes) = a.sizes {
+        if sizes.is_empty() {
+            return Err(super::outputs::usage("--sizes is empty"));
+        }
+        sizes.sort_unstable();
+        sizes.dedup();
+        config.sizes = sizes;
+    }
+    if let Some(r) = a.repeats {
+        config.repeats = r.max(1);
+    }
+    if let Some(t) = a.target_bytes {
+        config.target_hot_bytes = t as u64;
+    }
+    if let Some(t) = a.time_budget {
+        config.time_budget_s = budget_s(t);
+    }
+    config.budget_bytes = a.budget.map(|b| b as u64);
+    let (_, estimate) = config.planned_iterations();
+    eprintln!(
+        "bench alloc --matrix: {} sizes x {} shapes x {} repeats x 5 strategies; estimated {:.0} s from the calibration ({})",
+        config.sizes.len(),
+        config.shapes.len(),
+        config.repeats,
+        estimate,
+        config.policy.cost_model().source()
+    );
+    let bar = progress_bar("bench alloc --matrix");
+    let date = bench::utc_now();
+    let report = bench::matrix::run(
+        &config,
+        &device,
+        &mut |p| {
+            bar.set_length(p.total as u64);
+            bar.set_position(p.done as u64);
+            bar.set_message(p.label.clone());
+        },
+        &mut |partial| {
+            if let Err(e) = bench::matrix::write_all(partial, &a.out, command, &date) {
+                bar.println(format!("warning: writing partial results: {e}"));
+            }
+        },
+    )
+    .map_err(|e| anyhow::anyhow!("bench alloc --matrix failed: {e}"))?;
+    bar.finish_and_clear();
+    let files = bench::matrix::write_all(&report, &a.out, command, &date)
+        .map_err(|e| anyhow::anyhow!("writing results: {e}"))?;
+    let s = MatrixSummary::of(&report);
+    if report.fixture {
+        println!("TEST FIXTURE RUN on {} -- not GPU figures", report.device);
+    }
+    println!(
+        "{:>8} {:>6}  {:>26}  {:>26}  {:>26}",
+        "size",
+        "shapes",
+        "smart/best (worst shape)",
+        "adaptive/best (worst)",
+        "pinned/hot set (worst)"
+    );
+    let cell = |w: Option<(f64, bench::timing::Shape)>| {
+        w.map_or_else(
+            || "-".to_string(),
+            |(r, sh)| format!("{r:.3} ({})", sh.name()),
+        )
+    };
+    for w in &s.worst {
+        println!(
+            "{:>8} {:>6}  {:>26}  {:>26}  {:>26}",
+            bench::human_size(w.size),
+            w.shapes,
+            cell(w.smart),
+            cell(w.adaptive),
+            cell(w.pinned)
+        );
+    }
+    for (size, sh, why) in &report.skipped {
+        println!("not run: {} {}: {why}", bench::human_size(*size), sh.name());
+    }
+    println!(
+        "{:.0} s (estimated {:.0} s); wrote:",
+        report.wall_s, report.estimate_s
+    );
     for f in files {
         println!("  {}", f.display());
     }
@@ -242,6 +420,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let out = libs
             .command(&bin)
+            .env("PINWISE_CACHE_DIR", dir.path().join("cache"))
             .args([
                 "bench",
                 "alloc",
@@ -320,6 +499,111 @@ mod tests {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
+    }
+
+    /// The matrix in its CI form (`--quick`) on the CPU stand-in: runs every shape and
+    /// strategy, writes its three files, and labels them TEST FIXTURE; without
+    /// `--calibration`, the first run calibrates the "GPU" and caches it (said on stderr),
+    /// the second reads the cache quietly, and a corrupt cache file is named and replaced.
+    #[test]
+    fn bench_alloc_matrix_quick_with_automatic_calibration_on_the_standin() {
+        let test = "bench_alloc_matrix_quick_with_automatic_calibration_on_the_standin";
+        let Some(bin) = binary_or_skip(test) else {
+            return;
+        };
+        if !pinwise_testkit::require_locked_memory(test, 64 << 20) {
+            return;
+        }
+        let libs = StandinLibs::new();
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("cache");
+        let run = |out_dir: &str| {
+            libs.command(&bin)
+                .env("PINWISE_CACHE_DIR", &cache)
+                .args(["bench", "alloc", "--matrix", "--quick", "--out"])
+                .arg(dir.path().join(out_dir))
+                .output()
+                .unwrap()
+        };
+        // First use on this "GPU": calibrated automatically, announced, cached.
+        let out = run("first");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stdout}\n{stderr}");
+        assert!(stderr.contains("calibrated this GPU"), "{stderr}");
+        let cached: Vec<_> = std::fs::read_dir(&cache)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert_eq!(cached.len(), 1, "{cached:?}");
+        let name = cached[0]
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        assert!(
+            name.starts_with("calibration-") && name.ends_with(".csv"),
+            "{name}"
+        );
+        let csv = std::fs::read_to_string(&cached[0]).unwrap();
+        assert!(
+            csv.contains("TEST FIXTURE"),
+            "the stand-in's calibration says so"
+        );
+        assert!(stdout.contains("TEST FIXTURE RUN"), "{stdout}");
+        for size in ["64 KiB", "1 MiB", "4 MiB"] {
+            assert!(stdout.contains(size), "{stdout}");
+        }
+        let first = dir.path().join("first");
+        let md = std::fs::read_to_string(first.join("alloc-matrix.md")).unwrap();
+        assert!(md.contains("**TEST FIXTURE RUN**"), "{md}");
+        assert!(
+            md.contains("h2 c4 r2 mixed"),
+            "the quick matrix has a mixed shape"
+        );
+        let runs = std::fs::read_to_string(first.join("alloc-matrix-runs.csv")).unwrap();
+        assert!(
+            runs.starts_with("# pinwise bench alloc --matrix") && runs.contains("TEST FIXTURE")
+        );
+        // 3 sizes x 3 shapes x 1 repeat x 5 strategies, plus the comment and the header.
+        assert_eq!(runs.lines().count(), 45 + 2, "{runs}");
+        let worst = std::fs::read_to_string(first.join("alloc-matrix-worst.csv")).unwrap();
+        assert_eq!(worst.lines().count(), 3 + 1, "{worst}");
+
+        // Second use: the cached calibration, quietly.
+        let out = run("second");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        assert!(!stderr.contains("calibrated this GPU"), "{stderr}");
+        let md = std::fs::read_to_string(dir.path().join("second/alloc-matrix.md")).unwrap();
+        assert!(
+            md.contains(&name),
+            "the report names the cached calibration: {md}"
+        );
+
+        // A corrupt cache file: named, and measured again.
+        std::fs::write(&cached[0], "size_bytes\n12\n").unwrap();
+        let out = run("third");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        assert!(
+            stderr.contains("cannot be used")
+                && stderr.contains(&name)
+                && stderr.contains("calibrated this GPU"),
+            "{stderr}"
+        );
+        assert!(std::fs::read_to_string(&cached[0])
+            .unwrap()
+            .starts_with("# pinwise calibration"));
+
+        // --matrix takes no single shape.
+        let out = libs
+            .command(&bin)
+            .args(["bench", "alloc", "--matrix", "--hot", "3"])
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("cannot be used with"));
     }
 
     #[test]

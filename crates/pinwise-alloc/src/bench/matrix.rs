@@ -1,0 +1,790 @@
+//! `pinwise bench alloc --matrix`: the benchmark over many shapes, so that no single shape
+//! can be tuned for. For every size and every [`Shape`] (hot buffers 1–4, cold 0–8, round
+//! trips 1–16, buffers of one size or mixed sizes within an iteration) it runs the
+//! baselines (pageable, pin-each, caching pool), smart (use mode, following an untimed
+//! profile run of the same size and shape) and adaptive (no profile), strategies
+//! interleaved, and reports per size the *worst* ratio over shapes of smart and of
+//! adaptive to the best baseline, and of smart's peak pinned bytes to the hot working set.
+//!
+//! Iterations are sized by bytes and then lowered to fit a time budget
+//! ([`super::timing`]): large sizes run few iterations (one at the least).
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use pinwise_core::profile::Profile;
+use pinwise_core::Policy;
+
+use super::timing::{self, Item, Shape};
+use super::{
+    human_size, interleaved, run_one, BenchConfig, BenchDevice, Progress, RunRow, StrategyKind,
+};
+use crate::backend::DevicePtr;
+
+const KIB: usize = 1 << 10;
+const MIB: usize = 1 << 20;
+
+/// The strategies of the matrix, in report order.
+pub const STRATEGIES: [StrategyKind; 5] = [
+    StrategyKind::Pageable,
+    StrategyKind::PinEach,
+    StrategyKind::CachingPool,
+    StrategyKind::Smart,
+    StrategyKind::Adaptive,
+];
+
+/// Targets the report checks: smart (use mode) and adaptive against the best baseline, and
+/// smart's peak pinned bytes against the hot working set.
+pub const SMART_TARGET: f64 = 1.03;
+/// See [`SMART_TARGET`].
+pub const ADAPTIVE_TARGET: f64 = 1.05;
+/// See [`SMART_TARGET`].
+pub const PINNED_TARGET: f64 = 1.05;
+
+const fn shape(hot: usize, cold: usize, round_trips: usize, mixed: bool) -> Shape {
+    Shape {
+        hot,
+        cold,
+        round_trips,
+        mixed,
+    }
+}
+
+/// The default shapes: the ends of each range, the seed's shape, the shape of issue 13's
+/// H100 run, and two with mixed sizes.
+pub const DEFAULT_SHAPES: [Shape; 7] = [
+    shape(1, 0, 1, false),
+    shape(1, 8, 1, false),
+    shape(2, 2, 8, false),
+    shape(3, 5, 4, false),
+    shape(4, 0, 16, false),
+    shape(2, 4, 2, true),
+    shape(4, 8, 16, true),
+];
+
+/// What the matrix runs.
+#[derive(Debug, Clone)]
+pub struct MatrixConfig {
+    /// Sizes (the largest buffer of an iteration, with mixed sizes).
+    pub sizes: Vec<usize>,
+    /// Shapes.
+    pub shapes: Vec<Shape>,
+    /// Repeats of every (size, shape, strategy); medians are compared.
+    pub repeats: usize,
+    /// Hot bytes to move per run before the time budget lowers it.
+    pub target_hot_bytes: u64,
+    /// Fewest iterations wanted per run (the time budget may still lower it, to one).
+    pub min_iterations: usize,
+    /// Most iterations per run.
+    pub max_iterations: usize,
+    /// pinwise-core's policy (with the calibration).
+    pub policy: Policy,
+    /// Pinned budget for the pinwise strategies (`None`: the default).
+    pub budget_bytes: Option<u64>,
+    /// Wall-time budget, seconds (`None`: none).
+    pub time_budget_s: Option<f64>,
+}
+
+impl MatrixConfig {
+    /// 4 KiB to 1 GiB in steps of 4, the default shapes, 3 repeats, within 5 minutes.
+    pub fn standard(policy: Policy) -> Self {
+        MatrixConfig {
+            sizes: (0..10).map(|i| (4 * KIB) << (2 * i)).collect(),
+            shapes: DEFAULT_SHAPES.to_vec(),
+            repeats: 3,
+            target_hot_bytes: 4 << 30,
+            min_iterations: 3,
+            max_iterations: 32,
+            policy,
+            budget_bytes: None,
+            time_budget_s: Some(300.0),
+        }
+    }
+
+    /// For CI and a first look: 64 KiB, 1 MiB and 4 MiB, three shapes (one mixed), one
+    /// repeat, a few iterations, within a minute.
+    pub fn quick(policy: Policy) -> Self {
+        MatrixConfig {
+            sizes: vec![64 * KIB, MIB, 4 * MIB],
+            shapes: vec![DEFAULT_SHAPES[0], DEFAULT_SHAPES[3], DEFAULT_SHAPES[5]],
+            repeats: 1,
+            target_hot_bytes: 64 << 20,
+            min_iterations: 2,
+            max_iterations: 8,
+            time_budget_s: Some(60.0),
+            ..MatrixConfig::standard(policy)
+        }
+    }
+
+    /// The single-shape benchmark configuration of one shape.
+    pub fn bench_config(&self, shape: &Shape) -> BenchConfig {
+        BenchConfig {
+            sizes: self.sizes.clone(),
+            repeats: self.repeats,
+            hot_buffers: shape.hot,
+            cold_buffers: shape.cold,
+            round_trips: shape.round_trips,
+            target_hot_bytes: self.target_hot_bytes,
+            min_iterations: self.min_iterations,
+            max_iterations: self.max_iterations,
+            strategies: STRATEGIES.to_vec(),
+            policy: self.policy.clone(),
+            budget_bytes: self.budget_bytes,
+            mixed_sizes: shape.mixed,
+            time_budget_s: None,
+        }
+    }
+
+    /// Iterations per (shape, size) (`[shape][size]`, in config order) within the time
+    /// budget, and the estimated wall time, seconds.
+    pub fn planned_iterations(&self) -> (Vec<Vec<usize>>, f64) {
+        let mut items = Vec::new();
+        for sh in &self.shapes {
+            let c = self.bench_config(sh);
+            for (si, &size) in self.sizes.iter().enumerate() {
+                items.push(Item::of(
+                    self.policy.cost_model(),
+                    sh,
+                    size,
+                    &STRATEGIES,
+                    self.repeats,
+                    c.iterations(size),
+                    si,
+                ));
+            }
+        }
+        let (flat, est) = timing::plan(&items, self.time_budget_s);
+        let per_shape = flat
+            .chunks(self.sizes.len())
+            .map(<[usize]>::to_vec)
+            .collect();
+        (per_shape, est)
+    }
+}
+
+/// One run of the matrix.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MatrixRow {
+    /// Its shape.
+    pub shape: Shape,
+    /// The run.
+    pub run: RunRow,
+    /// Bytes of hot buffers live at once in this shape and size.
+    pub hot_working_set: u64,
+}
+
+/// A finished (or partial) matrix.
+#[derive(Debug, Clone)]
+pub struct MatrixReport {
+    /// What ran.
+    pub config: MatrixConfig,
+    /// Every run.
+    pub rows: Vec<MatrixRow>,
+    /// The device, as the backend describes it.
+    pub device: String,
+    /// True on a test fixture (the CPU stand-in, the mock): not GPU figures.
+    pub fixture: bool,
+    /// Where the calibration came from.
+    pub calibration: String,
+    /// Wall time, seconds.
+    pub wall_s: f64,
+    /// The estimate the iterations were planned with, seconds.
+    pub estimate_s: f64,
+    /// (size, shape, why) of the cells not run.
+    pub skipped: Vec<(usize, Shape, String)>,
+}
+
+/// Runs the matrix on `device`, calling `progress` before each run and `checkpoint` after
+/// each size.
+pub fn run(
+    config: &MatrixConfig,
+    device: &dyn BenchDevice,
+    progress: &mut dyn FnMut(&Progress),
+    checkpoint: &mut dyn FnMut(&MatrixReport),
+) -> Result<MatrixReport, String> {
+    let started = Instant::now();
+    let backend = device.backend();
+    let (planned, estimate_s) = config.planned_iterations();
+    let configs: Vec<BenchConfig> = config
+        .shapes
+        .iter()
+        .map(|s| config.bench_config(s))
+        .collect();
+    let total = config.sizes.len() * config.shapes.len() * config.repeats * STRATEGIES.len();
+    let mut done = 0;
+    let mut rows = Vec::new();
+    let mut profiles: Vec<HashMap<usize, Profile>> = vec![HashMap::new(); config.shapes.len()];
+    let mut skipped: Vec<(usize, Shape, String)> = Vec::new();
+    let report = |rows: &Vec<MatrixRow>, skipped: &Vec<(usize, Shape, String)>| MatrixReport {
+        config: config.clone(),
+        rows: rows.clone(),
+        device: backend.describe(),
+        fixture: backend.is_fixture(),
+        calibration: config.policy.cost_model().source().to_string(),
+        wall_s: started.elapsed().as_secs_f64(),
+        estimate_s,
+        skipped: skipped.clone(),
+    };
+    for (si, &size) in config.sizes.iter().enumerate() {
+        // Device buffers for the shapes that run at this size.
+        let roles = config
+            .shapes
+            .iter()
+            .zip(&planned)
+            .filter(|(_, its)| its[si] > 0)
+            .map(|(s, _)| s.hot + s.cold)
+            .max()
+            .unwrap_or(1);
+        let dev: Vec<DevicePtr> = (0..roles)
+            .map(|_| device.alloc_device(size))
+            .collect::<Result<_, _>>()?;
+        let result = (|| -> Result<(), String> {
+            for (hi, sh) in config.shapes.iter().enumerate() {
+                let c = &configs[hi];
+                let iterations = planned[hi][si];
+                if iterations == 0 {
+                    skipped.push((size, *sh, "left out by the time budget's plan".into()));
+                    done += config.repeats * STRATEGIES.len();
+                    continue;
+                }
+                if let Some(b) = config.time_budget_s {
+                    if started.elapsed().as_secs_f64() > b {
+                        skipped.push((size, *sh, "the time budget ran out".into()));
+                        done += config.repeats * STRATEGIES.len();
+                        continue;
+                    }
+                }
+                for repeat in 0..config.repeats {
+                    for kind in interleaved(&STRATEGIES, si + hi, repeat) {
+                        progress(&Progress {
+                            done,
+                            total,
+                            label: format!(
+                                "{} {} x {} {}",
+                                human_size(size),
+                                sh.name(),
+                                iterations,
+                                kind.name()
+                            ),
+                        });
+                        let run = run_one(
+                            c,
+                            &backend,
+                            &dev,
+                            size,
+                            iterations,
+                            repeat,
+                            kind,
+                            &mut profiles[hi],
+                        )?;
+                        rows.push(MatrixRow {
+                            shape: *sh,
+                            run,
+                            hot_working_set: c.hot_working_set(size),
+                        });
+                        done += 1;
+                    }
+                }
+            }
+            Ok(())
+        })();
+        for d in dev {
+            device.free_device(d);
+        }
+        result?;
+        checkpoint(&report(&rows, &skipped));
+    }
+    progress(&Progress {
+        done,
+        total,
+        label: "done".into(),
+    });
+    Ok(report(&rows, &skipped))
+}
+
+/// Medians of one (size, shape) and the ratios against its best baseline.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cell {
+    /// Size.
+    pub size: usize,
+    /// Shape.
+    pub shape: Shape,
+    /// Iterations per run.
+    pub iterations: usize,
+    /// Repeats.
+    pub repeats: usize,
+    /// The fastest baseline (pageable, pin-each, caching pool) and its median ms.
+    pub best: (StrategyKind, f64),
+    /// Smart's median ms and its ratio to the best baseline.
+    pub smart: Option<(f64, f64)>,
+    /// Adaptive's median ms and its ratio to the best baseline.
+    pub adaptive: Option<(f64, f64)>,
+    /// Smart's median peak pinned bytes / the hot working set.
+    pub smart_pinned_ratio: Option<f64>,
+}
+
+/// The worst over shapes at one size.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Worst {
+    /// Size.
+    pub size: usize,
+    /// Shapes measured at this size.
+    pub shapes: usize,
+    /// Smart's worst ratio and where.
+    pub smart: Option<(f64, Shape)>,
+    /// Adaptive's worst ratio and where.
+    pub adaptive: Option<(f64, Shape)>,
+    /// Smart's worst pinned ratio and where.
+    pub pinned: Option<(f64, Shape)>,
+}
+
+/// The summary of a matrix.
+#[derive(Debug, Clone)]
+pub struct MatrixSummary {
+    /// Per (size, shape), sizes ascending, shapes in config order.
+    pub cells: Vec<Cell>,
+    /// Per size.
+    pub worst: Vec<Worst>,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn worse(a: Option<(f64, Shape)>, r: f64, sh: Shape) -> Option<(f64, Shape)> {
+    match a {
+        Some((w, _)) if w >= r => a,
+        _ => Some((r, sh)),
+    }
+}
+
+impl MatrixSummary {
+    /// Summarizes `report`.
+    pub fn of(report: &MatrixReport) -> MatrixSummary {
+        let shape_index = |sh: &Shape| {
+            report
+                .config
+                .shapes
+                .iter()
+                .position(|s| s == sh)
+                .unwrap_or(0)
+        };
+        let mut groups: BTreeMap<(usize, usize), Vec<&MatrixRow>> = BTreeMap::new();
+        for r in &report.rows {
+            groups
+                .entry((r.run.size, shape_index(&r.shape)))
+                .or_default()
+                .push(r);
+        }
+        let mut cells = Vec::new();
+        for ((size, hi), runs) in groups {
+            let med = |k: StrategyKind, f: &dyn Fn(&RunRow) -> f64| -> Option<f64> {
+                let v: Vec<f64> = runs
+                    .iter()
+                    .filter(|r| r.run.strategy == k)
+                    .map(|r| f(&r.run))
+                    .collect();
+                (!v.is_empty()).then(|| median(v))
+            };
+            let ms = |r: &RunRow| r.total_ns as f64 / 1e6;
+            let Some(best) = STRATEGIES
+                .iter()
+                .filter(|k| k.is_baseline())
+                .filter_map(|&k| med(k, &ms).map(|m| (k, m)))
+                .min_by(|a, b| a.1.total_cmp(&b.1))
+            else {
+                continue;
+            };
+            let ratio = |k| med(k, &ms).map(|m| (m, m / best.1.max(1e-9)));
+            let hot_set = runs[0].hot_working_set.max(1) as f64;
+            cells.push(Cell {
+                size,
+                shape: report.config.shapes[hi],
+                iterations: runs[0].run.iterations,
+                repeats: runs.iter().filter(|r| r.run.strategy == best.0).count(),
+                best,
+                smart: ratio(StrategyKind::Smart),
+                adaptive: ratio(StrategyKind::Adaptive),
+                smart_pinned_ratio: med(StrategyKind::Smart, &|r| r.peak_pinned as f64)
+                    .map(|p| p / hot_set),
+            });
+        }
+        let mut worst: Vec<Worst> = Vec::new();
+        for c in &cells {
+            if worst.last().is_none_or(|w| w.size != c.size) {
+                worst.push(Worst {
+                    size: c.size,
+                    shapes: 0,
+                    smart: None,
+                    adaptive: None,
+                    pinned: None,
+                });
+            }
+            let w = worst.last_mut().expect("pushed above");
+            w.shapes += 1;
+            if let Some((_, r)) = c.smart {
+                w.smart = worse(w.smart, r, c.shape);
+            }
+            if let Some((_, r)) = c.adaptive {
+                w.adaptive = worse(w.adaptive, r, c.shape);
+            }
+            if let Some(r) = c.smart_pinned_ratio {
+                w.pinned = worse(w.pinned, r, c.shape);
+            }
+        }
+        MatrixSummary { cells, worst }
+    }
+}
+
+fn verdict(v: f64, target: f64) -> &'static str {
+    if v <= target {
+        "met"
+    } else {
+        "**missed**"
+    }
+}
+
+fn ratio_cell(w: Option<(f64, Shape)>, target: f64) -> String {
+    match w {
+        Some((r, sh)) => format!("{r:.3} ({}) {}", sh.name(), verdict(r, target)),
+        None => "—".into(),
+    }
+}
+
+/// The matrix as markdown: what ran, the worst ratios per size, every cell.
+pub fn markdown(report: &MatrixReport, s: &MatrixSummary, command: &str, date: &str) -> String {
+    let c = &report.config;
+    let mut out = String::new();
+    let _ = writeln!(out, "# pinwise bench alloc --matrix\n");
+    if report.fixture {
+        let _ = writeln!(
+            out,
+            "> **TEST FIXTURE RUN** — {}. These numbers measure a test fixture (the CPU \
+             stand-in for libcuda), not a GPU; they only show that the matrix runs.\n",
+            report.device
+        );
+    }
+    let _ = writeln!(out, "- command: `{command}`");
+    let _ = writeln!(out, "- date: {date}");
+    let _ = writeln!(out, "- device: {}", report.device);
+    let _ = writeln!(out, "- calibration: {}", report.calibration);
+    let shapes: Vec<String> = c.shapes.iter().map(Shape::name).collect();
+    let _ = writeln!(
+        out,
+        "- shapes (hot buffers h, cold buffers c, round trips r; mixed: buffers of 1, 1/2, \
+         1/4 and 3/4 of the size by role): {}",
+        shapes.join("; ")
+    );
+    let _ = writeln!(
+        out,
+        "- strategies: {} (smart = use mode after an untimed profile run of the same size and \
+         shape; adaptive = no profile); best = the fastest of pageable, pin-each, caching-pool",
+        STRATEGIES.map(StrategyKind::name).join(", ")
+    );
+    let _ = writeln!(
+        out,
+        "- {} repeats, strategies interleaved, medians compared; iterations sized by bytes ({} \
+         of hot copies, {}..{} per run) and lowered to fit the time budget ({}); estimated \
+         {:.0} s, wall time {:.0} s\n",
+        c.repeats,
+        human_size(c.target_hot_bytes as usize),
+        c.min_iterations,
+        c.max_iterations,
+        c.time_budget_s
+            .map_or_else(|| "none".to_string(), |b| format!("{b:.0} s")),
+        report.estimate_s,
+        report.wall_s
+    );
+    let _ = writeln!(out, "## Worst over shapes, per size\n");
+    let _ = writeln!(
+        out,
+        "Targets: smart ≤ {SMART_TARGET} × best, adaptive ≤ {ADAPTIVE_TARGET} × best, smart's \
+         peak pinned ≤ {PINNED_TARGET} × the hot working set (0 when nothing pays).\n"
+    );
+    let _ = writeln!(
+        out,
+        "| size | shapes | smart / best (worst shape) | adaptive / best (worst shape) | smart pinned / hot set (worst shape) |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|");
+    for w in &s.worst {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} |",
+            human_size(w.size),
+            w.shapes,
+            ratio_cell(w.smart, SMART_TARGET),
+            ratio_cell(w.adaptive, ADAPTIVE_TARGET),
+            ratio_cell(w.pinned, PINNED_TARGET),
+        );
+    }
+    if !report.skipped.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nNot run (their sizes' worst ratios are over the shapes run):\n"
+        );
+        for (size, sh, why) in &report.skipped {
+            let _ = writeln!(out, "- {} {}: {why}", human_size(*size), sh.name());
+        }
+    }
+    let _ = writeln!(out, "\n## Every cell\n");
+    let _ = writeln!(
+        out,
+        "| size | shape | iterations | best | best ms | smart ms | smart / best | adaptive ms | adaptive / best | smart pinned / hot set |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|");
+    let num = |v: Option<f64>, prec: usize| v.map_or_else(|| "—".into(), |x| format!("{x:.prec$}"));
+    for cell in &s.cells {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {:.2} | {} | {} | {} | {} | {} |",
+            human_size(cell.size),
+            cell.shape.name(),
+            cell.iterations,
+            cell.best.0.name(),
+            cell.best.1,
+            num(cell.smart.map(|x| x.0), 2),
+            num(cell.smart.map(|x| x.1), 3),
+            num(cell.adaptive.map(|x| x.0), 2),
+            num(cell.adaptive.map(|x| x.1), 3),
+            num(cell.smart_pinned_ratio, 3),
+        );
+    }
+    out
+}
+
+/// Every run as CSV.
+pub fn runs_csv(report: &MatrixReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# pinwise bench alloc --matrix; device: {}; calibration: {}{}",
+        report.device,
+        report.calibration,
+        if report.fixture {
+            "; TEST FIXTURE: not GPU figures"
+        } else {
+            ""
+        }
+    );
+    out.push_str("hot,cold,round_trips,mixed,size_bytes,strategy,repeat,iterations,total_ms,hot_ms,peak_pinned_bytes,hot_working_set_bytes,pinned_allocations,allocations,teardown_ms,fixture\n");
+    for r in &report.rows {
+        let run = &r.run;
+        let _ = writeln!(
+            out,
+            "{},{},{},{},{},{},{},{},{:.3},{:.3},{},{},{},{},{:.3},{}",
+            r.shape.hot,
+            r.shape.cold,
+            r.shape.round_trips,
+            r.shape.mixed,
+            run.size,
+            run.strategy.name(),
+            run.repeat,
+            run.iterations,
+            run.total_ns as f64 / 1e6,
+            run.hot_ns as f64 / 1e6,
+            run.peak_pinned,
+            r.hot_working_set,
+            run.pinned_allocations,
+            run.allocations,
+            run.teardown_ns as f64 / 1e6,
+            report.fixture
+        );
+    }
+    out
+}
+
+/// The worst ratios per size as CSV.
+pub fn worst_csv(report: &MatrixReport, s: &MatrixSummary) -> String {
+    let mut out = String::new();
+    out.push_str("size_bytes,shapes,smart_worst_ratio,smart_worst_shape,adaptive_worst_ratio,adaptive_worst_shape,smart_worst_pinned_ratio,smart_worst_pinned_shape,fixture\n");
+    let part = |w: Option<(f64, Shape)>| {
+        w.map_or_else(
+            || ",".to_string(),
+            |(r, sh)| format!("{r:.4},{}", sh.name()),
+        )
+    };
+    for w in &s.worst {
+        let _ = writeln!(
+            out,
+            "{},{},{},{},{},{}",
+            w.size,
+            w.shapes,
+            part(w.smart),
+            part(w.adaptive),
+            part(w.pinned),
+            report.fixture
+        );
+    }
+    out
+}
+
+/// Writes `alloc-matrix.md`, `alloc-matrix-runs.csv` and `alloc-matrix-worst.csv` into
+/// `dir` (created if needed). Returns the paths.
+pub fn write_all(
+    report: &MatrixReport,
+    dir: &Path,
+    command: &str,
+    date: &str,
+) -> std::io::Result<Vec<PathBuf>> {
+    pinwise_core::safe_file::create_private_dir_all(dir)?;
+    let s = MatrixSummary::of(report);
+    let files = [
+        ("alloc-matrix.md", markdown(report, &s, command, date)),
+        ("alloc-matrix-runs.csv", runs_csv(report)),
+        ("alloc-matrix-worst.csv", worst_csv(report, &s)),
+    ];
+    let mut out = Vec::new();
+    for (name, text) in files {
+        let p = dir.join(name);
+        pinwise_core::safe_file::write_bytes(&p, text.as_bytes())?;
+        out.push(p);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pinwise_core::CostModel;
+
+    #[test]
+    fn shapes_cover_the_ranges() {
+        let s = DEFAULT_SHAPES;
+        assert_eq!(s.iter().map(|x| x.hot).min(), Some(1));
+        assert_eq!(s.iter().map(|x| x.hot).max(), Some(4));
+        assert_eq!(s.iter().map(|x| x.cold).min(), Some(0));
+        assert_eq!(s.iter().map(|x| x.cold).max(), Some(8));
+        assert_eq!(s.iter().map(|x| x.round_trips).min(), Some(1));
+        assert_eq!(s.iter().map(|x| x.round_trips).max(), Some(16));
+        assert!(s.iter().any(|x| x.mixed));
+    }
+
+    /// The standard matrix is planned to finish within its budget on the built-in H200
+    /// calibration, the largest sizes at few iterations and the small ones at many.
+    #[test]
+    fn the_standard_matrix_fits_its_time_budget() {
+        let c = MatrixConfig::standard(Policy::new(CostModel::builtin()));
+        let (its, est) = c.planned_iterations();
+        assert!(est <= 300.0 * timing::BUDGET_SHARE, "estimate {est} s");
+        assert_eq!(its.len(), DEFAULT_SHAPES.len());
+        for per_shape in &its {
+            assert!(per_shape[..5].iter().all(|&n| n >= 3), "{its:?}");
+            assert!(per_shape[9] <= per_shape[0]);
+        }
+        // Every size keeps at least one shape; the largest sizes leave some out.
+        for si in 0..c.sizes.len() {
+            assert!(its.iter().any(|s| s[si] > 0), "size {si}: {its:?}");
+        }
+        assert!(its.iter().any(|s| s[9] == 0));
+    }
+
+    fn row(
+        shape: Shape,
+        size: usize,
+        k: StrategyKind,
+        repeat: usize,
+        ms: f64,
+        pinned: u64,
+    ) -> MatrixRow {
+        MatrixRow {
+            shape,
+            run: RunRow {
+                size,
+                strategy: k,
+                repeat,
+                iterations: 4,
+                total_ns: (ms * 1e6) as u64,
+                hot_ns: 0,
+                hot_bytes: 0,
+                peak_pinned: pinned,
+                pinned_allocations: 0,
+                allocations: 0,
+                teardown_ns: 0,
+            },
+            hot_working_set: (shape.hot * size) as u64,
+        }
+    }
+
+    /// The worst ratio over shapes, against the best baseline of each shape (medians).
+    #[test]
+    fn worst_over_shapes_against_the_best_baseline() {
+        let mut config = MatrixConfig::quick(Policy::new(CostModel::builtin()));
+        let (a, b) = (DEFAULT_SHAPES[0], DEFAULT_SHAPES[3]);
+        config.shapes = vec![a, b];
+        let m = MIB;
+        let mut rows = Vec::new();
+        for rep in 0..3 {
+            // Shape a: caching pool best at 10 ms; smart 10.2 (1.02), adaptive 11 (1.10).
+            rows.push(row(a, m, StrategyKind::Pageable, rep, 20.0, 0));
+            rows.push(row(
+                a,
+                m,
+                StrategyKind::CachingPool,
+                rep,
+                10.0,
+                4 * m as u64,
+            ));
+            rows.push(row(a, m, StrategyKind::Smart, rep, 10.2, m as u64));
+            rows.push(row(a, m, StrategyKind::Adaptive, rep, 11.0, m as u64));
+            // Shape b: pageable best at 5 ms (one outlier repeat of 50); smart 5.5 (1.10).
+            let p = if rep == 1 { 50.0 } else { 5.0 };
+            rows.push(row(b, m, StrategyKind::Pageable, rep, p, 0));
+            rows.push(row(b, m, StrategyKind::PinEach, rep, 9.0, 0));
+            rows.push(row(b, m, StrategyKind::Smart, rep, 5.5, 3 * m as u64));
+            rows.push(row(b, m, StrategyKind::Adaptive, rep, 5.1, 3 * m as u64));
+        }
+        let report = MatrixReport {
+            config,
+            rows,
+            device: "mock".into(),
+            fixture: true,
+            calibration: "built-in".into(),
+            wall_s: 1.0,
+            estimate_s: 1.0,
+            skipped: vec![(4 * m, b, "left out by the time budget's plan".into())],
+        };
+        let s = MatrixSummary::of(&report);
+        assert_eq!(s.cells.len(), 2);
+        assert_eq!(s.cells[0].best, (StrategyKind::CachingPool, 10.0));
+        assert_eq!(
+            s.cells[1].best,
+            (StrategyKind::Pageable, 5.0),
+            "medians, not means"
+        );
+        assert_eq!(s.worst.len(), 1);
+        let w = &s.worst[0];
+        assert_eq!(w.shapes, 2);
+        let (r, sh) = w.smart.unwrap();
+        assert!((r - 1.1).abs() < 1e-9 && sh == b, "{r} {sh:?}");
+        let (r, sh) = w.adaptive.unwrap();
+        assert!((r - 1.1).abs() < 1e-9 && sh == a, "{r} {sh:?}");
+        let (r, _) = w.pinned.unwrap();
+        assert!((r - 1.0).abs() < 1e-9);
+        let md = markdown(&report, &s, "test", "today");
+        assert!(md.contains("TEST FIXTURE RUN"));
+        assert!(md.contains("1.100 (h3 c5 r4) **missed**"), "{md}");
+        assert!(
+            md.contains("4 MiB h3 c5 r4: left out by the time budget's plan"),
+            "{md}"
+        );
+        let csv = worst_csv(&report, &s);
+        assert!(
+            csv.lines()
+                .nth(1)
+                .unwrap()
+                .starts_with("1048576,2,1.1000,h3 c5 r4,1.1000,h1 c0 r1,1.0000"),
+            "{csv}"
+        );
+    }
+}
