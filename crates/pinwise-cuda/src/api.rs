@@ -111,6 +111,10 @@ driver_api! {
         cuEventDestroy_v2: fn(CUevent);
     }
     optional {
+        cuMemGetAddressRange_v2: fn(*mut CUdeviceptr, *mut usize, CUdeviceptr);
+        cuIpcGetMemHandle: fn(*mut CUipcMemHandle, CUdeviceptr);
+        cuIpcOpenMemHandle_v2: fn(*mut CUdeviceptr, CUipcMemHandle, c_uint);
+        cuIpcCloseMemHandle: fn(CUdeviceptr);
         cuGetProcAddress_v2: fn(*const c_char, *mut *mut c_void, c_int, u64, *mut CUdriverProcAddressQueryResult);
     }
 }
