@@ -1,0 +1,155 @@
+//! The wire protocol: one JSON message per `SOCK_SEQPACKET` datagram, a request from the
+//! client and exactly one response from the service. A `Buffer` response carries the
+//! buffer's memfd as `SCM_RIGHTS` ancillary data.
+
+use serde::{Deserialize, Serialize};
+
+/// The protocol version both sides must speak.
+pub const VERSION: u32 = 1;
+/// The largest datagram either side sends or accepts.
+pub const MAX_MESSAGE: usize = 16 * 1024;
+
+/// Direction of a copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    /// Pool buffer -> client device memory.
+    HostToDevice,
+    /// Client device memory -> pool buffer.
+    DeviceToHost,
+}
+
+/// What a client asks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    /// First message: the protocol version the client speaks.
+    Hello { version: u32 },
+    /// A new pinned buffer of at least `len` bytes.
+    Alloc { len: u64 },
+    /// Frees one of this client's buffers.
+    Free { buffer: u64 },
+    /// Opens a device allocation of the client by its CUDA IPC handle (64 bytes).
+    OpenDevice { handle: Vec<u8> },
+    /// Closes a device allocation opened by `OpenDevice`.
+    CloseDevice { device: u64 },
+    /// Copies `len` bytes between a buffer and an opened device allocation; answered when
+    /// the bytes have arrived.
+    Copy {
+        dir: Direction,
+        buffer: u64,
+        buffer_offset: u64,
+        device: u64,
+        device_offset: u64,
+        len: u64,
+    },
+    /// The service's accounting.
+    Stats,
+}
+
+/// Why the service said no.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// The client's user may not use this service.
+    NotAllowed,
+    /// The client's budget or the service's capacity would be exceeded.
+    OverBudget,
+    /// No such buffer or device of this client.
+    NotFound,
+    /// Offsets or lengths out of range, or a malformed request.
+    BadRequest,
+    /// The protocol versions differ.
+    Version,
+    /// CUDA or the operating system failed in the service.
+    Failed,
+}
+
+/// The service's accounting, as `Stats` answers it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stats {
+    /// Connected clients.
+    pub clients: u64,
+    /// Live buffers, all clients.
+    pub buffers: u64,
+    /// Bytes of live buffers (pinned), all clients.
+    pub bytes: u64,
+    /// Of those, bytes on 2 MiB huge pages.
+    pub huge_bytes: u64,
+    /// Open device allocations (IPC mappings), all clients.
+    pub devices: u64,
+    /// Copies done since start.
+    pub copies: u64,
+    /// Bytes copied since start.
+    pub copied_bytes: u64,
+    /// The service's capacity (bytes, all clients).
+    pub capacity: u64,
+    /// Each client's budget (bytes).
+    pub client_budget: u64,
+}
+
+/// What the service answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "reply", rename_all = "snake_case")]
+pub enum Response {
+    /// Welcome: the service's version and this client's budget.
+    Hello { version: u32, client_budget: u64 },
+    /// A buffer (its memfd travels with this message).
+    Buffer { buffer: u64, len: u64, huge: bool },
+    /// An opened device allocation and its size.
+    Device { device: u64, len: u64 },
+    /// Done.
+    Done,
+    /// Accounting.
+    Stats(Stats),
+    /// Refused or failed.
+    Error { kind: ErrorKind, message: String },
+}
+
+/// Encodes a message.
+pub fn encode<T: Serialize>(msg: &T) -> Vec<u8> {
+    serde_json::to_vec(msg).expect("protocol messages always serialize")
+}
+
+/// Decodes a message; the error names what is wrong.
+pub fn decode<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, String> {
+    serde_json::from_slice(bytes).map_err(|e| format!("malformed pool message: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_and_responses_round_trip() {
+        let reqs = [
+            Request::Hello { version: VERSION },
+            Request::Alloc { len: 1 << 30 },
+            Request::OpenDevice { handle: vec![7; 64] },
+            Request::Copy {
+                dir: Direction::DeviceToHost,
+                buffer: 3,
+                buffer_offset: 4096,
+                device: 1,
+                device_offset: 8,
+                len: 99,
+            },
+        ];
+        for r in reqs {
+            let bytes = encode(&r);
+            assert!(bytes.len() < MAX_MESSAGE);
+            assert_eq!(decode::<Request>(&bytes).unwrap(), r);
+        }
+        let e = Response::Error {
+            kind: ErrorKind::OverBudget,
+            message: "x".into(),
+        };
+        assert_eq!(decode::<Response>(&encode(&e)).unwrap(), e);
+    }
+
+    #[test]
+    fn garbage_is_a_named_error() {
+        let err = decode::<Request>(b"{\"op\":\"launch_missiles\"}").unwrap_err();
+        assert!(err.contains("malformed pool message"), "{err}");
+    }
+}
