@@ -93,8 +93,7 @@ fn close(ctx: &Context, ptr: CUdeviceptr) -> Result<()> {
         .cuIpcCloseMemHandle
         .ok_or_else(|| missing(ctx, "cuIpcCloseMemHandle"))?;
     // SAFETY: `ptr` came from cuIpcOpenMemHandle in this context and is closed once.
-    ctx.driver()
-        .check("cuIpcCloseMemHandle", unsafe { f(ptr) })
+    ctx.driver().check("cuIpcCloseMemHandle", unsafe { f(ptr) })
 }
 
 /// Another process's device allocation opened in this context; `cuIpcCloseMemHandle` on drop.

@@ -209,7 +209,14 @@ impl PoolClient {
         dst: DevicePtr,
         len: usize,
     ) -> Result<()> {
-        self.copy(Direction::HostToDevice, buffer, buffer_offset, device, dst, len)
+        self.copy(
+            Direction::HostToDevice,
+            buffer,
+            buffer_offset,
+            device,
+            dst,
+            len,
+        )
     }
 
     /// Copies `len` bytes from the device at `src` (inside `device`'s allocation) into
@@ -222,7 +229,14 @@ impl PoolClient {
         src: DevicePtr,
         len: usize,
     ) -> Result<()> {
-        self.copy(Direction::DeviceToHost, buffer, buffer_offset, device, src, len)
+        self.copy(
+            Direction::DeviceToHost,
+            buffer,
+            buffer_offset,
+            device,
+            src,
+            len,
+        )
     }
 
     fn copy(
@@ -234,17 +248,19 @@ impl PoolClient {
         at: DevicePtr,
         len: usize,
     ) -> Result<()> {
-        let device_offset = at
-            .0
-            .checked_sub(device.base.0)
-            .filter(|off| off.checked_add(len as u64).is_some_and(|e| e <= device.len as u64))
-            .ok_or_else(|| PoolError::Refused {
-                kind: ErrorKind::BadRequest,
-                message: format!(
-                    "{len} bytes at {:#x} are not inside the registered allocation {:#x}+{}",
-                    at.0, device.base.0, device.len
-                ),
-            })?;
+        let device_offset =
+            at.0.checked_sub(device.base.0)
+                .filter(|off| {
+                    off.checked_add(len as u64)
+                        .is_some_and(|e| e <= device.len as u64)
+                })
+                .ok_or_else(|| PoolError::Refused {
+                    kind: ErrorKind::BadRequest,
+                    message: format!(
+                        "{len} bytes at {:#x} are not inside the registered allocation {:#x}+{}",
+                        at.0, device.base.0, device.len
+                    ),
+                })?;
         match self.conn.call(&Request::Copy {
             dir,
             buffer: buffer.id,

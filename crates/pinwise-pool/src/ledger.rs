@@ -10,11 +10,19 @@ pub type ClientId = u64;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
     /// The client's own budget.
-    #[error("{want} more bytes would put this client at {would} bytes, over its budget of {budget}")]
+    #[error(
+        "{want} more bytes would put this client at {would} bytes, over its budget of {budget}"
+    )]
     ClientBudget { want: u64, would: u64, budget: u64 },
     /// The service's capacity.
-    #[error("{want} more bytes would put the pool at {would} bytes, over its capacity of {capacity}")]
-    Capacity { want: u64, would: u64, capacity: u64 },
+    #[error(
+        "{want} more bytes would put the pool at {would} bytes, over its capacity of {capacity}"
+    )]
+    Capacity {
+        want: u64,
+        would: u64,
+        capacity: u64,
+    },
 }
 
 /// Bytes held per client and in total.
@@ -103,9 +111,15 @@ mod tests {
     fn budgets_and_capacity_are_enforced_and_release_gives_back() {
         let mut l = Ledger::new(100, 60);
         l.reserve(1, 50).unwrap();
-        assert!(matches!(l.reserve(1, 11), Err(Refusal::ClientBudget { would: 61, .. })));
+        assert!(matches!(
+            l.reserve(1, 11),
+            Err(Refusal::ClientBudget { would: 61, .. })
+        ));
         l.reserve(2, 50).unwrap();
-        assert!(matches!(l.reserve(3, 1), Err(Refusal::Capacity { would: 101, .. })));
+        assert!(matches!(
+            l.reserve(3, 1),
+            Err(Refusal::Capacity { would: 101, .. })
+        ));
         assert_eq!((l.held(1), l.held(2), l.total()), (50, 50, 100));
         l.release(1, 80); // more than held: only what it holds
         assert_eq!((l.held(1), l.total()), (0, 50));

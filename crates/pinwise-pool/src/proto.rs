@@ -125,7 +125,9 @@ mod tests {
         let reqs = [
             Request::Hello { version: VERSION },
             Request::Alloc { len: 1 << 30 },
-            Request::OpenDevice { handle: vec![7; 64] },
+            Request::OpenDevice {
+                handle: vec![7; 64],
+            },
             Request::Copy {
                 dir: Direction::DeviceToHost,
                 buffer: 3,

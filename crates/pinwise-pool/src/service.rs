@@ -223,6 +223,14 @@ fn serve_client(shared: Arc<Shared>, sock: OwnedFd) {
     };
     if !shared.allowed(peer.uid) {
         tracing::info!("pool: refused pid {} (uid {})", peer.pid, peer.uid);
+        // Read the client's hello first: closing with unread data would reset the
+        // connection, and the client would see a broken connection instead of the refusal.
+        let _ = rustix::net::sockopt::set_socket_timeout(
+            &sock,
+            rustix::net::sockopt::Timeout::Recv,
+            Some(std::time::Duration::from_secs(2)),
+        );
+        let _ = wire::recv(sock.as_fd());
         let _ = wire::send(
             sock.as_fd(),
             &proto::encode(&error(
@@ -277,7 +285,9 @@ fn serve_client(shared: Arc<Shared>, sock: OwnedFd) {
             Ok(_) if !greeted => (error(ErrorKind::BadRequest, "say hello first"), None),
             Ok(req) => session.handle(req),
         };
-        let fd_ref = fd.and_then(|b| session.buffers.get(&b)).map(|b| b.segment.fd());
+        let fd_ref = fd
+            .and_then(|b| session.buffers.get(&b))
+            .map(|b| b.segment.fd());
         if let Err(e) = wire::send(sock.as_fd(), &proto::encode(&reply), fd_ref) {
             tracing::debug!("pool client {} (pid {}) gone: {e}", id, peer.pid);
             break;
@@ -351,14 +361,20 @@ impl Session {
             Ok(s) => s,
             Err(e) => {
                 self.shared.totals().ledger.release(self.id, len);
-                return Err(error(ErrorKind::Failed, format!("shared memory of {len} bytes: {e}")));
+                return Err(error(
+                    ErrorKind::Failed,
+                    format!("shared memory of {len} bytes: {e}"),
+                ));
             }
         };
         let real = segment.len() as u64;
         if real > len {
             if let Err(r) = self.shared.totals().ledger.reserve(self.id, real - len) {
                 self.shared.totals().ledger.release(self.id, len);
-                return Err(error(ErrorKind::OverBudget, format!("rounded up to pages: {r}")));
+                return Err(error(
+                    ErrorKind::OverBudget,
+                    format!("rounded up to pages: {r}"),
+                ));
             }
         }
         let ptr = NonNull::new(segment.mapping().as_ptr()).expect("a mapping is never null");
@@ -370,7 +386,10 @@ impl Session {
                 Ok(r) => r,
                 Err(e) => {
                     self.shared.totals().ledger.release(self.id, real);
-                    return Err(error(ErrorKind::Failed, format!("pinning {real} bytes: {e}")));
+                    return Err(error(
+                        ErrorKind::Failed,
+                        format!("pinning {real} bytes: {e}"),
+                    ));
                 }
             };
         let id = self.next;
@@ -446,7 +465,8 @@ impl Session {
         let Some(d) = self.devices.get(&device) else {
             return not_found("device", device);
         };
-        let fits = |off: u64, size: usize| off.checked_add(len).is_some_and(|end| end <= size as u64);
+        let fits =
+            |off: u64, size: usize| off.checked_add(len).is_some_and(|end| end <= size as u64);
         if len == 0 || !fits(buffer_offset, b.segment.len()) || !fits(device_offset, d.len()) {
             return error(
                 ErrorKind::BadRequest,
@@ -491,7 +511,10 @@ impl Session {
 }
 
 fn not_found(what: &str, id: u64) -> Response {
-    error(ErrorKind::NotFound, format!("this client has no {what} {id}"))
+    error(
+        ErrorKind::NotFound,
+        format!("this client has no {what} {id}"),
+    )
 }
 
 impl Drop for Session {

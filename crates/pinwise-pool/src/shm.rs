@@ -159,7 +159,10 @@ mod tests {
     #[test]
     fn a_segment_is_shared_with_a_second_mapping_and_cannot_be_shrunk() {
         let seg = Segment::new(10_000, false).unwrap();
-        assert_eq!(seg.len(), round_up(10_000, rustix::param::page_size()).unwrap());
+        assert_eq!(
+            seg.len(),
+            round_up(10_000, rustix::param::page_size()).unwrap()
+        );
         let mut other = Mapping::new(seg.fd(), seg.len()).unwrap();
         other.as_mut_slice()[..5].copy_from_slice(b"hello");
         assert_eq!(&seg.mapping().as_slice()[..5], b"hello");

@@ -9,9 +9,8 @@ use std::path::Path;
 
 use rustix::io::Errno;
 use rustix::net::{
-    self, AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags,
-    SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketAddrUnix, SocketFlags,
-    SocketType,
+    self, AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags, SocketAddrUnix, SocketFlags, SocketType,
 };
 
 use crate::proto::MAX_MESSAGE;
@@ -65,7 +64,11 @@ pub fn peer(fd: BorrowedFd<'_>) -> rustix::io::Result<Peer> {
 }
 
 /// Sends one message, with `fd` attached if given. Never raises `SIGPIPE`.
-pub fn send(sock: BorrowedFd<'_>, bytes: &[u8], fd: Option<BorrowedFd<'_>>) -> rustix::io::Result<()> {
+pub fn send(
+    sock: BorrowedFd<'_>,
+    bytes: &[u8],
+    fd: Option<BorrowedFd<'_>>,
+) -> rustix::io::Result<()> {
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
     let mut control = SendAncillaryBuffer::new(&mut space);
     let fds;
@@ -75,7 +78,12 @@ pub fn send(sock: BorrowedFd<'_>, bytes: &[u8], fd: Option<BorrowedFd<'_>>) -> r
             return Err(Errno::NOBUFS);
         }
     }
-    let n = net::sendmsg(sock, &[IoSlice::new(bytes)], &mut control, SendFlags::NOSIGNAL)?;
+    let n = net::sendmsg(
+        sock,
+        &[IoSlice::new(bytes)],
+        &mut control,
+        SendFlags::NOSIGNAL,
+    )?;
     if n != bytes.len() {
         return Err(Errno::MSGSIZE);
     }
