@@ -99,6 +99,7 @@ pub struct PoolBuffer {
     id: u64,
     map: Mapping,
     huge: bool,
+    created: bool,
 }
 
 /// A device allocation of this process that the pool has opened (by IPC handle).
@@ -144,10 +145,34 @@ impl PoolClient {
         self.client_budget
     }
 
-    /// A new pinned buffer of at least `len` bytes (rounded up to whole pages).
+    /// A new pinned buffer of at least `len` bytes (rounded up to whole pages), private to
+    /// this client.
     pub fn alloc(&self, len: usize) -> Result<PoolBuffer> {
-        match self.conn.call(&Request::Alloc { len: len as u64 })? {
-            (Response::Buffer { buffer, len, huge }, Some(fd)) => {
+        self.alloc_request(len, None)
+    }
+
+    /// The buffer called `name` of this user: made (at least `len` bytes) by the first
+    /// client that asks, the same memory for every client of the same user that asks for
+    /// the name afterwards (one copy in RAM, one GPU mapping), freed when the last lets go.
+    /// [`PoolBuffer::created`] says whether this call made it.
+    pub fn alloc_shared(&self, name: &str, len: usize) -> Result<PoolBuffer> {
+        self.alloc_request(len, Some(name.to_string()))
+    }
+
+    fn alloc_request(&self, len: usize, name: Option<String>) -> Result<PoolBuffer> {
+        match self.conn.call(&Request::Alloc {
+            len: len as u64,
+            name,
+        })? {
+            (
+                Response::Buffer {
+                    buffer,
+                    len,
+                    huge,
+                    created,
+                },
+                Some(fd),
+            ) => {
                 let len = usize::try_from(len)
                     .map_err(|_| PoolError::Protocol(format!("buffer of {len} bytes")))?;
                 let map = Mapping::new(fd.as_fd(), len)
@@ -166,6 +191,7 @@ impl PoolClient {
                     id: buffer,
                     map,
                     huge,
+                    created,
                 })
             }
             (Response::Buffer { .. }, None) => Err(PoolError::Protocol(
@@ -302,6 +328,12 @@ impl PoolBuffer {
     /// Whether the pool put it on 2 MiB huge pages.
     pub fn is_huge(&self) -> bool {
         self.huge
+    }
+
+    /// Whether the request that returned it made it (always for [`PoolClient::alloc`];
+    /// for [`PoolClient::alloc_shared`], false when another client had made it).
+    pub fn created(&self) -> bool {
+        self.created
     }
 
     /// The bytes.

@@ -1,26 +1,39 @@
-//! Accounting: how many pinned bytes each client holds, against its budget and the
-//! service's capacity. Pure logic.
+//! Accounting: how many pinned bytes each client holds, against its budget, and how many
+//! the pool holds, against its capacity. Pure logic.
+//!
+//! The two are charged separately because a named buffer shared by several clients counts
+//! once in the pool (one copy in RAM) but in full against each attached client's budget.
 
 use std::collections::HashMap;
 
 /// A connection's id in the service.
 pub type ClientId = u64;
 
-/// Why a reservation was refused.
+/// Why a charge was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
     /// The client's own budget.
     #[error(
         "{want} more bytes would put this client at {would} bytes, over its budget of {budget}"
     )]
-    ClientBudget { want: u64, would: u64, budget: u64 },
+    ClientBudget {
+        /// Asked for.
+        want: u64,
+        /// What the client would hold.
+        would: u64,
+        /// Its budget.
+        budget: u64,
+    },
     /// The service's capacity.
     #[error(
         "{want} more bytes would put the pool at {would} bytes, over its capacity of {capacity}"
     )]
     Capacity {
+        /// Asked for.
         want: u64,
+        /// What the pool would hold.
         would: u64,
+        /// Its capacity.
         capacity: u64,
     },
 }
@@ -46,10 +59,9 @@ impl Ledger {
         }
     }
 
-    /// Takes `bytes` for `client`, or says why not (and takes nothing).
-    pub fn reserve(&mut self, client: ClientId, bytes: u64) -> Result<(), Refusal> {
-        let held = self.held.get(&client).copied().unwrap_or(0);
-        let would = held.saturating_add(bytes);
+    /// Charges `bytes` to `client`'s budget, or says why not (and charges nothing).
+    pub fn charge_client(&mut self, client: ClientId, bytes: u64) -> Result<(), Refusal> {
+        let would = self.held(client).saturating_add(bytes);
         if would > self.client_budget {
             return Err(Refusal::ClientBudget {
                 want: bytes,
@@ -57,37 +69,55 @@ impl Ledger {
                 budget: self.client_budget,
             });
         }
-        let total = self.total.saturating_add(bytes);
-        if total > self.capacity {
-            return Err(Refusal::Capacity {
-                want: bytes,
-                would: total,
-                capacity: self.capacity,
-            });
-        }
-        self.total = total;
         self.held.insert(client, would);
         Ok(())
     }
 
-    /// Gives back `bytes` that `client` holds (never more than it holds).
-    pub fn release(&mut self, client: ClientId, bytes: u64) {
+    /// Charges `bytes` to the pool's capacity, or says why not (and charges nothing).
+    pub fn charge_total(&mut self, bytes: u64) -> Result<(), Refusal> {
+        let would = self.total.saturating_add(bytes);
+        if would > self.capacity {
+            return Err(Refusal::Capacity {
+                want: bytes,
+                would,
+                capacity: self.capacity,
+            });
+        }
+        self.total = would;
+        Ok(())
+    }
+
+    /// Both charges, or neither.
+    pub fn charge(&mut self, client: ClientId, bytes: u64) -> Result<(), Refusal> {
+        self.charge_client(client, bytes)?;
+        if let Err(r) = self.charge_total(bytes) {
+            self.release_client(client, bytes);
+            return Err(r);
+        }
+        Ok(())
+    }
+
+    /// Gives back `bytes` of `client`'s budget (never more than it holds).
+    pub fn release_client(&mut self, client: ClientId, bytes: u64) {
         if let Some(held) = self.held.get_mut(&client) {
-            let n = bytes.min(*held);
-            *held -= n;
-            self.total -= n;
+            *held -= bytes.min(*held);
             if *held == 0 {
                 self.held.remove(&client);
             }
         }
     }
 
-    /// Bytes `client` holds.
+    /// Gives back `bytes` of the pool's capacity (never more than is held).
+    pub fn release_total(&mut self, bytes: u64) {
+        self.total -= bytes.min(self.total);
+    }
+
+    /// Bytes charged to `client`.
     pub fn held(&self, client: ClientId) -> u64 {
         self.held.get(&client).copied().unwrap_or(0)
     }
 
-    /// Bytes held by all clients.
+    /// Bytes charged to the pool.
     pub fn total(&self) -> u64 {
         self.total
     }
@@ -110,24 +140,37 @@ mod tests {
     #[test]
     fn budgets_and_capacity_are_enforced_and_release_gives_back() {
         let mut l = Ledger::new(100, 60);
-        l.reserve(1, 50).unwrap();
+        l.charge(1, 50).unwrap();
         assert!(matches!(
-            l.reserve(1, 11),
+            l.charge(1, 11),
             Err(Refusal::ClientBudget { would: 61, .. })
         ));
-        l.reserve(2, 50).unwrap();
+        l.charge(2, 50).unwrap();
         assert!(matches!(
-            l.reserve(3, 1),
+            l.charge(3, 1),
             Err(Refusal::Capacity { would: 101, .. })
         ));
+        assert_eq!(l.held(3), 0, "a refused charge charges nothing");
         assert_eq!((l.held(1), l.held(2), l.total()), (50, 50, 100));
-        l.release(1, 80); // more than held: only what it holds
+        l.release_client(1, 80); // more than held: only what it holds
+        l.release_total(50);
         assert_eq!((l.held(1), l.total()), (0, 50));
-        l.release(7, 10); // unknown client: nothing
+        l.release_client(7, 10); // unknown client: nothing
         assert_eq!(l.total(), 50);
-        l.reserve(3, 50).unwrap();
-        l.release(2, 50);
-        l.release(3, 50);
+        l.release_client(2, 50);
+        l.release_total(500);
         assert_eq!(l.total(), 0);
+    }
+
+    #[test]
+    fn a_shared_buffer_counts_once_in_the_pool_and_fully_per_client() {
+        let mut l = Ledger::new(100, 80);
+        l.charge(1, 80).unwrap(); // creator
+        l.charge_client(2, 80).unwrap(); // attached: budget only
+        l.charge_client(3, 80).unwrap();
+        assert_eq!(l.total(), 80);
+        assert!(l.charge_client(2, 1).is_err(), "client 2's budget is full");
+        l.charge(4, 20).unwrap();
+        assert_eq!(l.total(), 100);
     }
 }

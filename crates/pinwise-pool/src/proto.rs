@@ -25,8 +25,14 @@ pub enum Direction {
 pub enum Request {
     /// First message: the protocol version the client speaks.
     Hello { version: u32 },
-    /// A new pinned buffer of at least `len` bytes.
-    Alloc { len: u64 },
+    /// A pinned buffer of at least `len` bytes: a new one, or with `name`, the buffer of
+    /// that name of the client's user (made on first use, shared by every client of the
+    /// user that asks for the name, freed when the last lets go).
+    Alloc {
+        len: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        name: Option<String>,
+    },
     /// Frees one of this client's buffers.
     Free { buffer: u64 },
     /// Opens a device allocation of the client by its CUDA IPC handle (64 bytes).
@@ -78,6 +84,8 @@ pub struct Stats {
     pub huge_bytes: u64,
     /// Open device allocations (IPC mappings), all clients.
     pub devices: u64,
+    /// Clients' holds on buffers (a named buffer held by 3 clients counts 3).
+    pub attachments: u64,
     /// Copies done since start.
     pub copies: u64,
     /// Bytes copied since start.
@@ -95,7 +103,13 @@ pub enum Response {
     /// Welcome: the service's version and this client's budget.
     Hello { version: u32, client_budget: u64 },
     /// A buffer (its memfd travels with this message).
-    Buffer { buffer: u64, len: u64, huge: bool },
+    Buffer {
+        buffer: u64,
+        len: u64,
+        huge: bool,
+        /// Made by this request (false: an existing named buffer).
+        created: bool,
+    },
     /// An opened device allocation and its size.
     Device { device: u64, len: u64 },
     /// Done.
@@ -124,7 +138,14 @@ mod tests {
     fn requests_and_responses_round_trip() {
         let reqs = [
             Request::Hello { version: VERSION },
-            Request::Alloc { len: 1 << 30 },
+            Request::Alloc {
+                len: 1 << 30,
+                name: None,
+            },
+            Request::Alloc {
+                len: 8,
+                name: Some("weights".into()),
+            },
             Request::OpenDevice {
                 handle: vec![7; 64],
             },

@@ -11,7 +11,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use pinwise_cuda::sys::CU_STREAM_NON_BLOCKING;
 use pinwise_cuda::{Context, HostRegistration, IpcMapping, IpcMemHandle, Stream};
@@ -61,13 +61,19 @@ struct Totals {
     buffers: u64,
     huge_bytes: u64,
     devices: u64,
+    attachments: u64,
 }
+
+/// Named buffers by (uid, name): the serial of the live one and a weak reference to it.
+type Named = HashMap<(u32, String), (u64, Weak<Buffer>)>;
 
 struct Shared {
     ctx: Context,
     config: ServiceConfig,
     own_uid: u32,
     totals: Mutex<Totals>,
+    named: Mutex<Named>,
+    creating: Mutex<()>,
     copies: AtomicU64,
     copied_bytes: AtomicU64,
     next_client: AtomicU64,
@@ -86,6 +92,7 @@ impl Shared {
             bytes: t.ledger.total(),
             huge_bytes: t.huge_bytes,
             devices: t.devices,
+            attachments: t.attachments,
             copies: self.copies.load(Ordering::Relaxed),
             copied_bytes: self.copied_bytes.load(Ordering::Relaxed),
             capacity: t.ledger.capacity(),
@@ -156,7 +163,10 @@ impl Service {
                     buffers: 0,
                     huge_bytes: 0,
                     devices: 0,
+                    attachments: 0,
                 }),
+                named: Mutex::new(HashMap::new()),
+                creating: Mutex::new(()),
                 copies: AtomicU64::new(0),
                 copied_bytes: AtomicU64::new(0),
                 next_client: AtomicU64::new(1),
@@ -188,11 +198,43 @@ impl Service {
     }
 }
 
-/// A buffer of one client: its segment, registered with CUDA.
+/// A pinned buffer: its segment, registered with CUDA once. Held (`Arc`) by the sessions
+/// attached to it (one, or several for a named buffer); when the last lets go it is
+/// unregistered, unmapped, and its bytes are given back to the pool.
 struct Buffer {
     // Field order: the registration ends before the segment is unmapped.
     registration: HostRegistration<'static>,
     segment: Segment,
+    serial: u64,
+    key: Option<(u32, String)>,
+    shared: Arc<Shared>,
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        let real = self.segment.len() as u64;
+        {
+            let mut t = self.shared.totals();
+            t.ledger.release_total(real);
+            t.buffers -= 1;
+            if self.segment.is_huge() {
+                t.huge_bytes -= real;
+            }
+        }
+        if let Some(key) = &self.key {
+            let mut named = lock(&self.shared.named);
+            if named
+                .get(key)
+                .is_some_and(|(serial, _)| *serial == self.serial)
+            {
+                named.remove(key);
+            }
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// One connection's state.
@@ -200,7 +242,7 @@ struct Session {
     shared: Arc<Shared>,
     id: ClientId,
     peer: Peer,
-    buffers: HashMap<u64, Buffer>,
+    buffers: HashMap<u64, Arc<Buffer>>,
     devices: HashMap<u64, IpcMapping>,
     next: u64,
     stream: Option<Stream>,
@@ -303,12 +345,13 @@ impl Session {
         match req {
             Request::Hello { .. } => (Response::Done, None),
             Request::Stats => (Response::Stats(self.shared.stats()), None),
-            Request::Alloc { len } => match self.alloc(len) {
-                Ok((id, len, huge)) => (
+            Request::Alloc { len, name } => match self.alloc(len, name) {
+                Ok((id, b, created)) => (
                     Response::Buffer {
                         buffer: id,
-                        len,
-                        huge,
+                        len: b.segment.len() as u64,
+                        huge: b.segment.is_huge(),
+                        created,
                     },
                     Some(id),
                 ),
@@ -344,23 +387,58 @@ impl Session {
         }
     }
 
-    fn alloc(&mut self, len: u64) -> Result<(u64, u64, bool), Response> {
+    fn alloc(
+        &mut self,
+        len: u64,
+        name: Option<String>,
+    ) -> Result<(u64, Arc<Buffer>, bool), Response> {
         if len == 0 {
             return Err(error(ErrorKind::BadRequest, "a buffer of 0 bytes"));
         }
         let want = usize::try_from(len)
             .map_err(|_| error(ErrorKind::BadRequest, format!("{len} bytes is too large")))?;
-        // Reserve the requested size first (rounding may add up to a huge page; the
-        // difference is reserved once the segment's real size is known).
+        let over = |r: crate::ledger::Refusal| error(ErrorKind::OverBudget, r.to_string());
+        // Named buffers: looked up and created under one lock, so that two clients asking
+        // for the same name at once get the same buffer.
+        let shared = self.shared.clone();
+        let _creating = name.as_ref().map(|_| lock(&shared.creating));
+        let key = name.map(|n| (self.peer.uid, n));
+        if let Some(key) = &key {
+            let existing = lock(&self.shared.named)
+                .get(key)
+                .and_then(|(_, w)| w.upgrade());
+            if let Some(b) = existing {
+                let real = b.segment.len() as u64;
+                if real < len {
+                    return Err(error(
+                        ErrorKind::BadRequest,
+                        format!("the named buffer {:?} has {real} bytes, not {len}", key.1),
+                    ));
+                }
+                self.shared
+                    .totals()
+                    .ledger
+                    .charge_client(self.id, real)
+                    .map_err(over)?;
+                return Ok((self.attach(b.clone()), b, false));
+            }
+        }
+        // Charge the requested size first (rounding may add up to a huge page; the
+        // difference is charged once the segment's real size is known).
         self.shared
             .totals()
             .ledger
-            .reserve(self.id, len)
-            .map_err(|r| error(ErrorKind::OverBudget, r.to_string()))?;
+            .charge(self.id, len)
+            .map_err(over)?;
+        let uncharge = |bytes: u64| {
+            let mut t = self.shared.totals();
+            t.ledger.release_client(self.id, bytes);
+            t.ledger.release_total(bytes);
+        };
         let segment = match Segment::new(want, self.shared.config.huge_pages) {
             Ok(s) => s,
             Err(e) => {
-                self.shared.totals().ledger.release(self.id, len);
+                uncharge(len);
                 return Err(error(
                     ErrorKind::Failed,
                     format!("shared memory of {len} bytes: {e}"),
@@ -369,8 +447,8 @@ impl Session {
         };
         let real = segment.len() as u64;
         if real > len {
-            if let Err(r) = self.shared.totals().ledger.reserve(self.id, real - len) {
-                self.shared.totals().ledger.release(self.id, len);
+            if let Err(r) = self.shared.totals().ledger.charge(self.id, real - len) {
+                uncharge(len);
                 return Err(error(
                     ErrorKind::OverBudget,
                     format!("rounded up to pages: {r}"),
@@ -385,15 +463,13 @@ impl Session {
             match unsafe { HostRegistration::from_raw(&self.shared.ctx, ptr, segment.len(), 0) } {
                 Ok(r) => r,
                 Err(e) => {
-                    self.shared.totals().ledger.release(self.id, real);
+                    uncharge(real);
                     return Err(error(
                         ErrorKind::Failed,
                         format!("pinning {real} bytes: {e}"),
                     ));
                 }
             };
-        let id = self.next;
-        self.next += 1;
         let huge = segment.is_huge();
         {
             let mut t = self.shared.totals();
@@ -402,32 +478,45 @@ impl Session {
                 t.huge_bytes += real;
             }
         }
-        self.buffers.insert(
-            id,
-            Buffer {
-                registration,
-                segment,
-            },
-        );
+        let serial = self.shared.next_client.fetch_add(1, Ordering::Relaxed);
+        let b = Arc::new(Buffer {
+            registration,
+            segment,
+            serial,
+            key: key.clone(),
+            shared: self.shared.clone(),
+        });
+        if let Some(key) = key {
+            lock(&self.shared.named).insert(key, (serial, Arc::downgrade(&b)));
+        }
         tracing::debug!(
-            "pool client {} (pid {}): buffer {id}, {real} bytes{}",
+            "pool client {} (pid {}): new buffer, {real} bytes{}",
             self.id,
             self.peer.pid,
             if huge { ", huge pages" } else { "" }
         );
-        Ok((id, real, huge))
+        Ok((self.attach(b.clone()), b, true))
     }
 
-    fn release(&self, b: Buffer) {
+    /// Adds a buffer (already charged to this client) to the session; its id.
+    fn attach(&mut self, b: Arc<Buffer>) -> u64 {
+        let id = self.next;
+        self.next += 1;
+        self.buffers.insert(id, b);
+        self.shared.totals().attachments += 1;
+        id
+    }
+
+    /// Lets go of one of the session's buffers: this client's charge ends; the buffer
+    /// itself goes when its last client lets go (`Buffer`'s drop).
+    fn release(&self, b: Arc<Buffer>) {
         let real = b.segment.len() as u64;
-        let huge = b.segment.is_huge();
-        drop(b);
-        let mut t = self.shared.totals();
-        t.ledger.release(self.id, real);
-        t.buffers -= 1;
-        if huge {
-            t.huge_bytes -= real;
+        {
+            let mut t = self.shared.totals();
+            t.ledger.release_client(self.id, real);
+            t.attachments -= 1;
         }
+        drop(b);
     }
 
     fn open_device(&mut self, handle: Vec<u8>) -> Response {
@@ -525,7 +614,7 @@ impl Drop for Session {
         let n = self.devices.len() as u64;
         self.devices.clear();
         self.shared.totals().devices -= n;
-        let buffers: Vec<Buffer> = self.buffers.drain().map(|(_, b)| b).collect();
+        let buffers: Vec<Arc<Buffer>> = self.buffers.drain().map(|(_, b)| b).collect();
         for b in buffers {
             self.release(b);
         }

@@ -77,14 +77,27 @@ fn client(socket: &Path) {
     let driver = Driver::shared().expect("driver");
     let ctx = driver.device(0).unwrap().primary_context().unwrap();
     let pool = PoolClient::connect(socket).expect("connect");
-    let mut buf = pool.alloc(len).expect("alloc");
+    let shared = std::env::var("POOL_SHARED").ok();
+    let mut buf = match &shared {
+        Some(name) => pool.alloc_shared(name, len).expect("alloc_shared"),
+        None => pool.alloc(len).expect("alloc"),
+    };
     assert!(buf.len() >= len);
     let dev = DeviceBuffer::new(&ctx, len).unwrap();
     let pdev = pool
         .register_device(&ctx, dev.ptr())
         .expect("register_device");
     let data = pattern(seed, len);
-    buf.as_mut_slice()[..len].copy_from_slice(&data);
+    if buf.created() {
+        buf.as_mut_slice()[..len].copy_from_slice(&data);
+    } else {
+        // Another client made this named buffer and filled it.
+        assert!(
+            buf.as_slice()[..len] == data,
+            "an attached buffer shows other bytes"
+        );
+        println!("POOL:attached");
+    }
     if mode == "copy_forever" {
         println!("POOL:copying");
         loop {
@@ -98,6 +111,13 @@ fn client(socket: &Path) {
     let mut back = vec![0u8; len];
     dev.copy_to_host(&mut back).unwrap();
     assert!(back == data, "device bytes differ after the pool's copy");
+    if shared.is_some() {
+        // The buffer is not this client's alone: no writes into it beyond this point.
+        println!("POOL:ok locked={}", pinwise_testkit::locked_memory_bytes());
+        let mut line = String::new();
+        let _ = std::io::stdin().read_line(&mut line);
+        return;
+    }
     // A middle piece, device to pool buffer at another offset.
     let (off, n) = (4097, len / 3);
     buf.as_mut_slice().fill(0);
@@ -360,6 +380,60 @@ fn clients_in_separate_processes_share_one_pool_byte_exact() {
         0,
         "the service unpinned everything"
     );
+}
+
+#[test]
+fn a_named_buffer_is_one_pinned_copy_shared_by_the_clients_of_a_user() {
+    let Some(f) = start(
+        "a_named_buffer_is_one_pinned_copy_shared_by_the_clients_of_a_user",
+        &[],
+    ) else {
+        return;
+    };
+    let observer = PoolClient::connect(&f.socket).unwrap();
+    let len = 8 * MIB;
+    let env = |seed: &str| {
+        vec![
+            ("POOL_SEED", seed.to_string()),
+            ("POOL_LEN", len.to_string()),
+            ("POOL_SHARED", "staging".to_string()),
+        ]
+    };
+    let first = Proc::spawn(&f.libs, &f.socket, "client", &env("5"));
+    assert_eq!(first.line(60), "ok locked=0");
+    // Two more clients ask for the same name: they see the first one's bytes (their own
+    // check: "attached", then the copy to their device is byte-exact).
+    let others: Vec<Proc> = (0..2)
+        .map(|_| Proc::spawn(&f.libs, &f.socket, "client", &env("5")))
+        .collect();
+    for c in &others {
+        assert_eq!(c.line(60), "attached");
+        assert_eq!(c.line(60), "ok locked=0");
+    }
+    let s = observer.stats().unwrap();
+    assert_eq!(
+        (s.buffers, s.attachments, s.bytes),
+        (1, 3, len as u64),
+        "one copy: {s:?}"
+    );
+    assert!(
+        service_locked_kib(f.service.pid()) * 1024 < 2 * len as u64,
+        "pinned once"
+    );
+    // The first client leaves: the buffer stays for the others.
+    drop(first);
+    let s = wait_stats(&observer, |s| s.attachments == 2);
+    assert_eq!(
+        (s.buffers, s.attachments, s.bytes),
+        (1, 2, len as u64),
+        "{s:?}"
+    );
+    drop(others);
+    let s = wait_stats(&observer, |s| s.buffers == 0);
+    assert_eq!((s.buffers, s.attachments, s.bytes), (0, 0, 0), "{s:?}");
+    // A new client asking for the name now gets a new buffer.
+    let buf = observer.alloc_shared("staging", MIB).unwrap();
+    assert!(buf.created());
 }
 
 #[test]
