@@ -8,6 +8,7 @@ pub mod doctor;
 pub mod export;
 pub mod killed;
 pub mod outputs;
+pub mod pool;
 pub mod preload_path;
 pub mod report;
 pub mod run;
