@@ -1,6 +1,7 @@
 //! One module per subcommand. Each has a clap `Args` struct and a `run` function.
 pub mod agent;
 pub mod bench;
+pub mod bench_pool;
 pub mod calibrate;
 pub mod demo;
 pub mod diff;
