@@ -9,7 +9,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use pinwise_cuda::{Context, CudaError, DevicePtr};
+use pinwise_cuda::{Context, CudaError, DevicePtr, IpcMemHandle};
 
 use crate::proto::{self, Direction, ErrorKind, Request, Response, Stats, VERSION};
 use crate::shm::Mapping;
@@ -110,6 +110,40 @@ pub struct PoolDevice {
     id: u64,
     base: DevicePtr,
     len: usize,
+    handle: IpcMemHandle,
+}
+
+/// The device allocations a client has let the pool open, by start address, for callers
+/// that copy to raw device pointers (the C API). Each lookup asks CUDA for the allocation's
+/// range and IPC handle again: an allocation freed and another made at the same address has
+/// another handle, so a stale opening is replaced, never copied into.
+#[derive(Debug, Default)]
+pub struct DeviceCache {
+    devices: std::collections::HashMap<u64, PoolDevice>,
+}
+
+impl DeviceCache {
+    /// The opened allocation that holds `ptr`, opening it (or reopening it) as needed.
+    pub fn get(&mut self, pool: &PoolClient, ctx: &Context, ptr: DevicePtr) -> Result<&PoolDevice> {
+        let (base, len) = ctx.address_range(ptr)?;
+        let handle = ctx.ipc_handle(base)?;
+        let fresh = self
+            .devices
+            .get(&base.0)
+            .is_some_and(|d| d.handle == handle && d.len == len);
+        if !fresh {
+            // Drop (close) a stale opening before opening the new allocation.
+            self.devices.remove(&base.0);
+            let d = pool.open_device(base, len, handle)?;
+            self.devices.insert(base.0, d);
+        }
+        Ok(&self.devices[&base.0])
+    }
+
+    /// Closes every opened allocation.
+    pub fn clear(&mut self) {
+        self.devices.clear();
+    }
 }
 
 impl PoolClient {
@@ -206,6 +240,10 @@ impl PoolClient {
     pub fn register_device(&self, ctx: &Context, ptr: DevicePtr) -> Result<PoolDevice> {
         let (base, len) = ctx.address_range(ptr)?;
         let handle = ctx.ipc_handle(base)?;
+        self.open_device(base, len, handle)
+    }
+
+    fn open_device(&self, base: DevicePtr, len: usize, handle: IpcMemHandle) -> Result<PoolDevice> {
         match self.conn.call(&Request::OpenDevice {
             handle: handle.0.to_vec(),
         })? {
@@ -214,6 +252,7 @@ impl PoolClient {
                 id: device,
                 base,
                 len,
+                handle,
             }),
             (Response::Device { device, len: seen }, _) => {
                 let _ = self.conn.call(&Request::CloseDevice { device });

@@ -35,8 +35,8 @@ pub mod shm;
 pub mod wire;
 
 pub use client::{
-    default_socket, PoolBuffer, PoolClient, PoolDevice, PoolError, Result, DEFAULT_SOCKET,
-    SOCKET_ENV,
+    default_socket, DeviceCache, PoolBuffer, PoolClient, PoolDevice, PoolError, Result,
+    DEFAULT_SOCKET, SOCKET_ENV,
 };
 pub use proto::{ErrorKind, Stats};
 pub use service::{Service, ServiceConfig, ServiceError};
