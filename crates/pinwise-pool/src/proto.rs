@@ -86,6 +86,10 @@ pub struct Stats {
     pub devices: u64,
     /// Clients' holds on buffers (a named buffer held by 3 clients counts 3).
     pub attachments: u64,
+    /// Bytes held through named buffers beyond each buffer's first holder: what those
+    /// clients would otherwise pin (and map on the GPU) again, each on its own.
+    #[serde(default)]
+    pub deduplicated_bytes: u64,
     /// Copies done since start.
     pub copies: u64,
     /// Bytes copied since start.
@@ -130,6 +134,18 @@ pub fn decode<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, String> {
     serde_json::from_slice(bytes).map_err(|e| format!("malformed pool message: {e}"))
 }
 
+/// Bytes of GPU page tables per pinned byte, as the seed estimates it: one 8-byte entry per
+/// 4 KiB page. `bench/gpu/pagetable/run.sh` measures the real figure on the GPU machine.
+pub const PAGETABLE_BYTES_PER_BYTE_ESTIMATE: f64 = 8.0 / 4096.0;
+
+impl Stats {
+    /// Estimated GPU page-table memory the pool saves: [`Stats::deduplicated_bytes`] at
+    /// [`PAGETABLE_BYTES_PER_BYTE_ESTIMATE`] (an estimate, not a measurement).
+    pub fn estimated_gpu_pagetable_bytes_saved(&self) -> u64 {
+        (self.deduplicated_bytes as f64 * PAGETABLE_BYTES_PER_BYTE_ESTIMATE) as u64
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -168,6 +184,15 @@ mod tests {
             message: "x".into(),
         };
         assert_eq!(decode::<Response>(&encode(&e)).unwrap(), e);
+    }
+
+    #[test]
+    fn the_saving_estimate_is_8_bytes_per_4_kib_page() {
+        let s = Stats {
+            deduplicated_bytes: 3 << 30,
+            ..Stats::default()
+        };
+        assert_eq!(s.estimated_gpu_pagetable_bytes_saved(), 6 << 20);
     }
 
     #[test]

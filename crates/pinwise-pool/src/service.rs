@@ -85,6 +85,14 @@ impl Shared {
     }
 
     fn stats(&self) -> Stats {
+        let deduplicated_bytes = lock(&self.named)
+            .values()
+            .filter_map(|(_, w)| {
+                let holders = w.strong_count() as u64;
+                let b = w.upgrade()?;
+                Some(holders.saturating_sub(1) * b.segment.len() as u64)
+            })
+            .sum();
         let t = self.totals();
         Stats {
             clients: t.clients,
@@ -93,6 +101,7 @@ impl Shared {
             huge_bytes: t.huge_bytes,
             devices: t.devices,
             attachments: t.attachments,
+            deduplicated_bytes,
             copies: self.copies.load(Ordering::Relaxed),
             copied_bytes: self.copied_bytes.load(Ordering::Relaxed),
             capacity: t.ledger.capacity(),

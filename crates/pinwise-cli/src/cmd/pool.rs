@@ -128,6 +128,12 @@ fn status(args: StatusArgs) -> Result<ExitCode> {
         println!("client budget: {}", s.client_budget);
         println!("device maps:   {}", s.devices);
         println!("copies:        {} ({} bytes)", s.copies, s.copied_bytes);
+        println!(
+            "shared:        {} bytes held by more than one client; not pinned again: \
+             estimated GPU page-table memory saved {} bytes (8 B per 4 KiB page, an estimate)",
+            s.deduplicated_bytes,
+            s.estimated_gpu_pagetable_bytes_saved()
+        );
     }
     Ok(ExitCode::SUCCESS)
 }
