@@ -39,4 +39,6 @@ pub use client::{
     DEFAULT_SOCKET, SOCKET_ENV,
 };
 pub use proto::{ErrorKind, Stats};
-pub use service::{Service, ServiceConfig, ServiceError};
+pub use service::{
+    Service, ServiceConfig, ServiceError, MAX_BUFFERS_PER_CLIENT, MAX_DEVICES_PER_CLIENT,
+};

@@ -146,6 +146,19 @@ fn clear_stale(path: &Path) -> Result<(), ServiceError> {
     }
 }
 
+/// Raises the soft limit of open descriptors to the hard one: the service keeps one memfd
+/// per buffer.
+fn raise_file_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut l = getrlimit(Resource::Nofile);
+    if l.current < l.maximum {
+        l.current = l.maximum;
+        if let Err(e) = setrlimit(Resource::Nofile, l) {
+            tracing::debug!("cannot raise the descriptor limit: {e}");
+        }
+    }
+}
+
 impl Service {
     /// Binds the socket (mode 0666: the credential check, not the file mode, decides who
     /// may use the pool) for device memory of `ctx`'s device.
@@ -157,6 +170,7 @@ impl Service {
             source,
         };
         clear_stale(&path)?;
+        raise_file_limit();
         let listener = wire::listen(&path).map_err(|e| io(e.into()))?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).map_err(io)?;
         let ledger = Ledger::new(config.capacity, config.client_budget);
@@ -256,6 +270,13 @@ struct Session {
     next: u64,
     stream: Option<Stream>,
 }
+
+/// Most buffers one connection may hold (each is a memfd, a mapping and a registration in
+/// the service), and most device allocations it may have opened. Past the service's
+/// descriptor limit (raised to the hard limit at start) an allocation fails cleanly.
+pub const MAX_BUFFERS_PER_CLIENT: usize = 256;
+/// See [`MAX_BUFFERS_PER_CLIENT`].
+pub const MAX_DEVICES_PER_CLIENT: usize = 1024;
 
 fn error(kind: ErrorKind, message: impl Into<String>) -> Response {
     Response::Error {
@@ -404,6 +425,12 @@ impl Session {
         if len == 0 {
             return Err(error(ErrorKind::BadRequest, "a buffer of 0 bytes"));
         }
+        if self.buffers.len() >= MAX_BUFFERS_PER_CLIENT {
+            return Err(error(
+                ErrorKind::OverBudget,
+                format!("a client may hold at most {MAX_BUFFERS_PER_CLIENT} buffers"),
+            ));
+        }
         let want = usize::try_from(len)
             .map_err(|_| error(ErrorKind::BadRequest, format!("{len} bytes is too large")))?;
         let over = |r: crate::ledger::Refusal| error(ErrorKind::OverBudget, r.to_string());
@@ -529,6 +556,14 @@ impl Session {
     }
 
     fn open_device(&mut self, handle: Vec<u8>) -> Response {
+        if self.devices.len() >= MAX_DEVICES_PER_CLIENT {
+            return error(
+                ErrorKind::OverBudget,
+                format!(
+                    "a client may have at most {MAX_DEVICES_PER_CLIENT} device allocations open"
+                ),
+            );
+        }
         let Ok(bytes) = <[u8; 64]>::try_from(handle.as_slice()) else {
             return error(
                 ErrorKind::BadRequest,

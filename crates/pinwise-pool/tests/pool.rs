@@ -637,3 +637,22 @@ fn a_second_service_on_the_same_socket_is_refused() {
     let err = Service::bind(config, ctx).unwrap_err();
     assert!(err.to_string().contains("already serves"), "{err}");
 }
+
+#[test]
+fn a_client_holds_at_most_the_buffer_limit() {
+    let Some(f) = start("a_client_holds_at_most_the_buffer_limit", &[]) else {
+        return;
+    };
+    let pool = PoolClient::connect(&f.socket).unwrap();
+    let bufs: Vec<_> = (0..pinwise_pool::MAX_BUFFERS_PER_CLIENT)
+        .map(|_| pool.alloc(1).unwrap())
+        .collect();
+    let err = pool.alloc(1).unwrap_err();
+    assert!(
+        matches!(err, PoolError::Refused { kind: ErrorKind::OverBudget, ref message } if message.contains(&format!("{} buffers", pinwise_pool::MAX_BUFFERS_PER_CLIENT))),
+        "{err}"
+    );
+    drop(bufs);
+    assert_eq!(pool.stats().unwrap().buffers, 0);
+    pool.alloc(1).unwrap();
+}
