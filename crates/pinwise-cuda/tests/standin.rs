@@ -616,7 +616,11 @@ fn ipc_export_keeps_the_bytes_and_a_process_cannot_open_its_own_handle() {
         Some("CUDA_ERROR_INVALID_VALUE")
     );
     let h = ctx.ipc_handle(dev.ptr()).unwrap();
-    assert_eq!(ctx.ipc_handle(dev.ptr()).unwrap(), h, "the same handle again");
+    assert_eq!(
+        ctx.ipc_handle(dev.ptr()).unwrap(),
+        h,
+        "the same handle again"
+    );
     // The stand-in moved the allocation onto shared memory at the same address: same bytes,
     // and still writable.
     let mut back = vec![0u8; dev.len()];
