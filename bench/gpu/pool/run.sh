@@ -143,7 +143,9 @@ for case, m in mem.items():
     setup = sum(p["setup_s"] for p in procs) / len(procs) if procs else float("nan")
     agg = sum(2 * p["size"] for p in procs) / m["concurrent_wall_s"] / 1e9 if procs else float("nan")
     rows[case] = (m["ram_drop_kib"] * 1024, m["gpu_used_drop_mib"], pin)
-    print(f"| {case} ({len(procs)} ran) | {m['ram_drop_kib'] / 1048576:.2f} | {m['gpu_used_drop_mib']} | {pin / MiB:.1f} | {m['service_rss_kib'] / 1024:.0f} | {setup:.2f} | {agg:.1f} |")
+    st = load(os.path.join(d, f"{case}.pool-status.json"))
+    label = f"{case} ({len(procs)} ran" + (f", {st['huge_bytes'] / GiB:.1f} GiB on 2 MiB pages" if st else "") + ")"
+    print(f"| {label} | {m['ram_drop_kib'] / 1048576:.2f} | {m['gpu_used_drop_mib']} | {pin / MiB:.1f} | {m['service_rss_kib'] / 1024:.0f} | {setup:.2f} | {agg:.1f} |")
 print("\nGPU MiB used includes every process's CUDA context and its device buffer (CHUNK), and for")
 print("the pool the service's context: the cuMemGetInfo column is the pinning alone.\n")
 solo = {k: load(os.path.join(d, f"solo.{k}.json")) for k in ("in-process", "pool")}
