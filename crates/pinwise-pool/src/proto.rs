@@ -134,15 +134,11 @@ pub fn decode<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, String> {
     serde_json::from_slice(bytes).map_err(|e| format!("malformed pool message: {e}"))
 }
 
-/// Bytes of GPU page tables per pinned byte, as the seed estimates it: one 8-byte entry per
-/// 4 KiB page. `bench/gpu/pagetable/run.sh` measures the real figure on the GPU machine.
-pub const PAGETABLE_BYTES_PER_BYTE_ESTIMATE: f64 = 8.0 / 4096.0;
-
 impl Stats {
     /// Estimated GPU page-table memory the pool saves: [`Stats::deduplicated_bytes`] at
-    /// [`PAGETABLE_BYTES_PER_BYTE_ESTIMATE`] (an estimate, not a measurement).
+    /// `pinwise_core::pagetable`'s figure (an estimate, not a measurement).
     pub fn estimated_gpu_pagetable_bytes_saved(&self) -> u64 {
-        (self.deduplicated_bytes as f64 * PAGETABLE_BYTES_PER_BYTE_ESTIMATE) as u64
+        pinwise_core::pagetable::estimated_gpu_bytes(self.deduplicated_bytes, 1)
     }
 }
 
