@@ -85,14 +85,17 @@ impl Shared {
     }
 
     fn stats(&self) -> Stats {
-        let deduplicated_bytes = lock(&self.named)
+        // The buffers are collected under the lock and looked at (and let go of) after it:
+        // letting go of the last hold runs `Buffer`'s drop, which takes this lock.
+        let named: Vec<(u64, Arc<Buffer>)> = lock(&self.named)
             .values()
-            .filter_map(|(_, w)| {
-                let holders = w.strong_count() as u64;
-                let b = w.upgrade()?;
-                Some(holders.saturating_sub(1) * b.segment.len() as u64)
-            })
+            .filter_map(|(_, w)| Some((w.strong_count() as u64, w.upgrade()?)))
+            .collect();
+        let deduplicated_bytes = named
+            .iter()
+            .map(|(holders, b)| holders.saturating_sub(1) * b.segment.len() as u64)
             .sum();
+        drop(named);
         let t = self.totals();
         Stats {
             clients: t.clients,
