@@ -112,6 +112,16 @@
 typedef struct PinwiseAllocator PinwiseAllocator;
 
 /**
+ * A connection to the pool (opaque to C).
+ */
+typedef struct PinwisePool PinwisePool;
+
+/**
+ * A pinned buffer of the pool, mapped in this process (opaque to C).
+ */
+typedef struct PinwisePoolBuffer PinwisePoolBuffer;
+
+/**
  * A tracer instance (opaque to C).
  */
 typedef struct PinwiseTracer PinwiseTracer;
@@ -484,6 +494,82 @@ int pinwise_alloc_get_stats(const struct PinwiseAllocator *a, struct PinwiseAllo
  * `a` is from `pinwise_alloc_create`.
  */
 int pinwise_alloc_is_fixture(const struct PinwiseAllocator *a);
+
+/**
+ * Connects to the pool at `socket` (NULL: `$PINWISE_POOL_SOCKET`, else
+ * `/run/pinwise/pool.sock`) for copies to device memory of CUDA device `device`. NULL when
+ * there is no pool, it refuses this user, or CUDA cannot be loaded.
+ *
+ * # Safety
+ * `socket` is NULL or a NUL-terminated string.
+ */
+struct PinwisePool *pinwise_pool_connect(const char *socket, uint32_t device);
+
+/**
+ * Closes the connection (the pool closes what it opened for it). Buffers stay valid until
+ * `pinwise_pool_free`. NULL is ignored.
+ *
+ * # Safety
+ * `pool` is NULL or from `pinwise_pool_connect`, not yet disconnected.
+ */
+void pinwise_pool_disconnect(struct PinwisePool *pool);
+
+/**
+ * A pinned buffer of at least `len` bytes: private (`name` NULL) or the buffer called
+ * `name` of this user, shared with the other processes that ask for it (made by the first).
+ *
+ * # Safety
+ * `pool` is from `pinwise_pool_connect`; `name` is NULL or a NUL-terminated string.
+ */
+struct PinwisePoolBuffer *pinwise_pool_alloc(const struct PinwisePool *pool,
+                                             size_t len,
+                                             const char *name);
+
+/**
+ * The buffer's first byte (NULL for a NULL buffer).
+ *
+ * # Safety
+ * `buffer` is NULL or from `pinwise_pool_alloc`, not yet freed.
+ */
+void *pinwise_pool_buffer_data(const struct PinwisePoolBuffer *buffer);
+
+/**
+ * The buffer's size in bytes (0 for a NULL buffer).
+ *
+ * # Safety
+ * `buffer` is NULL or from `pinwise_pool_alloc`, not yet freed.
+ */
+size_t pinwise_pool_buffer_size(const struct PinwisePoolBuffer *buffer);
+
+/**
+ * Lets go of a buffer (unmapped here; freed in the pool when no process holds it). NULL is
+ * ignored.
+ *
+ * # Safety
+ * `buffer` is NULL or from `pinwise_pool_alloc`, not yet freed.
+ */
+void pinwise_pool_free(struct PinwisePoolBuffer *buffer);
+
+/**
+ * Has the pool copy `len` bytes between `buffer` at `buffer_offset` and the device memory
+ * at `device_ptr` (inside one `cuMemAlloc` allocation of this process): `PINWISE_HTOD`
+ * (buffer to device) or `PINWISE_DTOH`. Returns 0 once the bytes have arrived, -1 on failure
+ * (nothing was reported copied; copy in-process instead).
+ *
+ * # Safety
+ * `pool` is from `pinwise_pool_connect` and `buffer` from `pinwise_pool_alloc`.
+ */
+int pinwise_pool_copy(const struct PinwisePool *pool,
+                      const struct PinwisePoolBuffer *buffer,
+                      size_t buffer_offset,
+                      uint64_t device_ptr,
+                      size_t len,
+                      int direction);
+
+/**
+ * What the calling thread's last failing `pinwise_pool_*` call said ("" if none).
+ */
+const char *pinwise_pool_last_error(void);
 
 /**
  * The last error on this thread, as a NUL-terminated string ("" if none). Valid until the

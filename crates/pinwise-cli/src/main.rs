@@ -40,6 +40,8 @@ enum Command {
     Demo(cmd::demo::DemoArgs),
     /// Monitor every CUDA process on this node, always on; metrics for Prometheus.
     Agent(cmd::agent::AgentArgs),
+    /// A node-local pinned-memory service: processes share pinned buffers, one GPU mapping.
+    Pool(cmd::pool::PoolArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(cmd::shell::CompletionsArgs),
     /// Print the manual page (or write one per subcommand with --out-dir).
@@ -101,6 +103,7 @@ fn main() -> ExitCode {
         Command::Doctor(args) => cmd::doctor::run(args),
         Command::Demo(args) => cmd::demo::run(args),
         Command::Agent(args) => cmd::agent::run(args),
+        Command::Pool(args) => cmd::pool::run(args),
         Command::Completions(args) => cmd::shell::completions(args, Cli::command()),
         Command::Man(args) => cmd::shell::man(args, Cli::command()),
     };

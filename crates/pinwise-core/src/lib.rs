@@ -27,6 +27,7 @@ pub mod cost;
 pub mod event;
 pub mod format;
 pub mod history;
+pub mod pagetable;
 pub mod policy;
 pub mod preload_stats;
 pub mod profile;

@@ -113,6 +113,10 @@ driver_api! {
     optional {
         cuDeviceGetUuid_v2: fn(*mut CUuuid, CUdevice);
         cuDeviceGetUuid: fn(*mut CUuuid, CUdevice);
+        cuMemGetAddressRange_v2: fn(*mut CUdeviceptr, *mut usize, CUdeviceptr);
+        cuIpcGetMemHandle: fn(*mut CUipcMemHandle, CUdeviceptr);
+        cuIpcOpenMemHandle_v2: fn(*mut CUdeviceptr, CUipcMemHandle, c_uint);
+        cuIpcCloseMemHandle: fn(CUdeviceptr);
         cuGetProcAddress_v2: fn(*const c_char, *mut *mut c_void, c_int, u64, *mut CUdriverProcAddressQueryResult);
     }
 }

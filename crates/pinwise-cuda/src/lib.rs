@@ -15,6 +15,7 @@
 //! | [`DeviceBuffer`] | `cuMemAlloc` memory |
 //! | [`PinnedHostRegion`] | `cuMemHostAlloc` / `cuMemAllocHost` memory |
 //! | [`HostRegistration`] | caller memory locked with `cuMemHostRegister` |
+//! | [`IpcMemHandle`], [`IpcMapping`] | CUDA IPC: a device allocation opened by another process |
 //! | [`nvml::Nvml`] | optional NVML: PCIe generation and width per device |
 //!
 //! Errors are [`CudaError`]s, never panics: a missing library (path and `dlerror` text), a
@@ -41,6 +42,7 @@ mod copy;
 mod device;
 mod driver;
 mod error;
+mod ipc;
 mod memory;
 pub mod nvml;
 mod stream;
@@ -51,6 +53,7 @@ pub use context::{Context, MemInfo};
 pub use device::{Device, PciIds};
 pub use driver::{Driver, ProcAddress, DEFAULT_LIBCUDA, LIBCUDA_ENV};
 pub use error::{CudaError, Result};
+pub use ipc::{IpcMapping, IpcMemHandle};
 pub use memory::{
     DeviceBuffer, DevicePtr, HostRegistration, MemoryType, PinnedAllocator, PinnedHostRegion,
 };
@@ -74,6 +77,7 @@ mod tests {
         assert_send_sync::<PinnedHostRegion>();
         assert_send_sync::<HostRegistration<'static>>();
         assert_send_sync::<CudaError>();
+        assert_send_sync::<IpcMapping>();
     }
 
     #[test]

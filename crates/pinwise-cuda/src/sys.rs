@@ -245,3 +245,13 @@ impl Default for CUDA_MEMCPY3D {
 
 const _: () = assert!(std::mem::size_of::<CUDA_MEMCPY2D>() == 128);
 const _: () = assert!(std::mem::size_of::<CUDA_MEMCPY3D>() == 200);
+
+/// `CUipcMemHandle`: 64 opaque bytes naming a device allocation for other processes.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CUipcMemHandle {
+    /// The driver's bytes.
+    pub reserved: [u8; 64],
+}
+/// `CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS`.
+pub const CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS: c_uint = 0x1;

@@ -600,3 +600,45 @@ fn pinned_regions_report_flags_and_device_pointers() {
     drop(reg);
     assert_eq!(s.ctx.memory_type(buf.as_ptr() as u64).unwrap(), None);
 }
+
+#[test]
+fn ipc_export_keeps_the_bytes_and_a_process_cannot_open_its_own_handle() {
+    let s = standin();
+    let ctx = s.driver.device(0).unwrap().primary_context().unwrap();
+    let dev = DeviceBuffer::new(&ctx, 3 * 4096 + 5).unwrap();
+    let data = pattern(dev.len(), 9);
+    dev.copy_from_host(&data).unwrap();
+    // Interior pointers: the range names the allocation; only its start has a handle.
+    let inner = dev.ptr().offset(4100);
+    assert_eq!(ctx.address_range(inner).unwrap(), (dev.ptr(), dev.len()));
+    assert_eq!(
+        ctx.ipc_handle(inner).unwrap_err().cuda_name(),
+        Some("CUDA_ERROR_INVALID_VALUE")
+    );
+    let h = ctx.ipc_handle(dev.ptr()).unwrap();
+    assert_eq!(
+        ctx.ipc_handle(dev.ptr()).unwrap(),
+        h,
+        "the same handle again"
+    );
+    // The stand-in moved the allocation onto shared memory at the same address: same bytes,
+    // and still writable.
+    let mut back = vec![0u8; dev.len()];
+    dev.copy_to_host(&mut back).unwrap();
+    assert_eq!(back, data);
+    dev.fill(3).unwrap();
+    dev.copy_to_host(&mut back).unwrap();
+    assert!(back.iter().all(|&b| b == 3));
+    assert_eq!(
+        ctx.open_ipc_handle(h).unwrap_err().cuda_name(),
+        Some("CUDA_ERROR_INVALID_CONTEXT"),
+        "CUDA refuses a process's own handle"
+    );
+    let mut garbage = h;
+    garbage.0[0] ^= 0xff;
+    assert_eq!(
+        ctx.open_ipc_handle(garbage).unwrap_err().cuda_name(),
+        Some("CUDA_ERROR_INVALID_VALUE")
+    );
+    drop(dev); // frees the exported allocation (and its memfd)
+}

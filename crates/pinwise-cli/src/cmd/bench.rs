@@ -31,6 +31,9 @@ pub struct BenchArgs {
 enum BenchWhat {
     /// The smart pinning allocator against pageable, pin-everything and a caching pool.
     Alloc(AllocArgs),
+    /// One process's side of the pinned-pool benchmark (bench/gpu/pool/run.sh): staging
+    /// pinned in-process, as shared memory registered per process, or in `pinwise pool`.
+    Pool(super::bench_pool::PoolBenchArgs),
 }
 
 /// Arguments of `pinwise bench alloc`.
@@ -106,6 +109,7 @@ fn parse_strategy(s: &str) -> Result<StrategyKind, String> {
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     match args.what {
         BenchWhat::Alloc(a) => alloc(a),
+        BenchWhat::Pool(a) => super::bench_pool::run(a),
     }
 }
 

@@ -1,6 +1,7 @@
 //! One module per subcommand. Each has a clap `Args` struct and a `run` function.
 pub mod agent;
 pub mod bench;
+pub mod bench_pool;
 pub mod calibrate;
 pub mod demo;
 pub mod diff;
@@ -8,6 +9,7 @@ pub mod doctor;
 pub mod export;
 pub mod killed;
 pub mod outputs;
+pub mod pool;
 pub mod preload_path;
 pub mod report;
 pub mod run;

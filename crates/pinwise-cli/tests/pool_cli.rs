@@ -1,0 +1,83 @@
+//! `pinwise pool serve` and `pinwise pool status` on the CPU stand-in for libcuda (a TEST
+//! FIXTURE): the service starts, answers a client, and a missing service is a clear error.
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use pinwise_testkit::StandinLibs;
+
+fn pinwise() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_pinwise"));
+    c.env("NO_COLOR", "1");
+    c
+}
+
+#[test]
+fn status_without_a_service_says_so_and_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("none.sock");
+    let o = pinwise()
+        .args(["pool", "status", "--socket", sock.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.starts_with("pinwise: error: no pinwise pool at ") && err.contains("none.sock"),
+        "{err}"
+    );
+}
+
+#[test]
+fn serve_then_status_reports_the_accounting() {
+    if !pinwise_testkit::require_locked_memory("serve_then_status_reports_the_accounting", 64 << 20)
+    {
+        return;
+    }
+    let libs = StandinLibs::new();
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("sub/pool.sock");
+    let mut service = libs.command(env!("CARGO_BIN_EXE_pinwise"));
+    let mut service = service
+        .args([
+            "pool",
+            "serve",
+            "--capacity",
+            "64M",
+            "--client-budget",
+            "16M",
+        ])
+        .arg("--socket")
+        .arg(&sock)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    let out = loop {
+        let o = pinwise()
+            .args([
+                "pool",
+                "status",
+                "--json",
+                "--socket",
+                sock.to_str().unwrap(),
+            ])
+            .output()
+            .unwrap();
+        if o.status.success() || t0.elapsed() > Duration::from_secs(20) {
+            break o;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let _ = service.kill();
+    let _ = service.wait();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stats: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(stats["capacity"], 64 << 20);
+    assert_eq!(stats["client_budget"], 16 << 20);
+    assert_eq!(stats["clients"], 1, "the status connection itself");
+    assert_eq!(stats["buffers"], 0);
+}

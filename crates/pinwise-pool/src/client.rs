@@ -1,0 +1,422 @@
+//! The client API: connect to the pool, take pinned buffers (mapped here as shared memory),
+//! register device allocations (by CUDA IPC handle), and have the service copy between them.
+//!
+//! Every failure is a [`PoolError`]: the caller then does what it would have done without a
+//! pool (pin in-process). Nothing here retries behind the caller's back, and a copy that
+//! failed has not been reported done.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use pinwise_cuda::{Context, CudaError, DevicePtr, IpcMemHandle};
+
+use crate::proto::{self, Direction, ErrorKind, Request, Response, Stats, VERSION};
+use crate::shm::Mapping;
+use crate::wire;
+
+/// The environment variable naming the pool's socket.
+pub const SOCKET_ENV: &str = "PINWISE_POOL_SOCKET";
+/// The socket path used when `PINWISE_POOL_SOCKET` is not set.
+pub const DEFAULT_SOCKET: &str = "/run/pinwise/pool.sock";
+
+/// The socket path clients and the service use by default: `$PINWISE_POOL_SOCKET`, else
+/// [`DEFAULT_SOCKET`].
+pub fn default_socket() -> PathBuf {
+    std::env::var_os(SOCKET_ENV)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET))
+}
+
+/// Why the pool cannot serve a request. Every variant means: fall back to in-process pinning.
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError {
+    /// No service at the socket (not running, or the path does not exist).
+    #[error("no pinwise pool at {path}: {reason}")]
+    Unavailable {
+        /// The socket path.
+        path: PathBuf,
+        /// What connecting said.
+        reason: String,
+    },
+    /// The service refused (not allowed, over budget, unknown id, bad offsets, or a CUDA
+    /// failure in the service).
+    #[error("the pinwise pool refused: {message}")]
+    Refused {
+        /// The service's reason, by kind.
+        kind: ErrorKind,
+        /// The service's words.
+        message: String,
+    },
+    /// The connection broke (the service exited or crashed).
+    #[error("the connection to the pinwise pool failed: {0}")]
+    Connection(String),
+    /// The service answered something this client does not understand.
+    #[error("the pinwise pool answered unexpectedly: {0}")]
+    Protocol(String),
+    /// CUDA failed in this process (getting an IPC handle).
+    #[error(transparent)]
+    Cuda(#[from] CudaError),
+}
+
+/// Shorthand.
+pub type Result<T, E = PoolError> = std::result::Result<T, E>;
+
+#[derive(Debug)]
+struct Conn {
+    sock: Mutex<OwnedFd>,
+}
+
+impl Conn {
+    /// Sends a request and waits for its reply (one at a time per connection).
+    fn call(&self, req: &Request) -> Result<(Response, Option<OwnedFd>)> {
+        let sock = self.sock.lock().unwrap_or_else(|e| e.into_inner());
+        wire::send(sock.as_fd(), &proto::encode(req), None)
+            .map_err(|e| PoolError::Connection(format!("sending: {e}")))?;
+        let (bytes, fd) = wire::recv(sock.as_fd())
+            .map_err(|e| PoolError::Connection(format!("receiving: {e}")))?
+            .ok_or_else(|| PoolError::Connection("the pool closed the connection".into()))?;
+        let reply: Response = proto::decode(&bytes).map_err(PoolError::Protocol)?;
+        match reply {
+            Response::Error { kind, message } => Err(PoolError::Refused { kind, message }),
+            r => Ok((r, fd)),
+        }
+    }
+}
+
+/// A connection to the pool.
+#[derive(Debug, Clone)]
+pub struct PoolClient {
+    conn: Arc<Conn>,
+    client_budget: u64,
+}
+
+/// A pinned buffer of the pool, mapped in this process. Freed in the pool on drop.
+#[derive(Debug)]
+pub struct PoolBuffer {
+    conn: Arc<Conn>,
+    id: u64,
+    map: Mapping,
+    huge: bool,
+    created: bool,
+}
+
+/// A device allocation of this process that the pool has opened (by IPC handle).
+/// Closed in the pool on drop.
+#[derive(Debug)]
+pub struct PoolDevice {
+    conn: Arc<Conn>,
+    id: u64,
+    base: DevicePtr,
+    len: usize,
+    handle: IpcMemHandle,
+}
+
+/// The device allocations a client has let the pool open, by start address, for callers
+/// that copy to raw device pointers (the C API). Each lookup asks CUDA for the allocation's
+/// range and IPC handle again: an allocation freed and another made at the same address has
+/// another handle, so a stale opening is replaced, never copied into.
+#[derive(Debug, Default)]
+pub struct DeviceCache {
+    devices: std::collections::HashMap<u64, PoolDevice>,
+}
+
+impl DeviceCache {
+    /// The opened allocation that holds `ptr`, opening it (or reopening it) as needed.
+    pub fn get(&mut self, pool: &PoolClient, ctx: &Context, ptr: DevicePtr) -> Result<&PoolDevice> {
+        let (base, len) = ctx.address_range(ptr)?;
+        let handle = ctx.ipc_handle(base)?;
+        let fresh = self
+            .devices
+            .get(&base.0)
+            .is_some_and(|d| d.handle == handle && d.len == len);
+        if !fresh {
+            // Drop (close) a stale opening before opening the new allocation.
+            self.devices.remove(&base.0);
+            let d = pool.open_device(base, len, handle)?;
+            self.devices.insert(base.0, d);
+        }
+        Ok(&self.devices[&base.0])
+    }
+
+    /// Closes every opened allocation.
+    pub fn clear(&mut self) {
+        self.devices.clear();
+    }
+}
+
+impl PoolClient {
+    /// Connects to the pool at [`default_socket`].
+    pub fn connect_default() -> Result<PoolClient> {
+        PoolClient::connect(&default_socket())
+    }
+
+    /// Connects to the pool at `path` and checks that it speaks this protocol.
+    pub fn connect(path: &Path) -> Result<PoolClient> {
+        let sock = wire::connect(path).map_err(|e| PoolError::Unavailable {
+            path: path.to_path_buf(),
+            reason: if wire::is_absent(e) {
+                format!("nothing listens there ({e})")
+            } else {
+                e.to_string()
+            },
+        })?;
+        let conn = Arc::new(Conn {
+            sock: Mutex::new(sock),
+        });
+        match conn.call(&Request::Hello { version: VERSION })? {
+            (Response::Hello { client_budget, .. }, _) => Ok(PoolClient {
+                conn,
+                client_budget,
+            }),
+            (other, _) => Err(PoolError::Protocol(format!("{other:?} to hello"))),
+        }
+    }
+
+    /// The most bytes this client may hold in pinned buffers.
+    pub fn client_budget(&self) -> u64 {
+        self.client_budget
+    }
+
+    /// A new pinned buffer of at least `len` bytes (rounded up to whole pages), private to
+    /// this client.
+    pub fn alloc(&self, len: usize) -> Result<PoolBuffer> {
+        self.alloc_request(len, None)
+    }
+
+    /// The buffer called `name` of this user: made (at least `len` bytes) by the first
+    /// client that asks, the same memory for every client of the same user that asks for
+    /// the name afterwards (one copy in RAM, one GPU mapping), freed when the last lets go.
+    /// [`PoolBuffer::created`] says whether this call made it.
+    pub fn alloc_shared(&self, name: &str, len: usize) -> Result<PoolBuffer> {
+        self.alloc_request(len, Some(name.to_string()))
+    }
+
+    fn alloc_request(&self, len: usize, name: Option<String>) -> Result<PoolBuffer> {
+        match self.conn.call(&Request::Alloc {
+            len: len as u64,
+            name,
+        })? {
+            (
+                Response::Buffer {
+                    buffer,
+                    len,
+                    huge,
+                    created,
+                },
+                Some(fd),
+            ) => {
+                let len = usize::try_from(len)
+                    .map_err(|_| PoolError::Protocol(format!("buffer of {len} bytes")))?;
+                let map = Mapping::new(fd.as_fd(), len)
+                    .map_err(|e| PoolError::Connection(format!("mapping the buffer: {e}")));
+                // The descriptor is closed here; the mapping keeps the memory.
+                drop(fd);
+                let map = match map {
+                    Ok(m) => m,
+                    Err(e) => {
+                        let _ = self.conn.call(&Request::Free { buffer });
+                        return Err(e);
+                    }
+                };
+                Ok(PoolBuffer {
+                    conn: self.conn.clone(),
+                    id: buffer,
+                    map,
+                    huge,
+                    created,
+                })
+            }
+            (Response::Buffer { .. }, None) => Err(PoolError::Protocol(
+                "a buffer without its descriptor".into(),
+            )),
+            (other, _) => Err(PoolError::Protocol(format!("{other:?} to alloc"))),
+        }
+    }
+
+    /// Lets the pool copy into and out of the device allocation that holds `ptr` (made by
+    /// `cuMemAlloc` in `ctx`): sends its CUDA IPC handle.
+    pub fn register_device(&self, ctx: &Context, ptr: DevicePtr) -> Result<PoolDevice> {
+        let (base, len) = ctx.address_range(ptr)?;
+        let handle = ctx.ipc_handle(base)?;
+        self.open_device(base, len, handle)
+    }
+
+    fn open_device(&self, base: DevicePtr, len: usize, handle: IpcMemHandle) -> Result<PoolDevice> {
+        match self.conn.call(&Request::OpenDevice {
+            handle: handle.0.to_vec(),
+        })? {
+            (Response::Device { device, len: seen }, _) if seen as usize >= len => Ok(PoolDevice {
+                conn: self.conn.clone(),
+                id: device,
+                base,
+                len,
+                handle,
+            }),
+            (Response::Device { device, len: seen }, _) => {
+                let _ = self.conn.call(&Request::CloseDevice { device });
+                Err(PoolError::Protocol(format!(
+                    "the pool sees {seen} bytes of an allocation of {len}"
+                )))
+            }
+            (other, _) => Err(PoolError::Protocol(format!("{other:?} to open_device"))),
+        }
+    }
+
+    /// Copies `len` bytes from `buffer` at `buffer_offset` to the device at `dst`
+    /// (inside `device`'s allocation); returns once they have arrived.
+    pub fn copy_to_device(
+        &self,
+        buffer: &PoolBuffer,
+        buffer_offset: usize,
+        device: &PoolDevice,
+        dst: DevicePtr,
+        len: usize,
+    ) -> Result<()> {
+        self.copy(
+            Direction::HostToDevice,
+            buffer,
+            buffer_offset,
+            device,
+            dst,
+            len,
+        )
+    }
+
+    /// Copies `len` bytes from the device at `src` (inside `device`'s allocation) into
+    /// `buffer` at `buffer_offset`; returns once they have arrived.
+    pub fn copy_from_device(
+        &self,
+        buffer: &PoolBuffer,
+        buffer_offset: usize,
+        device: &PoolDevice,
+        src: DevicePtr,
+        len: usize,
+    ) -> Result<()> {
+        self.copy(
+            Direction::DeviceToHost,
+            buffer,
+            buffer_offset,
+            device,
+            src,
+            len,
+        )
+    }
+
+    fn copy(
+        &self,
+        dir: Direction,
+        buffer: &PoolBuffer,
+        buffer_offset: usize,
+        device: &PoolDevice,
+        at: DevicePtr,
+        len: usize,
+    ) -> Result<()> {
+        let device_offset =
+            at.0.checked_sub(device.base.0)
+                .filter(|off| {
+                    off.checked_add(len as u64)
+                        .is_some_and(|e| e <= device.len as u64)
+                })
+                .ok_or_else(|| PoolError::Refused {
+                    kind: ErrorKind::BadRequest,
+                    message: format!(
+                        "{len} bytes at {:#x} are not inside the registered allocation {:#x}+{}",
+                        at.0, device.base.0, device.len
+                    ),
+                })?;
+        match self.conn.call(&Request::Copy {
+            dir,
+            buffer: buffer.id,
+            buffer_offset: buffer_offset as u64,
+            device: device.id,
+            device_offset,
+            len: len as u64,
+        })? {
+            (Response::Done, _) => Ok(()),
+            (other, _) => Err(PoolError::Protocol(format!("{other:?} to copy"))),
+        }
+    }
+
+    /// The pool's accounting (all clients).
+    pub fn stats(&self) -> Result<Stats> {
+        match self.conn.call(&Request::Stats)? {
+            (Response::Stats(s), _) => Ok(s),
+            (other, _) => Err(PoolError::Protocol(format!("{other:?} to stats"))),
+        }
+    }
+}
+
+impl PoolBuffer {
+    /// The pool's id of this buffer (meaningful only on this connection).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether it is empty (never).
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Whether the pool put it on 2 MiB huge pages.
+    pub fn is_huge(&self) -> bool {
+        self.huge
+    }
+
+    /// Whether the request that returned it made it (always for [`PoolClient::alloc`];
+    /// for [`PoolClient::alloc_shared`], false when another client had made it).
+    pub fn created(&self) -> bool {
+        self.created
+    }
+
+    /// The bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        self.map.as_slice()
+    }
+
+    /// The bytes, writable.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        self.map.as_mut_slice()
+    }
+}
+
+impl Drop for PoolBuffer {
+    fn drop(&mut self) {
+        // A lost connection has freed it already (the service frees a closed client's buffers).
+        let _ = self.conn.call(&Request::Free { buffer: self.id });
+    }
+}
+
+impl PoolDevice {
+    /// The pool's id of this allocation (meaningful only on this connection).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The allocation's start in this process.
+    pub fn base(&self) -> DevicePtr {
+        self.base
+    }
+
+    /// Its length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it is empty (never).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for PoolDevice {
+    fn drop(&mut self) {
+        let _ = self.conn.call(&Request::CloseDevice { device: self.id });
+    }
+}

@@ -1,0 +1,134 @@
+//! `SOCK_SEQPACKET` Unix sockets: one datagram per message, with at most one descriptor
+//! (`SCM_RIGHTS`), through rustix (no hand-written `cmsghdr` code), and the peer's
+//! credentials (`SO_PEERCRED`).
+
+use std::io::{IoSlice, IoSliceMut};
+use std::mem::MaybeUninit;
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::path::Path;
+
+use rustix::io::Errno;
+use rustix::net::{
+    self, AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags, SocketAddrUnix, SocketFlags, SocketType,
+};
+
+use crate::proto::MAX_MESSAGE;
+
+/// The peer of a connection, as the kernel vouches for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer {
+    /// Process id.
+    pub pid: u32,
+    /// User id.
+    pub uid: u32,
+}
+
+/// A new `SOCK_SEQPACKET` Unix socket (close-on-exec).
+fn socket() -> rustix::io::Result<OwnedFd> {
+    net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+}
+
+/// Connects to the socket at `path`.
+pub fn connect(path: &Path) -> rustix::io::Result<OwnedFd> {
+    let fd = socket()?;
+    net::connect(&fd, &SocketAddrUnix::new(path)?)?;
+    Ok(fd)
+}
+
+/// Binds and listens at `path` (which must not exist).
+pub fn listen(path: &Path) -> rustix::io::Result<OwnedFd> {
+    let fd = socket()?;
+    net::bind(&fd, &SocketAddrUnix::new(path)?)?;
+    net::listen(&fd, 64)?;
+    Ok(fd)
+}
+
+/// Accepts one connection (close-on-exec).
+pub fn accept(listener: BorrowedFd<'_>) -> rustix::io::Result<OwnedFd> {
+    net::accept_with(listener, SocketFlags::CLOEXEC)
+}
+
+/// The connected peer's pid and uid (`SO_PEERCRED`).
+pub fn peer(fd: BorrowedFd<'_>) -> rustix::io::Result<Peer> {
+    let cred = net::sockopt::socket_peercred(fd)?;
+    Ok(Peer {
+        pid: cred.pid.as_raw_nonzero().get() as u32,
+        uid: cred.uid.as_raw(),
+    })
+}
+
+/// Sends one message, with `fd` attached if given. Never raises `SIGPIPE`.
+pub fn send(
+    sock: BorrowedFd<'_>,
+    bytes: &[u8],
+    fd: Option<BorrowedFd<'_>>,
+) -> rustix::io::Result<()> {
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    let fds;
+    if let Some(fd) = fd {
+        fds = [fd];
+        if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
+            return Err(Errno::NOBUFS);
+        }
+    }
+    let n = net::sendmsg(
+        sock,
+        &[IoSlice::new(bytes)],
+        &mut control,
+        SendFlags::NOSIGNAL,
+    )?;
+    if n != bytes.len() {
+        return Err(Errno::MSGSIZE);
+    }
+    Ok(())
+}
+
+/// Receives one message and the descriptor attached to it, if any. `Ok(None)` when the
+/// peer has closed the connection. A truncated message is `EMSGSIZE`; descriptors beyond
+/// the first are closed.
+pub fn recv(sock: BorrowedFd<'_>) -> rustix::io::Result<Option<(Vec<u8>, Option<OwnedFd>)>> {
+    let mut buf = vec![0u8; MAX_MESSAGE];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let msg = loop {
+        match net::recvmsg(
+            sock,
+            &mut [IoSliceMut::new(&mut buf)],
+            &mut control,
+            RecvFlags::CMSG_CLOEXEC,
+        ) {
+            Err(Errno::INTR) => continue,
+            other => break other?,
+        }
+    };
+    let mut received = None;
+    for m in control.drain() {
+        if let RecvAncillaryMessage::ScmRights(fds) = m {
+            for fd in fds {
+                if received.is_none() {
+                    received = Some(fd);
+                }
+            }
+        }
+    }
+    if msg.bytes == 0 {
+        return Ok(None);
+    }
+    if msg.flags.contains(net::ReturnFlags::TRUNC) || msg.flags.contains(net::ReturnFlags::CTRUNC) {
+        return Err(Errno::MSGSIZE);
+    }
+    buf.truncate(msg.bytes);
+    Ok(Some((buf, received)))
+}
+
+/// `true` for the errors that mean "nobody serves at that path" (the client falls back).
+pub fn is_absent(e: Errno) -> bool {
+    matches!(e, Errno::NOENT | Errno::CONNREFUSED | Errno::NOTDIR)
+}
