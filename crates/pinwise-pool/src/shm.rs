@@ -173,6 +173,31 @@ mod tests {
         );
     }
 
+    fn free_huge_pages() -> u64 {
+        std::fs::read_to_string("/proc/meminfo")
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("HugePages_Free:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    #[test]
+    fn huge_pages_when_reserved_else_4_kib_pages() {
+        let free = free_huge_pages();
+        let seg = Segment::new(3 * HUGE_PAGE - 5000, true).unwrap();
+        if free >= 3 {
+            assert!(seg.is_huge(), "{free} huge pages free");
+            assert_eq!(seg.len(), 3 * HUGE_PAGE);
+        } else {
+            assert!(!seg.is_huge(), "only {free} huge pages free: 4 KiB pages");
+            assert_eq!(seg.len(), 3 * HUGE_PAGE - rustix::param::page_size());
+        }
+        let mut other = Mapping::new(seg.fd(), seg.len()).unwrap();
+        other.as_mut_slice()[seg.len() - 1] = 9;
+        assert_eq!(seg.mapping().as_slice()[seg.len() - 1], 9);
+    }
+
     #[test]
     fn rounding() {
         assert_eq!(round_up(1, HUGE_PAGE), Some(HUGE_PAGE));
