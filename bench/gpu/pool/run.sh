@@ -101,7 +101,12 @@ memory_case() { # CASE MODE [service args]
     "$case" "$mode" $((a0 - a1)) $((g1 - g0)) "${svc_rss:-0}" "$wall" >> "$D/memory.json"
 }
 memory_case in-process in-process
-memory_case shm-register shm-register
+shm_free=$(df -B1 --output=avail /dev/shm 2>/dev/null | tail -n1)
+if [[ -n $shm_free ]] && (( shm_free >= $(numfmt --from=iec "$SIZE") )); then
+  memory_case shm-register shm-register
+else
+  echo "shm-register: /dev/shm has ${shm_free:-no} free bytes, less than $SIZE: skipped" >> "$D/notes.txt"
+fi
 memory_case pool pool --no-huge-pages
 need=$(( $(numfmt --from=iec "$SIZE") / 2097152 + 8 ))
 if [[ ${HUGE:-1} == 1 ]] && echo $((HP_ORIG + need)) > $HP 2>/dev/null && (( $(cat $HP) >= HP_ORIG + need )); then
