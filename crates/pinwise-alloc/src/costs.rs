@@ -10,7 +10,7 @@
 //! |---|---|---|
 //! | a free pool block | nothing (the pool holds it anyway) | `cuMemHostAlloc` memory |
 //! | registering a warm cached mapping | register + unregister + hold | `registered_h2d_GBps` |
-//! | fresh memory | the cheaper of `cuMemHostAlloc` + free and map + touch + register + unregister ([`cheapest_fresh`]), + hold | that method's column |
+//! | fresh memory | the cheaper of `cuMemHostAlloc` + free and map + touch + register + unregister ([`cheapest_fresh`]), less the page faults a fresh pageable mapping would take anyway (`malloc_touch_us`), + hold | that method's column |
 //!
 //! **Holding** pinned memory has a price too ([`hold_ns`]): the GPU page table it takes
 //! (8 bytes per 4 KiB page, priced like RAM), and the RAM that is no longer pageable,
@@ -56,9 +56,13 @@ pub fn price(p: &Policy, bytes: u64, obtain: Obtain, pinned_after: u64, budget: 
             bandwidth_of: PinMethod::RegisterTouched,
         },
         Obtain::Fresh => {
+            // Fresh memory costs its page faults whether it is pinned or not: left pageable,
+            // a fresh mapping (the cache had none to reuse) faults in as the program writes
+            // it. Only what pinning adds is charged.
             let (method, cost) = cheapest_fresh(p, bytes);
+            let faults_anyway = p.cost_model().malloc_touch_ns(bytes);
             PinPrice {
-                cost_ns: cost + hold_ns(p, bytes, pinned_after, budget),
+                cost_ns: (cost - faults_anyway).max(0.0) + hold_ns(p, bytes, pinned_after, budget),
                 bandwidth_of: method,
             }
         }
@@ -197,7 +201,9 @@ mod tests {
         let fresh = price(&p, size, Obtain::Fresh, size, budget);
         let (method, cost) = cheapest_fresh(&p, size);
         assert_eq!(fresh.bandwidth_of, method);
-        assert!((fresh.cost_ns - cost - hold_empty).abs() < 1.0);
+        let faults = p.cost_model().malloc_touch_ns(size);
+        let adds = (cost - faults).max(0.0);
+        assert!((fresh.cost_ns - adds - hold_empty).abs() < 1.0);
         // The page table alone: 16 MiB pins 4096 pages, 32 KiB of GPU page table.
         assert_eq!(CostModel::page_table_bytes(size), 32 << 10);
         assert!(hold_ns(&p, size, 0, budget) > 0.0);
