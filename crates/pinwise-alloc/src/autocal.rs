@@ -180,6 +180,22 @@ fn write_cache(path: &Path, model: &CostModel) -> std::io::Result<()> {
     pinwise_core::safe_file::write_bytes(path, model.to_csv().as_bytes())
 }
 
+/// The cached calibration of GPU `key` in `dir`, without measuring (for code running inside
+/// someone else's program, which must not start GPU work of its own): `Ok(None)` when none
+/// is cached, an error naming the file when it cannot be read.
+pub fn cached(key: &str, dir: &Path) -> Result<Option<CostModel>, String> {
+    let p = cache_file(dir, key);
+    if !p.exists() {
+        return Ok(None);
+    }
+    CostModel::from_csv_file(&p).map(Some).map_err(|e| {
+        format!(
+            "the cached calibration {} cannot be used ({e})",
+            p.display()
+        )
+    })
+}
+
 /// [`resolve`] on a background thread.
 pub fn spawn(
     key: Option<String>,
@@ -230,6 +246,21 @@ mod tests {
         // Another GPU has its own file.
         let r = resolve(Some("GPU-5678"), Some(dir.path()), || Ok(measured()));
         assert!(matches!(r.source, Source::Calibrated { .. }));
+    }
+
+    #[test]
+    fn cached_reads_without_measuring() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(cached("GPU-9", dir.path()).unwrap(), None);
+        resolve(Some("GPU-9"), Some(dir.path()), || Ok(measured()));
+        let m = cached("GPU-9", dir.path()).unwrap().unwrap();
+        assert_eq!(m.points(), measured().points());
+        std::fs::write(cache_file(dir.path(), "GPU-9"), "junk").unwrap();
+        let e = cached("GPU-9", dir.path()).unwrap_err();
+        assert!(
+            e.contains("calibration-GPU-9.csv") && e.contains("cannot be used"),
+            "{e}"
+        );
     }
 
     #[test]

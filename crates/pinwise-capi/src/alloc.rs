@@ -156,13 +156,35 @@ pub unsafe extern "C" fn pinwise_alloc_create(
         let profile = unsafe { opt_path(c.profile_path, "profile_path") }?;
         // SAFETY: as above.
         let calibration = unsafe { opt_path(c.calibration_path, "calibration_path") }?;
-        let costs = match calibration {
-            Some(p) => CostModel::from_csv_file(&p).map_err(|e| e.to_string())?,
-            None => CostModel::builtin(),
+        let given = match calibration {
+            Some(p) => Some(CostModel::from_csv_file(&p).map_err(|e| e.to_string())?),
+            None => None,
         };
         let driver = pinwise_cuda::Driver::shared().map_err(|e| e.to_string())?;
         let backend =
             CudaBackend::on_device(&driver, c.device as usize).map_err(|e| e.to_string())?;
+        // Without a file: this GPU's cached automatic calibration (made by `pinwise bench
+        // alloc` or `pinwise_alloc::autocal`; never measured here, inside the program), else
+        // the built-in table, said in the log.
+        let costs = given.unwrap_or_else(|| {
+            let cached = match (backend.gpu_key(), pinwise_alloc::autocal::cache_dir()) {
+                (Some(k), Some(d)) => pinwise_alloc::autocal::cached(&k, &d),
+                _ => Ok(None),
+            };
+            match cached {
+                Ok(Some(m)) => m,
+                Ok(None) => {
+                    tracing::info!(
+                        "pinwise: no calibration of this GPU cached; built-in H200 table"
+                    );
+                    CostModel::builtin()
+                }
+                Err(e) => {
+                    tracing::warn!("pinwise: {e}; built-in H200 table");
+                    CostModel::builtin()
+                }
+            }
+        });
         let mut cfg = EngineConfig::new(Policy::new(costs));
         if c.budget_bytes > 0 {
             cfg.budget_bytes = Some(c.budget_bytes);
