@@ -147,7 +147,8 @@ typedef struct PinwiseAllocConfig {
    */
   const char *profile_path;
   /**
-   * Calibration CSV (`pinwise calibrate`); NULL: the built-in H200 calibration.
+   * Calibration CSV (`pinwise calibrate`); NULL: this GPU's cached automatic calibration
+   * (`pinwise bench alloc` makes one on first use), else the built-in H200 calibration.
    */
   const char *calibration_path;
 } PinwiseAllocConfig;

@@ -56,7 +56,8 @@ pub struct PinwiseAllocConfig {
     pub budget_bytes: u64,
     /// Profile file: written (profile mode) or read (use mode). NUL-terminated, or NULL.
     pub profile_path: *const c_char,
-    /// Calibration CSV (`pinwise calibrate`); NULL: the built-in H200 calibration.
+    /// Calibration CSV (`pinwise calibrate`); NULL: this GPU's cached automatic calibration
+    /// (`pinwise bench alloc` makes one on first use), else the built-in H200 calibration.
     pub calibration_path: *const c_char,
 }
 
