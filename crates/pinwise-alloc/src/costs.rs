@@ -13,9 +13,9 @@
 //! | fresh memory | the cheaper of `cuMemHostAlloc` + free and map + touch + register + unregister ([`cheapest_fresh`]), less the page faults a fresh pageable mapping would take anyway (`malloc_touch_us`), + hold | that method's column |
 //!
 //! **Holding** pinned memory has a price too ([`hold_ns`]): the GPU page table it takes
-//! (8 bytes per 4 KiB page, priced like RAM), and the RAM that is no longer pageable,
-//! priced at what faulting in that much fresh memory costs (`malloc_touch_us`) times how
-//! full the pinned budget will be (0 with an empty budget, the whole price at its cap): the
+//! (8 bytes per 4 KiB page, [`pinwise_core::pagetable`], priced like RAM), and the RAM that
+//! is no longer pageable, priced at what faulting in that much fresh memory costs
+//! (`malloc_touch_us`) times how full the pinned budget will be (0 with an empty budget, the whole price at its cap): the
 //! closer pinned memory comes to the cap, the more a new pin must save. So "pays back"
 //! means the saving covers obtaining, giving back and holding the memory.
 

@@ -118,10 +118,6 @@ impl Curve {
     }
 }
 
-/// Bytes of GPU page table each pinned 4 KiB host page takes (the device maps pinned host
-/// memory page by page: `shared/seeds/002_*`).
-pub const GPU_PAGE_TABLE_BYTES_PER_PAGE: u64 = 8;
-
 /// The largest calibration file read (calibrations are a few KiB).
 pub const MAX_CALIBRATION_BYTES: u64 = 16 << 20;
 
@@ -412,10 +408,11 @@ impl CostModel {
         }
     }
 
-    /// Bytes of GPU page table that pinning `bytes` of host memory takes
-    /// ([`GPU_PAGE_TABLE_BYTES_PER_PAGE`] per 4 KiB page).
+    /// Bytes of GPU page table that pinning `bytes` of host memory takes in one process
+    /// ([`crate::pagetable`]: 8 bytes per 4 KiB page, measured on an H100), at least one
+    /// entry.
     pub fn page_table_bytes(bytes: u64) -> u64 {
-        bytes.div_ceil(4096) * GPU_PAGE_TABLE_BYTES_PER_PAGE
+        crate::pagetable::estimated_gpu_bytes(bytes.max(1).next_multiple_of(4096), 1)
     }
 
     /// Cost of pinning `bytes` by `method`, ns: the time of `cuMemHostAlloc`, or of
