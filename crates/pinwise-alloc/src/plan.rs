@@ -35,6 +35,7 @@
 
 use std::collections::HashMap;
 
+use pinwise_core::history::AllocKind;
 use pinwise_core::policy::PredictedTransfers;
 use pinwise_core::profile::Profile;
 use pinwise_core::{ModuleId, ModuleIdentity, ModuleTable, Policy, Tag};
@@ -64,6 +65,9 @@ pub struct PlanSummary {
 #[derive(Debug, Clone)]
 pub struct Plan {
     advice: HashMap<(ModuleId, u64, u32), (usize, bool)>,
+    /// Tags that were pinned in the profiled run and copied more than once (see
+    /// [`Advice::pinned_and_reused`]), with their graded size.
+    pinned_and_reused: HashMap<(ModuleId, u64, u32), usize>,
     summary: PlanSummary,
 }
 
@@ -103,6 +107,7 @@ impl Plan {
 
         let mut candidates: Vec<Candidate> = Vec::new();
         let mut advice = HashMap::new();
+        let mut pinned_and_reused = HashMap::new();
         for e in &profile.entries {
             let Some(&module) = module_ids.get(e.module as usize) else {
                 continue;
@@ -112,6 +117,9 @@ impl Plan {
             let transfers = PredictedTransfers::from_profile_entry(e);
             let saving = policy.saving_ns(&transfers);
             advice.insert(key, (graded, false));
+            if e.kind == AllocKind::PinnedAlloc && costs::worth_pinning(policy, &transfers) {
+                pinned_and_reused.insert(key, graded);
+            }
             let (s, t) = (coord(e.start_ns), coord(end_of(e)));
             if costs::worth_pinning(policy, &transfers) {
                 candidates.push(Candidate {
@@ -224,7 +232,11 @@ impl Plan {
             .iter()
             .filter(|m| m.key != "path:?" && modules.find_key(&m.key).is_none())
             .count();
-        Plan { advice, summary }
+        Plan {
+            advice,
+            pinned_and_reused,
+            summary,
+        }
     }
 
     /// The plan's summary.
@@ -253,6 +265,12 @@ impl Advice for Plan {
             }
             _ => Advised::Unknown,
         }
+    }
+
+    fn pinned_and_reused(&self, tag: &Tag, size: usize) -> bool {
+        self.pinned_and_reused
+            .get(&(tag.site.module, tag.site.offset, tag.call_no))
+            .is_some_and(|&graded| graded == graded_size(size))
     }
 }
 

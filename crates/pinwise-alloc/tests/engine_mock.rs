@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use pinwise_alloc::testing::MockBackend;
 use pinwise_alloc::{
-    AllocError, AllocFlags, DevicePtr, Engine, EngineConfig, HostAllocator, StreamHandle,
+    AllocError, AllocFlags, DevicePtr, Engine, EngineConfig, HostAllocator, Mode, StreamHandle,
 };
 use pinwise_core::{CostModel, Direction, ModuleId, PinMethod, Policy, Site};
 
@@ -594,4 +594,50 @@ fn low_memory_empties_the_pageable_cache() {
     assert_eq!(e.stats().pageable_cache_hits, 0);
     // SAFETY: allocated above, not used afterwards.
     unsafe { e.free(c2.ptr).unwrap() };
+}
+
+/// Advice that says "pageable" for everything and knows which tags were pinned and reused.
+struct PageableButReused(Vec<u64>);
+
+impl pinwise_alloc::engine::Advice for PageableButReused {
+    fn advise(&self, _tag: &pinwise_core::Tag, _size: usize) -> pinwise_alloc::engine::Advised {
+        pinwise_alloc::engine::Advised::Pageable
+    }
+    fn pinned_and_reused(&self, tag: &pinwise_core::Tag, _size: usize) -> bool {
+        self.0.contains(&tag.site.offset)
+    }
+}
+
+#[test]
+fn use_mode_keeps_a_programs_pinned_request_pinned_where_the_profile_saw_it_reused() {
+    let mock = Arc::new(MockBackend::new());
+    let mut c = config(1 << 30);
+    c.mode = Mode::Use;
+    c.advice = Some(Arc::new(PageableButReused(vec![40])));
+    let e = Engine::new(mock.clone(), c).unwrap();
+    let reused = e
+        .alloc(64 * MIB, site(40), AllocFlags::PREFER_PINNED)
+        .unwrap();
+    assert!(
+        reused.pinned,
+        "pinned and reused in the profile: pinned as plain CUDA"
+    );
+    let other = e
+        .alloc(64 * MIB, site(41), AllocFlags::PREFER_PINNED)
+        .unwrap();
+    assert!(
+        !other.pinned,
+        "the plan's pageable advice holds for the rest"
+    );
+    let smart = e.alloc(64 * MIB, site(40), AllocFlags::NONE).unwrap();
+    assert!(
+        !smart.pinned,
+        "a request without a preference follows the plan"
+    );
+    // SAFETY: allocated above.
+    unsafe {
+        e.free(reused.ptr).unwrap();
+        e.free(other.ptr).unwrap();
+        e.free(smart.ptr).unwrap();
+    }
 }

@@ -72,6 +72,15 @@ pub enum Advised {
 pub trait Advice: Send + Sync {
     /// The advice for allocation `tag` of `size` bytes.
     fn advise(&self, tag: &Tag, size: usize) -> Advised;
+
+    /// Whether the profiled allocation `tag` of `size` bytes was pinned and copied more than
+    /// once (a buffer in use, not pinned for nothing). A request that prefers pinned memory
+    /// ([`AllocFlags::PREFER_PINNED`]) with such a history is served pinned even where the
+    /// plan's pricing advises pageable: the program asked for pinned memory for a buffer it
+    /// copies again and again, and pinwise's own promotion would pin it on its first copies.
+    fn pinned_and_reused(&self, _tag: &Tag, _size: usize) -> bool {
+        false
+    }
 }
 
 /// Receives the engine's events (profile mode): implemented by

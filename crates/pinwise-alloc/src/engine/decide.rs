@@ -66,6 +66,15 @@ impl Engine {
             if let Some(advice) = &self.advice {
                 match advice.advise(&tag, size) {
                     Advised::Pin => return (tag, true, Planned::Pin),
+                    Advised::Pageable
+                        if flags.contains(AllocFlags::PREFER_PINNED)
+                            && advice.pinned_and_reused(&tag, size) =>
+                    {
+                        // The program's own pinned request for a buffer it copied again
+                        // and again: as plain CUDA (the promotion rule would pin it on its
+                        // first copies anyway, inside the program's work).
+                        return (tag, true, Planned::No);
+                    }
                     Advised::Pageable => {
                         // A free block the pool already holds costs nothing (its memory is
                         // pinned anyway): a site that has proved hot in this run uses it,
