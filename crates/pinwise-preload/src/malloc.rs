@@ -156,15 +156,17 @@ fn guarded(f: impl FnOnce()) {
 }
 
 /// The program got `ptr`, `size` bytes (at or above the threshold), from `caller`.
+/// Returns whether the allocation was recorded.
 #[cold]
 #[inline(never)]
-pub fn record_alloc(caller: usize, ptr: *mut c_void, size: usize) {
+pub fn record_alloc(caller: usize, ptr: *mut c_void, size: usize) -> bool {
     if ptr.is_null() || !state::enabled() || is_own(caller) || guard::inside() {
-        return;
+        return false;
     }
     let Some(st) = state::get() else {
-        return;
+        return false;
     };
+    let mut recorded = false;
     let _inside = Inside::enter();
     guarded(|| {
         let stack = if stacks_enabled() {
@@ -198,7 +200,9 @@ pub fn record_alloc(caller: usize, ptr: *mut c_void, size: usize) {
             stack,
         );
         TRACKED_ALLOCS.fetch_add(1, Ordering::Relaxed);
+        recorded = true;
     });
+    recorded
 }
 
 /// A free being recorded: stamped before the memory goes back.
@@ -261,9 +265,13 @@ pub fn after_release(r: Release, ptr: *mut c_void, released: bool) {
 }
 
 /// The malloc-tracking counters, as history source statistics.
-pub fn source_stats() -> [(&'static str, u64); 6] {
+pub fn source_stats() -> [(&'static str, u64); 9] {
     let min = min_tracked();
+    let [hooked, failed, full] = crate::linked_alloc::source_stats();
     [
+        hooked,
+        failed,
+        full,
         (
             "preload.malloc_min_tracked",
             if min == usize::MAX { 0 } else { min as u64 },

@@ -555,14 +555,22 @@ impl Probes {
         self.attach_file(path, Library::Libc, pid, pid < 0)
     }
 
+    /// Attaches the malloc-family probes on an allocator linked into `path` (an executable
+    /// or library defining jemalloc's or mimalloc's entry points, or its own `malloc`), for
+    /// process `pid` only or, with -1, as temporary probes like [`Probes::attach_libc`]'s.
+    /// Returns 0 when `path` defines none of them.
+    pub fn attach_allocator(&mut self, path: &Path, pid: i32) -> Result<usize, TraceError> {
+        self.attach_file(path, Library::Allocator, pid, pid < 0)
+    }
+
     /// Detaches the temporary (system-wide) malloc probes.
     pub fn drop_temporary(&mut self) {
         self.temporary_links.clear();
         self.uprobes.retain(|u| {
             !(u.pid < 0
-                && UPROBES
-                    .iter()
-                    .any(|s| s.symbol == u.symbol && s.library == Library::Libc))
+                && UPROBES.iter().any(|s| {
+                    s.symbol == u.symbol && matches!(s.library, Library::Libc | Library::Allocator)
+                }))
         });
     }
 
@@ -574,10 +582,17 @@ impl Probes {
         temporary: bool,
     ) -> Result<usize, TraceError> {
         let id = file_id(path).ok_or_else(|| TraceError::NoSuchLibrary(path.to_path_buf()))?;
-        if library != Library::Libc && self.known_files.contains(&id) {
+        let per_process = matches!(library, Library::Libc | Library::Allocator);
+        if !per_process && self.known_files.contains(&id) {
             return Ok(0);
         }
-        let specs: Vec<&UprobeSpec> = UPROBES.iter().filter(|s| s.library == library).collect();
+        let specs: Vec<&UprobeSpec> = UPROBES
+            .iter()
+            .filter(|s| {
+                s.library == library
+                    || (library == Library::Allocator && s.library == Library::Libc)
+            })
+            .collect();
         let offsets = symbol_offsets(path, specs.iter().map(|s| s.symbol))?;
         // (program, retprobe) -> the probes it gets in this file.
         type Group<'a> = ((&'static str, bool), Vec<(&'a UprobeSpec, u64)>);
@@ -681,7 +696,10 @@ impl Probes {
         for e in &errors {
             tracing::warn!("uprobe on {} not attached: {e}", path.display());
         }
-        self.known_files.insert(id);
+        if library != Library::Allocator {
+            // (An executable probed for its allocator may still be probed in another role.)
+            self.known_files.insert(id);
+        }
         if attached > 0 && library == Library::Driver && is_cuda_standin(path) {
             self.cuda_standin = true;
         }

@@ -153,7 +153,7 @@ fn after_realloc(
         after_release(r, p, !(q.is_null() && n != 0));
     }
     if !q.is_null() && is_tracked_size(n) {
-        record_alloc(caller, q, n);
+        let _ = record_alloc(caller, q, n);
     }
     q
 }

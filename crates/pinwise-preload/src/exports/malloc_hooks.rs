@@ -69,7 +69,7 @@ pub fn usable_size(p: *mut c_void) -> usize {
 #[inline]
 fn tracked(caller: usize, p: *mut c_void, size: usize) -> *mut c_void {
     if is_tracked_size(size) {
-        record_alloc(caller, p, size);
+        let _ = record_alloc(caller, p, size);
     }
     p
 }
@@ -160,7 +160,7 @@ unsafe extern "C" fn posix_memalign_imp(
             };
             if rc == 0 && is_tracked_size(size) {
                 // SAFETY: on success the allocator wrote the block to `out`.
-                record_alloc(caller, unsafe { *out }, size);
+                let _ = record_alloc(caller, unsafe { *out }, size);
             }
             rc
         }

@@ -1036,7 +1036,9 @@ int runtime_alloc_entry(struct pt_regs *ctx)
 	return 0;
 }
 
-/* ---- libc's malloc family (only with `--malloc`): blocks at or above a size ------------- */
+/* ---- the malloc family (only with `--malloc`): blocks at or above a size ----------------- */
+/* libc's, and the same programs on the entry points of allocators linked into a program or
+ * library (jemalloc, mimalloc: probes.rs maps each symbol to the program of its signature). */
 /*
  * A uprobe is a trap per call, whatever the size: these probes are attached only when asked
  * for. The size filter runs here, so that small blocks cost the trap and one comparison,
@@ -1158,7 +1160,8 @@ int malloc_return(struct pt_regs *ctx)
 	bpf_map_delete_elem(&malloc_calls, &pid_tgid);
 	__u64 ret = PT_REGS_RC(ctx);
 	__u64 addr = ret;
-	if (call.func == PW_FN_posix_memalign) {
+	/* posix_memalign and its allocators' forms: the block is written to out_ptr. */
+	if (call.out_ptr) {
 		addr = 0;
 		if ((int)ret == 0 &&
 		    bpf_probe_read_user(&addr, sizeof(addr), (void *)call.out_ptr))
