@@ -517,6 +517,28 @@ mod tests {
     use super::*;
 
     #[test]
+    fn allocator_libraries_are_known_by_name() {
+        for n in [
+            "libjemalloc.so.2",
+            "libmimalloc.so.2.1",
+            "libtcmalloc_minimal.so.4",
+        ] {
+            assert!(is_allocator_name(n), "{n}");
+        }
+        for n in [
+            "libc.so.6",
+            "libcuda.so.1",
+            "jemalloc.txt",
+            "libtorch_cpu.so",
+        ] {
+            assert!(!is_allocator_name(n), "{n}");
+        }
+        // This process's executable is always among the files looked at.
+        let files = allocator_files_of(std::process::id());
+        assert_eq!(files.first(), std::env::current_exe().ok().as_ref());
+    }
+
+    #[test]
     fn parses_the_ldconfig_listing() {
         let text = "\
 1234 libs found in cache `/etc/ld.so.cache'

@@ -96,9 +96,12 @@ pub struct TraceArgs {
     pub no_stacks: bool,
 
     /// Probe libc's malloc family (malloc, calloc, realloc, free, posix_memalign,
-    /// aligned_alloc, memalign, valloc): every block of --malloc-min or more becomes a
-    /// pageable allocation with its call site and stack. Off by default: a uprobe is a trap
-    /// on every call, small ones included (see bench/results/trace-malloc-probes.md).
+    /// aligned_alloc, memalign, valloc), and the same entry points of an allocator linked
+    /// into the executable or mapped as a library (jemalloc: `_rjem_*` as tikv-jemallocator
+    /// builds it, or unprefixed with mallocx/rallocx/sdallocx; mimalloc: `mi_*`; an
+    /// executable's own malloc): every block of --malloc-min or more becomes a pageable
+    /// allocation with its call site and stack. Off by default: a uprobe is a trap on every
+    /// call, small ones included (see bench/results/trace-malloc-probes.md).
     #[arg(long)]
     pub malloc: bool,
 
