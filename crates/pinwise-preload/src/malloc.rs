@@ -214,12 +214,13 @@ pub struct Release {
 }
 
 /// Before `ptr` is freed (or moved by `realloc`) from `caller`: the stamp of its free when
-/// it is a tracked block. `usable` is the allocator's `malloc_usable_size` (0: unknown).
+/// it is a tracked block. `usable(ptr, threshold)` is the allocator's `malloc_usable_size`
+/// (0: unknown, or certainly below the threshold).
 #[inline]
 pub fn before_release(
     caller: usize,
     ptr: *mut c_void,
-    usable: impl FnOnce(*mut c_void) -> usize,
+    usable: impl FnOnce(*mut c_void, usize) -> usize,
 ) -> Option<Release> {
     let min = min_tracked();
     if min == usize::MAX || ptr.is_null() {
@@ -237,9 +238,9 @@ fn before_release_slow(
     caller: usize,
     ptr: *mut c_void,
     min: usize,
-    usable: impl FnOnce(*mut c_void) -> usize,
+    usable: impl FnOnce(*mut c_void, usize) -> usize,
 ) -> Option<Release> {
-    if usable(ptr) < min || is_own(caller) || !state::enabled() || guard::inside() {
+    if usable(ptr, min) < min || is_own(caller) || !state::enabled() || guard::inside() {
         return None;
     }
     let inside = Inside::enter();

@@ -47,7 +47,7 @@ fn releasing(caller: usize, p: usize) -> Option<crate::malloc::Release> {
     if LIVE.is_empty() {
         return None;
     }
-    before_release(caller, p as *mut c_void, |p| {
+    before_release(caller, p as *mut c_void, |p, _| {
         if LIVE.remove(p as usize) {
             usize::MAX
         } else {
