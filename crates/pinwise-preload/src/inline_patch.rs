@@ -4,10 +4,12 @@
 //! never go through a symbol pinwise can interpose.
 //!
 //! - The first instructions (at least 5 bytes) are decoded and re-encoded at the
-//!   trampoline (`iced-x86`'s block encoder: RIP-relative operands are fixed for the new
-//!   address), followed by an absolute jump back to the rest of the function. Only
-//!   straight-line instructions are moved: a branch, return or call among them refuses the
-//!   patch, as does a function shorter than the 5 bytes.
+//!   trampoline (`iced-x86`'s block encoder: RIP-relative operands and conditional
+//!   branches are fixed for the new address), followed by an absolute jump back to the rest
+//!   of the function. Straight-line instructions and conditional branches move; a jump,
+//!   return or call among them refuses the patch, as does a function shorter than the 5
+//!   bytes, or one whose code branches back into the moved bytes (the whole function, as
+//!   its symbol's size gives it, is decoded to see that).
 //! - Trampolines and relays live on a page mapped within ±2 GiB of the function, so that
 //!   the 5-byte `jmp rel32` written over the entry reaches the relay (an absolute jump to
 //!   the detour), and moved RIP-relative operands still reach their targets.
@@ -54,10 +56,9 @@ fn abs_jmp(to: u64) -> [u8; ABS_JMP] {
     b
 }
 
-/// The trampoline for the function at `entry` whose first bytes are `code` (at least
-/// [`ENTRY_PATCH`] plus 15 bytes, or all of a shorter function), placed at `at`: the
-/// moved instructions and the jump back. Returns the trampoline's bytes and how many
-/// bytes of the entry were moved.
+/// The trampoline for the function at `entry` whose code is `code` (all of it, as its
+/// symbol's size says), placed at `at`: the moved instructions and the jump back. Returns
+/// the trampoline's bytes and how many bytes of the entry were moved.
 pub fn plan(entry: u64, code: &[u8], at: u64) -> Result<(Vec<u8>, usize), PatchError> {
     let mut decoder = Decoder::with_ip(64, code, entry, DecoderOptions::NONE);
     let mut moved: Vec<Instruction> = Vec::new();
@@ -70,7 +71,10 @@ pub fn plan(entry: u64, code: &[u8], at: u64) -> Result<(Vec<u8>, usize), PatchE
         if ins.is_invalid() {
             return Err(PatchError::Prologue(format!("undecodable byte at +{len}")));
         }
-        if ins.flow_control() != FlowControl::Next {
+        if !matches!(
+            ins.flow_control(),
+            FlowControl::Next | FlowControl::ConditionalBranch
+        ) {
             return Err(PatchError::Prologue(format!(
                 "a {:?} at +{len}",
                 ins.flow_control()
@@ -78,6 +82,25 @@ pub fn plan(entry: u64, code: &[u8], at: u64) -> Result<(Vec<u8>, usize), PatchE
         }
         len += ins.len();
         moved.push(ins);
+    }
+    // Nothing in the function may branch into the moved bytes (past their first).
+    let moved_end = entry + len as u64;
+    let mut rest = Decoder::with_ip(64, code, entry, DecoderOptions::NONE);
+    while rest.can_decode() {
+        let ins = rest.decode();
+        if ins.is_invalid() {
+            break;
+        }
+        let branch = matches!(
+            ins.flow_control(),
+            FlowControl::ConditionalBranch | FlowControl::UnconditionalBranch | FlowControl::Call
+        );
+        if branch && ins.near_branch_target() > entry && ins.near_branch_target() < moved_end {
+            return Err(PatchError::Prologue(format!(
+                "+{:#x} branches into the first {len} bytes",
+                ins.ip() - entry
+            )));
+        }
     }
     let mut out = Vec::new();
     // The detour calls the trampoline indirectly: with indirect-branch tracking on, it
@@ -197,7 +220,8 @@ impl Patcher {
     /// `entry` is the entry of a function of at least `size` bytes in mapped code; no other
     /// thread runs its first bytes during the call; `detour` has the function's signature.
     pub unsafe fn hook(&mut self, entry: u64, size: usize, detour: u64) -> Result<u64, PatchError> {
-        let readable = size.min(ENTRY_PATCH + 15);
+        // The whole function (a bound on a symbol's size: functions are far smaller).
+        let readable = size.min(1 << 20);
         // SAFETY: the caller's contract: `size` bytes of code at `entry`.
         let code = unsafe { std::slice::from_raw_parts(entry as *const u8, readable) };
         let slot = self.slot(entry)?;
@@ -266,12 +290,24 @@ mod tests {
 
     #[test]
     fn a_branch_or_a_short_function_is_refused() {
-        // test rdi, rdi; je +5; ...
-        let code = [0x48, 0x85, 0xff, 0x74, 0x05, 0x90, 0x90, 0x90, 0x90, 0x90];
+        // jmp +5; ...
+        let code = [0xeb, 0x05, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90];
         assert!(matches!(
             plan(0x1000, &code, 0x2000),
             Err(PatchError::Prologue(_))
         ));
+        // call +0; ...
+        let code = [0xe8, 0, 0, 0, 0, 0x90, 0xc3];
+        assert!(matches!(
+            plan(0x1000, &code, 0x2000),
+            Err(PatchError::Prologue(_))
+        ));
+        // push rbp; push rbx; nop x4; jne -> +2 (into the moved bytes); ret
+        let code = [0x55, 0x53, 0x90, 0x90, 0x90, 0x90, 0x75, 0xfa, 0xc3];
+        match plan(0x1000, &code, 0x2000) {
+            Err(PatchError::Prologue(why)) => assert!(why.contains("branches into"), "{why}"),
+            other => panic!("{other:?}"),
+        }
         // xor eax, eax; ret
         let code = [0x31, 0xc0, 0xc3];
         assert!(matches!(
@@ -283,6 +319,22 @@ mod tests {
             plan(0x1000, &[0x55], 0x2000),
             Err(PatchError::Prologue(_))
         ));
+    }
+
+    #[test]
+    fn a_conditional_branch_moves_with_its_target_kept() {
+        // test rdi, rdi; je +0x20 (to 0x1025); push rbp; ...; ret
+        let mut code = vec![0x48, 0x85, 0xff, 0x74, 0x20, 0x55];
+        code.resize(0x30, 0x90);
+        code.push(0xc3);
+        let (bytes, moved) = plan(0x1000, &code, 0x4000_0000).unwrap();
+        assert_eq!(moved, 5);
+        let mut d = Decoder::with_ip(64, &bytes, 0x4000_0000, DecoderOptions::NONE);
+        let _endbr = d.decode();
+        let _test = d.decode();
+        let je = d.decode();
+        assert_eq!(je.flow_control(), FlowControl::ConditionalBranch);
+        assert_eq!(je.near_branch_target(), 0x1025, "still the original target");
     }
 
     #[test]
