@@ -6,10 +6,10 @@
 //! - The first instructions (at least 5 bytes) are decoded and re-encoded at the
 //!   trampoline (`iced-x86`'s block encoder: RIP-relative operands and conditional
 //!   branches are fixed for the new address), followed by an absolute jump back to the rest
-//!   of the function. Straight-line instructions and conditional branches move; a jump,
-//!   return or call among them refuses the patch, as does a function shorter than the 5
-//!   bytes, or one whose code branches back into the moved bytes (the whole function, as
-//!   its symbol's size gives it, is decoded to see that).
+//!   of the function. Straight-line instructions, conditional branches and direct calls
+//!   move; a jump, return or indirect call among them refuses the patch, as does a function
+//!   shorter than the 5 bytes, or one whose code branches back into the moved bytes (the
+//!   whole function, as its symbol's size gives it, is decoded to see that).
 //! - Trampolines and relays live on a page mapped within ±2 GiB of the function, so that
 //!   the 5-byte `jmp rel32` written over the entry reaches the relay (an absolute jump to
 //!   the detour), and moved RIP-relative operands still reach their targets.
@@ -71,10 +71,15 @@ pub fn plan(entry: u64, code: &[u8], at: u64) -> Result<(Vec<u8>, usize), PatchE
         if ins.is_invalid() {
             return Err(PatchError::Prologue(format!("undecodable byte at +{len}")));
         }
-        if !matches!(
-            ins.flow_control(),
-            FlowControl::Next | FlowControl::ConditionalBranch
-        ) {
+        // Direct calls move too (a wrapper's `sub rsp, 8; call f`): the callee returns into
+        // the trampoline, which goes on like the original (an unwinder stopped inside that
+        // callee sees a frame without unwind information).
+        let movable = match ins.flow_control() {
+            FlowControl::Next | FlowControl::ConditionalBranch => true,
+            FlowControl::Call => ins.is_call_near(),
+            _ => false,
+        };
+        if !movable {
             return Err(PatchError::Prologue(format!(
                 "a {:?} at +{len}",
                 ins.flow_control()
@@ -296,8 +301,8 @@ mod tests {
             plan(0x1000, &code, 0x2000),
             Err(PatchError::Prologue(_))
         ));
-        // call +0; ...
-        let code = [0xe8, 0, 0, 0, 0, 0x90, 0xc3];
+        // call rax; ...
+        let code = [0xff, 0xd0, 0x90, 0x90, 0x90, 0x90, 0xc3];
         assert!(matches!(
             plan(0x1000, &code, 0x2000),
             Err(PatchError::Prologue(_))
@@ -335,6 +340,22 @@ mod tests {
         let je = d.decode();
         assert_eq!(je.flow_control(), FlowControl::ConditionalBranch);
         assert_eq!(je.near_branch_target(), 0x1025, "still the original target");
+    }
+
+    #[test]
+    fn a_direct_call_moves_and_still_calls_its_function() {
+        // sub rsp, 8; call 0x5000; add rsp, 8; ret
+        let code = [
+            0x48, 0x83, 0xec, 0x08, 0xe8, 0xf7, 0x3f, 0, 0, 0x48, 0x83, 0xc4, 0x08, 0xc3,
+        ];
+        let (bytes, moved) = plan(0x1000, &code, 0x3000_0000).unwrap();
+        assert_eq!(moved, 9);
+        let mut d = Decoder::with_ip(64, &bytes, 0x3000_0000, DecoderOptions::NONE);
+        let _endbr = d.decode();
+        let _sub = d.decode();
+        let call = d.decode();
+        assert!(call.is_call_near());
+        assert_eq!(call.near_branch_target(), 0x5000);
     }
 
     #[test]
