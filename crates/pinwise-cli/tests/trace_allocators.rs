@@ -46,6 +46,9 @@ fn calls(stderr: &str) -> BTreeMap<String, u64> {
         .collect()
 }
 
+/// A recorded block: (site function, call number, HtoD, DtoH, freed).
+type Block = (String, u32, u64, u64, bool);
+
 #[test]
 fn malloc_probes_cover_jemalloc_and_mimalloc_linked_into_a_rust_program() {
     if !require_bpf("malloc_probes_cover_jemalloc_and_mimalloc_linked_into_a_rust_program") {
@@ -86,7 +89,7 @@ fn malloc_probes_cover_jemalloc_and_mimalloc_linked_into_a_rust_program() {
         );
         assert_eq!(h.stats().unmatched_frees, 0, "{name}: {:?}", h.stats());
         // The allocator's blocks by size: (site function, call number, HtoD, DtoH, freed).
-        let mut blocks: BTreeMap<u64, Vec<(String, u32, u64, u64, bool)>> = BTreeMap::new();
+        let mut blocks: BTreeMap<u64, Vec<Block>> = BTreeMap::new();
         let mut arenas = 0;
         for v in h.allocations().filter(|v| v.kind() == AllocKind::Pageable) {
             let site = function(&h, v.site());
@@ -178,4 +181,101 @@ fn malloc_probes_cover_jemalloc_and_mimalloc_linked_into_a_rust_program() {
             "{name}"
         );
     }
+}
+
+/// outer -> middle -> inner -> malloc(1 MiB), built without frame pointers, copied once.
+const NO_FP_PROGRAM: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cuda_driver_min.h"
+
+#define CHECK(x) do { CUresult r_ = (x); if (r_) { fprintf(stderr, "%s: %d\n", #x, (int)r_); exit(2); } } while (0)
+#define NOINLINE __attribute__((noinline))
+
+static volatile int sink;
+NOINLINE char *inner(size_t n) { char *p = malloc(n); sink += p != 0; return p; }
+NOINLINE char *middle(size_t n) { char *p = inner(n); sink += 2; return p; }
+NOINLINE char *outer(size_t n) { char *p = middle(n); sink += 3; return p; }
+
+int main(void) {
+    CUdevice dev;
+    CUcontext ctx;
+    CUdeviceptr d;
+    CHECK(cuInit(0));
+    CHECK(cuDeviceGet(&dev, 0));
+    CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CHECK(cuCtxSetCurrent(ctx));
+    CHECK(cuMemAlloc(&d, 1 << 20));
+    char *p = outer(1 << 20);
+    memset(p, 1, 1 << 20);
+    CHECK(cuMemcpyHtoD(d, p, 1 << 20));
+    free(p);
+    return 0;
+}
+"#;
+
+fn stack_functions(h: &MemHistory, v: &pinwise_core::history::AllocationView<'_>) -> Vec<String> {
+    v.stack()
+        .map(|s| {
+            s.iter()
+                .filter_map(|f| match f {
+                    pinwise_core::Frame::Native(site) => {
+                        h.symbol(*site).map(|x| x.function.clone())
+                    }
+                    pinwise_core::Frame::Python(_) => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn dwarf_stacks_unwind_a_program_built_without_frame_pointers() {
+    if !require_bpf("dwarf_stacks_unwind_a_program_built_without_frame_pointers") {
+        return;
+    }
+    let libs = StandinLibs::new();
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("no_fp");
+    let mut args: Vec<String> = libs.cuda_link_args();
+    args.extend(
+        [
+            "-O2",
+            "-g",
+            "-fomit-frame-pointer",
+            "-fno-optimize-sibling-calls",
+        ]
+        .map(String::from),
+    );
+    pinwise_testkit::compile_c_source(NO_FP_PROGRAM, &exe, &args);
+    let out = dir.path().join("no_fp.json");
+    let output = Command::new(env!("CARGO_BIN_EXE_pinwise"))
+        .env("LD_LIBRARY_PATH", libs.ld_library_path())
+        .args(["trace", "--malloc", "--dwarf-stacks", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let h = load_history(&out).unwrap();
+    let block = h
+        .allocations()
+        .find(|v| v.kind() == AllocKind::Pageable && v.size() == 1 << 20)
+        .expect("the 1 MiB block");
+    assert_eq!(block.transfer_count(), 1);
+    let functions = stack_functions(&h, &block);
+    let at = |f: &str| {
+        functions
+            .iter()
+            .position(|x| x == f)
+            .unwrap_or_else(|| panic!("{f} not on the stack {functions:?}"))
+    };
+    // From the allocating function out to main, in order.
+    assert!(at("inner") < at("middle"), "{functions:?}");
+    assert!(at("middle") < at("outer"), "{functions:?}");
+    assert!(at("outer") < at("main"), "{functions:?}");
+    assert!(h.source_stats()["tracer.stacks_unwound"] >= 1);
 }

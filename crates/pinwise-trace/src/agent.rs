@@ -622,6 +622,7 @@ impl TracerAgent {
                 "tracer.cuda_internal_mallocs",
                 s.translate.cuda_internal_mallocs,
             ),
+            ("tracer.stacks_unwound", s.translate.stacks_unwound),
             ("tracer.frames_unplaced", s.translate.frames_unplaced),
             ("tracer.python_stacks", s.translate.python_stacks),
             (

@@ -52,6 +52,11 @@ pub struct BpfConfig {
     /// chain, up to 32 frames (`bpf_get_stack`: frame pointers; the chain stops or goes
     /// astray at code built without them).
     pub alloc_stacks: bool,
+    /// With `alloc_stacks`, malloc-family allocations also carry the registers and 16 KiB
+    /// of user stack, unwound in user space with the modules' `.eh_frame`
+    /// ([`crate::unwind`]): full chains through code built without frame pointers. Off by
+    /// default (a 16 KiB copy per allocation event).
+    pub dwarf_stacks: bool,
     /// One copy in this many, at random, carries its call chain too (0: none, 1: all).
     pub copy_stack_every: u32,
     /// With the malloc probes: blocks smaller than this are not reported (filtered in BPF).
@@ -74,6 +79,7 @@ impl Default for BpfConfig {
             page_faults: false,
             kernel_hooks: true,
             alloc_stacks: true,
+            dwarf_stacks: false,
             copy_stack_every: 64,
             malloc_min_bytes: 64 << 10,
             enroll_on_cuda: false,
@@ -245,6 +251,11 @@ fn set_rodata(object: &mut OpenObject, config: &BpfConfig, is_main: bool) {
                 data,
                 offset_of!(MainRo, cfg_alloc_stacks),
                 u32::from(config.alloc_stacks),
+            );
+            put32(
+                data,
+                offset_of!(MainRo, cfg_dwarf_stacks),
+                u32::from(config.dwarf_stacks),
             );
             put32(
                 data,
