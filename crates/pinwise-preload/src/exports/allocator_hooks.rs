@@ -271,11 +271,14 @@ pub fn install() {
     }
     // Blocks of these allocators are freed without glibc's `free`, and pinning's
     // unregistration before a free asks glibc's `malloc_usable_size`: the program's
-    // memory is not registered in place (as for a program defining its own `free`).
+    // memory is not registered in place (as for a program defining its own `free`). Not
+    // for CPython's own copy of mimalloc (3.13 links it, for its free-threaded build):
+    // Python objects go through pymalloc and glibc there.
+    let cpython = pinwise_pyframes::interpreter().is_some();
     if symbols.iter().any(|s| {
         ENTRY_POINTS
             .iter()
-            .any(|(n, k)| *n == s.name && *k == Kind::Free)
+            .any(|(n, k)| *n == s.name && *k == Kind::Free && !(cpython && n.starts_with("mi_")))
     }) {
         crate::state::set_free_hooks_effective(false);
     }
