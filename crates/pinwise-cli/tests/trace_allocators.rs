@@ -185,6 +185,7 @@ fn malloc_probes_cover_jemalloc_and_mimalloc_linked_into_a_rust_program() {
 
 /// outer -> middle -> inner -> malloc(1 MiB), built without frame pointers, copied once.
 const NO_FP_PROGRAM: &str = r#"
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,6 +211,9 @@ int main(void) {
     char *p = outer(1 << 20);
     memset(p, 1, 1 << 20);
     CHECK(cuMemcpyHtoD(d, p, 1 << 20));
+    /* Alive a while after: the tracer unwinds with the process's maps, read while it lives
+     * (a process gone before its events are read keeps its frame-pointer chains). */
+    usleep(1500 * 1000);
     free(p);
     return 0;
 }
