@@ -10,6 +10,10 @@
  *   memalign4k                    malloc_usable_size), calloc, posix_memalign(64, 4096)
  *   tracked1m                     1 MiB malloc + free (recorded: event, free, and the stack
  *                                 unless PINWISE_STACKS=0)
+ *   linked4k                      mi_malloc(4096) + mi_free: an allocator linked into the
+ *                                 executable (here two functions of this program over
+ *                                 glibc's own __libc_malloc/__libc_free, named as mimalloc's),
+ *                                 which pinwise patches in place: the detour's cost
  * Run it plainly, and with LD_PRELOAD=libpinwise_preload.so (PINWISE_MALLOC_HOOKS=0/1,
  * PINWISE_STACKS=0/1): the difference is the hooks' cost. */
 #define _GNU_SOURCE
@@ -57,6 +61,28 @@ static void pair_memalign(size_t n) {
     free(p);
 }
 
+/* A "linked allocator": mimalloc's names, defined here (patched by pinwise like the real
+ * ones). Not tail calls, so that their first bytes are a prologue pinwise can move. */
+extern void *__libc_malloc(size_t);
+extern void __libc_free(void *);
+static volatile int linked_calls;
+__attribute__((noinline)) void *mi_malloc(size_t n) {
+    void *p = __libc_malloc(n);
+    linked_calls++;
+    return p;
+}
+__attribute__((noinline)) void mi_free(void *p) {
+    __libc_free(p);
+    linked_calls++;
+}
+
+static void pair_linked(size_t n) {
+    char *p = mi_malloc(n);
+    p[0] = 1;
+    sink += (uintptr_t)p;
+    mi_free(p);
+}
+
 static void phase(const char *name, pair_fn f, size_t n, int batches, int pairs) {
     static double t[BATCHES];
     for (int b = 0; b < batches; b++) {
@@ -80,5 +106,6 @@ int main(void) {
     phase("calloc4k", pair_calloc, 4096, BATCHES, PAIRS);
     phase("memalign4k", pair_memalign, 4096, BATCHES, PAIRS);
     phase("tracked1m", pair_malloc, 1 << 20, 101, 20);
+    phase("linked4k", pair_linked, 4096, BATCHES, PAIRS);
     return 0;
 }

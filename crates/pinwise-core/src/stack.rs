@@ -238,6 +238,9 @@ const FRAMEWORK_MODULES: &[&str] = &[
     "libmkl",
     "libopenblas",
     "libnuma",
+    "libjemalloc",
+    "libmimalloc",
+    "libtcmalloc",
 ];
 
 /// Beginnings of native function names that belong to a language runtime, not to the
@@ -251,6 +254,16 @@ const RUNTIME_FUNCTIONS: &[&str] = &[
     "<core::",
     "<std::",
     "__rust",
+    "__rustc::",
+    "<tikv_jemallocator::",
+    "tikv_jemallocator::",
+    "<mimalloc::",
+    "mimalloc::",
+    "_rjem_",
+    "mi_malloc",
+    "mi_zalloc",
+    "mi_calloc",
+    "mi_realloc",
     "__rdl",
     "__rg_",
     "_ZN5alloc",
@@ -285,7 +298,16 @@ pub fn is_framework_module(path: &str) -> bool {
 
 /// Whether a native function belongs to a language runtime (see [`user_frame`]).
 pub fn is_runtime_function(function: &str) -> bool {
-    RUNTIME_FUNCTIONS.iter().any(|f| function.starts_with(f))
+    if RUNTIME_FUNCTIONS.iter().any(|f| function.starts_with(f)) {
+        return true;
+    }
+    // A standard-library trait's method on any type: `<u8 as alloc::vec::...>::from_elem`.
+    function.starts_with('<')
+        && function.split_once(" as ").is_some_and(|(_, t)| {
+            ["alloc::", "core::", "std::"]
+                .iter()
+                .any(|r| t.starts_with(r))
+        })
 }
 
 /// Whether a Python file belongs to an installed package or the interpreter's library.
@@ -470,6 +492,25 @@ mod tests {
         ));
         assert!(is_framework_module("/opt/jax/jaxlib/xla_extension.so"));
         assert!(!is_framework_module("/home/me/libmyapp.so"));
+        assert!(is_framework_module("/usr/lib/libjemalloc.so.2"));
+        // Rust's global allocators and the standard library's trait methods are runtime.
+        for f in [
+            "<tikv_jemallocator::Jemalloc as core::alloc::global::GlobalAlloc>::alloc_zeroed",
+            "<mimalloc::MiMalloc as core::alloc::global::GlobalAlloc>::alloc",
+            "__rustc::__rust_alloc_zeroed",
+            "<u8 as alloc::vec::spec_from_elem::SpecFromElem>::from_elem",
+            "_rjem_mallocx",
+            "mi_malloc_aligned",
+        ] {
+            assert!(is_runtime_function(f), "{f}");
+        }
+        for f in [
+            "myapp::make_input",
+            "<myapp::Buf as myapp::Fill>::fill",
+            "minimum",
+        ] {
+            assert!(!is_runtime_function(f), "{f}");
+        }
         assert_eq!(
             PyFrame::new("/home/me/train.py", 88, "load_batch").to_string(),
             "/home/me/train.py:88 in load_batch"

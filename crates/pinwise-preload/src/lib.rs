@@ -177,6 +177,9 @@ pub mod elf;
 mod flush;
 mod guard;
 mod hooks;
+#[cfg(target_arch = "x86_64")]
+pub mod inline_patch;
+pub mod linked_alloc;
 pub mod malloc;
 mod persist;
 mod pinning;

@@ -156,15 +156,17 @@ fn guarded(f: impl FnOnce()) {
 }
 
 /// The program got `ptr`, `size` bytes (at or above the threshold), from `caller`.
+/// Returns whether the allocation was recorded.
 #[cold]
 #[inline(never)]
-pub fn record_alloc(caller: usize, ptr: *mut c_void, size: usize) {
+pub fn record_alloc(caller: usize, ptr: *mut c_void, size: usize) -> bool {
     if ptr.is_null() || !state::enabled() || is_own(caller) || guard::inside() {
-        return;
+        return false;
     }
     let Some(st) = state::get() else {
-        return;
+        return false;
     };
+    let mut recorded = false;
     let _inside = Inside::enter();
     guarded(|| {
         let stack = if stacks_enabled() {
@@ -198,7 +200,9 @@ pub fn record_alloc(caller: usize, ptr: *mut c_void, size: usize) {
             stack,
         );
         TRACKED_ALLOCS.fetch_add(1, Ordering::Relaxed);
+        recorded = true;
     });
+    recorded
 }
 
 /// A free being recorded: stamped before the memory goes back.
@@ -210,12 +214,13 @@ pub struct Release {
 }
 
 /// Before `ptr` is freed (or moved by `realloc`) from `caller`: the stamp of its free when
-/// it is a tracked block. `usable` is the allocator's `malloc_usable_size` (0: unknown).
+/// it is a tracked block. `usable(ptr, threshold)` is the allocator's `malloc_usable_size`
+/// (0: unknown, or certainly below the threshold).
 #[inline]
 pub fn before_release(
     caller: usize,
     ptr: *mut c_void,
-    usable: impl FnOnce(*mut c_void) -> usize,
+    usable: impl FnOnce(*mut c_void, usize) -> usize,
 ) -> Option<Release> {
     let min = min_tracked();
     if min == usize::MAX || ptr.is_null() {
@@ -233,9 +238,9 @@ fn before_release_slow(
     caller: usize,
     ptr: *mut c_void,
     min: usize,
-    usable: impl FnOnce(*mut c_void) -> usize,
+    usable: impl FnOnce(*mut c_void, usize) -> usize,
 ) -> Option<Release> {
-    if usable(ptr) < min || is_own(caller) || !state::enabled() || guard::inside() {
+    if usable(ptr, min) < min || is_own(caller) || !state::enabled() || guard::inside() {
         return None;
     }
     let inside = Inside::enter();
@@ -261,9 +266,13 @@ pub fn after_release(r: Release, ptr: *mut c_void, released: bool) {
 }
 
 /// The malloc-tracking counters, as history source statistics.
-pub fn source_stats() -> [(&'static str, u64); 6] {
+pub fn source_stats() -> [(&'static str, u64); 9] {
     let min = min_tracked();
+    let [hooked, failed, full] = crate::linked_alloc::source_stats();
     [
+        hooked,
+        failed,
+        full,
         (
             "preload.malloc_min_tracked",
             if min == usize::MAX { 0 } else { min as u64 },

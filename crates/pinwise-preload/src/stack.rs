@@ -103,7 +103,8 @@ extern "C" {
 }
 
 /// The load bias of the main program (0 for a non-PIE executable).
-fn main_program_bias() -> usize {
+/// The load bias of the main program (the first object the loader lists).
+pub(crate) fn main_program_bias() -> usize {
     unsafe extern "C" fn first(
         info: *mut libc::dl_phdr_info,
         _size: libc::size_t,

@@ -431,3 +431,143 @@ fn tracked_blocks_freed_while_threads_are_torn_down_and_in_a_fork_child_are_safe
     assert_eq!(h.stats().unmatched_frees, 0, "{:?}", h.stats());
     assert_eq!(run.process()["events_lost"], 0);
 }
+
+/// A fixture program of `fixtures/rust-allocators` (built by `cargo build --workspace`
+/// next to `pinwise`).
+fn allocator_fixture(name: &str) -> std::path::PathBuf {
+    let exe = build_dir().join(name);
+    assert!(
+        exe.is_file(),
+        "{} is missing: run `cargo build --workspace` (it builds fixtures/rust-allocators)",
+        exe.display()
+    );
+    exe
+}
+
+/// The records of an allocator fixture's run, by the workload function on each stack:
+/// (size, HtoD, DtoH) in call order, and the call numbers of each function's site.
+type ByWorkload = BTreeMap<&'static str, Vec<(u64, u64, u64)>>;
+
+fn by_workload_function(h: &MemHistory) -> (ByWorkload, BTreeMap<&'static str, Vec<u32>>) {
+    let mut records = ByWorkload::new();
+    let mut calls: BTreeMap<&'static str, Vec<u32>> = BTreeMap::new();
+    let mut all: Vec<_> = h
+        .allocations()
+        .filter(|a| a.kind() == AllocKind::Pageable && a.tag().call_no > 0)
+        .collect();
+    all.sort_by_key(|a| a.alloc_ts_ns());
+    for a in all {
+        let functions = stack_functions(h, &a);
+        let Some(f) = ["make_input", "make_output", "make_aligned", "grow"]
+            .into_iter()
+            .find(|f| {
+                functions
+                    .iter()
+                    .any(|x| x == &format!("pinwise_fixture_allocators::{f}"))
+            })
+        else {
+            continue;
+        };
+        assert_eq!(a.state(), AllocState::Freed, "{f}");
+        // The user frame is the workload function, past the allocator and Rust's std.
+        let stack = a.stack().unwrap();
+        let user = h.frame_label(&stack[h.user_frame(&stack).unwrap()]);
+        assert!(user.contains(f), "user frame {user} for {functions:?}");
+        let c = a.counters();
+        records.entry(f).or_default().push((
+            a.size(),
+            c.direction(Direction::HtoD).transfers(),
+            c.direction(Direction::DtoH).transfers(),
+        ));
+        calls.entry(f).or_default().push(a.tag().call_no);
+    }
+    (records, calls)
+}
+
+/// The records every run of the allocator fixtures must have: 4 zeroed 2 MiB inputs
+/// copied twice each, 4 256 KiB outputs copied back once, 2 page-aligned 1 MiB blocks and
+/// one block grown by realloc to 300 KiB, each copied both ways.
+pub fn allocator_fixture_records() -> ByWorkload {
+    [
+        ("make_input", vec![(2 << 20, 2, 0); 4]),
+        ("make_output", vec![(256 << 10, 0, 1); 4]),
+        ("make_aligned", vec![(1 << 20, 1, 1); 2]),
+        ("grow", vec![(300 << 10, 1, 1)]),
+    ]
+    .into_iter()
+    .collect()
+}
+
+#[test]
+fn rust_programs_on_jemalloc_and_mimalloc_have_exact_records_sites_and_stacks() {
+    let s = Setup::new();
+    for (name, allocator) in [
+        ("pw-sites-jemalloc", "jemalloc"),
+        ("pw-sites-mimalloc", "mimalloc"),
+    ] {
+        let exe = allocator_fixture(name);
+        let plain = s.run_plain(&exe, &[]);
+        assert_ok(&plain, name);
+        let expected = calls(&plain);
+        let run = s.run_recorded(&exe, &["--min-tracked", "64K"], &format!("{name}.bin"));
+        assert_same_stdout(&run.out, &plain, name);
+        assert!(String::from_utf8_lossy(&run.out.stdout).starts_with(allocator));
+        let h = &run.history;
+        let (records, call_numbers) = by_workload_function(h);
+        assert_eq!(records, allocator_fixture_records(), "{name}");
+        // Each function's blocks come from one call site, numbered in order there.
+        assert_eq!(call_numbers["make_input"], [1, 2, 3, 4], "{name}");
+        assert_eq!(call_numbers["make_output"], [1, 2, 3, 4], "{name}");
+        // Blocks freed and made again reuse addresses: records that share a start.
+        let mut starts: Vec<u64> = h
+            .allocations()
+            .filter(|a| a.kind() == AllocKind::Pageable)
+            .map(|a| a.start())
+            .collect();
+        let n = starts.len();
+        starts.sort_unstable();
+        starts.dedup();
+        assert!(starts.len() < n, "{name}: no address was reused");
+        // Nothing implicit, nothing unmatched, every copy counted.
+        assert_eq!(h.stats().implicit_records, 0, "{name}: {:?}", h.stats());
+        assert_eq!(h.stats().unmatched_frees, 0, "{name}: {:?}", h.stats());
+        assert_eq!(
+            h.allocations()
+                .filter(|a| a.kind() == AllocKind::Pageable)
+                .count(),
+            11,
+            "{name}: the small blocks are not recorded"
+        );
+        assert_eq!(
+            h.stats().transfers[Direction::HtoD.index()].transfers,
+            expected["htod"]
+        );
+        assert_eq!(
+            h.stats().transfers[Direction::DtoH.index()].transfers,
+            expected["dtoh"]
+        );
+        let stats = h.source_stats();
+        assert!(stats["preload.linked_allocator_hooks"] >= 4, "{stats:?}");
+        assert_eq!(
+            stats["preload.linked_allocator_hook_failures"], 0,
+            "{stats:?}"
+        );
+        assert_eq!(stats["preload.linked_allocator_set_full"], 0, "{stats:?}");
+        // With the hooks off nothing is patched or recorded, and the program is unchanged.
+        let off = s.run_recorded(&exe, &["--no-malloc-hooks"], &format!("{name}-off.json"));
+        assert_same_stdout(&off.out, &plain, name);
+        assert_eq!(
+            off.history
+                .allocations()
+                .filter(|a| a.kind() == AllocKind::Pageable)
+                .count(),
+            0
+        );
+        assert_eq!(
+            off.history
+                .source_stats()
+                .get("preload.linked_allocator_hooks"),
+            Some(&0)
+        );
+    }
+}

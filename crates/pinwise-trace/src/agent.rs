@@ -269,7 +269,7 @@ impl TracerAgent {
         config.bpf.enroll_on_cuda = true;
         config.malloc = false;
         let saved = std::mem::replace(&mut self.config, config);
-        let prepared = self.prepare(libs, std::process::id(), -1);
+        let prepared = self.prepare(libs, std::process::id(), -1, &[]);
         self.config = saved;
         let probes = prepared?;
         self.run(probes, None, libs.all(), None)?;
@@ -310,7 +310,7 @@ impl TracerAgent {
                 target: format!("PID {pid}"),
             });
         }
-        let probes = self.prepare(&libs, pid, pid as i32)?;
+        let probes = self.prepare(&libs, pid, pid as i32, &libs::allocator_files_of(pid))?;
         probes.trace_process(pid)?;
         // Surveyed once the probes are on: what is allocated from now on is seen by them
         // (and a range both surveyed and seen is reported once).
@@ -367,7 +367,7 @@ impl TracerAgent {
                 target: "this process".into(),
             });
         }
-        let probes = self.prepare(&libs, pid, pid as i32)?;
+        let probes = self.prepare(&libs, pid, pid as i32, &libs::allocator_files_of(pid))?;
         probes.trace_process(pid)?;
         self.run(probes, Some(pid), libs.all(), None)?;
         Ok(())
@@ -396,7 +396,9 @@ impl TracerAgent {
         // Its malloc probes trap in every process until the child is known, then in the
         // child alone (a call seen by both while they overlap is reported once: BPF takes
         // the second hit of one call for a restart of it).
-        let probes = self.prepare(&libs, std::process::id(), -1)?;
+        // An allocator linked into the executable (jemalloc, mimalloc) is probed like libc.
+        let allocators = [executable.clone()];
+        let probes = self.prepare(&libs, std::process::id(), -1, &allocators)?;
         // The event thread runs before the command starts, so that it reads the command's
         // maps while the command is alive, however short its life.
         // The interpreter a Python command will map is read now, so that its frames are
@@ -422,6 +424,9 @@ impl TracerAgent {
                 if let Some(path) = libs::libc_of(me) {
                     p.attach_libc(&path, child.id() as i32)?;
                 }
+                for path in &allocators {
+                    p.attach_allocator(path, child.id() as i32)?;
+                }
                 p.drop_temporary();
             }
             Ok(child)
@@ -440,13 +445,15 @@ impl TracerAgent {
     }
 
     /// Loads the programs and probes `libs`; with `malloc`, the C library that process
-    /// `libc_of` maps too: for process `malloc_pid` only, or for every process (-1: a
+    /// `libc_of` maps and the allocators linked into `allocators` (files that define none
+    /// are skipped) too: for process `malloc_pid` only, or for every process (-1: a
     /// launch, until [`TracerAgent::launch`] knows the child).
     fn prepare(
         &self,
         libs: &Libraries,
         libc_of: u32,
         malloc_pid: i32,
+        allocators: &[PathBuf],
     ) -> Result<Probes, TraceError> {
         for p in libs.driver.iter().chain(&libs.runtime) {
             if !p.is_file() {
@@ -484,6 +491,17 @@ impl TracerAgent {
                     path,
                     detail: "it exports none of malloc, calloc, realloc, free".into(),
                 });
+            }
+            for path in allocators {
+                match probes.attach_allocator(path, malloc_pid) {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(
+                        "{n} malloc-family probes on the allocator in {}",
+                        path.display()
+                    ),
+                    // A file without any of the entry points reads as nothing attached.
+                    Err(e) => tracing::debug!("allocator probes on {}: {e}", path.display()),
+                }
             }
         }
         tracing::info!(
@@ -604,6 +622,7 @@ impl TracerAgent {
                 "tracer.cuda_internal_mallocs",
                 s.translate.cuda_internal_mallocs,
             ),
+            ("tracer.stacks_unwound", s.translate.stacks_unwound),
             ("tracer.frames_unplaced", s.translate.frames_unplaced),
             ("tracer.python_stacks", s.translate.python_stacks),
             (

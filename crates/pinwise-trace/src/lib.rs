@@ -42,6 +42,7 @@ pub mod sites;
 pub mod skel;
 pub mod symbolize;
 pub mod translate;
+pub mod unwind;
 
 pub use agent::{TraceStats, TracerAgent, TracerConfig};
 pub use caps::{capabilities, Capabilities, Check, CheckState};

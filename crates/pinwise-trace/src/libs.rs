@@ -475,9 +475,68 @@ pub fn libc_of(pid: u32) -> Option<PathBuf> {
         .map(|p| crate::procmaps::path_in_process(pid, p))
 }
 
+/// Whether a library's file name says it is an allocator pinwise probes with `--malloc`
+/// (`libjemalloc.so.2`, `libmimalloc.so.2`, `libtcmalloc.so.4`, ...: their own `malloc`).
+pub fn is_allocator_name(name: &str) -> bool {
+    name.starts_with("lib")
+        && name.contains(".so")
+        && ["jemalloc", "mimalloc", "tcmalloc"]
+            .iter()
+            .any(|a| name.contains(a))
+}
+
+/// The files of process `pid` that may hold an allocator of their own, for the malloc
+/// probes: its executable (a Rust program with jemalloc or mimalloc as its global
+/// allocator links it statically) and the allocator libraries it maps (by name: reading
+/// the symbols of every library, libtorch's included, would take seconds).
+pub fn allocator_files_of(pid: u32) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Some(exe) = std::fs::read_link(format!("/proc/{pid}/exe"))
+        .ok()
+        .and_then(|p| p.to_str().map(|p| crate::procmaps::path_in_process(pid, p)))
+    {
+        out.push(exe);
+    }
+    if let Ok(maps) = ProcMaps::read(pid) {
+        for m in maps.mappings().iter().filter(|m| m.exec) {
+            if m.file_name().is_some_and(is_allocator_name) {
+                if let Some(p) = m.file_path() {
+                    let p = crate::procmaps::path_in_process(pid, p);
+                    if !out.contains(&p) {
+                        out.push(p);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn allocator_libraries_are_known_by_name() {
+        for n in [
+            "libjemalloc.so.2",
+            "libmimalloc.so.2.1",
+            "libtcmalloc_minimal.so.4",
+        ] {
+            assert!(is_allocator_name(n), "{n}");
+        }
+        for n in [
+            "libc.so.6",
+            "libcuda.so.1",
+            "jemalloc.txt",
+            "libtorch_cpu.so",
+        ] {
+            assert!(!is_allocator_name(n), "{n}");
+        }
+        // This process's executable is always among the files looked at.
+        let files = allocator_files_of(std::process::id());
+        assert_eq!(files.first(), std::env::current_exe().ok().as_ref());
+    }
 
     #[test]
     fn parses_the_ldconfig_listing() {

@@ -52,6 +52,11 @@ pub struct BpfConfig {
     /// chain, up to 32 frames (`bpf_get_stack`: frame pointers; the chain stops or goes
     /// astray at code built without them).
     pub alloc_stacks: bool,
+    /// With `alloc_stacks`, malloc-family allocations also carry the registers and 16 KiB
+    /// of user stack, unwound in user space with the modules' `.eh_frame`
+    /// ([`crate::unwind`]): full chains through code built without frame pointers. Off by
+    /// default (a 16 KiB copy per allocation event).
+    pub dwarf_stacks: bool,
     /// One copy in this many, at random, carries its call chain too (0: none, 1: all).
     pub copy_stack_every: u32,
     /// With the malloc probes: blocks smaller than this are not reported (filtered in BPF).
@@ -74,6 +79,7 @@ impl Default for BpfConfig {
             page_faults: false,
             kernel_hooks: true,
             alloc_stacks: true,
+            dwarf_stacks: false,
             copy_stack_every: 64,
             malloc_min_bytes: 64 << 10,
             enroll_on_cuda: false,
@@ -245,6 +251,11 @@ fn set_rodata(object: &mut OpenObject, config: &BpfConfig, is_main: bool) {
                 data,
                 offset_of!(MainRo, cfg_alloc_stacks),
                 u32::from(config.alloc_stacks),
+            );
+            put32(
+                data,
+                offset_of!(MainRo, cfg_dwarf_stacks),
+                u32::from(config.dwarf_stacks),
             );
             put32(
                 data,
@@ -555,14 +566,22 @@ impl Probes {
         self.attach_file(path, Library::Libc, pid, pid < 0)
     }
 
+    /// Attaches the malloc-family probes on an allocator linked into `path` (an executable
+    /// or library defining jemalloc's or mimalloc's entry points, or its own `malloc`), for
+    /// process `pid` only or, with -1, as temporary probes like [`Probes::attach_libc`]'s.
+    /// Returns 0 when `path` defines none of them.
+    pub fn attach_allocator(&mut self, path: &Path, pid: i32) -> Result<usize, TraceError> {
+        self.attach_file(path, Library::Allocator, pid, pid < 0)
+    }
+
     /// Detaches the temporary (system-wide) malloc probes.
     pub fn drop_temporary(&mut self) {
         self.temporary_links.clear();
         self.uprobes.retain(|u| {
             !(u.pid < 0
-                && UPROBES
-                    .iter()
-                    .any(|s| s.symbol == u.symbol && s.library == Library::Libc))
+                && UPROBES.iter().any(|s| {
+                    s.symbol == u.symbol && matches!(s.library, Library::Libc | Library::Allocator)
+                }))
         });
     }
 
@@ -574,10 +593,17 @@ impl Probes {
         temporary: bool,
     ) -> Result<usize, TraceError> {
         let id = file_id(path).ok_or_else(|| TraceError::NoSuchLibrary(path.to_path_buf()))?;
-        if library != Library::Libc && self.known_files.contains(&id) {
+        let per_process = matches!(library, Library::Libc | Library::Allocator);
+        if !per_process && self.known_files.contains(&id) {
             return Ok(0);
         }
-        let specs: Vec<&UprobeSpec> = UPROBES.iter().filter(|s| s.library == library).collect();
+        let specs: Vec<&UprobeSpec> = UPROBES
+            .iter()
+            .filter(|s| {
+                s.library == library
+                    || (library == Library::Allocator && s.library == Library::Libc)
+            })
+            .collect();
         let offsets = symbol_offsets(path, specs.iter().map(|s| s.symbol))?;
         // (program, retprobe) -> the probes it gets in this file.
         type Group<'a> = ((&'static str, bool), Vec<(&'a UprobeSpec, u64)>);
@@ -681,7 +707,10 @@ impl Probes {
         for e in &errors {
             tracing::warn!("uprobe on {} not attached: {e}", path.display());
         }
-        self.known_files.insert(id);
+        if library != Library::Allocator {
+            // (An executable probed for its allocator may still be probed in another role.)
+            self.known_files.insert(id);
+        }
         if attached > 0 && library == Library::Driver && is_cuda_standin(path) {
             self.cuda_standin = true;
         }

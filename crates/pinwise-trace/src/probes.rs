@@ -17,6 +17,11 @@ pub enum Library {
     /// The C library's malloc family (`libc.so.6`), probed only when asked for (`--malloc`):
     /// a uprobe is a trap per call.
     Libc,
+    /// An allocator linked into the executable or a library (jemalloc, mimalloc), probed
+    /// with the malloc family only when asked for (`--malloc`). A file probed in this role
+    /// gets the [`Library::Libc`] entry points it defines as well (an allocator that
+    /// replaces `malloc` in the executable: jemalloc unprefixed, mimalloc's override).
+    Allocator,
 }
 
 /// One probed entry point.
@@ -69,6 +74,13 @@ const fn libc(symbol: &'static str, entry: &'static str, ret: bool, func: f) -> 
     }
 }
 
+const fn allocator(symbol: &'static str, entry: &'static str, ret: bool, func: f) -> UprobeSpec {
+    UprobeSpec {
+        library: Library::Allocator,
+        ..libc(symbol, entry, ret, func)
+    }
+}
+
 const fn runtime(symbol: &'static str, func: f) -> UprobeSpec {
     UprobeSpec {
         symbol,
@@ -101,6 +113,87 @@ pub const UPROBES: &[UprobeSpec] = &[
     ),
     libc("memalign", "memalign_entry", true, f::PW_FN_memalign),
     libc("valloc", "valloc_entry", true, f::PW_FN_valloc),
+    // Allocators linked into a program (only with `--malloc`), each entry point on the
+    // program of its signature. jemalloc as tikv-jemallocator builds it: Rust's global
+    // allocator calls malloc, calloc, mallocx (alignment or zeroing in the flags),
+    // realloc, rallocx and sdallocx.
+    allocator("_rjem_malloc", "malloc_entry", true, f::PW_FN_rjem_malloc),
+    allocator("_rjem_calloc", "calloc_entry", true, f::PW_FN_rjem_calloc),
+    allocator(
+        "_rjem_realloc",
+        "realloc_entry",
+        true,
+        f::PW_FN_rjem_realloc,
+    ),
+    allocator("_rjem_free", "free_entry", false, f::PW_FN_rjem_free),
+    allocator("_rjem_mallocx", "malloc_entry", true, f::PW_FN_rjem_mallocx),
+    allocator(
+        "_rjem_rallocx",
+        "realloc_entry",
+        true,
+        f::PW_FN_rjem_rallocx,
+    ),
+    allocator("_rjem_dallocx", "free_entry", false, f::PW_FN_rjem_dallocx),
+    allocator(
+        "_rjem_sdallocx",
+        "free_entry",
+        false,
+        f::PW_FN_rjem_sdallocx,
+    ),
+    allocator(
+        "_rjem_posix_memalign",
+        "posix_memalign_entry",
+        true,
+        f::PW_FN_rjem_posix_memalign,
+    ),
+    allocator(
+        "_rjem_aligned_alloc",
+        "memalign_entry",
+        true,
+        f::PW_FN_rjem_aligned_alloc,
+    ),
+    // jemalloc unprefixed (its malloc, free, ... are the Libc entry points of the file).
+    allocator("mallocx", "malloc_entry", true, f::PW_FN_mallocx),
+    allocator("rallocx", "realloc_entry", true, f::PW_FN_rallocx),
+    allocator("dallocx", "free_entry", false, f::PW_FN_dallocx),
+    allocator("sdallocx", "free_entry", false, f::PW_FN_sdallocx),
+    // mimalloc (the `mimalloc` crate's global allocator calls the aligned forms and
+    // mi_free; C programs the plain ones).
+    allocator("mi_malloc", "malloc_entry", true, f::PW_FN_mi_malloc),
+    allocator("mi_zalloc", "malloc_entry", true, f::PW_FN_mi_zalloc),
+    allocator("mi_calloc", "calloc_entry", true, f::PW_FN_mi_calloc),
+    allocator("mi_realloc", "realloc_entry", true, f::PW_FN_mi_realloc),
+    allocator("mi_free", "free_entry", false, f::PW_FN_mi_free),
+    allocator(
+        "mi_malloc_aligned",
+        "malloc_entry",
+        true,
+        f::PW_FN_mi_malloc_aligned,
+    ),
+    allocator(
+        "mi_zalloc_aligned",
+        "malloc_entry",
+        true,
+        f::PW_FN_mi_zalloc_aligned,
+    ),
+    allocator(
+        "mi_realloc_aligned",
+        "realloc_entry",
+        true,
+        f::PW_FN_mi_realloc_aligned,
+    ),
+    allocator(
+        "mi_posix_memalign",
+        "posix_memalign_entry",
+        true,
+        f::PW_FN_mi_posix_memalign,
+    ),
+    allocator(
+        "mi_aligned_alloc",
+        "memalign_entry",
+        true,
+        f::PW_FN_mi_aligned_alloc,
+    ),
     // Copies: one probe hit each, at entry.
     driver("cuMemcpyHtoD_v2", "copy_htod", f::PW_FN_cuMemcpyHtoD_v2),
     driver(

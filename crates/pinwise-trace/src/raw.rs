@@ -10,7 +10,7 @@ pub use c::{
     pw_copy_event as CopyRecord, pw_copy_stack_event as CopyStackRecord,
     pw_fault_event as FaultRecord, pw_header as Header, pw_pin_event as PinRecord,
     pw_proc_event as ProcRecord, pw_py_stack as PyStackRecord, pw_range_event as RangeRecord,
-    pw_release_event as ReleaseRecord,
+    pw_release_event as ReleaseRecord, pw_unwind_event as UnwindRecord,
 };
 
 /// One decoded ring-buffer record.
@@ -30,6 +30,8 @@ pub enum RawEvent {
     Fault(FaultRecord),
     /// Fork, exit, exec, or an executable file mapping of a traced process.
     Proc(ProcRecord),
+    /// Registers and user stack for the allocation record that follows (`--dwarf-stacks`).
+    Unwind(Box<UnwindRecord>),
 }
 
 impl RawEvent {
@@ -43,6 +45,7 @@ impl RawEvent {
             RawEvent::Pin(r) => &r.h,
             RawEvent::Fault(r) => &r.h,
             RawEvent::Proc(r) => &r.h,
+            RawEvent::Unwind(r) => &r.h,
         }
     }
 }
@@ -89,6 +92,8 @@ unsafe impl Plain for PinRecord {}
 unsafe impl Plain for FaultRecord {}
 // SAFETY: as above.
 unsafe impl Plain for ProcRecord {}
+// SAFETY: as above.
+unsafe impl Plain for UnwindRecord {}
 
 fn read<T: Plain>(bytes: &[u8], kind: u16) -> Result<T, DecodeError> {
     let expected = std::mem::size_of::<T>();
@@ -145,6 +150,7 @@ pub fn decode(bytes: &[u8]) -> Result<RawEvent, DecodeError> {
         {
             RawEvent::Proc(read(bytes, k)?)
         }
+        _ if k == kind(c::pw_kind::PW_EV_UNWIND) => RawEvent::Unwind(Box::new(read(bytes, k)?)),
         _ => return Err(DecodeError::UnknownKind(k)),
     })
 }

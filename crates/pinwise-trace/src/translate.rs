@@ -81,6 +81,8 @@ pub struct TranslateStats {
     pub frames_unplaced: u64,
     /// malloc-family blocks CUDA allocated for itself (not reported, nor their frees).
     pub cuda_internal_mallocs: u64,
+    /// Allocation stacks unwound with `.eh_frame` (`--dwarf-stacks`).
+    pub stacks_unwound: u64,
     /// Events of Python processes whose stacks got Python frames (see [`crate::python`]).
     pub python_stacks: u64,
     /// Python frames BPF captured that could not be named (the code object was gone or
@@ -153,6 +155,9 @@ pub struct Translator {
     python: HashMap<u32, PythonProcess>,
     /// Python frames named ahead of their events' translation, by (tid, timestamp).
     python_named: HashMap<(u32, u64), Vec<pinwise_core::PyFrame>>,
+    /// Registers and stack for the next allocation of a thread (`--dwarf-stacks`), by tid.
+    pending_unwind: HashMap<u32, Box<crate::raw::UnwindRecord>>,
+    unwinder: crate::unwind::StackUnwinder,
     stats: TranslateStats,
 }
 
@@ -166,6 +171,8 @@ impl Translator {
             held: HashMap::new(),
             python: HashMap::new(),
             python_named: HashMap::new(),
+            pending_unwind: HashMap::new(),
+            unwinder: crate::unwind::StackUnwinder::default(),
             stats: TranslateStats::default(),
         }
     }
@@ -414,6 +421,10 @@ impl Translator {
                 self.copy(&c.copy, stack, out);
                 None
             }
+            RawEvent::Unwind(u) => {
+                self.pending_unwind.insert(tid, u.clone());
+                None
+            }
             RawEvent::Range(r) => {
                 self.range(r, out);
                 if let Some(held) = self.held.remove(&tid) {
@@ -566,6 +577,7 @@ impl Translator {
                 }
                 kinds::PROC_EXIT => {
                     self.ranges.remove(&pid);
+                    self.unwinder.forget(pid);
                     Some(ProcessNews::Exited(pid))
                 }
                 kinds::PROC_ENROLL => Some(ProcessNews::Enrolled {
@@ -645,6 +657,24 @@ impl Translator {
             e = e.with_stack(stack);
         }
         out.push(e);
+    }
+
+    /// The call chain unwound with `.eh_frame` from the registers and stack BPF sent just
+    /// before allocation record `r` (`--dwarf-stacks`), when it did.
+    fn unwound(&mut self, r: &crate::raw::RangeRecord) -> Option<Vec<u64>> {
+        let u = self.pending_unwind.remove(&r.h.tid)?;
+        if u.sp != r.stack_sp || u.h.pid != r.h.pid {
+            return None;
+        }
+        let len = (u.len as usize).min(u.stack.len());
+        let (unwinder, sites) = (&mut self.unwinder, &mut self.sites);
+        let frames = unwinder.unwind(r.h.pid, u.ip, u.sp, u.bp, &u.stack[..len], |a| {
+            sites
+                .mapping_of(r.h.pid, a)
+                .filter(|m| m.exec && m.is_file())
+        });
+        self.stats.stacks_unwound += 1;
+        Some(frames)
     }
 
     /// The application's call site of a range event.
@@ -744,7 +774,10 @@ impl Translator {
                     self.ranges(pid).cuda_mallocs.insert(r.addr);
                     return;
                 }
-                let stack = stack_of(self, site);
+                let stack = match self.unwound(r) {
+                    Some(frames) => self.stack(&r.h, &frames, site, &r.py),
+                    None => stack_of(self, site),
+                };
                 let r_host = self.ranges(pid);
                 r_host.cuda_mallocs.remove(&r.addr);
                 r_host.host.insert(r.addr, end);

@@ -95,10 +95,22 @@ pub struct TraceArgs {
     #[arg(long)]
     pub no_stacks: bool,
 
+    /// With --malloc: unwind the call chains of malloc-family allocations with the
+    /// modules' .eh_frame (BPF copies 16 KiB of the thread's stack per allocation event),
+    /// so that chains go through code built without frame pointers (Rust's standard
+    /// library, most distributions' C libraries). The ring buffer is then at least 64 MiB;
+    /// while it is half full, allocations keep their frame-pointer chains. Off by default:
+    /// a larger copy per event (bench/results/trace-dwarf-stacks.md).
+    #[arg(long, conflicts_with = "no_stacks")]
+    pub dwarf_stacks: bool,
+
     /// Probe libc's malloc family (malloc, calloc, realloc, free, posix_memalign,
-    /// aligned_alloc, memalign, valloc): every block of --malloc-min or more becomes a
-    /// pageable allocation with its call site and stack. Off by default: a uprobe is a trap
-    /// on every call, small ones included (see bench/results/trace-malloc-probes.md).
+    /// aligned_alloc, memalign, valloc), and the same entry points of an allocator linked
+    /// into the executable or mapped as a library (jemalloc: `_rjem_*` as tikv-jemallocator
+    /// builds it, or unprefixed with mallocx/rallocx/sdallocx; mimalloc: `mi_*`; an
+    /// executable's own malloc): every block of --malloc-min or more becomes a pageable
+    /// allocation with its call site and stack. Off by default: a uprobe is a trap on every
+    /// call, small ones included (see bench/results/trace-malloc-probes.md).
     #[arg(long)]
     pub malloc: bool,
 
@@ -210,7 +222,13 @@ pub fn run(args: TraceArgs) -> Result<ExitCode> {
             bail!("no process with PID {pid}");
         }
     }
-    let ringbuf_bytes = u32::try_from(args.ringbuf_size)
+    // 16 KiB of stack per allocation: a larger ring, so that bursts keep their stacks.
+    let ringbuf_size = if args.dwarf_stacks {
+        args.ringbuf_size.max(64 << 20)
+    } else {
+        args.ringbuf_size
+    };
+    let ringbuf_bytes = u32::try_from(ringbuf_size)
         .ok()
         .filter(|&b| b <= 1 << 30)
         .ok_or_else(|| anyhow::anyhow!("--ringbuf-size {} is above 1 GiB", args.ringbuf_size))?;
@@ -221,6 +239,7 @@ pub fn run(args: TraceArgs) -> Result<ExitCode> {
             page_faults: args.page_faults,
             kernel_hooks: !args.no_kernel_hooks,
             alloc_stacks: !args.no_stacks,
+            dwarf_stacks: args.dwarf_stacks,
             copy_stack_every: if args.no_stacks { 0 } else { args.copy_stacks },
             malloc_min_bytes: args.malloc_min.max(1),
             ..BpfConfig::default()

@@ -48,10 +48,37 @@ pub(super) fn next(slot: &AtomicUsize, name: &std::ffi::CStr) -> usize {
     found
 }
 
+/// Whether the next `free` is glibc's own (`free` is an alias of `__libc_free` there): its
+/// blocks then carry glibc's chunk header, whose size word tells a small block from a
+/// tracked one without a call.
+static GLIBC_HEAP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The usable size of a block being freed, or 0 when it is certainly below `min` (read from
+/// glibc's chunk header when the heap is glibc's: a chunk's size bounds the usable size
+/// from above; else, and for blocks that may be tracked, the allocator's
+/// `malloc_usable_size`).
+#[inline]
+fn usable_size_for_free(p: *mut c_void, min: usize) -> usize {
+    if GLIBC_HEAP.load(Ordering::Relaxed) {
+        // SAFETY: `p` is a live block of glibc's heap being freed (free's contract): the
+        // word before it is its chunk's size (with flags in the low 3 bits), which glibc's
+        // free reads first too.
+        let chunk = unsafe { (p as *const usize).sub(1).read() } & !7;
+        if chunk < min {
+            return 0;
+        }
+    }
+    usable_size(p)
+}
+
 /// Looks the real functions up now (when the library is loaded), so that later calls never
 /// take the lookup path.
 pub fn resolve_now() {
-    next(&REAL_FREE, c"free");
+    let f = next(&REAL_FREE, c"free");
+    GLIBC_HEAP.store(
+        f != 0 && f == __libc_free as *const () as usize,
+        Ordering::Relaxed,
+    );
     next(&REAL_REALLOC, c"realloc");
     next(&REAL_REALLOCARRAY, c"reallocarray");
     next(&REAL_MUNMAP, c"munmap");
@@ -83,7 +110,7 @@ unsafe extern "C" fn free_imp(p: *mut c_void, caller: usize) {
     if !p.is_null() && PROMOTED_RANGES.any_active() {
         before_free(p as usize);
     }
-    let release = before_release(caller, p, usable_size);
+    let release = before_release(caller, p, usable_size_for_free);
     match next(&REAL_FREE, c"free") {
         // SAFETY: glibc's free, with the caller's pointer (free's contract).
         0 => unsafe { __libc_free(p) },
@@ -124,7 +151,7 @@ unsafe extern "C" fn realloc_imp(p: *mut c_void, n: usize, caller: usize) -> *mu
     if !p.is_null() && PROMOTED_RANGES.any_active() {
         before_free(p as usize);
     }
-    let release = before_release(caller, p, usable_size);
+    let release = before_release(caller, p, usable_size_for_free);
     let q = match next(&REAL_REALLOC, c"realloc") {
         // SAFETY: glibc's realloc, with the caller's arguments.
         0 => unsafe { __libc_realloc(p, n) },
@@ -153,7 +180,7 @@ fn after_realloc(
         after_release(r, p, !(q.is_null() && n != 0));
     }
     if !q.is_null() && is_tracked_size(n) {
-        record_alloc(caller, q, n);
+        let _ = record_alloc(caller, q, n);
     }
     q
 }
@@ -187,7 +214,7 @@ unsafe extern "C" fn reallocarray_imp(
         unsafe { *libc::__errno_location() = libc::ENOMEM };
         return std::ptr::null_mut();
     };
-    let release = before_release(caller, p, usable_size);
+    let release = before_release(caller, p, usable_size_for_free);
     let q = match next(&REAL_REALLOCARRAY, c"reallocarray") {
         // SAFETY: glibc's realloc, with the caller's pointer and the product checked.
         0 => unsafe { __libc_realloc(p, bytes) },

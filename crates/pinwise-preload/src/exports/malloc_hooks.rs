@@ -69,7 +69,7 @@ pub fn usable_size(p: *mut c_void) -> usize {
 #[inline]
 fn tracked(caller: usize, p: *mut c_void, size: usize) -> *mut c_void {
     if is_tracked_size(size) {
-        record_alloc(caller, p, size);
+        let _ = record_alloc(caller, p, size);
     }
     p
 }
@@ -82,10 +82,17 @@ unsafe extern "C" fn malloc_imp(size: usize, caller: usize) -> *mut c_void {
     match next(&REAL_MALLOC, c"malloc") {
         0 => boot::alloc(size, 16) as *mut c_void,
         f => {
-            // SAFETY: the next `malloc`, with the caller's argument.
-            let p = unsafe {
-                std::mem::transmute::<usize, unsafe extern "C" fn(usize) -> *mut c_void>(f)(size)
+            // SAFETY: the next `malloc`.
+            let real = unsafe {
+                std::mem::transmute::<usize, unsafe extern "C" fn(usize) -> *mut c_void>(f)
             };
+            // The size first: below the threshold the real function is tail-called.
+            if !is_tracked_size(size) {
+                // SAFETY: the next `malloc`, with the caller's argument.
+                return unsafe { real(size) };
+            }
+            // SAFETY: as above.
+            let p = unsafe { real(size) };
             tracked(caller, p, size)
         }
     }
@@ -112,15 +119,18 @@ unsafe extern "C" fn calloc_imp(n: usize, size: usize, caller: usize) -> *mut c_
             .checked_mul(size)
             .map_or(std::ptr::null_mut(), |b| boot::alloc(b, 16)) as *mut c_void,
         f => {
-            // SAFETY: the next `calloc`, with the caller's arguments.
-            let p = unsafe {
-                std::mem::transmute::<usize, unsafe extern "C" fn(usize, usize) -> *mut c_void>(f)(
-                    n, size,
-                )
+            // SAFETY: the next `calloc`.
+            let real = unsafe {
+                std::mem::transmute::<usize, unsafe extern "C" fn(usize, usize) -> *mut c_void>(f)
             };
             match n.checked_mul(size) {
-                Some(bytes) => tracked(caller, p, bytes),
-                None => p,
+                Some(bytes) if is_tracked_size(bytes) => {
+                    // SAFETY: the next `calloc`, with the caller's arguments.
+                    let p = unsafe { real(n, size) };
+                    tracked(caller, p, bytes)
+                }
+                // SAFETY: as above (below the threshold, or an overflow calloc refuses).
+                _ => unsafe { real(n, size) },
             }
         }
     }
@@ -151,16 +161,22 @@ unsafe extern "C" fn posix_memalign_imp(
             0
         }
         f => {
-            // SAFETY: the next `posix_memalign`, with the caller's arguments.
-            let rc = unsafe {
+            // SAFETY: the next `posix_memalign`.
+            let real = unsafe {
                 std::mem::transmute::<
                     usize,
                     unsafe extern "C" fn(*mut *mut c_void, usize, usize) -> c_int,
-                >(f)(out, align, size)
+                >(f)
             };
-            if rc == 0 && is_tracked_size(size) {
+            if !is_tracked_size(size) {
+                // SAFETY: the next `posix_memalign`, with the caller's arguments.
+                return unsafe { real(out, align, size) };
+            }
+            // SAFETY: as above.
+            let rc = unsafe { real(out, align, size) };
+            if rc == 0 {
                 // SAFETY: on success the allocator wrote the block to `out`.
-                record_alloc(caller, unsafe { *out }, size);
+                let _ = record_alloc(caller, unsafe { *out }, size);
             }
             rc
         }
@@ -183,12 +199,16 @@ unsafe fn aligned(
         0 if align.is_power_of_two() => boot::alloc(size, align) as *mut c_void,
         0 => std::ptr::null_mut(),
         f => {
-            // SAFETY: the next definition of `name`, with the caller's arguments.
-            let p = unsafe {
-                std::mem::transmute::<usize, unsafe extern "C" fn(usize, usize) -> *mut c_void>(f)(
-                    align, size,
-                )
+            // SAFETY: the next definition of `name`.
+            let real = unsafe {
+                std::mem::transmute::<usize, unsafe extern "C" fn(usize, usize) -> *mut c_void>(f)
             };
+            if !is_tracked_size(size) {
+                // SAFETY: the next definition of `name`, with the caller's arguments.
+                return unsafe { real(align, size) };
+            }
+            // SAFETY: as above.
+            let p = unsafe { real(align, size) };
             tracked(caller, p, size)
         }
     }

@@ -4,6 +4,8 @@
 //!
 //! Not compiled into the unit tests: a test binary must not interpose its own `free`.
 
+#[cfg(target_arch = "x86_64")]
+mod allocator_hooks;
 mod dl;
 mod driver;
 mod exit;
@@ -111,6 +113,10 @@ extern "C" fn on_load() {
     let _ = pinwise_pyframes::interpreter();
     // Last: allocations are tracked from here on.
     malloc_hooks::configure_from_env();
+    // An allocator linked into the executable (jemalloc, mimalloc) is patched to record
+    // the same way (x86-64 only).
+    #[cfg(target_arch = "x86_64")]
+    allocator_hooks::install();
 }
 
 #[used]

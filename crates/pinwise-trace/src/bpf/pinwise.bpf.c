@@ -31,6 +31,9 @@ const volatile __u32 cfg_copy_stack_every = 0;
 
 /* Allocation events carry their user call chain (set by user space). */
 const volatile __u32 cfg_alloc_stacks = 1;
+/* Copy registers and PW_UNWIND_STACK_BYTES of user stack with malloc-family allocations,
+ * for .eh_frame unwinding in user space (`--dwarf-stacks`). */
+const volatile __u32 cfg_dwarf_stacks = 0;
 
 /* malloc-family blocks smaller than this are not reported (set by user space). */
 const volatile __u64 cfg_malloc_min_bytes = 64 << 10;
@@ -1036,7 +1039,9 @@ int runtime_alloc_entry(struct pt_regs *ctx)
 	return 0;
 }
 
-/* ---- libc's malloc family (only with `--malloc`): blocks at or above a size ------------- */
+/* ---- the malloc family (only with `--malloc`): blocks at or above a size ----------------- */
+/* libc's, and the same programs on the entry points of allocators linked into a program or
+ * library (jemalloc, mimalloc: probes.rs maps each symbol to the program of its signature). */
 /*
  * A uprobe is a trap per call, whatever the size: these probes are attached only when asked
  * for. The size filter runs here, so that small blocks cost the trap and one comparison,
@@ -1143,6 +1148,35 @@ int BPF_KPROBE(valloc_entry, __u64 size)
 	return malloc_enter(ctx, size, 0, 0);
 }
 
+/* With `--dwarf-stacks`: the registers and up to PW_UNWIND_STACK_BYTES of the user stack
+ * from sp, as a record of their own just before the allocation's (user space unwinds them
+ * with .eh_frame). Near the top of the stack a smaller window is tried. */
+static __always_inline void emit_unwind(struct pt_regs *ctx)
+{
+	/* Allocations before stacks: while the ring is half full, no stack copy (the
+	 * allocation keeps its frame-pointer chain), so that a burst of allocations does not
+	 * crowd out their own records. */
+	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) * 2 >
+	    bpf_ringbuf_query(&events, BPF_RB_RING_SIZE))
+		return;
+	struct pw_unwind_event *u = reserve(sizeof(*u));
+	if (!u)
+		return;
+	fill_header(&u->h, PW_EV_UNWIND, 0);
+	u->ip = PT_REGS_IP(ctx);
+	u->sp = PT_REGS_SP(ctx);
+	u->bp = PT_REGS_FP(ctx);
+	u->_pad0 = 0;
+	u->len = 0;
+	if (!bpf_probe_read_user(u->stack, PW_UNWIND_STACK_BYTES, (void *)u->sp))
+		u->len = PW_UNWIND_STACK_BYTES;
+	else if (!bpf_probe_read_user(u->stack, 4096, (void *)u->sp))
+		u->len = 4096;
+	else if (!bpf_probe_read_user(u->stack, 512, (void *)u->sp))
+		u->len = 512;
+	submit(u, 0);
+}
+
 SEC("uretprobe")
 int malloc_return(struct pt_regs *ctx)
 {
@@ -1158,7 +1192,8 @@ int malloc_return(struct pt_regs *ctx)
 	bpf_map_delete_elem(&malloc_calls, &pid_tgid);
 	__u64 ret = PT_REGS_RC(ctx);
 	__u64 addr = ret;
-	if (call.func == PW_FN_posix_memalign) {
+	/* posix_memalign and its allocators' forms: the block is written to out_ptr. */
+	if (call.out_ptr) {
 		addr = 0;
 		if ((int)ret == 0 &&
 		    bpf_probe_read_user(&addr, sizeof(addr), (void *)call.out_ptr))
@@ -1178,6 +1213,10 @@ int malloc_return(struct pt_regs *ctx)
 	struct malloc_block key = { .tgid = pid_tgid >> 32, .ptr = addr };
 	if (bpf_map_update_elem(&malloc_live, &key, &call.size, BPF_ANY))
 		count(PW_CNT_PENDING_FULL);
+	/* The registers and stack for unwinding go first: user space has them when the
+	 * allocation's record arrives (records are consumed in reservation order). */
+	if (cfg_alloc_stacks && cfg_dwarf_stacks)
+		emit_unwind(ctx);
 	struct pw_range_event *e = reserve(sizeof(*e));
 	if (!e)
 		return 0;

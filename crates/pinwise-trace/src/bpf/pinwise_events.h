@@ -15,6 +15,9 @@
 /* Bytes of user stack copied with events that need a call site found in user space. */
 #define PW_STACK_BYTES 1024
 
+/* Bytes of user stack copied for unwinding with .eh_frame in user space (`--dwarf-stacks`). */
+#define PW_UNWIND_STACK_BYTES 16384
+
 /* User frames (return addresses) captured with bpf_get_stack(BPF_F_USER_STACK): the kernel
  * walks frame pointers, so the walk stops (or goes astray) at code built without them. */
 #define PW_MAX_FRAMES 32
@@ -68,6 +71,10 @@ enum pw_kind {
 	/* Node-wide mode: a process joined the traced set at its first call into a probed CUDA
 	 * function (struct pw_proc_event: its cgroup id and command name). */
 	PW_EV_PROC_ENROLL = 20,
+	/* The registers and user stack of the thread at the allocation event that follows it
+	 * (struct pw_unwind_event), only with `--dwarf-stacks`: user space unwinds it with the
+	 * modules' .eh_frame, for code built without frame pointers. */
+	PW_EV_UNWIND = 21,
 };
 
 /*
@@ -144,6 +151,32 @@ enum pw_func {
 	PW_FN_aligned_alloc,
 	PW_FN_memalign,
 	PW_FN_valloc,
+	/* Allocators linked into a program or library (only with `--malloc`): jemalloc as
+	 * tikv-jemallocator builds it (`_rjem_` prefix), jemalloc's own API unprefixed, mimalloc. */
+	PW_FN_rjem_malloc,
+	PW_FN_rjem_calloc,
+	PW_FN_rjem_realloc,
+	PW_FN_rjem_free,
+	PW_FN_rjem_mallocx,
+	PW_FN_rjem_rallocx,
+	PW_FN_rjem_dallocx,
+	PW_FN_rjem_sdallocx,
+	PW_FN_rjem_posix_memalign,
+	PW_FN_rjem_aligned_alloc,
+	PW_FN_mallocx,
+	PW_FN_rallocx,
+	PW_FN_dallocx,
+	PW_FN_sdallocx,
+	PW_FN_mi_malloc,
+	PW_FN_mi_zalloc,
+	PW_FN_mi_calloc,
+	PW_FN_mi_realloc,
+	PW_FN_mi_free,
+	PW_FN_mi_malloc_aligned,
+	PW_FN_mi_zalloc_aligned,
+	PW_FN_mi_realloc_aligned,
+	PW_FN_mi_posix_memalign,
+	PW_FN_mi_aligned_alloc,
 	PW_FN_COUNT,
 };
 
@@ -362,6 +395,19 @@ struct pw_fault_event {
 	__u64 error_code;
 };
 
+/* The user registers and stack at an allocation (PW_EV_UNWIND): the next PW_EV_MALLOC of
+ * the same thread, whose stack_sp equals sp, is the event it belongs to. */
+struct pw_unwind_event {
+	struct pw_header h;
+	__u64 ip;
+	__u64 sp;
+	__u64 bp;
+	/* Bytes of `stack` that were read (0: none). */
+	__u32 len;
+	__u32 _pad0;
+	__u8 stack[PW_UNWIND_STACK_BYTES];
+};
+
 /* Process life: fork (child = new tgid), exit, exec, executable file mapping (addr, len). */
 struct pw_proc_event {
 	struct pw_header h;
@@ -395,6 +441,7 @@ struct pw_abi {
 	struct pw_pin_event pin;
 	struct pw_fault_event fault;
 	struct pw_proc_event proc;
+	struct pw_unwind_event unwind;
 };
 
 #endif /* PINWISE_EVENTS_H */

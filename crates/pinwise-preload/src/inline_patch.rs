@@ -1,0 +1,406 @@
+//! Inline hooks (x86-64): a function's entry is replaced by a jump to a detour, and its
+//! first instructions move to a trampoline through which the detour calls the original.
+//! Used for allocators linked into the executable ([`crate::linked_alloc`]), whose calls
+//! never go through a symbol pinwise can interpose.
+//!
+//! - The first instructions (at least 5 bytes) are decoded and re-encoded at the
+//!   trampoline (`iced-x86`'s block encoder: RIP-relative operands and conditional
+//!   branches are fixed for the new address), followed by an absolute jump back to the rest
+//!   of the function. Straight-line instructions, conditional branches and direct calls
+//!   move; a jump, return or indirect call among them refuses the patch, as does a function
+//!   shorter than the 5 bytes, or one whose code branches back into the moved bytes (the
+//!   whole function, as its symbol's size gives it, is decoded to see that).
+//! - Trampolines and relays live on a page mapped within ±2 GiB of the function, so that
+//!   the 5-byte `jmp rel32` written over the entry reaches the relay (an absolute jump to
+//!   the detour), and moved RIP-relative operands still reach their targets.
+//! - The entry's page is made writable for the 5 bytes and made read-execute again.
+//!   Patching assumes no other thread runs that code meanwhile (the library's constructor).
+//!
+//! [`plan`] is pure (decode and encode, tested); [`Patcher::hook`] does the mapping and
+//! the writes.
+
+use iced_x86::{BlockEncoder, BlockEncoderOptions, Code, Decoder, DecoderOptions, FlowControl};
+use iced_x86::{Instruction, InstructionBlock};
+
+/// Why a function was not patched.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PatchError {
+    /// Its first bytes hold a branch, call or return, or cannot be decoded.
+    Prologue(String),
+    /// No memory for trampolines within reach of the function.
+    NoNearMemory,
+    /// The entry's page could not be made writable.
+    Protect(i32),
+}
+
+impl std::fmt::Display for PatchError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PatchError::Prologue(why) => write!(f, "its first instructions cannot move: {why}"),
+            PatchError::NoNearMemory => write!(f, "no memory within 2 GiB of it for a trampoline"),
+            PatchError::Protect(errno) => write!(f, "mprotect of its code failed (errno {errno})"),
+        }
+    }
+}
+
+/// Bytes a `jmp rel32` takes at the entry.
+pub const ENTRY_PATCH: usize = 5;
+/// `jmp qword ptr [rip]` followed by the 8-byte address.
+const ABS_JMP: usize = 14;
+const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
+
+fn abs_jmp(to: u64) -> [u8; ABS_JMP] {
+    let mut b = [0u8; ABS_JMP];
+    b[..6].copy_from_slice(&[0xff, 0x25, 0, 0, 0, 0]);
+    b[6..].copy_from_slice(&to.to_le_bytes());
+    b
+}
+
+/// The trampoline for the function at `entry` whose code is `code` (all of it, as its
+/// symbol's size says), placed at `at`: the moved instructions and the jump back. Returns
+/// the trampoline's bytes and how many bytes of the entry were moved.
+pub fn plan(entry: u64, code: &[u8], at: u64) -> Result<(Vec<u8>, usize), PatchError> {
+    let mut decoder = Decoder::with_ip(64, code, entry, DecoderOptions::NONE);
+    let mut moved: Vec<Instruction> = Vec::new();
+    let mut len = 0usize;
+    while len < ENTRY_PATCH {
+        if !decoder.can_decode() {
+            return Err(PatchError::Prologue("the function is too short".into()));
+        }
+        let ins = decoder.decode();
+        if ins.is_invalid() {
+            return Err(PatchError::Prologue(format!("undecodable byte at +{len}")));
+        }
+        // Direct calls move too (a wrapper's `sub rsp, 8; call f`): the callee returns into
+        // the trampoline, which goes on like the original (an unwinder stopped inside that
+        // callee sees a frame without unwind information).
+        let movable = match ins.flow_control() {
+            FlowControl::Next | FlowControl::ConditionalBranch => true,
+            FlowControl::Call => ins.is_call_near(),
+            _ => false,
+        };
+        if !movable {
+            return Err(PatchError::Prologue(format!(
+                "a {:?} at +{len}",
+                ins.flow_control()
+            )));
+        }
+        len += ins.len();
+        moved.push(ins);
+    }
+    // Nothing in the function may branch into the moved bytes (past their first).
+    let moved_end = entry + len as u64;
+    let mut rest = Decoder::with_ip(64, code, entry, DecoderOptions::NONE);
+    while rest.can_decode() {
+        let ins = rest.decode();
+        if ins.is_invalid() {
+            break;
+        }
+        let branch = matches!(
+            ins.flow_control(),
+            FlowControl::ConditionalBranch | FlowControl::UnconditionalBranch | FlowControl::Call
+        );
+        if branch && ins.near_branch_target() > entry && ins.near_branch_target() < moved_end {
+            return Err(PatchError::Prologue(format!(
+                "+{:#x} branches into the first {len} bytes",
+                ins.ip() - entry
+            )));
+        }
+    }
+    let mut out = Vec::new();
+    // The detour calls the trampoline indirectly: with indirect-branch tracking on, it
+    // must start with an endbr64 (a no-op otherwise).
+    if moved[0].code() != Code::Endbr64 {
+        out.extend_from_slice(&ENDBR64);
+    }
+    let base = at + out.len() as u64;
+    let encoded = BlockEncoder::encode(
+        64,
+        InstructionBlock::new(&moved, base),
+        BlockEncoderOptions::NONE,
+    )
+    .map_err(|e| PatchError::Prologue(format!("cannot re-encode: {e}")))?;
+    out.extend_from_slice(&encoded.code_buffer);
+    out.extend_from_slice(&abs_jmp(entry + len as u64));
+    Ok((out, len))
+}
+
+/// The `jmp rel32` at `from` to `to` (within ±2 GiB).
+pub fn near_jmp(from: u64, to: u64) -> Option<[u8; ENTRY_PATCH]> {
+    let rel = i32::try_from(to as i64 - (from as i64 + ENTRY_PATCH as i64)).ok()?;
+    let mut b = [0xe9, 0, 0, 0, 0];
+    b[1..].copy_from_slice(&rel.to_le_bytes());
+    Some(b)
+}
+
+/// A page of trampolines and relays near some code.
+struct Page {
+    base: u64,
+    used: usize,
+}
+
+const PAGE: usize = 4096;
+const SLOT: usize = 128;
+
+/// Patches functions; keeps the pages it mapped.
+#[derive(Default)]
+pub struct Patcher {
+    pages: Vec<Page>,
+}
+
+fn reach(a: u64, b: u64) -> bool {
+    a.abs_diff(b) < (1u64 << 31) - (PAGE as u64) * 4
+}
+
+/// Maps a page within reach of `near` (trying below and above it, 64 KiB steps).
+fn map_near(near: u64) -> Option<u64> {
+    let start = near & !(PAGE as u64 - 1);
+    for step in 1..(1u64 << 14) {
+        for addr in [start.checked_sub(step << 16), start.checked_add(step << 16)]
+            .into_iter()
+            .flatten()
+        {
+            if !reach(addr, near) || addr < (1 << 16) {
+                continue;
+            }
+            // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping; a fresh
+            // anonymous page is asked for.
+            let p = unsafe {
+                libc::mmap(
+                    addr as *mut libc::c_void,
+                    PAGE,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+                    -1,
+                    0,
+                )
+            };
+            if p != libc::MAP_FAILED {
+                if p as u64 == addr {
+                    return Some(addr);
+                }
+                // An old kernel took the address as a hint only.
+                // SAFETY: the mapping just made.
+                unsafe { libc::munmap(p, PAGE) };
+            }
+        }
+    }
+    None
+}
+
+fn protect(addr: u64, len: usize, prot: i32) -> Result<(), PatchError> {
+    let start = addr & !(PAGE as u64 - 1);
+    let end = (addr + len as u64).next_multiple_of(PAGE as u64);
+    // SAFETY: changes the protection of pages of mapped code or of our own page.
+    let rc = unsafe { libc::mprotect(start as *mut libc::c_void, (end - start) as usize, prot) };
+    if rc != 0 {
+        return Err(PatchError::Protect(
+            std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
+        ));
+    }
+    Ok(())
+}
+
+impl Patcher {
+    /// A slot of [`SLOT`] bytes within reach of `entry`.
+    fn slot(&mut self, entry: u64) -> Result<u64, PatchError> {
+        if let Some(p) = self
+            .pages
+            .iter_mut()
+            .find(|p| p.used + SLOT <= PAGE && reach(p.base, entry))
+        {
+            let at = p.base + p.used as u64;
+            p.used += SLOT;
+            return Ok(at);
+        }
+        let base = map_near(entry).ok_or(PatchError::NoNearMemory)?;
+        self.pages.push(Page { base, used: SLOT });
+        Ok(base)
+    }
+
+    /// Makes the function at `entry` jump to `detour`; returns the address through which
+    /// the original is called.
+    ///
+    /// # Safety
+    /// `entry` is the entry of a function of at least `size` bytes in mapped code; no other
+    /// thread runs its first bytes during the call; `detour` has the function's signature.
+    pub unsafe fn hook(&mut self, entry: u64, size: usize, detour: u64) -> Result<u64, PatchError> {
+        // The whole function (a bound on a symbol's size: functions are far smaller).
+        let readable = size.min(1 << 20);
+        // SAFETY: the caller's contract: `size` bytes of code at `entry`.
+        let code = unsafe { std::slice::from_raw_parts(entry as *const u8, readable) };
+        let slot = self.slot(entry)?;
+        let relay = slot;
+        let trampoline = slot + ABS_JMP as u64 + 2;
+        let (bytes, _moved) = plan(entry, code, trampoline)?;
+        if ABS_JMP + 2 + bytes.len() > SLOT {
+            return Err(PatchError::Prologue(
+                "the moved instructions are too long".into(),
+            ));
+        }
+        let jump = near_jmp(entry, relay).ok_or(PatchError::NoNearMemory)?;
+        let page = slot & !(PAGE as u64 - 1);
+        protect(page, PAGE, libc::PROT_READ | libc::PROT_WRITE)?;
+        // SAFETY: our own page, writable now; the slot is this function's alone.
+        unsafe {
+            std::ptr::copy_nonoverlapping(abs_jmp(detour).as_ptr(), relay as *mut u8, ABS_JMP);
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), trampoline as *mut u8, bytes.len());
+        }
+        protect(page, PAGE, libc::PROT_READ | libc::PROT_EXEC)?;
+        // Read-write-execute for the write: code on the same page (the executable's own
+        // malloc, which this very library may call) stays runnable.
+        protect(
+            entry,
+            ENTRY_PATCH,
+            libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC,
+        )?;
+        // SAFETY: the entry's page is writable; the caller's contract says nothing runs
+        // these bytes meanwhile.
+        unsafe { std::ptr::copy_nonoverlapping(jump.as_ptr(), entry as *mut u8, ENTRY_PATCH) };
+        protect(entry, ENTRY_PATCH, libc::PROT_READ | libc::PROT_EXEC)?;
+        Ok(trampoline)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_prologue_moves_with_its_rip_relative_operand_fixed() {
+        // endbr64; mov rax, [rip+0x100]; ret
+        let code = [
+            0xf3, 0x0f, 0x1e, 0xfa, 0x48, 0x8b, 0x05, 0x00, 0x01, 0x00, 0x00, 0xc3,
+        ];
+        let entry = 0x40_0000u64;
+        let at = 0x40_8000u64;
+        let (bytes, moved) = plan(entry, &code, at).unwrap();
+        assert_eq!(
+            moved, 11,
+            "endbr64 + mov: the first 5 bytes and the rest of the mov"
+        );
+        let mut d = Decoder::with_ip(64, &bytes, at, DecoderOptions::NONE);
+        let first = d.decode();
+        assert_eq!(first.code(), Code::Endbr64, "no second endbr64 added");
+        // The moved mov still reads entry+11+0x100.
+        let mov = d.decode();
+        assert!(mov.is_ip_rel_memory_operand());
+        assert_eq!(mov.ip_rel_memory_address(), entry + 11 + 0x100);
+        // Then the jump back to entry+11.
+        let jmp = d.decode();
+        assert_eq!(jmp.code(), Code::Jmp_rm64);
+        let target = u64::from_le_bytes(bytes[bytes.len() - 8..].try_into().unwrap());
+        assert_eq!(target, entry + 11);
+    }
+
+    #[test]
+    fn a_branch_or_a_short_function_is_refused() {
+        // jmp +5; ...
+        let code = [0xeb, 0x05, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90];
+        assert!(matches!(
+            plan(0x1000, &code, 0x2000),
+            Err(PatchError::Prologue(_))
+        ));
+        // call rax; ...
+        let code = [0xff, 0xd0, 0x90, 0x90, 0x90, 0x90, 0xc3];
+        assert!(matches!(
+            plan(0x1000, &code, 0x2000),
+            Err(PatchError::Prologue(_))
+        ));
+        // push rbp; push rbx; nop x4; jne -> +2 (into the moved bytes); ret
+        let code = [0x55, 0x53, 0x90, 0x90, 0x90, 0x90, 0x75, 0xfa, 0xc3];
+        match plan(0x1000, &code, 0x2000) {
+            Err(PatchError::Prologue(why)) => assert!(why.contains("branches into"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        // xor eax, eax; ret
+        let code = [0x31, 0xc0, 0xc3];
+        assert!(matches!(
+            plan(0x1000, &code, 0x2000),
+            Err(PatchError::Prologue(_))
+        ));
+        // Too few bytes.
+        assert!(matches!(
+            plan(0x1000, &[0x55], 0x2000),
+            Err(PatchError::Prologue(_))
+        ));
+    }
+
+    #[test]
+    fn a_conditional_branch_moves_with_its_target_kept() {
+        // test rdi, rdi; je +0x20 (to 0x1025); push rbp; ...; ret
+        let mut code = vec![0x48, 0x85, 0xff, 0x74, 0x20, 0x55];
+        code.resize(0x30, 0x90);
+        code.push(0xc3);
+        let (bytes, moved) = plan(0x1000, &code, 0x4000_0000).unwrap();
+        assert_eq!(moved, 5);
+        let mut d = Decoder::with_ip(64, &bytes, 0x4000_0000, DecoderOptions::NONE);
+        let _endbr = d.decode();
+        let _test = d.decode();
+        let je = d.decode();
+        assert_eq!(je.flow_control(), FlowControl::ConditionalBranch);
+        assert_eq!(je.near_branch_target(), 0x1025, "still the original target");
+    }
+
+    #[test]
+    fn a_direct_call_moves_and_still_calls_its_function() {
+        // sub rsp, 8; call 0x5000; add rsp, 8; ret
+        let code = [
+            0x48, 0x83, 0xec, 0x08, 0xe8, 0xf7, 0x3f, 0, 0, 0x48, 0x83, 0xc4, 0x08, 0xc3,
+        ];
+        let (bytes, moved) = plan(0x1000, &code, 0x3000_0000).unwrap();
+        assert_eq!(moved, 9);
+        let mut d = Decoder::with_ip(64, &bytes, 0x3000_0000, DecoderOptions::NONE);
+        let _endbr = d.decode();
+        let _sub = d.decode();
+        let call = d.decode();
+        assert!(call.is_call_near());
+        assert_eq!(call.near_branch_target(), 0x5000);
+    }
+
+    #[test]
+    fn a_missing_endbr64_is_added_and_near_jumps_stay_in_reach() {
+        // push rbp; mov rbp, rsp; sub rsp, 0x10
+        let code = [0x55, 0x48, 0x89, 0xe5, 0x48, 0x83, 0xec, 0x10, 0xc3];
+        let (bytes, moved) = plan(0x1000, &code, 0x2000).unwrap();
+        assert_eq!(moved, 8);
+        assert_eq!(bytes[..4], ENDBR64);
+        assert_eq!(near_jmp(0x1000, 0x2000), Some([0xe9, 0xfb, 0x0f, 0, 0]));
+        assert_eq!(near_jmp(0, 1 << 40), None);
+    }
+
+    #[inline(never)]
+    extern "C" fn times_three(x: u64) -> u64 {
+        std::hint::black_box(x) * 3
+    }
+
+    static ORIGINAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+    extern "C" fn plus_one_then_original(x: u64) -> u64 {
+        let f: extern "C" fn(u64) -> u64 =
+            // SAFETY: the trampoline of `times_three`, same signature.
+            unsafe { std::mem::transmute(ORIGINAL.load(std::sync::atomic::Ordering::SeqCst)) };
+        f(x + 1)
+    }
+
+    #[test]
+    fn a_hooked_function_runs_the_detour_which_calls_the_original() {
+        let f: extern "C" fn(u64) -> u64 = std::hint::black_box(times_three);
+        assert_eq!(f(2), 6);
+        let mut p = Patcher::default();
+        // SAFETY: a function of this test binary, called by no other thread, with the
+        // detour's signature; its size is at least the bytes its code needs (a
+        // debug build's prologue and body run longer than 20 bytes).
+        let original = unsafe {
+            p.hook(
+                times_three as *const () as u64,
+                20,
+                plus_one_then_original as *const () as u64,
+            )
+        };
+        let original = original.expect("the test function's prologue moves");
+        ORIGINAL.store(original, std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(f(2), 9, "(2 + 1) * 3 through the trampoline");
+        assert_eq!(f(10), 33);
+    }
+}
