@@ -190,13 +190,15 @@ pub struct FingerprintStats {
     pub skipped: u64,
     /// Copies fingerprinted in full.
     pub full_hashes: u64,
-    /// Comparisons where both copies had a full fingerprint: the sampled verdict checked.
+    /// Copies whose verdict was decided on full fingerprints (the copy and what it was
+    /// compared with both hashed in full): the sampled verdict was checked against it.
     pub checked: u64,
-    /// Of those, the sampled fingerprints were equal although the bytes differed (the
-    /// sampled verdict would have been a false "redundant").
+    /// Of those, the sampled fingerprints alone would have called the copy redundant
+    /// although its bytes differed (a false positive).
     pub sampled_false_same: u64,
-    /// Of those, the sampled fingerprints differed although the bytes were equal (cannot
-    /// happen; counted to show it did not).
+    /// Of those, the sampled fingerprints alone would have missed a redundant copy (a
+    /// false negative; equal bytes always have equal sampled fingerprints, so this stays
+    /// 0 and is counted to show it).
     pub sampled_false_differ: u64,
     /// Copies not compared because the tracker's tables were full.
     pub untracked_full_tables: u64,
@@ -204,12 +206,12 @@ pub struct FingerprintStats {
 
 impl FingerprintStats {
     /// Measured rate of false "redundant" verdicts of the sampled fingerprint among checked
-    /// comparisons (`None` when none was checked).
+    /// copies (`None` when none was checked).
     pub fn false_positive_rate(&self) -> Option<f64> {
         (self.checked > 0).then(|| self.sampled_false_same as f64 / self.checked as f64)
     }
 
-    /// Measured rate of missed redundant copies among checked comparisons.
+    /// Measured rate of missed redundant copies among checked copies.
     pub fn false_negative_rate(&self) -> Option<f64> {
         (self.checked > 0).then(|| self.sampled_false_differ as f64 / self.checked as f64)
     }
@@ -408,24 +410,46 @@ impl RedundancyTracker {
         }
     }
 
-    /// Whether `a` and `b` are the same bytes: on full fingerprints when both have one (and
-    /// then the sampled verdict is checked against it), else on sampled ones.
-    fn same(stats: &mut FingerprintStats, a: &Fingerprint, b: &Fingerprint) -> bool {
-        let sampled_same = a.sampled == b.sampled;
+    /// Whether `a` and `b` are the same bytes: on full fingerprints when `use_full` and both
+    /// have one (then `*checked` is set), else on sampled ones.
+    fn same(a: &Fingerprint, b: &Fingerprint, use_full: bool, checked: &mut bool) -> bool {
         match (a.full, b.full) {
-            (Some(x), Some(y)) => {
-                let full_same = x == y;
-                stats.checked += 1;
-                if sampled_same && !full_same {
-                    stats.sampled_false_same += 1;
-                }
-                if !sampled_same && full_same {
-                    stats.sampled_false_differ += 1;
-                }
-                full_same
+            (Some(x), Some(y)) if use_full => {
+                *checked = true;
+                x == y
             }
-            _ => sampled_same,
+            _ => a.sampled == b.sampled,
         }
+    }
+
+    /// The verdict on `obs` from what is known, deciding on full fingerprints where both
+    /// copies have one when `use_full` (returns whether any comparison did).
+    fn verdict(&self, obs: &CopyObservation, key: &HostKey, use_full: bool) -> (Verdict, bool) {
+        let fp = &obs.fingerprint;
+        let mut checked = false;
+        if !key.download {
+            if let Some(c) = self.device.get(&(obs.pid, obs.device)) {
+                if c.len == obs.bytes && Self::same(&c.fingerprint, fp, use_full, &mut checked) {
+                    let upload = if c.record == obs.record { c.upload } else { 0 };
+                    return (Verdict::DeviceHolds { upload }, checked);
+                }
+            }
+        }
+        if let Some(prev) = self.host.get(key) {
+            if Self::same(&prev.fingerprint, fp, use_full, &mut checked) {
+                let v = if key.download {
+                    Verdict::FetchedUnchanged {
+                        download: prev.number,
+                    }
+                } else {
+                    Verdict::SameAsUpload {
+                        upload: prev.number,
+                    }
+                };
+                return (v, checked);
+            }
+        }
+        (Verdict::Fresh, checked)
     }
 
     /// Compares one copy with what is known, remembers it, and returns the verdict.
@@ -459,28 +483,17 @@ impl RedundancyTracker {
             bytes: obs.bytes,
             download,
         };
-        let mut verdict = Verdict::Fresh;
-        if !download {
-            if let Some(c) = self.device.get(&(obs.pid, obs.device)) {
-                if c.len == obs.bytes && Self::same(&mut self.stats, &c.fingerprint, &fp) {
-                    let upload = if c.record == obs.record { c.upload } else { 0 };
-                    verdict = Verdict::DeviceHolds { upload };
-                }
+        let (verdict, checked) = self.verdict(obs, &key, true);
+        if checked {
+            // Both copies were hashed in full: what would the sampled fingerprints alone
+            // have said?
+            let (sampled, _) = self.verdict(obs, &key, false);
+            self.stats.checked += 1;
+            if sampled.is_redundant() && !verdict.is_redundant() {
+                self.stats.sampled_false_same += 1;
             }
-        }
-        if verdict == Verdict::Fresh {
-            if let Some(prev) = self.host.get(&key) {
-                if Self::same(&mut self.stats, &prev.fingerprint, &fp) {
-                    verdict = if download {
-                        Verdict::FetchedUnchanged {
-                            download: prev.number,
-                        }
-                    } else {
-                        Verdict::SameAsUpload {
-                            upload: prev.number,
-                        }
-                    };
-                }
+            if !sampled.is_redundant() && verdict.is_redundant() {
+                self.stats.sampled_false_differ += 1;
             }
         }
         let (summary, _) = self
@@ -728,7 +741,7 @@ mod tests {
         let s = t.stats();
         assert_eq!(
             (s.checked, s.sampled_false_same, s.sampled_false_differ),
-            (2, 2, 0)
+            (1, 1, 0)
         );
         assert_eq!(s.false_positive_rate(), Some(1.0));
         // The same change, sampled only: wrongly redundant (the documented blind spot).
