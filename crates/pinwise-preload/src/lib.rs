@@ -174,6 +174,7 @@ mod capture;
 pub mod config;
 mod crash;
 pub mod elf;
+mod fingerprint;
 mod flush;
 mod guard;
 mod hooks;
