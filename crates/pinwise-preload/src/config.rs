@@ -402,7 +402,10 @@ mod tests {
         assert_eq!(c.fingerprint, FingerprintMode::Full);
         assert_eq!(c.fingerprint_check, 1.0);
         assert!(c.problems.is_empty(), "{:?}", c.problems);
-        assert_eq!(config(&[(env::FINGERPRINT, "off")]).fingerprint, FingerprintMode::Off);
+        assert_eq!(
+            config(&[(env::FINGERPRINT, "off")]).fingerprint,
+            FingerprintMode::Off
+        );
         let c = config(&[(env::FINGERPRINT, "most"), (env::FINGERPRINT_CHECK, "2")]);
         assert_eq!(c.fingerprint, FingerprintMode::Sampled);
         assert_eq!(c.fingerprint_check, DEFAULT_FINGERPRINT_CHECK);

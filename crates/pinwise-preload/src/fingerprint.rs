@@ -114,7 +114,14 @@ mod tests {
     fn the_check_sample_is_a_fraction_of_keys_and_stable() {
         let n = 20_000u64;
         let chosen = (0..n)
-            .filter(|&i| checked(0x7f00_0000 + i * 4096, 0xd000_0000 + i * 65536, 4096, 0.0625))
+            .filter(|&i| {
+                checked(
+                    0x7f00_0000 + i * 4096,
+                    0xd000_0000 + i * 65536,
+                    4096,
+                    0.0625,
+                )
+            })
             .count() as f64;
         let share = chosen / n as f64;
         assert!((0.05..0.075).contains(&share), "{share}");
