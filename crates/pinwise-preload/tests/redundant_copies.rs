@@ -89,6 +89,43 @@ fn redundant_copies_are_reported_exactly_in_full_and_sampled_mode() {
             None => assert_eq!((st.checked, st.full_hashes), (0, 0), "{what}: {st:?}"),
         }
     }
+    // The report's REDUNDANT TRANSFERS section, in words and in JSON (full mode's history).
+    let hist = s.path("redundant-full-0.0625.bin");
+    let report = |json: bool| {
+        let mut c = s.libs.command(pinwise());
+        c.arg("report").arg(&hist).arg("--quiet");
+        if json {
+            c.arg("--json");
+        }
+        clean_env(&mut c);
+        let out = c.output().expect("run pinwise report");
+        assert_ok(&out, "report");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let text = report(false);
+    let section = &text[text
+        .find("REDUNDANT TRANSFERS")
+        .unwrap_or_else(|| panic!("no section:\n{text}"))..];
+    for want in [
+        "6 of 18 uploads",
+        "1 of 4 downloads",
+        "fingerprints: full",
+        "keep it on the device: upload #2 is identical to upload #1",
+        "upload once: upload #2 is identical to upload #1",
+        "fetch it once, or only when it changes: download #2 is identical to download #1",
+        "false-positive rate",
+    ] {
+        assert!(section.contains(want), "{want:?} missing in:\n{section}");
+    }
+    let json: serde_json::Value = serde_json::from_str(&report(true)).unwrap();
+    let r = &json["redundant"];
+    assert_eq!(r["mode"], "full");
+    assert_eq!(r["redundant_uploads"], 6);
+    assert_eq!(r["redundant_downloads"], 1);
+    assert_eq!(r["sampled_false_positives"], 2);
+    assert!(r["wasted_ns"].as_f64().unwrap() > 0.0);
+    assert_eq!(r["allocations"].as_array().unwrap().len(), 5);
+
     let run = s.run_recorded(&exe, &["--fingerprint", "off"], "redundant-off.bin");
     assert_same_stdout(&run.out, &plain, "off");
     assert!(buffers(&run.history).iter().all(Option::is_none), "off");
