@@ -52,8 +52,9 @@ pub mod env {
     /// default) or `full`.
     pub const FINGERPRINT: &str = "PINWISE_FINGERPRINT";
     /// In sampled mode, the fraction of copies (chosen by host range, device range and
-    /// length, so that repeats of a copy are all chosen) also hashed in full, to measure
-    /// the sampled fingerprint's error (`0.0625` default; 0 to 1).
+    /// length, so that repeats of a copy are all chosen; at most 4 MiB unless the fraction
+    /// is 1) also hashed in full, to measure the sampled fingerprint's error (`0.0625`
+    /// default; 0 to 1).
     pub const FINGERPRINT_CHECK: &str = "PINWISE_FINGERPRINT_CHECK";
 }
 

@@ -6,8 +6,9 @@
 //! Work per copy is bounded in sampled mode: [`SAMPLE_LINES`] reads of at most 64 bytes and
 //! one xxh3 of at most 512 bytes. A copy chosen for the full check (a fraction of copies,
 //! chosen by host address, device address and length, so that every repeat of a copy is
-//! chosen alike and two hashed copies can be compared), and every copy in full mode, is
-//! hashed entirely, in the calling thread.
+//! chosen alike and two hashed copies can be compared; at most [`CHECK_MAX_BYTES`] unless
+//! every copy is checked), and every copy in full mode, is hashed entirely, in the calling
+//! thread.
 //!
 //! Not fingerprinted (counted as skipped): pitched (2D/3D) copies, and asynchronous
 //! downloads (their bytes arrive later, when the stream gets there).
@@ -26,13 +27,17 @@ use crate::state::State;
 /// Copies that could have been fingerprinted but were not.
 static SKIPPED: AtomicU64 = AtomicU64::new(0);
 
+/// Copies larger than this are not hashed in full for the check unless every copy is
+/// checked (`check` 1): a 64 MiB hash takes milliseconds.
+pub const CHECK_MAX_BYTES: u64 = 4 << 20;
+
 /// Whether a copy of `len` bytes from `host` to `device` is one of the `check` fraction
-/// hashed in full.
+/// hashed in full (copies above [`CHECK_MAX_BYTES`] only when `check` is 1).
 pub fn checked(host: u64, device: u64, len: u64, check: f64) -> bool {
     if check >= 1.0 {
         return true;
     }
-    if check <= 0.0 {
+    if check <= 0.0 || len > CHECK_MAX_BYTES {
         return false;
     }
     let mut key = [0u8; 24];
@@ -131,5 +136,7 @@ mod tests {
         }
         assert!(checked(1, 2, 3, 1.0));
         assert!(!checked(1, 2, 3, 0.0));
+        assert!((0..1000).all(|i| !checked(i * 4096, 7, CHECK_MAX_BYTES + 1, 0.99)));
+        assert!(checked(1, 2, CHECK_MAX_BYTES + 1, 1.0));
     }
 }

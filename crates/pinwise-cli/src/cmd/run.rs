@@ -145,7 +145,8 @@ pub struct RunArgs {
     pub fingerprint: String,
 
     /// In sampled mode, the fraction of copies (0 to 1) also hashed in full to measure how
-    /// often the sampled fingerprint is wrong (the report states it).
+    /// often the sampled fingerprint is wrong (the report states it); copies above 4 MiB
+    /// only with 1.
     #[arg(long, value_name = "FRACTION", default_value = "0.0625", value_parser = parse_fraction)]
     pub fingerprint_check: f64,
 
