@@ -67,7 +67,7 @@ use crate::varint::{self, ByteSource, SliceSource, VarintError};
 
 /// The first 8 bytes of a binary history.
 pub const BINARY_MAGIC: [u8; 8] = [0x89, b'P', b'W', b'H', b'\r', b'\n', 0x1a, b'\n'];
-/// The binary format version this build writes (it reads this one and version 1).
+/// The binary format version this build writes (it reads this one and versions 1 and 2).
 pub const BINARY_VERSION: u32 = 3;
 /// The oldest binary format version this build reads.
 pub const BINARY_MIN_VERSION: u32 = 1;

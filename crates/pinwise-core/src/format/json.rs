@@ -51,7 +51,7 @@ use crate::tag::{ModuleId, ModuleIdentity, ModuleTable, Site};
 
 /// The `format` field of a JSON history dump.
 pub const JSON_FORMAT: &str = "pinwise-history";
-/// The JSON dump version this build writes (it reads this one and version 1).
+/// The JSON dump version this build writes (it reads this one and versions 1 and 2).
 pub const JSON_VERSION: u64 = 3;
 /// The oldest JSON dump version this build reads.
 pub const JSON_MIN_VERSION: u64 = 1;
