@@ -126,6 +126,28 @@ fn redundant_copies_are_reported_exactly_in_full_and_sampled_mode() {
     assert!(r["wasted_ns"].as_f64().unwrap() > 0.0);
     assert_eq!(r["allocations"].as_array().unwrap().len(), 5);
 
+    // The HTML page has the section, its table and its plot.
+    let page = s.path("report.html");
+    let mut c = s.libs.command(pinwise());
+    c.arg("report")
+        .arg(&hist)
+        .arg("--quiet")
+        .arg("-o")
+        .arg(&page);
+    clean_env(&mut c);
+    assert_ok(&c.output().unwrap(), "html report");
+    let html = std::fs::read_to_string(&page).unwrap();
+    let at = html.find("Redundant transfers").expect("the HTML section");
+    let rest = &html[at..];
+    assert!(
+        rest.contains("keep it on the device"),
+        "advice in the table"
+    );
+    assert!(
+        rest.contains("redundant: the other side had these bytes"),
+        "the plot's legend"
+    );
+
     let run = s.run_recorded(&exe, &["--fingerprint", "off"], "redundant-off.bin");
     assert_same_stdout(&run.out, &plain, "off");
     assert!(buffers(&run.history).iter().all(Option::is_none), "off");
