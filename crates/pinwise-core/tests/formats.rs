@@ -806,7 +806,20 @@ fn redundancy_round_trips_and_appends() {
         assert_eq!(back.fingerprint_stats(), &s, "{name}");
         assert_eq!(json::to_string(&back), json::to_string(&h), "{name}");
     }
-    // A summary naming a record the file lacks is an error that says so.
-    let text = json::to_string(&h);
-    assert!(text.contains("\"redundant\":{"), "{text}");
+    // The JSON dump with redundancy follows the schema.
+    let schema: serde_json::Value =
+        serde_json::from_str(include_str!("../../../schemas/history.schema.json")).unwrap();
+    let validator = jsonschema::validator_for(&schema).expect("the schema compiles");
+    let doc: serde_json::Value = serde_json::from_str(&json::to_string(&h)).unwrap();
+    let errors: Vec<String> = validator.iter_errors(&doc).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+    assert_eq!(doc["allocations"][0]["redundant"]["first_upload"][1], 1);
+    assert_eq!(doc["fingerprints"]["sampled_false_same"], 1);
+    // A binary summary naming a record the file lacks is an error that says so.
+    let mut other = MemHistory::default();
+    other.redundancy_mut().restore(5, r);
+    let e = format::load_history_bytes(&binary::to_bytes(&other))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("redundancy summary of record 5, only 0 records"), "{e}");
 }
