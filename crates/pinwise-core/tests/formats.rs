@@ -821,5 +821,8 @@ fn redundancy_round_trips_and_appends() {
     let e = format::load_history_bytes(&binary::to_bytes(&other))
         .unwrap_err()
         .to_string();
-    assert!(e.contains("redundancy summary of record 5, only 0 records"), "{e}");
+    assert!(
+        e.contains("redundancy summary of record 5, only 0 records"),
+        "{e}"
+    );
 }
