@@ -148,6 +148,29 @@ fn redundant_copies_are_reported_exactly_in_full_and_sampled_mode() {
         "the plot's legend"
     );
 
+    // The Perfetto export names the redundancy on the allocation's slice.
+    let timeline = s.path("timeline.json");
+    let mut c = s.libs.command(pinwise());
+    c.arg("export").arg(&hist).arg("-o").arg(&timeline);
+    clean_env(&mut c);
+    assert_ok(&c.output().unwrap(), "export");
+    let t: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&timeline).unwrap()).unwrap();
+    let flagged: Vec<&serde_json::Value> = t["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["args"]["redundant"].is_object())
+        .collect();
+    assert_eq!(flagged.len(), 5, "A, B, C, D and R's slices");
+    assert!(flagged
+        .iter()
+        .any(|e| e["args"]["redundant"]["redundant_uploads"] == 3
+            && e["args"]["redundant"]["advice"]
+                .as_str()
+                .unwrap()
+                .starts_with("keep it on the device")));
+
     let run = s.run_recorded(&exe, &["--fingerprint", "off"], "redundant-off.bin");
     assert_same_stdout(&run.out, &plain, "off");
     assert!(buffers(&run.history).iter().all(Option::is_none), "off");

@@ -334,9 +334,16 @@ mod tests {
             std::mem::size_of::<RangeRecord>(),
             24 + 7 * 8 + 8 + 8 + 8 + 32 * 8 + py + 1024
         );
+        // Fingerprint lines: state, _pad0, 8 lines of 64 bytes.
+        let fp = 8 + 8 * 64;
+        assert_eq!(std::mem::size_of::<FpRecord>(), fp);
         assert_eq!(
             std::mem::size_of::<CopyStackRecord>(),
-            std::mem::size_of::<CopyRecord>() + 8 + 32 * 8 + py
+            std::mem::size_of::<CopyRecord>() + 8 + 32 * 8 + py + fp
+        );
+        assert_eq!(
+            std::mem::size_of::<CopyFpRecord>(),
+            std::mem::size_of::<CopyRecord>() + fp
         );
         assert_eq!(std::mem::size_of::<ReleaseRecord>(), 24 + 3 * 8);
     }
