@@ -395,7 +395,12 @@ impl RedundancyTracker {
     /// tracker cannot compare wrote there: a device-to-device copy).
     pub fn invalidate_device(&mut self, pid: u32, device: u64, len: u64) {
         let end = device.saturating_add(len.max(1));
-        while let Some(&k) = self.device.range((pid, device)..(pid, end)).next().map(|e| e.0) {
+        while let Some(&k) = self
+            .device
+            .range((pid, device)..(pid, end))
+            .next()
+            .map(|e| e.0)
+        {
             self.device.remove(&k);
         }
         if let Some((&k, c)) = self.device.range((pid, 0)..(pid, device)).next_back() {
