@@ -9,6 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::fingerprint::Fingerprint;
 use crate::stack::StackId;
 use crate::tag::Site;
 
@@ -198,6 +199,9 @@ pub struct Event {
     pub stack: Option<StackId>,
     /// What happened.
     pub kind: EventKind,
+    /// For a host-to-device or device-to-host transfer: the fingerprint of the bytes moved,
+    /// when the source computed one (see [`crate::fingerprint`]).
+    pub fingerprint: Option<Fingerprint>,
 }
 
 impl Event {
@@ -211,7 +215,14 @@ impl Event {
             site: None,
             stack: None,
             kind,
+            fingerprint: None,
         }
+    }
+
+    /// The same event with the fingerprint of the bytes it moved.
+    pub const fn with_fingerprint(mut self, fingerprint: Fingerprint) -> Self {
+        self.fingerprint = Some(fingerprint);
+        self
     }
 
     /// The same event with a call site.

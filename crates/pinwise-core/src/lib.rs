@@ -9,6 +9,7 @@
 //! | module | idea |
 //! |---|---|
 //! | [`event`] | `Event`: what every source reports |
+//! | [`fingerprint`] | content fingerprints of copies; the redundant-transfer tracker |
 //! | [`tag`] | `Site`, `Tag`, `ModuleTable`: an allocation's identity across runs |
 //! | [`stack`] | `Frame`, `StackTable`, `Symbol`: call stacks (native and Python) and site names |
 //! | [`history`] | `MemHistory`, `SharedHistory`: per-allocation lives and the queries on them |
@@ -25,6 +26,7 @@
 
 pub mod cost;
 pub mod event;
+pub mod fingerprint;
 pub mod format;
 pub mod history;
 pub mod pagetable;

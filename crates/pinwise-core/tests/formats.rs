@@ -530,17 +530,17 @@ fn wrong_versions_and_corruption_are_named() {
     bytes[8] = 9;
     let e = format::load_history_bytes(&bytes).unwrap_err().to_string();
     assert!(e.contains("version 9 is not supported"), "{e}");
-    bytes[8] = 2;
+    bytes[8] = 3;
     let last = bytes.len() - 3;
     bytes[last] ^= 0x40;
     let e = format::load_history_bytes(&bytes).unwrap_err();
     assert!(matches!(e.kind, FormatErrorKind::Corrupt { .. }), "{e}");
     assert!(e.to_string().contains("checksum mismatch"), "{e}");
-    let text = json::to_string(&rich_history()).replace("\"version\":2", "\"version\":3");
+    let text = json::to_string(&rich_history()).replace("\"version\":3", "\"version\":4");
     let e = format::load_history_bytes(text.as_bytes())
         .unwrap_err()
         .to_string();
-    assert!(e.contains("version 3 is not supported"), "{e}");
+    assert!(e.contains("version 4 is not supported"), "{e}");
     let text = json::to_string(&rich_history()).replacen("\"final_state\":", "\"state\":", 1);
     let e = format::load_history_bytes(text.as_bytes()).unwrap_err();
     let FormatErrorKind::Json { path, line, .. } = &e.kind else {
@@ -746,4 +746,83 @@ fn stacks_and_symbols_round_trip() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("stack 7 but only 2 stacks"), "{e}");
+}
+
+/// Redundancy summaries and fingerprint statistics survive both formats and appendable
+/// binary dumps (an append writes the summaries that changed since the previous one).
+#[test]
+fn redundancy_round_trips_and_appends() {
+    use pinwise_core::fingerprint::Fingerprint;
+    let mut h = MemHistory::default();
+    h.redundancy_mut().stats_mut().mode = 1;
+    h.ingest(&alloc(
+        1,
+        PID,
+        A,
+        1 << 20,
+        HostMemKind::Pageable,
+        site(0x10),
+    ));
+    let weights = vec![7u8; 1 << 20];
+    let mut changed = weights.clone();
+    changed[5000] = 1;
+    let up = |ts, buf: &[u8]| {
+        copy(ts, PID, Direction::HtoD, A, buf.len() as u64)
+            .with_fingerprint(Fingerprint::of(buf, true))
+    };
+    h.ingest(&up(2, &weights));
+    h.ingest(&up(3, &weights));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("h.bin");
+    let mut appender = BinaryAppender::create(&path).unwrap();
+    appender.append(&h).unwrap();
+    h.ingest(&up(4, &changed));
+    h.ingest(&up(5, &changed));
+    h.ingest(&up(6, &changed));
+    appender.append(&h).unwrap();
+    let r = *h.allocations().next().unwrap().redundancy().unwrap();
+    assert_eq!((r.uploads, r.redundant_uploads, r.device_held), (5, 3, 3));
+    assert_eq!(r.redundant_upload_bytes, 3 << 20);
+    assert_eq!(r.first_upload, Some((2, 1)));
+    let s = *h.fingerprint_stats();
+    assert_eq!((s.uploads, s.full_hashes, s.checked), (5, 5, 4));
+    assert_eq!(
+        s.sampled_false_same, 1,
+        "upload 3 -> 4: a change between sampled lines"
+    );
+    for (name, back) in [
+        ("appended", format::load_history(&path).unwrap()),
+        (
+            "binary",
+            format::load_history_bytes(&binary::to_bytes(&h)).unwrap(),
+        ),
+        (
+            "json",
+            format::load_history_bytes(json::to_string(&h).as_bytes()).unwrap(),
+        ),
+    ] {
+        let a = back.allocations().next().unwrap();
+        assert_eq!(a.redundancy(), Some(&r), "{name}");
+        assert_eq!(back.fingerprint_stats(), &s, "{name}");
+        assert_eq!(json::to_string(&back), json::to_string(&h), "{name}");
+    }
+    // The JSON dump with redundancy follows the schema.
+    let schema: serde_json::Value =
+        serde_json::from_str(include_str!("../../../schemas/history.schema.json")).unwrap();
+    let validator = jsonschema::validator_for(&schema).expect("the schema compiles");
+    let doc: serde_json::Value = serde_json::from_str(&json::to_string(&h)).unwrap();
+    let errors: Vec<String> = validator.iter_errors(&doc).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+    assert_eq!(doc["allocations"][0]["redundant"]["first_upload"][1], 1);
+    assert_eq!(doc["fingerprints"]["sampled_false_same"], 1);
+    // A binary summary naming a record the file lacks is an error that says so.
+    let mut other = MemHistory::default();
+    other.redundancy_mut().restore(5, r);
+    let e = format::load_history_bytes(&binary::to_bytes(&other))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("redundancy summary of record 5, only 0 records"),
+        "{e}"
+    );
 }

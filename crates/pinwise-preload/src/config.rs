@@ -7,6 +7,7 @@
 use std::path::PathBuf;
 
 use pinwise_alloc::Mode;
+use pinwise_core::fingerprint::FingerprintMode;
 
 /// Environment variable names.
 pub mod env {
@@ -47,7 +48,18 @@ pub mod env {
     /// How often the history is appended to while the program runs (`1s` default;
     /// `0`/`off`: only at the end).
     pub const FLUSH_EVERY: &str = "PINWISE_FLUSH_EVERY";
+    /// How copies are fingerprinted to find redundant transfers: `off`, `sampled` (the
+    /// default) or `full`.
+    pub const FINGERPRINT: &str = "PINWISE_FINGERPRINT";
+    /// In sampled mode, the fraction of copies (chosen by host range, device range and
+    /// length, so that repeats of a copy are all chosen; at most 4 MiB unless the fraction
+    /// is 1) also hashed in full, to measure the sampled fingerprint's error (`0.0625`
+    /// default; 0 to 1).
+    pub const FINGERPRINT_CHECK: &str = "PINWISE_FINGERPRINT_CHECK";
 }
+
+/// The default of [`Config::fingerprint_check`].
+pub const DEFAULT_FINGERPRINT_CHECK: f64 = 0.0625;
 
 /// The default of [`Config::flush_every`].
 pub const DEFAULT_FLUSH_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
@@ -101,6 +113,10 @@ pub struct Config {
     /// How often the drain thread appends what changed to the history file (`None`: only
     /// at the end, as a whole file). See `persist`.
     pub flush_every: Option<std::time::Duration>,
+    /// How copies are fingerprinted (redundant transfers).
+    pub fingerprint: FingerprintMode,
+    /// In sampled mode, the fraction of copies also hashed in full.
+    pub fingerprint_check: f64,
     /// Values that could not be understood, each with what was done instead.
     pub problems: Vec<String>,
 }
@@ -199,6 +215,29 @@ impl Config {
                 Some(DEFAULT_FLUSH_EVERY)
             }),
         };
+        let fingerprint = match set(env::FINGERPRINT) {
+            None => FingerprintMode::Sampled,
+            Some(v) => FingerprintMode::parse(&v).unwrap_or_else(|| {
+                problems.push(format!(
+                    "{}={v:?} is not off, sampled or full; using sampled",
+                    env::FINGERPRINT
+                ));
+                FingerprintMode::Sampled
+            }),
+        };
+        let fingerprint_check = match set(env::FINGERPRINT_CHECK) {
+            None => DEFAULT_FINGERPRINT_CHECK,
+            Some(v) => match v.trim().parse::<f64>() {
+                Ok(f) if (0.0..=1.0).contains(&f) => f,
+                _ => {
+                    problems.push(format!(
+                        "{}={v:?} is not a fraction between 0 and 1; using {DEFAULT_FINGERPRINT_CHECK}",
+                        env::FINGERPRINT_CHECK
+                    ));
+                    DEFAULT_FINGERPRINT_CHECK
+                }
+            },
+        };
         Config {
             disabled,
             mode,
@@ -215,6 +254,8 @@ impl Config {
             driver_hooks,
             launcher_pid,
             flush_every,
+            fingerprint,
+            fingerprint_check,
             problems,
         }
     }
@@ -351,6 +392,27 @@ mod tests {
         assert_eq!(c.problems.len(), 4, "{:?}", c.problems);
         assert!(c.problems[0].contains("PINWISE_DISABLE"));
         assert!(c.problems.iter().any(|p| p.contains("\"fast\"")));
+    }
+
+    #[test]
+    fn fingerprint_settings_are_read_and_checked() {
+        let c = config(&[]);
+        assert_eq!(c.fingerprint, FingerprintMode::Sampled);
+        assert_eq!(c.fingerprint_check, DEFAULT_FINGERPRINT_CHECK);
+        let c = config(&[(env::FINGERPRINT, "full"), (env::FINGERPRINT_CHECK, "1")]);
+        assert_eq!(c.fingerprint, FingerprintMode::Full);
+        assert_eq!(c.fingerprint_check, 1.0);
+        assert!(c.problems.is_empty(), "{:?}", c.problems);
+        assert_eq!(
+            config(&[(env::FINGERPRINT, "off")]).fingerprint,
+            FingerprintMode::Off
+        );
+        let c = config(&[(env::FINGERPRINT, "most"), (env::FINGERPRINT_CHECK, "2")]);
+        assert_eq!(c.fingerprint, FingerprintMode::Sampled);
+        assert_eq!(c.fingerprint_check, DEFAULT_FINGERPRINT_CHECK);
+        assert_eq!(c.problems.len(), 2, "{:?}", c.problems);
+        assert!(c.problems[0].contains("PINWISE_FINGERPRINT=\"most\""));
+        assert!(c.problems[1].contains("PINWISE_FINGERPRINT_CHECK"));
     }
 
     #[test]

@@ -455,8 +455,9 @@ fn note(st: &State, c: &Copy, learn: bool) -> Noted {
 
 /// Records a copy the driver accepted, timestamped when it returned.
 fn record_transfer(st: &State, c: &Copy, noted: &Noted, site_addr: usize) {
+    let fingerprint = crate::fingerprint::of_copy(st, c);
     let stamp = st.recorder.stamp();
-    st.recorder.record(
+    st.recorder.record_fingerprinted(
         stamp,
         EventKind::Transfer {
             direction: c.direction,
@@ -467,7 +468,7 @@ fn record_transfer(st: &State, c: &Copy, noted: &Noted, site_addr: usize) {
             stream: noted.stream.map_or(0, |s| s.0),
             host_state: noted.host_state,
         },
-        None,
+        fingerprint,
         site_addr,
     );
 }

@@ -281,7 +281,11 @@ impl Recorder {
         );
         event.site = site;
         event.stack = stack;
-        let raw = Raw { event, caller };
+        self.push(stamp, Raw { event, caller });
+    }
+
+    #[inline]
+    fn push(&self, stamp: Stamp, raw: Raw) {
         if self.finished.load(Ordering::Relaxed) {
             self.lost_after_finish.fetch_add(1, Ordering::Relaxed);
             self.cancel(stamp);
@@ -308,6 +312,26 @@ impl Recorder {
                 }
             }
         }
+    }
+
+    /// [`Recorder::record`] of a transfer, with the fingerprint of the bytes it moved.
+    #[inline]
+    pub fn record_fingerprinted(
+        &self,
+        stamp: Stamp,
+        kind: EventKind,
+        fingerprint: Option<pinwise_core::fingerprint::Fingerprint>,
+        caller: usize,
+    ) {
+        let mut event = Event::new(
+            stamp.ts,
+            self.pid,
+            stamp.tid,
+            ProbeKind::InProcessHook,
+            kind,
+        );
+        event.fingerprint = fingerprint;
+        self.push(stamp, Raw { event, caller });
     }
 
     /// Records an event from a path that must not touch thread-local storage.

@@ -460,6 +460,8 @@ impl State {
     fn note_source_stats(&self) {
         self.recorder
             .with_history(|h| h.set_source_stats(crate::malloc::source_stats()));
+        self.recorder
+            .with_history(|h| crate::fingerprint::note_stats(self, h));
         let standin = match self.pinning.get() {
             Some(Ok(p)) => p.driver.standin,
             Some(Err(_)) => false,

@@ -142,6 +142,7 @@ pub fn build_report(
         .map(|v| lifetime(&v, &mut names, &modules, origin, span, several_processes))
         .collect();
     let pinned_for_nothing = pass.waste.finish(&mut names, &modules, options.top);
+    let redundant = crate::redundant::analyse(history, cost, options.top, &mut names, &modules);
 
     let stats = *history.stats();
     let directions = Direction::ALL
@@ -186,6 +187,7 @@ pub fn build_report(
         coldspots,
         sites,
         pinned_for_nothing,
+        redundant,
         budget,
         source: source_health(history),
         history_stats: stats,

@@ -20,7 +20,7 @@ use crate::text::{
 use crate::units::{bytes, count, duration_ns, percent};
 
 /// Number of plots on the page (the page's self-check expects this many).
-pub const PLOTS: usize = 4;
+pub const PLOTS: usize = 5;
 
 /// Escapes text for HTML content and attribute values.
 pub fn escape(s: &str) -> String {
@@ -125,6 +125,7 @@ pub fn render(report: &Report) -> Result<String, ReportError> {
     let lifetimes = plots::lifetimes(report)?;
     let sizes = plots::size_classes(report)?;
     let curve = plots::budget_curve(report)?;
+    let redundant_plot = plots::redundant(report)?;
 
     let mut h = String::with_capacity(256 * 1024);
     let title = format!("pinwise report: {}", report.input.path);
@@ -207,6 +208,22 @@ pub fn render(report: &Report) -> Result<String, ReportError> {
     );
     let _ = writeln!(h, "<p>{}</p>", escape(&waste_sentence(report)));
     waste(&mut h, report);
+
+    section(
+        &mut h,
+        "Redundant transfers: copies whose bytes the other side already had",
+    );
+    redundant(&mut h, report);
+    figure(
+        &mut h,
+        &redundant_plot,
+        &format!(
+            "Fingerprinted copies of the allocations with the most time wasted on redundant \
+             copies ({} in all, cost model {}).",
+            duration_ns(report.redundant.wasted_ns),
+            report.cost_model
+        ),
+    );
 
     section(
         &mut h,
@@ -570,6 +587,54 @@ fn waste(h: &mut String, r: &Report) {
             num(count(w.transfers), w.transfers as f64),
             num(bytes(w.max_size), w.max_size as f64),
             num(duration_ns(w.wasted_ns), w.wasted_ns),
+        );
+    }
+    table_end(h);
+}
+
+fn redundant(h: &mut String, r: &Report) {
+    let x = &r.redundant;
+    let _ = writeln!(h, "<p>{}</p>", escape(&x.note));
+    if x.allocations.is_empty() {
+        return;
+    }
+    table_head(
+        h,
+        &[
+            ("allocation", true),
+            ("size", false),
+            ("uploads", false),
+            ("redundant", false),
+            ("downloads", false),
+            ("redundant", false),
+            ("bytes", false),
+            ("est. time wasted", false),
+            ("what to do", true),
+        ],
+    );
+    for a in &x.allocations {
+        let rd = &a.redundancy;
+        let name = a.user_frame.clone().unwrap_or_else(|| a.site.short());
+        let b = rd.redundant_upload_bytes + rd.redundant_download_bytes;
+        let _ = writeln!(
+            h,
+            "<tr><td class=\"l site\" title=\"{}\">{}</td>{}{}{}{}{}{}{}{}</tr>",
+            escape(&a.site.long()),
+            escape(&name),
+            num(bytes(a.size), a.size as f64),
+            num(count(u64::from(rd.uploads)), f64::from(rd.uploads)),
+            num(
+                count(u64::from(rd.redundant_uploads)),
+                f64::from(rd.redundant_uploads)
+            ),
+            num(count(u64::from(rd.downloads)), f64::from(rd.downloads)),
+            num(
+                count(u64::from(rd.redundant_downloads)),
+                f64::from(rd.redundant_downloads)
+            ),
+            num(bytes(b), b as f64),
+            num(duration_ns(a.wasted_ns), a.wasted_ns),
+            text_cell(&a.advice, "l"),
         );
     }
     table_end(h);

@@ -7,6 +7,7 @@
 //! | [`model`] | [`Report`]'s parts: totals, estimated times, hot/cold spots, pinned for nothing, source health, plot data |
 //! | `pass` | the one pass over every allocation and its events, on several threads |
 //! | `health` | the sources' own statistics, and whether the run used the CPU stand-in |
+//! | [`redundant`] | redundant transfers: copies whose bytes the other side already had, advice, sampling error |
 //! | [`budget`] | the saving-versus-pinned-budget curve and the budget for a share of the saving |
 //! | [`sites`] | naming call sites: [`SiteResolver`] (the caller symbolizes), labels |
 //! | [`text`] | the terminal rendering (the terminal's width; 100 columns elsewhere) |
@@ -36,6 +37,7 @@ mod pass;
 pub mod perfetto;
 pub mod plots;
 pub mod progress;
+pub mod redundant;
 pub mod sites;
 mod tags;
 pub mod text;

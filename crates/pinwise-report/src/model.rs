@@ -45,6 +45,8 @@ pub struct Report {
     pub sites: Vec<SiteRow>,
     /// Pinned memory whose transfers did not pay back its pinning.
     pub pinned_for_nothing: PinnedForNothing,
+    /// Copies whose bytes the other side already had (fingerprinted copies).
+    pub redundant: crate::redundant::RedundantTransfers,
     /// The pinned budget the smart allocator would need.
     pub budget: BudgetAnalysis,
     /// What the sources said about themselves: drops, lost events.

@@ -10,6 +10,9 @@
 //!   records when a copy was issued, not how long it took: a transfer's duration is the
 //!   cost model's estimate (`args.modeled_ns`), cut short where the next transfer of the
 //!   same allocation or its end comes first (`args.clamped`);
+//! - an allocation whose fingerprinted copies were redundant has `args.redundant` (counts,
+//!   bytes, advice; the history keeps per-allocation summaries, not which copy was which,
+//!   so transfer slices carry no flag of their own);
 //! - pin and unpin (and the OS events the history kept) are instant events (`ph: "i"`,
 //!   thread scope);
 //! - per process, counters (`ph: "C"`) of live host bytes, pageable and pinned;
@@ -375,6 +378,15 @@ fn allocation(
             "events_dropped": v.events_dropped(),
             "user_frame": user_frame,
             "stack": stack,
+            "redundant": v.redundancy().filter(|r| r.any()).map(|r| json!({
+                "uploads": r.uploads,
+                "redundant_uploads": r.redundant_uploads,
+                "redundant_upload_bytes": r.redundant_upload_bytes,
+                "downloads": r.downloads,
+                "redundant_downloads": r.redundant_downloads,
+                "redundant_download_bytes": r.redundant_download_bytes,
+                "advice": crate::redundant::advice(r),
+            })),
         })),
     })?;
     summary.allocations += 1;

@@ -492,3 +492,97 @@ pub fn budget_curve(report: &Report) -> Result<String, ReportError> {
             .map_err(err)
     })
 }
+
+const REDUNDANT: RGBColor = RGBColor(222, 45, 38);
+
+/// The fingerprinted copies of the allocations with the most time wasted on redundant
+/// copies: redundant ones (red) over the others (blue), one bar per allocation.
+pub fn redundant(report: &Report) -> Result<String, ReportError> {
+    let rows = &report.redundant.allocations;
+    if rows.is_empty() {
+        return message(
+            "redundant transfers",
+            if report.redundant.mode == "off" {
+                "Copies were not fingerprinted in this history."
+            } else {
+                "No redundant copy found."
+            },
+        );
+    }
+    svg("redundant transfers", (PLOT_WIDTH, 340), |root| {
+        let n = rows.len();
+        let copies = |r: &crate::redundant::RedundantRow| {
+            let x = &r.redundancy;
+            (
+                u64::from(x.redundant_uploads) + u64::from(x.redundant_downloads),
+                u64::from(x.uploads) + u64::from(x.downloads),
+            )
+        };
+        let top = rows.iter().map(|r| copies(r).1).max().unwrap_or(1) as f64 * 1.3;
+        let labels: Vec<String> = rows
+            .iter()
+            .map(|r| format!("#{} {}", r.id, units::bytes(r.size).replace(".00", "")))
+            .collect();
+        let label_of = |v: &SegmentValue<usize>| match v {
+            SegmentValue::CenterOf(i) if *i < n => labels[*i].clone(),
+            _ => String::new(),
+        };
+        let mut chart = ChartBuilder::on(root)
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(70)
+            .build_cartesian_2d((0..n - 1).into_segmented(), 0f64..top)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .light_line_style(FINE_GRID)
+            .bold_line_style(GRID)
+            .x_labels(n)
+            .x_label_formatter(&label_of)
+            .x_desc("allocation (record id, size), most time wasted first")
+            .y_desc("fingerprinted copies")
+            .y_label_formatter(&whole)
+            .label_style((FONT, 11))
+            .axis_desc_style((FONT, 13))
+            .draw()
+            .map_err(err)?;
+        type Part = fn((u64, u64)) -> (u64, u64);
+        let layers: [(&str, RGBColor, Part); 2] = [
+            (
+                "redundant: the other side had these bytes",
+                REDUNDANT,
+                |(r, _)| (0, r),
+            ),
+            ("not redundant", HOT, |(r, all)| (r, all)),
+        ];
+        for (name, color, part) in layers {
+            chart
+                .draw_series(rows.iter().enumerate().map(|(i, row)| {
+                    let (lo, hi) = part(copies(row));
+                    let mut r = Rectangle::new(
+                        [
+                            (SegmentValue::Exact(i), lo as f64),
+                            (SegmentValue::Exact(i + 1), hi as f64),
+                        ],
+                        color.filled(),
+                    );
+                    r.set_margin(0, 0, 3, 3);
+                    r
+                }))
+                .map_err(err)?
+                .label(name)
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 5), (x + 14, y + 5)], color.filled())
+                });
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(GRID)
+            .label_font((FONT, 12))
+            .draw()
+            .map_err(err)
+    })
+}

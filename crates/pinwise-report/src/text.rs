@@ -187,6 +187,7 @@ fn render_now(report: &Report, options: TextOptions) -> String {
     );
     sites(&mut out, report);
     pinned_for_nothing(&mut out, report);
+    redundant(&mut out, report);
     source(&mut out, report);
     out
 }
@@ -656,6 +657,91 @@ fn pinned_for_nothing(out: &mut String, r: &Report) {
                 duration_ns(w.wasted_ns),
             ])
         );
+    }
+}
+
+fn redundant(out: &mut String, r: &Report) {
+    let x = &r.redundant;
+    section(
+        out,
+        "REDUNDANT TRANSFERS: copies whose bytes the other side already had",
+    );
+    if x.mode != "off" || x.uploads + x.downloads > 0 {
+        let _ = writeln!(
+            out,
+            "{}",
+            wrap(
+                &format!(
+                    "{} of {} uploads ({}) and {} of {} downloads ({}) were redundant: \
+                     {} estimated (cost model). {} copies not fingerprinted.",
+                    count(x.redundant_uploads),
+                    count(x.uploads),
+                    bytes(x.redundant_upload_bytes),
+                    count(x.redundant_downloads),
+                    count(x.downloads),
+                    bytes(x.redundant_download_bytes),
+                    duration_ns(x.wasted_ns),
+                    count(x.skipped),
+                ),
+                0
+            )
+        );
+    }
+    let _ = writeln!(out, "{}", wrap(&x.note, 0));
+    if x.allocations.is_empty() {
+        if x.mode != "off" {
+            let _ = writeln!(out, "(no redundant copy found)");
+        }
+        return;
+    }
+    let t = Table::new(&[
+        ("allocation", 32, Align::Left),
+        ("size", 9, Align::Right),
+        ("up", 7, Align::Right),
+        ("redund.", 8, Align::Right),
+        ("down", 7, Align::Right),
+        ("redund.", 8, Align::Right),
+        ("bytes", 9, Align::Right),
+        ("wasted", 10, Align::Right),
+    ]);
+    let names: Vec<String> = x
+        .allocations
+        .iter()
+        .map(|a| a.user_frame.clone().unwrap_or_else(|| a.site.short()))
+        .collect();
+    let t = t.with_names(names.iter().map(String::as_str));
+    let _ = writeln!(out, "{}", t.header());
+    for (a, name) in x.allocations.iter().zip(&names) {
+        let rd = &a.redundancy;
+        let _ = writeln!(
+            out,
+            "{}",
+            t.row(&[
+                fit(name, t.name_width(), true),
+                bytes(a.size),
+                count(u64::from(rd.uploads)),
+                count(u64::from(rd.redundant_uploads)),
+                count(u64::from(rd.downloads)),
+                count(u64::from(rd.redundant_downloads)),
+                bytes(rd.redundant_upload_bytes + rd.redundant_download_bytes),
+                duration_ns(a.wasted_ns),
+            ])
+        );
+        let _ = writeln!(out, "{}", wrap(&format!("-> {}", a.advice), 4));
+    }
+    if x.sites.len() > 1 {
+        let _ = writeln!(out, "by call site:");
+        for s in &x.sites {
+            let _ = writeln!(
+                out,
+                "  {:<44} {:>5} allocs {:>7} copies {:>9} {:>10}",
+                fit(&s.site.short(), 44, true),
+                count(s.allocations),
+                count(s.redundant_copies),
+                bytes(s.bytes),
+                duration_ns(s.wasted_ns),
+            );
+        }
     }
 }
 

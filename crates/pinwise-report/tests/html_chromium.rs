@@ -235,7 +235,7 @@ fn the_report_loads_cleanly_in_chromium_and_a_screenshot_is_taken() {
         let page = dir.join(format!("{name}-report.html"));
         html::write(&report, &page).unwrap();
         let ok = check_page(&chromium, &page).unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert!(ok.contains("4 plots"), "{ok}");
+        assert!(ok.contains("5 plots"), "{ok}");
         let png = dir.join(format!("{name}-report.png"));
         screenshot(&chromium, &page, &png, name != "empty");
         println!("screenshot of the {name} report: {}", png.display());
@@ -268,7 +268,7 @@ fn the_check_fails_on_a_page_with_errors() {
     let broken = dir.path().join("broken.html");
     std::fs::write(&broken, page).unwrap();
     let err = check_page(&chromium, &broken).unwrap_err();
-    assert!(err.contains("3 plots of 4"), "{err}");
+    assert!(err.contains("4 plots of 5"), "{err}");
 }
 
 #[test]

@@ -634,6 +634,13 @@ impl TracerAgent {
             ("tracer.python_truncated", s.translate.python_truncated),
             ("tracer.uprobes", s.uprobes as u64),
         ]);
+        if self.config.bpf.fingerprint {
+            let mut h = self.history.write();
+            let st = h.redundancy_mut().stats_mut();
+            st.mode = pinwise_core::fingerprint::FingerprintMode::Sampled.code();
+            st.check_ppm = 0;
+            st.skipped = s.translate.fingerprint_reads_failed;
+        }
         if s.cuda_standin {
             self.history
                 .write()

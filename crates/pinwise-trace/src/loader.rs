@@ -68,6 +68,10 @@ pub struct BpfConfig {
     /// carry the Python frames of the thread too, in processes running CPython 3.10-3.13
     /// (see [`crate::python`]).
     pub python_frames: bool,
+    /// Linear host-to-device copies carry the sampled lines of their source (8 reads of
+    /// 64 bytes with `bpf_probe_read_user` at the copy's entry), from which user space
+    /// computes their content fingerprint (see `pinwise_core::fingerprint`).
+    pub fingerprint: bool,
 }
 
 impl Default for BpfConfig {
@@ -84,6 +88,7 @@ impl Default for BpfConfig {
             malloc_min_bytes: 64 << 10,
             enroll_on_cuda: false,
             python_frames: true,
+            fingerprint: false,
         }
     }
 }
@@ -266,6 +271,11 @@ fn set_rodata(object: &mut OpenObject, config: &BpfConfig, is_main: bool) {
                 data,
                 offset_of!(MainRo, cfg_python_frames),
                 u32::from(config.python_frames),
+            );
+            put32(
+                data,
+                offset_of!(MainRo, cfg_fingerprint),
+                u32::from(config.fingerprint),
             );
         } else {
             put(data, offset_of!(NvRo, cfg_wakeup_bytes), wakeup);

@@ -7,10 +7,11 @@
 use crate::skel::main::types as c;
 
 pub use c::{
-    pw_copy_event as CopyRecord, pw_copy_stack_event as CopyStackRecord,
-    pw_fault_event as FaultRecord, pw_header as Header, pw_pin_event as PinRecord,
-    pw_proc_event as ProcRecord, pw_py_stack as PyStackRecord, pw_range_event as RangeRecord,
-    pw_release_event as ReleaseRecord, pw_unwind_event as UnwindRecord,
+    pw_copy_event as CopyRecord, pw_copy_fp_event as CopyFpRecord,
+    pw_copy_stack_event as CopyStackRecord, pw_fault_event as FaultRecord, pw_fp as FpRecord,
+    pw_header as Header, pw_pin_event as PinRecord, pw_proc_event as ProcRecord,
+    pw_py_stack as PyStackRecord, pw_range_event as RangeRecord, pw_release_event as ReleaseRecord,
+    pw_unwind_event as UnwindRecord,
 };
 
 /// One decoded ring-buffer record.
@@ -20,6 +21,8 @@ pub enum RawEvent {
     Copy(CopyRecord),
     /// A copy sampled for its call chain.
     CopyStack(Box<CopyStackRecord>),
+    /// A host-to-device copy with the fingerprint lines of its source.
+    CopyFp(Box<CopyFpRecord>),
     /// A host allocation, registration, device allocation or mmap (with a stack window).
     Range(Box<RangeRecord>),
     /// A host free, unregistration, device free or munmap.
@@ -40,6 +43,7 @@ impl RawEvent {
         match self {
             RawEvent::Copy(r) => &r.h,
             RawEvent::CopyStack(r) => &r.copy.h,
+            RawEvent::CopyFp(r) => &r.copy.h,
             RawEvent::Range(r) => &r.h,
             RawEvent::Release(r) => &r.h,
             RawEvent::Pin(r) => &r.h,
@@ -83,6 +87,8 @@ unsafe impl Plain for CopyRecord {}
 // SAFETY: as above.
 unsafe impl Plain for CopyStackRecord {}
 // SAFETY: as above.
+unsafe impl Plain for CopyFpRecord {}
+// SAFETY: as above.
 unsafe impl Plain for RangeRecord {}
 // SAFETY: as above.
 unsafe impl Plain for ReleaseRecord {}
@@ -122,6 +128,7 @@ pub fn decode(bytes: &[u8]) -> Result<RawEvent, DecodeError> {
         _ if k == kind(c::pw_kind::PW_EV_COPY_STACK) => {
             RawEvent::CopyStack(Box::new(read(bytes, k)?))
         }
+        _ if k == kind(c::pw_kind::PW_EV_COPY_FP) => RawEvent::CopyFp(Box::new(read(bytes, k)?)),
         _ if k == kind(c::pw_kind::PW_EV_HOST_ALLOC)
             || k == kind(c::pw_kind::PW_EV_HOST_REGISTER)
             || k == kind(c::pw_kind::PW_EV_DEV_ALLOC)
@@ -182,6 +189,8 @@ pub mod kinds {
     pub const MALLOC_FREE: u16 = k::PW_EV_MALLOC_FREE.0 as u16;
     /// See `PW_EV_COPY_STACK`.
     pub const COPY_STACK: u16 = k::PW_EV_COPY_STACK.0 as u16;
+    /// See `PW_EV_COPY_FP`.
+    pub const COPY_FP: u16 = k::PW_EV_COPY_FP.0 as u16;
     /// See `PW_EV_PIN_PAGES`.
     pub const PIN_PAGES: u16 = k::PW_EV_PIN_PAGES.0 as u16;
     /// See `PW_EV_UNPIN_PAGES`.
@@ -332,9 +341,16 @@ mod tests {
             std::mem::size_of::<RangeRecord>(),
             24 + 7 * 8 + 8 + 8 + 8 + 32 * 8 + py + 1024
         );
+        // Fingerprint lines: state, _pad0, 8 lines of 64 bytes.
+        let fp = 8 + 8 * 64;
+        assert_eq!(std::mem::size_of::<FpRecord>(), fp);
         assert_eq!(
             std::mem::size_of::<CopyStackRecord>(),
-            std::mem::size_of::<CopyRecord>() + 8 + 32 * 8 + py
+            std::mem::size_of::<CopyRecord>() + 8 + 32 * 8 + py + fp
+        );
+        assert_eq!(
+            std::mem::size_of::<CopyFpRecord>(),
+            std::mem::size_of::<CopyRecord>() + fp
         );
         assert_eq!(std::mem::size_of::<ReleaseRecord>(), 24 + 3 * 8);
     }

@@ -94,6 +94,9 @@ pub struct TranslateStats {
     pub python_failed: u64,
     /// Events whose Python stack was cut (more than 32 frames, or an unreadable frame).
     pub python_truncated: u64,
+    /// Host-to-device copies whose fingerprint lines BPF could not read (a page not
+    /// present): not fingerprinted.
+    pub fingerprint_reads_failed: u64,
 }
 
 #[derive(Debug, Default)]
@@ -411,14 +414,18 @@ impl Translator {
         }
         let news = match raw {
             RawEvent::Copy(c) => {
-                self.copy(c, None, out);
+                self.copy(c, None, None, out);
                 None
             }
             RawEvent::CopyStack(c) => {
                 let n = (c.nframes as usize).min(c.frames.len());
                 let site = self.sites.site(pid, c.copy.call_site);
                 let stack = self.stack(&c.copy.h, &c.frames[..n], site, &c.py);
-                self.copy(&c.copy, stack, out);
+                self.copy(&c.copy, stack, Some(&c.fp), out);
+                None
+            }
+            RawEvent::CopyFp(c) => {
+                self.copy(&c.copy, None, Some(&c.fp), out);
                 None
             }
             RawEvent::Unwind(u) => {
@@ -622,7 +629,13 @@ impl Translator {
         }
     }
 
-    fn copy(&mut self, c: &crate::raw::CopyRecord, stack: Option<StackId>, out: &mut Vec<Event>) {
+    fn copy(
+        &mut self,
+        c: &crate::raw::CopyRecord,
+        stack: Option<StackId>,
+        fp: Option<&crate::raw::FpRecord>,
+        out: &mut Vec<Event>,
+    ) {
         let pid = c.h.pid;
         let src = self.side(pid, c.src, c.src_type);
         let dst = self.side(pid, c.dst, c.dst_type);
@@ -655,6 +668,13 @@ impl Translator {
         }
         if let Some(stack) = stack {
             e = e.with_stack(stack);
+        }
+        match fp.map(|f| f.state) {
+            Some(1) if direction == Direction::HtoD => {
+                e = e.with_fingerprint(fingerprint_of(c.bytes, &fp.expect("matched").lines));
+            }
+            Some(2) => self.stats.fingerprint_reads_failed += 1,
+            _ => {}
         }
         out.push(e);
     }
@@ -828,6 +848,27 @@ impl Translator {
     }
 }
 
+/// The sampled fingerprint of a `bytes`-byte copy from the lines BPF read (see `struct
+/// pw_fp`): the same value `pinwise_core::fingerprint::sampled` gives for the buffer.
+pub fn fingerprint_of(bytes: u64, lines: &[u8]) -> pinwise_core::fingerprint::Fingerprint {
+    use pinwise_core::fingerprint::{hash_samples, line_len, SAMPLE_BYTES, SAMPLE_LINES};
+    let l = line_len(bytes) as usize;
+    let sampled = if l < pinwise_core::fingerprint::LINE as usize {
+        // One short line, read once: the sampled form repeats it for every line.
+        let mut buf = [0u8; SAMPLE_BYTES];
+        for i in 0..SAMPLE_LINES {
+            buf[i * l..(i + 1) * l].copy_from_slice(&lines[..l]);
+        }
+        hash_samples(bytes, &buf[..SAMPLE_LINES * l])
+    } else {
+        hash_samples(bytes, &lines[..SAMPLE_BYTES])
+    };
+    pinwise_core::fingerprint::Fingerprint {
+        sampled,
+        full: None,
+    }
+}
+
 fn with_site(e: Event, site: Option<Site>) -> Event {
     match site {
         Some(s) => e.with_site(s),
@@ -890,6 +931,27 @@ mod tests {
         match e.kind {
             EventKind::Transfer { direction, .. } => direction,
             other => panic!("not a transfer: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn fingerprints_from_bpf_lines_equal_the_in_process_ones() {
+        use pinwise_core::fingerprint::{sample_offsets, sampled, LINE};
+        for len in [1usize, 10, 63, 64, 65, 300, 4096, 1 << 20] {
+            let buf: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8).collect();
+            // What read_fp in pinwise.bpf.c leaves in pw_fp.lines.
+            let mut lines = [0u8; 512];
+            if (len as u64) < LINE {
+                lines[..len].copy_from_slice(&buf);
+            } else {
+                for (i, off) in sample_offsets(len as u64).iter().enumerate() {
+                    let off = *off as usize;
+                    lines[i * 64..(i + 1) * 64].copy_from_slice(&buf[off..off + 64]);
+                }
+            }
+            let fp = fingerprint_of(len as u64, &lines);
+            assert_eq!(fp.sampled, sampled(&buf), "len {len}");
+            assert_eq!(fp.full, None);
         }
     }
 

@@ -137,6 +137,19 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     pub log: Option<String>,
 
+    /// Fingerprint the bytes of each host-device copy to find redundant transfers (the
+    /// same bytes sent again to a device range that holds them, a result fetched
+    /// unchanged): `sampled` hashes 8 cache lines spread over the buffer (a change between
+    /// them goes unseen), `full` every byte (costs a pass over each buffer), `off` nothing.
+    #[arg(long, value_name = "MODE", default_value = "sampled", value_parser = ["off", "sampled", "full"])]
+    pub fingerprint: String,
+
+    /// In sampled mode, the fraction of copies (0 to 1) also hashed in full to measure how
+    /// often the sampled fingerprint is wrong (the report states it); copies above 4 MiB
+    /// only with 1.
+    #[arg(long, value_name = "FRACTION", default_value = "0.0625", value_parser = parse_fraction)]
+    pub fingerprint_check: f64,
+
     /// The command and its arguments.
     #[arg(
         required = true,
@@ -145,6 +158,14 @@ pub struct RunArgs {
         value_name = "CMD"
     )]
     pub command: Vec<OsString>,
+}
+
+/// A fraction between 0 and 1.
+fn parse_fraction(v: &str) -> Result<f64, String> {
+    match v.trim().parse::<f64>() {
+        Ok(f) if (0.0..=1.0).contains(&f) => Ok(f),
+        _ => Err(format!("{v:?} is not a fraction between 0 and 1")),
+    }
 }
 
 /// Runs `pinwise run`.
@@ -293,7 +314,12 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             "PINWISE_MALLOC_HOOKS",
             if args.no_malloc_hooks { "0" } else { "1" },
         )
-        .env("PINWISE_STACKS", if args.no_stacks { "0" } else { "1" });
+        .env("PINWISE_STACKS", if args.no_stacks { "0" } else { "1" })
+        .env("PINWISE_FINGERPRINT", &args.fingerprint)
+        .env(
+            "PINWISE_FINGERPRINT_CHECK",
+            args.fingerprint_check.to_string(),
+        );
 
     super::supervise::die_with_parent(&mut command);
     let started = Instant::now();

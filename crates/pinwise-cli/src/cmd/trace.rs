@@ -118,6 +118,13 @@ pub struct TraceArgs {
     #[arg(long, value_parser = parse_size, default_value = "64K", value_name = "BYTES")]
     pub malloc_min: u64,
 
+    /// Fingerprint host-to-device copies to find redundant transfers (the same bytes sent
+    /// again to a device range that holds them): BPF reads 8 cache lines spread over the
+    /// source at each copy's entry (a change between them goes unseen; `pinwise run
+    /// --fingerprint full` hashes every byte). Downloads are not fingerprinted by the tracer.
+    #[arg(long)]
+    pub fingerprint: bool,
+
     /// One copy in N, at random, carries its call chain too (0: none, 1: every copy).
     #[arg(long, default_value_t = 64, value_name = "N")]
     pub copy_stacks: u32,
@@ -242,6 +249,7 @@ pub fn run(args: TraceArgs) -> Result<ExitCode> {
             dwarf_stacks: args.dwarf_stacks,
             copy_stack_every: if args.no_stacks { 0 } else { args.copy_stacks },
             malloc_min_bytes: args.malloc_min.max(1),
+            fingerprint: args.fingerprint,
             ..BpfConfig::default()
         },
         libraries: LibraryOverrides {

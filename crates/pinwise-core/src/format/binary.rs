@@ -28,6 +28,14 @@
 //!   function, file (length + 1, 0: none; bytes), line + 1 (0: none)). Entries add to (or
 //!   replace) those of earlier SYMBOLS frames.
 //!
+//! - **6 REDUNDANT** (version 3): the fingerprint statistics (mode, check fraction in ppm,
+//!   uploads, downloads, skipped, full hashes, checked, sampled false same, sampled false
+//!   differ, untracked for full tables), then the redundancy summaries of records that
+//!   changed since the previous REDUNDANT frame (count; record id, uploads, downloads,
+//!   redundant uploads, their bytes, device held, redundant downloads, their bytes, first
+//!   redundant upload and first redundant download, each 0 for none or 1 then two numbers).
+//!   A later entry for a record replaces the earlier one.
+//!
 //! Version 2 also writes, in each record snapshot, the record's stack (index + 1, 0: none)
 //! after its call number. Version 1 files (no stacks, no symbols) still read.
 //!
@@ -35,7 +43,7 @@
 //! one STACKS frame, one RECORDS frame (for an append: the records created since the last
 //! append, and those that were live then and changed since, ended or not, whose new snapshot
 //! replaces the earlier one), a
-//! SYMBOLS frame when the symbol table changed, and one STATS frame, which closes it. A reader applies the frames in order, so a file is the complete
+//! SYMBOLS frame when the symbol table changed, one REDUNDANT frame (version 3) when copies were fingerprinted, and one STATS frame, which closes it. A reader applies the frames in order, so a file is the complete
 //! history as of its last append. A file cut anywhere but after a STATS frame is an error
 //! that says where (the appends before are intact; a file cut exactly between two appends
 //! reads as the history of the earlier one).
@@ -47,6 +55,7 @@ use std::sync::Arc;
 
 use super::{FormatError, FormatErrorKind};
 use crate::event::Direction;
+use crate::fingerprint::{FingerprintStats, Redundancy};
 use crate::history::codec::{self, RecordContext, Resolve};
 use crate::history::{
     AllocKind, AllocState, DirTotals, DirectionCounters, HistoryConfig, HistoryStats, LiveMark,
@@ -58,8 +67,8 @@ use crate::varint::{self, ByteSource, SliceSource, VarintError};
 
 /// The first 8 bytes of a binary history.
 pub const BINARY_MAGIC: [u8; 8] = [0x89, b'P', b'W', b'H', b'\r', b'\n', 0x1a, b'\n'];
-/// The binary format version this build writes (it reads this one and version 1).
-pub const BINARY_VERSION: u32 = 2;
+/// The binary format version this build writes (it reads this one and versions 1 and 2).
+pub const BINARY_VERSION: u32 = 3;
 /// The oldest binary format version this build reads.
 pub const BINARY_MIN_VERSION: u32 = 1;
 
@@ -70,6 +79,7 @@ const FRAME_RECORDS: u8 = 2;
 const FRAME_STATS: u8 = 3;
 const FRAME_STACKS: u8 = 4;
 const FRAME_SYMBOLS: u8 = 5;
+const FRAME_REDUNDANT: u8 = 6;
 const FRAME_NATIVE: u64 = 0;
 const FRAME_PYTHON: u64 = 1;
 
@@ -134,6 +144,8 @@ struct AppendState {
     records_written: u32,
     /// Records live at the last append, with their marks, sorted by record.
     live_at_last: Vec<(u32, LiveMark)>,
+    /// The redundancy tracker's generation at the last append.
+    redundancy_generation: u64,
 }
 
 /// An append encoded by [`BinaryAppender::encode`], to be written by
@@ -290,8 +302,60 @@ impl BinaryAppender {
             write_frame(w, FRAME_SYMBOLS, &symbols_payload(symbols))?;
             self.state.symbols_written = symbols.len();
         }
+        if let Some(payload) = self.redundant_payload(history) {
+            write_frame(w, FRAME_REDUNDANT, &payload)?;
+        }
         write_frame(w, FRAME_STATS, &stats_payload(history))?;
         Ok(count)
+    }
+
+    /// The REDUNDANT frame's payload; `None` when no copy was ever fingerprinted (the frame
+    /// is left out).
+    fn redundant_payload(&mut self, history: &MemHistory) -> Option<Vec<u8>> {
+        let mut p = Payload::default();
+        let t = history.redundancy();
+        let s = t.stats();
+        if *s == FingerprintStats::default() && t.changed_since(0).0.is_empty() {
+            return None;
+        }
+        for v in [
+            s.mode,
+            s.check_ppm,
+            s.uploads,
+            s.downloads,
+            s.skipped,
+            s.full_hashes,
+            s.checked,
+            s.sampled_false_same,
+            s.sampled_false_differ,
+            s.untracked_full_tables,
+        ] {
+            p.uint(v);
+        }
+        let (changed, generation) = t.changed_since(self.state.redundancy_generation);
+        p.uint(changed.len() as u64);
+        for (record, r) in changed {
+            p.uint(u64::from(record));
+            for v in [r.uploads, r.downloads, r.redundant_uploads] {
+                p.uint(u64::from(v));
+            }
+            p.uint(r.redundant_upload_bytes);
+            p.uint(u64::from(r.device_held));
+            p.uint(u64::from(r.redundant_downloads));
+            p.uint(r.redundant_download_bytes);
+            for pair in [r.first_upload, r.first_download] {
+                match pair {
+                    None => p.uint(0),
+                    Some((a, b)) => {
+                        p.uint(1);
+                        p.uint(u64::from(a));
+                        p.uint(u64::from(b));
+                    }
+                }
+            }
+        }
+        self.state.redundancy_generation = generation;
+        Some(p.0)
     }
 
     fn stacks_payload(&mut self, stacks: &[crate::stack::Stack]) -> Vec<u8> {
@@ -628,6 +692,8 @@ struct Staging<'a> {
     symbols: Vec<(u64, u64, Symbol)>,
     stats: HistoryStats,
     source_stats: BTreeMap<String, u64>,
+    fingerprints: FingerprintStats,
+    redundant: BTreeMap<u32, (u64, Redundancy)>,
     saw_tables: bool,
     version: u32,
 }
@@ -753,6 +819,7 @@ fn read_frames(bytes: &[u8], salvage: bool) -> Result<(MemHistory, Option<Salvag
             FRAME_STATS => read_stats(&mut r, &mut staging)?,
             FRAME_STACKS if version >= 2 => read_stacks(&mut r, &mut staging)?,
             FRAME_SYMBOLS if version >= 2 => read_symbols(&mut r, &mut staging)?,
+            FRAME_REDUNDANT if version >= 3 => read_redundant(&mut r, &mut staging)?,
             k => {
                 return Err(FormatError::corrupt(
                     pos as u64,
@@ -1112,6 +1179,54 @@ fn read_symbols(r: &mut Reader<'_>, s: &mut Staging<'_>) -> Result<(), FormatErr
     Ok(())
 }
 
+fn read_redundant(r: &mut Reader<'_>, s: &mut Staging<'_>) -> Result<(), FormatError> {
+    s.fingerprints = FingerprintStats {
+        mode: r.uint("fingerprint stats")?,
+        check_ppm: r.uint("fingerprint stats")?,
+        uploads: r.uint("fingerprint stats")?,
+        downloads: r.uint("fingerprint stats")?,
+        skipped: r.uint("fingerprint stats")?,
+        full_hashes: r.uint("fingerprint stats")?,
+        checked: r.uint("fingerprint stats")?,
+        sampled_false_same: r.uint("fingerprint stats")?,
+        sampled_false_differ: r.uint("fingerprint stats")?,
+        untracked_full_tables: r.uint("fingerprint stats")?,
+    };
+    let count = r.uint("redundancy count")?;
+    for _ in 0..count {
+        let at = r.offset();
+        let record = r.u32("redundancy record")?;
+        let mut red = Redundancy {
+            uploads: r.u32("uploads")?,
+            downloads: r.u32("downloads")?,
+            redundant_uploads: r.u32("redundant uploads")?,
+            redundant_upload_bytes: r.uint("redundant upload bytes")?,
+            device_held: r.u32("device held")?,
+            redundant_downloads: r.u32("redundant downloads")?,
+            redundant_download_bytes: r.uint("redundant download bytes")?,
+            ..Redundancy::default()
+        };
+        let mut pairs = [None, None];
+        for pair in &mut pairs {
+            let pat = r.offset();
+            *pair = match r.uint("first redundant copy")? {
+                0 => None,
+                1 => Some((r.u32("copy number")?, r.u32("copy number")?)),
+                n => {
+                    return Err(FormatError::corrupt(
+                        pat,
+                        format!("first redundant copy marker {n} (0 or 1 expected)"),
+                    ))
+                }
+            };
+        }
+        red.first_upload = pairs[0];
+        red.first_download = pairs[1];
+        s.redundant.insert(record, (at, red));
+    }
+    Ok(())
+}
+
 fn read_stats(r: &mut Reader<'_>, s: &mut Staging<'_>) -> Result<(), FormatError> {
     let mut st = HistoryStats {
         events_ingested: r.uint("stats")?,
@@ -1276,6 +1391,17 @@ fn build(s: Staging<'_>, file_len: u64) -> Result<MemHistory, FormatError> {
                 stack: raw.stack.checked_sub(1).map(|i| stack_ids[i as usize]),
             })
             .map_err(|m| FormatError::corrupt(raw.offset, format!("record {id}: {m}")))?;
+    }
+    *history.redundancy_mut().stats_mut() = s.fingerprints;
+    let records = history.len();
+    for (record, (at, red)) in s.redundant {
+        if record as usize >= records {
+            return Err(FormatError::corrupt(
+                at,
+                format!("redundancy summary of record {record}, only {records} records"),
+            ));
+        }
+        history.redundancy_mut().restore(record, red);
     }
     Ok(history)
 }

@@ -3,7 +3,7 @@
 //! The shape (checked in as `schemas/history.schema.json` at the repository root and tested against it):
 //!
 //! ```text
-//! { "format": "pinwise-history", "version": 2,
+//! { "format": "pinwise-history", "version": 3,
 //!   "config": {...}, "modules": [{"key", "path", "build_id"}], "processes": [...],
 //!   "stats": {...}, "source_stats": {"name": n},
 //!   "allocations": [
@@ -21,6 +21,10 @@
 //!   "symbols": [ {"module", "offset", "function", "file", "line"} ] }
 //! ```
 //!
+//! Version 3 added `fingerprints` (how copies were fingerprinted, the sampled
+//! fingerprint's measured error) and each allocation's `redundant` (its redundant copies,
+//! present when a copy of it was fingerprinted); versions 1 and 2 still read.
+//!
 //! Version 2 added `stacks` (innermost frame first), `symbols` and each allocation's
 //! `stack` (an index into `stacks`, or null); version 1 dumps (without them) still read.
 //!
@@ -36,6 +40,7 @@ use serde::{Deserialize, Serialize, Serializer};
 
 use super::{FormatError, FormatErrorKind};
 use crate::event::{Direction, HostState};
+use crate::fingerprint::{FingerprintStats, Redundancy};
 use crate::history::codec::{host_state_name, parse_direction, parse_host_state, parse_probe};
 use crate::history::{
     AllocKind, AllocState, AllocationView, DirectionCounters, HistoryConfig, HistoryStats,
@@ -46,8 +51,8 @@ use crate::tag::{ModuleId, ModuleIdentity, ModuleTable, Site};
 
 /// The `format` field of a JSON history dump.
 pub const JSON_FORMAT: &str = "pinwise-history";
-/// The JSON dump version this build writes (it reads this one and version 1).
-pub const JSON_VERSION: u64 = 2;
+/// The JSON dump version this build writes (it reads this one and versions 1 and 2).
+pub const JSON_VERSION: u64 = 3;
 /// The oldest JSON dump version this build reads.
 pub const JSON_MIN_VERSION: u64 = 1;
 
@@ -183,6 +188,8 @@ struct JsonAllocation {
     events_dropped: u64,
     #[serde(default)]
     stack: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    redundant: Option<Redundancy>,
     events: Vec<JsonEvent>,
 }
 
@@ -199,6 +206,8 @@ struct JsonHistoryIn {
     stacks: Vec<JsonStack>,
     #[serde(default)]
     symbols: Vec<JsonSymbol>,
+    #[serde(default)]
+    fingerprints: FingerprintStats,
 }
 
 #[derive(Debug, Deserialize)]
@@ -219,6 +228,7 @@ struct JsonHistoryOut<'a> {
     allocations: Allocations<'a>,
     stacks: Vec<JsonStack>,
     symbols: Vec<JsonSymbol>,
+    fingerprints: &'a FingerprintStats,
 }
 
 /// Serializes the allocations one at a time (a dump of millions never exists whole).
@@ -319,6 +329,7 @@ fn allocation_json(v: &AllocationView<'_>, keys: &[String]) -> JsonAllocation {
         pinned_by_registration: info.pinned_by_registration,
         events_dropped: info.events_dropped,
         stack: info.stack.map(StackId::index),
+        redundant: v.redundancy().copied(),
         events: v.events().map(|e| event_json(&e, keys)).collect(),
     }
 }
@@ -381,6 +392,7 @@ pub fn write(history: &MemHistory, w: &mut dyn Write) -> Result<(), FormatError>
         },
         stacks,
         symbols,
+        fingerprints: history.fingerprint_stats(),
     };
     serde_json::to_writer(&mut *w, &out).map_err(|e| FormatError::io(e.into()))?;
     w.write_all(b"\n").map_err(FormatError::io)
@@ -526,6 +538,7 @@ fn build(doc: JsonHistoryIn) -> Result<MemHistory, FormatError> {
             },
         );
     }
+    let fingerprints = doc.fingerprints;
     let process_count = doc.processes.len();
     let pids: Vec<u32> = doc.processes.iter().map(|p| p.pid).collect();
     let mut history = MemHistory::restore(
@@ -634,7 +647,11 @@ fn build(doc: JsonHistoryIn) -> Result<MemHistory, FormatError> {
                 stack,
             })
             .map_err(|m| invalid(format!("allocations[{i}]"), m))?;
+        if let Some(r) = a.redundant {
+            history.redundancy_mut().restore(i as u32, r);
+        }
     }
+    *history.redundancy_mut().stats_mut() = fingerprints;
     Ok(history)
 }
 

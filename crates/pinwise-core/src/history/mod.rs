@@ -38,6 +38,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::event::{Direction, Event, EventKind, HostState};
+use crate::fingerprint::{CopyObservation, FingerprintStats, Redundancy, RedundancyTracker};
 use crate::stack::{Frame, Stack, StackId, StackTable, Symbol, SymbolTable};
 use crate::tag::{ModuleIdentity, ModuleTable, Site};
 use live::{LiveEntry, Process};
@@ -197,6 +198,7 @@ pub struct MemHistory {
     last_pid: Option<(u32, u32)>,
     store: Store,
     source_stats: BTreeMap<String, u64>,
+    redundancy: RedundancyTracker,
 }
 
 impl Default for MemHistory {
@@ -238,6 +240,7 @@ impl MemHistory {
             last_pid: None,
             store: Store::default(),
             source_stats: BTreeMap::new(),
+            redundancy: RedundancyTracker::new(),
         }
     }
 
@@ -399,6 +402,28 @@ impl MemHistory {
     /// Records (or replaces) one source counter, e.g. `("tracer.ringbuf_drops", 3)`.
     pub fn set_source_stat(&mut self, name: &str, value: u64) {
         self.source_stats.insert(name.to_owned(), value);
+    }
+
+    /// The redundant-transfer tracker: fingerprinted copies compared (see
+    /// [`crate::fingerprint`]).
+    pub fn redundancy(&self) -> &RedundancyTracker {
+        &self.redundancy
+    }
+
+    /// The tracker, to change (sources set the fingerprint mode and count copies they could
+    /// not fingerprint; readers restore it).
+    pub fn redundancy_mut(&mut self) -> &mut RedundancyTracker {
+        &mut self.redundancy
+    }
+
+    /// How fingerprinting went (mode, copies, measured error of the sampled fingerprint).
+    pub fn fingerprint_stats(&self) -> &FingerprintStats {
+        self.redundancy.stats()
+    }
+
+    /// The redundancy found in a record's copies, when any of them was fingerprinted.
+    pub fn record_redundancy(&self, id: RecordId) -> Option<&Redundancy> {
+        self.redundancy.record(id.0)
     }
 
     /// Records (or replaces) several source counters.
@@ -699,6 +724,15 @@ impl MemHistory {
             return;
         };
         self.store.stats.transfers[direction.index()].add(bytes);
+        let device = match ev.kind {
+            EventKind::Transfer { device, .. } => device,
+            _ => 0,
+        };
+        if direction == Direction::DtoD && device != 0 {
+            // Written by a copy whose bytes are not fingerprinted: what was known is stale.
+            self.redundancy
+                .invalidate_device(self.processes[p].info.pid, device, bytes);
+        }
         if host == 0 || direction == Direction::DtoD {
             self.store.stats.device_only_transfers[direction.index()].add(bytes);
             return;
@@ -741,6 +775,19 @@ impl MemHistory {
         self.store.count_transfer(record);
         self.store
             .append(entry, &Self::recorded(ev, what), false, cap);
+        if let Some(fingerprint) = ev.fingerprint {
+            if device != 0 {
+                self.redundancy.observe(&CopyObservation {
+                    pid: ev.pid,
+                    record,
+                    host_offset: host - key,
+                    device,
+                    bytes,
+                    direction,
+                    fingerprint,
+                });
+            }
+        }
     }
 
     fn on_os_event(&mut self, p: usize, ev: &Event, addr: u64, what: Recorded) {

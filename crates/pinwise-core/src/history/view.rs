@@ -221,6 +221,11 @@ impl<'h> AllocationView<'h> {
         self.rec().capped()
     }
 
+    /// The redundancy found in its fingerprinted copies (`None`: none was fingerprinted).
+    pub fn redundancy(&self) -> Option<&'h crate::fingerprint::Redundancy> {
+        self.history.record_redundancy(self.id)
+    }
+
     /// The stack of the event that made the record, when the source captured one.
     pub fn stack_id(&self) -> Option<StackId> {
         self.history.record_stack(self.id)

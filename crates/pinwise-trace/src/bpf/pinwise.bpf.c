@@ -28,6 +28,8 @@ const volatile __u64 cfg_min_mmap_bytes = 1 << 20;
 
 /* One copy in this many carries its user call chain (0: none; set by user space). */
 const volatile __u32 cfg_copy_stack_every = 0;
+/* 1: host-to-device copies carry the sampled lines of their source (`--fingerprint`). */
+const volatile __u32 cfg_fingerprint = 0;
 
 /* Allocation events carry their user call chain (set by user space). */
 const volatile __u32 cfg_alloc_stacks = 1;
@@ -555,10 +557,34 @@ static __always_inline __u32 user_frames(void *ctx, __u64 *frames)
 	return (__u32)(n / sizeof(__u64));
 }
 
-/* Reports a copy of a traced process whose hit is counted already. */
-static __always_inline int send_copy(struct pt_regs *ctx, __u16 func, __u64 dst, __u64 src,
-				     __u64 bytes, __u64 stream, __u8 dst_type, __u8 src_type,
-				     __u8 is_async)
+/* Reads the fingerprint lines of `bytes` bytes at user address `src` (see struct pw_fp):
+ * at most PW_FP_LINES reads of PW_FP_LINE bytes. */
+static __always_inline void read_fp(struct pw_fp *fp, __u64 src, __u64 bytes)
+{
+	fp->_pad0 = 0;
+	long err = 0;
+	if (bytes < PW_FP_LINE) {
+		__u32 n = bytes & (PW_FP_LINE - 1);
+		if (n)
+			err |= bpf_probe_read_user(fp->lines, n, (const void *)src);
+	} else {
+		__u64 span = bytes - PW_FP_LINE;
+		__u64 q = span / (PW_FP_LINES - 1), r = span % (PW_FP_LINES - 1);
+#pragma unroll
+		for (int i = 0; i < PW_FP_LINES; i++) {
+			__u64 off = q * i + r * i / (PW_FP_LINES - 1);
+			err |= bpf_probe_read_user(fp->lines + i * PW_FP_LINE, PW_FP_LINE,
+						   (const void *)(src + off));
+		}
+	}
+	fp->state = err ? 2 : 1;
+}
+
+/* Reports a copy of a traced process whose hit is counted already; `fp`: with the
+ * fingerprint lines of its source (a linear host-to-device copy, with `--fingerprint`). */
+static __always_inline int send_copy_fp(struct pt_regs *ctx, __u16 func, __u64 dst, __u64 src,
+					__u64 bytes, __u64 stream, __u8 dst_type, __u8 src_type,
+					__u8 is_async, int fp)
 {
 	if (sample_copy_stack()) {
 		struct pw_copy_stack_event *s = reserve(sizeof(*s));
@@ -568,7 +594,21 @@ static __always_inline int send_copy(struct pt_regs *ctx, __u16 func, __u64 dst,
 			  src_type, is_async);
 		s->_pad0 = 0;
 		s->nframes = user_frames(ctx, s->frames);
+		s->fp.state = 0;
+		s->fp._pad0 = 0;
+		if (fp)
+			read_fp(&s->fp, src, bytes);
 		submit(s, py_capture(&s->py));
+		return 0;
+	}
+	if (fp) {
+		struct pw_copy_fp_event *f = reserve(sizeof(*f));
+		if (!f)
+			return 0;
+		fill_copy(&f->copy, ctx, PW_EV_COPY_FP, func, dst, src, bytes, stream, dst_type,
+			  src_type, is_async);
+		read_fp(&f->fp, src, bytes);
+		submit(f, 0);
 		return 0;
 	}
 	struct pw_copy_event *e = reserve(sizeof(*e));
@@ -588,6 +628,14 @@ static __always_inline int send_copy(struct pt_regs *ctx, __u16 func, __u64 dst,
 	return 0;
 }
 
+/* Reports a copy of a traced process whose hit is counted already. */
+static __always_inline int send_copy(struct pt_regs *ctx, __u16 func, __u64 dst, __u64 src,
+				     __u64 bytes, __u64 stream, __u8 dst_type, __u8 src_type,
+				     __u8 is_async)
+{
+	return send_copy_fp(ctx, func, dst, src, bytes, stream, dst_type, src_type, is_async, 0);
+}
+
 static __always_inline int emit_copy(struct pt_regs *ctx, __u64 dst, __u64 src, __u64 bytes,
 				     __u64 stream, __u8 dst_type, __u8 src_type, __u8 is_async)
 {
@@ -595,7 +643,9 @@ static __always_inline int emit_copy(struct pt_regs *ctx, __u64 dst, __u64 src, 
 		return 0;
 	__u16 func = bpf_get_attach_cookie(ctx);
 	count_hit(func);
-	return send_copy(ctx, func, dst, src, bytes, stream, dst_type, src_type, is_async);
+	int fp = cfg_fingerprint && src_type == PW_MEM_HOST && dst_type == PW_MEM_DEVICE &&
+		 bytes > 0;
+	return send_copy_fp(ctx, func, dst, src, bytes, stream, dst_type, src_type, is_async, fp);
 }
 
 /* cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) and _ptds */

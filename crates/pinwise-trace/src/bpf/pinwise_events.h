@@ -75,6 +75,9 @@ enum pw_kind {
 	 * (struct pw_unwind_event), only with `--dwarf-stacks`: user space unwinds it with the
 	 * modules' .eh_frame, for code built without frame pointers. */
 	PW_EV_UNWIND = 21,
+	/* A host-to-device copy with the sampled lines of its source (struct
+	 * pw_copy_fp_event), instead of PW_EV_COPY, with `--fingerprint`. */
+	PW_EV_COPY_FP = 22,
 };
 
 /*
@@ -352,6 +355,25 @@ struct pw_range_event {
 	__u8 stack[PW_STACK_BYTES];
 };
 
+/* Sampled lines of a copy's source, read at the copy's entry, for its content fingerprint
+ * (pinwise_core::fingerprint): PW_FP_LINES lines of min(bytes, PW_FP_LINE) bytes, line i at
+ * i * (bytes - PW_FP_LINE) / (PW_FP_LINES - 1). For a copy shorter than a line, the one
+ * line (the whole buffer) is read once, at lines[0]. */
+#define PW_FP_LINES 8
+#define PW_FP_LINE 64
+struct pw_fp {
+	/* 0: not attempted; 1: every line read; 2: a read failed (a page not present). */
+	__u32 state;
+	__u32 _pad0;
+	__u8 lines[PW_FP_LINES * PW_FP_LINE];
+};
+
+/* A host-to-device copy with its fingerprint lines. */
+struct pw_copy_fp_event {
+	struct pw_copy_event copy;
+	struct pw_fp fp;
+};
+
 /* A copy sampled for its call chain (one in cfg_copy_stack_every copies). */
 struct pw_copy_stack_event {
 	struct pw_copy_event copy;
@@ -361,6 +383,8 @@ struct pw_copy_stack_event {
 	__u64 frames[PW_MAX_FRAMES];
 	/* The Python frames of the thread (copies of Python processes). */
 	struct pw_py_stack py;
+	/* Fingerprint lines (state 0 unless `--fingerprint` and a host-to-device copy). */
+	struct pw_fp fp;
 };
 
 /* A range went away: host free, unregistration, device free, munmap. */
@@ -437,6 +461,7 @@ struct pw_abi {
 	struct pw_copy_event copy;
 	struct pw_range_event range;
 	struct pw_copy_stack_event copy_stack;
+	struct pw_copy_fp_event copy_fp;
 	struct pw_release_event release;
 	struct pw_pin_event pin;
 	struct pw_fault_event fault;
