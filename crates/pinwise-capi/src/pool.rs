@@ -150,7 +150,12 @@ pub unsafe extern "C" fn pinwise_pool_free(buffer: *mut PinwisePoolBuffer) {
 /// Has the pool copy `len` bytes between `buffer` at `buffer_offset` and the device memory
 /// at `device_ptr` (inside one `cuMemAlloc` allocation of this process): `PINWISE_HTOD`
 /// (buffer to device) or `PINWISE_DTOH`. Returns 0 once the bytes have arrived, -1 on failure
-/// (nothing was reported copied; copy in-process instead).
+/// (nothing was reported copied; copy in-process instead). `buffer` must come from the
+/// same `pool` connection (another connection's buffer is refused).
+///
+/// The service keeps the device allocation opened (through its CUDA IPC handle) until
+/// `pinwise_pool_disconnect`: disconnect before `cuMemFree` of that allocation (CUDA leaves
+/// freeing exported memory that another process still has open undefined).
 ///
 /// # Safety
 /// `pool` is from `pinwise_pool_connect` and `buffer` from `pinwise_pool_alloc`.

@@ -155,6 +155,12 @@ pub fn full(buf: &[u8]) -> u64 {
     xxh3_64_with_seed(buf, buf.len() as u64 ^ FULL_DOMAIN)
 }
 
+/// A hasher that gives [`full`] of a `len`-byte buffer fed to it in pieces
+/// (`update`, then `digest`): for readers that cannot see the buffer whole.
+pub fn full_hasher(len: u64) -> xxhash_rust::xxh3::Xxh3 {
+    xxhash_rust::xxh3::Xxh3::with_seed(len ^ FULL_DOMAIN)
+}
+
 /// What a source computed over one copy's bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Fingerprint {
@@ -553,6 +559,16 @@ impl RedundancyTracker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_full_hash_fed_in_pieces_is_the_full_hash() {
+        let buf: Vec<u8> = (0..10_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let mut h = full_hasher(buf.len() as u64);
+        for piece in buf.chunks(4096) {
+            h.update(piece);
+        }
+        assert_eq!(h.digest(), full(&buf));
+    }
     use proptest::prelude::*;
 
     fn obs(

@@ -209,8 +209,10 @@ impl PoolClient {
             ) => {
                 let len = usize::try_from(len)
                     .map_err(|_| PoolError::Protocol(format!("buffer of {len} bytes")))?;
-                let map = Mapping::new(fd.as_fd(), len)
-                    .map_err(|e| PoolError::Connection(format!("mapping the buffer: {e}")));
+                let map = check_shared_file(fd.as_fd(), len).and_then(|()| {
+                    Mapping::new(fd.as_fd(), len)
+                        .map_err(|e| PoolError::Connection(format!("mapping the buffer: {e}")))
+                });
                 // The descriptor is closed here; the mapping keeps the memory.
                 drop(fd);
                 let map = match map {
@@ -313,6 +315,14 @@ impl PoolClient {
         at: DevicePtr,
         len: usize,
     ) -> Result<()> {
+        // Ids are per connection: another connection's buffer or device would name
+        // whatever has the same id on this one.
+        if !Arc::ptr_eq(&buffer.conn, &self.conn) || !Arc::ptr_eq(&device.conn, &self.conn) {
+            return Err(PoolError::Refused {
+                kind: ErrorKind::BadRequest,
+                message: "the buffer or the device allocation belongs to another connection".into(),
+            });
+        }
         let device_offset =
             at.0.checked_sub(device.base.0)
                 .filter(|off| {
@@ -419,4 +429,26 @@ impl Drop for PoolDevice {
     fn drop(&mut self) {
         let _ = self.conn.call(&Request::CloseDevice { device: self.id });
     }
+}
+
+/// A buffer's file from the service is mapped only if it holds `len` bytes and is sealed
+/// against shrinking: a shorter file, or one shrunk later, would raise SIGBUS in the
+/// program when it touches the mapping.
+fn check_shared_file(fd: std::os::fd::BorrowedFd<'_>, len: usize) -> Result<()> {
+    let st = rustix::fs::fstat(fd)
+        .map_err(|e| PoolError::Protocol(format!("the buffer's file: {e}")))?;
+    if (st.st_size as u64) < len as u64 {
+        return Err(PoolError::Protocol(format!(
+            "the buffer's file holds {} bytes, not {len}",
+            st.st_size
+        )));
+    }
+    let seals = rustix::fs::fcntl_get_seals(fd)
+        .map_err(|e| PoolError::Protocol(format!("the buffer's file seals: {e}")))?;
+    if !seals.contains(rustix::fs::SealFlags::SHRINK) {
+        return Err(PoolError::Protocol(
+            "the buffer's file is not sealed against shrinking".into(),
+        ));
+    }
+    Ok(())
 }

@@ -48,8 +48,8 @@ pub mod env {
     /// How often the history is appended to while the program runs (`1s` default;
     /// `0`/`off`: only at the end).
     pub const FLUSH_EVERY: &str = "PINWISE_FLUSH_EVERY";
-    /// How copies are fingerprinted to find redundant transfers: `off`, `sampled` (the
-    /// default) or `full`.
+    /// How copies are fingerprinted to find redundant transfers: `off` (the default),
+    /// `sampled` or `full`.
     pub const FINGERPRINT: &str = "PINWISE_FINGERPRINT";
     /// In sampled mode, the fraction of copies (chosen by host range, device range and
     /// length, so that repeats of a copy are all chosen; at most 4 MiB unless the fraction
@@ -216,13 +216,13 @@ impl Config {
             }),
         };
         let fingerprint = match set(env::FINGERPRINT) {
-            None => FingerprintMode::Sampled,
+            None => FingerprintMode::Off,
             Some(v) => FingerprintMode::parse(&v).unwrap_or_else(|| {
                 problems.push(format!(
-                    "{}={v:?} is not off, sampled or full; using sampled",
+                    "{}={v:?} is not off, sampled or full; fingerprinting is off",
                     env::FINGERPRINT
                 ));
-                FingerprintMode::Sampled
+                FingerprintMode::Off
             }),
         };
         let fingerprint_check = match set(env::FINGERPRINT_CHECK) {
@@ -397,7 +397,7 @@ mod tests {
     #[test]
     fn fingerprint_settings_are_read_and_checked() {
         let c = config(&[]);
-        assert_eq!(c.fingerprint, FingerprintMode::Sampled);
+        assert_eq!(c.fingerprint, FingerprintMode::Off, "off unless asked for");
         assert_eq!(c.fingerprint_check, DEFAULT_FINGERPRINT_CHECK);
         let c = config(&[(env::FINGERPRINT, "full"), (env::FINGERPRINT_CHECK, "1")]);
         assert_eq!(c.fingerprint, FingerprintMode::Full);
@@ -408,7 +408,7 @@ mod tests {
             FingerprintMode::Off
         );
         let c = config(&[(env::FINGERPRINT, "most"), (env::FINGERPRINT_CHECK, "2")]);
-        assert_eq!(c.fingerprint, FingerprintMode::Sampled);
+        assert_eq!(c.fingerprint, FingerprintMode::Off);
         assert_eq!(c.fingerprint_check, DEFAULT_FINGERPRINT_CHECK);
         assert_eq!(c.problems.len(), 2, "{:?}", c.problems);
         assert!(c.problems[0].contains("PINWISE_FINGERPRINT=\"most\""));

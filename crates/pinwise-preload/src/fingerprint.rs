@@ -3,8 +3,10 @@
 //! returned from the driver; a synchronous download's bytes are in place). What a
 //! fingerprint is, and how the history compares them: `pinwise_core::fingerprint`.
 //!
-//! Work per copy is bounded in sampled mode: [`SAMPLE_LINES`] reads of at most 64 bytes and
-//! one xxh3 of at most 512 bytes. A copy chosen for the full check (a fraction of copies,
+//! Work per copy is bounded in sampled mode: [`SAMPLE_LINES`] reads of at most 64 bytes (one
+//! `process_vm_readv`, so that a pointer that is not readable host memory is skipped, never
+//! a fault in the program) and one xxh3 of at most 512 bytes. Full hashes read 4 KiB at a
+//! time the same way. A copy chosen for the full check (a fraction of copies,
 //! chosen by host address, device address and length, so that every repeat of a copy is
 //! chosen alike and two hashed copies can be compared; at most [`CHECK_MAX_BYTES`] unless
 //! every copy is checked), and every copy in full mode, is hashed entirely, in the calling
@@ -16,8 +18,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use pinwise_core::fingerprint::{
-    full, hash_samples, line_len, sample_offsets, Fingerprint, FingerprintMode, SAMPLE_BYTES,
-    SAMPLE_LINES,
+    full_hasher, hash_samples, line_len, sample_offsets, Fingerprint, FingerprintMode,
+    SAMPLE_BYTES, SAMPLE_LINES,
 };
 use pinwise_core::{Direction, MemHistory};
 
@@ -71,32 +73,70 @@ pub fn of_copy(st: &State, c: &Copy) -> Option<Fingerprint> {
     let len = c.bytes as u64;
     let l = line_len(len) as usize;
     let mut samples = [0u8; SAMPLE_BYTES];
-    for (i, off) in sample_offsets(len).iter().enumerate() {
-        // SAFETY: `off + l <= len`, so the read stays in [host, host + bytes): the program's
-        // memory that the driver just read (upload) or wrote (synchronous download) for this
-        // copy and reported success, so it is mapped and readable. The destination is this
-        // stack array (`i * l + l <= SAMPLE_BYTES`). A concurrent write by another thread can
-        // only change the bytes read, never the addresses.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                (c.host + *off as usize) as *const u8,
-                samples.as_mut_ptr().add(i * l),
-                l,
-            )
-        };
+    let offsets = sample_offsets(len);
+    let ranges: [(usize, usize); SAMPLE_LINES] =
+        std::array::from_fn(|i| (c.host + offsets[i] as usize, l));
+    if !read_own(&ranges, &mut samples[..SAMPLE_LINES * l]) {
+        SKIPPED.fetch_add(1, Ordering::Relaxed);
+        return None;
     }
     let sampled = hash_samples(len, &samples[..SAMPLE_LINES * l]);
     let whole = match mode {
         FingerprintMode::Full => true,
         _ => checked(c.host as u64, c.device, len, st.config.fingerprint_check),
     };
-    let full = whole.then(|| {
-        // SAFETY: as above: [host, host + bytes) is the copy's host memory, mapped and
-        // readable; the slice lives only for this hash.
-        let buf = unsafe { std::slice::from_raw_parts(c.host as *const u8, c.bytes) };
-        full(buf)
-    });
+    let full = if whole {
+        let mut h = full_hasher(len);
+        let mut chunk = [0u8; 4096];
+        let mut at = 0usize;
+        while at < c.bytes {
+            let n = (c.bytes - at).min(chunk.len());
+            if !read_own(&[(c.host + at, n)], &mut chunk[..n]) {
+                SKIPPED.fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+            h.update(&chunk[..n]);
+            at += n;
+        }
+        Some(h.digest())
+    } else {
+        None
+    };
     Some(Fingerprint { sampled, full })
+}
+
+/// Reads `ranges` (address, length) of this process into `out`, back to back, with one
+/// `process_vm_readv`: memory that is not readable (a device pointer the driver did not
+/// name, a range unmapped meanwhile) gives `false` instead of a fault in the program.
+fn read_own(ranges: &[(usize, usize)], out: &mut [u8]) -> bool {
+    let total: usize = ranges.iter().map(|r| r.1).sum();
+    if total != out.len() || ranges.len() > SAMPLE_LINES {
+        return false;
+    }
+    let local = libc::iovec {
+        iov_base: out.as_mut_ptr() as *mut libc::c_void,
+        iov_len: out.len(),
+    };
+    let remote: [libc::iovec; SAMPLE_LINES] = std::array::from_fn(|i| {
+        let (a, n) = ranges.get(i).copied().unwrap_or((0, 0));
+        libc::iovec {
+            iov_base: a as *mut libc::c_void,
+            iov_len: n,
+        }
+    });
+    // SAFETY: `local` is `out`, writable for its length; the remote ranges are only read,
+    // by the kernel, which reports an unreadable one as an error or a short count.
+    let n = unsafe {
+        libc::process_vm_readv(
+            libc::getpid(),
+            &local,
+            1,
+            remote.as_ptr(),
+            ranges.len() as libc::c_ulong,
+            0,
+        )
+    };
+    n == total as isize
 }
 
 /// Stores the fingerprinting settings and the copies skipped in the history's statistics.

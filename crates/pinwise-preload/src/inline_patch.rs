@@ -257,7 +257,11 @@ impl Patcher {
         // SAFETY: the entry's page is writable; the caller's contract says nothing runs
         // these bytes meanwhile.
         unsafe { std::ptr::copy_nonoverlapping(jump.as_ptr(), entry as *mut u8, ENTRY_PATCH) };
-        protect(entry, ENTRY_PATCH, libc::PROT_READ | libc::PROT_EXEC)?;
+        // The jump is in place: from here the patch has happened and the caller must learn
+        // the trampoline (its detour calls the original through it). A page left writable
+        // is a lesser harm than a detour without its original, so a failure to make it
+        // read-only again is not an error.
+        let _ = protect(entry, ENTRY_PATCH, libc::PROT_READ | libc::PROT_EXEC);
         Ok(trampoline)
     }
 }

@@ -58,7 +58,7 @@
 //! | `PINWISE_MIN_TRACKED` | malloc-family allocations of at least this size are recorded (`64K` default; the size grammar of `PINWISE_BUDGET`) |
 //! | `PINWISE_MALLOC_HOOKS` | `0`: the malloc-family hooks only forward |
 //! | `PINWISE_STACKS` | `0`: recorded allocations carry their call site, no stack |
-//! | `PINWISE_FINGERPRINT` | `sampled` (default), `full` or `off`: fingerprint the bytes of host-device copies to find redundant transfers (see `fingerprint`) |
+//! | `PINWISE_FINGERPRINT` | `off` (default), `sampled` or `full`: fingerprint the bytes of host-device copies to find redundant transfers (see `fingerprint`) |
 //! | `PINWISE_FINGERPRINT_CHECK` | in sampled mode, the fraction of copies also hashed in full to measure the sampled fingerprint's error (`0.0625` default; copies above 4 MiB only with `1`) |
 //! | `PINWISE_DISABLE` | `1`: forward everything, record nothing |
 //! | `PINWISE_LAUNCHER_PID` | set by `pinwise run`: its children write the main output paths |

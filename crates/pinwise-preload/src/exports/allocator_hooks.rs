@@ -285,6 +285,17 @@ pub fn install() {
     if crate::malloc::min_tracked() == usize::MAX {
         return;
     }
+    // Patching rewrites the first bytes of functions another thread could be running: only
+    // while this is the process's one thread (another library's constructor may have
+    // started threads before this one runs). Otherwise nothing is patched, and counted.
+    if !single_threaded() {
+        HOOK_FAILURES.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            "pinwise: not hooking the executable's allocator: the process already runs \
+             several threads"
+        );
+        return;
+    }
     let bias = crate::stack::main_program_bias();
     let mut patcher = crate::inline_patch::Patcher::default();
     let mut patched: Vec<usize> = Vec::new();
@@ -301,8 +312,8 @@ pub fn install() {
         // bytes (its symbol table says so) with the signature of kind
         // `ENTRY_POINTS[i].1`; the detour entry `i` takes that signature and calls the
         // original through `REAL[i]`, stored before the entry is patched (the store comes
-        // first: see `hook_one`). The process has one thread (the library's constructor),
-        // so no thread runs the bytes being replaced.
+        // first: see `hook_one`). The process has one thread (checked above:
+        // `single_threaded`), so no thread runs the bytes being replaced.
         match unsafe { hook_one(&mut patcher, target, s.size as usize, i) } {
             Ok(()) => {
                 patched.push(target);
@@ -316,6 +327,12 @@ pub fn install() {
     }
     // The pages stay mapped for the life of the process.
     std::mem::forget(patcher);
+}
+
+/// Whether this process runs one thread (`/proc/self/task` has one entry; `false` when it
+/// cannot be read).
+fn single_threaded() -> bool {
+    std::fs::read_dir("/proc/self/task").is_ok_and(|d| d.count() == 1)
 }
 
 /// Patches entry point `i` at `target`.
