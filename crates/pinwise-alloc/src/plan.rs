@@ -358,6 +358,73 @@ mod tests {
     }
 
     #[test]
+    fn a_pinned_allocation_copied_again_and_again_is_pinned_and_reused() {
+        use pinwise_core::profile::{PerDirection, ProfileEntry, ProfileModule};
+        use pinwise_core::{CostModel, Direction, Site};
+        let entry = |offset: u64, kind: AllocKind, round_trips: u64| {
+            let mut transfers = PerDirection::default();
+            for d in [Direction::HtoD, Direction::DtoH] {
+                let t = transfers.get_mut(d);
+                t.transfers = round_trips;
+                t.bytes = round_trips * (64 << 20);
+            }
+            ProfileEntry {
+                module: 0,
+                offset,
+                call_no: 1,
+                size: 64 << 20,
+                kind,
+                instances: 1,
+                transfers,
+                start_ns: 0,
+                end_ns: None,
+            }
+        };
+        let profile = Profile::from_parts(
+            1,
+            vec![ProfileModule {
+                key: "path:/opt/app".into(),
+                path: "/opt/app".into(),
+            }],
+            vec![
+                entry(0x10, AllocKind::PinnedAlloc, 2),
+                entry(0x20, AllocKind::PinnedAlloc, 0),
+                entry(0x30, AllocKind::Pageable, 2),
+            ],
+            Vec::new(),
+        )
+        .unwrap();
+        let modules = ModuleTable::shared();
+        let plan = Plan::new(
+            &profile,
+            &Policy::new(CostModel::builtin()),
+            1 << 40,
+            &modules,
+        );
+        let module = modules.intern(&identity_from_key("path:/opt/app", "/opt/app"));
+        let tag = |offset| Tag {
+            site: Site { module, offset },
+            call_no: 1,
+        };
+        assert!(
+            plan.pinned_and_reused(&tag(0x10), 64 << 20),
+            "pinned, 4 copies"
+        );
+        assert!(
+            !plan.pinned_and_reused(&tag(0x20), 64 << 20),
+            "pinned, never copied"
+        );
+        assert!(
+            !plan.pinned_and_reused(&tag(0x30), 64 << 20),
+            "pageable in the profile"
+        );
+        assert!(
+            !plan.pinned_and_reused(&tag(0x10), 4 << 20),
+            "another size is another allocation"
+        );
+    }
+
+    #[test]
     fn hex_keys_round_trip() {
         let id = identity_from_key("buildid:abcd01", "/bin/x");
         assert_eq!(id.key(), "buildid:abcd01");

@@ -50,6 +50,8 @@ pub struct FunctionSymbol {
     pub value: u64,
     /// `st_size`.
     pub size: u64,
+    /// An indirect function (`STT_GNU_IFUNC`): `value` is its resolver, not the function.
+    pub ifunc: bool,
 }
 
 /// The functions among `wanted` that `path` defines, each once (the first definition
@@ -106,6 +108,7 @@ pub fn function_symbols(path: &Path, wanted: &[&str]) -> std::io::Result<Vec<Fun
                         name: w.to_string(),
                         value: u64_at(sym, 8),
                         size: u64_at(sym, 16),
+                        ifunc: info & 0xf == STT_GNU_IFUNC,
                     });
                 }
             }

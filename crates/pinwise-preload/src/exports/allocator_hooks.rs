@@ -304,8 +304,9 @@ pub fn install() {
             continue;
         };
         let target = bias.wrapping_add(s.value as usize);
-        // An alias of an entry point patched already (mimalloc's malloc and mi_malloc).
-        if s.size == 0 || patched.contains(&target) {
+        // An alias of an entry point patched already (mimalloc's malloc and mi_malloc); an
+        // indirect function, whose symbol is its resolver, not the function.
+        if s.size == 0 || s.ifunc || patched.contains(&target) {
             continue;
         }
         // SAFETY: `target` is the entry of a function of the executable of `s.size`
