@@ -34,7 +34,12 @@ fn site(n: u64) -> Site {
 /// Allocates at `s`, notes `transfers` round trips' worth of copies, frees. Returns whether
 /// the allocation was pinned when handed out.
 fn cycle(e: &Engine, s: Site, size: usize, transfers: u32) -> bool {
-    let a = e.alloc(size, s, AllocFlags::NONE).unwrap();
+    cycle_with(e, s, size, transfers, AllocFlags::NONE)
+}
+
+/// As [`cycle`], with the allocation's `flags`.
+fn cycle_with(e: &Engine, s: Site, size: usize, transfers: u32, flags: AllocFlags) -> bool {
+    let a = e.alloc(size, s, flags).unwrap();
     for i in 0..transfers {
         let dir = if i % 2 == 0 {
             Direction::HtoD
@@ -95,18 +100,7 @@ fn cold_site_stays_pageable() {
 
 /// As [`cycle`], for a request that prefers pinned memory (a program's `cuMemHostAlloc`).
 fn cycle_preferring_pinned(e: &Engine, s: Site, size: usize, transfers: u32) -> bool {
-    let a = e.alloc(size, s, AllocFlags::PREFER_PINNED).unwrap();
-    for i in 0..transfers {
-        let dir = if i % 2 == 0 {
-            Direction::HtoD
-        } else {
-            Direction::DtoH
-        };
-        e.note_transfer(a.ptr, size, dir, None).unwrap();
-    }
-    // SAFETY: allocated above, not used afterwards.
-    unsafe { e.free(a.ptr).unwrap() };
-    a.pinned
+    cycle_with(e, s, size, transfers, AllocFlags::PREFER_PINNED)
 }
 
 #[test]

@@ -148,12 +148,7 @@ fn alloc(a: AllocArgs) -> anyhow::Result<ExitCode> {
     } else {
         BenchConfig::standard(policy)
     };
-    if let Some(mut sizes) = a.sizes {
-        if sizes.is_empty() {
-            return Err(super::outputs::usage("--sizes is empty"));
-        }
-        sizes.sort_unstable();
-        sizes.dedup();
+    if let Some(sizes) = sorted_sizes(a.sizes)? {
         config.sizes = sizes;
     }
     if let Some(r) = a.repeats {
@@ -268,6 +263,19 @@ fn automatic_calibration(device: &CudaDevice) -> CostModel {
     r.model
 }
 
+/// `--sizes`, sorted and without repeats (`None`: not given); an empty list is a usage error.
+fn sorted_sizes(sizes: Option<Vec<usize>>) -> anyhow::Result<Option<Vec<usize>>> {
+    let Some(mut sizes) = sizes else {
+        return Ok(None);
+    };
+    if sizes.is_empty() {
+        return Err(super::outputs::usage("--sizes is empty"));
+    }
+    sizes.sort_unstable();
+    sizes.dedup();
+    Ok(Some(sizes))
+}
+
 fn progress_bar(what: &str) -> ProgressBar {
     let bar = ProgressBar::new(0);
     bar.set_style(
@@ -292,12 +300,7 @@ fn matrix(
     } else {
         MatrixConfig::standard(policy)
     };
-    if let Some(mut sizes) = a.sizes {
-        if sizes.is_empty() {
-            return Err(super::outputs::usage("--sizes is empty"));
-        }
-        sizes.sort_unstable();
-        sizes.dedup();
+    if let Some(sizes) = sorted_sizes(a.sizes)? {
         config.sizes = sizes;
     }
     if let Some(r) = a.repeats {
