@@ -1,9 +1,11 @@
 /*
- * pin_then_copy.c: pins 4 MiB with cuMemAllocHost and maps 2 MiB of pageable memory, says
- * `ready PINNED EARLY` on stdout (and, on stderr, the /proc/self/maps lines of both),
- * waits for a line on stdin (a tracer attaches meanwhile: `pinwise trace --pid`), then
- * copies: 20 HtoD and 5 DtoH of the pinned buffer, 10 HtoD of the early pageable one and,
- * unless its argument is `early-only`, 30 HtoD of 8 MiB mapped after the attach.
+ * pin_then_copy.c: pins 4 MiB with cuMemAllocHost, maps 2 MiB of pageable memory and 1 MiB
+ * of shared anonymous memory (how driver 580 maps pinned memory; here not pinned), says
+ * `ready PINNED EARLY` on stdout (and, on stderr, the /proc/self/maps lines of the first
+ * two), waits for a line on stdin (a tracer attaches meanwhile: `pinwise trace --pid`), then
+ * copies: 20 HtoD and 5 DtoH of the pinned buffer, 10 HtoD of the early pageable one, 5 HtoD
+ * of the shared one and, unless its argument is `early-only`, 30 HtoD of 8 MiB mapped after
+ * the attach.
  *
  * Built by crates/pinwise-cli/tests/trace_attach.rs against pinwise's CPU stand-in for
  * libcuda (a test fixture) and by bench/gpu/trace/attach_malloc.sh against the real driver
@@ -30,8 +32,8 @@ static void show_mapping(const char *what, const void *p) {
     if (f) fclose(f);
 }
 
-static char *map_pageable(size_t n) {
-    char *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+static char *map_touched(int flags, size_t n) {
+    char *p = mmap(NULL, n, PROT_READ | PROT_WRITE, flags | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) exit(4);
     memset(p, 7, n);
     return p;
@@ -48,7 +50,8 @@ int main(int argc, char **argv) {
     void *pinned;
     CHECK(cuMemAllocHost(&pinned, 4 * MIB));
     memset(pinned, 1, 4 * MIB);
-    char *early = map_pageable(2 * MIB);
+    char *early = map_touched(MAP_PRIVATE, 2 * MIB);
+    char *shared = map_touched(MAP_SHARED, 1 * MIB);
     CUdeviceptr d;
     CHECK(cuMemAlloc(&d, 8 * MIB));
     show_mapping("pinned", pinned);
@@ -60,8 +63,9 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 20; i++) CHECK(cuMemcpyHtoD(d, pinned, 4 * MIB));
     for (int i = 0; i < 5; i++) CHECK(cuMemcpyDtoH(pinned, d, 4 * MIB));
     for (int i = 0; i < 10; i++) CHECK(cuMemcpyHtoD(d, early, 2 * MIB));
+    for (int i = 0; i < 5; i++) CHECK(cuMemcpyHtoD(d, shared, 1 * MIB));
     if (late_copies) {
-        char *late = map_pageable(8 * MIB);
+        char *late = map_touched(MAP_PRIVATE, 8 * MIB);
         for (int i = 0; i < 30; i++) CHECK(cuMemcpyHtoD(d, late, 8 * MIB));
     }
     CHECK(cuMemFree(d));

@@ -19,10 +19,11 @@ use pinwise_testkit::{compile_c_source, require_bpf, StandinLibs};
 
 const MIB: u64 = 1 << 20;
 
-/// bench/gpu/trace/pin_then_copy.c: pins 4 MiB (cuMemAllocHost) and maps 2 MiB of pageable
-/// memory, says `ready PINNED EARLY`, waits for a line on stdin (the tracer is attached by
-/// then), then copies: 20 HtoD and 5 DtoH of the pinned buffer, 10 HtoD of the early
-/// pageable one and, unless its argument is `early-only`, 30 HtoD of 8 MiB mapped after.
+/// bench/gpu/trace/pin_then_copy.c: pins 4 MiB (cuMemAllocHost), maps 2 MiB of pageable
+/// memory and 1 MiB of shared anonymous memory, says `ready PINNED EARLY`, waits for a line
+/// on stdin (the tracer is attached by then), then copies: 20 HtoD and 5 DtoH of the pinned
+/// buffer, 10 HtoD of the early pageable one, 5 HtoD of the shared one and, unless its
+/// argument is `early-only`, 30 HtoD of 8 MiB mapped after.
 const PROGRAM: &str = include_str!("../../../bench/gpu/trace/pin_then_copy.c");
 
 fn pinwise() -> Command {
@@ -140,6 +141,12 @@ fn check_common(a: &Attached) {
             .is_some_and(|&b| b >= 4 * MIB),
         "the pre-attach pinned buffer was found in the maps: {stats:?}"
     );
+    assert!(
+        stats
+            .get(pinwise_core::history::ATTACH_POSSIBLY_PINNED_BYTES_STAT)
+            .is_some_and(|&b| b >= MIB),
+        "the pre-attach shared anonymous buffer is counted as possibly pinned: {stats:?}"
+    );
     let pinned: Vec<_> = h
         .allocations()
         .map(|v| v.info())
@@ -162,12 +169,12 @@ fn check_common(a: &Attached) {
     let all_htod = h.stats().transfers[Direction::HtoD.index()];
     assert_eq!(
         all_htod.transfers - htod.attributed.transfers(),
-        10,
-        "the early buffer's copies are counted, not attributed"
+        15,
+        "the early and shared buffers' copies are counted, not attributed"
     );
     assert!(
         a.trace_stderr
-            .contains("10 host<->device transfers touched memory whose allocation"),
+            .contains("15 host<->device transfers touched memory whose allocation"),
         "{}",
         a.trace_stderr
     );
@@ -207,7 +214,13 @@ fn attach_knows_memory_pinned_before_it_and_gives_no_advice_on_unknown_memory() 
         "the report says what it could not know:\n{text}"
     );
     assert!(
-        text.contains("10 host<->device transfers (20.0 MiB)"),
+        text.contains("15 host<->device transfers (25.0 MiB)"),
+        "{text}"
+    );
+    // The shared anonymous buffer (how driver 580 maps pinned memory) is named as possibly
+    // pinned, of unknown state.
+    assert!(
+        text.contains("of shared anonymous memory") && text.contains("counts as of unknown state"),
         "{text}"
     );
 }

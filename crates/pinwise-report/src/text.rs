@@ -303,19 +303,30 @@ pub(crate) fn saving_sentence(r: &Report) -> String {
 /// for other histories).
 pub(crate) fn attach_sentence(r: &Report) -> String {
     use pinwise_core::history::{
-        ATTACHED_SOURCE_STAT, ATTACH_PINNED_BYTES_STAT, ATTACH_UNKNOWN_COUNTED_STAT,
+        ATTACHED_SOURCE_STAT, ATTACH_PINNED_BYTES_STAT, ATTACH_POSSIBLY_PINNED_BYTES_STAT,
+        ATTACH_UNKNOWN_COUNTED_STAT,
     };
     let stat = |k: &str| r.source.stats.get(k).copied().unwrap_or(0);
     if stat(ATTACHED_SOURCE_STAT) == 0 {
         return String::new();
     }
+    let possibly_pinned = match stat(ATTACH_POSSIBLY_PINNED_BYTES_STAT) {
+        0 => String::new(),
+        b => format!(
+            " It also found {} of shared anonymous memory, which is how the NVIDIA driver \
+             (580 and later) maps the pinned memory it allocates, and also how a program's own \
+             shared memory looks: nothing in /proc tells them apart, so that memory counts as \
+             of unknown state.",
+            bytes(b)
+        ),
+    };
     if stat(ATTACH_UNKNOWN_COUNTED_STAT) != 0 {
         return format!(
             " This trace attached to a running process, and its history counted memory whose \
              allocation it did not see as pageable (untracked records), though that memory \
              may have been pinned before the attach: the saving above may be overstated \
              (`pinwise trace --pid` does not make such records). The driver had pinned {} \
-             before the attach.",
+             before the attach.{possibly_pinned}",
             bytes(stat(ATTACH_PINNED_BYTES_STAT)),
         );
     }
@@ -331,7 +342,7 @@ pub(crate) fn attach_sentence(r: &Report) -> String {
          allocated before: the driver had pinned {} then (copies of that memory count as \
          pinned); {} host<->device transfers ({}) touched memory whose allocation the trace \
          did not see, whose pinned state cannot be known (it may have been registered before \
-         the attach): they are left out of these figures and of the pinning plan.",
+         the attach): they are left out of these figures and of the pinning plan.{possibly_pinned}",
         bytes(stat(ATTACH_PINNED_BYTES_STAT)),
         count(transfers),
         bytes(moved),

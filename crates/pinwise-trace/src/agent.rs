@@ -147,6 +147,12 @@ pub struct AttachStats {
     pub pinned_bytes: u64,
     /// Of those ranges, the ones copies touched (reported as pinned allocations).
     pub pinned_reported: u64,
+    /// Shared anonymous mappings at the attach: how driver 580 and later map pinned host
+    /// memory, indistinguishable in `/proc` from a program's own `MAP_SHARED` memory, so
+    /// possibly pinned; their state is unknown.
+    pub possibly_pinned_mappings: u64,
+    /// Their bytes.
+    pub possibly_pinned_bytes: u64,
     /// Other writable memory mapped at the attach: its state is unknown if copies use it.
     pub other_bytes: u64,
     /// Memory locked with mlock at the attach (outside the driver's mappings).
@@ -328,15 +334,20 @@ impl TracerAgent {
             pinned_mappings: survey.pinned.len() as u64,
             pinned_bytes: survey.pinned_bytes,
             pinned_reported: 0,
+            possibly_pinned_mappings: survey.possibly_pinned_mappings,
+            possibly_pinned_bytes: survey.possibly_pinned_bytes,
             other_bytes: survey.unknown_bytes,
             mlocked_bytes: survey.mlocked_bytes,
             history_tracks_untracked: tracks_untracked,
         };
         tracing::info!(
-            "PID {pid} at the attach: {} bytes in {} driver-pinned mappings, {} bytes mlocked, \
-             {} bytes of other writable memory (state unknown)",
+            "PID {pid} at the attach: {} bytes in {} driver-pinned mappings, {} bytes in {} \
+             shared anonymous mappings (possibly pinned), {} bytes mlocked, {} bytes of other \
+             writable memory (state unknown)",
             attach.pinned_bytes,
             attach.pinned_mappings,
+            attach.possibly_pinned_bytes,
+            attach.possibly_pinned_mappings,
             attach.mlocked_bytes,
             attach.other_bytes
         );
@@ -648,7 +659,8 @@ impl TracerAgent {
         }
         if let Some(a) = &s.attach {
             use pinwise_core::history::{
-                ATTACHED_SOURCE_STAT, ATTACH_PINNED_BYTES_STAT, ATTACH_UNKNOWN_COUNTED_STAT,
+                ATTACHED_SOURCE_STAT, ATTACH_PINNED_BYTES_STAT, ATTACH_POSSIBLY_PINNED_BYTES_STAT,
+                ATTACH_UNKNOWN_COUNTED_STAT,
             };
             self.history.write().set_source_stats([
                 (ATTACHED_SOURCE_STAT, 1),
@@ -657,6 +669,11 @@ impl TracerAgent {
                     u64::from(a.history_tracks_untracked),
                 ),
                 (ATTACH_PINNED_BYTES_STAT, a.pinned_bytes),
+                (ATTACH_POSSIBLY_PINNED_BYTES_STAT, a.possibly_pinned_bytes),
+                (
+                    "tracer.attach.possibly_pinned_mappings",
+                    a.possibly_pinned_mappings,
+                ),
                 ("tracer.attach.pinned_mappings", a.pinned_mappings),
                 ("tracer.attach.pinned_reported", a.pinned_reported),
                 ("tracer.attach.other_bytes", a.other_bytes),

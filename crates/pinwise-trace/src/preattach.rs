@@ -9,6 +9,13 @@
 //!   tracer reports it as a pinned allocation (with no call site: its allocation was not
 //!   seen) the first time a copy touches it, so that the driver's own internal mappings of
 //!   the same device, which no copy touches, do not become records.
+//! - **Shared anonymous memory: possibly pinned, not known.** From driver 580 on, the
+//!   driver backs `cuMemAllocHost` / `cuMemHostAlloc` memory with shared anonymous mappings
+//!   (`rw-s ... /dev/zero (deleted)`), whose smaps entries (`VmFlags: rd wr sh mr mw me ms`,
+//!   `Locked: 0`) and whose process's `VmPin`/`VmLck` are exactly those of a program's own
+//!   `mmap(MAP_SHARED | MAP_ANONYMOUS)` memory (measured on an H100 with driver 580.159.04:
+//!   `bench/results/gpu-attach.md`). Nothing in `/proc` tells them apart, so such a range is
+//!   counted as "possibly pinned" for the report and otherwise treated as unknown.
 //! - **Other mappings of the driver's devices** (`/dev/nvidia0`, `/dev/nvidia-uvm`, ...) are
 //!   device or managed memory, not host memory a copy stages through: left as they are.
 //! - **Everything else** that existed before the attach has an unknown state: it may have
@@ -36,11 +43,18 @@ pub const PREATTACH_MODULE: &str = "[pinned before the attach]";
 /// The driver's control device, whose shared mappings back `cuMemHostAlloc` memory.
 pub const DRIVER_CONTROL_DEVICE: &str = "/dev/nvidiactl";
 
+/// The path `/proc/PID/maps` shows for a shared anonymous mapping (with ` (deleted)`).
+pub const SHARED_ANONYMOUS_PATH: &str = "/dev/zero";
+
 /// What a mapping present at attach time is, for the tracer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MappingClass {
     /// Host memory the driver pinned (`/dev/nvidiactl`, or the stand-in's memfd).
     DriverPinned,
+    /// A shared anonymous mapping (`/dev/zero (deleted)`, read-write): how driver 580 and
+    /// later map pinned host memory, and also how a program's own `MAP_SHARED` memory
+    /// looks. Its pinned state is unknown.
+    SharedAnonymous,
     /// Another mapping of an NVIDIA device (device or managed memory).
     DriverDevice,
     /// Anything else: files, anonymous memory, the heap (state unknown if it is used).
@@ -67,6 +81,9 @@ pub fn classify(m: &Mapping) -> MappingClass {
     if path.starts_with("/dev/nvidia") {
         return MappingClass::DriverDevice;
     }
+    if path == SHARED_ANONYMOUS_PATH && host_rw {
+        return MappingClass::SharedAnonymous;
+    }
     MappingClass::Other
 }
 
@@ -77,7 +94,12 @@ pub struct PreAttach {
     pub pinned: BTreeMap<u64, u64>,
     /// Bytes in `pinned`.
     pub pinned_bytes: u64,
-    /// Bytes of other writable host memory mapped at attach time (state unknown if used).
+    /// Shared anonymous mappings (possibly pinned by the driver; state unknown).
+    pub possibly_pinned_mappings: u64,
+    /// Their bytes.
+    pub possibly_pinned_bytes: u64,
+    /// Bytes of other writable host memory mapped at attach time (state unknown if used;
+    /// `possibly_pinned_bytes` not included).
     pub unknown_bytes: u64,
     /// Bytes locked with mlock (smaps `Locked:`) outside the driver's mappings.
     pub mlocked_bytes: u64,
@@ -100,6 +122,10 @@ impl PreAttach {
                 MappingClass::DriverPinned => {
                     p.pinned.insert(m.start, m.end);
                     p.pinned_bytes += len;
+                }
+                MappingClass::SharedAnonymous => {
+                    p.possibly_pinned_mappings += 1;
+                    p.possibly_pinned_bytes += len;
                 }
                 MappingClass::DriverDevice => {}
                 MappingClass::Other => {
@@ -163,6 +189,8 @@ mod tests {
 7f0000800000-7f0000a00000 rw-s 00000000 00:01 77                         /memfd:pinwise-standin-nvidiactl (deleted)
 7f0000a00000-7f0000b00000 rw-s 00000000 00:01 78                         /memfd:something-else (deleted)
 7f0000c00000-7f0000d00000 rw-p 00000000 00:00 0 
+7f0000e00000-7f0001200000 rw-s 00000000 00:01 2053                       /dev/zero (deleted)
+7f0001200000-7f0001300000 r--s 00000000 00:01 2054                       /dev/zero (deleted)
 ";
 
     const SMAPS: &str = "\
@@ -192,6 +220,11 @@ VmFlags: rd wr mr mw me ac lo
                 DriverDevice,
                 DriverPinned,
                 Other,
+                Other,
+                // How driver 580 maps cuMemAllocHost memory (and any MAP_SHARED anonymous
+                // memory): possibly pinned.
+                SharedAnonymous,
+                // Read-only shared anonymous memory is not a copy's staging buffer.
                 Other
             ]
         );
@@ -208,8 +241,13 @@ VmFlags: rd wr mr mw me ac lo
             ]
         );
         assert_eq!(p.pinned_bytes, 0x40_0000 + 0x20_0000);
-        // The heap, the other memfd and the anonymous mapping.
+        // The heap, the other memfd and the anonymous mapping; not the shared anonymous one,
+        // counted apart as possibly pinned.
         assert_eq!(p.unknown_bytes, 0x21000 + 0x10_0000 + 0x10_0000);
+        assert_eq!(
+            (p.possibly_pinned_mappings, p.possibly_pinned_bytes),
+            (1, 0x40_0000)
+        );
         // The driver's locked pages are not counted as mlocked.
         assert_eq!(p.mlocked_bytes, 512 * 1024);
     }

@@ -179,6 +179,11 @@ pub const ATTACHED_SOURCE_STAT: &str = "source.attached";
 /// (`/dev/nvidiactl` mappings); copies of them are known to be of pinned memory.
 pub const ATTACH_PINNED_BYTES_STAT: &str = "source.attach_pinned_bytes";
 
+/// Bytes of shared anonymous memory (`/dev/zero (deleted)` mappings) the attaching source
+/// found: how driver 580 and later map pinned host memory, and how a program's own
+/// `MAP_SHARED` memory looks, so possibly pinned; copies of it are of unknown state.
+pub const ATTACH_POSSIBLY_PINNED_BYTES_STAT: &str = "source.attach_possibly_pinned_bytes";
+
 /// Set to 1 by an attaching source whose history still made records for memory whose
 /// allocation it did not see (`track_untracked` on): those records count as pageable,
 /// though the memory may have been pinned before the attach (reports say so).
