@@ -201,6 +201,9 @@ pub struct Probes {
     multi: bool,
     /// A driver library probed is pinwise's CPU stand-in (see [`is_cuda_standin`]).
     cuda_standin: bool,
+    /// Copies are fingerprinted (`--fingerprint`): entry points with
+    /// [`UprobeSpec::with_fingerprint`] get those programs instead.
+    fingerprint: bool,
 }
 
 fn open(bytes: &[u8], name: &str) -> Result<OpenObject, TraceError> {
@@ -394,6 +397,7 @@ impl Probes {
             stats_error: None,
             multi,
             cuda_standin: false,
+            fingerprint: config.fingerprint,
         };
 
         let mut tracepoints: Vec<(&str, &str, &str)> = TRACEPOINTS.to_vec();
@@ -622,9 +626,8 @@ impl Probes {
             let Some(&offset) = offsets.get(spec.symbol) else {
                 continue;
             };
-            let progs = [(spec.entry, false)]
-                .into_iter()
-                .chain(spec.ret.map(|r| (r, true)));
+            let (entry, ret) = spec.programs(self.fingerprint);
+            let progs = [(entry, false)].into_iter().chain(ret.map(|r| (r, true)));
             for key in progs {
                 match groups.iter_mut().find(|(k, _)| *k == key) {
                     // Two symbols at one address (aliases: aligned_alloc and memalign in

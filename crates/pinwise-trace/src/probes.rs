@@ -37,6 +37,20 @@ pub struct UprobeSpec {
     pub ret: Option<&'static str>,
     /// Function id (`enum pw_func`), passed as the attach cookie.
     pub func: u32,
+    /// The entry and return programs used instead when copies are fingerprinted
+    /// (`--fingerprint`): a synchronous download is reported at its return, when its bytes
+    /// are in the host buffer.
+    pub with_fingerprint: Option<(&'static str, &'static str)>,
+}
+
+impl UprobeSpec {
+    /// The entry program and the return program (if any) attached to this entry point.
+    pub fn programs(&self, fingerprint: bool) -> (&'static str, Option<&'static str>) {
+        match self.with_fingerprint {
+            Some((entry, ret)) if fingerprint => (entry, Some(ret)),
+            _ => (self.entry, self.ret),
+        }
+    }
 }
 
 const fn driver(symbol: &'static str, entry: &'static str, func: f) -> UprobeSpec {
@@ -46,6 +60,16 @@ const fn driver(symbol: &'static str, entry: &'static str, func: f) -> UprobeSpe
         entry,
         ret: None,
         func: func.0,
+        with_fingerprint: None,
+    }
+}
+
+/// A synchronous download: `entry` alone, or with `--fingerprint` the programs that report
+/// it at its return.
+const fn driver_dtoh(symbol: &'static str, func: f) -> UprobeSpec {
+    UprobeSpec {
+        with_fingerprint: Some(("copy_dtoh_fp_entry", "copy_dtoh_fp_return")),
+        ..driver(symbol, "copy_dtoh", func)
     }
 }
 
@@ -61,6 +85,7 @@ const fn driver_ret(
         entry,
         ret: Some(ret),
         func: func.0,
+        with_fingerprint: None,
     }
 }
 
@@ -71,6 +96,7 @@ const fn libc(symbol: &'static str, entry: &'static str, ret: bool, func: f) -> 
         entry,
         ret: if ret { Some("malloc_return") } else { None },
         func: func.0,
+        with_fingerprint: None,
     }
 }
 
@@ -88,6 +114,7 @@ const fn runtime(symbol: &'static str, func: f) -> UprobeSpec {
         entry: "runtime_alloc_entry",
         ret: None,
         func: func.0,
+        with_fingerprint: None,
     }
 }
 
@@ -211,12 +238,8 @@ pub const UPROBES: &[UprobeSpec] = &[
         "copy_htod_async",
         f::PW_FN_cuMemcpyHtoDAsync_v2_ptsz,
     ),
-    driver("cuMemcpyDtoH_v2", "copy_dtoh", f::PW_FN_cuMemcpyDtoH_v2),
-    driver(
-        "cuMemcpyDtoH_v2_ptds",
-        "copy_dtoh",
-        f::PW_FN_cuMemcpyDtoH_v2_ptds,
-    ),
+    driver_dtoh("cuMemcpyDtoH_v2", f::PW_FN_cuMemcpyDtoH_v2),
+    driver_dtoh("cuMemcpyDtoH_v2_ptds", f::PW_FN_cuMemcpyDtoH_v2_ptds),
     driver(
         "cuMemcpyDtoHAsync_v2",
         "copy_dtoh_async",

@@ -670,7 +670,9 @@ impl Translator {
             e = e.with_stack(stack);
         }
         match fp.map(|f| f.state) {
-            Some(1) if direction == Direction::HtoD => {
+            // The lines of the host side: an upload's source, read at its entry, or a
+            // synchronous download's destination, read at its return.
+            Some(1) if matches!(direction, Direction::HtoD | Direction::DtoH) => {
                 e = e.with_fingerprint(fingerprint_of(c.bytes, &fp.expect("matched").lines));
             }
             Some(2) => self.stats.fingerprint_reads_failed += 1,

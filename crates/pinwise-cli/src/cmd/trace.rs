@@ -118,10 +118,12 @@ pub struct TraceArgs {
     #[arg(long, value_parser = parse_size, default_value = "64K", value_name = "BYTES")]
     pub malloc_min: u64,
 
-    /// Fingerprint host-to-device copies to find redundant transfers (the same bytes sent
-    /// again to a device range that holds them): BPF reads 8 cache lines spread over the
-    /// source at each copy's entry (a change between them goes unseen; `pinwise run
-    /// --fingerprint full` hashes every byte). Downloads are not fingerprinted by the tracer.
+    /// Fingerprint copies to find redundant transfers (the same bytes sent again to a device
+    /// range that holds them, a result fetched unchanged): BPF reads 8 cache lines spread
+    /// over the host buffer, an upload's source at its entry and a synchronous download's
+    /// destination at its return (a change between the lines goes unseen; `pinwise run
+    /// --fingerprint full` hashes every byte). Asynchronous downloads are not fingerprinted:
+    /// their bytes arrive later. Each synchronous download then costs a return probe too.
     #[arg(long)]
     pub fingerprint: bool,
 

@@ -582,9 +582,29 @@ static __always_inline void read_fp(struct pw_fp *fp, __u64 src, __u64 bytes)
 
 /* Reports a copy of a traced process whose hit is counted already; `fp`: with the
  * fingerprint lines of its source (a linear host-to-device copy, with `--fingerprint`). */
+/* `fp`: read the fingerprint lines at `fp_at` (the copy's host side). `entry`: for a copy
+ * reported at its return (a synchronous download, fingerprinted once its bytes are in
+ * place), the time and call site of its entry; NULL at the entry itself. */
+struct copy_entry {
+	__u64 ts_ns;
+	__u64 call_site;
+	__u64 dst;
+	__u64 src;
+	__u64 bytes;
+};
+
+static __always_inline void at_entry(struct pw_copy_event *e, const struct copy_entry *entry)
+{
+	if (entry) {
+		e->h.ts_ns = entry->ts_ns;
+		e->call_site = entry->call_site;
+	}
+}
+
 static __always_inline int send_copy_fp(struct pt_regs *ctx, __u16 func, __u64 dst, __u64 src,
 					__u64 bytes, __u64 stream, __u8 dst_type, __u8 src_type,
-					__u8 is_async, int fp)
+					__u8 is_async, int fp, __u64 fp_at,
+					const struct copy_entry *entry)
 {
 	if (sample_copy_stack()) {
 		struct pw_copy_stack_event *s = reserve(sizeof(*s));
@@ -592,12 +612,13 @@ static __always_inline int send_copy_fp(struct pt_regs *ctx, __u16 func, __u64 d
 			return 0;
 		fill_copy(&s->copy, ctx, PW_EV_COPY_STACK, func, dst, src, bytes, stream, dst_type,
 			  src_type, is_async);
+		at_entry(&s->copy, entry);
 		s->_pad0 = 0;
 		s->nframes = user_frames(ctx, s->frames);
 		s->fp.state = 0;
 		s->fp._pad0 = 0;
 		if (fp)
-			read_fp(&s->fp, src, bytes);
+			read_fp(&s->fp, fp_at, bytes);
 		submit(s, py_capture(&s->py));
 		return 0;
 	}
@@ -607,7 +628,8 @@ static __always_inline int send_copy_fp(struct pt_regs *ctx, __u16 func, __u64 d
 			return 0;
 		fill_copy(&f->copy, ctx, PW_EV_COPY_FP, func, dst, src, bytes, stream, dst_type,
 			  src_type, is_async);
-		read_fp(&f->fp, src, bytes);
+		at_entry(&f->copy, entry);
+		read_fp(&f->fp, fp_at, bytes);
 		submit(f, 0);
 		return 0;
 	}
@@ -624,6 +646,7 @@ static __always_inline int send_copy_fp(struct pt_regs *ctx, __u16 func, __u64 d
 	e->src_type = src_type;
 	e->is_async = is_async;
 	__builtin_memset(e->_pad0, 0, sizeof(e->_pad0));
+	at_entry(e, entry);
 	submit(e, 0);
 	return 0;
 }
@@ -633,7 +656,8 @@ static __always_inline int send_copy(struct pt_regs *ctx, __u16 func, __u64 dst,
 				     __u64 bytes, __u64 stream, __u8 dst_type, __u8 src_type,
 				     __u8 is_async)
 {
-	return send_copy_fp(ctx, func, dst, src, bytes, stream, dst_type, src_type, is_async, 0);
+	return send_copy_fp(ctx, func, dst, src, bytes, stream, dst_type, src_type, is_async, 0,
+			    0, NULL);
 }
 
 static __always_inline int emit_copy(struct pt_regs *ctx, __u64 dst, __u64 src, __u64 bytes,
@@ -645,8 +669,18 @@ static __always_inline int emit_copy(struct pt_regs *ctx, __u64 dst, __u64 src, 
 	count_hit(func);
 	int fp = cfg_fingerprint && src_type == PW_MEM_HOST && dst_type == PW_MEM_DEVICE &&
 		 bytes > 0;
-	return send_copy_fp(ctx, func, dst, src, bytes, stream, dst_type, src_type, is_async, fp);
+	return send_copy_fp(ctx, func, dst, src, bytes, stream, dst_type, src_type, is_async, fp,
+			    src, NULL);
 }
+
+/* Synchronous downloads in flight, with `--fingerprint`: reported at their return, when
+ * the bytes are in the host buffer (copy_dtoh_fp_entry / copy_dtoh_fp_return). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u64); /* pid_tgid */
+	__type(value, struct copy_entry);
+} dtoh_calls SEC(".maps");
 
 /* cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) and _ptds */
 SEC("uprobe")
@@ -667,6 +701,47 @@ SEC("uprobe")
 int BPF_KPROBE(copy_dtoh, __u64 dst, __u64 src, __u64 n)
 {
 	return emit_copy(ctx, dst, src, n, 0, PW_MEM_HOST, PW_MEM_DEVICE, 0);
+}
+
+/* cuMemcpyDtoH_v2 and _ptds with `--fingerprint` (the loader attaches these instead of
+ * copy_dtoh, with the return probe): the entry counts the hit and keeps the arguments; the
+ * return reports the copy, with the entry's time and call site and the fingerprint lines
+ * of the host buffer, which holds the result by then. When the arguments cannot be kept
+ * (the map is full), the copy is reported at once, without a fingerprint. */
+SEC("uprobe")
+int BPF_KPROBE(copy_dtoh_fp_entry, __u64 dst, __u64 src, __u64 n)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if (!cuda_traced(pid_tgid >> 32))
+		return 0;
+	__u16 func = bpf_get_attach_cookie(ctx);
+	count_hit(func);
+	struct copy_entry entry = {
+		.ts_ns = bpf_ktime_get_ns(),
+		.call_site = entry_return_address(ctx),
+		.dst = dst,
+		.src = src,
+		.bytes = n,
+	};
+	if (n == 0 || bpf_map_update_elem(&dtoh_calls, &pid_tgid, &entry, BPF_ANY))
+		return send_copy(ctx, func, dst, src, n, 0, PW_MEM_HOST, PW_MEM_DEVICE, 0);
+	return 0;
+}
+
+SEC("uretprobe")
+int copy_dtoh_fp_return(struct pt_regs *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct copy_entry *e = bpf_map_lookup_elem(&dtoh_calls, &pid_tgid);
+	if (!e)
+		return 0;
+	struct copy_entry entry = *e;
+	bpf_map_delete_elem(&dtoh_calls, &pid_tgid);
+	__u16 func = bpf_get_attach_cookie(ctx);
+	/* A failed copy wrote nothing worth a fingerprint (CUDA_SUCCESS is 0). */
+	int ok = PT_REGS_RC(ctx) == 0;
+	return send_copy_fp(ctx, func, entry.dst, entry.src, entry.bytes, 0, PW_MEM_HOST,
+			    PW_MEM_DEVICE, 0, ok, entry.dst, &entry);
 }
 
 /* cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s) and _ptsz */
