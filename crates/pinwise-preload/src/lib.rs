@@ -163,7 +163,8 @@
 //! | [`malloc`] | recording the program's malloc-family allocations at or above a threshold |
 //! | `unwind` | call stacks of the application, captured in allocation hooks |
 //! | [`elf`] | which functions the executable defines (its own `free`, a static cudart) |
-//! | `hooks` | what every intercepted call does |
+//! | `hooks` | what every intercepted call does: `alloc`, `copy`, `query`, `procaddr`, `runtime`, `context` |
+//! | `decode` | what a copy's arguments say it copies (pure: pitched 2D/3D and descriptor decoding) |
 //! | `exports` | the exported symbols (thin: a trampoline or a call into `hooks`) |
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
@@ -175,6 +176,7 @@ mod backend;
 mod capture;
 pub mod config;
 mod crash;
+mod decode;
 pub mod elf;
 mod fingerprint;
 mod flush;

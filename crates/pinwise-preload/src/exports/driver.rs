@@ -14,7 +14,8 @@ use pinwise_cuda::sys::{
 };
 
 use super::export_with_caller;
-use crate::hooks::{self, Copy};
+use crate::decode::HostCopy;
+use crate::hooks;
 use crate::real::{self, WRAPPERS};
 use crate::variants::Hooked;
 
@@ -63,21 +64,21 @@ unsafe extern "C" fn host_alloc(
 ) -> CUresult {
     let f = real_or_return!(Hooked::MemHostAlloc, HostAllocFn);
     // SAFETY: CUDA's contract for the arguments, passed on.
-    unsafe { hooks::host_alloc(caller, pp, size, flags, || f(pp, size, flags)) }
+    unsafe { hooks::alloc::host_alloc(caller, pp, size, flags, || f(pp, size, flags)) }
 }
 export_with_caller!(cuMemHostAlloc => host_alloc, 3);
 
 unsafe extern "C" fn alloc_host(pp: *mut *mut c_void, size: usize, caller: usize) -> CUresult {
     let f = real_or_return!(Hooked::MemAllocHostV2, AllocHostFn);
     // SAFETY: CUDA's contract for the arguments, passed on.
-    unsafe { hooks::host_alloc(caller, pp, size, 0, || f(pp, size)) }
+    unsafe { hooks::alloc::host_alloc(caller, pp, size, 0, || f(pp, size)) }
 }
 export_with_caller!(cuMemAllocHost_v2 => alloc_host, 2);
 
 unsafe extern "C" fn free_host(p: *mut c_void, caller: usize) -> CUresult {
     let f = real_or_return!(Hooked::MemFreeHost, PtrFn);
     // SAFETY: CUDA's contract for the argument, passed on.
-    hooks::host_free(caller, p, || unsafe { f(p) })
+    hooks::alloc::host_free(caller, p, || unsafe { f(p) })
 }
 export_with_caller!(cuMemFreeHost => free_host, 1);
 
@@ -91,7 +92,7 @@ unsafe extern "C" fn register_v1(
 ) -> CUresult {
     let f = real_or_return!(Hooked::MemHostRegister, RegisterFn);
     // SAFETY: CUDA's contract for the arguments, passed on.
-    hooks::host_register(caller, p, size, || unsafe { f(p, size, flags) })
+    hooks::alloc::host_register(caller, p, size, || unsafe { f(p, size, flags) })
 }
 export_with_caller!(cuMemHostRegister => register_v1, 3);
 
@@ -103,14 +104,14 @@ unsafe extern "C" fn register_v2(
 ) -> CUresult {
     let f = real_or_return!(Hooked::MemHostRegisterV2, RegisterFn);
     // SAFETY: CUDA's contract for the arguments, passed on.
-    hooks::host_register(caller, p, size, || unsafe { f(p, size, flags) })
+    hooks::alloc::host_register(caller, p, size, || unsafe { f(p, size, flags) })
 }
 export_with_caller!(cuMemHostRegister_v2 => register_v2, 3);
 
 unsafe extern "C" fn unregister(p: *mut c_void, caller: usize) -> CUresult {
     let f = real_or_return!(Hooked::MemHostUnregister, PtrFn);
     // SAFETY: CUDA's contract for the argument, passed on.
-    hooks::host_unregister(caller, p, || unsafe { f(p) })
+    hooks::alloc::host_unregister(caller, p, || unsafe { f(p) })
 }
 export_with_caller!(cuMemHostUnregister => unregister, 1);
 
@@ -124,14 +125,14 @@ unsafe extern "C" fn get_device_pointer(
 ) -> CUresult {
     let f = real_or_return!(Hooked::MemHostGetDevicePointerV2, DevPtrFn);
     // SAFETY: CUDA's contract for the arguments, passed on.
-    hooks::host_get_device_pointer(p, || unsafe { f(pdptr, p, flags) })
+    hooks::query::host_get_device_pointer(p, || unsafe { f(pdptr, p, flags) })
 }
 export_with_caller!(cuMemHostGetDevicePointer_v2 => get_device_pointer, 3);
 
 unsafe extern "C" fn get_flags(pflags: *mut c_uint, p: *mut c_void, _caller: usize) -> CUresult {
     let f = real_or_return!(Hooked::MemHostGetFlags, FlagsFn);
     // SAFETY: CUDA's contract for the arguments, passed on.
-    unsafe { hooks::host_get_flags(pflags, p, || f(pflags, p)) }
+    unsafe { hooks::query::host_get_flags(pflags, p, || f(pflags, p)) }
 }
 export_with_caller!(cuMemHostGetFlags => get_flags, 2);
 
@@ -143,7 +144,7 @@ unsafe extern "C" fn get_attribute(
 ) -> CUresult {
     let f = real_or_return!(Hooked::PointerGetAttribute, AttrFn);
     // SAFETY: CUDA's contract for the arguments, passed on.
-    unsafe { hooks::pointer_get_attribute(data, attribute, ptr, || f(data, attribute, ptr)) }
+    unsafe { hooks::query::pointer_get_attribute(data, attribute, ptr, || f(data, attribute, ptr)) }
 }
 export_with_caller!(cuPointerGetAttribute => get_attribute, 3);
 
@@ -157,7 +158,9 @@ unsafe extern "C" fn get_attributes(
     let f = real_or_return!(Hooked::PointerGetAttributes, AttrsFn);
     // SAFETY: CUDA's contract for the arguments, passed on.
     unsafe {
-        hooks::pointer_get_attributes(n, attributes, data, ptr, || f(n, attributes, data, ptr))
+        hooks::query::pointer_get_attributes(n, attributes, data, ptr, || {
+            f(n, attributes, data, ptr)
+        })
     }
 }
 export_with_caller!(cuPointerGetAttributes => get_attributes, 4);
@@ -166,9 +169,9 @@ export_with_caller!(cuPointerGetAttributes => get_attributes, 4);
 
 fn unified(h: Hooked, dst: CUdeviceptr, src: CUdeviceptr, n: usize, caller: usize) -> CUresult {
     let f = real_or_return!(h, UnifiedFn);
-    hooks::copy(
+    hooks::copy::copy(
         caller,
-        |st| hooks::unified(st, dst, src, n, None, h.per_thread()),
+        |st| hooks::copy::unified(st, dst, src, n, None, h.per_thread()),
         // SAFETY: CUDA's contract for the arguments, passed on.
         || unsafe { f(dst, src, n) },
     )
@@ -183,9 +186,9 @@ fn unified_async(
     caller: usize,
 ) -> CUresult {
     let f = real_or_return!(h, UnifiedAsyncFn);
-    hooks::copy(
+    hooks::copy::copy(
         caller,
-        |st| hooks::unified(st, dst, src, n, Some(s as usize), h.per_thread()),
+        |st| hooks::copy::unified(st, dst, src, n, Some(s as usize), h.per_thread()),
         // SAFETY: CUDA's contract for the arguments, passed on.
         || unsafe { f(dst, src, n, s) },
     )
@@ -200,25 +203,25 @@ fn htod(
     caller: usize,
 ) -> CUresult {
     let copy = |_: &_| {
-        Some(Copy::linear(
+        Some(HostCopy::linear(
             Direction::HtoD,
             src as usize,
             dst,
             n,
             s.map(|s| s as usize),
-            h,
+            h.per_thread(),
         ))
     };
     match s {
         None => {
             let f = real_or_return!(h, HtoDFn);
             // SAFETY: CUDA's contract for the arguments, passed on.
-            hooks::copy(caller, copy, || unsafe { f(dst, src, n) })
+            hooks::copy::copy(caller, copy, || unsafe { f(dst, src, n) })
         }
         Some(stream) => {
             let f = real_or_return!(h, HtoDAsyncFn);
             // SAFETY: CUDA's contract for the arguments, passed on.
-            hooks::copy(caller, copy, || unsafe { f(dst, src, n, stream) })
+            hooks::copy::copy(caller, copy, || unsafe { f(dst, src, n, stream) })
         }
     }
 }
@@ -232,25 +235,25 @@ fn dtoh(
     caller: usize,
 ) -> CUresult {
     let copy = |_: &_| {
-        Some(Copy::linear(
+        Some(HostCopy::linear(
             Direction::DtoH,
             dst as usize,
             src,
             n,
             s.map(|s| s as usize),
-            h,
+            h.per_thread(),
         ))
     };
     match s {
         None => {
             let f = real_or_return!(h, DtoHFn);
             // SAFETY: CUDA's contract for the arguments, passed on.
-            hooks::copy(caller, copy, || unsafe { f(dst, src, n) })
+            hooks::copy::copy(caller, copy, || unsafe { f(dst, src, n) })
         }
         Some(stream) => {
             let f = real_or_return!(h, DtoHAsyncFn);
             // SAFETY: CUDA's contract for the arguments, passed on.
-            hooks::copy(caller, copy, || unsafe { f(dst, src, n, stream) })
+            hooks::copy::copy(caller, copy, || unsafe { f(dst, src, n, stream) })
         }
     }
 }
@@ -376,34 +379,36 @@ export_with_caller!(cuMemcpyDtoHAsync_v2_ptsz => dtoh_async_v2_ptsz, 4);
 
 fn copy2d(h: Hooked, p: *const CUDA_MEMCPY2D, s: Option<CUstream>, caller: usize) -> CUresult {
     // SAFETY: `p` is NULL or a valid descriptor (CUDA's contract).
-    let describe = |st: &_| unsafe { hooks::copy_2d(st, p, s.map(|s| s as usize), h.per_thread()) };
+    let describe =
+        |st: &_| unsafe { hooks::copy::copy_2d(st, p, s.map(|s| s as usize), h.per_thread()) };
     match s {
         None => {
             let f = real_or_return!(h, Copy2DFn);
             // SAFETY: CUDA's contract for the argument, passed on.
-            hooks::copy(caller, describe, || unsafe { f(p) })
+            hooks::copy::copy(caller, describe, || unsafe { f(p) })
         }
         Some(stream) => {
             let f = real_or_return!(h, Copy2DAsyncFn);
             // SAFETY: CUDA's contract for the arguments, passed on.
-            hooks::copy(caller, describe, || unsafe { f(p, stream) })
+            hooks::copy::copy(caller, describe, || unsafe { f(p, stream) })
         }
     }
 }
 
 fn copy3d(h: Hooked, p: *const CUDA_MEMCPY3D, s: Option<CUstream>, caller: usize) -> CUresult {
     // SAFETY: `p` is NULL or a valid descriptor (CUDA's contract).
-    let describe = |st: &_| unsafe { hooks::copy_3d(st, p, s.map(|s| s as usize), h.per_thread()) };
+    let describe =
+        |st: &_| unsafe { hooks::copy::copy_3d(st, p, s.map(|s| s as usize), h.per_thread()) };
     match s {
         None => {
             let f = real_or_return!(h, Copy3DFn);
             // SAFETY: CUDA's contract for the argument, passed on.
-            hooks::copy(caller, describe, || unsafe { f(p) })
+            hooks::copy::copy(caller, describe, || unsafe { f(p) })
         }
         Some(stream) => {
             let f = real_or_return!(h, Copy3DAsyncFn);
             // SAFETY: CUDA's contract for the arguments, passed on.
-            hooks::copy(caller, describe, || unsafe { f(p, stream) })
+            hooks::copy::copy(caller, describe, || unsafe { f(p, stream) })
         }
     }
 }
@@ -471,7 +476,7 @@ unsafe extern "C" fn proc_v1(
     let rc = unsafe { f(symbol, pfn, version, flags) };
     if rc == 0 {
         // SAFETY: the real call succeeded, so `symbol` is a C string and `pfn` was written.
-        unsafe { hooks::wrap_proc_address(symbol, pfn, version, flags) };
+        unsafe { hooks::procaddr::wrap_proc_address(symbol, pfn, version, flags) };
     }
     rc
 }
@@ -490,7 +495,7 @@ unsafe extern "C" fn proc_v2(
     let rc = unsafe { f(symbol, pfn, version, flags, status) };
     if rc == 0 {
         // SAFETY: the real call succeeded, so `symbol` is a C string and `pfn` was written.
-        unsafe { hooks::wrap_proc_address(symbol, pfn, version, flags) };
+        unsafe { hooks::procaddr::wrap_proc_address(symbol, pfn, version, flags) };
     }
     rc
 }
@@ -505,56 +510,56 @@ type ContextFn = unsafe extern "C" fn(CUcontext) -> CUresult;
 unsafe extern "C" fn stream_destroy(stream: CUstream, _caller: usize) -> CUresult {
     let f = real_or_return!(Hooked::StreamDestroy, StreamFn);
     // SAFETY: CUDA's contract for the argument, passed on.
-    hooks::stream_destroy(stream as usize, || unsafe { f(stream) })
+    hooks::context::stream_destroy(stream as usize, || unsafe { f(stream) })
 }
 export_with_caller!(cuStreamDestroy => stream_destroy, 1);
 
 unsafe extern "C" fn stream_destroy_v2(stream: CUstream, _caller: usize) -> CUresult {
     let f = real_or_return!(Hooked::StreamDestroyV2, StreamFn);
     // SAFETY: CUDA's contract for the argument, passed on.
-    hooks::stream_destroy(stream as usize, || unsafe { f(stream) })
+    hooks::context::stream_destroy(stream as usize, || unsafe { f(stream) })
 }
 export_with_caller!(cuStreamDestroy_v2 => stream_destroy_v2, 1);
 
 unsafe extern "C" fn ctx_destroy(ctx: CUcontext, _caller: usize) -> CUresult {
     let f = real_or_return!(Hooked::CtxDestroy, ContextFn);
     // SAFETY: CUDA's contract for the argument, passed on.
-    hooks::context_ending(ctx as usize, || unsafe { f(ctx) })
+    hooks::context::context_ending(ctx as usize, || unsafe { f(ctx) })
 }
 export_with_caller!(cuCtxDestroy => ctx_destroy, 1);
 
 unsafe extern "C" fn ctx_destroy_v2(ctx: CUcontext, _caller: usize) -> CUresult {
     let f = real_or_return!(Hooked::CtxDestroyV2, ContextFn);
     // SAFETY: CUDA's contract for the argument, passed on.
-    hooks::context_ending(ctx as usize, || unsafe { f(ctx) })
+    hooks::context::context_ending(ctx as usize, || unsafe { f(ctx) })
 }
 export_with_caller!(cuCtxDestroy_v2 => ctx_destroy_v2, 1);
 
 unsafe extern "C" fn primary_release(dev: c_int, _caller: usize) -> CUresult {
     let f = real_or_return!(Hooked::PrimaryCtxRelease, DeviceFn);
     // SAFETY: CUDA's contract for the argument, passed on.
-    hooks::context_ending(0, || unsafe { f(dev) })
+    hooks::context::context_ending(0, || unsafe { f(dev) })
 }
 export_with_caller!(cuDevicePrimaryCtxRelease => primary_release, 1);
 
 unsafe extern "C" fn primary_release_v2(dev: c_int, _caller: usize) -> CUresult {
     let f = real_or_return!(Hooked::PrimaryCtxReleaseV2, DeviceFn);
     // SAFETY: CUDA's contract for the argument, passed on.
-    hooks::context_ending(0, || unsafe { f(dev) })
+    hooks::context::context_ending(0, || unsafe { f(dev) })
 }
 export_with_caller!(cuDevicePrimaryCtxRelease_v2 => primary_release_v2, 1);
 
 unsafe extern "C" fn primary_reset(dev: c_int, _caller: usize) -> CUresult {
     let f = real_or_return!(Hooked::PrimaryCtxReset, DeviceFn);
     // SAFETY: CUDA's contract for the argument, passed on.
-    hooks::context_ending(0, || unsafe { f(dev) })
+    hooks::context::context_ending(0, || unsafe { f(dev) })
 }
 export_with_caller!(cuDevicePrimaryCtxReset => primary_reset, 1);
 
 unsafe extern "C" fn primary_reset_v2(dev: c_int, _caller: usize) -> CUresult {
     let f = real_or_return!(Hooked::PrimaryCtxResetV2, DeviceFn);
     // SAFETY: CUDA's contract for the argument, passed on.
-    hooks::context_ending(0, || unsafe { f(dev) })
+    hooks::context::context_ending(0, || unsafe { f(dev) })
 }
 export_with_caller!(cuDevicePrimaryCtxReset_v2 => primary_reset_v2, 1);
 

@@ -10,10 +10,11 @@
 
 use std::ffi::{c_int, c_uint, c_void};
 
-use pinwise_core::{Direction, EventKind};
+use pinwise_core::EventKind;
 
 use super::export_with_caller;
-use crate::hooks::{self, Copy};
+use crate::decode::{self, Memcpy3DParms};
+use crate::hooks;
 use crate::real::RuntimeFn;
 
 type CudaError = c_int;
@@ -51,13 +52,13 @@ unsafe extern "C" fn malloc_host(ptr: *mut *mut c_void, size: usize, caller: usi
         MALLOC_HOST,
         unsafe extern "C" fn(*mut *mut c_void, usize) -> CudaError
     );
-    hooks::runtime_call(
+    hooks::runtime::runtime_call(
         caller,
         false,
         // SAFETY: the caller's arguments (the runtime's contract), passed on.
         || unsafe { f(ptr, size) },
         // SAFETY: the call succeeded, so `ptr` is non-null and holds the allocation.
-        |st, _| hooks::observe_alloc(st, caller, unsafe { *ptr }, size, 0),
+        |st, _| hooks::runtime::observe_alloc(st, caller, unsafe { *ptr }, size, 0),
     )
 }
 export_with_caller!(cudaMallocHost => malloc_host, 2);
@@ -72,31 +73,31 @@ unsafe extern "C" fn host_alloc(
         HOST_ALLOC,
         unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> CudaError
     );
-    hooks::runtime_call(
+    hooks::runtime::runtime_call(
         caller,
         false,
         // SAFETY: the caller's arguments, passed on.
         || unsafe { f(ptr, size, flags) },
         // SAFETY: the call succeeded, so `ptr` is non-null and holds the allocation.
-        |st, _| hooks::observe_alloc(st, caller, unsafe { *ptr }, size, flags),
+        |st, _| hooks::runtime::observe_alloc(st, caller, unsafe { *ptr }, size, flags),
     )
 }
 export_with_caller!(cudaHostAlloc => host_alloc, 3);
 
 unsafe extern "C" fn free_host(ptr: *mut c_void, caller: usize) -> CudaError {
-    if hooks::served_by_pinwise(ptr).is_some() {
+    if hooks::runtime::served_by_pinwise(ptr).is_some() {
         let frame = crate::guard::enter_runtime(caller, false, -1);
-        let rc = hooks::runtime_free_served(caller, ptr);
+        let rc = hooks::runtime::runtime_free_served(caller, ptr);
         crate::guard::leave_runtime(frame);
         return rc;
     }
     let f = next_or_return!(FREE_HOST, unsafe extern "C" fn(*mut c_void) -> CudaError);
-    hooks::runtime_call(
+    hooks::runtime::runtime_call(
         caller,
         false,
         // SAFETY: the caller's argument, passed on.
         || unsafe { f(ptr) },
-        |st, _| hooks::observe(st, caller, EventKind::Free { start: ptr as u64 }),
+        |st, _| hooks::runtime::observe(st, caller, EventKind::Free { start: ptr as u64 }),
     )
 }
 export_with_caller!(cudaFreeHost => free_host, 1);
@@ -111,14 +112,14 @@ unsafe extern "C" fn host_register(
         HOST_REGISTER,
         unsafe extern "C" fn(*mut c_void, usize, c_uint) -> CudaError
     );
-    hooks::runtime_before_register(ptr, size);
-    hooks::runtime_call(
+    hooks::runtime::runtime_before_register(ptr, size);
+    hooks::runtime::runtime_call(
         caller,
         false,
         // SAFETY: the caller's arguments, passed on.
         || unsafe { f(ptr, size, flags) },
         |st, _| {
-            hooks::observe(
+            hooks::runtime::observe(
                 st,
                 caller,
                 EventKind::PinPages {
@@ -133,20 +134,20 @@ unsafe extern "C" fn host_register(
 export_with_caller!(cudaHostRegister => host_register, 3);
 
 unsafe extern "C" fn host_unregister(ptr: *mut c_void, caller: usize) -> CudaError {
-    if hooks::registered_by_pinwise_only(ptr) {
+    if hooks::query::registered_by_pinwise_only(ptr) {
         return NOT_REGISTERED;
     }
     let f = next_or_return!(
         HOST_UNREGISTER,
         unsafe extern "C" fn(*mut c_void) -> CudaError
     );
-    hooks::runtime_call(
+    hooks::runtime::runtime_call(
         caller,
         false,
         // SAFETY: the caller's argument, passed on.
         || unsafe { f(ptr) },
         |st, _| {
-            hooks::observe(
+            hooks::runtime::observe(
                 st,
                 caller,
                 EventKind::UnpinPages {
@@ -169,9 +170,9 @@ unsafe extern "C" fn host_get_device_pointer(
         HOST_GET_DEVICE_POINTER,
         unsafe extern "C" fn(*mut *mut c_void, *mut c_void, c_uint) -> CudaError
     );
-    hooks::runtime_before_query(phost);
+    hooks::query::runtime_before_query(phost);
     // SAFETY: the caller's arguments, passed on.
-    hooks::runtime_call(
+    hooks::runtime::runtime_call(
         caller,
         false,
         || unsafe { f(pdev, phost, flags) },
@@ -185,8 +186,8 @@ unsafe extern "C" fn host_get_flags(
     phost: *mut c_void,
     caller: usize,
 ) -> CudaError {
-    hooks::runtime_before_query(phost);
-    if let Some(flags) = hooks::served_flags(phost) {
+    hooks::query::runtime_before_query(phost);
+    if let Some(flags) = hooks::query::served_flags(phost) {
         if pflags.is_null() {
             return 1; // cudaErrorInvalidValue
         }
@@ -199,7 +200,7 @@ unsafe extern "C" fn host_get_flags(
         unsafe extern "C" fn(*mut c_uint, *mut c_void) -> CudaError
     );
     // SAFETY: the caller's arguments, passed on.
-    hooks::runtime_call(caller, false, || unsafe { f(pflags, phost) }, |_, _| {})
+    hooks::runtime::runtime_call(caller, false, || unsafe { f(pflags, phost) }, |_, _| {})
 }
 export_with_caller!(cudaHostGetFlags => host_get_flags, 2);
 
@@ -212,9 +213,9 @@ unsafe extern "C" fn pointer_get_attributes(
         POINTER_GET_ATTRIBUTES,
         unsafe extern "C" fn(*mut c_void, *const c_void) -> CudaError
     );
-    hooks::runtime_before_query(ptr);
+    hooks::query::runtime_before_query(ptr);
     // SAFETY: the caller's arguments, passed on.
-    hooks::runtime_call(caller, false, || unsafe { f(attrs, ptr) }, |_, _| {})
+    hooks::runtime::runtime_call(caller, false, || unsafe { f(attrs, ptr) }, |_, _| {})
 }
 export_with_caller!(cudaPointerGetAttributes => pointer_get_attributes, 2);
 
@@ -239,14 +240,14 @@ fn memcpy_common(
     caller: usize,
 ) -> CudaError {
     let f = next_or_return!(slot, MemcpyFn);
-    hooks::runtime_call_kind(
+    hooks::runtime::runtime_call_kind(
         caller,
         true,
         kind,
         // SAFETY: the caller's arguments, passed on.
         || unsafe { f(dst, src, count, kind) },
         |st, _| {
-            let c = hooks::runtime_copy(
+            let c = hooks::runtime::runtime_copy(
                 st,
                 dst as usize,
                 src as usize,
@@ -255,7 +256,7 @@ fn memcpy_common(
                 None,
                 per_thread,
             );
-            hooks::observe_copy(st, caller, c)
+            hooks::runtime::observe_copy(st, caller, c)
         },
     )
 }
@@ -272,14 +273,14 @@ fn memcpy_async_common(
     caller: usize,
 ) -> CudaError {
     let f = next_or_return!(slot, MemcpyAsyncFn);
-    hooks::runtime_call_kind(
+    hooks::runtime::runtime_call_kind(
         caller,
         true,
         kind,
         // SAFETY: the caller's arguments, passed on.
         || unsafe { f(dst, src, count, kind, stream) },
         |st, _| {
-            let c = hooks::runtime_copy(
+            let c = hooks::runtime::runtime_copy(
                 st,
                 dst as usize,
                 src as usize,
@@ -288,7 +289,7 @@ fn memcpy_async_common(
                 Some(stream as usize),
                 per_thread,
             );
-            hooks::observe_copy(st, caller, c)
+            hooks::runtime::observe_copy(st, caller, c)
         },
     )
 }
@@ -367,31 +368,6 @@ type SymbolAsyncFn = unsafe extern "C" fn(
     *mut c_void,
 ) -> CudaError;
 
-/// A symbol copy: host memory only on the host side of host-to-device or device-to-host.
-fn symbol_copy(
-    to_symbol: bool,
-    host: *const c_void,
-    count: usize,
-    kind: c_int,
-    stream: Option<usize>,
-    per_thread: bool,
-) -> Option<Copy> {
-    let direction = match (to_symbol, kind) {
-        (true, 1 | 4) => Direction::HtoD,
-        (false, 2 | 4) => Direction::DtoH,
-        _ => return None,
-    };
-    Some(Copy {
-        direction,
-        host: host as usize,
-        device: 0,
-        bytes: count,
-        span: count,
-        stream,
-        per_thread,
-    })
-}
-
 #[allow(clippy::too_many_arguments)]
 fn symbol_common(
     slot: &RuntimeFn,
@@ -407,16 +383,16 @@ fn symbol_common(
     let f = next_or_return!(slot, SymbolFn);
     // To a symbol: (symbol, src); from a symbol: (dst, symbol).
     let host = if to_symbol { b } else { a };
-    hooks::runtime_call(
+    hooks::runtime::runtime_call(
         caller,
         true,
         // SAFETY: the caller's arguments, passed on.
         || unsafe { f(a, b, count, offset, kind) },
         |st, _| {
-            hooks::observe_copy(
+            hooks::runtime::observe_copy(
                 st,
                 caller,
-                symbol_copy(to_symbol, host, count, kind, None, per_thread),
+                decode::symbol_copy(to_symbol, host, count, kind, None, per_thread),
             )
         },
     )
@@ -436,13 +412,13 @@ fn symbol_async_common(
 ) -> CudaError {
     let f = next_or_return!(slot, SymbolAsyncFn);
     let host = if to_symbol { b } else { a };
-    hooks::runtime_call(
+    hooks::runtime::runtime_call(
         0,
         true,
         // SAFETY: the caller's arguments, passed on.
         || unsafe { f(a, b, count, offset, kind, stream) },
         |st, _| {
-            let c = symbol_copy(
+            let c = decode::symbol_copy(
                 to_symbol,
                 host,
                 count,
@@ -450,7 +426,7 @@ fn symbol_async_common(
                 Some(stream as usize),
                 per_thread,
             );
-            hooks::observe_copy(st, 0, c)
+            hooks::runtime::observe_copy(st, 0, c)
         },
     )
 }
@@ -662,36 +638,6 @@ type Memcpy2DAsyncFn = unsafe extern "C" fn(
     *mut c_void,
 ) -> CudaError;
 
-/// A 2D runtime copy's host side.
-#[allow(clippy::too_many_arguments)]
-fn copy_2d(
-    dst: *mut c_void,
-    dpitch: usize,
-    src: *const c_void,
-    spitch: usize,
-    width: usize,
-    height: usize,
-    kind: c_int,
-    stream: Option<usize>,
-    per_thread: bool,
-) -> Option<Copy> {
-    let (direction, host, pitch, device) = match kind {
-        1 => (Direction::HtoD, src as usize, spitch, dst as u64),
-        2 => (Direction::DtoH, dst as usize, dpitch, src as u64),
-        0 => (Direction::HtoH, dst as usize, dpitch, 0),
-        _ => return None,
-    };
-    Some(Copy {
-        direction,
-        host,
-        device,
-        bytes: width.checked_mul(height)?,
-        span: height.saturating_sub(1) * pitch + width,
-        stream,
-        per_thread,
-    })
-}
-
 /// `cudaMemcpy2D` (seven arguments: no trampoline, call site unknown).
 ///
 /// # Safety
@@ -707,16 +653,16 @@ pub unsafe extern "C" fn cudaMemcpy2D(
     kind: c_int,
 ) -> CudaError {
     let f = next_or_return!(MEMCPY_2D, Memcpy2DFn);
-    hooks::runtime_call(
+    hooks::runtime::runtime_call(
         0,
         true,
         // SAFETY: the caller's arguments, passed on.
         || unsafe { f(dst, dpitch, src, spitch, width, height, kind) },
         |st, _| {
-            hooks::observe_copy(
+            hooks::runtime::observe_copy(
                 st,
                 0,
-                copy_2d(dst, dpitch, src, spitch, width, height, kind, None, false),
+                decode::runtime_copy_2d(dst, dpitch, src, spitch, width, height, kind, None, false),
             )
         },
     )
@@ -736,16 +682,16 @@ pub unsafe extern "C" fn cudaMemcpy2D_ptds(
     kind: c_int,
 ) -> CudaError {
     let f = next_or_return!(MEMCPY_2D_PTDS, Memcpy2DFn);
-    hooks::runtime_call(
+    hooks::runtime::runtime_call(
         0,
         true,
         // SAFETY: the caller's arguments, passed on.
         || unsafe { f(dst, dpitch, src, spitch, width, height, kind) },
         |st, _| {
-            hooks::observe_copy(
+            hooks::runtime::observe_copy(
                 st,
                 0,
-                copy_2d(dst, dpitch, src, spitch, width, height, kind, None, true),
+                decode::runtime_copy_2d(dst, dpitch, src, spitch, width, height, kind, None, true),
             )
         },
     )
@@ -766,16 +712,16 @@ pub unsafe extern "C" fn cudaMemcpy2DAsync(
     stream: *mut c_void,
 ) -> CudaError {
     let f = next_or_return!(MEMCPY_2D_ASYNC, Memcpy2DAsyncFn);
-    hooks::runtime_call(
+    hooks::runtime::runtime_call(
         0,
         true,
         // SAFETY: the caller's arguments, passed on.
         || unsafe { f(dst, dpitch, src, spitch, width, height, kind, stream) },
         |st, _| {
-            hooks::observe_copy(
+            hooks::runtime::observe_copy(
                 st,
                 0,
-                copy_2d(
+                decode::runtime_copy_2d(
                     dst,
                     dpitch,
                     src,
@@ -806,16 +752,16 @@ pub unsafe extern "C" fn cudaMemcpy2DAsync_ptsz(
     stream: *mut c_void,
 ) -> CudaError {
     let f = next_or_return!(MEMCPY_2D_ASYNC_PTSZ, Memcpy2DAsyncFn);
-    hooks::runtime_call(
+    hooks::runtime::runtime_call(
         0,
         true,
         // SAFETY: the caller's arguments, passed on.
         || unsafe { f(dst, dpitch, src, spitch, width, height, kind, stream) },
         |st, _| {
-            hooks::observe_copy(
+            hooks::runtime::observe_copy(
                 st,
                 0,
-                copy_2d(
+                decode::runtime_copy_2d(
                     dst,
                     dpitch,
                     src,
@@ -831,72 +777,6 @@ pub unsafe extern "C" fn cudaMemcpy2DAsync_ptsz(
     )
 }
 
-/// `cudaPitchedPtr`.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct PitchedPtr {
-    ptr: *mut c_void,
-    pitch: usize,
-    xsize: usize,
-    ysize: usize,
-}
-
-/// `cudaMemcpy3DParms`.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct Memcpy3DParms {
-    src_array: *mut c_void,
-    src_pos: [usize; 3],
-    src_ptr: PitchedPtr,
-    dst_array: *mut c_void,
-    dst_pos: [usize; 3],
-    dst_ptr: PitchedPtr,
-    extent: [usize; 3],
-    kind: c_int,
-}
-
-/// A 3D runtime copy's host side (linear memory only; arrays are device memory).
-///
-/// # Safety
-/// `p` is NULL or a valid `cudaMemcpy3DParms`.
-unsafe fn copy_3d(
-    p: *const Memcpy3DParms,
-    stream: Option<usize>,
-    per_thread: bool,
-) -> Option<Copy> {
-    // SAFETY: the caller's contract.
-    let d = unsafe { p.as_ref()? };
-    let [w, h, depth] = d.extent;
-    let place = |pp: &PitchedPtr, pos: &[usize; 3]| {
-        let first = pp.ptr as usize + (pos[2] * pp.ysize + pos[1]) * pp.pitch + pos[0];
-        let span = (depth.saturating_sub(1) * pp.ysize + h.saturating_sub(1)) * pp.pitch + w;
-        (first, span)
-    };
-    let ((host, span), direction, device) = match d.kind {
-        1 if d.src_array.is_null() => (
-            place(&d.src_ptr, &d.src_pos),
-            Direction::HtoD,
-            d.dst_ptr.ptr as u64,
-        ),
-        2 if d.dst_array.is_null() => (
-            place(&d.dst_ptr, &d.dst_pos),
-            Direction::DtoH,
-            d.src_ptr.ptr as u64,
-        ),
-        0 if d.dst_array.is_null() => (place(&d.dst_ptr, &d.dst_pos), Direction::HtoH, 0),
-        _ => return None,
-    };
-    Some(Copy {
-        direction,
-        host,
-        device,
-        bytes: w.checked_mul(h)?.checked_mul(depth)?,
-        span,
-        stream,
-        per_thread,
-    })
-}
-
 fn memcpy_3d_common(
     slot: &RuntimeFn,
     per_thread: bool,
@@ -907,13 +787,19 @@ fn memcpy_3d_common(
         slot,
         unsafe extern "C" fn(*const Memcpy3DParms) -> CudaError
     );
-    hooks::runtime_call(
+    hooks::runtime::runtime_call(
         caller,
         true,
         // SAFETY: the caller's argument, passed on.
         || unsafe { f(p) },
         // SAFETY: the call succeeded, so `p` was a valid descriptor.
-        |st, _| hooks::observe_copy(st, caller, unsafe { copy_3d(p, None, per_thread) }),
+        |st, _| {
+            hooks::runtime::observe_copy(
+                st,
+                caller,
+                unsafe { p.as_ref() }.and_then(|d| decode::runtime_copy_3d(d, None, per_thread)),
+            )
+        },
     )
 }
 
@@ -928,16 +814,16 @@ fn memcpy_3d_async_common(
         slot,
         unsafe extern "C" fn(*const Memcpy3DParms, *mut c_void) -> CudaError
     );
-    hooks::runtime_call(
+    hooks::runtime::runtime_call(
         caller,
         true,
         // SAFETY: the caller's arguments, passed on.
         || unsafe { f(p, stream) },
         // SAFETY: the call succeeded, so `p` was a valid descriptor.
         |st, _| {
-            hooks::observe_copy(st, caller, unsafe {
-                copy_3d(p, Some(stream as usize), per_thread)
-            })
+            let d = unsafe { p.as_ref() };
+            let c = d.and_then(|d| decode::runtime_copy_3d(d, Some(stream as usize), per_thread));
+            hooks::runtime::observe_copy(st, caller, c)
         },
     )
 }
