@@ -148,6 +148,11 @@
 //!   before pinwise's in the global scope.
 //! - Host-to-host copies are checked on their destination only.
 //!
+//! A copy flows one way through the modules: `exports` → `hooks` (→ `decode`) → `state` →
+//! `pinning` (decide) → `recorder` (record) → `stats`; no module below `hooks` reaches
+//! back up to `state` (the `free`/`munmap` work on registrations lives in `hooks::alloc`;
+//! the recorder wakes the drain thread it was handed; the copy tally is a `stats` type).
+//!
 //! | module | idea |
 //! |---|---|
 //! | [`config`] | the environment, parsed |
