@@ -13,9 +13,10 @@
 //! cargo bench -p pinwise-preload --bench hook_cost
 //! ```
 //!
-//! `HOOK_COST_BASELINE=/path/to/an/older/libpinwise_preload.so` adds a third column set,
-//! run interleaved with the others: the same program under that library (to compare a
-//! change with the build before it on the same machine, in the same minutes).
+//! `HOOK_COST_BASELINE=/path/to/older/a.so:/path/to/b.so` adds a table per library, run
+//! interleaved with the others: the same program under each (to compare a change with the
+//! builds before it on the same machine, in the same minutes). `HOOK_COST_RUNS` sets the
+//! runs per library (default 5).
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -111,8 +112,13 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(RUNS);
     let mut libraries = vec![("pinwise".to_string(), dir.join("libpinwise_preload.so"))];
-    if let Some(b) = std::env::var_os("HOOK_COST_BASELINE") {
-        libraries.insert(0, ("baseline".to_string(), PathBuf::from(b)));
+    if let Some(list) = std::env::var_os("HOOK_COST_BASELINE") {
+        for (i, b) in std::env::split_paths(&list).enumerate() {
+            let label = b
+                .file_stem()
+                .map_or_else(|| "baseline".into(), |s| s.to_string_lossy().into_owned());
+            libraries.insert(i, (label, b));
+        }
     }
     let libs = StandinLibs::new();
     let work = tempfile::tempdir().expect("temporary directory");
