@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 use pinwise_core::profile::Profile;
 use pinwise_core::{Event, HistoryConfig, MemHistory, ModuleTable};
 
-use crate::engine::Recorder;
+use crate::engine::EventSink;
 use crate::error::AllocError;
 
 /// Records a run's history; writes its profile to a file when the engine shuts down (if
@@ -47,7 +47,7 @@ impl HistoryRecorder {
     }
 }
 
-impl Recorder for HistoryRecorder {
+impl EventSink for HistoryRecorder {
     fn record(&self, event: Event) {
         self.history.lock().ingest(&event);
     }

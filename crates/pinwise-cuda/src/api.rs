@@ -8,8 +8,6 @@
 
 #![allow(non_snake_case)]
 
-use std::ffi::{c_char, c_float, c_int, c_uint, c_void};
-
 use libloading::Library;
 
 use crate::error::CudaError;
@@ -17,16 +15,17 @@ use crate::sys::*;
 
 macro_rules! driver_api {
     (
-        required { $( $name:ident : fn($($arg:ty),* $(,)?); )* }
-        optional { $( $oname:ident : fn($($oarg:ty),* $(,)?); )* }
+        required { $( $name:ident, )* }
+        optional { $( $oname:ident, )* }
     ) => {
-        /// The driver's entry points (see the module documentation).
+        /// The driver's entry points (see the module documentation); each field's type is
+        /// its signature in [`crate::sys::pfn`].
         #[derive(Clone, Copy)]
         pub struct DriverApi {
             $( #[doc = concat!("`", stringify!($name), "`")]
-               pub $name: unsafe extern "C" fn($($arg),*) -> CUresult, )*
+               pub $name: pfn::$name, )*
             $( #[doc = concat!("`", stringify!($oname), "`, if this driver exports it")]
-               pub $oname: Option<unsafe extern "C" fn($($oarg),*) -> CUresult>, )*
+               pub $oname: Option<pfn::$oname>, )*
         }
 
         impl DriverApi {
@@ -35,10 +34,8 @@ macro_rules! driver_api {
                 Ok(DriverApi {
                     $( $name: {
                         // SAFETY: the symbol, if present, is the CUDA function of that name,
-                        // whose C signature is the one declared here (cuda.h).
-                        let symbol = unsafe {
-                            lib.get::<unsafe extern "C" fn($($arg),*) -> CUresult>(stringify!($name))
-                        };
+                        // whose C signature is the one declared in `sys::pfn` (cuda.h).
+                        let symbol = unsafe { lib.get::<pfn::$name>(stringify!($name)) };
                         *symbol.map_err(|e| CudaError::MissingSymbol {
                             path: path.to_string(),
                             symbol: stringify!($name),
@@ -47,9 +44,7 @@ macro_rules! driver_api {
                     }, )*
                     $( $oname: {
                         // SAFETY: as above.
-                        let symbol = unsafe {
-                            lib.get::<unsafe extern "C" fn($($oarg),*) -> CUresult>(stringify!($oname))
-                        };
+                        let symbol = unsafe { lib.get::<pfn::$oname>(stringify!($oname)) };
                         symbol.ok().map(|s| *s)
                     }, )*
                 })
@@ -60,64 +55,64 @@ macro_rules! driver_api {
 
 driver_api! {
     required {
-        cuGetErrorName: fn(CUresult, *mut *const c_char);
-        cuGetErrorString: fn(CUresult, *mut *const c_char);
-        cuInit: fn(c_uint);
-        cuDriverGetVersion: fn(*mut c_int);
-        cuDeviceGet: fn(*mut CUdevice, c_int);
-        cuDeviceGetCount: fn(*mut c_int);
-        cuDeviceGetName: fn(*mut c_char, c_int, CUdevice);
-        cuDeviceTotalMem_v2: fn(*mut usize, CUdevice);
-        cuDeviceGetAttribute: fn(*mut c_int, CUdevice_attribute, CUdevice);
-        cuDeviceGetPCIBusId: fn(*mut c_char, c_int, CUdevice);
-        cuDevicePrimaryCtxRetain: fn(*mut CUcontext, CUdevice);
-        cuDevicePrimaryCtxRelease_v2: fn(CUdevice);
-        cuCtxSetCurrent: fn(CUcontext);
-        cuCtxGetCurrent: fn(*mut CUcontext);
-        cuCtxSynchronize: fn();
-        cuMemGetInfo_v2: fn(*mut usize, *mut usize);
-        cuMemAlloc_v2: fn(*mut CUdeviceptr, usize);
-        cuMemFree_v2: fn(CUdeviceptr);
-        cuMemHostAlloc: fn(*mut *mut c_void, usize, c_uint);
-        cuMemAllocHost_v2: fn(*mut *mut c_void, usize);
-        cuMemFreeHost: fn(*mut c_void);
-        cuMemHostRegister_v2: fn(*mut c_void, usize, c_uint);
-        cuMemHostUnregister: fn(*mut c_void);
-        cuMemHostGetDevicePointer_v2: fn(*mut CUdeviceptr, *mut c_void, c_uint);
-        cuMemHostGetFlags: fn(*mut c_uint, *mut c_void);
-        cuPointerGetAttribute: fn(*mut c_void, CUpointer_attribute, CUdeviceptr);
-        cuMemcpy: fn(CUdeviceptr, CUdeviceptr, usize);
-        cuMemcpyAsync: fn(CUdeviceptr, CUdeviceptr, usize, CUstream);
-        cuMemcpyHtoD_v2: fn(CUdeviceptr, *const c_void, usize);
-        cuMemcpyDtoH_v2: fn(*mut c_void, CUdeviceptr, usize);
-        cuMemcpyDtoD_v2: fn(CUdeviceptr, CUdeviceptr, usize);
-        cuMemcpyHtoDAsync_v2: fn(CUdeviceptr, *const c_void, usize, CUstream);
-        cuMemcpyDtoHAsync_v2: fn(*mut c_void, CUdeviceptr, usize, CUstream);
-        cuMemcpyDtoDAsync_v2: fn(CUdeviceptr, CUdeviceptr, usize, CUstream);
-        cuMemcpy2D_v2: fn(*const CUDA_MEMCPY2D);
-        cuMemcpy2DAsync_v2: fn(*const CUDA_MEMCPY2D, CUstream);
-        cuMemcpy3D_v2: fn(*const CUDA_MEMCPY3D);
-        cuMemsetD8_v2: fn(CUdeviceptr, u8, usize);
-        cuStreamCreate: fn(*mut CUstream, c_uint);
-        cuStreamDestroy_v2: fn(CUstream);
-        cuStreamSynchronize: fn(CUstream);
-        cuStreamQuery: fn(CUstream);
-        cuStreamWaitEvent: fn(CUstream, CUevent, c_uint);
-        cuEventCreate: fn(*mut CUevent, c_uint);
-        cuEventRecord: fn(CUevent, CUstream);
-        cuEventQuery: fn(CUevent);
-        cuEventSynchronize: fn(CUevent);
-        cuEventElapsedTime: fn(*mut c_float, CUevent, CUevent);
-        cuEventDestroy_v2: fn(CUevent);
+        cuGetErrorName,
+        cuGetErrorString,
+        cuInit,
+        cuDriverGetVersion,
+        cuDeviceGet,
+        cuDeviceGetCount,
+        cuDeviceGetName,
+        cuDeviceTotalMem_v2,
+        cuDeviceGetAttribute,
+        cuDeviceGetPCIBusId,
+        cuDevicePrimaryCtxRetain,
+        cuDevicePrimaryCtxRelease_v2,
+        cuCtxSetCurrent,
+        cuCtxGetCurrent,
+        cuCtxSynchronize,
+        cuMemGetInfo_v2,
+        cuMemAlloc_v2,
+        cuMemFree_v2,
+        cuMemHostAlloc,
+        cuMemAllocHost_v2,
+        cuMemFreeHost,
+        cuMemHostRegister_v2,
+        cuMemHostUnregister,
+        cuMemHostGetDevicePointer_v2,
+        cuMemHostGetFlags,
+        cuPointerGetAttribute,
+        cuMemcpy,
+        cuMemcpyAsync,
+        cuMemcpyHtoD_v2,
+        cuMemcpyDtoH_v2,
+        cuMemcpyDtoD_v2,
+        cuMemcpyHtoDAsync_v2,
+        cuMemcpyDtoHAsync_v2,
+        cuMemcpyDtoDAsync_v2,
+        cuMemcpy2D_v2,
+        cuMemcpy2DAsync_v2,
+        cuMemcpy3D_v2,
+        cuMemsetD8_v2,
+        cuStreamCreate,
+        cuStreamDestroy_v2,
+        cuStreamSynchronize,
+        cuStreamQuery,
+        cuStreamWaitEvent,
+        cuEventCreate,
+        cuEventRecord,
+        cuEventQuery,
+        cuEventSynchronize,
+        cuEventElapsedTime,
+        cuEventDestroy_v2,
     }
     optional {
-        cuDeviceGetUuid_v2: fn(*mut CUuuid, CUdevice);
-        cuDeviceGetUuid: fn(*mut CUuuid, CUdevice);
-        cuMemGetAddressRange_v2: fn(*mut CUdeviceptr, *mut usize, CUdeviceptr);
-        cuIpcGetMemHandle: fn(*mut CUipcMemHandle, CUdeviceptr);
-        cuIpcOpenMemHandle_v2: fn(*mut CUdeviceptr, CUipcMemHandle, c_uint);
-        cuIpcCloseMemHandle: fn(CUdeviceptr);
-        cuGetProcAddress_v2: fn(*const c_char, *mut *mut c_void, c_int, u64, *mut CUdriverProcAddressQueryResult);
+        cuDeviceGetUuid_v2,
+        cuDeviceGetUuid,
+        cuMemGetAddressRange_v2,
+        cuIpcGetMemHandle,
+        cuIpcOpenMemHandle_v2,
+        cuIpcCloseMemHandle,
+        cuGetProcAddress_v2,
     }
 }
 

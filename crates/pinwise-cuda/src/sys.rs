@@ -5,7 +5,7 @@
 
 #![allow(non_camel_case_types, non_snake_case)]
 
-use std::ffi::{c_int, c_uint, c_void};
+use std::ffi::{c_char, c_float, c_int, c_uint, c_void};
 
 /// `CUresult`: a CUDA status code.
 pub type CUresult = c_int;
@@ -255,3 +255,101 @@ pub struct CUipcMemHandle {
 }
 /// `CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS`.
 pub const CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS: c_uint = 0x1;
+
+/// Declares the C signature of each driver entry point once, as a function-pointer type in
+/// [`pfn`] named after the symbol (`pfn::cuMemcpyHtoD_v2`, as `cudaTypedefs.h` declares
+/// `PFN_cuMemcpyHtoD_v2`). Every table of entry points (this crate's
+/// [`DriverApi`](crate::DriverApi), pinwise-preload's driver table and exports) takes its
+/// types from here. A per-thread-default-stream variant (`_ptds`, `_ptsz`) has its base's
+/// signature.
+macro_rules! driver_functions {
+    ($( $name:ident: fn($($arg:ty),* $(,)?); )*) => {
+        /// Function-pointer types of the driver's entry points (see [`driver_functions`]).
+        pub mod pfn {
+            #![allow(non_camel_case_types)]
+            use super::*;
+            $(
+                #[doc = concat!("`", stringify!($name), "`")]
+                pub type $name = unsafe extern "C" fn($($arg),*) -> CUresult;
+            )*
+        }
+    };
+}
+
+driver_functions! {
+    cuGetErrorName: fn(CUresult, *mut *const c_char);
+    cuGetErrorString: fn(CUresult, *mut *const c_char);
+    cuInit: fn(c_uint);
+    cuDriverGetVersion: fn(*mut c_int);
+    cuDeviceGet: fn(*mut CUdevice, c_int);
+    cuDeviceGetCount: fn(*mut c_int);
+    cuDeviceGetName: fn(*mut c_char, c_int, CUdevice);
+    cuDeviceTotalMem_v2: fn(*mut usize, CUdevice);
+    cuDeviceGetAttribute: fn(*mut c_int, CUdevice_attribute, CUdevice);
+    cuDeviceGetPCIBusId: fn(*mut c_char, c_int, CUdevice);
+    cuDeviceGetUuid: fn(*mut CUuuid, CUdevice);
+    cuDeviceGetUuid_v2: fn(*mut CUuuid, CUdevice);
+    cuDevicePrimaryCtxRetain: fn(*mut CUcontext, CUdevice);
+    cuDevicePrimaryCtxRelease: fn(CUdevice);
+    cuDevicePrimaryCtxRelease_v2: fn(CUdevice);
+    cuDevicePrimaryCtxReset: fn(CUdevice);
+    cuDevicePrimaryCtxReset_v2: fn(CUdevice);
+    cuCtxSetCurrent: fn(CUcontext);
+    cuCtxGetCurrent: fn(*mut CUcontext);
+    cuCtxPushCurrent_v2: fn(CUcontext);
+    cuCtxPopCurrent_v2: fn(*mut CUcontext);
+    cuCtxSynchronize: fn();
+    cuCtxDestroy: fn(CUcontext);
+    cuCtxDestroy_v2: fn(CUcontext);
+    cuMemGetInfo_v2: fn(*mut usize, *mut usize);
+    cuMemAlloc_v2: fn(*mut CUdeviceptr, usize);
+    cuMemFree_v2: fn(CUdeviceptr);
+    cuMemGetAddressRange_v2: fn(*mut CUdeviceptr, *mut usize, CUdeviceptr);
+    cuMemHostAlloc: fn(*mut *mut c_void, usize, c_uint);
+    cuMemAllocHost_v2: fn(*mut *mut c_void, usize);
+    cuMemFreeHost: fn(*mut c_void);
+    cuMemHostRegister: fn(*mut c_void, usize, c_uint);
+    cuMemHostRegister_v2: fn(*mut c_void, usize, c_uint);
+    cuMemHostUnregister: fn(*mut c_void);
+    cuMemHostGetDevicePointer_v2: fn(*mut CUdeviceptr, *mut c_void, c_uint);
+    cuMemHostGetFlags: fn(*mut c_uint, *mut c_void);
+    cuPointerGetAttribute: fn(*mut c_void, CUpointer_attribute, CUdeviceptr);
+    cuPointerGetAttributes: fn(c_uint, *const CUpointer_attribute, *mut *mut c_void, CUdeviceptr);
+    cuMemcpy: fn(CUdeviceptr, CUdeviceptr, usize);
+    cuMemcpyAsync: fn(CUdeviceptr, CUdeviceptr, usize, CUstream);
+    cuMemcpyHtoD_v2: fn(CUdeviceptr, *const c_void, usize);
+    cuMemcpyDtoH_v2: fn(*mut c_void, CUdeviceptr, usize);
+    cuMemcpyDtoD_v2: fn(CUdeviceptr, CUdeviceptr, usize);
+    cuMemcpyHtoDAsync_v2: fn(CUdeviceptr, *const c_void, usize, CUstream);
+    cuMemcpyDtoHAsync_v2: fn(*mut c_void, CUdeviceptr, usize, CUstream);
+    cuMemcpyDtoDAsync_v2: fn(CUdeviceptr, CUdeviceptr, usize, CUstream);
+    cuMemcpy2D_v2: fn(*const CUDA_MEMCPY2D);
+    cuMemcpy2DAsync_v2: fn(*const CUDA_MEMCPY2D, CUstream);
+    cuMemcpy3D_v2: fn(*const CUDA_MEMCPY3D);
+    cuMemcpy3DAsync_v2: fn(*const CUDA_MEMCPY3D, CUstream);
+    cuMemsetD8_v2: fn(CUdeviceptr, u8, usize);
+    cuStreamCreate: fn(*mut CUstream, c_uint);
+    cuStreamDestroy: fn(CUstream);
+    cuStreamDestroy_v2: fn(CUstream);
+    cuStreamSynchronize: fn(CUstream);
+    cuStreamQuery: fn(CUstream);
+    cuStreamWaitEvent: fn(CUstream, CUevent, c_uint);
+    cuStreamIsCapturing: fn(CUstream, *mut CUstreamCaptureStatus);
+    cuStreamBeginCapture: fn(CUstream);
+    cuStreamBeginCapture_v2: fn(CUstream, CUstreamCaptureMode);
+    cuStreamBeginCaptureToGraph: fn(CUstream, *mut c_void, *const c_void, *const c_void, usize, CUstreamCaptureMode);
+    cuStreamEndCapture: fn(CUstream, *mut *mut c_void);
+    cuThreadExchangeStreamCaptureMode: fn(*mut CUstreamCaptureMode);
+    cuEventCreate: fn(*mut CUevent, c_uint);
+    cuEventRecord: fn(CUevent, CUstream);
+    cuEventQuery: fn(CUevent);
+    cuEventSynchronize: fn(CUevent);
+    cuEventElapsedTime: fn(*mut c_float, CUevent, CUevent);
+    cuEventDestroy: fn(CUevent);
+    cuEventDestroy_v2: fn(CUevent);
+    cuIpcGetMemHandle: fn(*mut CUipcMemHandle, CUdeviceptr);
+    cuIpcOpenMemHandle_v2: fn(*mut CUdeviceptr, CUipcMemHandle, c_uint);
+    cuIpcCloseMemHandle: fn(CUdeviceptr);
+    cuGetProcAddress: fn(*const c_char, *mut *mut c_void, c_int, u64);
+    cuGetProcAddress_v2: fn(*const c_char, *mut *mut c_void, c_int, u64, *mut CUdriverProcAddressQueryResult);
+}

@@ -13,14 +13,14 @@
 //! capture in progress on another stream or thread; and the backend never records an
 //! event on, or waits for, a stream being captured ([`Driver::capture_of`]).
 
-use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::ffi::{c_char, c_void, CStr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use pinwise_alloc::backend::{BackendError, DevicePtr, EventHandle, PinBackend, StreamHandle};
 use pinwise_cuda::sys::{
-    CUcontext, CUdeviceptr, CUevent, CUresult, CUstream, CUstreamCaptureMode,
-    CUstreamCaptureStatus, CUDA_ERROR_NOT_READY, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
-    CUDA_SUCCESS, CU_EVENT_DISABLE_TIMING, CU_MEMHOSTALLOC_PORTABLE, CU_MEMHOSTREGISTER_DEVICEMAP,
+    pfn, CUcontext, CUevent, CUresult, CUstream, CUstreamCaptureMode, CUstreamCaptureStatus,
+    CUDA_ERROR_NOT_READY, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, CUDA_SUCCESS,
+    CU_EVENT_DISABLE_TIMING, CU_MEMHOSTALLOC_PORTABLE, CU_MEMHOSTREGISTER_DEVICEMAP,
     CU_MEMHOSTREGISTER_PORTABLE, CU_STREAM_CAPTURE_MODE_RELAXED, CU_STREAM_CAPTURE_STATUS_NONE,
 };
 
@@ -28,48 +28,45 @@ use crate::guard::Inside;
 use crate::real;
 use crate::variants::Hooked;
 
-type Fn1<A> = unsafe extern "C" fn(A) -> CUresult;
-type Fn2<A, B> = unsafe extern "C" fn(A, B) -> CUresult;
-type Fn3<A, B, C> = unsafe extern "C" fn(A, B, C) -> CUresult;
-type Fn4<A, B, C, D> = unsafe extern "C" fn(A, B, C, D) -> CUresult;
-
-/// The driver functions pinwise calls, resolved once from the loaded libcuda.
+/// The driver functions pinwise calls, resolved once from the loaded libcuda (its own
+/// resolver: the real functions behind pinwise's hooks, never the hooks). The signatures
+/// are `pinwise_cuda::sys::pfn`'s.
 pub struct Driver {
     /// `cuMemHostAlloc`.
-    pub mem_host_alloc: Fn3<*mut *mut c_void, usize, c_uint>,
+    pub mem_host_alloc: pfn::cuMemHostAlloc,
     /// `cuMemFreeHost`.
-    pub mem_free_host: Fn1<*mut c_void>,
+    pub mem_free_host: pfn::cuMemFreeHost,
     /// `cuMemHostRegister_v2`.
-    pub mem_host_register: Fn3<*mut c_void, usize, c_uint>,
+    pub mem_host_register: pfn::cuMemHostRegister_v2,
     /// `cuMemHostUnregister`.
-    pub mem_host_unregister: Fn1<*mut c_void>,
+    pub mem_host_unregister: pfn::cuMemHostUnregister,
     /// `cuPointerGetAttribute`.
-    pub pointer_get_attribute: Fn3<*mut c_void, c_int, CUdeviceptr>,
+    pub pointer_get_attribute: pfn::cuPointerGetAttribute,
     /// `cuMemcpyHtoD_v2`.
-    pub memcpy_htod: Fn3<CUdeviceptr, *const c_void, usize>,
+    pub memcpy_htod: pfn::cuMemcpyHtoD_v2,
     /// `cuMemcpyDtoH_v2`.
-    pub memcpy_dtoh: Fn3<*mut c_void, CUdeviceptr, usize>,
+    pub memcpy_dtoh: pfn::cuMemcpyDtoH_v2,
     /// `cuMemcpyHtoDAsync_v2`.
-    pub memcpy_htod_async: Fn4<CUdeviceptr, *const c_void, usize, CUstream>,
+    pub memcpy_htod_async: pfn::cuMemcpyHtoDAsync_v2,
     /// `cuMemcpyDtoHAsync_v2`.
-    pub memcpy_dtoh_async: Fn4<*mut c_void, CUdeviceptr, usize, CUstream>,
-    event_create: Fn2<*mut CUevent, c_uint>,
-    event_destroy: Fn1<CUevent>,
-    event_record: Fn2<CUevent, CUstream>,
-    event_query: Fn1<CUevent>,
-    event_synchronize: Fn1<CUevent>,
-    stream_synchronize: Fn1<CUstream>,
-    ctx_get_current: Fn1<*mut CUcontext>,
-    ctx_set_current: Fn1<CUcontext>,
+    pub memcpy_dtoh_async: pfn::cuMemcpyDtoHAsync_v2,
+    event_create: pfn::cuEventCreate,
+    event_destroy: pfn::cuEventDestroy_v2,
+    event_record: pfn::cuEventRecord,
+    event_query: pfn::cuEventQuery,
+    event_synchronize: pfn::cuEventSynchronize,
+    stream_synchronize: pfn::cuStreamSynchronize,
+    ctx_get_current: pfn::cuCtxGetCurrent,
+    ctx_set_current: pfn::cuCtxSetCurrent,
     /// `cuCtxPushCurrent_v2`/`cuCtxPopCurrent_v2` (absent from old drivers and the stand-in:
     /// `cuCtxSetCurrent` then does).
-    ctx_push_pop: Option<(Fn1<CUcontext>, Fn1<*mut CUcontext>)>,
-    get_error_name: Option<Fn2<CUresult, *mut *const c_char>>,
+    ctx_push_pop: Option<(pfn::cuCtxPushCurrent_v2, pfn::cuCtxPopCurrent_v2)>,
+    get_error_name: Option<pfn::cuGetErrorName>,
     /// `cuStreamIsCapturing` (CUDA 10.0; absent: no stream is taken to be capturing).
-    stream_is_capturing: Option<Fn2<CUstream, *mut CUstreamCaptureStatus>>,
+    stream_is_capturing: Option<pfn::cuStreamIsCapturing>,
     /// `cuThreadExchangeStreamCaptureMode` (CUDA 10.1; absent: calls run in the thread's
     /// own mode).
-    exchange_capture_mode: Option<Fn1<*mut CUstreamCaptureMode>>,
+    exchange_capture_mode: Option<pfn::cuThreadExchangeStreamCaptureMode>,
     /// Whether the libcuda is pinwise's CPU stand-in (a TEST FIXTURE).
     pub standin: bool,
     /// The first non-null context pinwise saw current (used where none is).
@@ -169,7 +166,7 @@ impl Driver {
     /// invalidate a capture in progress elsewhere.
     pub fn relaxed<R>(&self, f: impl FnOnce() -> R) -> R {
         /// Puts the thread's mode back when dropped.
-        struct Restore(Fn1<*mut CUstreamCaptureMode>, CUstreamCaptureMode);
+        struct Restore(pfn::cuThreadExchangeStreamCaptureMode, CUstreamCaptureMode);
         impl Drop for Restore {
             fn drop(&mut self) {
                 // SAFETY: a valid in-out parameter; the mode the thread had before.

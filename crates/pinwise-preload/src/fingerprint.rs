@@ -23,7 +23,7 @@ use pinwise_core::fingerprint::{
 };
 use pinwise_core::{Direction, MemHistory};
 
-use crate::hooks::Copy;
+use crate::decode::HostCopy;
 use crate::state::State;
 
 /// Copies that could have been fingerprinted but were not.
@@ -52,7 +52,7 @@ pub fn checked(host: u64, device: u64, len: u64, check: f64) -> bool {
 
 /// The fingerprint of copy `c`, which the driver carried out (or, for an asynchronous
 /// upload, accepted), per the configured mode; `None` when off or not fingerprintable.
-pub fn of_copy(st: &State, c: &Copy) -> Option<Fingerprint> {
+pub fn of_copy(st: &State, c: &HostCopy) -> Option<Fingerprint> {
     let mode = st.config.fingerprint;
     if mode == FingerprintMode::Off || c.host == 0 || c.device == 0 || c.bytes == 0 {
         return None;

@@ -148,6 +148,11 @@
 //!   before pinwise's in the global scope.
 //! - Host-to-host copies are checked on their destination only.
 //!
+//! A copy flows one way through the modules: `exports` → `hooks` (→ `decode`) → `state` →
+//! `pinning` (decide) → `recorder` (record) → `stats`; no module below `hooks` reaches
+//! back up to `state` (the `free`/`munmap` work on registrations lives in `hooks::alloc`;
+//! the recorder wakes the drain thread it was handed; the copy tally is a `stats` type).
+//!
 //! | module | idea |
 //! |---|---|
 //! | [`config`] | the environment, parsed |
@@ -163,7 +168,8 @@
 //! | [`malloc`] | recording the program's malloc-family allocations at or above a threshold |
 //! | `unwind` | call stacks of the application, captured in allocation hooks |
 //! | [`elf`] | which functions the executable defines (its own `free`, a static cudart) |
-//! | `hooks` | what every intercepted call does |
+//! | `hooks` | what every intercepted call does: `alloc`, `copy`, `query`, `procaddr`, `runtime`, `context` |
+//! | `decode` | what a copy's arguments say it copies (pure: pitched 2D/3D and descriptor decoding) |
 //! | `exports` | the exported symbols (thin: a trampoline or a call into `hooks`) |
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
@@ -175,6 +181,7 @@ mod backend;
 mod capture;
 pub mod config;
 mod crash;
+mod decode;
 pub mod elf;
 mod fingerprint;
 mod flush;

@@ -35,7 +35,7 @@
 
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use pinwise_core::{EventKind, HostMemKind};
 
@@ -49,8 +49,6 @@ pub const DEFAULT_MIN_TRACKED: usize = 64 << 10;
 /// Allocations of at least this many bytes are recorded (`usize::MAX`: none, the hooks
 /// only forward). Set when the library is loaded.
 static MIN_TRACKED: AtomicUsize = AtomicUsize::new(usize::MAX);
-/// Whether allocations carry call stacks (`PINWISE_STACKS`).
-static STACKS: AtomicBool = AtomicBool::new(true);
 /// This library's own code: `[start, end)` (calls from there are pinwise's own).
 static OWN_START: AtomicUsize = AtomicUsize::new(0);
 static OWN_END: AtomicUsize = AtomicUsize::new(0);
@@ -79,10 +77,11 @@ pub fn is_tracked_size(size: usize) -> bool {
     size >= min_tracked()
 }
 
-/// Whether recorded allocations carry call stacks.
+/// Whether recorded allocations carry call stacks (kept by [`crate::unwind`], which
+/// captures them).
 #[inline]
 pub fn stacks_enabled() -> bool {
-    STACKS.load(Ordering::Relaxed)
+    crate::unwind::stacks_enabled()
 }
 
 /// What the environment says, read when the library is loaded: the threshold (the size
@@ -95,7 +94,7 @@ pub fn configure(min_tracked: Option<&str>, hooks: Option<bool>, stacks: Option<
         _ => DEFAULT_MIN_TRACKED,
     };
     let on = hooks.unwrap_or(true);
-    STACKS.store(stacks.unwrap_or(true), Ordering::Relaxed);
+    crate::unwind::set_stacks_enabled(stacks.unwrap_or(true));
     find_own_text();
     MIN_TRACKED.store(if on { min } else { usize::MAX }, Ordering::Release);
 }

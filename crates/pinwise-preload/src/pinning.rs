@@ -751,39 +751,6 @@ fn smallest_saving_copy(policy: &Policy, direction: Direction) -> u64 {
     hi
 }
 
-/// Before `free(p)` or `realloc(p, ..)`: unregisters pinwise's registrations inside the
-/// block. Cost while nothing is promoted: one atomic load (the caller checks
-/// [`PromotedTable::any_active`] first).
-pub fn before_free(p: usize) {
-    let Some(st) = crate::state::current() else {
-        return;
-    };
-    let Some(pinning) = st.pinning() else { return };
-    // SAFETY: `p` is a live heap block the program is about to free (its contract with
-    // free/realloc); malloc_usable_size only reads its header.
-    let usable = unsafe { libc::malloc_usable_size(p as *mut libc::c_void) };
-    let end = p.saturating_add(usable.max(1));
-    while let Some(i) = PROMOTED_RANGES.overlapping_used(Owner::Program, p, end) {
-        if !pinning.demote(i, &st.stats, &st.recorder) {
-            break;
-        }
-    }
-}
-
-/// Before `munmap(addr, len)`: unregisters pinwise's registrations of those pages.
-pub fn before_munmap(addr: usize, len: usize) {
-    let Some(st) = crate::state::current() else {
-        return;
-    };
-    let Some(pinning) = st.pinning() else { return };
-    let end = addr.saturating_add(len);
-    while let Some(i) = PROMOTED_RANGES.overlapping_registered(addr, end) {
-        if !pinning.demote(i, &st.stats, &st.recorder) {
-            break;
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

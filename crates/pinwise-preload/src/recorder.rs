@@ -15,6 +15,7 @@ use pinwise_core::{
 
 use crate::guard;
 use crate::ring::{release_below, GlobalQueue, Registry, Ring, Stamped, RING_CAP};
+use crate::stats::Tally;
 use pinwise_alloc::engine::monotonic_ns as now_ns;
 
 /// An event as a hook leaves it: its call site still a raw return address.
@@ -116,22 +117,6 @@ struct Collector {
 /// Entries of the call-site cache.
 const SITE_CACHE: usize = 256;
 
-/// What the recorded copies were, counted as they reach the history (by the drain, so the
-/// hooks count nothing themselves).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Tally {
-    /// Copies per direction (index `Direction::index`).
-    pub transfers: [u64; 4],
-    /// Bytes per direction.
-    pub bytes: [u64; 4],
-    /// Copies whose host side was pinned when issued.
-    pub pinned: u64,
-    /// Copies whose host side was pageable when issued.
-    pub pageable: u64,
-    /// Copies on memory pinwise does not know (the history decides).
-    pub unknown: u64,
-}
-
 /// The history and the machinery that feeds it. See the module documentation.
 pub struct Recorder {
     pid: u32,
@@ -146,6 +131,8 @@ pub struct Recorder {
     history: Mutex<MemHistory>,
     collector: Mutex<Collector>,
     finished: AtomicBool,
+    /// The thread that drains the rings, woken when one fills up.
+    drain_thread: std::sync::OnceLock<std::thread::Thread>,
     inline_drains: AtomicU64,
     lost_after_finish: AtomicU64,
 }
@@ -173,6 +160,7 @@ impl Recorder {
                 sites: Box::new([(0, Site::UNKNOWN); SITE_CACHE]),
             }),
             finished: AtomicBool::new(false),
+            drain_thread: std::sync::OnceLock::new(),
             inline_drains: AtomicU64::new(0),
             lost_after_finish: AtomicU64::new(0),
         }
@@ -187,7 +175,7 @@ impl Recorder {
     /// address) outward, interned; `None` when stacks are off or nothing was found.
     /// Allocates (under [`guard::Inside`], so pinwise's own allocations are not recorded).
     pub fn stack_from(&self, from: usize) -> Option<StackId> {
-        if !crate::malloc::stacks_enabled() || from == 0 {
+        if !crate::unwind::stacks_enabled() || from == 0 {
             return None;
         }
         let _inside = guard::Inside::enter();
@@ -308,7 +296,9 @@ impl Recorder {
                     }
                 }
                 if ring.half_full() {
-                    crate::state::wake_drain_thread();
+                    if let Some(t) = self.drain_thread.get() {
+                        t.unpark();
+                    }
                 }
             }
         }
@@ -420,6 +410,11 @@ impl Recorder {
     /// Runs `f` on the history (drain first for an up-to-date view).
     pub fn with_history<R>(&self, f: impl FnOnce(&mut MemHistory) -> R) -> R {
         f(&mut self.history.lock())
+    }
+
+    /// The thread that drains the rings (woken when a ring is half full).
+    pub fn set_drain_thread(&self, t: std::thread::Thread) {
+        let _ = self.drain_thread.set(t);
     }
 
     /// From now on events are counted, not recorded (the outputs were written at exit).

@@ -38,7 +38,6 @@ pub struct State {
     pinning: OnceLock<Result<Pinning, String>>,
     problems: Mutex<Vec<String>>,
     top_process: bool,
-    drain_thread: OnceLock<std::thread::Thread>,
     /// A statically linked cudart's allocation entry points, if the executable has one.
     pub static_runtime: crate::stack::StaticRuntime,
 }
@@ -139,13 +138,6 @@ pub fn get() -> Option<&'static State> {
             Err(2) => return current(),
             Err(_) => std::thread::yield_now(),
         }
-    }
-}
-
-/// Wakes the drain thread (a ring is filling up).
-pub fn wake_drain_thread() {
-    if let Some(t) = current().and_then(|st| st.drain_thread.get()) {
-        t.unpark();
     }
 }
 
@@ -334,7 +326,6 @@ impl State {
             pinning: OnceLock::new(),
             problems: Mutex::new(problems),
             top_process,
-            drain_thread: OnceLock::new(),
             static_runtime: crate::stack::StaticRuntime::of_this_process(),
             config,
         }
@@ -402,7 +393,7 @@ impl State {
             .spawn(move || self.drain_loop());
         match spawned {
             Ok(h) => {
-                let _ = self.drain_thread.set(h.thread().clone());
+                self.recorder.set_drain_thread(h.thread().clone());
             }
             Err(e) => self.problem(format!(
                 "no drain thread ({e}): full rings are drained by the threads that fill them"

@@ -9,8 +9,6 @@ use pinwise_core::preload_stats::{
 };
 use pinwise_core::Direction;
 
-use crate::recorder::Tally;
-
 /// Driver wrappers handed out by `dlsym` (process-wide: lookups happen before the state
 /// exists).
 pub static WRAPPED_BY_DLSYM: AtomicU64 = AtomicU64::new(0);
@@ -170,6 +168,22 @@ pub fn hook_bucket_range(i: usize) -> (u64, u64) {
         |k: usize| (HOOK_LINEAR_NS as f64 * (k as f64 / STEPS_PER_DOUBLING).exp2()).round() as u64;
     let k = i - LINEAR_BUCKETS;
     (at(k), at(k + 1))
+}
+
+/// What the recorded copies were, counted as they reach the history (by the drain, so the
+/// hooks count nothing themselves).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Tally {
+    /// Copies per direction (index `Direction::index`).
+    pub transfers: [u64; 4],
+    /// Bytes per direction.
+    pub bytes: [u64; 4],
+    /// Copies whose host side was pinned when issued.
+    pub pinned: u64,
+    /// Copies whose host side was pageable when issued.
+    pub pageable: u64,
+    /// Copies on memory pinwise does not know (the history decides).
+    pub unknown: u64,
 }
 
 impl Default for HookStats {

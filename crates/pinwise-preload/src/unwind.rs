@@ -12,6 +12,20 @@ use std::ffi::{c_int, c_void};
 
 use pinwise_core::stack::MAX_FRAMES;
 
+/// Whether events carry call stacks (`PINWISE_STACKS`, read when the library is loaded).
+static STACKS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Whether events carry call stacks.
+#[inline]
+pub fn stacks_enabled() -> bool {
+    STACKS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Turns call stacks on or off.
+pub fn set_stacks_enabled(on: bool) {
+    STACKS.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Return addresses, innermost first.
 #[derive(Debug, Clone, Copy)]
 pub struct Frames {

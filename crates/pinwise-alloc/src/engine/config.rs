@@ -83,9 +83,10 @@ pub trait Advice: Send + Sync {
     }
 }
 
-/// Receives the engine's events (profile mode): implemented by
+/// Receives the engine's events (profile mode; a recorder, such as the preload's
+/// `Recorder`, is what feeds events into a history; this is where the engine hands them): implemented by
 /// [`crate::record::HistoryRecorder`], which feeds a `MemHistory` and writes the profile.
-pub trait Recorder: Send + Sync {
+pub trait EventSink: Send + Sync {
     /// One event; called outside the engine's locks.
     fn record(&self, event: Event);
     /// Called once when the engine shuts down (writes the profile).
@@ -119,7 +120,7 @@ pub struct EngineConfig {
     /// Use mode: the advice (a planned profile).
     pub advice: Option<Arc<dyn Advice>>,
     /// Profile mode: where events go.
-    pub recorder: Option<Arc<dyn Recorder>>,
+    pub recorder: Option<Arc<dyn EventSink>>,
     /// The module table call sites are interned in (shared with the advice and recorder).
     pub modules: Arc<ModuleTable>,
 }

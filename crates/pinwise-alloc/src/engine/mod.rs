@@ -35,7 +35,7 @@ mod config;
 mod decide;
 mod serve;
 
-pub use config::{Advice, Advised, AllocFlags, EngineConfig, Mode, Recorder};
+pub use config::{Advice, Advised, AllocFlags, EngineConfig, EventSink, Mode};
 use decide::SiteState;
 
 use crate::backend::{EventHandle, PinBackend, StreamHandle};
@@ -147,7 +147,7 @@ pub struct Engine {
     mode: Mode,
     policy: Arc<Policy>,
     advice: Option<Arc<dyn Advice>>,
-    recorder: Option<Arc<dyn Recorder>>,
+    recorder: Option<Arc<dyn EventSink>>,
     budget: PinBudget,
     pool: Mutex<PinnedPool>,
     pageable: Mutex<PageableCache>,

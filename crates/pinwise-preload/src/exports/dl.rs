@@ -2,7 +2,7 @@
 //!
 //! cudart (shared or static) opens libcuda with `dlopen` and finds `cuGetProcAddress` with
 //! `dlsym`; programs and frameworks that load libcuda themselves do the same. For a hooked
-//! driver name, [`crate::hooks::dlsym_decision`] answers our wrapper (keeping the real
+//! driver name, [`crate::hooks::procaddr::dlsym_decision`] answers our wrapper (keeping the real
 //! function). For every other name the trampoline *jumps* to the real `dlsym`, so the real
 //! one sees the caller's return address and `RTLD_NEXT` keeps its meaning (the next object
 //! after the caller's, not after pinwise).
@@ -14,7 +14,7 @@ use crate::real::PINWISE_REAL_DLSYM;
 /// Called by the trampoline with dlsym's arguments.
 unsafe extern "C" fn decide(handle: *mut c_void, name: *const c_char) -> *mut c_void {
     // SAFETY: dlsym's own arguments, passed on.
-    unsafe { crate::hooks::dlsym_decision(handle, name) }
+    unsafe { crate::hooks::procaddr::dlsym_decision(handle, name) }
 }
 
 /// `dlsym`: our wrapper for a hooked driver name, else a tail call to the real `dlsym`.

@@ -9,12 +9,13 @@ use std::sync::atomic::Ordering;
 
 use pinwise_core::Direction;
 use pinwise_cuda::sys::{
-    CUcontext, CUdeviceptr, CUresult, CUstream, CUDA_ERROR_NOT_INITIALIZED, CUDA_MEMCPY2D,
+    pfn, CUcontext, CUdeviceptr, CUresult, CUstream, CUDA_ERROR_NOT_INITIALIZED, CUDA_MEMCPY2D,
     CUDA_MEMCPY3D,
 };
 
 use super::export_with_caller;
-use crate::hooks::{self, Copy};
+use crate::decode::HostCopy;
+use crate::hooks;
 use crate::real::{self, WRAPPERS};
 use crate::variants::Hooked;
 
@@ -30,29 +31,6 @@ macro_rules! real_or_return {
     };
 }
 
-type HostAllocFn = unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> CUresult;
-type AllocHostFn = unsafe extern "C" fn(*mut *mut c_void, usize) -> CUresult;
-type PtrFn = unsafe extern "C" fn(*mut c_void) -> CUresult;
-type RegisterFn = unsafe extern "C" fn(*mut c_void, usize, c_uint) -> CUresult;
-type DevPtrFn = unsafe extern "C" fn(*mut CUdeviceptr, *mut c_void, c_uint) -> CUresult;
-type FlagsFn = unsafe extern "C" fn(*mut c_uint, *mut c_void) -> CUresult;
-type AttrFn = unsafe extern "C" fn(*mut c_void, c_int, CUdeviceptr) -> CUresult;
-type AttrsFn =
-    unsafe extern "C" fn(c_uint, *const c_int, *mut *mut c_void, CUdeviceptr) -> CUresult;
-type UnifiedFn = unsafe extern "C" fn(CUdeviceptr, CUdeviceptr, usize) -> CUresult;
-type UnifiedAsyncFn = unsafe extern "C" fn(CUdeviceptr, CUdeviceptr, usize, CUstream) -> CUresult;
-type HtoDFn = unsafe extern "C" fn(CUdeviceptr, *const c_void, usize) -> CUresult;
-type HtoDAsyncFn = unsafe extern "C" fn(CUdeviceptr, *const c_void, usize, CUstream) -> CUresult;
-type DtoHFn = unsafe extern "C" fn(*mut c_void, CUdeviceptr, usize) -> CUresult;
-type DtoHAsyncFn = unsafe extern "C" fn(*mut c_void, CUdeviceptr, usize, CUstream) -> CUresult;
-type Copy2DFn = unsafe extern "C" fn(*const CUDA_MEMCPY2D) -> CUresult;
-type Copy2DAsyncFn = unsafe extern "C" fn(*const CUDA_MEMCPY2D, CUstream) -> CUresult;
-type Copy3DFn = unsafe extern "C" fn(*const CUDA_MEMCPY3D) -> CUresult;
-type Copy3DAsyncFn = unsafe extern "C" fn(*const CUDA_MEMCPY3D, CUstream) -> CUresult;
-type ProcV1Fn = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64) -> CUresult;
-type ProcV2Fn =
-    unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> CUresult;
-
 // ---------- allocation ----------
 
 unsafe extern "C" fn host_alloc(
@@ -61,23 +39,23 @@ unsafe extern "C" fn host_alloc(
     flags: c_uint,
     caller: usize,
 ) -> CUresult {
-    let f = real_or_return!(Hooked::MemHostAlloc, HostAllocFn);
+    let f = real_or_return!(Hooked::MemHostAlloc, pfn::cuMemHostAlloc);
     // SAFETY: CUDA's contract for the arguments, passed on.
-    unsafe { hooks::host_alloc(caller, pp, size, flags, || f(pp, size, flags)) }
+    unsafe { hooks::alloc::host_alloc(caller, pp, size, flags, || f(pp, size, flags)) }
 }
 export_with_caller!(cuMemHostAlloc => host_alloc, 3);
 
 unsafe extern "C" fn alloc_host(pp: *mut *mut c_void, size: usize, caller: usize) -> CUresult {
-    let f = real_or_return!(Hooked::MemAllocHostV2, AllocHostFn);
+    let f = real_or_return!(Hooked::MemAllocHostV2, pfn::cuMemAllocHost_v2);
     // SAFETY: CUDA's contract for the arguments, passed on.
-    unsafe { hooks::host_alloc(caller, pp, size, 0, || f(pp, size)) }
+    unsafe { hooks::alloc::host_alloc(caller, pp, size, 0, || f(pp, size)) }
 }
 export_with_caller!(cuMemAllocHost_v2 => alloc_host, 2);
 
 unsafe extern "C" fn free_host(p: *mut c_void, caller: usize) -> CUresult {
-    let f = real_or_return!(Hooked::MemFreeHost, PtrFn);
+    let f = real_or_return!(Hooked::MemFreeHost, pfn::cuMemFreeHost);
     // SAFETY: CUDA's contract for the argument, passed on.
-    hooks::host_free(caller, p, || unsafe { f(p) })
+    hooks::alloc::host_free(caller, p, || unsafe { f(p) })
 }
 export_with_caller!(cuMemFreeHost => free_host, 1);
 
@@ -89,9 +67,9 @@ unsafe extern "C" fn register_v1(
     flags: c_uint,
     caller: usize,
 ) -> CUresult {
-    let f = real_or_return!(Hooked::MemHostRegister, RegisterFn);
+    let f = real_or_return!(Hooked::MemHostRegister, pfn::cuMemHostRegister);
     // SAFETY: CUDA's contract for the arguments, passed on.
-    hooks::host_register(caller, p, size, || unsafe { f(p, size, flags) })
+    hooks::alloc::host_register(caller, p, size, || unsafe { f(p, size, flags) })
 }
 export_with_caller!(cuMemHostRegister => register_v1, 3);
 
@@ -101,16 +79,16 @@ unsafe extern "C" fn register_v2(
     flags: c_uint,
     caller: usize,
 ) -> CUresult {
-    let f = real_or_return!(Hooked::MemHostRegisterV2, RegisterFn);
+    let f = real_or_return!(Hooked::MemHostRegisterV2, pfn::cuMemHostRegister_v2);
     // SAFETY: CUDA's contract for the arguments, passed on.
-    hooks::host_register(caller, p, size, || unsafe { f(p, size, flags) })
+    hooks::alloc::host_register(caller, p, size, || unsafe { f(p, size, flags) })
 }
 export_with_caller!(cuMemHostRegister_v2 => register_v2, 3);
 
 unsafe extern "C" fn unregister(p: *mut c_void, caller: usize) -> CUresult {
-    let f = real_or_return!(Hooked::MemHostUnregister, PtrFn);
+    let f = real_or_return!(Hooked::MemHostUnregister, pfn::cuMemHostUnregister);
     // SAFETY: CUDA's contract for the argument, passed on.
-    hooks::host_unregister(caller, p, || unsafe { f(p) })
+    hooks::alloc::host_unregister(caller, p, || unsafe { f(p) })
 }
 export_with_caller!(cuMemHostUnregister => unregister, 1);
 
@@ -122,16 +100,19 @@ unsafe extern "C" fn get_device_pointer(
     flags: c_uint,
     _caller: usize,
 ) -> CUresult {
-    let f = real_or_return!(Hooked::MemHostGetDevicePointerV2, DevPtrFn);
+    let f = real_or_return!(
+        Hooked::MemHostGetDevicePointerV2,
+        pfn::cuMemHostGetDevicePointer_v2
+    );
     // SAFETY: CUDA's contract for the arguments, passed on.
-    hooks::host_get_device_pointer(p, || unsafe { f(pdptr, p, flags) })
+    hooks::query::host_get_device_pointer(p, || unsafe { f(pdptr, p, flags) })
 }
 export_with_caller!(cuMemHostGetDevicePointer_v2 => get_device_pointer, 3);
 
 unsafe extern "C" fn get_flags(pflags: *mut c_uint, p: *mut c_void, _caller: usize) -> CUresult {
-    let f = real_or_return!(Hooked::MemHostGetFlags, FlagsFn);
+    let f = real_or_return!(Hooked::MemHostGetFlags, pfn::cuMemHostGetFlags);
     // SAFETY: CUDA's contract for the arguments, passed on.
-    unsafe { hooks::host_get_flags(pflags, p, || f(pflags, p)) }
+    unsafe { hooks::query::host_get_flags(pflags, p, || f(pflags, p)) }
 }
 export_with_caller!(cuMemHostGetFlags => get_flags, 2);
 
@@ -141,9 +122,9 @@ unsafe extern "C" fn get_attribute(
     ptr: CUdeviceptr,
     _caller: usize,
 ) -> CUresult {
-    let f = real_or_return!(Hooked::PointerGetAttribute, AttrFn);
+    let f = real_or_return!(Hooked::PointerGetAttribute, pfn::cuPointerGetAttribute);
     // SAFETY: CUDA's contract for the arguments, passed on.
-    unsafe { hooks::pointer_get_attribute(data, attribute, ptr, || f(data, attribute, ptr)) }
+    unsafe { hooks::query::pointer_get_attribute(data, attribute, ptr, || f(data, attribute, ptr)) }
 }
 export_with_caller!(cuPointerGetAttribute => get_attribute, 3);
 
@@ -154,308 +135,337 @@ unsafe extern "C" fn get_attributes(
     ptr: CUdeviceptr,
     _caller: usize,
 ) -> CUresult {
-    let f = real_or_return!(Hooked::PointerGetAttributes, AttrsFn);
+    let f = real_or_return!(Hooked::PointerGetAttributes, pfn::cuPointerGetAttributes);
     // SAFETY: CUDA's contract for the arguments, passed on.
     unsafe {
-        hooks::pointer_get_attributes(n, attributes, data, ptr, || f(n, attributes, data, ptr))
+        hooks::query::pointer_get_attributes(n, attributes, data, ptr, || {
+            f(n, attributes, data, ptr)
+        })
     }
 }
 export_with_caller!(cuPointerGetAttributes => get_attributes, 4);
 
-// ---------- 1D copies ----------
+// ---------- copies ----------
 
-fn unified(h: Hooked, dst: CUdeviceptr, src: CUdeviceptr, n: usize, caller: usize) -> CUresult {
-    let f = real_or_return!(h, UnifiedFn);
-    hooks::copy(
-        caller,
-        |st| hooks::unified(st, dst, src, n, None, h.per_thread()),
-        // SAFETY: CUDA's contract for the arguments, passed on.
-        || unsafe { f(dst, src, n) },
-    )
+/// How a copy entry point's arguments are described and forwarded: one function per
+/// shape, taking the variant (which real function, whether per-thread) and, for the
+/// asynchronous forms, the stream.
+mod shape {
+    use super::*;
+
+    pub(super) fn unified(
+        h: Hooked,
+        dst: CUdeviceptr,
+        src: CUdeviceptr,
+        n: usize,
+        s: Option<CUstream>,
+        caller: usize,
+    ) -> CUresult {
+        let describe =
+            |st: &_| hooks::copy::unified(st, dst, src, n, s.map(|s| s as usize), h.per_thread());
+        match s {
+            None => {
+                let f = real_or_return!(h, pfn::cuMemcpy);
+                // SAFETY: CUDA's contract for the arguments, passed on.
+                hooks::copy::copy(caller, describe, || unsafe { f(dst, src, n) })
+            }
+            Some(stream) => {
+                let f = real_or_return!(h, pfn::cuMemcpyAsync);
+                // SAFETY: CUDA's contract for the arguments, passed on.
+                hooks::copy::copy(caller, describe, || unsafe { f(dst, src, n, stream) })
+            }
+        }
+    }
+
+    pub(super) fn htod(
+        h: Hooked,
+        dst: CUdeviceptr,
+        src: *const c_void,
+        n: usize,
+        s: Option<CUstream>,
+        caller: usize,
+    ) -> CUresult {
+        let describe = |_: &_| {
+            let stream = s.map(|s| s as usize);
+            let host = src as usize;
+            Some(HostCopy::linear(
+                Direction::HtoD,
+                host,
+                dst,
+                n,
+                stream,
+                h.per_thread(),
+            ))
+        };
+        match s {
+            None => {
+                let f = real_or_return!(h, pfn::cuMemcpyHtoD_v2);
+                // SAFETY: CUDA's contract for the arguments, passed on.
+                hooks::copy::copy(caller, describe, || unsafe { f(dst, src, n) })
+            }
+            Some(stream) => {
+                let f = real_or_return!(h, pfn::cuMemcpyHtoDAsync_v2);
+                // SAFETY: CUDA's contract for the arguments, passed on.
+                hooks::copy::copy(caller, describe, || unsafe { f(dst, src, n, stream) })
+            }
+        }
+    }
+
+    pub(super) fn dtoh(
+        h: Hooked,
+        dst: *mut c_void,
+        src: CUdeviceptr,
+        n: usize,
+        s: Option<CUstream>,
+        caller: usize,
+    ) -> CUresult {
+        let describe = |_: &_| {
+            let stream = s.map(|s| s as usize);
+            let host = dst as usize;
+            Some(HostCopy::linear(
+                Direction::DtoH,
+                host,
+                src,
+                n,
+                stream,
+                h.per_thread(),
+            ))
+        };
+        match s {
+            None => {
+                let f = real_or_return!(h, pfn::cuMemcpyDtoH_v2);
+                // SAFETY: CUDA's contract for the arguments, passed on.
+                hooks::copy::copy(caller, describe, || unsafe { f(dst, src, n) })
+            }
+            Some(stream) => {
+                let f = real_or_return!(h, pfn::cuMemcpyDtoHAsync_v2);
+                // SAFETY: CUDA's contract for the arguments, passed on.
+                hooks::copy::copy(caller, describe, || unsafe { f(dst, src, n, stream) })
+            }
+        }
+    }
+
+    pub(super) fn copy2d(
+        h: Hooked,
+        p: *const CUDA_MEMCPY2D,
+        s: Option<CUstream>,
+        caller: usize,
+    ) -> CUresult {
+        let describe = |st: &_| {
+            // SAFETY: `p` is NULL or a valid descriptor (CUDA's contract).
+            unsafe { hooks::copy::copy_2d(st, p, s.map(|s| s as usize), h.per_thread()) }
+        };
+        match s {
+            None => {
+                let f = real_or_return!(h, pfn::cuMemcpy2D_v2);
+                // SAFETY: CUDA's contract for the argument, passed on.
+                hooks::copy::copy(caller, describe, || unsafe { f(p) })
+            }
+            Some(stream) => {
+                let f = real_or_return!(h, pfn::cuMemcpy2DAsync_v2);
+                // SAFETY: CUDA's contract for the arguments, passed on.
+                hooks::copy::copy(caller, describe, || unsafe { f(p, stream) })
+            }
+        }
+    }
+
+    pub(super) fn copy3d(
+        h: Hooked,
+        p: *const CUDA_MEMCPY3D,
+        s: Option<CUstream>,
+        caller: usize,
+    ) -> CUresult {
+        let describe = |st: &_| {
+            // SAFETY: `p` is NULL or a valid descriptor (CUDA's contract).
+            unsafe { hooks::copy::copy_3d(st, p, s.map(|s| s as usize), h.per_thread()) }
+        };
+        match s {
+            None => {
+                let f = real_or_return!(h, pfn::cuMemcpy3D_v2);
+                // SAFETY: CUDA's contract for the argument, passed on.
+                hooks::copy::copy(caller, describe, || unsafe { f(p) })
+            }
+            Some(stream) => {
+                let f = real_or_return!(h, pfn::cuMemcpy3DAsync_v2);
+                // SAFETY: CUDA's contract for the arguments, passed on.
+                hooks::copy::copy(caller, describe, || unsafe { f(p, stream) })
+            }
+        }
+    }
 }
 
-fn unified_async(
-    h: Hooked,
-    dst: CUdeviceptr,
-    src: CUdeviceptr,
-    n: usize,
-    s: CUstream,
-    caller: usize,
-) -> CUresult {
-    let f = real_or_return!(h, UnifiedAsyncFn);
-    hooks::copy(
-        caller,
-        |st| hooks::unified(st, dst, src, n, Some(s as usize), h.per_thread()),
-        // SAFETY: CUDA's contract for the arguments, passed on.
-        || unsafe { f(dst, src, n, s) },
-    )
-}
-
-fn htod(
-    h: Hooked,
-    dst: CUdeviceptr,
-    src: *const c_void,
-    n: usize,
-    s: Option<CUstream>,
-    caller: usize,
-) -> CUresult {
-    let copy = |_: &_| {
-        Some(Copy::linear(
-            Direction::HtoD,
-            src as usize,
-            dst,
-            n,
-            s.map(|s| s as usize),
-            h,
-        ))
+/// One exported copy entry point of a shape, sync (no stream argument) or async: the
+/// implementation (in a module of the symbol's name, so that each symbol gets its own) and
+/// the exported trampoline, a real `#[no_mangle]` symbol (uprobes and `dlsym` need one).
+macro_rules! copy_export {
+    ($name:ident, $h:ident, unified, sync) => {
+        mod $name {
+            use super::*;
+            pub(super) unsafe extern "C" fn imp(
+                dst: CUdeviceptr,
+                src: CUdeviceptr,
+                n: usize,
+                caller: usize,
+            ) -> CUresult {
+                shape::unified(Hooked::$h, dst, src, n, None, caller)
+            }
+        }
+        export_with_caller!($name => $name::imp, 3);
     };
-    match s {
-        None => {
-            let f = real_or_return!(h, HtoDFn);
-            // SAFETY: CUDA's contract for the arguments, passed on.
-            hooks::copy(caller, copy, || unsafe { f(dst, src, n) })
+    ($name:ident, $h:ident, unified, async) => {
+        mod $name {
+            use super::*;
+            pub(super) unsafe extern "C" fn imp(
+                dst: CUdeviceptr,
+                src: CUdeviceptr,
+                n: usize,
+                s: CUstream,
+                caller: usize,
+            ) -> CUresult {
+                shape::unified(Hooked::$h, dst, src, n, Some(s), caller)
+            }
         }
-        Some(stream) => {
-            let f = real_or_return!(h, HtoDAsyncFn);
-            // SAFETY: CUDA's contract for the arguments, passed on.
-            hooks::copy(caller, copy, || unsafe { f(dst, src, n, stream) })
-        }
-    }
-}
-
-fn dtoh(
-    h: Hooked,
-    dst: *mut c_void,
-    src: CUdeviceptr,
-    n: usize,
-    s: Option<CUstream>,
-    caller: usize,
-) -> CUresult {
-    let copy = |_: &_| {
-        Some(Copy::linear(
-            Direction::DtoH,
-            dst as usize,
-            src,
-            n,
-            s.map(|s| s as usize),
-            h,
-        ))
+        export_with_caller!($name => $name::imp, 4);
     };
-    match s {
-        None => {
-            let f = real_or_return!(h, DtoHFn);
-            // SAFETY: CUDA's contract for the arguments, passed on.
-            hooks::copy(caller, copy, || unsafe { f(dst, src, n) })
+    ($name:ident, $h:ident, htod, sync) => {
+        mod $name {
+            use super::*;
+            pub(super) unsafe extern "C" fn imp(
+                dst: CUdeviceptr,
+                src: *const c_void,
+                n: usize,
+                caller: usize,
+            ) -> CUresult {
+                shape::htod(Hooked::$h, dst, src, n, None, caller)
+            }
         }
-        Some(stream) => {
-            let f = real_or_return!(h, DtoHAsyncFn);
-            // SAFETY: CUDA's contract for the arguments, passed on.
-            hooks::copy(caller, copy, || unsafe { f(dst, src, n, stream) })
+        export_with_caller!($name => $name::imp, 3);
+    };
+    ($name:ident, $h:ident, htod, async) => {
+        mod $name {
+            use super::*;
+            pub(super) unsafe extern "C" fn imp(
+                dst: CUdeviceptr,
+                src: *const c_void,
+                n: usize,
+                s: CUstream,
+                caller: usize,
+            ) -> CUresult {
+                shape::htod(Hooked::$h, dst, src, n, Some(s), caller)
+            }
         }
-    }
-}
-
-unsafe extern "C" fn memcpy(
-    dst: CUdeviceptr,
-    src: CUdeviceptr,
-    n: usize,
-    caller: usize,
-) -> CUresult {
-    unified(Hooked::Memcpy, dst, src, n, caller)
-}
-export_with_caller!(cuMemcpy => memcpy, 3);
-unsafe extern "C" fn memcpy_ptds(
-    dst: CUdeviceptr,
-    src: CUdeviceptr,
-    n: usize,
-    caller: usize,
-) -> CUresult {
-    unified(Hooked::MemcpyPtds, dst, src, n, caller)
-}
-export_with_caller!(cuMemcpy_ptds => memcpy_ptds, 3);
-unsafe extern "C" fn memcpy_async(
-    dst: CUdeviceptr,
-    src: CUdeviceptr,
-    n: usize,
-    s: CUstream,
-    caller: usize,
-) -> CUresult {
-    unified_async(Hooked::MemcpyAsync, dst, src, n, s, caller)
-}
-export_with_caller!(cuMemcpyAsync => memcpy_async, 4);
-unsafe extern "C" fn memcpy_async_ptsz(
-    dst: CUdeviceptr,
-    src: CUdeviceptr,
-    n: usize,
-    s: CUstream,
-    caller: usize,
-) -> CUresult {
-    unified_async(Hooked::MemcpyAsyncPtsz, dst, src, n, s, caller)
-}
-export_with_caller!(cuMemcpyAsync_ptsz => memcpy_async_ptsz, 4);
-
-unsafe extern "C" fn htod_v2(
-    dst: CUdeviceptr,
-    src: *const c_void,
-    n: usize,
-    caller: usize,
-) -> CUresult {
-    htod(Hooked::MemcpyHtoD, dst, src, n, None, caller)
-}
-export_with_caller!(cuMemcpyHtoD_v2 => htod_v2, 3);
-unsafe extern "C" fn htod_v2_ptds(
-    dst: CUdeviceptr,
-    src: *const c_void,
-    n: usize,
-    caller: usize,
-) -> CUresult {
-    htod(Hooked::MemcpyHtoDPtds, dst, src, n, None, caller)
-}
-export_with_caller!(cuMemcpyHtoD_v2_ptds => htod_v2_ptds, 3);
-unsafe extern "C" fn htod_async_v2(
-    dst: CUdeviceptr,
-    src: *const c_void,
-    n: usize,
-    s: CUstream,
-    caller: usize,
-) -> CUresult {
-    htod(Hooked::MemcpyHtoDAsync, dst, src, n, Some(s), caller)
-}
-export_with_caller!(cuMemcpyHtoDAsync_v2 => htod_async_v2, 4);
-unsafe extern "C" fn htod_async_v2_ptsz(
-    dst: CUdeviceptr,
-    src: *const c_void,
-    n: usize,
-    s: CUstream,
-    caller: usize,
-) -> CUresult {
-    htod(Hooked::MemcpyHtoDAsyncPtsz, dst, src, n, Some(s), caller)
-}
-export_with_caller!(cuMemcpyHtoDAsync_v2_ptsz => htod_async_v2_ptsz, 4);
-
-unsafe extern "C" fn dtoh_v2(
-    dst: *mut c_void,
-    src: CUdeviceptr,
-    n: usize,
-    caller: usize,
-) -> CUresult {
-    dtoh(Hooked::MemcpyDtoH, dst, src, n, None, caller)
-}
-export_with_caller!(cuMemcpyDtoH_v2 => dtoh_v2, 3);
-unsafe extern "C" fn dtoh_v2_ptds(
-    dst: *mut c_void,
-    src: CUdeviceptr,
-    n: usize,
-    caller: usize,
-) -> CUresult {
-    dtoh(Hooked::MemcpyDtoHPtds, dst, src, n, None, caller)
-}
-export_with_caller!(cuMemcpyDtoH_v2_ptds => dtoh_v2_ptds, 3);
-unsafe extern "C" fn dtoh_async_v2(
-    dst: *mut c_void,
-    src: CUdeviceptr,
-    n: usize,
-    s: CUstream,
-    caller: usize,
-) -> CUresult {
-    dtoh(Hooked::MemcpyDtoHAsync, dst, src, n, Some(s), caller)
-}
-export_with_caller!(cuMemcpyDtoHAsync_v2 => dtoh_async_v2, 4);
-unsafe extern "C" fn dtoh_async_v2_ptsz(
-    dst: *mut c_void,
-    src: CUdeviceptr,
-    n: usize,
-    s: CUstream,
-    caller: usize,
-) -> CUresult {
-    dtoh(Hooked::MemcpyDtoHAsyncPtsz, dst, src, n, Some(s), caller)
-}
-export_with_caller!(cuMemcpyDtoHAsync_v2_ptsz => dtoh_async_v2_ptsz, 4);
-
-// ---------- 2D and 3D copies ----------
-
-fn copy2d(h: Hooked, p: *const CUDA_MEMCPY2D, s: Option<CUstream>, caller: usize) -> CUresult {
-    // SAFETY: `p` is NULL or a valid descriptor (CUDA's contract).
-    let describe = |st: &_| unsafe { hooks::copy_2d(st, p, s.map(|s| s as usize), h.per_thread()) };
-    match s {
-        None => {
-            let f = real_or_return!(h, Copy2DFn);
-            // SAFETY: CUDA's contract for the argument, passed on.
-            hooks::copy(caller, describe, || unsafe { f(p) })
+        export_with_caller!($name => $name::imp, 4);
+    };
+    ($name:ident, $h:ident, dtoh, sync) => {
+        mod $name {
+            use super::*;
+            pub(super) unsafe extern "C" fn imp(
+                dst: *mut c_void,
+                src: CUdeviceptr,
+                n: usize,
+                caller: usize,
+            ) -> CUresult {
+                shape::dtoh(Hooked::$h, dst, src, n, None, caller)
+            }
         }
-        Some(stream) => {
-            let f = real_or_return!(h, Copy2DAsyncFn);
-            // SAFETY: CUDA's contract for the arguments, passed on.
-            hooks::copy(caller, describe, || unsafe { f(p, stream) })
+        export_with_caller!($name => $name::imp, 3);
+    };
+    ($name:ident, $h:ident, dtoh, async) => {
+        mod $name {
+            use super::*;
+            pub(super) unsafe extern "C" fn imp(
+                dst: *mut c_void,
+                src: CUdeviceptr,
+                n: usize,
+                s: CUstream,
+                caller: usize,
+            ) -> CUresult {
+                shape::dtoh(Hooked::$h, dst, src, n, Some(s), caller)
+            }
         }
-    }
+        export_with_caller!($name => $name::imp, 4);
+    };
+    ($name:ident, $h:ident, copy2d, sync) => {
+        mod $name {
+            use super::*;
+            pub(super) unsafe extern "C" fn imp(p: *const CUDA_MEMCPY2D, caller: usize) -> CUresult {
+                shape::copy2d(Hooked::$h, p, None, caller)
+            }
+        }
+        export_with_caller!($name => $name::imp, 1);
+    };
+    ($name:ident, $h:ident, copy2d, async) => {
+        mod $name {
+            use super::*;
+            pub(super) unsafe extern "C" fn imp(
+                p: *const CUDA_MEMCPY2D,
+                s: CUstream,
+                caller: usize,
+            ) -> CUresult {
+                shape::copy2d(Hooked::$h, p, Some(s), caller)
+            }
+        }
+        export_with_caller!($name => $name::imp, 2);
+    };
+    ($name:ident, $h:ident, copy3d, sync) => {
+        mod $name {
+            use super::*;
+            pub(super) unsafe extern "C" fn imp(p: *const CUDA_MEMCPY3D, caller: usize) -> CUresult {
+                shape::copy3d(Hooked::$h, p, None, caller)
+            }
+        }
+        export_with_caller!($name => $name::imp, 1);
+    };
+    ($name:ident, $h:ident, copy3d, async) => {
+        mod $name {
+            use super::*;
+            pub(super) unsafe extern "C" fn imp(
+                p: *const CUDA_MEMCPY3D,
+                s: CUstream,
+                caller: usize,
+            ) -> CUresult {
+                shape::copy3d(Hooked::$h, p, Some(s), caller)
+            }
+        }
+        export_with_caller!($name => $name::imp, 2);
+    };
 }
 
-fn copy3d(h: Hooked, p: *const CUDA_MEMCPY3D, s: Option<CUstream>, caller: usize) -> CUresult {
-    // SAFETY: `p` is NULL or a valid descriptor (CUDA's contract).
-    let describe = |st: &_| unsafe { hooks::copy_3d(st, p, s.map(|s| s as usize), h.per_thread()) };
-    match s {
-        None => {
-            let f = real_or_return!(h, Copy3DFn);
-            // SAFETY: CUDA's contract for the argument, passed on.
-            hooks::copy(caller, describe, || unsafe { f(p) })
-        }
-        Some(stream) => {
-            let f = real_or_return!(h, Copy3DAsyncFn);
-            // SAFETY: CUDA's contract for the arguments, passed on.
-            hooks::copy(caller, describe, || unsafe { f(p, stream) })
-        }
-    }
+/// The copy entry points, from one table: `symbol => variant: shape, sync | async`. Each
+/// line makes one exported symbol and its entry in [`COPY_WRAPPERS`].
+macro_rules! copy_exports {
+    ($( $name:ident => $h:ident: $shape:ident, $mode:ident; )*) => {
+        $( copy_export!($name, $h, $shape, $mode); )*
+
+        /// The copy wrappers, by the variant each stands for.
+        const COPY_WRAPPERS: &[(Hooked, unsafe extern "C" fn())] = &[$( (Hooked::$h, $name), )*];
+    };
 }
 
-unsafe extern "C" fn c2d(p: *const CUDA_MEMCPY2D, caller: usize) -> CUresult {
-    copy2d(Hooked::Memcpy2D, p, None, caller)
+copy_exports! {
+    cuMemcpy => Memcpy: unified, sync;
+    cuMemcpy_ptds => MemcpyPtds: unified, sync;
+    cuMemcpyAsync => MemcpyAsync: unified, async;
+    cuMemcpyAsync_ptsz => MemcpyAsyncPtsz: unified, async;
+    cuMemcpyHtoD_v2 => MemcpyHtoD: htod, sync;
+    cuMemcpyHtoD_v2_ptds => MemcpyHtoDPtds: htod, sync;
+    cuMemcpyHtoDAsync_v2 => MemcpyHtoDAsync: htod, async;
+    cuMemcpyHtoDAsync_v2_ptsz => MemcpyHtoDAsyncPtsz: htod, async;
+    cuMemcpyDtoH_v2 => MemcpyDtoH: dtoh, sync;
+    cuMemcpyDtoH_v2_ptds => MemcpyDtoHPtds: dtoh, sync;
+    cuMemcpyDtoHAsync_v2 => MemcpyDtoHAsync: dtoh, async;
+    cuMemcpyDtoHAsync_v2_ptsz => MemcpyDtoHAsyncPtsz: dtoh, async;
+    cuMemcpy2D_v2 => Memcpy2D: copy2d, sync;
+    cuMemcpy2D_v2_ptds => Memcpy2DPtds: copy2d, sync;
+    cuMemcpy2DUnaligned_v2 => Memcpy2DUnaligned: copy2d, sync;
+    cuMemcpy2DUnaligned_v2_ptds => Memcpy2DUnalignedPtds: copy2d, sync;
+    cuMemcpy2DAsync_v2 => Memcpy2DAsync: copy2d, async;
+    cuMemcpy2DAsync_v2_ptsz => Memcpy2DAsyncPtsz: copy2d, async;
+    cuMemcpy3D_v2 => Memcpy3D: copy3d, sync;
+    cuMemcpy3D_v2_ptds => Memcpy3DPtds: copy3d, sync;
+    cuMemcpy3DAsync_v2 => Memcpy3DAsync: copy3d, async;
+    cuMemcpy3DAsync_v2_ptsz => Memcpy3DAsyncPtsz: copy3d, async;
 }
-export_with_caller!(cuMemcpy2D_v2 => c2d, 1);
-unsafe extern "C" fn c2d_ptds(p: *const CUDA_MEMCPY2D, caller: usize) -> CUresult {
-    copy2d(Hooked::Memcpy2DPtds, p, None, caller)
-}
-export_with_caller!(cuMemcpy2D_v2_ptds => c2d_ptds, 1);
-unsafe extern "C" fn c2d_unaligned(p: *const CUDA_MEMCPY2D, caller: usize) -> CUresult {
-    copy2d(Hooked::Memcpy2DUnaligned, p, None, caller)
-}
-export_with_caller!(cuMemcpy2DUnaligned_v2 => c2d_unaligned, 1);
-unsafe extern "C" fn c2d_unaligned_ptds(p: *const CUDA_MEMCPY2D, caller: usize) -> CUresult {
-    copy2d(Hooked::Memcpy2DUnalignedPtds, p, None, caller)
-}
-export_with_caller!(cuMemcpy2DUnaligned_v2_ptds => c2d_unaligned_ptds, 1);
-unsafe extern "C" fn c2d_async(p: *const CUDA_MEMCPY2D, s: CUstream, caller: usize) -> CUresult {
-    copy2d(Hooked::Memcpy2DAsync, p, Some(s), caller)
-}
-export_with_caller!(cuMemcpy2DAsync_v2 => c2d_async, 2);
-unsafe extern "C" fn c2d_async_ptsz(
-    p: *const CUDA_MEMCPY2D,
-    s: CUstream,
-    caller: usize,
-) -> CUresult {
-    copy2d(Hooked::Memcpy2DAsyncPtsz, p, Some(s), caller)
-}
-export_with_caller!(cuMemcpy2DAsync_v2_ptsz => c2d_async_ptsz, 2);
-unsafe extern "C" fn c3d(p: *const CUDA_MEMCPY3D, caller: usize) -> CUresult {
-    copy3d(Hooked::Memcpy3D, p, None, caller)
-}
-export_with_caller!(cuMemcpy3D_v2 => c3d, 1);
-unsafe extern "C" fn c3d_ptds(p: *const CUDA_MEMCPY3D, caller: usize) -> CUresult {
-    copy3d(Hooked::Memcpy3DPtds, p, None, caller)
-}
-export_with_caller!(cuMemcpy3D_v2_ptds => c3d_ptds, 1);
-unsafe extern "C" fn c3d_async(p: *const CUDA_MEMCPY3D, s: CUstream, caller: usize) -> CUresult {
-    copy3d(Hooked::Memcpy3DAsync, p, Some(s), caller)
-}
-export_with_caller!(cuMemcpy3DAsync_v2 => c3d_async, 2);
-unsafe extern "C" fn c3d_async_ptsz(
-    p: *const CUDA_MEMCPY3D,
-    s: CUstream,
-    caller: usize,
-) -> CUresult {
-    copy3d(Hooked::Memcpy3DAsyncPtsz, p, Some(s), caller)
-}
-export_with_caller!(cuMemcpy3DAsync_v2_ptsz => c3d_async_ptsz, 2);
 
 // ---------- cuGetProcAddress ----------
 
@@ -466,12 +476,12 @@ unsafe extern "C" fn proc_v1(
     flags: u64,
     _caller: usize,
 ) -> CUresult {
-    let f = real_or_return!(Hooked::GetProcAddress, ProcV1Fn);
+    let f = real_or_return!(Hooked::GetProcAddress, pfn::cuGetProcAddress);
     // SAFETY: CUDA's contract for the arguments, passed on.
     let rc = unsafe { f(symbol, pfn, version, flags) };
     if rc == 0 {
         // SAFETY: the real call succeeded, so `symbol` is a C string and `pfn` was written.
-        unsafe { hooks::wrap_proc_address(symbol, pfn, version, flags) };
+        unsafe { hooks::procaddr::wrap_proc_address(symbol, pfn, version, flags) };
     }
     rc
 }
@@ -485,12 +495,12 @@ unsafe extern "C" fn proc_v2(
     status: *mut c_int,
     _caller: usize,
 ) -> CUresult {
-    let f = real_or_return!(Hooked::GetProcAddressV2, ProcV2Fn);
+    let f = real_or_return!(Hooked::GetProcAddressV2, pfn::cuGetProcAddress_v2);
     // SAFETY: CUDA's contract for the arguments, passed on.
     let rc = unsafe { f(symbol, pfn, version, flags, status) };
     if rc == 0 {
         // SAFETY: the real call succeeded, so `symbol` is a C string and `pfn` was written.
-        unsafe { hooks::wrap_proc_address(symbol, pfn, version, flags) };
+        unsafe { hooks::procaddr::wrap_proc_address(symbol, pfn, version, flags) };
     }
     rc
 }
@@ -498,86 +508,73 @@ export_with_caller!(cuGetProcAddress_v2 => proc_v2, 5);
 
 // ---------- streams and contexts ending ----------
 
-type StreamFn = unsafe extern "C" fn(CUstream) -> CUresult;
-type DeviceFn = unsafe extern "C" fn(c_int) -> CUresult;
-type ContextFn = unsafe extern "C" fn(CUcontext) -> CUresult;
-
 unsafe extern "C" fn stream_destroy(stream: CUstream, _caller: usize) -> CUresult {
-    let f = real_or_return!(Hooked::StreamDestroy, StreamFn);
+    let f = real_or_return!(Hooked::StreamDestroy, pfn::cuStreamDestroy);
     // SAFETY: CUDA's contract for the argument, passed on.
-    hooks::stream_destroy(stream as usize, || unsafe { f(stream) })
+    hooks::context::stream_destroy(stream as usize, || unsafe { f(stream) })
 }
 export_with_caller!(cuStreamDestroy => stream_destroy, 1);
 
 unsafe extern "C" fn stream_destroy_v2(stream: CUstream, _caller: usize) -> CUresult {
-    let f = real_or_return!(Hooked::StreamDestroyV2, StreamFn);
+    let f = real_or_return!(Hooked::StreamDestroyV2, pfn::cuStreamDestroy_v2);
     // SAFETY: CUDA's contract for the argument, passed on.
-    hooks::stream_destroy(stream as usize, || unsafe { f(stream) })
+    hooks::context::stream_destroy(stream as usize, || unsafe { f(stream) })
 }
 export_with_caller!(cuStreamDestroy_v2 => stream_destroy_v2, 1);
 
 unsafe extern "C" fn ctx_destroy(ctx: CUcontext, _caller: usize) -> CUresult {
-    let f = real_or_return!(Hooked::CtxDestroy, ContextFn);
+    let f = real_or_return!(Hooked::CtxDestroy, pfn::cuCtxDestroy);
     // SAFETY: CUDA's contract for the argument, passed on.
-    hooks::context_ending(ctx as usize, || unsafe { f(ctx) })
+    hooks::context::context_ending(ctx as usize, || unsafe { f(ctx) })
 }
 export_with_caller!(cuCtxDestroy => ctx_destroy, 1);
 
 unsafe extern "C" fn ctx_destroy_v2(ctx: CUcontext, _caller: usize) -> CUresult {
-    let f = real_or_return!(Hooked::CtxDestroyV2, ContextFn);
+    let f = real_or_return!(Hooked::CtxDestroyV2, pfn::cuCtxDestroy_v2);
     // SAFETY: CUDA's contract for the argument, passed on.
-    hooks::context_ending(ctx as usize, || unsafe { f(ctx) })
+    hooks::context::context_ending(ctx as usize, || unsafe { f(ctx) })
 }
 export_with_caller!(cuCtxDestroy_v2 => ctx_destroy_v2, 1);
 
 unsafe extern "C" fn primary_release(dev: c_int, _caller: usize) -> CUresult {
-    let f = real_or_return!(Hooked::PrimaryCtxRelease, DeviceFn);
+    let f = real_or_return!(Hooked::PrimaryCtxRelease, pfn::cuDevicePrimaryCtxRelease);
     // SAFETY: CUDA's contract for the argument, passed on.
-    hooks::context_ending(0, || unsafe { f(dev) })
+    hooks::context::context_ending(0, || unsafe { f(dev) })
 }
 export_with_caller!(cuDevicePrimaryCtxRelease => primary_release, 1);
 
 unsafe extern "C" fn primary_release_v2(dev: c_int, _caller: usize) -> CUresult {
-    let f = real_or_return!(Hooked::PrimaryCtxReleaseV2, DeviceFn);
+    let f = real_or_return!(
+        Hooked::PrimaryCtxReleaseV2,
+        pfn::cuDevicePrimaryCtxRelease_v2
+    );
     // SAFETY: CUDA's contract for the argument, passed on.
-    hooks::context_ending(0, || unsafe { f(dev) })
+    hooks::context::context_ending(0, || unsafe { f(dev) })
 }
 export_with_caller!(cuDevicePrimaryCtxRelease_v2 => primary_release_v2, 1);
 
 unsafe extern "C" fn primary_reset(dev: c_int, _caller: usize) -> CUresult {
-    let f = real_or_return!(Hooked::PrimaryCtxReset, DeviceFn);
+    let f = real_or_return!(Hooked::PrimaryCtxReset, pfn::cuDevicePrimaryCtxReset);
     // SAFETY: CUDA's contract for the argument, passed on.
-    hooks::context_ending(0, || unsafe { f(dev) })
+    hooks::context::context_ending(0, || unsafe { f(dev) })
 }
 export_with_caller!(cuDevicePrimaryCtxReset => primary_reset, 1);
 
 unsafe extern "C" fn primary_reset_v2(dev: c_int, _caller: usize) -> CUresult {
-    let f = real_or_return!(Hooked::PrimaryCtxResetV2, DeviceFn);
+    let f = real_or_return!(Hooked::PrimaryCtxResetV2, pfn::cuDevicePrimaryCtxReset_v2);
     // SAFETY: CUDA's contract for the argument, passed on.
-    hooks::context_ending(0, || unsafe { f(dev) })
+    hooks::context::context_ending(0, || unsafe { f(dev) })
 }
 export_with_caller!(cuDevicePrimaryCtxReset_v2 => primary_reset_v2, 1);
 
 // ---------- stream captures (see crate::capture) ----------
-
-type BeginFn = unsafe extern "C" fn(CUstream) -> CUresult;
-type BeginModeFn = unsafe extern "C" fn(CUstream, c_uint) -> CUresult;
-type BeginToGraphFn = unsafe extern "C" fn(
-    CUstream,
-    *mut c_void,
-    *const c_void,
-    *const c_void,
-    usize,
-    c_uint,
-) -> CUresult;
-type EndFn = unsafe extern "C" fn(CUstream, *mut *mut c_void) -> CUresult;
 
 macro_rules! capture_begin {
     ($name:ident, $h:expr) => {
         #[doc = concat!("`", stringify!($name), "`: counted in `crate::capture`.")]
         #[no_mangle]
         pub unsafe extern "C" fn $name(stream: CUstream) -> CUresult {
-            let f = real_or_return!($h, BeginFn);
+            let f = real_or_return!($h, pfn::cuStreamBeginCapture);
             // SAFETY: CUDA's contract for the argument, passed on.
             crate::capture::begin(|| unsafe { f(stream) })
         }
@@ -588,7 +585,7 @@ macro_rules! capture_begin_mode {
         #[doc = concat!("`", stringify!($name), "`: counted in `crate::capture`.")]
         #[no_mangle]
         pub unsafe extern "C" fn $name(stream: CUstream, mode: c_uint) -> CUresult {
-            let f = real_or_return!($h, BeginModeFn);
+            let f = real_or_return!($h, pfn::cuStreamBeginCapture_v2);
             // SAFETY: CUDA's contract for the arguments, passed on.
             crate::capture::begin(|| unsafe { f(stream, mode) })
         }
@@ -606,7 +603,7 @@ macro_rules! capture_begin_to_graph {
             n: usize,
             mode: c_uint,
         ) -> CUresult {
-            let f = real_or_return!($h, BeginToGraphFn);
+            let f = real_or_return!($h, pfn::cuStreamBeginCaptureToGraph);
             // SAFETY: CUDA's contract for the arguments, passed on.
             crate::capture::begin(|| unsafe { f(stream, graph, deps, edges, n, mode) })
         }
@@ -617,7 +614,7 @@ macro_rules! capture_end {
         #[doc = concat!("`", stringify!($name), "`: counted in `crate::capture`.")]
         #[no_mangle]
         pub unsafe extern "C" fn $name(stream: CUstream, graph: *mut *mut c_void) -> CUresult {
-            let f = real_or_return!($h, EndFn);
+            let f = real_or_return!($h, pfn::cuStreamEndCapture);
             // SAFETY: CUDA's contract for the arguments, passed on.
             crate::capture::end(|| unsafe { f(stream, graph) })
         }
@@ -659,28 +656,9 @@ pub fn register_wrappers() {
     set(Hooked::MemHostGetFlags, cuMemHostGetFlags);
     set(Hooked::PointerGetAttribute, cuPointerGetAttribute);
     set(Hooked::PointerGetAttributes, cuPointerGetAttributes);
-    set(Hooked::Memcpy, cuMemcpy);
-    set(Hooked::MemcpyPtds, cuMemcpy_ptds);
-    set(Hooked::MemcpyAsync, cuMemcpyAsync);
-    set(Hooked::MemcpyAsyncPtsz, cuMemcpyAsync_ptsz);
-    set(Hooked::MemcpyHtoD, cuMemcpyHtoD_v2);
-    set(Hooked::MemcpyHtoDPtds, cuMemcpyHtoD_v2_ptds);
-    set(Hooked::MemcpyDtoH, cuMemcpyDtoH_v2);
-    set(Hooked::MemcpyDtoHPtds, cuMemcpyDtoH_v2_ptds);
-    set(Hooked::MemcpyHtoDAsync, cuMemcpyHtoDAsync_v2);
-    set(Hooked::MemcpyHtoDAsyncPtsz, cuMemcpyHtoDAsync_v2_ptsz);
-    set(Hooked::MemcpyDtoHAsync, cuMemcpyDtoHAsync_v2);
-    set(Hooked::MemcpyDtoHAsyncPtsz, cuMemcpyDtoHAsync_v2_ptsz);
-    set(Hooked::Memcpy2D, cuMemcpy2D_v2);
-    set(Hooked::Memcpy2DPtds, cuMemcpy2D_v2_ptds);
-    set(Hooked::Memcpy2DUnaligned, cuMemcpy2DUnaligned_v2);
-    set(Hooked::Memcpy2DUnalignedPtds, cuMemcpy2DUnaligned_v2_ptds);
-    set(Hooked::Memcpy3D, cuMemcpy3D_v2);
-    set(Hooked::Memcpy3DPtds, cuMemcpy3D_v2_ptds);
-    set(Hooked::Memcpy2DAsync, cuMemcpy2DAsync_v2);
-    set(Hooked::Memcpy2DAsyncPtsz, cuMemcpy2DAsync_v2_ptsz);
-    set(Hooked::Memcpy3DAsync, cuMemcpy3DAsync_v2);
-    set(Hooked::Memcpy3DAsyncPtsz, cuMemcpy3DAsync_v2_ptsz);
+    for &(h, f) in COPY_WRAPPERS {
+        set(h, f);
+    }
     set(Hooked::GetProcAddress, cuGetProcAddress);
     set(Hooked::GetProcAddressV2, cuGetProcAddress_v2);
     set(Hooked::StreamDestroy, cuStreamDestroy);

@@ -10,8 +10,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::export_with_caller;
 use super::malloc_hooks::usable_size;
+use crate::hooks::alloc::{before_free, before_munmap};
 use crate::malloc::{after_release, before_release, boot, is_tracked_size, record_alloc};
-use crate::pinning::{before_free, before_munmap, PROMOTED_RANGES};
+use crate::pinning::PROMOTED_RANGES;
 
 /// The real functions, found on first use.
 static REAL_FREE: AtomicUsize = AtomicUsize::new(0);

@@ -8,12 +8,13 @@
 
 #![allow(non_snake_case)]
 
-use std::ffi::{c_int, c_uint, c_void};
+use std::ffi::{c_int, c_uint, c_void, CStr};
 
-use pinwise_core::{Direction, EventKind};
+use pinwise_core::EventKind;
 
 use super::export_with_caller;
-use crate::hooks::{self, Copy};
+use crate::decode::{self, Memcpy3DParms};
+use crate::hooks;
 use crate::real::RuntimeFn;
 
 type CudaError = c_int;
@@ -51,13 +52,13 @@ unsafe extern "C" fn malloc_host(ptr: *mut *mut c_void, size: usize, caller: usi
         MALLOC_HOST,
         unsafe extern "C" fn(*mut *mut c_void, usize) -> CudaError
     );
-    hooks::runtime_call(
+    hooks::runtime::runtime_call(
         caller,
         false,
         // SAFETY: the caller's arguments (the runtime's contract), passed on.
         || unsafe { f(ptr, size) },
         // SAFETY: the call succeeded, so `ptr` is non-null and holds the allocation.
-        |st, _| hooks::observe_alloc(st, caller, unsafe { *ptr }, size, 0),
+        |st, _| hooks::runtime::observe_alloc(st, caller, unsafe { *ptr }, size, 0),
     )
 }
 export_with_caller!(cudaMallocHost => malloc_host, 2);
@@ -72,31 +73,31 @@ unsafe extern "C" fn host_alloc(
         HOST_ALLOC,
         unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> CudaError
     );
-    hooks::runtime_call(
+    hooks::runtime::runtime_call(
         caller,
         false,
         // SAFETY: the caller's arguments, passed on.
         || unsafe { f(ptr, size, flags) },
         // SAFETY: the call succeeded, so `ptr` is non-null and holds the allocation.
-        |st, _| hooks::observe_alloc(st, caller, unsafe { *ptr }, size, flags),
+        |st, _| hooks::runtime::observe_alloc(st, caller, unsafe { *ptr }, size, flags),
     )
 }
 export_with_caller!(cudaHostAlloc => host_alloc, 3);
 
 unsafe extern "C" fn free_host(ptr: *mut c_void, caller: usize) -> CudaError {
-    if hooks::served_by_pinwise(ptr).is_some() {
+    if hooks::runtime::served_by_pinwise(ptr).is_some() {
         let frame = crate::guard::enter_runtime(caller, false, -1);
-        let rc = hooks::runtime_free_served(caller, ptr);
+        let rc = hooks::runtime::runtime_free_served(caller, ptr);
         crate::guard::leave_runtime(frame);
         return rc;
     }
     let f = next_or_return!(FREE_HOST, unsafe extern "C" fn(*mut c_void) -> CudaError);
-    hooks::runtime_call(
+    hooks::runtime::runtime_call(
         caller,
         false,
         // SAFETY: the caller's argument, passed on.
         || unsafe { f(ptr) },
-        |st, _| hooks::observe(st, caller, EventKind::Free { start: ptr as u64 }),
+        |st, _| hooks::runtime::observe(st, caller, EventKind::Free { start: ptr as u64 }),
     )
 }
 export_with_caller!(cudaFreeHost => free_host, 1);
@@ -111,14 +112,14 @@ unsafe extern "C" fn host_register(
         HOST_REGISTER,
         unsafe extern "C" fn(*mut c_void, usize, c_uint) -> CudaError
     );
-    hooks::runtime_before_register(ptr, size);
-    hooks::runtime_call(
+    hooks::runtime::runtime_before_register(ptr, size);
+    hooks::runtime::runtime_call(
         caller,
         false,
         // SAFETY: the caller's arguments, passed on.
         || unsafe { f(ptr, size, flags) },
         |st, _| {
-            hooks::observe(
+            hooks::runtime::observe(
                 st,
                 caller,
                 EventKind::PinPages {
@@ -133,20 +134,20 @@ unsafe extern "C" fn host_register(
 export_with_caller!(cudaHostRegister => host_register, 3);
 
 unsafe extern "C" fn host_unregister(ptr: *mut c_void, caller: usize) -> CudaError {
-    if hooks::registered_by_pinwise_only(ptr) {
+    if hooks::query::registered_by_pinwise_only(ptr) {
         return NOT_REGISTERED;
     }
     let f = next_or_return!(
         HOST_UNREGISTER,
         unsafe extern "C" fn(*mut c_void) -> CudaError
     );
-    hooks::runtime_call(
+    hooks::runtime::runtime_call(
         caller,
         false,
         // SAFETY: the caller's argument, passed on.
         || unsafe { f(ptr) },
         |st, _| {
-            hooks::observe(
+            hooks::runtime::observe(
                 st,
                 caller,
                 EventKind::UnpinPages {
@@ -169,9 +170,9 @@ unsafe extern "C" fn host_get_device_pointer(
         HOST_GET_DEVICE_POINTER,
         unsafe extern "C" fn(*mut *mut c_void, *mut c_void, c_uint) -> CudaError
     );
-    hooks::runtime_before_query(phost);
+    hooks::query::runtime_before_query(phost);
     // SAFETY: the caller's arguments, passed on.
-    hooks::runtime_call(
+    hooks::runtime::runtime_call(
         caller,
         false,
         || unsafe { f(pdev, phost, flags) },
@@ -185,8 +186,8 @@ unsafe extern "C" fn host_get_flags(
     phost: *mut c_void,
     caller: usize,
 ) -> CudaError {
-    hooks::runtime_before_query(phost);
-    if let Some(flags) = hooks::served_flags(phost) {
+    hooks::query::runtime_before_query(phost);
+    if let Some(flags) = hooks::query::served_flags(phost) {
         if pflags.is_null() {
             return 1; // cudaErrorInvalidValue
         }
@@ -199,7 +200,7 @@ unsafe extern "C" fn host_get_flags(
         unsafe extern "C" fn(*mut c_uint, *mut c_void) -> CudaError
     );
     // SAFETY: the caller's arguments, passed on.
-    hooks::runtime_call(caller, false, || unsafe { f(pflags, phost) }, |_, _| {})
+    hooks::runtime::runtime_call(caller, false, || unsafe { f(pflags, phost) }, |_, _| {})
 }
 export_with_caller!(cudaHostGetFlags => host_get_flags, 2);
 
@@ -212,150 +213,17 @@ unsafe extern "C" fn pointer_get_attributes(
         POINTER_GET_ATTRIBUTES,
         unsafe extern "C" fn(*mut c_void, *const c_void) -> CudaError
     );
-    hooks::runtime_before_query(ptr);
+    hooks::query::runtime_before_query(ptr);
     // SAFETY: the caller's arguments, passed on.
-    hooks::runtime_call(caller, false, || unsafe { f(attrs, ptr) }, |_, _| {})
+    hooks::runtime::runtime_call(caller, false, || unsafe { f(attrs, ptr) }, |_, _| {})
 }
 export_with_caller!(cudaPointerGetAttributes => pointer_get_attributes, 2);
 
-// ---------- 1D copies ----------
-
-static MEMCPY: RuntimeFn = RuntimeFn::new(c"cudaMemcpy");
-static MEMCPY_PTDS: RuntimeFn = RuntimeFn::new(c"cudaMemcpy_ptds");
-static MEMCPY_ASYNC: RuntimeFn = RuntimeFn::new(c"cudaMemcpyAsync");
-static MEMCPY_ASYNC_PTSZ: RuntimeFn = RuntimeFn::new(c"cudaMemcpyAsync_ptsz");
+// ---------- copies ----------
 
 type MemcpyFn = unsafe extern "C" fn(*mut c_void, *const c_void, usize, c_int) -> CudaError;
 type MemcpyAsyncFn =
     unsafe extern "C" fn(*mut c_void, *const c_void, usize, c_int, *mut c_void) -> CudaError;
-
-fn memcpy_common(
-    slot: &RuntimeFn,
-    per_thread: bool,
-    dst: *mut c_void,
-    src: *const c_void,
-    count: usize,
-    kind: c_int,
-    caller: usize,
-) -> CudaError {
-    let f = next_or_return!(slot, MemcpyFn);
-    hooks::runtime_call_kind(
-        caller,
-        true,
-        kind,
-        // SAFETY: the caller's arguments, passed on.
-        || unsafe { f(dst, src, count, kind) },
-        |st, _| {
-            let c = hooks::runtime_copy(
-                st,
-                dst as usize,
-                src as usize,
-                count,
-                kind,
-                None,
-                per_thread,
-            );
-            hooks::observe_copy(st, caller, c)
-        },
-    )
-}
-
-#[allow(clippy::too_many_arguments)]
-fn memcpy_async_common(
-    slot: &RuntimeFn,
-    per_thread: bool,
-    dst: *mut c_void,
-    src: *const c_void,
-    count: usize,
-    kind: c_int,
-    stream: *mut c_void,
-    caller: usize,
-) -> CudaError {
-    let f = next_or_return!(slot, MemcpyAsyncFn);
-    hooks::runtime_call_kind(
-        caller,
-        true,
-        kind,
-        // SAFETY: the caller's arguments, passed on.
-        || unsafe { f(dst, src, count, kind, stream) },
-        |st, _| {
-            let c = hooks::runtime_copy(
-                st,
-                dst as usize,
-                src as usize,
-                count,
-                kind,
-                Some(stream as usize),
-                per_thread,
-            );
-            hooks::observe_copy(st, caller, c)
-        },
-    )
-}
-
-unsafe extern "C" fn memcpy(
-    dst: *mut c_void,
-    src: *const c_void,
-    count: usize,
-    kind: c_int,
-    caller: usize,
-) -> CudaError {
-    memcpy_common(&MEMCPY, false, dst, src, count, kind, caller)
-}
-export_with_caller!(cudaMemcpy => memcpy, 4);
-unsafe extern "C" fn memcpy_ptds(
-    dst: *mut c_void,
-    src: *const c_void,
-    count: usize,
-    kind: c_int,
-    caller: usize,
-) -> CudaError {
-    memcpy_common(&MEMCPY_PTDS, true, dst, src, count, kind, caller)
-}
-export_with_caller!(cudaMemcpy_ptds => memcpy_ptds, 4);
-unsafe extern "C" fn memcpy_async(
-    dst: *mut c_void,
-    src: *const c_void,
-    count: usize,
-    kind: c_int,
-    stream: *mut c_void,
-    caller: usize,
-) -> CudaError {
-    memcpy_async_common(&MEMCPY_ASYNC, false, dst, src, count, kind, stream, caller)
-}
-export_with_caller!(cudaMemcpyAsync => memcpy_async, 5);
-unsafe extern "C" fn memcpy_async_ptsz(
-    dst: *mut c_void,
-    src: *const c_void,
-    count: usize,
-    kind: c_int,
-    stream: *mut c_void,
-    caller: usize,
-) -> CudaError {
-    memcpy_async_common(
-        &MEMCPY_ASYNC_PTSZ,
-        true,
-        dst,
-        src,
-        count,
-        kind,
-        stream,
-        caller,
-    )
-}
-export_with_caller!(cudaMemcpyAsync_ptsz => memcpy_async_ptsz, 5);
-
-// ---------- symbols ----------
-
-static TO_SYMBOL: RuntimeFn = RuntimeFn::new(c"cudaMemcpyToSymbol");
-static TO_SYMBOL_PTDS: RuntimeFn = RuntimeFn::new(c"cudaMemcpyToSymbol_ptds");
-static FROM_SYMBOL: RuntimeFn = RuntimeFn::new(c"cudaMemcpyFromSymbol");
-static FROM_SYMBOL_PTDS: RuntimeFn = RuntimeFn::new(c"cudaMemcpyFromSymbol_ptds");
-static TO_SYMBOL_ASYNC: RuntimeFn = RuntimeFn::new(c"cudaMemcpyToSymbolAsync");
-static TO_SYMBOL_ASYNC_PTSZ: RuntimeFn = RuntimeFn::new(c"cudaMemcpyToSymbolAsync_ptsz");
-static FROM_SYMBOL_ASYNC: RuntimeFn = RuntimeFn::new(c"cudaMemcpyFromSymbolAsync");
-static FROM_SYMBOL_ASYNC_PTSZ: RuntimeFn = RuntimeFn::new(c"cudaMemcpyFromSymbolAsync_ptsz");
-
 type SymbolFn =
     unsafe extern "C" fn(*const c_void, *const c_void, usize, usize, c_int) -> CudaError;
 type SymbolAsyncFn = unsafe extern "C" fn(
@@ -366,282 +234,6 @@ type SymbolAsyncFn = unsafe extern "C" fn(
     c_int,
     *mut c_void,
 ) -> CudaError;
-
-/// A symbol copy: host memory only on the host side of host-to-device or device-to-host.
-fn symbol_copy(
-    to_symbol: bool,
-    host: *const c_void,
-    count: usize,
-    kind: c_int,
-    stream: Option<usize>,
-    per_thread: bool,
-) -> Option<Copy> {
-    let direction = match (to_symbol, kind) {
-        (true, 1 | 4) => Direction::HtoD,
-        (false, 2 | 4) => Direction::DtoH,
-        _ => return None,
-    };
-    Some(Copy {
-        direction,
-        host: host as usize,
-        device: 0,
-        bytes: count,
-        span: count,
-        stream,
-        per_thread,
-    })
-}
-
-#[allow(clippy::too_many_arguments)]
-fn symbol_common(
-    slot: &RuntimeFn,
-    to_symbol: bool,
-    per_thread: bool,
-    a: *const c_void,
-    b: *const c_void,
-    count: usize,
-    offset: usize,
-    kind: c_int,
-    caller: usize,
-) -> CudaError {
-    let f = next_or_return!(slot, SymbolFn);
-    // To a symbol: (symbol, src); from a symbol: (dst, symbol).
-    let host = if to_symbol { b } else { a };
-    hooks::runtime_call(
-        caller,
-        true,
-        // SAFETY: the caller's arguments, passed on.
-        || unsafe { f(a, b, count, offset, kind) },
-        |st, _| {
-            hooks::observe_copy(
-                st,
-                caller,
-                symbol_copy(to_symbol, host, count, kind, None, per_thread),
-            )
-        },
-    )
-}
-
-#[allow(clippy::too_many_arguments)]
-fn symbol_async_common(
-    slot: &RuntimeFn,
-    to_symbol: bool,
-    per_thread: bool,
-    a: *const c_void,
-    b: *const c_void,
-    count: usize,
-    offset: usize,
-    kind: c_int,
-    stream: *mut c_void,
-) -> CudaError {
-    let f = next_or_return!(slot, SymbolAsyncFn);
-    let host = if to_symbol { b } else { a };
-    hooks::runtime_call(
-        0,
-        true,
-        // SAFETY: the caller's arguments, passed on.
-        || unsafe { f(a, b, count, offset, kind, stream) },
-        |st, _| {
-            let c = symbol_copy(
-                to_symbol,
-                host,
-                count,
-                kind,
-                Some(stream as usize),
-                per_thread,
-            );
-            hooks::observe_copy(st, 0, c)
-        },
-    )
-}
-
-unsafe extern "C" fn to_symbol(
-    s: *const c_void,
-    src: *const c_void,
-    count: usize,
-    offset: usize,
-    kind: c_int,
-    caller: usize,
-) -> CudaError {
-    symbol_common(&TO_SYMBOL, true, false, s, src, count, offset, kind, caller)
-}
-export_with_caller!(cudaMemcpyToSymbol => to_symbol, 5);
-unsafe extern "C" fn to_symbol_ptds(
-    s: *const c_void,
-    src: *const c_void,
-    count: usize,
-    offset: usize,
-    kind: c_int,
-    caller: usize,
-) -> CudaError {
-    symbol_common(
-        &TO_SYMBOL_PTDS,
-        true,
-        true,
-        s,
-        src,
-        count,
-        offset,
-        kind,
-        caller,
-    )
-}
-export_with_caller!(cudaMemcpyToSymbol_ptds => to_symbol_ptds, 5);
-unsafe extern "C" fn from_symbol(
-    dst: *const c_void,
-    s: *const c_void,
-    count: usize,
-    offset: usize,
-    kind: c_int,
-    caller: usize,
-) -> CudaError {
-    symbol_common(
-        &FROM_SYMBOL,
-        false,
-        false,
-        dst,
-        s,
-        count,
-        offset,
-        kind,
-        caller,
-    )
-}
-export_with_caller!(cudaMemcpyFromSymbol => from_symbol, 5);
-unsafe extern "C" fn from_symbol_ptds(
-    dst: *const c_void,
-    s: *const c_void,
-    count: usize,
-    offset: usize,
-    kind: c_int,
-    caller: usize,
-) -> CudaError {
-    symbol_common(
-        &FROM_SYMBOL_PTDS,
-        false,
-        true,
-        dst,
-        s,
-        count,
-        offset,
-        kind,
-        caller,
-    )
-}
-export_with_caller!(cudaMemcpyFromSymbol_ptds => from_symbol_ptds, 5);
-
-/// `cudaMemcpyToSymbolAsync` (six arguments: no trampoline, call site unknown).
-///
-/// # Safety
-/// The runtime's contract.
-#[no_mangle]
-pub unsafe extern "C" fn cudaMemcpyToSymbolAsync(
-    s: *const c_void,
-    src: *const c_void,
-    count: usize,
-    offset: usize,
-    kind: c_int,
-    stream: *mut c_void,
-) -> CudaError {
-    symbol_async_common(
-        &TO_SYMBOL_ASYNC,
-        true,
-        false,
-        s,
-        src,
-        count,
-        offset,
-        kind,
-        stream,
-    )
-}
-/// `cudaMemcpyToSymbolAsync_ptsz`.
-///
-/// # Safety
-/// The runtime's contract.
-#[no_mangle]
-pub unsafe extern "C" fn cudaMemcpyToSymbolAsync_ptsz(
-    s: *const c_void,
-    src: *const c_void,
-    count: usize,
-    offset: usize,
-    kind: c_int,
-    stream: *mut c_void,
-) -> CudaError {
-    symbol_async_common(
-        &TO_SYMBOL_ASYNC_PTSZ,
-        true,
-        true,
-        s,
-        src,
-        count,
-        offset,
-        kind,
-        stream,
-    )
-}
-/// `cudaMemcpyFromSymbolAsync`.
-///
-/// # Safety
-/// The runtime's contract.
-#[no_mangle]
-pub unsafe extern "C" fn cudaMemcpyFromSymbolAsync(
-    dst: *const c_void,
-    s: *const c_void,
-    count: usize,
-    offset: usize,
-    kind: c_int,
-    stream: *mut c_void,
-) -> CudaError {
-    symbol_async_common(
-        &FROM_SYMBOL_ASYNC,
-        false,
-        false,
-        dst,
-        s,
-        count,
-        offset,
-        kind,
-        stream,
-    )
-}
-/// `cudaMemcpyFromSymbolAsync_ptsz`.
-///
-/// # Safety
-/// The runtime's contract.
-#[no_mangle]
-pub unsafe extern "C" fn cudaMemcpyFromSymbolAsync_ptsz(
-    dst: *const c_void,
-    s: *const c_void,
-    count: usize,
-    offset: usize,
-    kind: c_int,
-    stream: *mut c_void,
-) -> CudaError {
-    symbol_async_common(
-        &FROM_SYMBOL_ASYNC_PTSZ,
-        false,
-        true,
-        dst,
-        s,
-        count,
-        offset,
-        kind,
-        stream,
-    )
-}
-
-// ---------- 2D and 3D copies ----------
-
-static MEMCPY_2D: RuntimeFn = RuntimeFn::new(c"cudaMemcpy2D");
-static MEMCPY_2D_PTDS: RuntimeFn = RuntimeFn::new(c"cudaMemcpy2D_ptds");
-static MEMCPY_2D_ASYNC: RuntimeFn = RuntimeFn::new(c"cudaMemcpy2DAsync");
-static MEMCPY_2D_ASYNC_PTSZ: RuntimeFn = RuntimeFn::new(c"cudaMemcpy2DAsync_ptsz");
-static MEMCPY_3D: RuntimeFn = RuntimeFn::new(c"cudaMemcpy3D");
-static MEMCPY_3D_PTDS: RuntimeFn = RuntimeFn::new(c"cudaMemcpy3D_ptds");
-static MEMCPY_3D_ASYNC: RuntimeFn = RuntimeFn::new(c"cudaMemcpy3DAsync");
-static MEMCPY_3D_ASYNC_PTSZ: RuntimeFn = RuntimeFn::new(c"cudaMemcpy3DAsync_ptsz");
-
 type Memcpy2DFn = unsafe extern "C" fn(
     *mut c_void,
     usize,
@@ -661,308 +253,350 @@ type Memcpy2DAsyncFn = unsafe extern "C" fn(
     c_int,
     *mut c_void,
 ) -> CudaError;
+type Memcpy3DFn = unsafe extern "C" fn(*const Memcpy3DParms) -> CudaError;
+type Memcpy3DAsyncFn = unsafe extern "C" fn(*const Memcpy3DParms, *mut c_void) -> CudaError;
 
-/// A 2D runtime copy's host side.
-#[allow(clippy::too_many_arguments)]
-fn copy_2d(
-    dst: *mut c_void,
-    dpitch: usize,
-    src: *const c_void,
-    spitch: usize,
-    width: usize,
-    height: usize,
-    kind: c_int,
-    stream: Option<usize>,
-    per_thread: bool,
-) -> Option<Copy> {
-    let (direction, host, pitch, device) = match kind {
-        1 => (Direction::HtoD, src as usize, spitch, dst as u64),
-        2 => (Direction::DtoH, dst as usize, dpitch, src as u64),
-        0 => (Direction::HtoH, dst as usize, dpitch, 0),
-        _ => return None,
+/// How a runtime copy's arguments are described and forwarded: one function per shape,
+/// taking the real function's slot, whether the entry point is per-thread, and for the
+/// asynchronous forms the stream.
+mod shape {
+    use super::*;
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn memcpy(
+        slot: &RuntimeFn,
+        per_thread: bool,
+        dst: *mut c_void,
+        src: *const c_void,
+        count: usize,
+        kind: c_int,
+        stream: Option<*mut c_void>,
+        caller: usize,
+    ) -> CudaError {
+        let forward = || match stream {
+            None => {
+                let f = next_or_return!(slot, MemcpyFn);
+                // SAFETY: the caller's arguments, passed on.
+                unsafe { f(dst, src, count, kind) }
+            }
+            Some(s) => {
+                let f = next_or_return!(slot, MemcpyAsyncFn);
+                // SAFETY: the caller's arguments, passed on.
+                unsafe { f(dst, src, count, kind, s) }
+            }
+        };
+        hooks::runtime::runtime_call_kind(caller, true, kind, forward, |st, _| {
+            let stream = stream.map(|s| s as usize);
+            let c = hooks::runtime::runtime_copy(
+                st,
+                dst as usize,
+                src as usize,
+                count,
+                kind,
+                stream,
+                per_thread,
+            );
+            hooks::runtime::observe_copy(st, caller, c)
+        })
+    }
+
+    /// To a symbol: `(a, b)` = (symbol, src); from a symbol: (dst, symbol).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn symbol(
+        slot: &RuntimeFn,
+        to_symbol: bool,
+        per_thread: bool,
+        a: *const c_void,
+        b: *const c_void,
+        count: usize,
+        offset: usize,
+        kind: c_int,
+        stream: Option<*mut c_void>,
+        caller: usize,
+    ) -> CudaError {
+        let host = if to_symbol { b } else { a };
+        let forward = || match stream {
+            None => {
+                let f = next_or_return!(slot, SymbolFn);
+                // SAFETY: the caller's arguments, passed on.
+                unsafe { f(a, b, count, offset, kind) }
+            }
+            Some(s) => {
+                let f = next_or_return!(slot, SymbolAsyncFn);
+                // SAFETY: the caller's arguments, passed on.
+                unsafe { f(a, b, count, offset, kind, s) }
+            }
+        };
+        hooks::runtime::runtime_call(caller, true, forward, |st, _| {
+            let stream = stream.map(|s| s as usize);
+            let c = decode::symbol_copy(to_symbol, host, count, kind, stream, per_thread);
+            hooks::runtime::observe_copy(st, caller, c)
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn copy2d(
+        slot: &RuntimeFn,
+        per_thread: bool,
+        dst: *mut c_void,
+        dpitch: usize,
+        src: *const c_void,
+        spitch: usize,
+        width: usize,
+        height: usize,
+        kind: c_int,
+        stream: Option<*mut c_void>,
+    ) -> CudaError {
+        let forward = || match stream {
+            None => {
+                let f = next_or_return!(slot, Memcpy2DFn);
+                // SAFETY: the caller's arguments, passed on.
+                unsafe { f(dst, dpitch, src, spitch, width, height, kind) }
+            }
+            Some(s) => {
+                let f = next_or_return!(slot, Memcpy2DAsyncFn);
+                // SAFETY: the caller's arguments, passed on.
+                unsafe { f(dst, dpitch, src, spitch, width, height, kind, s) }
+            }
+        };
+        hooks::runtime::runtime_call(0, true, forward, |st, _| {
+            let stream = stream.map(|s| s as usize);
+            let c = decode::runtime_copy_2d(
+                dst, dpitch, src, spitch, width, height, kind, stream, per_thread,
+            );
+            hooks::runtime::observe_copy(st, 0, c)
+        })
+    }
+
+    pub(super) fn copy3d(
+        slot: &RuntimeFn,
+        per_thread: bool,
+        p: *const Memcpy3DParms,
+        stream: Option<*mut c_void>,
+        caller: usize,
+    ) -> CudaError {
+        let forward = || match stream {
+            None => {
+                let f = next_or_return!(slot, Memcpy3DFn);
+                // SAFETY: the caller's argument, passed on.
+                unsafe { f(p) }
+            }
+            Some(s) => {
+                let f = next_or_return!(slot, Memcpy3DAsyncFn);
+                // SAFETY: the caller's arguments, passed on.
+                unsafe { f(p, s) }
+            }
+        };
+        hooks::runtime::runtime_call(caller, true, forward, |st, _| {
+            // SAFETY: the call succeeded, so `p` was a valid descriptor.
+            let d = unsafe { p.as_ref() };
+            let stream = stream.map(|s| s as usize);
+            let c = d.and_then(|d| decode::runtime_copy_3d(d, stream, per_thread));
+            hooks::runtime::observe_copy(st, caller, c)
+        })
+    }
+}
+
+/// The real runtime function of the name `$name`, looked up once.
+macro_rules! slot_of {
+    ($name:ident) => {
+        RuntimeFn::new(
+            match CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()) {
+                Ok(c) => c,
+                Err(_) => panic!("a symbol name has no NUL inside"),
+            },
+        )
     };
-    Some(Copy {
-        direction,
-        host,
-        device,
-        bytes: width.checked_mul(height)?,
-        span: height.saturating_sub(1) * pitch + width,
-        stream,
-        per_thread,
-    })
 }
 
-/// `cudaMemcpy2D` (seven arguments: no trampoline, call site unknown).
-///
-/// # Safety
-/// The runtime's contract.
-#[no_mangle]
-pub unsafe extern "C" fn cudaMemcpy2D(
-    dst: *mut c_void,
-    dpitch: usize,
-    src: *const c_void,
-    spitch: usize,
-    width: usize,
-    height: usize,
-    kind: c_int,
-) -> CudaError {
-    let f = next_or_return!(MEMCPY_2D, Memcpy2DFn);
-    hooks::runtime_call(
-        0,
-        true,
-        // SAFETY: the caller's arguments, passed on.
-        || unsafe { f(dst, dpitch, src, spitch, width, height, kind) },
-        |st, _| {
-            hooks::observe_copy(
-                st,
-                0,
-                copy_2d(dst, dpitch, src, spitch, width, height, kind, None, false),
-            )
-        },
-    )
-}
-/// `cudaMemcpy2D_ptds`.
-///
-/// # Safety
-/// The runtime's contract.
-#[no_mangle]
-pub unsafe extern "C" fn cudaMemcpy2D_ptds(
-    dst: *mut c_void,
-    dpitch: usize,
-    src: *const c_void,
-    spitch: usize,
-    width: usize,
-    height: usize,
-    kind: c_int,
-) -> CudaError {
-    let f = next_or_return!(MEMCPY_2D_PTDS, Memcpy2DFn);
-    hooks::runtime_call(
-        0,
-        true,
-        // SAFETY: the caller's arguments, passed on.
-        || unsafe { f(dst, dpitch, src, spitch, width, height, kind) },
-        |st, _| {
-            hooks::observe_copy(
-                st,
-                0,
-                copy_2d(dst, dpitch, src, spitch, width, height, kind, None, true),
-            )
-        },
-    )
-}
-/// `cudaMemcpy2DAsync`.
-///
-/// # Safety
-/// The runtime's contract.
-#[no_mangle]
-pub unsafe extern "C" fn cudaMemcpy2DAsync(
-    dst: *mut c_void,
-    dpitch: usize,
-    src: *const c_void,
-    spitch: usize,
-    width: usize,
-    height: usize,
-    kind: c_int,
-    stream: *mut c_void,
-) -> CudaError {
-    let f = next_or_return!(MEMCPY_2D_ASYNC, Memcpy2DAsyncFn);
-    hooks::runtime_call(
-        0,
-        true,
-        // SAFETY: the caller's arguments, passed on.
-        || unsafe { f(dst, dpitch, src, spitch, width, height, kind, stream) },
-        |st, _| {
-            hooks::observe_copy(
-                st,
-                0,
-                copy_2d(
-                    dst,
-                    dpitch,
-                    src,
-                    spitch,
-                    width,
-                    height,
-                    kind,
-                    Some(stream as usize),
-                    false,
-                ),
-            )
-        },
-    )
-}
-/// `cudaMemcpy2DAsync_ptsz`.
-///
-/// # Safety
-/// The runtime's contract.
-#[no_mangle]
-pub unsafe extern "C" fn cudaMemcpy2DAsync_ptsz(
-    dst: *mut c_void,
-    dpitch: usize,
-    src: *const c_void,
-    spitch: usize,
-    width: usize,
-    height: usize,
-    kind: c_int,
-    stream: *mut c_void,
-) -> CudaError {
-    let f = next_or_return!(MEMCPY_2D_ASYNC_PTSZ, Memcpy2DAsyncFn);
-    hooks::runtime_call(
-        0,
-        true,
-        // SAFETY: the caller's arguments, passed on.
-        || unsafe { f(dst, dpitch, src, spitch, width, height, kind, stream) },
-        |st, _| {
-            hooks::observe_copy(
-                st,
-                0,
-                copy_2d(
-                    dst,
-                    dpitch,
-                    src,
-                    spitch,
-                    width,
-                    height,
-                    kind,
-                    Some(stream as usize),
-                    true,
-                ),
-            )
-        },
-    )
-}
-
-/// `cudaPitchedPtr`.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct PitchedPtr {
-    ptr: *mut c_void,
-    pitch: usize,
-    xsize: usize,
-    ysize: usize,
-}
-
-/// `cudaMemcpy3DParms`.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct Memcpy3DParms {
-    src_array: *mut c_void,
-    src_pos: [usize; 3],
-    src_ptr: PitchedPtr,
-    dst_array: *mut c_void,
-    dst_pos: [usize; 3],
-    dst_ptr: PitchedPtr,
-    extent: [usize; 3],
-    kind: c_int,
-}
-
-/// A 3D runtime copy's host side (linear memory only; arrays are device memory).
-///
-/// # Safety
-/// `p` is NULL or a valid `cudaMemcpy3DParms`.
-unsafe fn copy_3d(
-    p: *const Memcpy3DParms,
-    stream: Option<usize>,
-    per_thread: bool,
-) -> Option<Copy> {
-    // SAFETY: the caller's contract.
-    let d = unsafe { p.as_ref()? };
-    let [w, h, depth] = d.extent;
-    let place = |pp: &PitchedPtr, pos: &[usize; 3]| {
-        let first = pp.ptr as usize + (pos[2] * pp.ysize + pos[1]) * pp.pitch + pos[0];
-        let span = (depth.saturating_sub(1) * pp.ysize + h.saturating_sub(1)) * pp.pitch + w;
-        (first, span)
+/// One exported runtime copy entry point of a shape, sync or async, per-thread or not: a
+/// real `#[no_mangle]` symbol each (uprobes and `dlsym` need one). Entry points with at most
+/// five integer arguments get a trampoline that passes the call site on; longer ones do not
+/// (their call site is unknown: the driver hook's own is used).
+macro_rules! runtime_copy_export {
+    ($name:ident, memcpy, sync, $pt:literal) => {
+        mod $name {
+            use super::*;
+            pub(super) static SLOT: RuntimeFn = slot_of!($name);
+            pub(super) unsafe extern "C" fn imp(
+                dst: *mut c_void,
+                src: *const c_void,
+                count: usize,
+                kind: c_int,
+                caller: usize,
+            ) -> CudaError {
+                shape::memcpy(&SLOT, $pt, dst, src, count, kind, None, caller)
+            }
+        }
+        export_with_caller!($name => $name::imp, 4);
     };
-    let ((host, span), direction, device) = match d.kind {
-        1 if d.src_array.is_null() => (
-            place(&d.src_ptr, &d.src_pos),
-            Direction::HtoD,
-            d.dst_ptr.ptr as u64,
-        ),
-        2 if d.dst_array.is_null() => (
-            place(&d.dst_ptr, &d.dst_pos),
-            Direction::DtoH,
-            d.src_ptr.ptr as u64,
-        ),
-        0 if d.dst_array.is_null() => (place(&d.dst_ptr, &d.dst_pos), Direction::HtoH, 0),
-        _ => return None,
+    ($name:ident, memcpy, async, $pt:literal) => {
+        mod $name {
+            use super::*;
+            pub(super) static SLOT: RuntimeFn = slot_of!($name);
+            pub(super) unsafe extern "C" fn imp(
+                dst: *mut c_void,
+                src: *const c_void,
+                count: usize,
+                kind: c_int,
+                stream: *mut c_void,
+                caller: usize,
+            ) -> CudaError {
+                shape::memcpy(&SLOT, $pt, dst, src, count, kind, Some(stream), caller)
+            }
+        }
+        export_with_caller!($name => $name::imp, 5);
     };
-    Some(Copy {
-        direction,
-        host,
-        device,
-        bytes: w.checked_mul(h)?.checked_mul(depth)?,
-        span,
-        stream,
-        per_thread,
-    })
+    ($name:ident, to_symbol, sync, $pt:literal) => {
+        runtime_copy_export!(@symbol $name, true, $pt);
+    };
+    ($name:ident, from_symbol, sync, $pt:literal) => {
+        runtime_copy_export!(@symbol $name, false, $pt);
+    };
+    (@symbol $name:ident, $to:literal, $pt:literal) => {
+        mod $name {
+            use super::*;
+            pub(super) static SLOT: RuntimeFn = slot_of!($name);
+            pub(super) unsafe extern "C" fn imp(
+                a: *const c_void,
+                b: *const c_void,
+                count: usize,
+                offset: usize,
+                kind: c_int,
+                caller: usize,
+            ) -> CudaError {
+                shape::symbol(&SLOT, $to, $pt, a, b, count, offset, kind, None, caller)
+            }
+        }
+        export_with_caller!($name => $name::imp, 5);
+    };
+    ($name:ident, to_symbol, async, $pt:literal) => {
+        runtime_copy_export!(@symbol_async $name, true, $pt);
+    };
+    ($name:ident, from_symbol, async, $pt:literal) => {
+        runtime_copy_export!(@symbol_async $name, false, $pt);
+    };
+    (@symbol_async $name:ident, $to:literal, $pt:literal) => {
+        mod $name {
+            use super::*;
+            pub(super) static SLOT: RuntimeFn = slot_of!($name);
+        }
+        #[doc = concat!("`", stringify!($name), "` (six arguments: no trampoline, call site unknown).")]
+        ///
+        /// # Safety
+        /// The runtime's contract.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            a: *const c_void,
+            b: *const c_void,
+            count: usize,
+            offset: usize,
+            kind: c_int,
+            stream: *mut c_void,
+        ) -> CudaError {
+            shape::symbol(&$name::SLOT, $to, $pt, a, b, count, offset, kind, Some(stream), 0)
+        }
+    };
+    ($name:ident, copy2d, sync, $pt:literal) => {
+        mod $name {
+            use super::*;
+            pub(super) static SLOT: RuntimeFn = slot_of!($name);
+        }
+        #[doc = concat!("`", stringify!($name), "` (seven arguments: no trampoline, call site unknown).")]
+        ///
+        /// # Safety
+        /// The runtime's contract.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            dst: *mut c_void,
+            dpitch: usize,
+            src: *const c_void,
+            spitch: usize,
+            width: usize,
+            height: usize,
+            kind: c_int,
+        ) -> CudaError {
+            shape::copy2d(&$name::SLOT, $pt, dst, dpitch, src, spitch, width, height, kind, None)
+        }
+    };
+    ($name:ident, copy2d, async, $pt:literal) => {
+        mod $name {
+            use super::*;
+            pub(super) static SLOT: RuntimeFn = slot_of!($name);
+        }
+        #[doc = concat!("`", stringify!($name), "` (eight arguments: no trampoline, call site unknown).")]
+        ///
+        /// # Safety
+        /// The runtime's contract.
+        #[no_mangle]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe extern "C" fn $name(
+            dst: *mut c_void,
+            dpitch: usize,
+            src: *const c_void,
+            spitch: usize,
+            width: usize,
+            height: usize,
+            kind: c_int,
+            stream: *mut c_void,
+        ) -> CudaError {
+            let stream = Some(stream);
+            shape::copy2d(&$name::SLOT, $pt, dst, dpitch, src, spitch, width, height, kind, stream)
+        }
+    };
+    ($name:ident, copy3d, sync, $pt:literal) => {
+        mod $name {
+            use super::*;
+            pub(super) static SLOT: RuntimeFn = slot_of!($name);
+            pub(super) unsafe extern "C" fn imp(p: *const Memcpy3DParms, caller: usize) -> CudaError {
+                shape::copy3d(&SLOT, $pt, p, None, caller)
+            }
+        }
+        export_with_caller!($name => $name::imp, 1);
+    };
+    ($name:ident, copy3d, async, $pt:literal) => {
+        mod $name {
+            use super::*;
+            pub(super) static SLOT: RuntimeFn = slot_of!($name);
+            pub(super) unsafe extern "C" fn imp(
+                p: *const Memcpy3DParms,
+                stream: *mut c_void,
+                caller: usize,
+            ) -> CudaError {
+                shape::copy3d(&SLOT, $pt, p, Some(stream), caller)
+            }
+        }
+        export_with_caller!($name => $name::imp, 2);
+    };
 }
 
-fn memcpy_3d_common(
-    slot: &RuntimeFn,
-    per_thread: bool,
-    p: *const Memcpy3DParms,
-    caller: usize,
-) -> CudaError {
-    let f = next_or_return!(
-        slot,
-        unsafe extern "C" fn(*const Memcpy3DParms) -> CudaError
-    );
-    hooks::runtime_call(
-        caller,
-        true,
-        // SAFETY: the caller's argument, passed on.
-        || unsafe { f(p) },
-        // SAFETY: the call succeeded, so `p` was a valid descriptor.
-        |st, _| hooks::observe_copy(st, caller, unsafe { copy_3d(p, None, per_thread) }),
-    )
+/// The runtime's copy entry points, from one table: `symbol: shape, sync | async,
+/// per-thread`. Each line makes one exported symbol.
+macro_rules! runtime_copy_exports {
+    ($( $name:ident: $shape:ident, $mode:ident, $pt:literal; )*) => {
+        $( runtime_copy_export!($name, $shape, $mode, $pt); )*
+    };
 }
 
-fn memcpy_3d_async_common(
-    slot: &RuntimeFn,
-    per_thread: bool,
-    p: *const Memcpy3DParms,
-    stream: *mut c_void,
-    caller: usize,
-) -> CudaError {
-    let f = next_or_return!(
-        slot,
-        unsafe extern "C" fn(*const Memcpy3DParms, *mut c_void) -> CudaError
-    );
-    hooks::runtime_call(
-        caller,
-        true,
-        // SAFETY: the caller's arguments, passed on.
-        || unsafe { f(p, stream) },
-        // SAFETY: the call succeeded, so `p` was a valid descriptor.
-        |st, _| {
-            hooks::observe_copy(st, caller, unsafe {
-                copy_3d(p, Some(stream as usize), per_thread)
-            })
-        },
-    )
+runtime_copy_exports! {
+    cudaMemcpy: memcpy, sync, false;
+    cudaMemcpy_ptds: memcpy, sync, true;
+    cudaMemcpyAsync: memcpy, async, false;
+    cudaMemcpyAsync_ptsz: memcpy, async, true;
+    cudaMemcpyToSymbol: to_symbol, sync, false;
+    cudaMemcpyToSymbol_ptds: to_symbol, sync, true;
+    cudaMemcpyFromSymbol: from_symbol, sync, false;
+    cudaMemcpyFromSymbol_ptds: from_symbol, sync, true;
+    cudaMemcpyToSymbolAsync: to_symbol, async, false;
+    cudaMemcpyToSymbolAsync_ptsz: to_symbol, async, true;
+    cudaMemcpyFromSymbolAsync: from_symbol, async, false;
+    cudaMemcpyFromSymbolAsync_ptsz: from_symbol, async, true;
+    cudaMemcpy2D: copy2d, sync, false;
+    cudaMemcpy2D_ptds: copy2d, sync, true;
+    cudaMemcpy2DAsync: copy2d, async, false;
+    cudaMemcpy2DAsync_ptsz: copy2d, async, true;
+    cudaMemcpy3D: copy3d, sync, false;
+    cudaMemcpy3D_ptds: copy3d, sync, true;
+    cudaMemcpy3DAsync: copy3d, async, false;
+    cudaMemcpy3DAsync_ptsz: copy3d, async, true;
 }
-
-unsafe extern "C" fn memcpy_3d(p: *const Memcpy3DParms, caller: usize) -> CudaError {
-    memcpy_3d_common(&MEMCPY_3D, false, p, caller)
-}
-export_with_caller!(cudaMemcpy3D => memcpy_3d, 1);
-unsafe extern "C" fn memcpy_3d_ptds(p: *const Memcpy3DParms, caller: usize) -> CudaError {
-    memcpy_3d_common(&MEMCPY_3D_PTDS, true, p, caller)
-}
-export_with_caller!(cudaMemcpy3D_ptds => memcpy_3d_ptds, 1);
-unsafe extern "C" fn memcpy_3d_async(
-    p: *const Memcpy3DParms,
-    stream: *mut c_void,
-    caller: usize,
-) -> CudaError {
-    memcpy_3d_async_common(&MEMCPY_3D_ASYNC, false, p, stream, caller)
-}
-export_with_caller!(cudaMemcpy3DAsync => memcpy_3d_async, 2);
-unsafe extern "C" fn memcpy_3d_async_ptsz(
-    p: *const Memcpy3DParms,
-    stream: *mut c_void,
-    caller: usize,
-) -> CudaError {
-    memcpy_3d_async_common(&MEMCPY_3D_ASYNC_PTSZ, true, p, stream, caller)
-}
-export_with_caller!(cudaMemcpy3DAsync_ptsz => memcpy_3d_async_ptsz, 2);
