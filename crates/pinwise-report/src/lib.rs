@@ -15,6 +15,7 @@
 //! | [`html`] | the self-contained HTML page; [`plots`] draws its SVG plots |
 //! | [`perfetto`] | the timeline in Chrome's trace event format (Perfetto, chrome://tracing) |
 //! | [`diff`] | two histories or profiles side by side |
+//! | [`run`] | what `pinwise run` says at the end: the library's per-process statistics added up, as text and JSON |
 //! | [`units`] | bytes, durations and counts for people |
 //! | [`json`] | how the JSON outputs name things (format, version, snake_case, keyed objects) |
 //!
@@ -38,6 +39,7 @@ pub mod perfetto;
 pub mod plots;
 pub mod progress;
 pub mod redundant;
+pub mod run;
 pub mod sites;
 mod tags;
 pub mod text;

@@ -621,19 +621,8 @@ impl Drop for Engine {
     }
 }
 
-/// `CLOCK_MONOTONIC` in nanoseconds (what the kernel's `bpf_ktime_get_ns` returns; vDSO: no
-/// system call, no allocation). Also pinwise-preload's clock, so that its events line up with
-/// the allocator's and the eBPF tracer's.
-#[inline]
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid out-pointer; CLOCK_MONOTONIC always exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+/// pinwise's one clock, [`pinwise_core::units::monotonic_ns`] (`CLOCK_MONOTONIC`, ns).
+pub use pinwise_core::units::monotonic_ns;
 
 fn current_tid() -> u32 {
     // SAFETY: gettid has no preconditions.

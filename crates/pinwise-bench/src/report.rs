@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 
 use plotters::prelude::*;
 
-use super::{human_size, BenchReport, RunRow, StrategyKind};
+use pinwise_core::units::format_size_exact;
+
+use super::{BenchReport, RunRow, StrategyKind};
 
 /// Medians over repeats for one (size, strategy).
 #[derive(Debug, Clone, PartialEq)]
@@ -210,7 +212,7 @@ pub fn markdown(report: &BenchReport, s: &Summary, command: &str, date: &str) ->
         out,
         "- iterations sized by bytes ({} of hot copies per run, {}..{} iterations); {} repeats, \
          strategies interleaved; medians reported; wall time {:.0} s\n",
-        human_size(c.target_hot_bytes as usize),
+        format_size_exact(c.target_hot_bytes),
         c.min_iterations,
         c.max_iterations,
         c.repeats,
@@ -242,7 +244,7 @@ pub fn markdown(report: &BenchReport, s: &Summary, command: &str, date: &str) ->
                 .iter()
                 .find(|r| r.size == size)
                 .map_or(0, |r| r.iterations);
-            let _ = write!(out, "| {} | {} |", human_size(size), iters);
+            let _ = write!(out, "| {} | {} |", format_size_exact(size as u64), iters);
             for k in &strategies {
                 let v = s
                     .rows
@@ -281,7 +283,7 @@ pub fn markdown(report: &BenchReport, s: &Summary, command: &str, date: &str) ->
             let _ = writeln!(
                 out,
                 "| {} | {} | {:.2} | {:.2} | {:.3} | {} | {:.3} | {} |",
-                human_size(v.size),
+                format_size_exact(v.size as u64),
                 v.best_other.name(),
                 v.best_other_ms,
                 v.smart_ms,
@@ -337,7 +339,7 @@ fn draw_svg(report: &BenchReport, s: &Summary, backend: SVGBackend<'_>) -> Resul
     );
     let x_label = |x: &f64| {
         if (x - x.round()).abs() < 1e-6 && x.round() as i64 % 2 == 0 {
-            human_size(1usize << (x.round() as u32))
+            format_size_exact((1usize << (x.round() as u32)) as u64)
         } else {
             String::new()
         }

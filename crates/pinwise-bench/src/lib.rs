@@ -13,7 +13,12 @@
 //! hot-transfer bandwidth, and peak pinned bytes. The number of iterations per size is
 //! sized by bytes (`target_hot_bytes`), so that small sizes run many iterations and large
 //! ones few. Teardown (releasing pools) is timed separately and not part of the total.
+//!
+//! [`calibrate`] (`pinwise calibrate`) lives here too: it measures the curves of
+//! pinwise-core's cost model on the same [`BenchDevice`]. Both are tools run by a person on
+//! a GPU, never inside a traced program, which is why they are not part of pinwise-alloc.
 
+pub mod calibrate;
 pub mod matrix;
 mod report;
 mod strategies;
@@ -26,13 +31,15 @@ use std::time::Instant;
 
 use parking_lot::Mutex;
 use pinwise_core::profile::Profile;
+use pinwise_core::units::format_size_exact;
 use pinwise_core::{Direction, Policy, Site};
 
-use crate::backend::cuda::CudaBackend;
-use crate::backend::{DevicePtr, PinBackend, StreamHandle};
-use crate::callsite::location_offset;
-use crate::engine::{Engine, EngineConfig};
-use crate::testing::MockBackend;
+use pinwise_alloc::backend::cuda::CudaBackend;
+use pinwise_alloc::backend::{DevicePtr, PinBackend, StreamHandle};
+use pinwise_alloc::callsite::location_offset;
+use pinwise_alloc::engine::{Engine, EngineConfig};
+#[cfg(feature = "testing")]
+use pinwise_alloc::testing::MockBackend;
 
 pub use report::{
     markdown, runs_csv, summary_csv, svg, write_all, SizeVerdict, Summary, SummaryRow,
@@ -42,6 +49,7 @@ use strategies::{CachingPool, EngineStrategy, Pageable, PinEach, Strategy};
 
 const KIB: usize = 1 << 10;
 const MIB: usize = 1 << 20;
+#[cfg(test)]
 const GIB: usize = 1 << 30;
 
 /// What to run.
@@ -218,9 +226,12 @@ impl BenchDevice for CudaDevice {
     }
 }
 
-/// The mock backend (a test fixture) as a bench device, for tests of the benchmark itself.
+/// The mock backend (a test fixture) as a bench device, for tests of the benchmark itself
+/// (feature `testing`).
+#[cfg(feature = "testing")]
 pub struct MockDevice(pub Arc<MockBackend>);
 
+#[cfg(feature = "testing")]
 impl BenchDevice for MockDevice {
     fn backend(&self) -> Arc<dyn PinBackend> {
         self.0.clone()
@@ -347,7 +358,12 @@ pub fn run_with_checkpoints(
                     progress(&Progress {
                         done,
                         total,
-                        label: format!("{} x {} {}", human_size(size), iterations, kind.name()),
+                        label: format!(
+                            "{} x {} {}",
+                            format_size_exact(size as u64),
+                            iterations,
+                            kind.name()
+                        ),
                     });
                     let row = run_one(
                         config,
@@ -658,19 +674,6 @@ fn interleave_roles(hot: usize, cold: usize) -> Vec<(usize, bool)> {
         }
     }
     out
-}
-
-/// `4 KiB`, `16 MiB`, `1 GiB`.
-pub fn human_size(bytes: usize) -> String {
-    if bytes >= GIB && bytes.is_multiple_of(GIB) {
-        format!("{} GiB", bytes / GIB)
-    } else if bytes >= MIB && bytes.is_multiple_of(MIB) {
-        format!("{} MiB", bytes / MIB)
-    } else if bytes >= KIB && bytes.is_multiple_of(KIB) {
-        format!("{} KiB", bytes / KIB)
-    } else {
-        format!("{bytes} B")
-    }
 }
 
 /// The current UTC time as `YYYY-MM-DD HH:MM:SS UTC`.

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use pinwise_core::{Direction, Site};
 
-use crate::backend::PinBackend;
-use crate::engine::{AllocFlags, Engine};
+use pinwise_alloc::backend::PinBackend;
+use pinwise_alloc::engine::{AllocFlags, Engine};
 
 /// Which strategy a run uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
