@@ -13,9 +13,8 @@ pub mod cuda;
 
 use std::fmt;
 
-/// A device address (`CUdeviceptr`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct DevicePtr(pub u64);
+/// A device address: pinwise-cuda's one device pointer type (`CUdeviceptr`, a `u64`).
+pub use pinwise_cuda::DevicePtr;
 
 /// A stream (`CUstream`); `StreamHandle::DEFAULT` (0) is the legacy default stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -9,7 +9,7 @@
 //! | `health` | the sources' own statistics, and whether the run used the CPU stand-in |
 //! | [`redundant`] | redundant transfers: copies whose bytes the other side already had, advice, sampling error |
 //! | [`budget`] | the saving-versus-pinned-budget curve and the budget for a share of the saving |
-//! | [`sites`] | naming call sites: [`SiteResolver`] (the caller symbolizes), labels |
+//! | [`sites`] | naming call sites: [`SourceResolver`] (the caller symbolizes), labels |
 //! | [`text`] | the terminal rendering (the terminal's width; 100 columns elsewhere) |
 //! | [`layout`] | the width, full names or not, colour: how one text rendering looks |
 //! | [`html`] | the self-contained HTML page; [`plots`] draws its SVG plots |
@@ -49,4 +49,4 @@ pub use analysis::{build_report, Report, ReportOptions};
 pub use error::ReportError;
 pub use input::{load_any, load_history, InputInfo, InputKind, Loaded};
 pub use progress::Progress;
-pub use sites::{NoSymbols, SiteLabel, SiteNames, SiteResolver, SourceLocation};
+pub use sites::{NoSymbols, SiteLabel, SiteNames, SourceLocation, SourceResolver};

@@ -35,7 +35,7 @@ use pinwise_core::{CostModel, MemHistory};
 
 use crate::analysis::trace_span;
 use crate::error::ReportError;
-use crate::sites::{SiteNames, SiteResolver};
+use crate::sites::{SiteNames, SourceResolver};
 use crate::units;
 
 /// What to export.
@@ -118,7 +118,7 @@ pub fn write_trace(
     history: &MemHistory,
     cost: &CostModel,
     options: &ExportOptions,
-    resolver: &mut dyn SiteResolver,
+    resolver: &mut dyn SourceResolver,
     out: &mut dyn Write,
 ) -> std::io::Result<ExportSummary> {
     let modules = history.modules();
@@ -284,7 +284,7 @@ pub fn export_file(
     history: &MemHistory,
     cost: &CostModel,
     options: &ExportOptions,
-    resolver: &mut dyn SiteResolver,
+    resolver: &mut dyn SourceResolver,
     path: &Path,
 ) -> Result<ExportSummary, ReportError> {
     let write_error = |source| ReportError::Write {

@@ -40,7 +40,7 @@ use decide::SiteState;
 
 use crate::backend::{EventHandle, PinBackend, StreamHandle};
 use crate::budget::{default_budget_bytes, PinBudget};
-use crate::callsite::SiteResolver;
+use crate::callsite::InProcessSiteResolver;
 use crate::costs;
 use crate::error::AllocError;
 use crate::events::EventPool;
@@ -156,7 +156,7 @@ pub struct Engine {
     events: EventPool,
     live: RwLock<BTreeMap<usize, Arc<Live>>>,
     sites: Mutex<HashMap<Site, SiteState>>,
-    resolver: SiteResolver,
+    resolver: InProcessSiteResolver,
     counters: Counters,
     min_segment: usize,
     history_bits: u8,
@@ -210,7 +210,7 @@ impl Engine {
             events: EventPool::new(),
             live: RwLock::new(BTreeMap::new()),
             sites: Mutex::new(HashMap::new()),
-            resolver: SiteResolver::new(config.modules),
+            resolver: InProcessSiteResolver::new(config.modules),
             counters: Counters::default(),
             min_segment: config.min_segment_bytes.max(PAGE).next_multiple_of(PAGE),
             history_bits: config.history_bits,
@@ -233,7 +233,7 @@ impl Engine {
     }
 
     /// The resolver that turns return addresses and source locations into sites.
-    pub fn sites(&self) -> &SiteResolver {
+    pub fn sites(&self) -> &InProcessSiteResolver {
         &self.resolver
     }
 

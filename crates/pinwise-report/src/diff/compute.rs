@@ -9,7 +9,7 @@ use pinwise_core::{Decision, PinMethod, Policy};
 
 use super::model::*;
 use crate::input::{InputInfo, Loaded};
-use crate::sites::{SiteNames, SiteResolver};
+use crate::sites::{SiteNames, SourceResolver};
 use crate::units::{count, percent};
 
 /// The profile entries of an input.
@@ -165,7 +165,7 @@ pub fn diff(
     b_info: InputInfo,
     policy: &Policy,
     options: &DiffOptions,
-    resolver: &mut dyn SiteResolver,
+    resolver: &mut dyn SourceResolver,
 ) -> DiffReport {
     let mut names = SiteNames::new(resolver);
     let (a_profile, b_profile) = (a, b);
