@@ -20,8 +20,6 @@
 //!   `pinwise bench alloc` are in the pinwise-bench crate);
 //! - [`autocal`]: every GPU its own calibration, measured on first use and cached per GPU;
 //! - `testing` (feature `testing`, for tests only): a mock backend in plain memory.
-#![warn(missing_docs)]
-#![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod autocal;
 pub mod backend;

@@ -23,7 +23,6 @@
 //! | [`units`] | the one clock (`CLOCK_MONOTONIC` ns) and the one size and duration grammar |
 //! | [`synth`] | deterministic synthetic event streams for benchmarks and tests |
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
 
 pub mod cost;
 pub mod event;

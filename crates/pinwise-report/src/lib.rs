@@ -22,7 +22,6 @@
 //! Estimated times come from core's cost model: a history records what moved, not how long
 //! it took. Nothing here needs a GPU or privileges.
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
 
 pub mod analysis;
 pub mod budget;
