@@ -10,6 +10,7 @@
 //! buffer, timed after a warm-up. The default sizes (4 KiB to 1 GiB) take a few seconds on
 //! an H200.
 
+use crate::BenchError;
 use std::time::Instant;
 
 use pinwise_core::cost::CalibrationPoint;
@@ -47,18 +48,19 @@ struct Mapping {
 }
 
 impl Mapping {
-    fn new(len: usize) -> Result<Mapping, String> {
+    fn new(len: usize) -> Result<Mapping, BenchError> {
         Self::map(len, false)
     }
     /// Fresh memory obtained the way the allocator obtains it before registering it
     /// (large mappings advised to use huge pages and populated at once), so that the
     /// calibration's "map and touch" cost is the one the engine will pay.
-    fn like_engine(len: usize) -> Result<Mapping, String> {
+    fn like_engine(len: usize) -> Result<Mapping, BenchError> {
         Self::map(len, true)
     }
-    fn map(len: usize, huge: bool) -> Result<Mapping, String> {
+    fn map(len: usize, huge: bool) -> Result<Mapping, BenchError> {
         let len = len.next_multiple_of(PAGE);
-        let ptr = pageable::map_anonymous(len, huge).ok_or("mmap failed")?;
+        let ptr = pageable::map_anonymous(len, huge)
+            .ok_or_else(|| BenchError::OutOfMemory("mmap failed".into()))?;
         Ok(Mapping { ptr, len })
     }
     /// Populates every page as the engine does before registering (one write per page).
@@ -81,7 +83,7 @@ pub fn calibrate(
     config: &CalibrationConfig,
     device: &dyn BenchDevice,
     progress: &mut dyn FnMut(&CalibrationProgress),
-) -> Result<CostModel, String> {
+) -> Result<CostModel, BenchError> {
     let backend = device.backend();
     let b: &dyn PinBackend = &*backend;
     let max = config
@@ -89,13 +91,13 @@ pub fn calibrate(
         .iter()
         .copied()
         .max()
-        .ok_or("no sizes to calibrate")?;
+        .ok_or_else(|| BenchError::invalid("no sizes to calibrate"))?;
     let dev = device.alloc_device(max)?;
-    let result = (|| -> Result<Vec<CalibrationPoint>, String> {
+    let result = (|| -> Result<Vec<CalibrationPoint>, BenchError> {
         // Source buffers, touched once: pageable (a mapping) and pinned.
         let pageable_buf = Mapping::new(max)?;
         pageable_buf.touch();
-        let pinned_buf = b.alloc_pinned(max, 0).map_err(|e| e.to_string())?;
+        let pinned_buf = b.alloc_pinned(max, 0)?;
         let pinned = PinnedGuard(b, pinned_buf);
         // Warm-up: the first copies of a process pay one-off costs.
         copy_time(b, dev, pageable_buf.ptr, PAGE, true)?;
@@ -126,7 +128,7 @@ pub fn calibrate(
     } else {
         format!("pinwise calibrate on {}", backend.describe())
     };
-    CostModel::from_points(points, &source).map_err(|e| e.to_string())
+    Ok(CostModel::from_points(points, &source)?)
 }
 
 struct PinnedGuard<'a>(&'a dyn PinBackend, *mut u8);
@@ -145,7 +147,7 @@ fn copy_time(
     host: *mut u8,
     len: usize,
     htod: bool,
-) -> Result<f64, String> {
+) -> Result<f64, BenchError> {
     let t = Instant::now();
     // SAFETY: `host` is a live buffer of at least `len` bytes and `dev` a device buffer of at
     // least `len` bytes; the copy is synchronous.
@@ -155,11 +157,9 @@ fn copy_time(
         } else {
             b.copy_dtoh(host, dev, len, None)
         }
-    }
-    .map_err(|e| e.to_string())?;
+    }?;
     // Pageable host-to-device copies may return once staged: wait for the transfer.
-    b.synchronize_stream(StreamHandle::DEFAULT)
-        .map_err(|e| e.to_string())?;
+    b.synchronize_stream(StreamHandle::DEFAULT)?;
     Ok(t.elapsed().as_secs_f64())
 }
 
@@ -178,7 +178,7 @@ fn bandwidth(
     host: *mut u8,
     len: usize,
     htod: bool,
-) -> Result<f64, String> {
+) -> Result<f64, BenchError> {
     let copies = config.min_bytes_per_figure.div_ceil(len).clamp(1, 4096);
     let mut rates = Vec::new();
     for _ in 0..config.repeats.max(1) {
@@ -192,7 +192,7 @@ fn bandwidth(
     Ok(median(rates))
 }
 
-fn micros(f: impl FnOnce() -> Result<(), String>) -> Result<f64, String> {
+fn micros(f: impl FnOnce() -> Result<(), BenchError>) -> Result<f64, BenchError> {
     let t = Instant::now();
     f()?;
     Ok(t.elapsed().as_secs_f64() * 1e6)
@@ -205,7 +205,7 @@ fn measure_size(
     pageable_buf: &Mapping,
     pinned: *mut u8,
     size: usize,
-) -> Result<CalibrationPoint, String> {
+) -> Result<CalibrationPoint, BenchError> {
     let pageable_h2d = bandwidth(config, b, dev, pageable_buf.ptr, size, true)?;
     let pageable_d2h = bandwidth(config, b, dev, pageable_buf.ptr, size, false)?;
     let pinned_h2d = bandwidth(config, b, dev, pinned, size, true)?;
@@ -218,12 +218,12 @@ fn measure_size(
         // cuMemHostAlloc / cuMemFreeHost of fresh pinned memory.
         let mut p = std::ptr::null_mut();
         alloc_us.push(micros(|| {
-            p = b.alloc_pinned(size, 0).map_err(|e| e.to_string())?;
+            p = b.alloc_pinned(size, 0)?;
             Ok(())
         })?);
         // SAFETY: allocated just above, freed once.
         free_us.push(micros(|| {
-            unsafe { b.free_pinned(p) }.map_err(|e| e.to_string())
+            unsafe { b.free_pinned(p) }.map_err(BenchError::from)
         })?);
 
         // Mapping and touching fresh memory the way the engine does before registering it
@@ -239,7 +239,7 @@ fn measure_size(
         // Registering that touched memory, copying from it, unregistering it.
         // SAFETY: our own mapping, mapped until `m` drops after the unregister below.
         reg_us.push(micros(|| {
-            unsafe { b.register(m.ptr, m.len) }.map_err(|e| e.to_string())
+            unsafe { b.register(m.ptr, m.len) }.map_err(BenchError::from)
         })?);
         let copies = config.min_bytes_per_figure.div_ceil(size).clamp(1, 1024) / reps + 1;
         let mut secs = 0.0;
@@ -249,7 +249,7 @@ fn measure_size(
         reg_bw.push((copies * size) as f64 / secs / 1e9);
         // SAFETY: registered just above.
         unreg_us.push(micros(|| {
-            unsafe { b.unregister(m.ptr) }.map_err(|e| e.to_string())
+            unsafe { b.unregister(m.ptr) }.map_err(BenchError::from)
         })?);
     }
     Ok(CalibrationPoint {

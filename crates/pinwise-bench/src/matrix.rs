@@ -9,6 +9,7 @@
 //! Iterations are sized by bytes and then lowered to fit a time budget
 //! ([`super::timing`]): large sizes run few iterations (one at the least).
 
+use crate::BenchError;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -202,7 +203,7 @@ pub fn run(
     device: &dyn BenchDevice,
     progress: &mut dyn FnMut(&Progress),
     checkpoint: &mut dyn FnMut(&MatrixReport),
-) -> Result<MatrixReport, String> {
+) -> Result<MatrixReport, BenchError> {
     let started = Instant::now();
     let backend = device.backend();
     let (planned, estimate_s) = config.planned_iterations();
@@ -239,7 +240,7 @@ pub fn run(
         let dev: Vec<DevicePtr> = (0..roles)
             .map(|_| device.alloc_device(size))
             .collect::<Result<_, _>>()?;
-        let result = (|| -> Result<(), String> {
+        let result = (|| -> Result<(), BenchError> {
             for (hi, sh) in config.shapes.iter().enumerate() {
                 let c = &configs[hi];
                 let iterations = planned[hi][si];

@@ -255,7 +255,7 @@ fn automatic_calibration(device: &CudaDevice) -> CostModel {
         spinner.enable_steady_tick(std::time::Duration::from_millis(120));
     }
     let r = autocal::resolve(key.as_deref(), dir.as_deref(), || {
-        calibrate(&autocal::quick_config(), device, &mut |_| {})
+        calibrate(&autocal::quick_config(), device, &mut |_| {}).map_err(|e| e.to_string())
     });
     spinner.finish_and_clear();
     if let Some(text) = r.announcement() {
