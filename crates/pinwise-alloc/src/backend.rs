@@ -3,7 +3,7 @@
 //! [`PinBackend`] is the allocator's only door to the GPU driver: page-lock memory (allocate
 //! it pinned, or register memory that already exists), mark completion points on streams
 //! (events), and copy. [`cuda::CudaBackend`] implements it on `pinwise-cuda`; the
-//! [`crate::testing::MockBackend`] implements it in plain memory so that pools, the budget
+//! `testing::MockBackend` (feature `testing`) implements it in plain memory so that pools, the budget
 //! and the predictors are tested without any CUDA at all.
 //!
 //! Handles are plain integers (the driver's pointers and handles) so that the trait is easy
@@ -13,9 +13,8 @@ pub mod cuda;
 
 use std::fmt;
 
-/// A device address (`CUdeviceptr`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct DevicePtr(pub u64);
+/// A device address: pinwise-cuda's one device pointer type (`CUdeviceptr`, a `u64`).
+pub use pinwise_cuda::DevicePtr;
 
 /// A stream (`CUstream`); `StreamHandle::DEFAULT` (0) is the legacy default stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -105,72 +105,11 @@ pub fn default_budget_bytes() -> u64 {
     }
 }
 
-/// `MemTotal` in bytes from the text of `/proc/meminfo`.
-pub fn mem_total_bytes(meminfo: &str) -> Option<u64> {
-    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let mut parts = line["MemTotal:".len()..].split_whitespace();
-    let value: u64 = parts.next()?.parse().ok()?;
-    match parts.next() {
-        Some("kB") | None => value.checked_mul(1024),
-        Some(_) => None,
-    }
-}
-
-/// Parses a size such as `8GiB`, `512M`, `4096`, `1.5G`, `64KiB` or `25%` (of `MemTotal`):
-/// the one size grammar of pinwise (the `parse-size` crate, binary units: K, M, G, T, P with
-/// or without `iB`/`B` are powers of 1024; fractions round to the nearest byte).
-pub fn parse_size(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    if let Some(pct) = t.strip_suffix('%') {
-        let p: f64 = pct
-            .trim()
-            .parse()
-            .map_err(|_| format!("`{text}` is not a size: `{pct}` is not a number"))?;
-        if !(0.0..=100.0).contains(&p) {
-            return Err(format!("`{text}`: a percentage must be between 0 and 100"));
-        }
-        let total = std::fs::read_to_string("/proc/meminfo")
-            .ok()
-            .as_deref()
-            .and_then(mem_total_bytes)
-            .ok_or_else(|| format!("`{text}`: cannot read MemTotal from /proc/meminfo"))?;
-        return Ok((total as f64 * p / 100.0) as u64);
-    }
-    // One grammar for every size pinwise takes (parse-size, binary units).
-    const GRAMMAR: parse_size::Config = parse_size::Config::new().with_binary();
-    match GRAMMAR.parse_size(t) {
-        Ok(v) => Ok(v),
-        Err(parse_size::Error::PosOverflow) => Err(format!(
-            "`{text}` is out of range: a size is from 0 to {} bytes (16 EiB)",
-            u64::MAX
-        )),
-        Err(_) if t.starts_with(|c: char| c.is_ascii_digit() || c == '.') => Err(format!(
-            "`{text}`: unknown size unit (use B, K, M, G, T, P, with or without iB/B; all \
-             powers of 1024; examples: 4096, 64KiB, 1.5M, 8G, 25%)"
-        )),
-        Err(_) => Err(format!(
-            "`{text}` is not a size (examples: 4096, 64KiB, 1.5M, 8G, 25%)"
-        )),
-    }
-}
+pub use pinwise_core::units::mem_total_bytes;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes_past_u64_are_refused_with_the_range() {
-        for t in ["18446744073709551616", "16384PiB", "1e30", "99999999999T"] {
-            let e = parse_size(t).unwrap_err();
-            assert!(
-                e.contains("out of range") || e.contains("unit") || e.contains("not a size"),
-                "{t}: {e}"
-            );
-        }
-        let e = parse_size("18446744073709551616").unwrap_err();
-        assert!(e.contains("18446744073709551615 bytes"), "{e}");
-        assert_eq!(parse_size("16T").unwrap(), 16 << 40);
-    }
 
     #[test]
     fn reserve_within_cap_and_refuse_beyond() {
@@ -197,33 +136,5 @@ mod tests {
         assert!(!b.try_reserve(1));
         b.release(80);
         assert!(b.try_reserve(50));
-    }
-
-    #[test]
-    fn meminfo_parsing() {
-        let text = "MemFree: 10 kB\nMemTotal:       131072000 kB\n";
-        assert_eq!(mem_total_bytes(text), Some(131_072_000 * 1024));
-        assert_eq!(mem_total_bytes("nothing"), None);
-        assert_eq!(mem_total_bytes("MemTotal: x kB"), None);
-    }
-
-    #[test]
-    fn size_parsing() {
-        assert_eq!(parse_size("4096").unwrap(), 4096);
-        assert_eq!(parse_size("64MiB").unwrap(), 64 << 20);
-        assert_eq!(parse_size("8G").unwrap(), 8 << 30);
-        assert_eq!(parse_size("1.5k").unwrap(), 1536);
-        assert!(parse_size("ten").unwrap_err().contains("not a size"));
-        assert!(parse_size("5 parsecs")
-            .unwrap_err()
-            .contains("unknown size unit"));
-        assert!(parse_size("150%").is_err());
-        assert_eq!(parse_size("1.5M").unwrap(), 3 << 19);
-        assert_eq!(parse_size("64KiB").unwrap(), 64 << 10);
-        assert_eq!(parse_size("2g").unwrap(), 2 << 30);
-        assert_eq!(parse_size("1 GB").unwrap(), 1 << 30);
-        assert_eq!(parse_size("512").unwrap(), 512);
-        assert!(parse_size("").unwrap_err().contains("not a size"));
-        assert!(parse_size("-1M").unwrap_err().contains("not a size"));
     }
 }

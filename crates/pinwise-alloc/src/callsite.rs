@@ -50,16 +50,16 @@ struct ScannedModule {
 /// shared [`ModuleTable`]. Cheap after the first call for a module: one read lock and a
 /// binary search.
 #[derive(Debug)]
-pub struct SiteResolver {
+pub struct InProcessSiteResolver {
     modules: Arc<ModuleTable>,
     loaded: RwLock<Vec<LoadedModule>>,
     self_module: OnceLock<ModuleId>,
 }
 
-impl SiteResolver {
+impl InProcessSiteResolver {
     /// A resolver interning into `modules`.
     pub fn new(modules: Arc<ModuleTable>) -> Self {
-        SiteResolver {
+        InProcessSiteResolver {
             modules,
             loaded: RwLock::new(Vec::new()),
             self_module: OnceLock::new(),
@@ -95,7 +95,7 @@ impl SiteResolver {
     /// The module that contains this crate's code.
     pub fn self_module(&self) -> ModuleId {
         *self.self_module.get_or_init(|| {
-            let here = SiteResolver::resolve as *const () as usize;
+            let here = InProcessSiteResolver::resolve as *const () as usize;
             self.resolve(here).module
         })
     }
@@ -269,7 +269,7 @@ mod tests {
     #[test]
     fn own_code_resolves_to_a_module_with_a_stable_offset() {
         let table = ModuleTable::shared();
-        let r = SiteResolver::new(table.clone());
+        let r = InProcessSiteResolver::new(table.clone());
         let addr = own_code_resolves_to_a_module_with_a_stable_offset as *const () as usize;
         let site = r.resolve(addr);
         assert_ne!(site.module, ModuleId::UNKNOWN);
@@ -282,7 +282,7 @@ mod tests {
         // Two addresses 16 bytes apart are 16 apart in the file too.
         assert_eq!(r.resolve(addr + 16).offset, site.offset + 16);
         // A second resolver (another "run") gives the same site for the same code.
-        let r2 = SiteResolver::new(ModuleTable::shared());
+        let r2 = InProcessSiteResolver::new(ModuleTable::shared());
         assert_eq!(r2.resolve(addr).offset, site.offset);
     }
 
@@ -290,7 +290,7 @@ mod tests {
     fn the_offset_is_the_file_offset() {
         // Read the executable's program headers from the file and check that the offset we
         // computed maps back into a PT_LOAD segment with the same code bytes.
-        let r = SiteResolver::new(ModuleTable::shared());
+        let r = InProcessSiteResolver::new(ModuleTable::shared());
         let f = the_offset_is_the_file_offset as *const () as usize;
         let site = r.resolve(f);
         let exe = std::fs::read("/proc/self/exe").unwrap();
@@ -306,7 +306,7 @@ mod tests {
 
     #[test]
     fn unknown_addresses_are_unknown_not_a_crash() {
-        let r = SiteResolver::new(ModuleTable::shared());
+        let r = InProcessSiteResolver::new(ModuleTable::shared());
         let s = r.resolve(8);
         assert_eq!(s.module, ModuleId::UNKNOWN);
         assert_eq!(s.offset, 8);
@@ -315,7 +315,7 @@ mod tests {
     #[test]
     fn build_id_is_found_and_used() {
         let table = ModuleTable::shared();
-        let r = SiteResolver::new(table.clone());
+        let r = InProcessSiteResolver::new(table.clone());
         let site = r.resolve(build_id_is_found_and_used as *const () as usize);
         let id = table.get(site.module).unwrap();
         // Rust test binaries are linked with a build ID by default on Linux.
@@ -327,7 +327,7 @@ mod tests {
 
     #[test]
     fn location_sites_are_stable_and_distinct() {
-        let r = SiteResolver::new(ModuleTable::shared());
+        let r = InProcessSiteResolver::new(ModuleTable::shared());
         #[track_caller]
         fn here() -> &'static Location<'static> {
             Location::caller()

@@ -16,14 +16,13 @@
 //! - [`callsite`]: allocation identity (call site normalized across runs);
 //! - [`costs`]: the view of the cost model that decisions weigh;
 //! - [`backend`]: the driver operations it needs, behind [`backend::PinBackend`];
-//! - [`calibrate`] and [`bench`](mod@bench): `pinwise calibrate` and `pinwise bench alloc`;
-//! - [`autocal`]: every GPU its own calibration, measured on first use and cached per GPU.
-#![warn(missing_docs)]
-#![deny(unsafe_op_in_unsafe_fn)]
+//! - [`calibrate`]: what a calibration measures (the measuring, `pinwise calibrate`, and
+//!   `pinwise bench alloc` are in the pinwise-bench crate);
+//! - [`autocal`]: every GPU its own calibration, measured on first use and cached per GPU;
+//! - `testing` (feature `testing`, for tests only): a mock backend in plain memory.
 
 pub mod autocal;
 pub mod backend;
-pub mod bench;
 pub mod budget;
 mod buffer;
 pub mod calibrate;
@@ -40,6 +39,7 @@ pub mod predict;
 pub mod pressure;
 pub mod record;
 mod stats;
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
 pub use backend::{DevicePtr, PinBackend, StreamHandle};

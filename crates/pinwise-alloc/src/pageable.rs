@@ -37,7 +37,7 @@ pub fn default_cache_bytes() -> usize {
 /// default used), else the default.
 pub fn cache_bytes_from_env() -> usize {
     match std::env::var(CACHE_ENV) {
-        Ok(v) => match crate::budget::parse_size(&v) {
+        Ok(v) => match pinwise_core::units::parse_size_or_ram_percent(&v) {
             Ok(b) => b.min(usize::MAX as u64) as usize,
             Err(e) => {
                 tracing::warn!(value = %v, error = %e, "{CACHE_ENV} not understood; default cap");

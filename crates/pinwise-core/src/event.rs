@@ -237,16 +237,3 @@ impl Event {
         self
     }
 }
-
-/// Nanoseconds since a fixed origin in this process (the first call), never 0.
-///
-/// A convenience for in-process sources that only need timestamps consistent among
-/// themselves. Sources whose events must line up with the kernel's `bpf_ktime_get_ns()`
-/// (the tracer, the preload library) stamp events with `CLOCK_MONOTONIC` themselves.
-pub fn now_ns() -> u64 {
-    use std::sync::OnceLock;
-    use std::time::Instant;
-    static ORIGIN: OnceLock<Instant> = OnceLock::new();
-    let origin = *ORIGIN.get_or_init(Instant::now);
-    origin.elapsed().as_nanos() as u64 + 1
-}

@@ -20,9 +20,9 @@
 //! | [`cost`] | `CostModel`: transfer and pinning times by size, from a calibration |
 //! | [`policy`] | `Policy`: pin or not, and why; budget-constrained plans |
 //! | [`timeline`] | `Timeline`: pinned bytes over lifetimes (budget peaks) |
+//! | [`units`] | the one clock (`CLOCK_MONOTONIC` ns) and the one size and duration grammar |
 //! | [`synth`] | deterministic synthetic event streams for benchmarks and tests |
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
 
 pub mod cost;
 pub mod event;
@@ -38,6 +38,7 @@ pub mod stack;
 pub mod synth;
 pub mod tag;
 pub mod timeline;
+pub mod units;
 
 mod segvec;
 mod varint;

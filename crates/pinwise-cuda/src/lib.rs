@@ -46,6 +46,9 @@ mod ipc;
 mod memory;
 pub mod nvml;
 mod stream;
+// Raw declarations mirroring cuda.h (constants, structs, function-pointer types): their
+// documentation is NVIDIA's, not repeated here.
+#[allow(missing_docs)]
 pub mod sys;
 
 pub use api::DriverApi;

@@ -24,29 +24,49 @@ pub enum Direction {
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Request {
     /// First message: the protocol version the client speaks.
-    Hello { version: u32 },
+    Hello {
+        /// The protocol version.
+        version: u32,
+    },
     /// A pinned buffer of at least `len` bytes: a new one, or with `name`, the buffer of
     /// that name of the client's user (made on first use, shared by every client of the
     /// user that asks for the name, freed when the last lets go).
     Alloc {
+        /// Bytes wanted.
         len: u64,
+        /// The shared buffer's name, if any.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         name: Option<String>,
     },
     /// Frees one of this client's buffers.
-    Free { buffer: u64 },
+    Free {
+        /// The buffer.
+        buffer: u64,
+    },
     /// Opens a device allocation of the client by its CUDA IPC handle (64 bytes).
-    OpenDevice { handle: Vec<u8> },
+    OpenDevice {
+        /// The CUDA IPC memory handle's bytes.
+        handle: Vec<u8>,
+    },
     /// Closes a device allocation opened by `OpenDevice`.
-    CloseDevice { device: u64 },
+    CloseDevice {
+        /// The device allocation, as `Device` named it.
+        device: u64,
+    },
     /// Copies `len` bytes between a buffer and an opened device allocation; answered when
     /// the bytes have arrived.
     Copy {
+        /// Which way.
         dir: Direction,
+        /// The buffer.
         buffer: u64,
+        /// Where in the buffer, bytes.
         buffer_offset: u64,
+        /// The opened device allocation.
         device: u64,
+        /// Where in the device allocation, bytes.
         device_offset: u64,
+        /// Bytes to copy.
         len: u64,
     },
     /// The service's accounting.
@@ -105,23 +125,41 @@ pub struct Stats {
 #[serde(tag = "reply", rename_all = "snake_case")]
 pub enum Response {
     /// Welcome: the service's version and this client's budget.
-    Hello { version: u32, client_budget: u64 },
+    Hello {
+        /// The service's protocol version.
+        version: u32,
+        /// This client's budget, bytes.
+        client_budget: u64,
+    },
     /// A buffer (its memfd travels with this message).
     Buffer {
+        /// The buffer's number.
         buffer: u64,
+        /// Its length, bytes (at least the length asked for).
         len: u64,
+        /// Whether it is backed by huge pages.
         huge: bool,
         /// Made by this request (false: an existing named buffer).
         created: bool,
     },
     /// An opened device allocation and its size.
-    Device { device: u64, len: u64 },
+    Device {
+        /// The device allocation's number.
+        device: u64,
+        /// Its size, bytes.
+        len: u64,
+    },
     /// Done.
     Done,
     /// Accounting.
     Stats(Stats),
     /// Refused or failed.
-    Error { kind: ErrorKind, message: String },
+    Error {
+        /// What kind of refusal.
+        kind: ErrorKind,
+        /// What went wrong, for a person.
+        message: String,
+    },
 }
 
 /// Encodes a message.

@@ -153,7 +153,7 @@ impl Config {
         let _ = flag(env::MALLOC_HOOKS, true);
         let _ = flag(env::STACKS, true);
         if let Some(v) = set(env::MIN_TRACKED) {
-            if let Err(e) = pinwise_alloc::budget::parse_size(&v) {
+            if let Err(e) = pinwise_core::units::parse_size_or_ram_percent(&v) {
                 problems.push(format!(
                     "{}: {e}; tracking malloc-family allocations of at least 64 KiB",
                     env::MIN_TRACKED
@@ -182,14 +182,15 @@ impl Config {
             ));
             mode = Mode::Adaptive;
         }
-        let budget_bytes =
-            set(env::BUDGET).and_then(|v| match pinwise_alloc::budget::parse_size(&v) {
+        let budget_bytes = set(env::BUDGET).and_then(|v| {
+            match pinwise_core::units::parse_size_or_ram_percent(&v) {
                 Ok(b) => Some(b),
                 Err(e) => {
                     problems.push(format!("{}: {e}; using the default budget", env::BUDGET));
                     None
                 }
-            });
+            }
+        });
         let log = match set(env::LOG) {
             None => LogTarget::Off,
             Some(v) if v == "stderr" || v == "-" => LogTarget::Stderr,

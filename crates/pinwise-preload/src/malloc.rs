@@ -89,7 +89,7 @@ pub fn stacks_enabled() -> bool {
 /// all (`PINWISE_MALLOC_HOOKS`), whether stacks are captured (`PINWISE_STACKS`). Errors
 /// are reported by [`crate::config::Config`], which reads the same variables.
 pub fn configure(min_tracked: Option<&str>, hooks: Option<bool>, stacks: Option<bool>) {
-    let min = match min_tracked.map(pinwise_alloc::budget::parse_size) {
+    let min = match min_tracked.map(pinwise_core::units::parse_size_or_ram_percent) {
         Some(Ok(n)) => usize::try_from(n).unwrap_or(usize::MAX).max(1),
         _ => DEFAULT_MIN_TRACKED,
     };
@@ -169,10 +169,10 @@ pub fn record_alloc(caller: usize, ptr: *mut c_void, size: usize) -> bool {
     let _inside = Inside::enter();
     guarded(|| {
         let stack = if stacks_enabled() {
-            let t0 = pinwise_alloc::engine::monotonic_ns();
+            let t0 = pinwise_core::units::monotonic_ns();
             if crate::stack_budget::may_capture(t0) {
                 let s = st.recorder.stack_from(caller);
-                let t1 = pinwise_alloc::engine::monotonic_ns();
+                let t1 = pinwise_core::units::monotonic_ns();
                 let took = t1.saturating_sub(t0);
                 crate::stack_budget::spent(took);
                 STACK_NS.fetch_add(took, Ordering::Relaxed);

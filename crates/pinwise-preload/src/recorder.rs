@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use pinwise_alloc::callsite::SiteResolver;
+use pinwise_alloc::callsite::InProcessSiteResolver;
 use pinwise_core::{
     Event, EventKind, Frame, HistoryConfig, HostState, MemHistory, ModuleTable, ProbeKind, Site,
     StackId, StackTable,
@@ -120,7 +120,7 @@ const SITE_CACHE: usize = 256;
 /// The history and the machinery that feeds it. See the module documentation.
 pub struct Recorder {
     pid: u32,
-    resolver: SiteResolver,
+    resolver: InProcessSiteResolver,
     stacks: Arc<StackTable>,
     /// Names Python frames (caching each code object's strings).
     python: Mutex<pinwise_pyframes::Resolver>,
@@ -143,7 +143,7 @@ impl Recorder {
         let stacks = StackTable::shared();
         Recorder {
             pid,
-            resolver: SiteResolver::new(modules.clone()),
+            resolver: InProcessSiteResolver::new(modules.clone()),
             stacks: stacks.clone(),
             python: Mutex::new(pinwise_pyframes::Resolver::new()),
             interpreter_module: std::sync::OnceLock::new(),

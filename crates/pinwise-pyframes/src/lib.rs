@@ -80,8 +80,6 @@
 //! | [`resolve`] | code objects to strings, type- and liveness-checked |
 //! | [`linetable`] | line numbers from `co_linetable` (3.10 and 3.11+ formats) |
 //! | [`user`] | which frames are the program's own |
-#![deny(unsafe_op_in_unsafe_fn)]
-#![warn(missing_docs)]
 
 pub mod detect;
 pub mod layout;

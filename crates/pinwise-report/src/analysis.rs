@@ -14,7 +14,7 @@ use crate::health::{provenance, source_health};
 use crate::input::InputInfo;
 use crate::pass::Pass;
 use crate::progress::Progress;
-use crate::sites::{SiteNames, SiteResolver};
+use crate::sites::{SiteNames, SourceResolver};
 
 pub use crate::model::*;
 
@@ -57,7 +57,7 @@ pub fn build_report(
     input: InputInfo,
     cost: &CostModel,
     options: &ReportOptions,
-    resolver: &mut dyn SiteResolver,
+    resolver: &mut dyn SourceResolver,
     progress: &mut Progress,
 ) -> Report {
     let policy = Policy::new(cost.clone());

@@ -17,7 +17,7 @@ use crate::text::{
     budget_sentence, events_sentence, kind_name, overview_sentence, saving_sentence, state_name,
     waste_sentence,
 };
-use crate::units::{bytes, count, duration_ns, percent};
+use crate::units::{count, format_duration_ns, format_size, percent};
 
 /// Number of plots on the page (the page's self-check expects this many).
 pub const PLOTS: usize = 5;
@@ -150,7 +150,7 @@ pub fn render(report: &Report) -> Result<String, ReportError> {
         &format!(
             "Bytes moved over time, by direction and host memory state (buckets of {}). A copy \
              counts where it started: a rate above the link's bandwidth means copies queued.{}",
-            duration_ns(report.plots.traffic.bucket_ns as f64),
+            format_duration_ns(report.plots.traffic.bucket_ns as f64),
             if report.plots.traffic.incomplete {
                 " Some transfers are missing: events past the per-allocation cap are counted \
                  but not kept."
@@ -220,7 +220,7 @@ pub fn render(report: &Report) -> Result<String, ReportError> {
         &format!(
             "Fingerprinted copies of the allocations with the most time wasted on redundant \
              copies ({} in all, cost model {}).",
-            duration_ns(report.redundant.wasted_ns),
+            format_duration_ns(report.redundant.wasted_ns),
             report.cost_model
         ),
     );
@@ -270,7 +270,7 @@ fn header(h: &mut String, r: &Report) {
          <p class=\"muted\">cost model: {}</p>",
         escape(&r.input.path),
         escape(r.input.kind.describe()),
-        escape(&bytes(r.input.file_bytes)),
+        escape(&format_size(r.input.file_bytes)),
         escape(&overview_sentence(r)),
         escape(&r.cost_model)
     );
@@ -294,11 +294,11 @@ fn cards(h: &mut String, r: &Report) {
     let dir = |i: usize| &r.directions[i];
     let items = [
         (
-            bytes(dir(0).bytes),
+            format_size(dir(0).bytes),
             format!("host to device, {} transfers", count(dir(0).transfers)),
         ),
         (
-            bytes(dir(1).bytes),
+            format_size(dir(1).bytes),
             format!("device to host, {} transfers", count(dir(1).transfers)),
         ),
         (
@@ -306,18 +306,18 @@ fn cards(h: &mut String, r: &Report) {
             "of host<->device bytes from pageable memory".to_owned(),
         ),
         (
-            duration_ns(r.saving.net_saving_pin_worthwhile_ns),
+            format_duration_ns(r.saving.net_saving_pin_worthwhile_ns),
             "pinning would save (net, estimated)".to_owned(),
         ),
         (
-            bytes(r.budget.budget_bytes),
+            format_size(r.budget.budget_bytes),
             format!(
                 "pinned budget for {} of the saving",
                 percent(r.budget.share_asked)
             ),
         ),
         (
-            bytes(r.pinned_for_nothing.wasted_bytes),
+            format_size(r.pinned_for_nothing.wasted_bytes),
             "pinned for nothing".to_owned(),
         ),
         (count(r.overview.records), "allocation records".to_owned()),
@@ -391,7 +391,7 @@ fn directions(h: &mut String, r: &Report) {
             0.0
         };
         let time = |v: Option<f64>| match v {
-            Some(ns) => num(duration_ns(ns), ns),
+            Some(ns) => num(format_duration_ns(ns), ns),
             None => num("-".into(), 0.0),
         };
         let saving = match (d.estimated_ns, d.estimated_if_pinned_ns) {
@@ -403,7 +403,7 @@ fn directions(h: &mut String, r: &Report) {
             "<tr>{}{}{}{}{}{}{}{}</tr>",
             text_cell(d.direction.as_str(), "l"),
             num(count(d.transfers), d.transfers as f64),
-            num(bytes(d.bytes), d.bytes as f64),
+            num(format_size(d.bytes), d.bytes as f64),
             num(if host > 0 { percent(share) } else { "-".into() }, share),
             time(d.estimated_ns),
             time(d.estimated_if_pinned_ns),
@@ -450,7 +450,7 @@ fn allocation_table(h: &mut String, rows: &[AllocationRow], empty: &str) {
                 "<td class=\"l reason yes\" data-v=\"{}\" title=\"{}\">yes, +{}</td>",
                 a.net_saving_ns,
                 escape(&a.reason),
-                escape(&duration_ns(a.net_saving_ns))
+                escape(&format_duration_ns(a.net_saving_ns))
             )
         } else {
             format!(
@@ -478,7 +478,7 @@ fn allocation_table(h: &mut String, rows: &[AllocationRow], empty: &str) {
                 f64::from(a.call_no)
             ),
             num(a.pid.to_string(), f64::from(a.pid)),
-            num(bytes(a.size), a.size as f64),
+            num(format_size(a.size), a.size as f64),
             text_cell(kind_name(a.kind), "l"),
             text_cell(state_name(a.state), "l"),
             num(count(a.transfers), a.transfers as f64),
@@ -486,7 +486,7 @@ fn allocation_table(h: &mut String, rows: &[AllocationRow], empty: &str) {
                 format!("{} / {}", count(a.htod), count(a.dtoh)),
                 a.htod as f64
             ),
-            num(bytes(a.bytes), a.bytes as f64),
+            num(format_size(a.bytes), a.bytes as f64),
             num(
                 if a.bytes > 0 {
                     percent(pageable)
@@ -496,7 +496,7 @@ fn allocation_table(h: &mut String, rows: &[AllocationRow], empty: &str) {
                 pageable
             ),
             match a.lifetime_ns {
-                Some(ns) => num(duration_ns(ns as f64), ns as f64),
+                Some(ns) => num(format_duration_ns(ns as f64), ns as f64),
                 None => num("not seen".into(), f64::MAX),
             },
         );
@@ -541,7 +541,7 @@ fn sites(h: &mut String, r: &Report) {
             num(count(s.allocations), s.allocations as f64),
             num(count(s.implicit_records), s.implicit_records as f64),
             num(count(s.transfers), s.transfers as f64),
-            num(bytes(s.bytes), s.bytes as f64),
+            num(format_size(s.bytes), s.bytes as f64),
             num(
                 if s.bytes > 0 {
                     percent(pageable)
@@ -550,8 +550,8 @@ fn sites(h: &mut String, r: &Report) {
                 },
                 pageable
             ),
-            num(bytes(s.min_size), s.min_size as f64),
-            num(bytes(s.max_size), s.max_size as f64),
+            num(format_size(s.min_size), s.min_size as f64),
+            num(format_size(s.max_size), s.max_size as f64),
             num(count(u64::from(s.max_call_no)), f64::from(s.max_call_no)),
         );
     }
@@ -583,10 +583,10 @@ fn waste(h: &mut String, r: &Report) {
             escape(&w.site.short()),
             num(count(w.allocations), w.allocations as f64),
             num(count(w.never_transferred), w.never_transferred as f64),
-            num(bytes(w.bytes), w.bytes as f64),
+            num(format_size(w.bytes), w.bytes as f64),
             num(count(w.transfers), w.transfers as f64),
-            num(bytes(w.max_size), w.max_size as f64),
-            num(duration_ns(w.wasted_ns), w.wasted_ns),
+            num(format_size(w.max_size), w.max_size as f64),
+            num(format_duration_ns(w.wasted_ns), w.wasted_ns),
         );
     }
     table_end(h);
@@ -621,7 +621,7 @@ fn redundant(h: &mut String, r: &Report) {
             "<tr><td class=\"l site\" title=\"{}\">{}</td>{}{}{}{}{}{}{}{}</tr>",
             escape(&a.site.long()),
             escape(&name),
-            num(bytes(a.size), a.size as f64),
+            num(format_size(a.size), a.size as f64),
             num(count(u64::from(rd.uploads)), f64::from(rd.uploads)),
             num(
                 count(u64::from(rd.redundant_uploads)),
@@ -632,8 +632,8 @@ fn redundant(h: &mut String, r: &Report) {
                 count(u64::from(rd.redundant_downloads)),
                 f64::from(rd.redundant_downloads)
             ),
-            num(bytes(b), b as f64),
-            num(duration_ns(a.wasted_ns), a.wasted_ns),
+            num(format_size(b), b as f64),
+            num(format_duration_ns(a.wasted_ns), a.wasted_ns),
             text_cell(&a.advice, "l"),
         );
     }

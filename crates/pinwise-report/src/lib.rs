@@ -9,19 +9,19 @@
 //! | `health` | the sources' own statistics, and whether the run used the CPU stand-in |
 //! | [`redundant`] | redundant transfers: copies whose bytes the other side already had, advice, sampling error |
 //! | [`budget`] | the saving-versus-pinned-budget curve and the budget for a share of the saving |
-//! | [`sites`] | naming call sites: [`SiteResolver`] (the caller symbolizes), labels |
+//! | [`sites`] | naming call sites: [`SourceResolver`] (the caller symbolizes), labels |
 //! | [`text`] | the terminal rendering (the terminal's width; 100 columns elsewhere) |
 //! | [`layout`] | the width, full names or not, colour: how one text rendering looks |
 //! | [`html`] | the self-contained HTML page; [`plots`] draws its SVG plots |
 //! | [`perfetto`] | the timeline in Chrome's trace event format (Perfetto, chrome://tracing) |
 //! | [`diff`] | two histories or profiles side by side |
+//! | [`run`] | what `pinwise run` says at the end: the library's per-process statistics added up, as text and JSON |
 //! | [`units`] | bytes, durations and counts for people |
 //! | [`json`] | how the JSON outputs name things (format, version, snake_case, keyed objects) |
 //!
 //! Estimated times come from core's cost model: a history records what moved, not how long
 //! it took. Nothing here needs a GPU or privileges.
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
 
 pub mod analysis;
 pub mod budget;
@@ -38,6 +38,7 @@ pub mod perfetto;
 pub mod plots;
 pub mod progress;
 pub mod redundant;
+pub mod run;
 pub mod sites;
 mod tags;
 pub mod text;
@@ -47,4 +48,4 @@ pub use analysis::{build_report, Report, ReportOptions};
 pub use error::ReportError;
 pub use input::{load_any, load_history, InputInfo, InputKind, Loaded};
 pub use progress::Progress;
-pub use sites::{NoSymbols, SiteLabel, SiteNames, SiteResolver, SourceLocation};
+pub use sites::{NoSymbols, SiteLabel, SiteNames, SourceLocation, SourceResolver};

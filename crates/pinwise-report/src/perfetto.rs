@@ -35,7 +35,7 @@ use pinwise_core::{CostModel, MemHistory};
 
 use crate::analysis::trace_span;
 use crate::error::ReportError;
-use crate::sites::{SiteNames, SiteResolver};
+use crate::sites::{SiteNames, SourceResolver};
 use crate::units;
 
 /// What to export.
@@ -118,7 +118,7 @@ pub fn write_trace(
     history: &MemHistory,
     cost: &CostModel,
     options: &ExportOptions,
-    resolver: &mut dyn SiteResolver,
+    resolver: &mut dyn SourceResolver,
     out: &mut dyn Write,
 ) -> std::io::Result<ExportSummary> {
     let modules = history.modules();
@@ -284,7 +284,7 @@ pub fn export_file(
     history: &MemHistory,
     cost: &CostModel,
     options: &ExportOptions,
-    resolver: &mut dyn SiteResolver,
+    resolver: &mut dyn SourceResolver,
     path: &Path,
 ) -> Result<ExportSummary, ReportError> {
     let write_error = |source| ReportError::Write {
@@ -342,14 +342,14 @@ fn allocation(
     let name = if tag.call_no > 0 {
         format!(
             "{} {} #{}",
-            units::bytes(v.size()),
+            units::format_size(v.size()),
             site.short(),
             tag.call_no
         )
     } else {
         format!(
             "{} untracked, first copied at {}",
-            units::bytes(v.size()),
+            units::format_size(v.size()),
             site.short()
         )
     };
@@ -414,8 +414,12 @@ fn allocation(
                 let dur_ns = (modeled.round() as u64).min(room);
                 let state = if pinned { "pinned" } else { "pageable" };
                 w.event(&TraceEvent {
-                    name: format!("{} {} ({state})", direction.as_str(), units::bytes(bytes))
-                        .into(),
+                    name: format!(
+                        "{} {} ({state})",
+                        direction.as_str(),
+                        units::format_size(bytes)
+                    )
+                    .into(),
                     cat: Some("transfer"),
                     ph: "X",
                     ts: us(at.saturating_sub(origin)),

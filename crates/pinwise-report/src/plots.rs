@@ -332,7 +332,7 @@ pub fn size_classes(report: &Report) -> Result<String, ReportError> {
             * 1.3; // room for the legend
         let labels: Vec<String> = classes
             .iter()
-            .map(|c| units::bytes(c.min_size).replace(".00", ""))
+            .map(|c| units::format_size(c.min_size).replace(".00", ""))
             .collect();
         let label_of = |v: &SegmentValue<usize>| match v {
             SegmentValue::CenterOf(i) if *i < n => format!("{}+", labels[*i]),
@@ -422,7 +422,7 @@ pub fn budget_curve(report: &Report) -> Result<String, ReportError> {
             .y_label_area_size(70)
             .build_cartesian_2d(0f64..x_max, 0f64..y_max)
             .map_err(err)?;
-        let bytes_label = |v: &f64| units::bytes(v.max(0.0) as u64);
+        let bytes_label = |v: &f64| units::format_size(v.max(0.0) as u64);
         chart
             .configure_mesh()
             .light_line_style(FINE_GRID)
@@ -478,8 +478,8 @@ pub fn budget_curve(report: &Report) -> Result<String, ReportError> {
             .map_err(err)?
             .label(format!(
                 "budget {}: core's plan nets {}",
-                units::bytes(b.budget_bytes),
-                units::duration_ns(b.plan_saving_ns)
+                units::format_size(b.budget_bytes),
+                units::format_duration_ns(b.plan_saving_ns)
             ))
             .legend(move |(x, y)| Circle::new((x + 7, y), 4, red.filled()));
         chart
@@ -521,7 +521,13 @@ pub fn redundant(report: &Report) -> Result<String, ReportError> {
         let top = rows.iter().map(|r| copies(r).1).max().unwrap_or(1) as f64 * 1.3;
         let labels: Vec<String> = rows
             .iter()
-            .map(|r| format!("#{} {}", r.id, units::bytes(r.size).replace(".00", "")))
+            .map(|r| {
+                format!(
+                    "#{} {}",
+                    r.id,
+                    units::format_size(r.size).replace(".00", "")
+                )
+            })
             .collect();
         let label_of = |v: &SegmentValue<usize>| match v {
             SegmentValue::CenterOf(i) if *i < n => labels[*i].clone(),

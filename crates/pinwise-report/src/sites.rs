@@ -1,4 +1,4 @@
-//! Naming call sites for people: function and file:line when a [`SiteResolver`] knows them,
+//! Naming call sites for people: function and file:line when a [`SourceResolver`] knows them,
 //! else module and offset.
 //!
 //! This crate does not symbolize by itself (it would need the ELF/DWARF machinery the
@@ -24,7 +24,7 @@ pub struct SourceLocation {
 }
 
 /// Turns a module and an offset in its file into a source location.
-pub trait SiteResolver {
+pub trait SourceResolver {
     /// The source location of the call site at `offset` (a file offset, as in
     /// [`Site::offset`]) in `module`, or `None` when unknown (file gone, rebuilt, no
     /// symbol there).
@@ -35,7 +35,7 @@ pub trait SiteResolver {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoSymbols;
 
-impl SiteResolver for NoSymbols {
+impl SourceResolver for NoSymbols {
     fn resolve(&mut self, _module: &ModuleIdentity, _offset: u64) -> Option<SourceLocation> {
         None
     }
@@ -132,20 +132,20 @@ impl SiteLabel {
 /// Names sites with the names a history stored, else with a resolver, once each
 /// (resolving can mean parsing DWARF).
 pub struct SiteNames<'r> {
-    resolver: &'r mut dyn SiteResolver,
+    resolver: &'r mut dyn SourceResolver,
     cache: HashMap<(String, u64), SiteLabel>,
     stored: SymbolTable,
 }
 
 impl<'r> SiteNames<'r> {
     /// Names through `resolver`.
-    pub fn new(resolver: &'r mut dyn SiteResolver) -> Self {
+    pub fn new(resolver: &'r mut dyn SourceResolver) -> Self {
         Self::with_stored(resolver, SymbolTable::new())
     }
 
     /// Names from `stored` (a history's [`MemHistory::symbols`](pinwise_core::MemHistory::symbols),
     /// which [`SiteNames::site`] is then used with), else through `resolver`.
-    pub fn with_stored(resolver: &'r mut dyn SiteResolver, stored: SymbolTable) -> Self {
+    pub fn with_stored(resolver: &'r mut dyn SourceResolver, stored: SymbolTable) -> Self {
         SiteNames {
             resolver,
             cache: HashMap::new(),
@@ -222,7 +222,7 @@ mod tests {
     use super::*;
 
     struct Counting(u32);
-    impl SiteResolver for Counting {
+    impl SourceResolver for Counting {
         fn resolve(&mut self, module: &ModuleIdentity, offset: u64) -> Option<SourceLocation> {
             self.0 += 1;
             (offset == 0x10).then(|| SourceLocation {

@@ -8,7 +8,7 @@ use pinwise_core::history::{AllocKind, AllocState};
 use pinwise_core::{Direction, PinMethod};
 
 use crate::analysis::{AllocationRow, Report};
-use crate::units::{bytes, count, duration_ns, fit, percent};
+use crate::units::{count, fit, format_duration_ns, format_size, percent};
 
 /// Columns the text report fits in when not on a terminal.
 pub const WIDTH: usize = crate::layout::BASE_WIDTH;
@@ -201,7 +201,7 @@ fn header(out: &mut String, r: &Report) {
                 "pinwise report: {} ({}, {})",
                 r.input.path,
                 r.input.kind.describe(),
-                bytes(r.input.file_bytes)
+                format_size(r.input.file_bytes)
             ),
             WIDTH,
             true
@@ -246,9 +246,9 @@ fn directions(out: &mut String, r: &Report) {
     let _ = writeln!(out, "{}", t.header());
     for d in &r.directions {
         let host_bytes = d.attributed.bytes();
-        let time = |v: Option<f64>| v.map_or("-".to_owned(), duration_ns);
+        let time = |v: Option<f64>| v.map_or("-".to_owned(), format_duration_ns);
         let saving = match (d.estimated_ns, d.estimated_if_pinned_ns) {
-            (Some(a), Some(b)) => duration_ns(a - b),
+            (Some(a), Some(b)) => format_duration_ns(a - b),
             _ => "-".into(),
         };
         let _ = writeln!(
@@ -257,7 +257,7 @@ fn directions(out: &mut String, r: &Report) {
             t.row(&[
                 d.direction.as_str().to_owned(),
                 count(d.transfers),
-                bytes(d.bytes),
+                format_size(d.bytes),
                 if host_bytes > 0 {
                     percent(d.attributed.pageable_bytes as f64 / host_bytes as f64)
                 } else {
@@ -286,11 +286,11 @@ pub(crate) fn saving_sentence(r: &Report) -> String {
          of transfer time; pinning every allocation with pageable transfers would cost {} \
          (net {}); pinning only the {} of those where it pays back nets {}.{}",
         percent(r.pageable_share),
-        duration_ns(s.transfer_saving_ns),
-        duration_ns(s.pin_all_cost_ns),
-        duration_ns(s.net_saving_pin_all_ns),
+        format_duration_ns(s.transfer_saving_ns),
+        format_duration_ns(s.pin_all_cost_ns),
+        format_duration_ns(s.net_saving_pin_all_ns),
         plural(s.allocations_worth_pinning, "allocation", "allocations"),
-        duration_ns(s.net_saving_pin_worthwhile_ns),
+        format_duration_ns(s.net_saving_pin_worthwhile_ns),
         if s.approximate {
             " (approximate: some allocations' events were capped, their sizes are averages)"
         } else {
@@ -317,7 +317,7 @@ pub(crate) fn attach_sentence(r: &Report) -> String {
              (580 and later) maps the pinned memory it allocates, and also how a program's own \
              shared memory looks: nothing in /proc tells them apart, so that memory counts as \
              of unknown state.",
-            bytes(b)
+            format_size(b)
         ),
     };
     if stat(ATTACH_UNKNOWN_COUNTED_STAT) != 0 {
@@ -327,7 +327,7 @@ pub(crate) fn attach_sentence(r: &Report) -> String {
              may have been pinned before the attach: the saving above may be overstated \
              (`pinwise trace --pid` does not make such records). The driver had pinned {} \
              before the attach.{possibly_pinned}",
-            bytes(stat(ATTACH_PINNED_BYTES_STAT)),
+            format_size(stat(ATTACH_PINNED_BYTES_STAT)),
         );
     }
     let (transfers, moved) = r
@@ -343,9 +343,9 @@ pub(crate) fn attach_sentence(r: &Report) -> String {
          pinned); {} host<->device transfers ({}) touched memory whose allocation the trace \
          did not see, whose pinned state cannot be known (it may have been registered before \
          the attach): they are left out of these figures and of the pinning plan.{possibly_pinned}",
-        bytes(stat(ATTACH_PINNED_BYTES_STAT)),
+        format_size(stat(ATTACH_PINNED_BYTES_STAT)),
         count(transfers),
-        bytes(moved),
+        format_size(moved),
     )
 }
 
@@ -376,8 +376,8 @@ pub(crate) fn budget_sentence(r: &Report) -> String {
             " This run had pinned {} of these allocations already ({} of the {}): the saving above, \
              over this run's pageable memory, leaves {}.",
             count(n),
-            duration_ns(b.pinned_in_run_ns),
-            duration_ns(b.attainable_ns),
+            format_duration_ns(b.pinned_in_run_ns),
+            format_duration_ns(b.attainable_ns),
             if n == 1 { "it out" } else { "them out" },
         ),
     };
@@ -390,13 +390,13 @@ pub(crate) fn budget_sentence(r: &Report) -> String {
         method_name(b.method),
         count(b.tags_worth_pinning),
         count(b.tags),
-        duration_ns(b.attainable_ns),
-        bytes(b.attainable_peak_bytes),
+        format_duration_ns(b.attainable_ns),
+        format_size(b.attainable_peak_bytes),
         percent(b.share_asked),
-        bytes(b.budget_bytes),
+        format_size(b.budget_bytes),
         plural(b.plan_pinned_tags, "allocation", "allocations"),
-        bytes(b.plan_peak_bytes),
-        duration_ns(b.plan_saving_ns),
+        format_size(b.plan_peak_bytes),
+        format_duration_ns(b.plan_saving_ns),
         percent(b.plan_share()),
     )
 }
@@ -417,11 +417,11 @@ pub(crate) fn waste_sentence(r: &Report) -> String {
          rarely; pinning cost not earned back: {}.",
         count(p.never_transferred + p.rarely_transferred),
         count(p.pinned_allocations),
-        bytes(p.wasted_bytes),
-        bytes(p.pinned_bytes),
+        format_size(p.wasted_bytes),
+        format_size(p.pinned_bytes),
         count(p.never_transferred),
         count(p.rarely_transferred),
-        duration_ns(p.wasted_ns)
+        format_duration_ns(p.wasted_ns)
     )
 }
 
@@ -454,7 +454,7 @@ pub(crate) fn overview_sentence(r: &Report) -> String {
         count(o.records),
         count(o.implicit_records),
         count(o.live),
-        duration_ns(o.span_ns as f64)
+        format_duration_ns(o.span_ns as f64)
     )
 }
 
@@ -514,17 +514,17 @@ fn allocations(
                 } else {
                     "-".into()
                 },
-                bytes(a.size),
+                format_size(a.size),
                 kind_name(a.kind).to_owned(),
                 count(a.transfers),
-                bytes(a.bytes),
+                format_size(a.bytes),
                 if a.bytes > 0 {
                     percent(a.pageable_bytes as f64 / a.bytes as f64)
                 } else {
                     "-".into()
                 },
                 if a.pinning_pays {
-                    format!("+{}", duration_ns(a.net_saving_ns))
+                    format!("+{}", format_duration_ns(a.net_saving_ns))
                 } else {
                     "no".into()
                 },
@@ -578,9 +578,9 @@ fn sites(out: &mut String, r: &Report) {
         let sizes = if s.allocations == 0 {
             "-".to_owned()
         } else if s.min_size == s.max_size {
-            bytes(s.max_size)
+            format_size(s.max_size)
         } else {
-            format!("{}-{}", bytes(s.min_size), bytes(s.max_size)).replace(' ', "")
+            format!("{}-{}", format_size(s.min_size), format_size(s.max_size)).replace(' ', "")
         };
         let allocs = if s.implicit_records > 0 {
             format!("{}+{}", count(s.allocations), count(s.implicit_records))
@@ -594,7 +594,7 @@ fn sites(out: &mut String, r: &Report) {
                 site_row_name(s, t.name_width()),
                 allocs,
                 count(s.transfers),
-                bytes(s.bytes),
+                format_size(s.bytes),
                 if s.bytes > 0 {
                     percent(s.pageable_bytes as f64 / s.bytes as f64)
                 } else {
@@ -662,10 +662,10 @@ fn pinned_for_nothing(out: &mut String, r: &Report) {
                 w.site.short_fit(t.name_width()),
                 count(w.allocations),
                 count(w.never_transferred),
-                bytes(w.bytes),
+                format_size(w.bytes),
                 count(w.transfers),
-                bytes(w.max_size),
-                duration_ns(w.wasted_ns),
+                format_size(w.max_size),
+                format_duration_ns(w.wasted_ns),
             ])
         );
     }
@@ -687,11 +687,11 @@ fn redundant(out: &mut String, r: &Report) {
                      {} estimated (cost model). {} copies not fingerprinted.",
                     count(x.redundant_uploads),
                     count(x.uploads),
-                    bytes(x.redundant_upload_bytes),
+                    format_size(x.redundant_upload_bytes),
                     count(x.redundant_downloads),
                     count(x.downloads),
-                    bytes(x.redundant_download_bytes),
-                    duration_ns(x.wasted_ns),
+                    format_size(x.redundant_download_bytes),
+                    format_duration_ns(x.wasted_ns),
                     count(x.skipped),
                 ),
                 0
@@ -729,13 +729,13 @@ fn redundant(out: &mut String, r: &Report) {
             "{}",
             t.row(&[
                 fit(name, t.name_width(), true),
-                bytes(a.size),
+                format_size(a.size),
                 count(u64::from(rd.uploads)),
                 count(u64::from(rd.redundant_uploads)),
                 count(u64::from(rd.downloads)),
                 count(u64::from(rd.redundant_downloads)),
-                bytes(rd.redundant_upload_bytes + rd.redundant_download_bytes),
-                duration_ns(a.wasted_ns),
+                format_size(rd.redundant_upload_bytes + rd.redundant_download_bytes),
+                format_duration_ns(a.wasted_ns),
             ])
         );
         let _ = writeln!(out, "{}", wrap(&format!("-> {}", a.advice), 4));
@@ -749,8 +749,8 @@ fn redundant(out: &mut String, r: &Report) {
                 fit(&s.site.short(), 44, true),
                 count(s.allocations),
                 count(s.redundant_copies),
-                bytes(s.bytes),
-                duration_ns(s.wasted_ns),
+                format_size(s.bytes),
+                format_duration_ns(s.wasted_ns),
             );
         }
     }

@@ -1,40 +1,6 @@
 //! Numbers for people: bytes, durations, counts, shares, fixed-width cells.
 
-/// Bytes in binary units, 3 significant figures: `512 B`, `4.0 KiB`, `1.50 GiB`.
-pub fn bytes(n: u64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    if n < 1024 {
-        return format!("{n} B");
-    }
-    let mut v = n as f64;
-    let mut unit = 0;
-    while v >= 1024.0 && unit < UNITS.len() - 1 {
-        v /= 1024.0;
-        unit += 1;
-    }
-    format!("{} {}", three_figures(v), UNITS[unit])
-}
-
-/// A duration given in nanoseconds: `850 ns`, `12.3 us`, `4.56 ms`, `1.23 s`, `2.0 min`.
-pub fn duration_ns(ns: f64) -> String {
-    if !ns.is_finite() {
-        return "-".into();
-    }
-    let sign = if ns < 0.0 { "-" } else { "" };
-    let a = ns.abs();
-    let body = if a < 1e3 {
-        format!("{a:.0} ns")
-    } else if a < 1e6 {
-        format!("{} us", three_figures(a / 1e3))
-    } else if a < 1e9 {
-        format!("{} ms", three_figures(a / 1e6))
-    } else if a < 120e9 {
-        format!("{} s", three_figures(a / 1e9))
-    } else {
-        format!("{:.1} min", a / 60e9)
-    };
-    format!("{sign}{body}")
-}
+pub use pinwise_core::units::{format_duration_ns, format_size};
 
 /// A count with thousands separators: `1,234,567`.
 pub fn count(n: u64) -> String {
@@ -63,16 +29,6 @@ pub fn offset_s(ns: u64) -> String {
     format!("{:.3} s", ns as f64 / 1e9)
 }
 
-fn three_figures(v: f64) -> String {
-    if v >= 100.0 {
-        format!("{v:.0}")
-    } else if v >= 10.0 {
-        format!("{v:.1}")
-    } else {
-        format!("{v:.2}")
-    }
-}
-
 /// `s` cut to at most `width` characters, with `~` marking the cut. Keeps the end of
 /// the text (where a file name and line are) when `keep_end` is set.
 pub fn fit(s: &str, width: usize, keep_end: bool) -> String {
@@ -98,21 +54,21 @@ mod tests {
 
     #[test]
     fn bytes_use_binary_units_and_three_figures() {
-        assert_eq!(bytes(0), "0 B");
-        assert_eq!(bytes(1023), "1023 B");
-        assert_eq!(bytes(4096), "4.00 KiB");
-        assert_eq!(bytes(1536 * 1024), "1.50 MiB");
-        assert_eq!(bytes(300 << 30), "300 GiB");
+        assert_eq!(format_size(0), "0 B");
+        assert_eq!(format_size(1023), "1023 B");
+        assert_eq!(format_size(4096), "4.00 KiB");
+        assert_eq!(format_size(1536 * 1024), "1.50 MiB");
+        assert_eq!(format_size(300 << 30), "300 GiB");
     }
 
     #[test]
     fn durations_pick_a_unit() {
-        assert_eq!(duration_ns(850.0), "850 ns");
-        assert_eq!(duration_ns(12_345.0), "12.3 us");
-        assert_eq!(duration_ns(4_560_000.0), "4.56 ms");
-        assert_eq!(duration_ns(-1.5e9), "-1.50 s");
-        assert_eq!(duration_ns(600e9), "10.0 min");
-        assert_eq!(duration_ns(f64::NAN), "-");
+        assert_eq!(format_duration_ns(850.0), "850 ns");
+        assert_eq!(format_duration_ns(12_345.0), "12.3 us");
+        assert_eq!(format_duration_ns(4_560_000.0), "4.56 ms");
+        assert_eq!(format_duration_ns(-1.5e9), "-1.50 s");
+        assert_eq!(format_duration_ns(600e9), "10.0 min");
+        assert_eq!(format_duration_ns(f64::NAN), "-");
     }
 
     #[test]

@@ -40,7 +40,7 @@ use decide::SiteState;
 
 use crate::backend::{EventHandle, PinBackend, StreamHandle};
 use crate::budget::{default_budget_bytes, PinBudget};
-use crate::callsite::SiteResolver;
+use crate::callsite::InProcessSiteResolver;
 use crate::costs;
 use crate::error::AllocError;
 use crate::events::EventPool;
@@ -156,7 +156,7 @@ pub struct Engine {
     events: EventPool,
     live: RwLock<BTreeMap<usize, Arc<Live>>>,
     sites: Mutex<HashMap<Site, SiteState>>,
-    resolver: SiteResolver,
+    resolver: InProcessSiteResolver,
     counters: Counters,
     min_segment: usize,
     history_bits: u8,
@@ -210,7 +210,7 @@ impl Engine {
             events: EventPool::new(),
             live: RwLock::new(BTreeMap::new()),
             sites: Mutex::new(HashMap::new()),
-            resolver: SiteResolver::new(config.modules),
+            resolver: InProcessSiteResolver::new(config.modules),
             counters: Counters::default(),
             min_segment: config.min_segment_bytes.max(PAGE).next_multiple_of(PAGE),
             history_bits: config.history_bits,
@@ -233,7 +233,7 @@ impl Engine {
     }
 
     /// The resolver that turns return addresses and source locations into sites.
-    pub fn sites(&self) -> &SiteResolver {
+    pub fn sites(&self) -> &InProcessSiteResolver {
         &self.resolver
     }
 
@@ -621,19 +621,8 @@ impl Drop for Engine {
     }
 }
 
-/// `CLOCK_MONOTONIC` in nanoseconds (what the kernel's `bpf_ktime_get_ns` returns; vDSO: no
-/// system call, no allocation). Also pinwise-preload's clock, so that its events line up with
-/// the allocator's and the eBPF tracer's.
-#[inline]
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid out-pointer; CLOCK_MONOTONIC always exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+/// pinwise's one clock, [`pinwise_core::units::monotonic_ns`] (`CLOCK_MONOTONIC`, ns).
+pub use pinwise_core::units::monotonic_ns;
 
 fn current_tid() -> u32 {
     // SAFETY: gettid has no preconditions.

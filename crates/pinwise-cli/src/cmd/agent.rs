@@ -11,7 +11,7 @@ use pinwise_agent::table::{Filter, TableConfig};
 use pinwise_agent::{Agent, AgentConfig, Signals};
 use pinwise_core::CostModel;
 
-use super::trace::{parse_duration, parse_size};
+use pinwise_core::units::{parse_duration, parse_size};
 
 /// Arguments of `pinwise agent`.
 #[derive(Debug, clap::Args)]

@@ -12,10 +12,11 @@ use anyhow::Context as _;
 use indicatif::{ProgressBar, ProgressStyle};
 use pinwise_alloc::autocal;
 use pinwise_alloc::backend::cuda::CudaBackend;
-use pinwise_alloc::bench::matrix::{MatrixConfig, MatrixSummary};
-use pinwise_alloc::bench::{self, BenchConfig, CudaDevice, StrategyKind, Summary};
-use pinwise_alloc::calibrate::calibrate;
 use pinwise_alloc::PinBackend;
+use pinwise_bench::calibrate::calibrate;
+use pinwise_bench::matrix::{MatrixConfig, MatrixSummary};
+use pinwise_bench::{self as bench, BenchConfig, CudaDevice, StrategyKind, Summary};
+use pinwise_core::units::format_size_exact;
 use pinwise_core::{CostModel, Policy};
 
 use super::calibrate::parse_size;
@@ -117,7 +118,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
 fn parse_time_budget(s: &str) -> Result<std::time::Duration, String> {
     match s.trim() {
         "0" | "none" | "off" => Ok(std::time::Duration::ZERO),
-        t => super::trace::parse_duration(t),
+        t => pinwise_core::units::parse_duration(t).map_err(|e| e.to_string()),
     }
 }
 
@@ -206,7 +207,7 @@ fn alloc(a: AllocArgs) -> anyhow::Result<ExitCode> {
     for v in &s.verdicts {
         println!(
             "{:>8}  {:>14} {:>10.2} {:>10.2} {:>8.3}  {:>14.3}",
-            bench::human_size(v.size),
+            format_size_exact(v.size as u64),
             v.best_other.name(),
             v.best_other_ms,
             v.smart_ms,
@@ -254,7 +255,7 @@ fn automatic_calibration(device: &CudaDevice) -> CostModel {
         spinner.enable_steady_tick(std::time::Duration::from_millis(120));
     }
     let r = autocal::resolve(key.as_deref(), dir.as_deref(), || {
-        calibrate(&autocal::quick_config(), device, &mut |_| {})
+        calibrate(&autocal::quick_config(), device, &mut |_| {}).map_err(|e| e.to_string())
     });
     spinner.finish_and_clear();
     if let Some(text) = r.announcement() {
@@ -363,7 +364,7 @@ fn matrix(
     for w in &s.worst {
         println!(
             "{:>8} {:>6}  {:>26}  {:>26}  {:>26}",
-            bench::human_size(w.size),
+            format_size_exact(w.size as u64),
             w.shapes,
             cell(w.smart),
             cell(w.adaptive),
@@ -371,7 +372,11 @@ fn matrix(
         );
     }
     for (size, sh, why) in &report.skipped {
-        println!("not run: {} {}: {why}", bench::human_size(*size), sh.name());
+        println!(
+            "not run: {} {}: {why}",
+            format_size_exact(*size as u64),
+            sh.name()
+        );
     }
     println!(
         "{:.0} s (estimated {:.0} s); wrote:",

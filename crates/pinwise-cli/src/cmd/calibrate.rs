@@ -10,9 +10,10 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use indicatif::{ProgressBar, ProgressStyle};
 use pinwise_alloc::backend::cuda::CudaBackend;
-use pinwise_alloc::bench::{human_size, CudaDevice};
-use pinwise_alloc::calibrate::{calibrate, CalibrationConfig};
 use pinwise_alloc::PinBackend;
+use pinwise_bench::calibrate::{calibrate, CalibrationConfig};
+use pinwise_bench::CudaDevice;
+use pinwise_core::units::format_size_exact;
 
 /// Arguments of `pinwise calibrate`.
 #[derive(Debug, clap::Args)]
@@ -41,8 +42,10 @@ pub struct CalibrateArgs {
     device: usize,
 }
 
-pub(crate) fn parse_size(s: &str) -> Result<usize, String> {
-    pinwise_alloc::budget::parse_size(s).map(|v| v as usize)
+/// A size (pinwise's size grammar, [`pinwise_core::units::parse_size_or_ram_percent`]) as
+/// a `usize`.
+pub(crate) fn parse_size(s: &str) -> Result<usize, pinwise_core::units::UnitError> {
+    pinwise_core::units::parse_size_or_ram_percent(s).map(|v| v as usize)
 }
 
 /// Runs `pinwise calibrate`.
@@ -83,7 +86,7 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
     let started = std::time::Instant::now();
     let model = calibrate(&config, &device, &mut |p| {
         bar.set_position(p.done as u64);
-        bar.set_message(human_size(p.size));
+        bar.set_message(format_size_exact(p.size as u64));
     })
     .map_err(|e| anyhow::anyhow!("calibration failed: {e}"))?;
     bar.finish_and_clear();
@@ -113,7 +116,7 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
     for p in model.points() {
         println!(
             "{:>10} {:>10.2} GB/s {:>8.2} GB/s {:>10.2} GB/s {:>8.2} GB/s {:>11.1} us {:>11.1} us",
-            human_size(p.size_bytes as usize),
+            format_size_exact(p.size_bytes),
             p.pageable_h2d_gbps,
             p.pinned_h2d_gbps,
             p.pageable_d2h_gbps,

@@ -23,7 +23,7 @@ pub fn parse_flush_every(s: &str) -> Result<String, String> {
     if t == "0" || t.eq_ignore_ascii_case("off") {
         return Ok("0".into());
     }
-    let d = super::trace::parse_duration(t)?;
+    let d = pinwise_core::units::parse_duration(t).map_err(|e| e.to_string())?;
     if !(MIN..=MAX).contains(&d) {
         return Err(format!(
             "`{t}` is out of range: between 10ms and 1h (or 0 for off)"
@@ -89,17 +89,6 @@ pub fn salvage(
             .then(|| Duration::from_nanos(ended_ns - newest)),
         cut: cut.map(|c| c.reason),
     }))
-}
-
-/// `CLOCK_MONOTONIC` now, ns (the clock of the library's events).
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid out-pointer; CLOCK_MONOTONIC always exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 #[cfg(test)]

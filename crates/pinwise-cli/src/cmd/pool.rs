@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use pinwise_pool::{PoolClient, Service, ServiceConfig};
 
-use super::trace::parse_size;
+use pinwise_core::units::parse_size;
 
 /// Arguments of `pinwise pool`.
 #[derive(Debug, clap::Args)]

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use pinwise_core::{CostModel, ModuleIdentity, PinMethod};
-use pinwise_report::{NoSymbols, Progress, ReportOptions, SiteResolver, SourceLocation};
+use pinwise_report::{NoSymbols, Progress, ReportOptions, SourceLocation, SourceResolver};
 
 /// How the smart allocator would pin memory (what pinning costs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -155,7 +155,7 @@ pub(crate) struct BlazeResolver {
     symbolizer: pinwise_trace::Symbolizer,
 }
 
-impl SiteResolver for BlazeResolver {
+impl SourceResolver for BlazeResolver {
     fn resolve(&mut self, module: &ModuleIdentity, offset: u64) -> Option<SourceLocation> {
         self.symbolizer
             .symbolize(module, offset)
@@ -168,7 +168,7 @@ impl SiteResolver for BlazeResolver {
 }
 
 /// The resolver the commands use: blazesym, or none with `--no-symbols`.
-pub(crate) fn resolver(no_symbols: bool) -> Box<dyn SiteResolver> {
+pub(crate) fn resolver(no_symbols: bool) -> Box<dyn SourceResolver> {
     if no_symbols {
         Box::new(NoSymbols)
     } else {

@@ -23,7 +23,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use pinwise_core::preload_stats::{OutputStats, ProcessStats};
-use pinwise_report::units::bytes;
+use pinwise_report::run::{summary_lines, used_cuda};
 
 /// How the library decides what to pin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -223,9 +223,10 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     // here: a bad one is a usage error.
     let usage = super::outputs::usage;
     if let Some(b) = &args.budget {
-        pinwise_alloc::budget::parse_size(b).map_err(|e| usage(format!("--budget: {e}")))?;
+        pinwise_core::units::parse_size_or_ram_percent(b)
+            .map_err(|e| usage(format!("--budget: {e}")))?;
     }
-    if pinwise_alloc::budget::parse_size(&args.min_tracked)
+    if pinwise_core::units::parse_size_or_ram_percent(&args.min_tracked)
         .map_err(|e| usage(format!("--min-tracked: {e}")))?
         == 0
     {
@@ -333,7 +334,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     // command (see `supervise`).
     let forwarding = super::supervise::Forwarding::to(child.id());
     let status = child.wait().context("waiting for the command failed")?;
-    let ended_ns = super::killed::monotonic_ns();
+    let ended_ns = pinwise_core::units::monotonic_ns();
     drop(forwarding);
     let elapsed = started.elapsed();
 
@@ -429,23 +430,18 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         }
     }
     if let Some(path) = &args.stats_json {
-        let doc = serde_json::json!({
-            "format": "pinwise-run-summary",
-            "version": 1,
-            "command": args.command.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>(),
-            "mode": args.mode.as_str(),
-            "exit_code": status.code(),
-            "signal": status.signal(),
-            "elapsed_s": elapsed.as_secs_f64(),
-            "processes": processes.iter().zip(&raw).map(|(p, raw)| {
-                // The library's own record, with the output paths as they are now.
-                let mut raw = raw.clone();
-                raw["history"] = serde_json::to_value(&p.history).unwrap_or_default();
-                raw["profile"] = serde_json::to_value(&p.profile).unwrap_or_default();
-                raw
-            }).collect::<Vec<_>>(),
-            "totals": totals(&processes),
-        });
+        let run = pinwise_report::run::RunInfo {
+            command: args
+                .command
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect(),
+            mode: args.mode.as_str().to_string(),
+            exit_code: status.code(),
+            signal: status.signal(),
+            elapsed_s: elapsed.as_secs_f64(),
+        };
+        let doc = pinwise_report::run::summary_json(&run, &processes, &raw);
         if let Err(e) =
             pinwise_core::safe_file::write_bytes(path, &serde_json::to_vec_pretty(&doc)?)
         {
@@ -573,13 +569,6 @@ fn name_sites(history: &mut pinwise_core::MemHistory) {
     tracing::info!(named, "call-site names stored");
 }
 
-/// Whether a process made CUDA host-memory calls (its malloc-family allocations alone do
-/// not count).
-fn used_cuda(p: &ProcessStats) -> bool {
-    let t = &p.transfers;
-    p.host_allocs + p.registrations + p.host_frees + t.HtoD.count + t.DtoH.count + t.HtoH.count > 0
-}
-
 /// When the started process used no CUDA (a shell, a launcher) and exactly one other process
 /// did, that process's history and profile become the main ones.
 fn adopt_single_child_outputs(
@@ -613,341 +602,5 @@ fn adopt_single_child_outputs(
     adopt(&mut p.history, history);
     if mode == ModeArg::Profile {
         adopt(&mut p.profile, profile);
-    }
-}
-
-/// Sums over processes (peaks: the largest).
-/// The processes' statistics added up, once, for the summary and for `--stats-json`.
-#[derive(Debug, Default, serde::Serialize)]
-struct Totals {
-    processes: usize,
-    host_allocs: u64,
-    served_pinned: u64,
-    served_pageable: u64,
-    forwarded: u64,
-    #[serde(skip)]
-    required_outside_budget: u64,
-    transfers_htod: u64,
-    transfers_dtoh: u64,
-    #[serde(skip)]
-    transfers_dtod: u64,
-    #[serde(skip)]
-    transfers_htoh: u64,
-    bytes_htod: u64,
-    bytes_dtoh: u64,
-    transfers_pinned: u64,
-    transfers_pageable: u64,
-    transfers_unknown: u64,
-    captured_copies: u64,
-    failed_copies: u64,
-    pinned_bytes_peak_max: u64,
-    #[serde(skip)]
-    budget_bytes_max: u64,
-    pool_hits: u64,
-    #[serde(skip)]
-    pool_misses: u64,
-    fallbacks: u64,
-    budget_refusals: u64,
-    promotions: u64,
-    #[serde(skip)]
-    promotions_on_transfers: u64,
-    #[serde(skip)]
-    promotions_by_allocator: u64,
-    #[serde(skip)]
-    promotions_on_queries: u64,
-    demotions: u64,
-    merged_registrations: u64,
-    events: u64,
-    events_lost: u64,
-    #[serde(skip)]
-    hook_samples: u64,
-    #[serde(skip)]
-    wrapped: u64,
-}
-
-impl Totals {
-    fn of(ps: &[ProcessStats]) -> Totals {
-        let sum = |f: &dyn Fn(&ProcessStats) -> u64| ps.iter().map(f).sum::<u64>();
-        let promotions_on_transfers = sum(&|p| p.promotions_on_transfers);
-        let promotions_by_allocator = sum(&|p| p.promotions_by_allocator);
-        let promotions_on_queries = sum(&|p| p.promotions_on_queries);
-        Totals {
-            processes: ps.len(),
-            host_allocs: sum(&|p| p.host_allocs),
-            served_pinned: sum(&|p| p.served_pinned),
-            served_pageable: sum(&|p| p.served_pageable),
-            forwarded: sum(&|p| p.forwarded),
-            required_outside_budget: sum(&|p| p.required_outside_budget),
-            transfers_htod: sum(&|p| p.transfers.HtoD.count),
-            transfers_dtoh: sum(&|p| p.transfers.DtoH.count),
-            transfers_dtod: sum(&|p| p.transfers.DtoD.count),
-            transfers_htoh: sum(&|p| p.transfers.HtoH.count),
-            bytes_htod: sum(&|p| p.transfers.HtoD.bytes),
-            bytes_dtoh: sum(&|p| p.transfers.DtoH.bytes),
-            transfers_pinned: sum(&|p| p.transfers_pinned),
-            transfers_pageable: sum(&|p| p.transfers_pageable),
-            transfers_unknown: sum(&|p| p.transfers_unknown),
-            captured_copies: sum(&|p| p.captured_copies),
-            failed_copies: sum(&|p| p.failed_copies),
-            pinned_bytes_peak_max: ps
-                .iter()
-                .map(|p| p.engine.pinned_bytes_peak)
-                .max()
-                .unwrap_or(0),
-            budget_bytes_max: ps.iter().map(|p| p.engine.budget_bytes).max().unwrap_or(0),
-            pool_hits: sum(&|p| p.engine.pool_hits),
-            pool_misses: sum(&|p| p.engine.pool_misses),
-            fallbacks: sum(&|p| p.engine.fallbacks + p.promotion_failures),
-            budget_refusals: sum(&|p| p.engine.budget_refusals + p.promotion_budget_refusals),
-            promotions: promotions_on_transfers + promotions_by_allocator + promotions_on_queries,
-            promotions_on_transfers,
-            promotions_by_allocator,
-            promotions_on_queries,
-            demotions: sum(&|p| p.demotions),
-            merged_registrations: sum(&|p| p.merged_registrations),
-            events: sum(&|p| p.events),
-            events_lost: sum(&|p| p.events_lost),
-            hook_samples: sum(&|p| p.hook_samples),
-            wrapped: sum(&|p| p.wrapped_by_dlsym + p.wrapped_by_proc_address + p.wrapped_by_rule),
-        }
-    }
-}
-
-fn totals(ps: &[ProcessStats]) -> serde_json::Value {
-    serde_json::to_value(Totals::of(ps)).unwrap_or_default()
-}
-
-/// The summary, one line each.
-pub fn summary_lines(ps: &[ProcessStats]) -> Vec<String> {
-    let mut lines = Vec::new();
-    if ps.is_empty() {
-        lines.push(
-            "no statistics were written: the library did not load (a static executable?), or \
-             the program was killed without warning (SIGKILL, the OOM killer)"
-                .to_string(),
-        );
-        return lines;
-    }
-    if ps.iter().any(|p| p.driver_is_standin) {
-        lines.push(
-            "the libcuda in use is pinwise's CPU stand-in (TEST FIXTURE: not a GPU; timings \
-             here are not GPU figures)"
-                .to_string(),
-        );
-    }
-    if ps.len() > 1 {
-        let pids: Vec<String> = ps.iter().map(|p| p.pid.to_string()).collect();
-        lines.push(format!(
-            "{} processes wrote statistics (pids {}); totals below",
-            ps.len(),
-            pids.join(", ")
-        ));
-    }
-    let t = Totals::of(ps);
-    lines.push(format!(
-        "pinned requests {}: {} served pinned (pool hits {}, misses {}), {} served pageable, \
-         {} passed to CUDA ({} over the budget but required pinned)",
-        t.host_allocs,
-        t.served_pinned,
-        t.pool_hits,
-        t.pool_misses,
-        t.served_pageable,
-        t.forwarded,
-        t.required_outside_budget,
-    ));
-    lines.push(format!(
-        "transfers seen {}: HtoD {} ({}), DtoH {} ({}), DtoD {}, HtoH {}; host side pinned {}, \
-         pageable {}, not known to pinwise {}",
-        t.transfers_htod + t.transfers_dtoh + t.transfers_dtod + t.transfers_htoh,
-        t.transfers_htod,
-        bytes(t.bytes_htod),
-        t.transfers_dtoh,
-        bytes(t.bytes_dtoh),
-        t.transfers_dtod,
-        t.transfers_htoh,
-        t.transfers_pinned,
-        t.transfers_pageable,
-        t.transfers_unknown,
-    ));
-    if t.captured_copies > 0 {
-        lines.push(format!(
-            "{} asynchronous copies were captured into CUDA graphs (recorded; nothing pinned, \
-             waited for or learned from them; registrations they used kept until the memory \
-             is freed)",
-            t.captured_copies
-        ));
-    }
-    for p in ps.iter().filter(|p| p.incremental.errors > 0) {
-        lines.push(format!(
-            "[pid {}] appending to the history while the program ran failed {} times (the \
-             program went on; a kill then would have lost more): {}",
-            p.pid,
-            p.incremental.errors,
-            p.incremental.last_error.as_deref().unwrap_or("?")
-        ));
-    }
-    if t.failed_copies > 0 {
-        lines.push(format!(
-            "{} copies were refused by the driver (the program got CUDA's error; not in the \
-             history)",
-            t.failed_copies
-        ));
-    }
-    lines.push(format!(
-        "pinned bytes peak {} (budget {}); existing buffers pinned where they lie {} (the \
-         program's own {}, its allocator's {}, before a pointer query {}; unpinned again {}, \
-         joined with a neighbour {}); fallbacks to pageable {}; budget refusals {}",
-        bytes(t.pinned_bytes_peak_max),
-        if t.budget_bytes_max > 0 {
-            bytes(t.budget_bytes_max)
-        } else {
-            "-".into()
-        },
-        t.promotions,
-        t.promotions_on_transfers,
-        t.promotions_by_allocator,
-        t.promotions_on_queries,
-        t.demotions,
-        t.merged_registrations,
-        t.fallbacks,
-        t.budget_refusals,
-    ));
-    if t.hook_samples > 0 {
-        // The process with the most samples speaks for the run (medians do not add up).
-        let busiest = ps
-            .iter()
-            .max_by_key(|p| p.hook_samples)
-            .expect("samples > 0");
-        let median = busiest
-            .hook_ns_median
-            .map_or("-".to_string(), |m| format!("{m:.0} ns"));
-        let mean = busiest
-            .hook_ns_mean
-            .map_or("-".to_string(), |m| format!("{m:.0} ns"));
-        lines.push(format!(
-            "hook cost per intercepted copy: median {median} (mean {mean}; {} samples, one copy \
-             in 16 timed; pinwise's bookkeeping only, the CUDA call itself excluded)",
-            busiest.hook_samples
-        ));
-    }
-    // Events alone may be malloc-family allocations: CUDA calls are what count here.
-    if t.wrapped == 0 && !ps.iter().any(used_cuda) {
-        lines.push(
-            "no CUDA host-memory call was seen (the program did not use CUDA, or reached the \
-             driver some way pinwise does not intercept)"
-                .into(),
-        );
-    }
-    for p in ps {
-        let who = if ps.len() > 1 {
-            format!("[pid {}] ", p.pid)
-        } else {
-            String::new()
-        };
-        for (what, out) in [("history", &p.history), ("profile", &p.profile)] {
-            match (&out.path, out.written, &out.error) {
-                (Some(path), true, _) => lines.push(format!("{who}{what} written to {path}")),
-                (Some(path), false, Some(e)) => {
-                    lines.push(format!("{who}{what} NOT written to {path}: {e}"))
-                }
-                _ => {}
-            }
-        }
-        if p.mode == "use" && p.engine.advice_unmatched > 0 {
-            lines.push(format!(
-                "{who}use mode: {} allocations had no matching advice in the profile (decided \
-                 adaptively)",
-                p.engine.advice_unmatched
-            ));
-        }
-        if let Some(why) = &p.allocator_unavailable {
-            if used_cuda(p) {
-                lines.push(format!("{who}the allocator did not run: {why}"));
-            }
-        }
-        if p.events_lost > 0 {
-            lines.push(format!("{who}{} events were lost", p.events_lost));
-        }
-        for problem in &p.problems {
-            lines.push(format!("{who}problem: {problem}"));
-        }
-    }
-    lines
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sizes_read_well() {
-        // The summary uses the reports' one byte formatter (three figures).
-        assert_eq!(bytes(512), "512 B");
-        assert_eq!(bytes(12 << 20), "12.0 MiB");
-        assert_eq!(bytes(3 << 30), "3.00 GiB");
-    }
-
-    #[test]
-    fn an_empty_run_says_why_there_is_nothing() {
-        let lines = summary_lines(&[]);
-        assert_eq!(lines.len(), 1);
-        assert!(lines[0].contains("no statistics"));
-    }
-
-    #[test]
-    fn statistics_files_parse_and_sum() {
-        let a: ProcessStats = serde_json::from_str(
-            r#"{"format":"pinwise-preload-stats","pid":1,"top_process":true,"mode":"use",
-               "driver_is_standin":true,"host_allocs":3,"served_pinned":2,"served_pageable":1,
-               "transfers":{"HtoD":{"count":4,"bytes":400},"DtoH":{"count":1,"bytes":100}},
-               "engine":{"pinned_bytes_peak":8192,"budget_bytes":1048576,"advice_unmatched":2},
-               "history":{"path":"/tmp/h.json","written":true},
-               "some_future_field":7}"#,
-        )
-        .unwrap();
-        let mut b = a.clone();
-        b.pid = 2;
-        b.top_process = false;
-        b.engine.pinned_bytes_peak = 4096;
-        let lines = summary_lines(&[a, b]);
-        let text = lines.join("\n");
-        assert!(text.contains("TEST FIXTURE"), "{text}");
-        assert!(text.contains("2 processes"), "{text}");
-        assert!(
-            text.contains("pinned requests 6: 4 served pinned"),
-            "{text}"
-        );
-        assert!(text.contains("HtoD 8 (800 B)"), "{text}");
-        assert!(
-            text.contains("pinned bytes peak 8.00 KiB (budget 1.00 MiB)"),
-            "{text}"
-        );
-        assert!(
-            text.contains("[pid 1] history written to /tmp/h.json"),
-            "{text}"
-        );
-        assert!(
-            text.contains("2 allocations had no matching advice"),
-            "{text}"
-        );
-    }
-
-    #[test]
-    fn copies_captured_into_graphs_are_summed_and_said_only_when_there_are_some() {
-        let p = |captured: u64| ProcessStats {
-            captured_copies: captured,
-            ..Default::default()
-        };
-        let said = |ps: &[ProcessStats]| {
-            summary_lines(ps)
-                .into_iter()
-                .find(|l| l.contains("captured into CUDA graphs"))
-        };
-        let both = [p(3), p(4)];
-        assert_eq!(totals(&both)["captured_copies"], 7);
-        let line = said(&both).expect("a line about captured copies");
-        assert!(line.starts_with("7 asynchronous copies"), "{line}");
-        assert_eq!(said(&[p(0)]), None);
-        assert_eq!(totals(&[p(0)])["captured_copies"], 0);
     }
 }

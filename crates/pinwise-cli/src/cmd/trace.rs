@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use pinwise_core::history::Summary;
+use pinwise_core::units::format_size;
 use pinwise_core::{CostModel, Direction, DumpFormat};
-use pinwise_report::units::bytes;
 use pinwise_trace::agent::{TraceStats, TracerAgent, TracerConfig};
 use pinwise_trace::libs::LibraryOverrides;
 use pinwise_trace::loader::{BpfConfig, KernelHookStatus};
@@ -154,31 +154,7 @@ pub struct TraceArgs {
     pub command: Vec<OsString>,
 }
 
-/// Parses a duration: `30s`, `2m`, `500ms`, `1h 30m`, `2min` (the `humantime` grammar), or
-/// a bare number of seconds (`1.5`). The one duration grammar of pinwise's options.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    let d = match t.parse::<f64>() {
-        Ok(secs) if (0.0..1e12).contains(&secs) => Duration::from_secs_f64(secs),
-        Ok(_) => return Err(format!("`{s}`: the duration must be positive")),
-        Err(_) => humantime::parse_duration(t).map_err(|e| {
-            format!("`{s}` is not a duration ({e}; examples: 30s, 2m, 500ms, 1h 30m)")
-        })?,
-    };
-    if d.is_zero() {
-        return Err(format!("`{s}`: the duration must be positive"));
-    }
-    Ok(d)
-}
-
-/// Parses a size (`4M`, `1.5M`, `256KiB`, `1G`, `4096`): pinwise's one size grammar,
-/// [`pinwise_alloc::budget::parse_size`], without the percentage of RAM.
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    if s.trim().ends_with('%') {
-        return Err(format!("`{s}`: a percentage of RAM is not accepted here"));
-    }
-    pinwise_alloc::budget::parse_size(s)
-}
+use pinwise_core::units::{parse_duration, parse_size};
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
@@ -490,7 +466,12 @@ fn print_summary(
         .iter()
         .map(|d| {
             let all = summary.by_direction[d.index()].all;
-            format!("{} {} ({})", d.as_str(), all.transfers, bytes(all.bytes))
+            format!(
+                "{} {} ({})",
+                d.as_str(),
+                all.transfers,
+                format_size(all.bytes)
+            )
         })
         .collect();
     status(format!(
@@ -514,7 +495,7 @@ fn print_summary(
              see (made before the attach, or from the heap), whose pinned state cannot be \
              known: they are counted, and left out of any advice",
             a.pid,
-            bytes(a.pinned_bytes),
+            format_size(a.pinned_bytes),
             a.pinned_mappings,
             a.pinned_reported,
             unknown
@@ -529,8 +510,8 @@ fn print_summary(
                 "  {}. {:>6} transfers {:>10}  {:>10} {:<12} #{} {}",
                 i + 1,
                 a.transfer_count,
-                bytes(a.bytes_transferred),
-                bytes(a.size),
+                format_size(a.bytes_transferred),
+                format_size(a.size),
                 a.kind.as_str(),
                 a.tag.call_no,
                 site_text(agent, &symbolizer, a.tag.site)
@@ -569,8 +550,8 @@ fn print_summary(
     }
     status(format!(
         "tracer memory: RSS {} (peak {})",
-        bytes(stats.tracer_rss_bytes),
-        bytes(stats.tracer_peak_rss_bytes)
+        format_size(stats.tracer_rss_bytes),
+        format_size(stats.tracer_peak_rss_bytes)
     ));
 }
 
@@ -655,31 +636,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_durations_and_sizes() {
-        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
-        assert!(parse_duration("0s").is_err());
-        assert!(parse_duration("5 parsecs").is_err());
-        assert!(parse_duration("soon").is_err());
-        assert_eq!(parse_size("4M"), Ok(4 << 20));
-        assert_eq!(parse_size("256KiB"), Ok(256 << 10));
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert_eq!(parse_size("1g"), Ok(1 << 30));
-        assert!(parse_size("4Q").is_err());
-        assert!(parse_size("99999999999G").is_err());
-        assert_eq!(parse_size("1.5M"), Ok(3 << 19));
-        assert!(parse_size("10%").is_err());
-        assert_eq!(parse_duration("1h 30m"), Ok(Duration::from_secs(5400)));
-        assert_eq!(parse_duration("2min"), Ok(Duration::from_secs(120)));
-        assert!(parse_duration("-3").is_err());
-    }
-
-    #[test]
     fn formats_byte_counts() {
-        assert_eq!(bytes(12), "12 B");
-        assert_eq!(bytes(1536), "1.50 KiB");
-        assert_eq!(bytes(64 << 20), "64.0 MiB");
+        assert_eq!(format_size(12), "12 B");
+        assert_eq!(format_size(1536), "1.50 KiB");
+        assert_eq!(format_size(64 << 20), "64.0 MiB");
     }
 }

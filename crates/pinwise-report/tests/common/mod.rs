@@ -5,7 +5,7 @@
 use pinwise_core::event::{Direction, Event, EventKind, HostMemKind, HostState, ProbeKind};
 use pinwise_core::synth::{SynthConfig, SynthEvents};
 use pinwise_core::{HistoryConfig, MemHistory, ModuleId, ModuleIdentity, Site};
-use pinwise_report::{SiteResolver, SourceLocation};
+use pinwise_report::{SourceLocation, SourceResolver};
 
 pub const MIB: u64 = 1 << 20;
 pub const APP: &str = "/opt/app/bin/train";
@@ -19,7 +19,7 @@ pub const COPY_SITE: u64 = 0x2000;
 /// Names the scenario's sites like debug information would.
 pub struct ScenarioSymbols;
 
-impl SiteResolver for ScenarioSymbols {
+impl SourceResolver for ScenarioSymbols {
     fn resolve(&mut self, module: &ModuleIdentity, offset: u64) -> Option<SourceLocation> {
         if module.path != APP {
             return None;

@@ -186,7 +186,7 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
         println!(
             "{}, pinned peak {}",
             result.describe(),
-            peak.map_or("unknown".into(), pinwise_report::units::bytes)
+            peak.map_or("unknown".into(), pinwise_core::units::format_size)
         );
         runs.push((mode, result, peak));
     }
@@ -213,8 +213,8 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
         let asked = plain.pinned_asked / args.iterations.max(1) as u64;
         println!(
             "pinned memory: the program asks for {} per iteration; under --mode use pinwise held at most {}",
-            pinwise_report::units::bytes(asked),
-            peak.map_or("unknown".into(), pinwise_report::units::bytes)
+            pinwise_core::units::format_size(asked),
+            peak.map_or("unknown".into(), pinwise_core::units::format_size)
         );
         let label = match side {
             Driverside::Standin { .. } => " (CPU stand-in: fixture timings, not GPU figures)",
@@ -426,7 +426,7 @@ impl WorkloadResult {
             "workload: checksum {}, loop {:.1} ms, asked for {} pinned in all",
             self.checksum,
             self.elapsed_ms,
-            pinwise_report::units::bytes(self.pinned_asked)
+            pinwise_core::units::format_size(self.pinned_asked)
         )
     }
 }

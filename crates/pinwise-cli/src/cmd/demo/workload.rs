@@ -155,7 +155,7 @@ pub fn describe(unit: usize) -> Vec<String> {
             format!(
                 "{:<28} {:>9}  asked {:<9} {moves} per iteration",
                 p.name,
-                pinwise_report::units::bytes(p.bytes as u64),
+                pinwise_core::units::format_size(p.bytes as u64),
                 if p.pinned { "pinned" } else { "pageable" },
             )
         })

@@ -9,19 +9,19 @@
 //! Iterations are sized by bytes and then lowered to fit a time budget
 //! ([`super::timing`]): large sizes run few iterations (one at the least).
 
+use crate::BenchError;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use pinwise_core::profile::Profile;
+use pinwise_core::units::format_size_exact;
 use pinwise_core::Policy;
 
 use super::timing::{self, Item, Shape};
-use super::{
-    human_size, interleaved, run_one, BenchConfig, BenchDevice, Progress, RunRow, StrategyKind,
-};
-use crate::backend::DevicePtr;
+use super::{interleaved, run_one, BenchConfig, BenchDevice, Progress, RunRow, StrategyKind};
+use pinwise_alloc::backend::DevicePtr;
 
 const KIB: usize = 1 << 10;
 const MIB: usize = 1 << 20;
@@ -203,7 +203,7 @@ pub fn run(
     device: &dyn BenchDevice,
     progress: &mut dyn FnMut(&Progress),
     checkpoint: &mut dyn FnMut(&MatrixReport),
-) -> Result<MatrixReport, String> {
+) -> Result<MatrixReport, BenchError> {
     let started = Instant::now();
     let backend = device.backend();
     let (planned, estimate_s) = config.planned_iterations();
@@ -240,7 +240,7 @@ pub fn run(
         let dev: Vec<DevicePtr> = (0..roles)
             .map(|_| device.alloc_device(size))
             .collect::<Result<_, _>>()?;
-        let result = (|| -> Result<(), String> {
+        let result = (|| -> Result<(), BenchError> {
             for (hi, sh) in config.shapes.iter().enumerate() {
                 let c = &configs[hi];
                 let iterations = planned[hi][si];
@@ -263,7 +263,7 @@ pub fn run(
                             total,
                             label: format!(
                                 "{} {} x {} {}",
-                                human_size(size),
+                                format_size_exact(size as u64),
                                 sh.name(),
                                 iterations,
                                 kind.name()
@@ -498,7 +498,7 @@ pub fn markdown(report: &MatrixReport, s: &MatrixSummary, command: &str, date: &
          of hot copies, {}..{} per run) and lowered to fit the time budget ({}); estimated \
          {:.0} s, wall time {:.0} s\n",
         c.repeats,
-        human_size(c.target_hot_bytes as usize),
+        format_size_exact(c.target_hot_bytes),
         c.min_iterations,
         c.max_iterations,
         c.time_budget_s
@@ -521,7 +521,7 @@ pub fn markdown(report: &MatrixReport, s: &MatrixSummary, command: &str, date: &
         let _ = writeln!(
             out,
             "| {} | {} | {} | {} | {} |",
-            human_size(w.size),
+            format_size_exact(w.size as u64),
             w.shapes,
             ratio_cell(w.smart, SMART_TARGET),
             ratio_cell(w.adaptive, ADAPTIVE_TARGET),
@@ -534,7 +534,12 @@ pub fn markdown(report: &MatrixReport, s: &MatrixSummary, command: &str, date: &
             "\nNot run (their sizes' worst ratios are over the shapes run):\n"
         );
         for (size, sh, why) in &report.skipped {
-            let _ = writeln!(out, "- {} {}: {why}", human_size(*size), sh.name());
+            let _ = writeln!(
+                out,
+                "- {} {}: {why}",
+                format_size_exact(*size as u64),
+                sh.name()
+            );
         }
     }
     let _ = writeln!(out, "\n## Every cell\n");
@@ -548,7 +553,7 @@ pub fn markdown(report: &MatrixReport, s: &MatrixSummary, command: &str, date: &
         let _ = writeln!(
             out,
             "| {} | {} | {} | {} | {:.2} | {} | {} | {} | {} | {} |",
-            human_size(cell.size),
+            format_size_exact(cell.size as u64),
             cell.shape.name(),
             cell.iterations,
             cell.best.0.name(),

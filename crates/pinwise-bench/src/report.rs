@@ -1,13 +1,16 @@
 //! The benchmark's outputs: raw CSV, per (size, strategy) medians, a markdown table with the
 //! verdicts, and an SVG plot.
 
+use crate::BenchError;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use plotters::prelude::*;
 
-use super::{human_size, BenchReport, RunRow, StrategyKind};
+use pinwise_core::units::format_size_exact;
+
+use super::{BenchReport, RunRow, StrategyKind};
 
 /// Medians over repeats for one (size, strategy).
 #[derive(Debug, Clone, PartialEq)]
@@ -210,7 +213,7 @@ pub fn markdown(report: &BenchReport, s: &Summary, command: &str, date: &str) ->
         out,
         "- iterations sized by bytes ({} of hot copies per run, {}..{} iterations); {} repeats, \
          strategies interleaved; medians reported; wall time {:.0} s\n",
-        human_size(c.target_hot_bytes as usize),
+        format_size_exact(c.target_hot_bytes),
         c.min_iterations,
         c.max_iterations,
         c.repeats,
@@ -242,7 +245,7 @@ pub fn markdown(report: &BenchReport, s: &Summary, command: &str, date: &str) ->
                 .iter()
                 .find(|r| r.size == size)
                 .map_or(0, |r| r.iterations);
-            let _ = write!(out, "| {} | {} |", human_size(size), iters);
+            let _ = write!(out, "| {} | {} |", format_size_exact(size as u64), iters);
             for k in &strategies {
                 let v = s
                     .rows
@@ -281,7 +284,7 @@ pub fn markdown(report: &BenchReport, s: &Summary, command: &str, date: &str) ->
             let _ = writeln!(
                 out,
                 "| {} | {} | {:.2} | {:.2} | {:.3} | {} | {:.3} | {} |",
-                human_size(v.size),
+                format_size_exact(v.size as u64),
                 v.best_other.name(),
                 v.best_other_ms,
                 v.smart_ms,
@@ -306,30 +309,28 @@ pub fn markdown(report: &BenchReport, s: &Summary, command: &str, date: &str) ->
 
 /// Draws total time (left) and peak pinned bytes over the hot working set (right) by size,
 /// one line per strategy, into an SVG file.
-pub fn svg(report: &BenchReport, s: &Summary, path: &Path) -> Result<(), String> {
+pub fn svg(report: &BenchReport, s: &Summary, path: &Path) -> Result<(), BenchError> {
     let mut text = String::new();
     draw_svg(report, s, SVGBackend::with_string(&mut text, (1400, 560)))?;
     pinwise_core::safe_file::write_bytes(path, text.as_bytes())
-        .map_err(|e| format!("{}: {e}", path.display()))
+        .map_err(|e| BenchError::write(path, e))
 }
 
-fn draw_svg(report: &BenchReport, s: &Summary, backend: SVGBackend<'_>) -> Result<(), String> {
+fn draw_svg(report: &BenchReport, s: &Summary, backend: SVGBackend<'_>) -> Result<(), BenchError> {
     let root = backend.into_drawing_area();
-    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    root.fill(&WHITE)?;
     let title = if report.fixture {
         "pinwise bench alloc — TEST FIXTURE run, not GPU figures".to_string()
     } else {
         format!("pinwise bench alloc — {}", report.device)
     };
-    let root = root
-        .titled(&title, ("sans-serif", 20))
-        .map_err(|e| e.to_string())?;
+    let root = root.titled(&title, ("sans-serif", 20))?;
     let (left, right) = root.split_horizontally(700);
     // x is log2(size), labelled with the sizes themselves (4 KiB, 16 KiB, ...).
     let log2 = |size: usize| (size.max(1) as f64).log2();
     let sizes: Vec<f64> = s.rows.iter().map(|r| log2(r.size)).collect();
     if sizes.is_empty() {
-        return Err("no results to plot".into());
+        return Err(BenchError::invalid("no results to plot"));
     }
     let (xmin, xmax) = (
         sizes.iter().copied().fold(f64::MAX, f64::min) - 0.5,
@@ -337,7 +338,7 @@ fn draw_svg(report: &BenchReport, s: &Summary, backend: SVGBackend<'_>) -> Resul
     );
     let x_label = |x: &f64| {
         if (x - x.round()).abs() < 1e-6 && x.round() as i64 % 2 == 0 {
-            human_size(1usize << (x.round() as u32))
+            format_size_exact((1usize << (x.round() as u32)) as u64)
         } else {
             String::new()
         }
@@ -366,16 +367,14 @@ fn draw_svg(report: &BenchReport, s: &Summary, backend: SVGBackend<'_>) -> Resul
         .margin(10)
         .x_label_area_size(40)
         .y_label_area_size(60)
-        .build_cartesian_2d(xmin..xmax, (tmin..tmax).log_scale())
-        .map_err(|e| e.to_string())?;
+        .build_cartesian_2d(xmin..xmax, (tmin..tmax).log_scale())?;
     chart
         .configure_mesh()
         .x_desc("buffer size")
         .x_labels(x_ticks)
         .x_label_formatter(&x_label)
         .y_desc("ms")
-        .draw()
-        .map_err(|e| e.to_string())?;
+        .draw()?;
     for (i, k) in strategies.iter().enumerate() {
         let pts: Vec<(f64, f64)> = s
             .rows
@@ -385,8 +384,7 @@ fn draw_svg(report: &BenchReport, s: &Summary, backend: SVGBackend<'_>) -> Resul
             .collect();
         let c = color(i);
         chart
-            .draw_series(LineSeries::new(pts, c.stroke_width(2)))
-            .map_err(|e| e.to_string())?
+            .draw_series(LineSeries::new(pts, c.stroke_width(2)))?
             .label(k.name())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
     }
@@ -395,8 +393,7 @@ fn draw_svg(report: &BenchReport, s: &Summary, backend: SVGBackend<'_>) -> Resul
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
         .position(SeriesLabelPosition::UpperLeft)
-        .draw()
-        .map_err(|e| e.to_string())?;
+        .draw()?;
 
     let mut chart = ChartBuilder::on(&right)
         .caption(
@@ -406,21 +403,18 @@ fn draw_svg(report: &BenchReport, s: &Summary, backend: SVGBackend<'_>) -> Resul
         .margin(10)
         .x_label_area_size(40)
         .y_label_area_size(50)
-        .build_cartesian_2d(xmin..xmax, 0.0..rmax)
-        .map_err(|e| e.to_string())?;
+        .build_cartesian_2d(xmin..xmax, 0.0..rmax)?;
     chart
         .configure_mesh()
         .x_desc("buffer size")
         .x_labels(x_ticks)
         .x_label_formatter(&x_label)
-        .draw()
-        .map_err(|e| e.to_string())?;
+        .draw()?;
     chart
         .draw_series(LineSeries::new(
             vec![(xmin, 1.1), (xmax, 1.1)],
             BLACK.mix(0.4).stroke_width(1),
-        ))
-        .map_err(|e| e.to_string())?
+        ))?
         .label("target 1.1")
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.mix(0.4)));
     for (i, k) in strategies.iter().enumerate() {
@@ -431,17 +425,14 @@ fn draw_svg(report: &BenchReport, s: &Summary, backend: SVGBackend<'_>) -> Resul
             .map(|r| (log2(r.size), r.peak_pinned as f64 / hot_set(r.size)))
             .collect();
         let c = color(i);
-        chart
-            .draw_series(LineSeries::new(pts, c.stroke_width(2)))
-            .map_err(|e| e.to_string())?;
+        chart.draw_series(LineSeries::new(pts, c.stroke_width(2)))?;
     }
     chart
         .configure_series_labels()
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
-        .draw()
-        .map_err(|e| e.to_string())?;
-    root.present().map_err(|e| e.to_string())?;
+        .draw()?;
+    root.present()?;
     Ok(())
 }
 
@@ -452,9 +443,8 @@ pub fn write_all(
     dir: &Path,
     command: &str,
     date: &str,
-) -> Result<Vec<PathBuf>, String> {
-    pinwise_core::safe_file::create_private_dir_all(dir)
-        .map_err(|e| format!("{}: {e}", dir.display()))?;
+) -> Result<Vec<PathBuf>, BenchError> {
+    pinwise_core::safe_file::create_private_dir_all(dir).map_err(|e| BenchError::write(dir, e))?;
     let s = Summary::of(report);
     let files = [
         ("alloc-runs.csv", runs_csv(report)),
@@ -465,7 +455,7 @@ pub fn write_all(
     for (name, text) in files {
         let p = dir.join(name);
         pinwise_core::safe_file::write_bytes(&p, text.as_bytes())
-            .map_err(|e| format!("{}: {e}", p.display()))?;
+            .map_err(|e| BenchError::write(&p, e))?;
         written.push(p);
     }
     let p = dir.join("alloc.svg");

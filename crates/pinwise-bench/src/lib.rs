@@ -13,7 +13,13 @@
 //! hot-transfer bandwidth, and peak pinned bytes. The number of iterations per size is
 //! sized by bytes (`target_hot_bytes`), so that small sizes run many iterations and large
 //! ones few. Teardown (releasing pools) is timed separately and not part of the total.
+//!
+//! [`calibrate`] (`pinwise calibrate`) lives here too: it measures the curves of
+//! pinwise-core's cost model on the same [`BenchDevice`]. Both are tools run by a person on
+//! a GPU, never inside a traced program, which is why they are not part of pinwise-alloc.
 
+pub mod calibrate;
+mod error;
 pub mod matrix;
 mod report;
 mod strategies;
@@ -26,14 +32,17 @@ use std::time::Instant;
 
 use parking_lot::Mutex;
 use pinwise_core::profile::Profile;
+use pinwise_core::units::format_size_exact;
 use pinwise_core::{Direction, Policy, Site};
 
-use crate::backend::cuda::CudaBackend;
-use crate::backend::{DevicePtr, PinBackend, StreamHandle};
-use crate::callsite::location_offset;
-use crate::engine::{Engine, EngineConfig};
-use crate::testing::MockBackend;
+use pinwise_alloc::backend::cuda::CudaBackend;
+use pinwise_alloc::backend::{DevicePtr, PinBackend, StreamHandle};
+use pinwise_alloc::callsite::location_offset;
+use pinwise_alloc::engine::{Engine, EngineConfig};
+#[cfg(feature = "testing")]
+use pinwise_alloc::testing::MockBackend;
 
+pub use error::BenchError;
 pub use report::{
     markdown, runs_csv, summary_csv, svg, write_all, SizeVerdict, Summary, SummaryRow,
 };
@@ -42,6 +51,7 @@ use strategies::{CachingPool, EngineStrategy, Pageable, PinEach, Strategy};
 
 const KIB: usize = 1 << 10;
 const MIB: usize = 1 << 20;
+#[cfg(test)]
 const GIB: usize = 1 << 30;
 
 /// What to run.
@@ -176,7 +186,7 @@ pub trait BenchDevice {
     /// The backend every strategy pins and copies through.
     fn backend(&self) -> Arc<dyn PinBackend>;
     /// Device memory of `len` bytes.
-    fn alloc_device(&self, len: usize) -> Result<DevicePtr, String>;
+    fn alloc_device(&self, len: usize) -> Result<DevicePtr, BenchError>;
     /// Frees device memory from [`BenchDevice::alloc_device`].
     fn free_device(&self, ptr: DevicePtr);
 }
@@ -206,9 +216,8 @@ impl BenchDevice for CudaDevice {
     fn backend(&self) -> Arc<dyn PinBackend> {
         self.backend.clone()
     }
-    fn alloc_device(&self, len: usize) -> Result<DevicePtr, String> {
-        let b = pinwise_cuda::DeviceBuffer::new(self.backend.context(), len)
-            .map_err(|e| e.to_string())?;
+    fn alloc_device(&self, len: usize) -> Result<DevicePtr, BenchError> {
+        let b = pinwise_cuda::DeviceBuffer::new(self.backend.context(), len)?;
         let p = b.ptr().0;
         self.buffers.lock().insert(p, b);
         Ok(DevicePtr(p))
@@ -218,14 +227,17 @@ impl BenchDevice for CudaDevice {
     }
 }
 
-/// The mock backend (a test fixture) as a bench device, for tests of the benchmark itself.
+/// The mock backend (a test fixture) as a bench device, for tests of the benchmark itself
+/// (feature `testing`).
+#[cfg(feature = "testing")]
 pub struct MockDevice(pub Arc<MockBackend>);
 
+#[cfg(feature = "testing")]
 impl BenchDevice for MockDevice {
     fn backend(&self) -> Arc<dyn PinBackend> {
         self.0.clone()
     }
-    fn alloc_device(&self, len: usize) -> Result<DevicePtr, String> {
+    fn alloc_device(&self, len: usize) -> Result<DevicePtr, BenchError> {
         Ok(self.0.alloc_device(len))
     }
     fn free_device(&self, ptr: DevicePtr) {
@@ -315,7 +327,7 @@ pub fn run(
     config: &BenchConfig,
     device: &dyn BenchDevice,
     progress: &mut dyn FnMut(&Progress),
-) -> Result<BenchReport, String> {
+) -> Result<BenchReport, BenchError> {
     run_with_checkpoints(config, device, progress, &mut |_| {})
 }
 
@@ -326,7 +338,7 @@ pub fn run_with_checkpoints(
     device: &dyn BenchDevice,
     progress: &mut dyn FnMut(&Progress),
     checkpoint: &mut dyn FnMut(&BenchReport),
-) -> Result<BenchReport, String> {
+) -> Result<BenchReport, BenchError> {
     let started = Instant::now();
     let backend = device.backend();
     let roles = config.hot_buffers + config.cold_buffers;
@@ -341,13 +353,18 @@ pub fn run_with_checkpoints(
         let dev: Vec<DevicePtr> = (0..roles)
             .map(|_| device.alloc_device(size))
             .collect::<Result<_, _>>()?;
-        let result = (|| -> Result<(), String> {
+        let result = (|| -> Result<(), BenchError> {
             for repeat in 0..config.repeats {
                 for kind in interleaved(&config.strategies, si, repeat) {
                     progress(&Progress {
                         done,
                         total,
-                        label: format!("{} x {} {}", human_size(size), iterations, kind.name()),
+                        label: format!(
+                            "{} x {} {}",
+                            format_size_exact(size as u64),
+                            iterations,
+                            kind.name()
+                        ),
                     });
                     let row = run_one(
                         config,
@@ -432,10 +449,10 @@ fn record_profile(
     backend: &Arc<dyn PinBackend>,
     size: usize,
     iterations: usize,
-) -> Result<Profile, String> {
+) -> Result<Profile, BenchError> {
     let dev: Vec<DevicePtr> = Vec::new();
     let (c, rec) = engine_config(config).recording(None);
-    let engine = Engine::new(backend.clone(), c).map_err(|e| e.to_string())?;
+    let engine = Engine::new(backend.clone(), c)?;
     let sites = role_sites(engine.sites().self_module(), roles(config));
     let mut s = EngineStrategy {
         engine: Some(engine),
@@ -445,7 +462,7 @@ fn record_profile(
     workload(config, None, &dev, size, iterations, &mut s, true)?;
     s.teardown()?;
     rec.last_profile()
-        .ok_or_else(|| "the profile run left no profile".to_string())
+        .ok_or_else(|| BenchError::invalid("the profile run left no profile"))
 }
 
 /// The latest profile of the workload at `size`, recorded (untimed, `iterations`
@@ -456,7 +473,7 @@ fn profile_at<'p>(
     backend: &Arc<dyn PinBackend>,
     size: usize,
     iterations: usize,
-) -> Result<&'p Profile, String> {
+) -> Result<&'p Profile, BenchError> {
     if let std::collections::hash_map::Entry::Vacant(v) = profiles.entry(size) {
         v.insert(record_profile(config, backend, size, iterations)?);
     }
@@ -477,7 +494,7 @@ fn run_one(
     repeat: usize,
     kind: StrategyKind,
     profiles: &mut HashMap<usize, Profile>,
-) -> Result<RunRow, String> {
+) -> Result<RunRow, BenchError> {
     let mut recorder = None;
     let mut strategy: Box<dyn Strategy> = match kind {
         StrategyKind::Pageable => Box::new(Pageable),
@@ -521,7 +538,7 @@ fn run_one(
                 }
                 _ => unreachable!("baselines handled above"),
             };
-            let engine = Engine::new(backend.clone(), c).map_err(|e| e.to_string())?;
+            let engine = Engine::new(backend.clone(), c)?;
             let sites = role_sites(engine.sites().self_module(), roles(config));
             Box::new(EngineStrategy {
                 engine: Some(engine),
@@ -573,13 +590,13 @@ fn workload(
     iterations: usize,
     s: &mut dyn Strategy,
     notes_only: bool,
-) -> Result<(u64, u64, u64, u64), String> {
+) -> Result<(u64, u64, u64, u64), BenchError> {
     let roles = roles(config);
-    let copy = |ptr: *mut u8, d: DevicePtr, len: usize, dir: Direction| -> Result<(), String> {
+    let copy = |ptr: *mut u8, d: DevicePtr, len: usize, dir: Direction| -> Result<(), BenchError> {
         if notes_only {
             return Ok(());
         }
-        let b = backend.ok_or("no device to copy to")?;
+        let b = backend.ok_or_else(|| BenchError::invalid("no device to copy to"))?;
         // SAFETY: `ptr` is a live allocation of at least `len` bytes from the strategy and `d`
         // a device buffer of `size >= len` bytes; the copies are synchronous.
         unsafe {
@@ -588,7 +605,7 @@ fn workload(
                 _ => b.copy_dtoh(ptr, d, len, None),
             }
         }
-        .map_err(|e| e.to_string())
+        .map_err(BenchError::from)
     };
     let lens: Vec<usize> = (0..roles).map(|r| config.role_size(size, r)).collect();
     let mut hot_ns = 0u64;
@@ -629,8 +646,7 @@ fn workload(
             s.note(ptrs[role], lens[role], Direction::HtoD);
             copy(ptrs[role], d, lens[role], Direction::HtoD)?;
             if let (false, Some(b)) = (notes_only, backend) {
-                b.synchronize_stream(StreamHandle::DEFAULT)
-                    .map_err(|e| e.to_string())?;
+                b.synchronize_stream(StreamHandle::DEFAULT)?;
             }
         }
         for &(role, _) in &order {
@@ -658,19 +674,6 @@ fn interleave_roles(hot: usize, cold: usize) -> Vec<(usize, bool)> {
         }
     }
     out
-}
-
-/// `4 KiB`, `16 MiB`, `1 GiB`.
-pub fn human_size(bytes: usize) -> String {
-    if bytes >= GIB && bytes.is_multiple_of(GIB) {
-        format!("{} GiB", bytes / GIB)
-    } else if bytes >= MIB && bytes.is_multiple_of(MIB) {
-        format!("{} MiB", bytes / MIB)
-    } else if bytes >= KIB && bytes.is_multiple_of(KIB) {
-        format!("{} KiB", bytes / KIB)
-    } else {
-        format!("{bytes} B")
-    }
 }
 
 /// The current UTC time as `YYYY-MM-DD HH:MM:SS UTC`.

@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use pinwise_alloc::bench::{self, BenchConfig, MockDevice, StrategyKind, Summary};
 use pinwise_alloc::testing::MockBackend;
+use pinwise_bench::{self as bench, BenchConfig, MockDevice, StrategyKind, Summary};
 use pinwise_core::{CostModel, Policy};
 
 const MIB: usize = 1 << 20;

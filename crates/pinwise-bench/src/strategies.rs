@@ -1,13 +1,14 @@
 //! The strategies `bench alloc` compares. Each serves the workload's allocations its own
 //! way; the engine-based ones (smart, adaptive) also hear about every copy.
 
+use crate::BenchError;
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use pinwise_core::{Direction, Site};
 
-use crate::backend::PinBackend;
-use crate::engine::{AllocFlags, Engine};
+use pinwise_alloc::backend::PinBackend;
+use pinwise_alloc::engine::{AllocFlags, Engine};
 
 /// Which strategy a run uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -76,33 +77,33 @@ impl StrategyKind {
 /// One strategy's allocator for one run.
 pub(crate) trait Strategy {
     /// Allocates `size` bytes for workload role `role` (its call site).
-    fn alloc(&mut self, size: usize, role: usize) -> Result<*mut u8, String>;
+    fn alloc(&mut self, size: usize, role: usize) -> Result<*mut u8, BenchError>;
     /// Hears about a copy about to be made from/to `ptr`.
     fn note(&mut self, _ptr: *mut u8, _bytes: usize, _dir: Direction) {}
     /// Frees an allocation.
-    fn free(&mut self, ptr: *mut u8) -> Result<(), String>;
+    fn free(&mut self, ptr: *mut u8) -> Result<(), BenchError>;
     /// The most bytes page-locked at once so far.
     fn peak_pinned(&self) -> u64;
     /// Allocations served page-locked so far.
     fn pinned_allocations(&self) -> u64;
     /// Releases everything (not timed as part of the run).
-    fn teardown(&mut self) -> Result<(), String>;
+    fn teardown(&mut self) -> Result<(), BenchError>;
 }
 
 /// `malloc`/`free`.
 pub(crate) struct Pageable;
 
 impl Strategy for Pageable {
-    fn alloc(&mut self, size: usize, _role: usize) -> Result<*mut u8, String> {
+    fn alloc(&mut self, size: usize, _role: usize) -> Result<*mut u8, BenchError> {
         // SAFETY: malloc has no preconditions; NULL is handled.
         let p = unsafe { libc::malloc(size) } as *mut u8;
         if p.is_null() {
-            Err(format!("malloc({size}) failed"))
+            Err(BenchError::OutOfMemory(format!("malloc({size}) failed")))
         } else {
             Ok(p)
         }
     }
-    fn free(&mut self, ptr: *mut u8) -> Result<(), String> {
+    fn free(&mut self, ptr: *mut u8) -> Result<(), BenchError> {
         // SAFETY: `ptr` came from malloc above and is freed once.
         unsafe { libc::free(ptr as *mut libc::c_void) };
         Ok(())
@@ -113,7 +114,7 @@ impl Strategy for Pageable {
     fn pinned_allocations(&self) -> u64 {
         0
     }
-    fn teardown(&mut self) -> Result<(), String> {
+    fn teardown(&mut self) -> Result<(), BenchError> {
         Ok(())
     }
 }
@@ -128,25 +129,22 @@ pub(crate) struct PinEach {
 }
 
 impl Strategy for PinEach {
-    fn alloc(&mut self, size: usize, _role: usize) -> Result<*mut u8, String> {
-        let p = self
-            .backend
-            .alloc_pinned(size, 0)
-            .map_err(|e| e.to_string())?;
+    fn alloc(&mut self, size: usize, _role: usize) -> Result<*mut u8, BenchError> {
+        let p = self.backend.alloc_pinned(size, 0)?;
         self.live.insert(p as usize, size);
         self.live_bytes += size as u64;
         self.peak = self.peak.max(self.live_bytes);
         self.allocations += 1;
         Ok(p)
     }
-    fn free(&mut self, ptr: *mut u8) -> Result<(), String> {
+    fn free(&mut self, ptr: *mut u8) -> Result<(), BenchError> {
         let size = self
             .live
             .remove(&(ptr as usize))
-            .ok_or("freeing an unknown pointer")?;
+            .ok_or_else(|| BenchError::invalid("freeing an unknown pointer"))?;
         self.live_bytes -= size as u64;
         // SAFETY: allocated by alloc_pinned above, freed once.
-        unsafe { self.backend.free_pinned(ptr) }.map_err(|e| e.to_string())
+        unsafe { self.backend.free_pinned(ptr) }.map_err(BenchError::from)
     }
     fn peak_pinned(&self) -> u64 {
         self.peak
@@ -154,7 +152,7 @@ impl Strategy for PinEach {
     fn pinned_allocations(&self) -> u64 {
         self.allocations
     }
-    fn teardown(&mut self) -> Result<(), String> {
+    fn teardown(&mut self) -> Result<(), BenchError> {
         let left: Vec<usize> = self.live.keys().copied().collect();
         for p in left {
             self.free(p as *mut u8)?;
@@ -176,16 +174,13 @@ pub(crate) struct CachingPool {
 }
 
 impl Strategy for CachingPool {
-    fn alloc(&mut self, size: usize, _role: usize) -> Result<*mut u8, String> {
+    fn alloc(&mut self, size: usize, _role: usize) -> Result<*mut u8, BenchError> {
         let rounded = size.next_power_of_two();
         self.allocations += 1;
         let p = match self.free.get_mut(&rounded).and_then(Vec::pop) {
             Some(p) => p,
             None => {
-                let p = self
-                    .backend
-                    .alloc_pinned(rounded, 0)
-                    .map_err(|e| e.to_string())? as usize;
+                let p = self.backend.alloc_pinned(rounded, 0)? as usize;
                 self.cached_bytes += rounded as u64;
                 p
             }
@@ -193,11 +188,11 @@ impl Strategy for CachingPool {
         self.live.insert(p, rounded);
         Ok(p as *mut u8)
     }
-    fn free(&mut self, ptr: *mut u8) -> Result<(), String> {
+    fn free(&mut self, ptr: *mut u8) -> Result<(), BenchError> {
         let rounded = self
             .live
             .remove(&(ptr as usize))
-            .ok_or("freeing an unknown pointer")?;
+            .ok_or_else(|| BenchError::invalid("freeing an unknown pointer"))?;
         self.free.entry(rounded).or_default().push(ptr as usize);
         Ok(())
     }
@@ -207,7 +202,7 @@ impl Strategy for CachingPool {
     fn pinned_allocations(&self) -> u64 {
         self.allocations
     }
-    fn teardown(&mut self) -> Result<(), String> {
+    fn teardown(&mut self) -> Result<(), BenchError> {
         let blocks: Vec<usize> = self
             .free
             .drain()
@@ -216,7 +211,7 @@ impl Strategy for CachingPool {
             .collect();
         for p in blocks {
             // SAFETY: every cached block came from alloc_pinned and is freed once here.
-            unsafe { self.backend.free_pinned(p as *mut u8) }.map_err(|e| e.to_string())?;
+            unsafe { self.backend.free_pinned(p as *mut u8) }?;
         }
         Ok(())
     }
@@ -235,19 +230,19 @@ impl EngineStrategy {
 }
 
 impl Strategy for EngineStrategy {
-    fn alloc(&mut self, size: usize, role: usize) -> Result<*mut u8, String> {
+    fn alloc(&mut self, size: usize, role: usize) -> Result<*mut u8, BenchError> {
         let site = self.sites[role % self.sites.len()];
         self.engine()
             .alloc(size, site, AllocFlags::NONE)
             .map(|a| a.ptr)
-            .map_err(|e| e.to_string())
+            .map_err(BenchError::from)
     }
     fn note(&mut self, ptr: *mut u8, bytes: usize, dir: Direction) {
         let _ = self.engine().note_transfer(ptr, bytes, dir, None);
     }
-    fn free(&mut self, ptr: *mut u8) -> Result<(), String> {
+    fn free(&mut self, ptr: *mut u8) -> Result<(), BenchError> {
         // SAFETY: `ptr` came from this engine and the workload does not use it afterwards.
-        unsafe { self.engine().free(ptr) }.map_err(|e| e.to_string())
+        unsafe { self.engine().free(ptr) }.map_err(BenchError::from)
     }
     fn peak_pinned(&self) -> u64 {
         self.engine().stats().pinned_bytes_peak
@@ -255,9 +250,9 @@ impl Strategy for EngineStrategy {
     fn pinned_allocations(&self) -> u64 {
         self.engine().stats().pinned_allocations
     }
-    fn teardown(&mut self) -> Result<(), String> {
+    fn teardown(&mut self) -> Result<(), BenchError> {
         if let Some(e) = self.engine.take() {
-            e.shutdown().map_err(|e| e.to_string())?;
+            e.shutdown()?;
         }
         Ok(())
     }

@@ -1,0 +1,300 @@
+//! `pinwise calibrate`: measures, on this machine's GPU, the curves pinwise-core's cost
+//! model reads, and returns them as a [`CostModel`] (written with [`CostModel::to_csv`], the
+//! format of `crates/pinwise-core/data/h200-transfer-and-pin-costs.csv`).
+//!
+//! For each size: host-to-device and device-to-host bandwidth from pageable memory (touched
+//! `malloc` memory), from `cuMemHostAlloc` memory and (host to device) from registered
+//! memory; and the time of `cuMemHostAlloc`, `cuMemFreeHost`, `cuMemHostRegister` of touched
+//! memory, `cuMemHostUnregister`, and of mapping plus touching fresh memory. Each figure is
+//! the median of several measurements; copies are synchronous driver copies on a real device
+//! buffer, timed after a warm-up. The default sizes (4 KiB to 1 GiB) take a few seconds on
+//! an H200.
+
+use crate::BenchError;
+use std::time::Instant;
+
+use pinwise_core::cost::CalibrationPoint;
+use pinwise_core::CostModel;
+
+use crate::BenchDevice;
+use pinwise_alloc::backend::{DevicePtr, PinBackend, StreamHandle};
+
+/// What to measure: kept in pinwise-alloc, whose automatic calibration
+/// ([`pinwise_alloc::autocal::quick_config`]) chooses its own settings.
+pub use pinwise_alloc::calibrate::CalibrationConfig;
+use pinwise_alloc::grade::PAGE;
+use pinwise_alloc::pageable;
+
+/// Progress of a calibration.
+#[derive(Debug, Clone)]
+pub struct CalibrationProgress {
+    /// Sizes done.
+    pub done: usize,
+    /// Sizes in all.
+    pub total: usize,
+    /// The size being measured.
+    pub size: usize,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// A page-aligned anonymous mapping, unmapped on drop.
+struct Mapping {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Mapping {
+    fn new(len: usize) -> Result<Mapping, BenchError> {
+        Self::map(len, false)
+    }
+    /// Fresh memory obtained the way the allocator obtains it before registering it
+    /// (large mappings advised to use huge pages and populated at once), so that the
+    /// calibration's "map and touch" cost is the one the engine will pay.
+    fn like_engine(len: usize) -> Result<Mapping, BenchError> {
+        Self::map(len, true)
+    }
+    fn map(len: usize, huge: bool) -> Result<Mapping, BenchError> {
+        let len = len.next_multiple_of(PAGE);
+        let ptr = pageable::map_anonymous(len, huge)
+            .ok_or_else(|| BenchError::OutOfMemory("mmap failed".into()))?;
+        Ok(Mapping { ptr, len })
+    }
+    /// Populates every page as the engine does before registering (one write per page).
+    fn touch(&self) {
+        // SAFETY: our own writable mapping of `len` bytes, used by nobody else.
+        unsafe { pageable::touch_pages(self.ptr, self.len) };
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping, not registered (callers unregister first).
+        unsafe { pageable::unmap(self.ptr, self.len) };
+    }
+}
+
+/// Measures the calibration on `device`. The model's source names the device, and says
+/// "TEST FIXTURE" when the backend is one.
+pub fn calibrate(
+    config: &CalibrationConfig,
+    device: &dyn BenchDevice,
+    progress: &mut dyn FnMut(&CalibrationProgress),
+) -> Result<CostModel, BenchError> {
+    let backend = device.backend();
+    let b: &dyn PinBackend = &*backend;
+    let max = config
+        .sizes
+        .iter()
+        .copied()
+        .max()
+        .ok_or_else(|| BenchError::invalid("no sizes to calibrate"))?;
+    let dev = device.alloc_device(max)?;
+    let result = (|| -> Result<Vec<CalibrationPoint>, BenchError> {
+        // Source buffers, touched once: pageable (a mapping) and pinned.
+        let pageable_buf = Mapping::new(max)?;
+        pageable_buf.touch();
+        let pinned_buf = b.alloc_pinned(max, 0)?;
+        let pinned = PinnedGuard(b, pinned_buf);
+        // Warm-up: the first copies of a process pay one-off costs.
+        copy_time(b, dev, pageable_buf.ptr, PAGE, true)?;
+        copy_time(b, dev, pinned.1, PAGE, true)?;
+        let mut points = Vec::new();
+        for (i, &size) in config.sizes.iter().enumerate() {
+            progress(&CalibrationProgress {
+                done: i,
+                total: config.sizes.len(),
+                size,
+            });
+            points.push(measure_size(config, b, dev, &pageable_buf, pinned.1, size)?);
+        }
+        progress(&CalibrationProgress {
+            done: config.sizes.len(),
+            total: config.sizes.len(),
+            size: max,
+        });
+        Ok(points)
+    })();
+    device.free_device(dev);
+    let points = result?;
+    let source = if backend.is_fixture() {
+        format!(
+            "TEST FIXTURE, not a GPU calibration: {}",
+            backend.describe()
+        )
+    } else {
+        format!("pinwise calibrate on {}", backend.describe())
+    };
+    Ok(CostModel::from_points(points, &source)?)
+}
+
+struct PinnedGuard<'a>(&'a dyn PinBackend, *mut u8);
+
+impl Drop for PinnedGuard<'_> {
+    fn drop(&mut self) {
+        // SAFETY: allocated by alloc_pinned in `calibrate`, freed once here.
+        let _ = unsafe { self.0.free_pinned(self.1) };
+    }
+}
+
+/// Seconds of one synchronous copy of `len` bytes between `host` and `dev`.
+fn copy_time(
+    b: &dyn PinBackend,
+    dev: DevicePtr,
+    host: *mut u8,
+    len: usize,
+    htod: bool,
+) -> Result<f64, BenchError> {
+    let t = Instant::now();
+    // SAFETY: `host` is a live buffer of at least `len` bytes and `dev` a device buffer of at
+    // least `len` bytes; the copy is synchronous.
+    unsafe {
+        if htod {
+            b.copy_htod(dev, host, len, None)
+        } else {
+            b.copy_dtoh(host, dev, len, None)
+        }
+    }?;
+    // Pageable host-to-device copies may return once staged: wait for the transfer.
+    b.synchronize_stream(StreamHandle::DEFAULT)?;
+    Ok(t.elapsed().as_secs_f64())
+}
+
+/// GB/s of copies of `len` bytes: the median over repeats of (copies per repeat x len /
+/// time), with enough copies per repeat to move `min_bytes_per_figure`.
+///
+/// Each timed copy follows an untimed copy the other way on the same buffer: buffers worth
+/// pinning move in round trips (upload, compute, download), and there a pageable copy costs
+/// more than in a one-way loop (on an H200, a 16 KiB pageable round trip took 23.6 us where
+/// one-way loops summed to 16.2 us; pinned round trips matched their one-way sum within 4 %:
+/// bench/results/gpu-alloc.md).
+fn bandwidth(
+    config: &CalibrationConfig,
+    b: &dyn PinBackend,
+    dev: DevicePtr,
+    host: *mut u8,
+    len: usize,
+    htod: bool,
+) -> Result<f64, BenchError> {
+    let copies = config.min_bytes_per_figure.div_ceil(len).clamp(1, 4096);
+    let mut rates = Vec::new();
+    for _ in 0..config.repeats.max(1) {
+        let mut secs = 0.0;
+        for _ in 0..copies {
+            copy_time(b, dev, host, len, !htod)?;
+            secs += copy_time(b, dev, host, len, htod)?;
+        }
+        rates.push((copies * len) as f64 / secs / 1e9);
+    }
+    Ok(median(rates))
+}
+
+fn micros(f: impl FnOnce() -> Result<(), BenchError>) -> Result<f64, BenchError> {
+    let t = Instant::now();
+    f()?;
+    Ok(t.elapsed().as_secs_f64() * 1e6)
+}
+
+fn measure_size(
+    config: &CalibrationConfig,
+    b: &dyn PinBackend,
+    dev: DevicePtr,
+    pageable_buf: &Mapping,
+    pinned: *mut u8,
+    size: usize,
+) -> Result<CalibrationPoint, BenchError> {
+    let pageable_h2d = bandwidth(config, b, dev, pageable_buf.ptr, size, true)?;
+    let pageable_d2h = bandwidth(config, b, dev, pageable_buf.ptr, size, false)?;
+    let pinned_h2d = bandwidth(config, b, dev, pinned, size, true)?;
+    let pinned_d2h = bandwidth(config, b, dev, pinned, size, false)?;
+
+    let reps = config.repeats.max(1);
+    let (mut alloc_us, mut free_us, mut reg_us, mut unreg_us, mut touch_us, mut reg_bw) =
+        (vec![], vec![], vec![], vec![], vec![], vec![]);
+    for _ in 0..reps {
+        // cuMemHostAlloc / cuMemFreeHost of fresh pinned memory.
+        let mut p = std::ptr::null_mut();
+        alloc_us.push(micros(|| {
+            p = b.alloc_pinned(size, 0)?;
+            Ok(())
+        })?);
+        // SAFETY: allocated just above, freed once.
+        free_us.push(micros(|| {
+            unsafe { b.free_pinned(p) }.map_err(BenchError::from)
+        })?);
+
+        // Mapping and touching fresh memory the way the engine does before registering it
+        // (what fresh registered memory costs beyond the registration itself).
+        let mut m = None;
+        touch_us.push(micros(|| {
+            let fresh = Mapping::like_engine(size)?;
+            fresh.touch();
+            m = Some(fresh);
+            Ok(())
+        })?);
+        let m = m.expect("mapped above");
+        // Registering that touched memory, copying from it, unregistering it.
+        // SAFETY: our own mapping, mapped until `m` drops after the unregister below.
+        reg_us.push(micros(|| {
+            unsafe { b.register(m.ptr, m.len) }.map_err(BenchError::from)
+        })?);
+        let copies = config.min_bytes_per_figure.div_ceil(size).clamp(1, 1024) / reps + 1;
+        let mut secs = 0.0;
+        for _ in 0..copies {
+            secs += copy_time(b, dev, m.ptr, size, true)?;
+        }
+        reg_bw.push((copies * size) as f64 / secs / 1e9);
+        // SAFETY: registered just above.
+        unreg_us.push(micros(|| {
+            unsafe { b.unregister(m.ptr) }.map_err(BenchError::from)
+        })?);
+    }
+    Ok(CalibrationPoint {
+        size_bytes: size as u64,
+        pageable_h2d_gbps: pageable_h2d,
+        pinned_h2d_gbps: pinned_h2d,
+        registered_h2d_gbps: median(reg_bw),
+        pageable_d2h_gbps: pageable_d2h,
+        pinned_d2h_gbps: pinned_d2h,
+        mallochost_us: median(alloc_us),
+        freehost_us: median(free_us),
+        hostregister_us: median(reg_us),
+        hostunregister_us: median(unreg_us),
+        malloc_touch_us: median(touch_us),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MockDevice;
+    use pinwise_alloc::testing::MockBackend;
+    use std::sync::Arc;
+
+    #[test]
+    fn calibration_on_the_mock_is_labelled_and_loads_back() {
+        let dev = MockDevice(Arc::new(MockBackend::new()));
+        let config = CalibrationConfig {
+            sizes: vec![4096, 65536, 1 << 20],
+            repeats: 3,
+            min_bytes_per_figure: 1 << 20,
+        };
+        let mut calls = 0;
+        let model = calibrate(&config, &dev, &mut |_| calls += 1).unwrap();
+        assert_eq!(calls, 4);
+        assert_eq!(model.points().len(), 3);
+        assert!(
+            model.source().contains("TEST FIXTURE"),
+            "{}",
+            model.source()
+        );
+        let csv = model.to_csv();
+        assert!(csv.contains("TEST FIXTURE"));
+        let back = CostModel::from_csv_str(&csv, "round trip").unwrap();
+        assert_eq!(back.points().len(), 3);
+        assert!(back.points().iter().all(|p| p.pinned_h2d_gbps > 0.0));
+    }
+}
