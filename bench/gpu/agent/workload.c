@@ -12,6 +12,10 @@
  *   hold       then wait until stdin closes.
  *   forkexec   then fork; the child execs this program (`copies PAGEABLE PINNED BYTES
  *              hold`), the parent waits for stdin to close (tests kill both with SIGKILL).
+ *   vary       the pageable buffer's first byte changes before each pageable copy, so no
+ *              upload repeats the previous one (without it, every pageable copy after the
+ *              first, and every pinned copy after the first, re-sends the same bytes to
+ *              the same device range: PAGEABLE - 1 + PINNED - 1 redundant uploads).
  *   storm      THREADS=PINNED threads each make PAGEABLE copies of BYTES (tiny copies
  *              from many threads: the event storm), then exit.
  */
@@ -47,7 +51,7 @@ static void wait_stdin(void) {
 
 int main(int argc, char **argv) {
     if (argc < 5 || strcmp(argv[1], "copies") != 0) {
-        fprintf(stderr, "usage: %s copies PAGEABLE PINNED BYTES [hold|forkexec|storm]\n", argv[0]);
+        fprintf(stderr, "usage: %s copies PAGEABLE PINNED BYTES [hold|forkexec|storm|vary]\n", argv[0]);
         return 64;
     }
     long pageable = atol(argv[2]), pinned_n = atol(argv[3]);
@@ -74,7 +78,11 @@ int main(int argc, char **argv) {
     void *pin;
     CHECK(cuMemAllocHost(&pin, bytes));
     memset(pin, 3, bytes);
-    for (long i = 0; i < pageable; i++) CHECK(cuMemcpyHtoD(dev, page, bytes));
+    int vary = strcmp(mode, "vary") == 0;
+    for (long i = 0; i < pageable; i++) {
+        if (vary && bytes > 0) page[0] = (char)(i + 11);
+        CHECK(cuMemcpyHtoD(dev, page, bytes));
+    }
     for (long i = 0; i < pinned_n; i++) CHECK(cuMemcpyHtoD(dev, pin, bytes));
     CHECK(cuMemcpyDtoH(pin, dev, bytes));
     /* The output checks the bytes made the round trip (the last HtoD was from `pin`, or

@@ -2,7 +2,7 @@
 //! endpoint that reads it.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,7 +21,7 @@ use crate::error::AgentError;
 use crate::histories::{HistorySettings, HistoryStore};
 use crate::http::MetricsServer;
 use crate::metrics::{self, Snapshot};
-use crate::table::{ProcFs, ProcessTable, TableConfig};
+use crate::table::{ProcFs, ProcessProbe, ProcessTable, TableConfig};
 
 /// Settings of the agent.
 #[derive(Debug, Clone)]
@@ -52,6 +52,16 @@ pub struct AgentConfig {
     /// Where the host's cgroup v2 hierarchy is mounted (in a container: the host's,
     /// mounted in); `None`: the one `/proc/mounts` lists.
     pub cgroupfs: Option<PathBuf>,
+    /// The kubelet's pod log directories (`/var/log/pods`), for pod namespaces and names
+    /// ([`crate::pods`]); `None`: none.
+    pub pods_dir: Option<PathBuf>,
+    /// How often a live process's GPUs (and its pod, while unknown) are looked up again.
+    pub labels_every: Duration,
+    /// Fingerprint host-to-device copies in BPF to count redundant uploads.
+    pub fingerprint: bool,
+    /// Push the metrics to an OpenTelemetry collector too.
+    #[cfg(feature = "otlp")]
+    pub otlp: Option<crate::otlp::OtlpConfig>,
 }
 
 impl Default for AgentConfig {
@@ -68,6 +78,11 @@ impl Default for AgentConfig {
             tick: Duration::from_millis(500),
             rescan_every: Some(Duration::from_secs(30)),
             cgroupfs: None,
+            pods_dir: None,
+            labels_every: Duration::from_secs(10),
+            fingerprint: false,
+            #[cfg(feature = "otlp")]
+            otlp: None,
             histories: None,
         }
     }
@@ -94,16 +109,91 @@ pub fn monotonic_ns() -> u64 {
 }
 
 /// What the tracer counted, copied at each tick for the scrapes.
-#[derive(Debug, Default, Clone, Copy)]
-struct TracerCounters {
-    ringbuf_drops: u64,
-    records: u64,
-    decode_errors: u64,
-    tgid_map_full: u64,
-    uprobes: u64,
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct TracerCounters {
+    /// Events lost to a full ring buffer.
+    pub ringbuf_drops: u64,
+    /// Ring-buffer records read.
+    pub records: u64,
+    /// Records that could not be decoded.
+    pub decode_errors: u64,
+    /// Processes the traced-process map had no room for.
+    pub tgid_map_full: u64,
+    /// Uprobes attached.
+    pub uprobes: u64,
 }
 
-struct TableSink {
+/// The tracer as the agent drives it (libbpf behind it), so that the agent's own logic
+/// runs in tests without BPF or root.
+pub trait TraceBackend: Send {
+    /// Its counters now.
+    fn counters(&self) -> TracerCounters;
+    /// Probes one more driver library file node-wide; the uprobes attached (0: it was
+    /// probed already).
+    fn probe_driver_library(&self, path: &Path) -> Result<usize, AgentError>;
+    /// Drains the ring buffer into the sink and detaches every probe.
+    fn stop(&mut self) -> Result<(), AgentError>;
+}
+
+impl TraceBackend for TracerAgent {
+    fn counters(&self) -> TracerCounters {
+        let st = self.stats();
+        TracerCounters {
+            ringbuf_drops: st.ringbuf_drops,
+            records: st.records,
+            decode_errors: st.decode_errors,
+            tgid_map_full: st.tgid_map_full,
+            uprobes: st.uprobes as u64,
+        }
+    }
+
+    fn probe_driver_library(&self, path: &Path) -> Result<usize, AgentError> {
+        Ok(self.probe_library(path, Library::Driver)?)
+    }
+
+    fn stop(&mut self) -> Result<(), AgentError> {
+        TracerAgent::stop(self)
+            .map(|_| ())
+            .map_err(AgentError::from)
+    }
+}
+
+/// Where the agent looks for driver libraries it has not probed yet (containers with a
+/// libcuda of their own): every process's mapped `libcuda.so*` files. Replaceable in tests.
+pub trait LibraryScan: Send {
+    /// `(pid, library path openable by the agent)` for every process mapping one.
+    fn driver_libraries(&mut self) -> Vec<(u32, PathBuf)>;
+}
+
+/// [`LibraryScan`] over the node's `/proc/PID/maps`.
+#[derive(Debug, Default)]
+pub struct ProcMapsScan;
+
+impl LibraryScan for ProcMapsScan {
+    fn driver_libraries(&mut self) -> Vec<(u32, PathBuf)> {
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for entry in dir.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if let Ok(found) = libs::in_process(pid) {
+                out.extend(found.driver.into_iter().map(|p| (pid, p)));
+            }
+        }
+        out
+    }
+}
+
+/// The agent's side of the tracer's event stream: feeds the process table (and the
+/// histories). [`Agent::with_backend`] hands it to tests, which feed it by hand.
+pub struct TableSink {
     table: Arc<Mutex<ProcessTable>>,
     histories: Option<Arc<Mutex<HistoryStore>>>,
 }
@@ -144,8 +234,9 @@ impl EventSink for TableSink {
     }
 }
 
-#[derive(Debug)]
-struct AgentCollector {
+/// Takes snapshots of the table and counters: what each scrape or push exports.
+#[derive(Debug, Clone)]
+pub struct SnapshotSource {
     table: Arc<Mutex<ProcessTable>>,
     counters: Arc<Mutex<TracerCounters>>,
     node: String,
@@ -153,8 +244,12 @@ struct AgentCollector {
     idle_after: Duration,
 }
 
-impl AgentCollector {
-    fn snapshot(&self) -> Snapshot {
+#[derive(Debug)]
+struct AgentCollector(SnapshotSource);
+
+impl SnapshotSource {
+    /// The numbers now.
+    pub fn snapshot(&self) -> Snapshot {
         let c = *self.counters.lock();
         let mut s = Snapshot {
             node: self.node.clone(),
@@ -183,7 +278,7 @@ impl std::fmt::Debug for TableSink {
 
 impl Collector for AgentCollector {
     fn encode(&self, encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        metrics::encode(&self.snapshot(), encoder)
+        metrics::encode(&self.0.snapshot(), encoder)
     }
 }
 
@@ -212,10 +307,13 @@ impl Signals {
 /// The running agent.
 pub struct Agent {
     config: AgentConfig,
-    tracer: TracerAgent,
+    tracer: Box<dyn TraceBackend>,
+    scan: Box<dyn LibraryScan>,
     table: Arc<Mutex<ProcessTable>>,
     counters: Arc<Mutex<TracerCounters>>,
     server: Option<MetricsServer>,
+    #[cfg(feature = "otlp")]
+    otlp: Option<crate::otlp::OtlpExporter>,
     histories: Option<Arc<Mutex<HistoryStore>>>,
     last_rescan: Instant,
     libraries: Vec<PathBuf>,
@@ -236,64 +334,130 @@ pub fn driver_libraries(given: &[PathBuf]) -> Result<Vec<PathBuf>, AgentError> {
     Ok(found)
 }
 
+/// What the agent builds before a tracer exists.
+struct Parts {
+    table: Arc<Mutex<ProcessTable>>,
+    histories: Option<Arc<Mutex<HistoryStore>>>,
+}
+
+impl Parts {
+    fn new(
+        config: &AgentConfig,
+        probe: Box<dyn ProcessProbe>,
+        modules: Arc<pinwise_core::ModuleTable>,
+    ) -> Result<Parts, AgentError> {
+        let table = Arc::new(Mutex::new(ProcessTable::new(
+            config.table.clone(),
+            config.cost.clone(),
+            probe,
+        )));
+        let histories = match &config.histories {
+            Some(settings) => Some(Arc::new(Mutex::new(HistoryStore::new(
+                settings.clone(),
+                modules,
+            )?))),
+            None => None,
+        };
+        Ok(Parts { table, histories })
+    }
+
+    fn sink(&self) -> TableSink {
+        TableSink {
+            table: Arc::clone(&self.table),
+            histories: self.histories.clone(),
+        }
+    }
+}
+
 impl Agent {
     /// Loads the BPF programs, probes the driver libraries node-wide, and serves metrics.
     pub fn start(config: AgentConfig) -> Result<Agent, AgentError> {
         let libraries = driver_libraries(&config.libcuda)?;
-        let probe = ProcFs {
-            attach_ticks: ProcFs::now_ticks(),
-            cgroups: crate::cgroup::CgroupResolver::new(
-                config
-                    .cgroupfs
-                    .clone()
-                    .or_else(crate::cgroup::cgroup2_mount),
-            ),
-        };
-        let table = Arc::new(Mutex::new(ProcessTable::new(
-            config.table.clone(),
-            config.cost.clone(),
-            Box::new(probe),
-        )));
+        let probe = ProcFs::node(
+            config
+                .cgroupfs
+                .clone()
+                .or_else(crate::cgroup::cgroup2_mount),
+            config.pods_dir.clone(),
+        );
         let tracer_config = TracerConfig {
             bpf: BpfConfig {
                 ringbuf_bytes: config.ringbuf_bytes,
                 // Summaries need no call chains; the history is not fed.
                 alloc_stacks: false,
                 copy_stack_every: 0,
+                fingerprint: config.fingerprint,
                 ..BpfConfig::default()
             },
             poll_interval: Duration::from_millis(50),
             ..TracerConfig::default()
         };
         let mut tracer = TracerAgent::new(tracer_config);
-        let histories = match &config.histories {
-            Some(settings) => Some(Arc::new(Mutex::new(HistoryStore::new(
-                settings.clone(),
-                tracer.history().modules(),
-            )?))),
-            None => None,
-        };
-        tracer.set_sink(
-            Box::new(TableSink {
-                table: Arc::clone(&table),
-                histories: histories.clone(),
-            }),
-            false,
-        );
+        let parts = Parts::new(&config, Box::new(probe), tracer.history().modules())?;
+        tracer.set_sink(Box::new(parts.sink()), false);
         let libs = Libraries {
             driver: libraries.clone(),
             runtime: Vec::new(),
         };
         tracer.start_system(&libs)?;
+        let agent = Agent::assemble(
+            config,
+            Box::new(tracer),
+            Box::new(ProcMapsScan),
+            parts,
+            libraries,
+        )?;
+        tracing::info!(
+            "pinwise agent: {} uprobes on {:?}; metrics on http://{}/metrics",
+            agent.counters.lock().uprobes,
+            agent.libraries,
+            agent.local_addr()
+        );
+        Ok(agent)
+    }
+
+    /// An agent over a given tracer, process probe and library scan (tests: fakes of
+    /// each), serving metrics as [`Agent::start`] does; returns the sink the tracer would
+    /// feed, for the caller to feed.
+    pub fn with_backend(
+        config: AgentConfig,
+        tracer: Box<dyn TraceBackend>,
+        probe: Box<dyn ProcessProbe>,
+        scan: Box<dyn LibraryScan>,
+    ) -> Result<(Agent, TableSink), AgentError> {
+        let parts = Parts::new(
+            &config,
+            probe,
+            Arc::new(pinwise_core::ModuleTable::default()),
+        )?;
+        let sink = parts.sink();
+        let libraries = config.libcuda.clone();
+        let agent = Agent::assemble(config, tracer, scan, parts, libraries)?;
+        Ok((agent, sink))
+    }
+
+    fn assemble(
+        config: AgentConfig,
+        tracer: Box<dyn TraceBackend>,
+        scan: Box<dyn LibraryScan>,
+        parts: Parts,
+        libraries: Vec<PathBuf>,
+    ) -> Result<Agent, AgentError> {
         let counters = Arc::new(Mutex::new(TracerCounters::default()));
-        let mut registry = Registry::default();
-        registry.register_collector(Box::new(AgentCollector {
-            table: Arc::clone(&table),
+        let source = SnapshotSource {
+            table: Arc::clone(&parts.table),
             counters: Arc::clone(&counters),
             node: config.node.clone(),
             max_series: config.max_series_processes,
             idle_after: config.idle_after,
-        }));
+        };
+        #[cfg(feature = "otlp")]
+        let otlp = match &config.otlp {
+            Some(c) => Some(crate::otlp::OtlpExporter::start(c, source.clone())?),
+            None => None,
+        };
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(AgentCollector(source)));
         let server =
             MetricsServer::start(config.listen, registry).map_err(|source| AgentError::Listen {
                 addr: config.listen,
@@ -302,20 +466,17 @@ impl Agent {
         let agent = Agent {
             config,
             tracer,
-            table,
+            scan,
+            table: parts.table,
             counters,
             server: Some(server),
-            histories,
+            #[cfg(feature = "otlp")]
+            otlp,
+            histories: parts.histories,
             last_rescan: Instant::now(),
             libraries,
         };
         agent.refresh_counters();
-        tracing::info!(
-            "pinwise agent: {} uprobes on {:?}; metrics on http://{}/metrics",
-            agent.counters.lock().uprobes,
-            agent.libraries,
-            agent.local_addr()
-        );
         Ok(agent)
     }
 
@@ -337,21 +498,20 @@ impl Agent {
     }
 
     fn refresh_counters(&self) {
-        let st = self.tracer.stats();
-        *self.counters.lock() = TracerCounters {
-            ringbuf_drops: st.ringbuf_drops,
-            records: st.records,
-            decode_errors: st.decode_errors,
-            tgid_map_full: st.tgid_map_full,
-            uprobes: st.uprobes as u64,
-        };
+        *self.counters.lock() = self.tracer.counters();
     }
 
-    /// Periodic work: tracer counters, expiry of exited processes (returned), and the
-    /// rescan for new driver libraries when due.
+    /// Periodic work: tracer counters, expiry of exited processes (returned), labels
+    /// looked up again when due, and the rescan for new driver libraries when due.
     pub fn tick(&mut self) -> Vec<crate::process::ProcessSummary> {
         self.refresh_counters();
-        let expired = self.table.lock().expire(monotonic_ns());
+        let now = monotonic_ns();
+        let expired = {
+            let mut table = self.table.lock();
+            let expired = table.expire(now);
+            table.refresh_labels(now, self.config.labels_every);
+            expired
+        };
         if let Some(h) = &self.histories {
             h.lock().tick();
         }
@@ -368,30 +528,15 @@ impl Agent {
     pub fn rescan(&mut self) -> usize {
         self.last_rescan = Instant::now();
         let mut added = 0;
-        let Ok(dir) = std::fs::read_dir("/proc") else {
-            return 0;
-        };
-        for entry in dir.flatten() {
-            let Some(pid) = entry
-                .file_name()
-                .to_str()
-                .and_then(|s| s.parse::<u32>().ok())
-            else {
-                continue;
-            };
-            let Ok(found) = libs::in_process(pid) else {
-                continue;
-            };
-            for path in found.driver {
-                match self.tracer.probe_library(&path, Library::Driver) {
-                    Ok(0) => {}
-                    Ok(n) => {
-                        tracing::info!("PID {pid} maps {}: {n} uprobes attached", path.display());
-                        self.libraries.push(path);
-                        added += 1;
-                    }
-                    Err(e) => tracing::debug!("{}: {e}", path.display()),
+        for (pid, path) in self.scan.driver_libraries() {
+            match self.tracer.probe_driver_library(&path) {
+                Ok(0) => {}
+                Ok(n) => {
+                    tracing::info!("PID {pid} maps {}: {n} uprobes attached", path.display());
+                    self.libraries.push(path);
+                    added += 1;
                 }
+                Err(e) => tracing::debug!("{}: {e}", path.display()),
             }
         }
         added
@@ -427,11 +572,17 @@ impl Agent {
     /// Stops: drains the ring buffer into the table, detaches every probe, writes the
     /// histories that changed, stops serving.
     pub fn stop(mut self) -> Result<(), AgentError> {
-        let result = self.tracer.stop().map(|_| ());
+        let result = self.tracer.stop();
+        self.refresh_counters();
         if let Some(h) = &self.histories {
             h.lock().flush();
         }
+        // The last push carries the final numbers.
+        #[cfg(feature = "otlp")]
+        if let Some(o) = self.otlp.take() {
+            o.shutdown();
+        }
         self.server = None;
-        result.map_err(AgentError::from)
+        result
     }
 }

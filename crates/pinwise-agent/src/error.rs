@@ -33,4 +33,7 @@ pub enum AgentError {
         /// Why.
         detail: String,
     },
+    /// The OTLP push could not be set up.
+    #[error("--otlp {0}")]
+    Otlp(String),
 }

@@ -3,7 +3,10 @@
 //!
 //! # Metrics
 //!
-//! Process labels: `node`, `pid`, `comm`, `cgroup`, `container_id`, `pod_uid`, `qos`.
+//! Process labels: `node`, `pid`, `comm`, `cgroup`, `container_id`, `pod_uid`,
+//! `namespace`, `pod`, `qos`, `gpu`. `namespace` and `pod` come from the pods directory
+//! ([`crate::pods`]; empty when unknown), `gpu` lists the minor numbers of the NVIDIA
+//! device files the process has open ([`crate::gpus`] says what that is and is not).
 //! Copy labels: `direction` (`HtoD`, `DtoH`, `DtoD`, `HtoH`) and `host_kind` (`pageable`,
 //! `pinned`, `registered`, `unknown`; `none` for device-to-device).
 //!
@@ -14,6 +17,8 @@
 //! | `pinwise_pinning_saving_estimated_seconds_total` (pageable copies) | counter | process, copy |
 //! | `pinwise_node_…` the four above summed over every process ever seen | counter | node, copy |
 //! | `pinwise_pinned_bytes` (`host_kind` pinned or registered), `pinwise_pinned_idle_bytes` | gauge | process |
+//! | `pinwise_fingerprinted_transfers_total`, `pinwise_redundant_transfers_total`, `pinwise_redundant_transfer_bytes_total`, `pinwise_redundant_transfer_estimated_seconds_total` (with `--fingerprint`) | counter | process |
+//! | `pinwise_node_redundant_transfers_total`, `pinwise_node_redundant_transfer_bytes_total` | counter | node |
 //! | `pinwise_processes` (`state` live or exited) | gauge | node |
 //! | `pinwise_processes_seen_total`, `_evicted_total`, `_untracked_total`, `pinwise_events_filtered_total` | counter | node |
 //! | `pinwise_series_aggregated_processes` | gauge | node |
@@ -28,8 +33,7 @@
 //!
 //! # Cardinality cap
 //!
-//! Per-process series carry the labels `node`, `pid`, `comm`, `cgroup`, `container_id`,
-//! `pod_uid` and `qos`. Only the [`Snapshot::max_series_processes`] processes that copied
+//! Per-process series carry the process labels above. Only the [`Snapshot::max_series_processes`] processes that copied
 //! the most bytes get series of their own; the others are summed into one series with
 //! `pid="other"` (its other process labels `other` too, `node` kept), and their number is
 //! `pinwise_series_aggregated_processes`. The series of a process go away when it is
@@ -38,14 +42,23 @@
 //! the `other` series can decrease: Prometheus takes that for a counter reset.
 //!
 //! The GPU a copy went to is not known to the tracer (its events carry device pointers,
-//! not device numbers), so there is no GPU label.
+//! not device numbers): the `gpu` label is the process's, not the copy's.
+//!
+//! # One list for every exporter
+//!
+//! [`families`] turns a [`Snapshot`] into the metric families ([`FAMILIES`] describes
+//! them); the Prometheus endpoint ([`encode`]) and the OTLP push (`crate::otlp`) both
+//! export that list, so they carry the same names (OTLP without Prometheus's `_total`
+//! suffix, which a collector's Prometheus exporter adds back), labels and numbers.
 
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 
-use crate::process::{merge_tables, CopyTable, CopyTotals, HostKind, ProcessSummary};
+use crate::process::{
+    merge_tables, CopyTable, CopyTotals, HostKind, ProcessSummary, RedundantTotals,
+};
 use crate::table::NodeTotals;
 use pinwise_core::Direction;
 
@@ -62,8 +75,14 @@ pub struct ProcessLabels {
     pub container_id: String,
     /// `pod_uid` (empty when none).
     pub pod_uid: String,
+    /// `namespace` of the pod (empty when unknown).
+    pub namespace: String,
+    /// `pod`: the pod's name (empty when unknown).
+    pub pod: String,
     /// `qos` (empty when none).
     pub qos: String,
+    /// `gpu`: GPU device minor numbers, comma-separated (empty when none seen).
+    pub gpu: String,
 }
 
 impl ProcessLabels {
@@ -74,7 +93,14 @@ impl ProcessLabels {
             cgroup: s.cgroup.path.clone(),
             container_id: s.cgroup.container_id.clone().unwrap_or_default(),
             pod_uid: s.cgroup.pod_uid.clone().unwrap_or_default(),
+            namespace: s
+                .pod
+                .as_ref()
+                .map(|p| p.namespace.clone())
+                .unwrap_or_default(),
+            pod: s.pod.as_ref().map(|p| p.name.clone()).unwrap_or_default(),
             qos: s.cgroup.qos.unwrap_or_default().to_string(),
+            gpu: crate::gpus::label(&s.gpus),
         }
     }
 
@@ -86,7 +112,10 @@ impl ProcessLabels {
             cgroup: o(),
             container_id: o(),
             pod_uid: o(),
+            namespace: o(),
+            pod: o(),
             qos: o(),
+            gpu: o(),
         }
     }
 }
@@ -104,6 +133,8 @@ pub struct ProcessRow {
     pub registered_bytes: u64,
     /// Pinned or registered bytes with no copy for the idle time.
     pub idle_bytes: u64,
+    /// Fingerprinted and redundant uploads.
+    pub redundant: RedundantTotals,
     /// Whether it has exited.
     pub exited: bool,
 }
@@ -168,6 +199,7 @@ impl Snapshot {
                 pinned_bytes: pinned,
                 registered_bytes: registered,
                 idle_bytes: s.pinned_idle(idle_since_ns),
+                redundant: s.redundant,
                 exited: s.exited_ns.is_some(),
             }
         };
@@ -181,6 +213,7 @@ impl Snapshot {
                 pinned_bytes: 0,
                 registered_bytes: 0,
                 idle_bytes: 0,
+                redundant: RedundantTotals::default(),
                 exited: false,
             };
             for s in rest {
@@ -189,90 +222,192 @@ impl Snapshot {
                 other.pinned_bytes += r.pinned_bytes;
                 other.registered_bytes += r.registered_bytes;
                 other.idle_bytes += r.idle_bytes;
+                other.redundant.merge(&r.redundant);
             }
             self.rows.push(other);
         }
     }
 }
 
-type Labels<'a> = Vec<(&'static str, &'a str)>;
+/// Label names and values of one sample.
+pub type Labels<'a> = Vec<(&'static str, &'a str)>;
+
+/// The process label names, in the order series carry them.
+pub const PROCESS_LABELS: [&str; 10] = [
+    "node",
+    "pid",
+    "comm",
+    "cgroup",
+    "container_id",
+    "pod_uid",
+    "namespace",
+    "pod",
+    "qos",
+    "gpu",
+];
 
 fn process_labels<'a>(node: &'a str, l: &'a ProcessLabels) -> Labels<'a> {
-    vec![
-        ("node", node),
-        ("pid", &l.pid),
-        ("comm", &l.comm),
-        ("cgroup", &l.cgroup),
-        ("container_id", &l.container_id),
-        ("pod_uid", &l.pod_uid),
-        ("qos", &l.qos),
-    ]
+    let values = [
+        node,
+        &l.pid,
+        &l.comm,
+        &l.cgroup,
+        &l.container_id,
+        &l.pod_uid,
+        &l.namespace,
+        &l.pod,
+        &l.qos,
+        &l.gpu,
+    ];
+    PROCESS_LABELS.into_iter().zip(values).collect()
 }
 
-/// Names of the metrics as exposed (counters with their `_total`), for dashboards and
-/// tests: every one of them is in every scrape.
+/// Counter or gauge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Never decreases (but see the cardinality cap's `other` series).
+    Counter,
+    /// Goes up and down.
+    Gauge,
+}
+
+/// A sample's value.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Value {
+    /// A count.
+    Int(u64),
+    /// Seconds.
+    Float(f64),
+}
+
+impl Value {
+    /// As a float.
+    pub fn as_f64(self) -> f64 {
+        match self {
+            Value::Int(v) => v as f64,
+            Value::Float(v) => v,
+        }
+    }
+}
+
+/// A metric family: its name (without Prometheus's `_total`), help, kind, and whether its
+/// values are seconds (floats) or counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Desc {
+    /// The name; Prometheus adds `_total` to counters.
+    pub name: &'static str,
+    /// What it counts.
+    pub help: &'static str,
+    /// Counter or gauge.
+    pub kind: Kind,
+    /// Float values (seconds) rather than integers.
+    pub float: bool,
+    /// The unit, as OTLP carries it (`By`, `s`, `1`).
+    pub unit: &'static str,
+}
+
+const fn desc(
+    name: &'static str,
+    help: &'static str,
+    kind: Kind,
+    float: bool,
+    unit: &'static str,
+) -> Desc {
+    Desc {
+        name,
+        help,
+        kind,
+        float,
+        unit,
+    }
+}
+
+use Kind::{Counter, Gauge};
+
+/// Every metric family, in the order they are exported.
+pub const FAMILIES: &[Desc] = &[
+    desc("pinwise_transfers", "Host<->device copies, by process, direction and host memory kind.", Counter, false, "1"),
+    desc("pinwise_node_transfers", "Host<->device copies, by direction and host memory kind. Node total, evicted processes included.", Counter, false, "1"),
+    desc("pinwise_transfer_bytes", "Bytes copied, by process, direction and host memory kind.", Counter, false, "By"),
+    desc("pinwise_node_transfer_bytes", "Bytes copied, by direction and host memory kind. Node total, evicted processes included.", Counter, false, "By"),
+    desc("pinwise_transfer_estimated_seconds", "Estimated time of the copies (pinwise's cost model; unknown memory costed as pageable).", Counter, true, "s"),
+    desc("pinwise_node_transfer_estimated_seconds", "Estimated time of the copies (cost model). Node total, evicted processes included.", Counter, true, "s"),
+    desc("pinwise_pinning_saving_estimated_seconds", "Estimated time pinning the pageable memory copied would have saved (cost model).", Counter, true, "s"),
+    desc("pinwise_node_pinning_saving_estimated_seconds", "Estimated time pinning the pageable memory copied would have saved (cost model). Node total, evicted processes included.", Counter, true, "s"),
+    desc("pinwise_fingerprinted_transfers", "Host-to-device copies whose content was fingerprinted (pinwise agent --fingerprint).", Counter, false, "1"),
+    desc("pinwise_redundant_transfers", "Redundant uploads: host-to-device copies of bytes the device range already held, or the same bytes as that host buffer's previous upload to the same device range (by fingerprint).", Counter, false, "1"),
+    desc("pinwise_redundant_transfer_bytes", "Bytes of redundant uploads.", Counter, false, "By"),
+    desc("pinwise_redundant_transfer_estimated_seconds", "Estimated time of the redundant uploads (cost model): what keeping the data on the device would save.", Counter, true, "s"),
+    desc("pinwise_node_redundant_transfers", "Redundant uploads. Node total, evicted processes included.", Counter, false, "1"),
+    desc("pinwise_node_redundant_transfer_bytes", "Bytes of redundant uploads. Node total, evicted processes included.", Counter, false, "By"),
+    desc("pinwise_pinned_bytes", "Page-locked host memory held, by process and kind (pinned: CUDA pinned allocations; registered: cuMemHostRegister).", Gauge, false, "By"),
+    desc("pinwise_pinned_idle_bytes", "Page-locked host memory held with no copy to or from it for the idle time (--idle-after): pinned for nothing, lately.", Gauge, false, "By"),
+    desc("pinwise_processes", "Processes with a summary: live, and exited but still held.", Gauge, false, "1"),
+    desc("pinwise_processes_seen", "CUDA processes followed since the agent started.", Counter, false, "1"),
+    desc("pinwise_processes_evicted", "Process summaries removed (exited past the retention, or the table was full).", Counter, false, "1"),
+    desc("pinwise_processes_untracked", "Processes that got no summary because the table was full of live ones (counted in the node totals only).", Counter, false, "1"),
+    desc("pinwise_events_filtered", "Events of processes the filters exclude.", Counter, false, "1"),
+    desc("pinwise_ringbuf_drops", "Events lost because the BPF ring buffer was full (counted in BPF; never waited for).", Counter, false, "1"),
+    desc("pinwise_tracer_records", "Ring-buffer records read.", Counter, false, "1"),
+    desc("pinwise_tracer_decode_errors", "Ring-buffer records that could not be decoded.", Counter, false, "1"),
+    desc("pinwise_tracer_tgid_map_full", "Processes the BPF side could not trace (its traced-process map was full).", Counter, false, "1"),
+    desc("pinwise_agent_cpu_seconds", "CPU time of the agent's process (user + system).", Counter, true, "s"),
+    desc("pinwise_series_aggregated_processes", "Processes summed into the pid=\"other\" series (the cardinality cap, --max-series-processes).", Gauge, false, "1"),
+    desc("pinwise_tracer_uprobes", "Uprobes attached.", Gauge, false, "1"),
+    desc("pinwise_agent_resident_memory_bytes", "Resident memory of the agent's process.", Gauge, false, "By"),
+];
+
+/// Names of the metrics as Prometheus exposes them (counters with their `_total`), for
+/// dashboards and tests: every one of them is in every scrape (with samples once there
+/// is something to count).
 pub const METRIC_NAMES: &[&str] = &[
     "pinwise_transfers_total",
+    "pinwise_node_transfers_total",
     "pinwise_transfer_bytes_total",
+    "pinwise_node_transfer_bytes_total",
     "pinwise_transfer_estimated_seconds_total",
+    "pinwise_node_transfer_estimated_seconds_total",
     "pinwise_pinning_saving_estimated_seconds_total",
+    "pinwise_node_pinning_saving_estimated_seconds_total",
+    "pinwise_fingerprinted_transfers_total",
+    "pinwise_redundant_transfers_total",
+    "pinwise_redundant_transfer_bytes_total",
+    "pinwise_redundant_transfer_estimated_seconds_total",
+    "pinwise_node_redundant_transfers_total",
+    "pinwise_node_redundant_transfer_bytes_total",
     "pinwise_pinned_bytes",
     "pinwise_pinned_idle_bytes",
-    "pinwise_node_transfers_total",
-    "pinwise_node_transfer_bytes_total",
-    "pinwise_node_transfer_estimated_seconds_total",
-    "pinwise_node_pinning_saving_estimated_seconds_total",
     "pinwise_processes",
     "pinwise_processes_seen_total",
     "pinwise_processes_evicted_total",
     "pinwise_processes_untracked_total",
-    "pinwise_series_aggregated_processes",
     "pinwise_events_filtered_total",
     "pinwise_ringbuf_drops_total",
     "pinwise_tracer_records_total",
     "pinwise_tracer_decode_errors_total",
     "pinwise_tracer_tgid_map_full_total",
-    "pinwise_tracer_uprobes",
     "pinwise_agent_cpu_seconds_total",
+    "pinwise_series_aggregated_processes",
+    "pinwise_tracer_uprobes",
     "pinwise_agent_resident_memory_bytes",
 ];
 
-fn family<F>(
-    encoder: &mut DescriptorEncoder,
-    name: &'static str,
-    help: &str,
-    kind: MetricType,
-    mut body: F,
-) -> Result<(), std::fmt::Error>
-where
-    F: FnMut(&mut prometheus_client::encoding::MetricEncoder<'_>) -> Result<(), std::fmt::Error>,
-{
-    let mut m = encoder.encode_descriptor(name, help, None, kind)?;
-    body(&mut m)
+/// One sample: labels and value.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample<'a> {
+    /// Label names and values.
+    pub labels: Labels<'a>,
+    /// The value.
+    pub value: Value,
 }
 
-fn counter_f(
-    m: &mut prometheus_client::encoding::MetricEncoder<'_>,
-    labels: &Labels<'_>,
-    v: f64,
-) -> Result<(), std::fmt::Error> {
-    ConstCounter::new(v).encode(m.encode_family(labels)?)
-}
-
-fn counter_u(
-    m: &mut prometheus_client::encoding::MetricEncoder<'_>,
-    labels: &Labels<'_>,
-    v: u64,
-) -> Result<(), std::fmt::Error> {
-    ConstCounter::new(v).encode(m.encode_family(labels)?)
-}
-
-fn gauge_u(
-    m: &mut prometheus_client::encoding::MetricEncoder<'_>,
-    labels: &Labels<'_>,
-    v: u64,
-) -> Result<(), std::fmt::Error> {
-    ConstGauge::new(v as i64).encode(m.encode_family(labels)?)
+/// A family and its samples.
+#[derive(Debug, Clone)]
+pub struct Family<'a> {
+    /// What it is.
+    pub desc: &'static Desc,
+    /// Its samples.
+    pub samples: Vec<Sample<'a>>,
 }
 
 /// Each (direction, kind) cell with copies, with its labels appended to `base`.
@@ -295,6 +430,138 @@ fn cells<'a>(
     })
 }
 
+fn with<'a>(mut l: Labels<'a>, k: &'static str, v: &'static str) -> Labels<'a> {
+    l.push((k, v));
+    l
+}
+
+/// The snapshot's metric families, in [`FAMILIES`] order, one entry each: what every
+/// exporter exports.
+pub fn families(s: &Snapshot) -> Vec<Family<'_>> {
+    let node = s.node.as_str();
+    let nl: Labels<'_> = vec![("node", node)];
+    let rows: Vec<(Labels<'_>, &ProcessRow)> = s
+        .rows
+        .iter()
+        .map(|r| (process_labels(node, &r.labels), r))
+        .collect();
+    let t = &s.totals;
+    let mut out = Vec::with_capacity(FAMILIES.len());
+    for d in FAMILIES {
+        let mut samples: Vec<Sample<'_>> = Vec::new();
+        let mut push = |labels, value| samples.push(Sample { labels, value });
+        type Pick = fn(&CopyTotals) -> Value;
+        let per_copy: Option<(Pick, bool)> = match d.name {
+            "pinwise_transfers" => Some((|c| Value::Int(c.transfers), false)),
+            "pinwise_node_transfers" => Some((|c| Value::Int(c.transfers), true)),
+            "pinwise_transfer_bytes" => Some((|c| Value::Int(c.bytes), false)),
+            "pinwise_node_transfer_bytes" => Some((|c| Value::Int(c.bytes), true)),
+            "pinwise_transfer_estimated_seconds" => Some((|c| Value::Float(c.est_seconds), false)),
+            "pinwise_node_transfer_estimated_seconds" => {
+                Some((|c| Value::Float(c.est_seconds), true))
+            }
+            "pinwise_pinning_saving_estimated_seconds" => {
+                Some((|c| Value::Float(c.saving_seconds), false))
+            }
+            "pinwise_node_pinning_saving_estimated_seconds" => {
+                Some((|c| Value::Float(c.saving_seconds), true))
+            }
+            _ => None,
+        };
+        if let Some((pick, node_total)) = per_copy {
+            if node_total {
+                for (l, c) in cells(&nl, &t.copies) {
+                    push(l, pick(c));
+                }
+            } else {
+                for (base, row) in &rows {
+                    for (l, c) in cells(base, &row.copies) {
+                        push(l, pick(c));
+                    }
+                }
+            }
+            out.push(Family { desc: d, samples });
+            continue;
+        }
+        type PickR = fn(&RedundantTotals) -> Value;
+        let redundant: Option<PickR> = match d.name {
+            "pinwise_fingerprinted_transfers" => Some(|r| Value::Int(r.fingerprinted)),
+            "pinwise_redundant_transfers" => Some(|r| Value::Int(r.transfers)),
+            "pinwise_redundant_transfer_bytes" => Some(|r| Value::Int(r.bytes)),
+            "pinwise_redundant_transfer_estimated_seconds" => Some(|r| Value::Float(r.est_seconds)),
+            _ => None,
+        };
+        if let Some(pick) = redundant {
+            for (base, row) in &rows {
+                if row.redundant.fingerprinted > 0 || row.redundant.transfers > 0 {
+                    push(base.clone(), pick(&row.redundant));
+                }
+            }
+            out.push(Family { desc: d, samples });
+            continue;
+        }
+        match d.name {
+            "pinwise_node_redundant_transfers" if t.redundant.fingerprinted > 0 => {
+                push(nl.clone(), Value::Int(t.redundant.transfers))
+            }
+            "pinwise_node_redundant_transfer_bytes" if t.redundant.fingerprinted > 0 => {
+                push(nl.clone(), Value::Int(t.redundant.bytes))
+            }
+            "pinwise_pinned_bytes" => {
+                for (base, row) in &rows {
+                    push(
+                        with(base.clone(), "host_kind", "pinned"),
+                        Value::Int(row.pinned_bytes),
+                    );
+                    push(
+                        with(base.clone(), "host_kind", "registered"),
+                        Value::Int(row.registered_bytes),
+                    );
+                }
+            }
+            "pinwise_pinned_idle_bytes" => {
+                for (base, row) in &rows {
+                    push(base.clone(), Value::Int(row.idle_bytes));
+                }
+            }
+            "pinwise_processes" => {
+                push(
+                    with(nl.clone(), "state", "live"),
+                    Value::Int(s.processes_live),
+                );
+                push(
+                    with(nl.clone(), "state", "exited"),
+                    Value::Int(s.processes_exited_held),
+                );
+            }
+            name => {
+                let v = match name {
+                    "pinwise_processes_seen" => Value::Int(t.processes_seen),
+                    "pinwise_processes_evicted" => Value::Int(t.processes_evicted),
+                    "pinwise_processes_untracked" => Value::Int(t.untracked_processes),
+                    "pinwise_events_filtered" => Value::Int(t.events_filtered),
+                    "pinwise_ringbuf_drops" => Value::Int(s.ringbuf_drops),
+                    "pinwise_tracer_records" => Value::Int(s.records),
+                    "pinwise_tracer_decode_errors" => Value::Int(s.decode_errors),
+                    "pinwise_tracer_tgid_map_full" => Value::Int(s.tgid_map_full),
+                    "pinwise_agent_cpu_seconds" => Value::Float(s.agent_cpu_seconds),
+                    "pinwise_series_aggregated_processes" => Value::Int(s.aggregated_processes),
+                    "pinwise_tracer_uprobes" => Value::Int(s.uprobes),
+                    "pinwise_agent_resident_memory_bytes" => Value::Int(s.agent_rss_bytes),
+                    // Node redundancy families without fingerprints: no sample.
+                    _ => {
+                        out.push(Family { desc: d, samples });
+                        continue;
+                    }
+                };
+                push(nl.clone(), v);
+            }
+        }
+        out.push(Family { desc: d, samples });
+    }
+    out
+}
+
 /// The snapshot in the exposition format, as `/metrics` serves it (for tests and tools).
 pub fn render(s: &Snapshot) -> String {
     #[derive(Debug)]
@@ -312,121 +579,23 @@ pub fn render(s: &Snapshot) -> String {
     out
 }
 
-/// Writes the snapshot's metric families.
+/// Writes the snapshot's metric families ([`families`]) for `prometheus-client`.
 pub fn encode(s: &Snapshot, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-    let node = s.node.as_str();
-    let nl: Labels<'_> = vec![("node", node)];
-    let rows: Vec<(Labels<'_>, &ProcessRow)> = s
-        .rows
-        .iter()
-        .map(|r| (process_labels(node, &r.labels), r))
-        .collect();
-    type Pick = fn(&CopyTotals) -> f64;
-    let per_copy: [(&'static str, &str, Pick, bool); 4] = [
-        ("pinwise_transfers", "Host<->device copies, by process, direction and host memory kind.", |t| t.transfers as f64, true),
-        ("pinwise_transfer_bytes", "Bytes copied, by process, direction and host memory kind.", |t| t.bytes as f64, true),
-        ("pinwise_transfer_estimated_seconds", "Estimated time of the copies (pinwise's cost model; unknown memory costed as pageable).", |t| t.est_seconds, false),
-        ("pinwise_pinning_saving_estimated_seconds", "Estimated time pinning the pageable memory copied would have saved (cost model).", |t| t.saving_seconds, false),
-    ];
-    for (name, help, pick, integral) in per_copy {
-        family(&mut encoder, name, help, MetricType::Counter, |m| {
-            for (base, row) in &rows {
-                for (l, t) in cells(base, &row.copies) {
-                    if integral {
-                        counter_u(m, &l, pick(t) as u64)?;
-                    } else {
-                        counter_f(m, &l, pick(t))?;
-                    }
-                }
-            }
-            Ok(())
-        })?;
-        let node_name = match name {
-            "pinwise_transfers" => "pinwise_node_transfers",
-            "pinwise_transfer_bytes" => "pinwise_node_transfer_bytes",
-            "pinwise_transfer_estimated_seconds" => "pinwise_node_transfer_estimated_seconds",
-            _ => "pinwise_node_pinning_saving_estimated_seconds",
+    for f in families(s) {
+        let kind = match f.desc.kind {
+            Kind::Counter => MetricType::Counter,
+            Kind::Gauge => MetricType::Gauge,
         };
-        family(
-            &mut encoder,
-            node_name,
-            &format!("{help} Node total, evicted processes included."),
-            MetricType::Counter,
-            |m| {
-                for (l, t) in cells(&nl, &s.totals.copies) {
-                    if integral {
-                        counter_u(m, &l, pick(t) as u64)?;
-                    } else {
-                        counter_f(m, &l, pick(t))?;
-                    }
-                }
-                Ok(())
-            },
-        )?;
-    }
-    family(&mut encoder, "pinwise_pinned_bytes", "Page-locked host memory held, by process and kind (pinned: CUDA pinned allocations; registered: cuMemHostRegister).", MetricType::Gauge, |m| {
-        for (base, row) in &rows {
-            for (kind, v) in [("pinned", row.pinned_bytes), ("registered", row.registered_bytes)] {
-                let mut l = base.clone();
-                l.push(("host_kind", kind));
-                gauge_u(m, &l, v)?;
+        let mut m = encoder.encode_descriptor(f.desc.name, f.desc.help, None, kind)?;
+        for sample in &f.samples {
+            let e = m.encode_family(&sample.labels)?;
+            match (f.desc.kind, sample.value) {
+                (Kind::Counter, Value::Int(v)) => ConstCounter::new(v).encode(e)?,
+                (Kind::Counter, Value::Float(v)) => ConstCounter::new(v).encode(e)?,
+                (Kind::Gauge, Value::Int(v)) => ConstGauge::new(v as i64).encode(e)?,
+                (Kind::Gauge, Value::Float(v)) => ConstGauge::new(v).encode(e)?,
             }
         }
-        Ok(())
-    })?;
-    family(&mut encoder, "pinwise_pinned_idle_bytes", "Page-locked host memory held with no copy to or from it for the idle time (--idle-after): pinned for nothing, lately.", MetricType::Gauge, |m| {
-        for (base, row) in &rows {
-            gauge_u(m, base, row.idle_bytes)?;
-        }
-        Ok(())
-    })?;
-    family(
-        &mut encoder,
-        "pinwise_processes",
-        "Processes with a summary: live, and exited but still held.",
-        MetricType::Gauge,
-        |m| {
-            for (state, v) in [
-                ("live", s.processes_live),
-                ("exited", s.processes_exited_held),
-            ] {
-                let mut l = nl.clone();
-                l.push(("state", state));
-                gauge_u(m, &l, v)?;
-            }
-            Ok(())
-        },
-    )?;
-    let t = &s.totals;
-    let node_counters: [(&'static str, &str, u64); 9] = [
-        ("pinwise_processes_seen", "CUDA processes followed since the agent started.", t.processes_seen),
-        ("pinwise_processes_evicted", "Process summaries removed (exited past the retention, or the table was full).", t.processes_evicted),
-        ("pinwise_processes_untracked", "Processes that got no summary because the table was full of live ones (counted in the node totals only).", t.untracked_processes),
-        ("pinwise_events_filtered", "Events of processes the filters exclude.", t.events_filtered),
-        ("pinwise_ringbuf_drops", "Events lost because the BPF ring buffer was full (counted in BPF; never waited for).", s.ringbuf_drops),
-        ("pinwise_tracer_records", "Ring-buffer records read.", s.records),
-        ("pinwise_tracer_decode_errors", "Ring-buffer records that could not be decoded.", s.decode_errors),
-        ("pinwise_tracer_tgid_map_full", "Processes the BPF side could not trace (its traced-process map was full).", s.tgid_map_full),
-        ("pinwise_agent_cpu_seconds", "CPU time of the agent's process (user + system).", 0),
-    ];
-    for (name, help, v) in node_counters {
-        family(&mut encoder, name, help, MetricType::Counter, |m| {
-            if name == "pinwise_agent_cpu_seconds" {
-                counter_f(m, &nl, s.agent_cpu_seconds)
-            } else {
-                counter_u(m, &nl, v)
-            }
-        })?;
-    }
-    let node_gauges: [(&'static str, &str, u64); 3] = [
-        ("pinwise_series_aggregated_processes", "Processes summed into the pid=\"other\" series (the cardinality cap, --max-series-processes).", s.aggregated_processes),
-        ("pinwise_tracer_uprobes", "Uprobes attached.", s.uprobes),
-        ("pinwise_agent_resident_memory_bytes", "Resident memory of the agent's process.", s.agent_rss_bytes),
-    ];
-    for (name, help, v) in node_gauges {
-        family(&mut encoder, name, help, MetricType::Gauge, |m| {
-            gauge_u(m, &nl, v)
-        })?;
     }
     Ok(())
 }
@@ -465,5 +634,78 @@ mod tests {
         s.set_rows(all.iter(), 4, 0);
         assert_eq!(s.rows.len(), 4);
         assert_eq!(s.aggregated_processes, 0);
+    }
+
+    #[test]
+    fn the_name_list_is_the_family_list_with_prometheus_suffixes() {
+        let from_families: Vec<String> = FAMILIES
+            .iter()
+            .map(|d| match d.kind {
+                Kind::Counter => format!("{}_total", d.name),
+                Kind::Gauge => d.name.to_string(),
+            })
+            .collect();
+        assert_eq!(from_families, METRIC_NAMES);
+        // families() gives one entry per family, in order, whatever the snapshot.
+        let s = Snapshot::default();
+        let names: Vec<&str> = families(&s).iter().map(|f| f.desc.name).collect();
+        let want: Vec<&str> = FAMILIES.iter().map(|d| d.name).collect();
+        assert_eq!(names, want);
+    }
+
+    #[test]
+    fn process_series_carry_namespace_pod_and_gpu_and_redundancy_is_per_process() {
+        let mut p = summary(
+            9,
+            4096,
+            "/kubepods/burstable/pod0b8d8b36-4bd1-4a8a-9d3c-2a7f1e6b5c4d/x",
+        );
+        p.pod = Some(crate::process::PodName {
+            namespace: "ml".into(),
+            name: "trainer-0".into(),
+        });
+        p.add_gpus(&[3, 1, 3]);
+        p.redundant = RedundantTotals {
+            fingerprinted: 5,
+            transfers: 4,
+            bytes: 4 * 4096,
+            est_seconds: 1e-3,
+        };
+        let quiet = summary(10, 10, "/b");
+        let mut s = Snapshot {
+            node: "n1".into(),
+            ..Snapshot::default()
+        };
+        s.totals.redundant = p.redundant;
+        s.set_rows([p, quiet].iter(), 10, 0);
+        let text = render(&s);
+        let line = |name: &str, pid: &str| {
+            text.lines()
+                .find(|l| l.starts_with(name) && l.contains(&format!("pid=\"{pid}\"")))
+                .map(str::to_string)
+        };
+        let t = line("pinwise_transfers_total{", "9").expect("transfers of 9");
+        for label in [
+            "namespace=\"ml\"",
+            "pod=\"trainer-0\"",
+            "pod_uid=\"0b8d8b36-4bd1-4a8a-9d3c-2a7f1e6b5c4d\"",
+            "gpu=\"1,3\"",
+            "qos=\"burstable\"",
+            "node=\"n1\"",
+        ] {
+            assert!(t.contains(label), "{label} in {t}");
+        }
+        let r = line("pinwise_redundant_transfers_total{", "9").expect("redundant of 9");
+        assert!(r.ends_with(" 4"), "{r}");
+        let b = line("pinwise_redundant_transfer_bytes_total{", "9").unwrap();
+        assert!(b.ends_with(" 16384"), "{b}");
+        // A process with nothing fingerprinted has no redundancy series.
+        assert_eq!(line("pinwise_redundant_transfers_total{", "10"), None);
+        assert!(text.contains("pinwise_node_redundant_transfers_total{node=\"n1\"} 4"));
+        let q = line("pinwise_transfers_total{", "10").unwrap();
+        assert!(
+            q.contains("gpu=\"\"") && q.contains("namespace=\"\""),
+            "{q}"
+        );
     }
 }

@@ -1,10 +1,12 @@
 //! Per-process summaries, built from the tracer's events: counts, bytes and estimated
 //! time of copies by direction and host memory kind, and the pinned memory held. Each
 //! summary has a fixed size plus at most [`MAX_RANGES_PER_PROCESS`] pinned ranges: no
-//! event lists are kept.
+//! event lists are kept, and, with fingerprints, at most
+//! [`REDUNDANCY_ENTRIES_PER_PROCESS`] entries in each of its two redundancy tables.
 
 use std::collections::BTreeMap;
 
+use pinwise_core::fingerprint::{CopyObservation, RedundancyTracker};
 use pinwise_core::{CostModel, Direction, Event, EventKind, HostMemKind};
 
 use crate::cgroup::CgroupInfo;
@@ -99,6 +101,56 @@ struct PinnedRange {
     last_copy_ns: u64,
 }
 
+/// Most entries each of a process's redundancy tables holds (device ranges; host ranges):
+/// bounds the memory fingerprints cost per process (about 100 bytes an entry, two tables).
+pub const REDUNDANCY_ENTRIES_PER_PROCESS: usize = 4096;
+
+/// Fingerprinted uploads and those found redundant (see [`ProcessSummary::ingest`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RedundantTotals {
+    /// Host-to-device copies that carried a fingerprint.
+    pub fingerprinted: u64,
+    /// Of those, redundant: the device range already held these bytes, or the same host
+    /// bytes were uploaded to the same device range before with the same fingerprint.
+    pub transfers: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Their estimated time (cost model), seconds: the time a fix would save.
+    pub est_seconds: f64,
+}
+
+impl RedundantTotals {
+    /// Adds `other` to these totals.
+    pub fn merge(&mut self, other: &RedundantTotals) {
+        self.fingerprinted += other.fingerprinted;
+        self.transfers += other.transfers;
+        self.bytes += other.bytes;
+        self.est_seconds += other.est_seconds;
+    }
+}
+
+/// What one copy added to a summary ([`ProcessSummary::ingest`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CopyDelta {
+    /// [`Direction::index`] of the copy.
+    pub direction: usize,
+    /// Its host memory kind.
+    pub kind: HostKind,
+    /// What it added to that cell.
+    pub totals: CopyTotals,
+    /// What it added to the redundancy totals.
+    pub redundant: RedundantTotals,
+}
+
+/// Kubernetes namespace and name of a pod (see [`crate::pods`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct PodName {
+    /// The namespace.
+    pub namespace: String,
+    /// The pod's name.
+    pub name: String,
+}
+
 /// One process as the agent summarizes it.
 #[derive(Debug, Clone)]
 pub struct ProcessSummary {
@@ -121,7 +173,18 @@ pub struct ProcessSummary {
     pub last_ns: u64,
     /// When it exited (CLOCK_MONOTONIC ns), if it did.
     pub exited_ns: Option<u64>,
+    /// GPUs whose device files (`/dev/nvidia<N>`) it has had open: the minor numbers N,
+    /// sorted (see [`crate::gpus`]); empty until seen.
+    pub gpus: Vec<u32>,
+    /// Its pod's namespace and name, when its cgroup names a pod and the pods directory
+    /// knows it.
+    pub pod: Option<PodName>,
+    /// Redundant uploads found by fingerprints (tracer started with fingerprints only).
+    pub redundant: RedundantTotals,
+    /// When its labels (GPUs, pod) were last looked up (CLOCK_MONOTONIC ns; 0: never).
+    pub labels_checked_ns: u64,
     ranges: BTreeMap<u64, PinnedRange>,
+    redundancy: Option<Box<RedundancyTracker>>,
 }
 
 impl ProcessSummary {
@@ -137,7 +200,52 @@ impl ProcessSummary {
             first_ns: 0,
             last_ns: 0,
             exited_ns: None,
+            gpus: Vec::new(),
+            pod: None,
+            redundant: RedundantTotals::default(),
+            labels_checked_ns: 0,
             ranges: BTreeMap::new(),
+            redundancy: None,
+        }
+    }
+
+    /// A summary for the child `child` this process forked: its name, cgroup, labels and
+    /// pinned ranges (its address space is a copy), no copies and nothing known of device
+    /// contents (a child does not share its parent's CUDA context).
+    pub fn forked_child(&self, child: u32) -> Self {
+        let mut s = ProcessSummary::new(
+            child,
+            self.comm.clone(),
+            self.cgroup.clone(),
+            self.predates_agent,
+        );
+        s.ranges = self.ranges.clone();
+        s.gpus = self.gpus.clone();
+        s.pod = self.pod.clone();
+        s
+    }
+
+    /// Keeps what `old` (this PID before it ran a new program) counted: copies, redundancy
+    /// totals, first event, labels not known anew.
+    pub fn carry_over(&mut self, old: &ProcessSummary) {
+        merge_tables(&mut self.copies, &old.copies);
+        self.redundant.merge(&old.redundant);
+        self.first_ns = old.first_ns;
+        self.predates_agent = old.predates_agent;
+        if self.gpus.is_empty() {
+            self.gpus = old.gpus.clone();
+        }
+        if self.pod.is_none() {
+            self.pod = old.pod.clone();
+        }
+    }
+
+    /// Adds GPU minor numbers seen now to those seen before (kept sorted, no repeats).
+    pub fn add_gpus(&mut self, gpus: &[u32]) {
+        for &g in gpus {
+            if let Err(at) = self.gpus.binary_search(&g) {
+                self.gpus.insert(at, g);
+            }
         }
     }
 
@@ -199,11 +307,14 @@ impl ProcessSummary {
 
     /// Takes one event of this process into the summary; for a copy, returns its cell
     /// (direction index, host kind) and what it added there.
-    pub fn ingest(
-        &mut self,
-        ev: &Event,
-        cost: &CostModel,
-    ) -> Option<(usize, HostKind, CopyTotals)> {
+    ///
+    /// A host-to-device copy that carries a fingerprint (`pinwise agent --fingerprint`) is
+    /// compared by [`RedundancyTracker::observe`], the function the trace histories use,
+    /// with the host address as the host key: it is redundant when the device range
+    /// already holds these bytes or when the same host bytes went to the same device range
+    /// before with the same fingerprint. A device-to-device copy makes what was known of
+    /// its destination stale.
+    pub fn ingest(&mut self, ev: &Event, cost: &CostModel) -> Option<CopyDelta> {
         if self.first_ns == 0 {
             self.first_ns = ev.ts_ns;
         }
@@ -258,6 +369,7 @@ impl ProcessSummary {
             EventKind::Transfer {
                 direction,
                 host,
+                device,
                 bytes,
                 ..
             } => {
@@ -291,11 +403,65 @@ impl ProcessSummary {
                     saving_seconds: saving,
                 };
                 self.copies[direction.index()][kind.index()].merge(&delta);
-                return Some((direction.index(), kind, delta));
+                let redundant = self.observe_redundancy(ev, direction, host, device, bytes, ns);
+                self.redundant.merge(&redundant);
+                return Some(CopyDelta {
+                    direction: direction.index(),
+                    kind,
+                    totals: delta,
+                    redundant,
+                });
             }
             EventKind::Mmap { .. } | EventKind::PageFault { .. } => {}
         }
         None
+    }
+}
+
+impl ProcessSummary {
+    fn observe_redundancy(
+        &mut self,
+        ev: &Event,
+        direction: Direction,
+        host: u64,
+        device: u64,
+        bytes: u64,
+        est_ns: f64,
+    ) -> RedundantTotals {
+        let mut out = RedundantTotals::default();
+        if direction == Direction::DtoD {
+            if let Some(t) = &mut self.redundancy {
+                t.invalidate_device(self.pid, device, bytes);
+            }
+            return out;
+        }
+        let Some(fingerprint) = ev.fingerprint else {
+            return out;
+        };
+        if device == 0 || host == 0 {
+            return out;
+        }
+        let tracker = self.redundancy.get_or_insert_with(|| {
+            Box::new(RedundancyTracker::with_cap(REDUNDANCY_ENTRIES_PER_PROCESS))
+        });
+        let verdict = tracker.observe(&CopyObservation {
+            pid: self.pid,
+            record: 0,
+            host_offset: host,
+            device,
+            bytes,
+            direction,
+            fingerprint,
+        });
+        if direction == Direction::HtoD {
+            out.fingerprinted = 1;
+        }
+        if verdict.is_redundant() {
+            out.transfers = 1;
+            out.bytes = bytes;
+            out.est_seconds = est_ns / 1e9;
+        }
+        out
     }
 }
 

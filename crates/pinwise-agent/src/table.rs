@@ -13,12 +13,14 @@
 //! memory is bounded by `max_processes` times that.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use pinwise_core::{CostModel, Event};
 
 use crate::cgroup::{self, CgroupInfo};
-use crate::process::{merge_tables, CopyTable, ProcessSummary};
+use crate::pods::PodResolver;
+use crate::process::{merge_tables, CopyTable, PodName, ProcessSummary, RedundantTotals};
 
 /// Which processes the agent follows (all when every list is empty). Filters apply in the
 /// agent: a process they exclude is still traced by BPF from its first CUDA call (its probe
@@ -90,6 +92,8 @@ pub struct NodeTotals {
     pub untracked_processes: u64,
     /// Events of processes the filter excludes (dropped by the agent).
     pub events_filtered: u64,
+    /// Fingerprinted and redundant uploads.
+    pub redundant: RedundantTotals,
 }
 
 /// What the agent knows about a PID.
@@ -106,7 +110,9 @@ enum Entry {
     },
 }
 
-/// How the table learns about a new process (reads /proc; replaceable in tests).
+/// The system calls behind the table's logic: how it learns about a process and its
+/// labels. [`ProcFs`] reads a proc tree (the real
+/// `/proc`, or a fake tree in tests); tests of enrolment, eviction and labels replace it.
 pub trait ProcessProbe: Send + std::fmt::Debug {
     /// `(comm, cgroup, started before the agent attached)`; `None` when the process is gone.
     fn describe(&mut self, pid: u32) -> Option<(String, CgroupInfo, bool)>;
@@ -114,19 +120,42 @@ pub trait ProcessProbe: Send + std::fmt::Debug {
     fn cgroup_path(&mut self, _id: u64) -> Option<String> {
         None
     }
+    /// The GPU minor numbers of the device files `pid` has open now ([`crate::gpus`]);
+    /// `None` when that cannot be read.
+    fn gpus(&mut self, _pid: u32) -> Option<Vec<u32>> {
+        None
+    }
+    /// The namespace and name of the pod with this UID ([`crate::pods`]).
+    fn pod(&mut self, _uid: &str) -> Option<PodName> {
+        None
+    }
 }
 
-/// Reads `/proc/PID/{comm,cgroup,stat}`, and finds cgroup paths by id in the cgroup v2
-/// hierarchy.
+/// Reads `<proc>/PID/{comm,cgroup,stat,fd}` (`<proc>` is `/proc` on a node), finds cgroup
+/// paths by id in the cgroup v2 hierarchy and pod names in the pods directory.
 #[derive(Debug)]
 pub struct ProcFs {
+    /// The proc tree (`/proc`).
+    pub proc_root: PathBuf,
     /// The agent's attach time, in clock ticks since boot (`/proc/PID/stat`'s unit).
     pub attach_ticks: u64,
     /// Cgroup ids to paths.
     pub cgroups: cgroup::CgroupResolver,
+    /// Pod UIDs to namespaces and names.
+    pub pods: PodResolver,
 }
 
 impl ProcFs {
+    /// The node's `/proc`, attached now, with these cgroup and pods directories.
+    pub fn node(cgroupfs: Option<PathBuf>, pods_dir: Option<PathBuf>) -> Self {
+        ProcFs {
+            proc_root: PathBuf::from("/proc"),
+            attach_ticks: ProcFs::now_ticks(),
+            cgroups: cgroup::CgroupResolver::new(cgroupfs),
+            pods: PodResolver::new(pods_dir),
+        }
+    }
+
     /// Now, in clock ticks since boot.
     pub fn now_ticks() -> u64 {
         let mut ts = libc::timespec {
@@ -146,6 +175,10 @@ impl ProcFs {
         }
         ts.tv_sec as u64 * ticks_per_s + ts.tv_nsec as u64 * ticks_per_s / 1_000_000_000
     }
+
+    fn read(&self, pid: u32, file: &str) -> Option<String> {
+        std::fs::read_to_string(self.proc_root.join(pid.to_string()).join(file)).ok()
+    }
 }
 
 /// Field 22 of `/proc/PID/stat` (start time, clock ticks after boot); the command name
@@ -161,15 +194,25 @@ impl ProcessProbe for ProcFs {
     }
 
     fn describe(&mut self, pid: u32) -> Option<(String, CgroupInfo, bool)> {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let stat = self.read(pid, "stat")?;
         let start = parse_stat_starttime(&stat)?;
-        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        let comm = self
+            .read(pid, "comm")
             .map(|c| c.trim_end().to_string())
-            .unwrap_or_else(|_| "?".into());
-        let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+            .unwrap_or_else(|| "?".into());
+        let cgroup = self
+            .read(pid, "cgroup")
             .map(|t| cgroup::parse_proc_cgroup(&t))
             .unwrap_or_default();
         Some((comm, cgroup, start <= self.attach_ticks))
+    }
+
+    fn gpus(&mut self, pid: u32) -> Option<Vec<u32>> {
+        crate::gpus::open_gpus(&self.proc_root.join(pid.to_string()).join("fd"))
+    }
+
+    fn pod(&mut self, uid: &str) -> Option<PodName> {
+        self.pods.resolve(uid)
     }
 }
 
@@ -260,8 +303,9 @@ impl ProcessTable {
         };
         match entry {
             Entry::Followed(s) => {
-                if let Some((d, k, delta)) = s.ingest(ev, &self.cost) {
-                    self.totals.copies[d][k as usize].merge(&delta);
+                if let Some(d) = s.ingest(ev, &self.cost) {
+                    self.totals.copies[d.direction][d.kind as usize].merge(&d.totals);
+                    self.totals.redundant.merge(&d.redundant);
                 }
             }
             Entry::Excluded { .. } => self.totals.events_filtered += 1,
@@ -308,16 +352,7 @@ impl ProcessTable {
     pub fn forked(&mut self, parent: u32, child: u32, now_ns: u64) {
         self.forget_if_exited(child);
         let entry = match self.entries.get(&parent) {
-            Some(Entry::Followed(p)) => {
-                let mut s = ProcessSummary::clone(p);
-                s.pid = child;
-                s.copies = Default::default();
-                s.exited_ns = None;
-                s.first_ns = 0;
-                s.last_ns = 0;
-                s.ranges_overflowed = 0;
-                Some(Entry::Followed(Box::new(s)))
-            }
+            Some(Entry::Followed(p)) => Some(Entry::Followed(Box::new(p.forked_child(child)))),
             Some(Entry::Excluded { .. }) => Some(Entry::Excluded { exited_ns: None }),
             _ => None,
         };
@@ -362,10 +397,11 @@ impl ProcessTable {
             return;
         }
         tracing::info!("following PID {pid} ({comm}, cgroup {})", cgroup.path);
-        self.entries.insert(
-            pid,
-            Entry::Followed(Box::new(ProcessSummary::new(pid, comm, cgroup, predates))),
-        );
+        let mut summary = ProcessSummary::new(pid, comm, cgroup, predates);
+        if let Some(uid) = &summary.cgroup.pod_uid {
+            summary.pod = self.probe.pod(uid);
+        }
+        self.entries.insert(pid, Entry::Followed(Box::new(summary)));
     }
 
     fn followed_count(&self) -> usize {
@@ -433,10 +469,43 @@ impl ProcessTable {
         if let (Entry::Followed(old), Some(Entry::Followed(new))) =
             (old, self.entries.get_mut(&pid))
         {
-            merge_tables(&mut new.copies, &old.copies);
-            new.first_ns = old.first_ns;
-            new.predates_agent = old.predates_agent;
+            new.carry_over(&old);
         }
+    }
+
+    /// Looks up the labels that can change or appear after a process is admitted, for each
+    /// live followed process last looked at `every` ago or more: the GPUs whose device
+    /// files it has open (added to those seen before: the label only grows), and its pod's
+    /// namespace and name while unknown. Returns the processes looked at.
+    pub fn refresh_labels(&mut self, now_ns: u64, every: Duration) -> usize {
+        let every = every.as_nanos() as u64;
+        let mut looked = 0;
+        for entry in self.entries.values_mut() {
+            let Entry::Followed(s) = entry else {
+                continue;
+            };
+            if s.exited_ns.is_some()
+                || (s.labels_checked_ns != 0 && now_ns.saturating_sub(s.labels_checked_ns) < every)
+            {
+                continue;
+            }
+            s.labels_checked_ns = now_ns.max(1);
+            looked += 1;
+            if let Some(gpus) = self.probe.gpus(s.pid) {
+                s.add_gpus(&gpus);
+            }
+            if s.pod.is_none() {
+                if let Some(uid) = &s.cgroup.pod_uid {
+                    s.pod = self.probe.pod(uid);
+                }
+            }
+        }
+        looked
+    }
+
+    /// The probe (for the agent's rescan of driver libraries).
+    pub fn probe_mut(&mut self) -> &mut dyn ProcessProbe {
+        &mut *self.probe
     }
 
     /// Removes the summaries of processes that exited longer ago than the retention,

@@ -7,6 +7,10 @@
 //! alive after the kill and stop cleanly on SIGTERM. Workloads use the CPU stand-in for
 //! libcuda (a TEST FIXTURE, not a GPU).
 //!
+//! The agent runs with `--fingerprint` (redundant uploads: the workloads re-send the same
+//! bytes a known number of times) and `--otlp` to a test receiver that decodes the OTLP
+//! requests: the receiver must get the same numbers Prometheus has.
+//!
 //! Skipped visibly without BPF, cgroup v2 or prometheus; under `CI=true` each of those
 //! fails the test instead.
 
@@ -188,11 +192,29 @@ fn prometheus_scrapes_the_agent_and_finds_each_cgroups_transfers_exactly() {
     let c = TestCgroup::create(&mount, &format!("{prefix}c"));
     let prefix_path = format!("/{prefix}");
 
-    let agent = AgentProcess::start(&libs, &["--cgroup", &prefix_path, "--node", "testnode"]);
+    let otlp = OtlpReceiver::start();
+    let otlp_url = format!("http://{}", otlp.addr);
+    let agent = AgentProcess::start(
+        &libs,
+        &[
+            "--cgroup",
+            &prefix_path,
+            "--node",
+            "testnode",
+            "--fingerprint",
+            "--otlp",
+            &otlp_url,
+            "--otlp-interval",
+            "1s",
+        ],
+    );
     let prom = Prometheus::start(&prometheus, &agent.addr);
 
-    // A: 7 pageable and 3 pinned HtoD copies of 4 KiB, one DtoH into the pinned buffer.
-    // B: 11 pageable HtoD copies of 64 KiB, one DtoH.
+    // A: 7 pageable and 3 pinned HtoD copies of 4 KiB, one DtoH into the pinned buffer;
+    // every pageable copy after the first and every pinned copy after the first re-sends
+    // the bytes the device range holds: 6 + 2 redundant uploads.
+    // B: 11 pageable HtoD copies of 64 KiB whose first byte changes each time (`vary`: none
+    // redundant), one DtoH.
     let run = |cg: &TestCgroup, args: &[&str]| {
         let out = libs
             .configure(&mut cg.command(&exe))
@@ -208,12 +230,13 @@ fn prometheus_scrapes_the_agent_and_finds_each_cgroups_transfers_exactly() {
         "done 7 3 4096 ok"
     );
     assert_eq!(
-        run(&b, &["copies", "11", "0", "65536"]).trim(),
+        run(&b, &["copies", "11", "0", "65536", "vary"]).trim(),
         "done 11 0 65536 ok"
     );
 
-    // C: copies (2 pageable, 1 pinned HtoD, 1 DtoH of 1 KiB), forks a child that execs the
-    // workload again (the same copies), then both are killed with SIGKILL.
+    // C: copies (2 pageable, 1 pinned HtoD, 1 DtoH of 1 KiB: 1 redundant upload), forks a
+    // child that execs the workload again (the same copies), then both are killed with
+    // SIGKILL.
     let mut forker = libs
         .configure(&mut c.command(&exe))
         .args(["copies", "2", "1", "1024", "forkexec"])
@@ -267,6 +290,94 @@ fn prometheus_scrapes_the_agent_and_finds_each_cgroups_transfers_exactly() {
     };
     assert_eq!(transfers, expected, "transfers per cgroup\n{}", agent.log());
     assert_eq!(bytes, expected_bytes, "bytes per cgroup");
+
+    // Redundant uploads per cgroup (A: 6 + 2; B: none of 11; C: 1 per process), and the
+    // uploads fingerprinted (every HtoD copy: its pages are present).
+    let per_cgroup = |metric: &str| -> BTreeMap<String, u64> {
+        prom.query(&format!(
+            "sum by (cgroup) ({metric}{{cgroup=~\"{prefix_path}.*\"}})"
+        ))
+        .into_iter()
+        .map(|(l, v)| (l["cgroup"].clone(), v as u64))
+        .collect()
+    };
+    let want = |a_: u64, b_: u64, c_: u64| -> BTreeMap<String, u64> {
+        [
+            (a.path.clone(), a_),
+            (b.path.clone(), b_),
+            (c.path.clone(), c_),
+        ]
+        .into_iter()
+        .collect()
+    };
+    assert_eq!(
+        per_cgroup("pinwise_fingerprinted_transfers_total"),
+        want(10, 11, 6)
+    );
+    assert_eq!(
+        per_cgroup("pinwise_redundant_transfers_total"),
+        want(8, 0, 2)
+    );
+    assert_eq!(
+        per_cgroup("pinwise_redundant_transfer_bytes_total"),
+        want(8 * 4096, 0, 2 * 1024)
+    );
+
+    // The OTLP receiver has the same numbers (pushed every second; cumulative).
+    let otlp_cell = |metric: &str, k: &(String, String, String)| {
+        otlp.sum(
+            metric,
+            &[("cgroup", &k.0), ("direction", &k.1), ("host_kind", &k.2)],
+        ) as u64
+    };
+    let otlp_matches = || {
+        expected
+            .iter()
+            .all(|(k, n)| otlp_cell("pinwise_transfers", k) == *n)
+            && expected_bytes
+                .iter()
+                .all(|(k, n)| otlp_cell("pinwise_transfer_bytes", k) == *n)
+            && [(&a, 8u64), (&b, 0), (&c, 2)].iter().all(|(cg, n)| {
+                otlp.sum("pinwise_redundant_transfers", &[("cgroup", &cg.path)]) as u64 == *n
+            })
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !otlp_matches() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert!(
+        otlp_matches(),
+        "OTLP differs from Prometheus ({} requests):\n{}",
+        otlp.requests.lock().unwrap(),
+        otlp.dump()
+    );
+    // The same labels as the Prometheus series.
+    let promq = prom.query(&format!(
+        "pinwise_transfers_total{{cgroup=\"{}\",host_kind=\"pinned\",direction=\"HtoD\"}}",
+        a.path
+    ));
+    assert_eq!(promq.len(), 1, "{promq:?}");
+    let prom_labels = &promq[0].0;
+    let mut otlp_labels = Vec::new();
+    for name in prom_labels.keys() {
+        if name == "__name__" || name == "job" || name == "instance" {
+            continue;
+        }
+        otlp_labels.push((name.as_str(), prom_labels[name].as_str()));
+    }
+    assert_eq!(
+        otlp.sum("pinwise_transfers", &otlp_labels),
+        promq[0].1,
+        "OTLP points with Prometheus's labels {otlp_labels:?}"
+    );
+    assert_eq!(
+        otlp.points("pinwise_ringbuf_drops", &[("node", "testnode")]),
+        1
+    );
+    assert_eq!(
+        otlp.sum("pinwise_ringbuf_drops", &[("node", "testnode")]),
+        0.0
+    );
 
     // The drop counter is exported (and nothing was dropped in so small a run).
     let drops = prom.query("pinwise_ringbuf_drops_total");

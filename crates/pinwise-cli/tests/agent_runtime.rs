@@ -96,20 +96,19 @@ fn the_agent_writes_a_private_history_per_process_that_report_reads() {
             histories.to_str().unwrap(),
         ],
     );
-    let out = libs
+    let child = libs
         .command(&exe)
         .args(["copies", "4", "2", "4096"])
-        .output()
+        .stdout(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
+    // Its file by its PID (other tests' workloads may run, with the same name).
+    let want = format!("pinwise-{}-workload-0.bin", child.id());
+    let out = child.wait_with_output().unwrap();
     assert!(out.status.success());
-    // The workload's PID is not known from `output()`: find its file by the counts.
     let deadline = Instant::now() + Duration::from_secs(20);
     let file = loop {
-        let found = std::fs::read_dir(&histories).ok().and_then(|d| {
-            d.flatten()
-                .map(|e| e.path())
-                .find(|p| p.to_string_lossy().contains("-workload-0.bin"))
-        });
+        let found = Some(histories.join(&want)).filter(|p| p.is_file());
         if let Some(f) = found {
             break f;
         }

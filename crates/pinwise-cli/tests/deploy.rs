@@ -42,9 +42,14 @@ fn exported_names() -> BTreeSet<String> {
             c.est_seconds = 1e-6;
             c.saving_seconds = 1e-7;
         }
+        p.redundant.fingerprinted = 2;
+        p.redundant.transfers = 1;
+        p.redundant.bytes = 10;
+        p.redundant.est_seconds = 1e-6;
         rows.push(p);
     }
     s.totals.copies = rows[0].copies;
+    s.totals.redundant = rows[0].redundant;
     // A cap of 2 makes the `other` series too.
     s.set_rows(rows.iter(), 2, 0);
     render(&s)
@@ -163,8 +168,9 @@ fn the_daemonset_is_valid_least_privilege_and_uses_real_flags() {
         ds["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"],
         port.to_string()
     );
-    // The libcuda it probes and the cgroupfs it reads are in read-only mounts.
-    for flag in ["--libcuda=", "--cgroupfs="] {
+    // The libcuda it probes, the cgroupfs and pods directory it reads are in read-only
+    // mounts.
+    for flag in ["--libcuda=", "--cgroupfs=", "--pods-dir="] {
         let path = args.iter().find_map(|a| a.strip_prefix(flag)).unwrap();
         assert!(
             c["volumeMounts"]

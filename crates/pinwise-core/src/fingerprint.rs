@@ -338,8 +338,9 @@ struct PrevCopy {
 pub const TRACKER_CAP: usize = 1 << 16;
 
 /// Compares each copy's fingerprint with what was known before it (see the module
-/// documentation). Memory is bounded by [`TRACKER_CAP`] entries per table.
-#[derive(Debug, Clone, Default)]
+/// documentation). Memory is bounded by [`TRACKER_CAP`] entries per table (or the cap given
+/// to [`RedundancyTracker::with_cap`]).
+#[derive(Debug, Clone)]
 pub struct RedundancyTracker {
     /// (pid, device start) -> content; ranges of one pid never overlap.
     device: BTreeMap<(u32, u64), DeviceContent>,
@@ -347,12 +348,32 @@ pub struct RedundancyTracker {
     per_record: FxMap<u32, (Redundancy, u64)>,
     stats: FingerprintStats,
     generation: u64,
+    cap: usize,
+}
+
+impl Default for RedundancyTracker {
+    fn default() -> Self {
+        Self::with_cap(TRACKER_CAP)
+    }
 }
 
 impl RedundancyTracker {
     /// An empty tracker.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty tracker whose device-range and host-range tables hold at most `cap` entries
+    /// each (copies past it are counted in [`FingerprintStats::untracked_full_tables`]).
+    pub fn with_cap(cap: usize) -> Self {
+        RedundancyTracker {
+            device: BTreeMap::new(),
+            host: FxMap::default(),
+            per_record: FxMap::default(),
+            stats: FingerprintStats::default(),
+            generation: 0,
+            cap,
+        }
     }
 
     /// Statistics so far.
@@ -530,13 +551,13 @@ impl RedundancyTracker {
             fingerprint: fp,
             number,
         };
-        if self.host.len() < TRACKER_CAP || self.host.contains_key(&key) {
+        if self.host.len() < self.cap || self.host.contains_key(&key) {
             self.host.insert(key, prev);
         } else {
             full_tables = true;
         }
         self.invalidate_device(obs.pid, obs.device, obs.bytes);
-        if self.device.len() < TRACKER_CAP {
+        if self.device.len() < self.cap {
             self.device.insert(
                 (obs.pid, obs.device),
                 DeviceContent {
@@ -588,6 +609,31 @@ mod tests {
             direction: dir,
             fingerprint: Fingerprint::of(buf, full),
         }
+    }
+
+    #[test]
+    fn a_capped_tracker_stops_remembering_at_its_cap_and_counts_it() {
+        let mut t = RedundancyTracker::with_cap(2);
+        for i in 0..4u64 {
+            let buf = [i as u8; 64];
+            t.observe(&obs(
+                1,
+                i * 64,
+                0x1000 * (i + 1),
+                Direction::HtoD,
+                &buf,
+                false,
+            ));
+        }
+        // Copies 3 and 4 found both tables full.
+        assert_eq!(t.stats().untracked_full_tables, 2);
+        // A repeat of a remembered copy is still found; one of a forgotten copy is not.
+        let first = [0u8; 64];
+        let again = t.observe(&obs(1, 0, 0x1000, Direction::HtoD, &first, false));
+        assert!(again.is_redundant());
+        let last = [3u8; 64];
+        let forgotten = t.observe(&obs(1, 192, 0x4000, Direction::HtoD, &last, false));
+        assert_eq!(forgotten, Verdict::Fresh);
     }
 
     #[test]

@@ -71,6 +71,26 @@ pub struct AgentArgs {
     /// Most bytes of history files kept in --history-dir (the oldest go first).
     #[arg(long, value_parser = parse_size, default_value = "1G", value_name = "BYTES")]
     pub history_max: u64,
+    /// The kubelet's pod log directory, whose `<namespace>_<pod>_<uid>` entries give pods'
+    /// namespaces and names (in a container, mount the host's read-only and name it here).
+    #[arg(long, value_name = "DIR", default_value = pinwise_agent::pods::DEFAULT_PODS_DIR)]
+    pub pods_dir: PathBuf,
+    /// How often each live process's GPUs (open /dev/nvidia<N> files) and pod are looked up.
+    #[arg(long, value_parser = parse_duration, default_value = "10s", value_name = "TIME")]
+    pub labels_every: Duration,
+    /// Fingerprint host-to-device copies in BPF (8 sampled cache lines each) and count
+    /// redundant uploads: the same bytes sent again to the same device range.
+    #[arg(long)]
+    pub fingerprint: bool,
+    /// Also push the metrics to an OpenTelemetry collector over OTLP/HTTP (protobuf), e.g.
+    /// http://127.0.0.1:4318 (`/v1/metrics` is appended when the URL has no path).
+    #[cfg(feature = "otlp")]
+    #[arg(long, value_name = "URL")]
+    pub otlp: Option<String>,
+    /// Time between OTLP pushes.
+    #[cfg(feature = "otlp")]
+    #[arg(long, value_parser = parse_duration, default_value = "10s", value_name = "TIME")]
+    pub otlp_interval: Duration,
     /// Calibration CSV for the cost model (`pinwise calibrate`) [default: built-in].
     #[arg(long, value_name = "FILE")]
     pub calibration: Option<PathBuf>,
@@ -105,6 +125,15 @@ pub fn run(args: AgentArgs) -> Result<ExitCode> {
         idle_after: args.idle_after,
         cost,
         cgroupfs: args.cgroupfs,
+        // A missing directory is no error: off Kubernetes there is none.
+        pods_dir: Some(args.pods_dir),
+        labels_every: args.labels_every,
+        fingerprint: args.fingerprint,
+        #[cfg(feature = "otlp")]
+        otlp: args.otlp.map(|endpoint| pinwise_agent::otlp::OtlpConfig {
+            endpoint,
+            interval: args.otlp_interval.max(Duration::from_millis(100)),
+        }),
         histories: args.history_dir.map(|dir| HistorySettings {
             dir,
             every: args.history_every,

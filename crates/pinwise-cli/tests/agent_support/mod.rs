@@ -214,3 +214,132 @@ pub fn wait_timeout(child: &mut Child, limit: Duration) -> Option<std::process::
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// Latest value of each (metric name, sorted attributes).
+type Points = std::collections::BTreeMap<(String, Vec<(String, String)>), f64>;
+
+/// A test OTLP/HTTP receiver: decodes every `POST /v1/metrics` body as an
+/// `ExportMetricsServiceRequest` (opentelemetry-proto, prost) and keeps the latest value
+/// of each (metric name, attributes) data point (cumulative: the latest is the total).
+pub struct OtlpReceiver {
+    pub addr: String,
+    latest: Arc<Mutex<Points>>,
+    pub requests: Arc<Mutex<u64>>,
+    server: Arc<tiny_http::Server>,
+}
+
+impl OtlpReceiver {
+    pub fn start() -> OtlpReceiver {
+        use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+        use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
+        use opentelemetry_proto::tonic::metrics::v1::{metric::Data, number_data_point::Value};
+        use prost::Message;
+        let server = Arc::new(tiny_http::Server::http("127.0.0.1:0").unwrap());
+        let addr = server.server_addr().to_ip().unwrap().to_string();
+        let latest = Arc::new(Mutex::new(Points::new()));
+        let requests = Arc::new(Mutex::new(0));
+        {
+            let (server, latest, requests) = (
+                Arc::clone(&server),
+                Arc::clone(&latest),
+                Arc::clone(&requests),
+            );
+            std::thread::spawn(move || {
+                for mut req in server.incoming_requests() {
+                    let mut body = Vec::new();
+                    let _ = req.as_reader().read_to_end(&mut body);
+                    let ok = req.url() == "/v1/metrics";
+                    if let (true, Ok(msg)) = (ok, ExportMetricsServiceRequest::decode(&body[..])) {
+                        *requests.lock().unwrap() += 1;
+                        let mut l = latest.lock().unwrap();
+                        for rm in msg.resource_metrics {
+                            for sm in rm.scope_metrics {
+                                for m in sm.metrics {
+                                    let points = match m.data {
+                                        Some(Data::Sum(s)) => s.data_points,
+                                        Some(Data::Gauge(g)) => g.data_points,
+                                        _ => Vec::new(),
+                                    };
+                                    for p in points {
+                                        let mut attrs: Vec<(String, String)> = p
+                                            .attributes
+                                            .iter()
+                                            .map(|kv| {
+                                                let v = match kv
+                                                    .value
+                                                    .as_ref()
+                                                    .and_then(|v| v.value.as_ref())
+                                                {
+                                                    Some(Any::StringValue(s)) => s.clone(),
+                                                    other => format!("{other:?}"),
+                                                };
+                                                (kv.key.clone(), v)
+                                            })
+                                            .collect();
+                                        attrs.sort();
+                                        let v = match p.value {
+                                            Some(Value::AsInt(i)) => i as f64,
+                                            Some(Value::AsDouble(d)) => d,
+                                            None => f64::NAN,
+                                        };
+                                        l.insert((m.name.clone(), attrs), v);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    let status = if ok { 200 } else { 404 };
+                    let _ = req.respond(tiny_http::Response::empty(status));
+                }
+            });
+        }
+        OtlpReceiver {
+            addr,
+            latest,
+            requests,
+            server,
+        }
+    }
+
+    /// The sum of the latest values of `name`'s points whose attributes include `labels`.
+    pub fn sum(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.latest
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|((n, attrs), _)| {
+                n == name
+                    && labels
+                        .iter()
+                        .all(|(k, v)| attrs.iter().any(|(ak, av)| ak == k && av == v))
+            })
+            .map(|(_, v)| *v)
+            .sum()
+    }
+
+    /// How many points of `name` have attributes including `labels`.
+    pub fn points(&self, name: &str, labels: &[(&str, &str)]) -> usize {
+        self.latest
+            .lock()
+            .unwrap()
+            .keys()
+            .filter(|(n, attrs)| {
+                n == name
+                    && labels
+                        .iter()
+                        .all(|(k, v)| attrs.iter().any(|(ak, av)| ak == k && av == v))
+            })
+            .count()
+    }
+
+    /// Every (name, attributes) seen, for messages.
+    pub fn dump(&self) -> String {
+        format!("{:#?}", self.latest.lock().unwrap())
+    }
+}
+
+impl Drop for OtlpReceiver {
+    fn drop(&mut self) {
+        self.server.unblock();
+    }
+}
