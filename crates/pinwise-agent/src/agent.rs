@@ -237,6 +237,8 @@ impl EventSink for TableSink {
 /// Takes snapshots of the table and counters: what each scrape or push exports.
 #[derive(Debug, Clone)]
 pub struct SnapshotSource {
+    #[cfg(feature = "otlp")]
+    otlp: Option<Arc<crate::otlp::ExportCounts>>,
     table: Arc<Mutex<ProcessTable>>,
     counters: Arc<Mutex<TracerCounters>>,
     node: String,
@@ -262,6 +264,11 @@ impl SnapshotSource {
             agent_rss_bytes: crate::selfstat::rss_bytes(),
             ..Snapshot::default()
         };
+        #[cfg(feature = "otlp")]
+        if let Some(o) = &self.otlp {
+            use std::sync::atomic::Ordering::Relaxed;
+            s.otlp_exports = Some((o.ok.load(Relaxed), o.failed.load(Relaxed)));
+        }
         let idle_since = monotonic_ns().saturating_sub(self.idle_after.as_nanos() as u64);
         let table = self.table.lock();
         s.totals = table.totals().clone();
@@ -444,7 +451,14 @@ impl Agent {
         libraries: Vec<PathBuf>,
     ) -> Result<Agent, AgentError> {
         let counters = Arc::new(Mutex::new(TracerCounters::default()));
+        #[cfg(feature = "otlp")]
+        let otlp_counts = config
+            .otlp
+            .as_ref()
+            .map(|_| Arc::new(crate::otlp::ExportCounts::default()));
         let source = SnapshotSource {
+            #[cfg(feature = "otlp")]
+            otlp: otlp_counts.clone(),
             table: Arc::clone(&parts.table),
             counters: Arc::clone(&counters),
             node: config.node.clone(),
@@ -452,9 +466,11 @@ impl Agent {
             idle_after: config.idle_after,
         };
         #[cfg(feature = "otlp")]
-        let otlp = match &config.otlp {
-            Some(c) => Some(crate::otlp::OtlpExporter::start(c, source.clone())?),
-            None => None,
+        let otlp = match (&config.otlp, otlp_counts) {
+            (Some(c), Some(counts)) => {
+                Some(crate::otlp::OtlpExporter::start(c, source.clone(), counts)?)
+            }
+            _ => None,
         };
         let mut registry = Registry::default();
         registry.register_collector(Box::new(AgentCollector(source)));
@@ -485,6 +501,14 @@ impl Agent {
         self.server
             .as_ref()
             .map_or(self.config.listen, |s| s.local_addr())
+    }
+
+    /// Pushes the metrics over OTLP now (when `--otlp` is set): for tests and SIGHUP.
+    #[cfg(feature = "otlp")]
+    pub fn flush_otlp(&self) {
+        if let Some(o) = &self.otlp {
+            o.flush();
+        }
     }
 
     /// The process table (shared with the event thread).

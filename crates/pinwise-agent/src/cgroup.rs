@@ -2,7 +2,7 @@
 //! CRI-O, Podman), and for Kubernetes the pod UID and QoS class.
 //!
 //! Only what the path itself says: Kubernetes namespaces and pod names are not in cgroup
-//! paths (they live in the API server), so they are not labels here.
+//! paths (they live in the API server); [`crate::pods`] finds them from the pod UID.
 
 /// What a cgroup path says about the container and pod of a process.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]

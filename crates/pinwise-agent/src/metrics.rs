@@ -25,6 +25,7 @@
 //! | `pinwise_ringbuf_drops_total`, `pinwise_tracer_records_total`, `pinwise_tracer_decode_errors_total`, `pinwise_tracer_tgid_map_full_total` | counter | node |
 //! | `pinwise_tracer_uprobes` | gauge | node |
 //! | `pinwise_agent_cpu_seconds_total` | counter | node |
+//! | `pinwise_otlp_exports_total` (`result` ok or failed; with `--otlp`) | counter | node |
 //! | `pinwise_agent_resident_memory_bytes` | gauge | node |
 //!
 //! A copy's host kind is decided by the pinned and registered ranges the agent saw the
@@ -40,6 +41,12 @@
 //! evicted from the table (see [`crate::table`]); the `pinwise_node_*` totals never
 //! decrease and include evicted processes. When a process moves in or out of the top N,
 //! the `other` series can decrease: Prometheus takes that for a counter reset.
+//!
+//! Two labels can change during a process's life, which starts a new series for it (the
+//! old one goes stale): `gpu` grows when the process opens another GPU's device file
+//! (looked up every `--labels-every`, first at the first tick after its enrolment), and
+//! `namespace`/`pod` appear when its pod directory shows up after its enrolment. Neither
+//! adds series beyond one per process: the cap above still bounds them.
 //!
 //! The GPU a copy went to is not known to the tracer (its events carry device pointers,
 //! not device numbers): the `gpu` label is the process's, not the copy's.
@@ -170,6 +177,8 @@ pub struct Snapshot {
     pub agent_cpu_seconds: f64,
     /// The agent's resident memory, bytes.
     pub agent_rss_bytes: u64,
+    /// OTLP pushes `(accepted, failed)`, when pushing.
+    pub otlp_exports: Option<(u64, u64)>,
 }
 
 impl Snapshot {
@@ -352,6 +361,7 @@ pub const FAMILIES: &[Desc] = &[
     desc("pinwise_tracer_decode_errors", "Ring-buffer records that could not be decoded.", Counter, false, "1"),
     desc("pinwise_tracer_tgid_map_full", "Processes the BPF side could not trace (its traced-process map was full).", Counter, false, "1"),
     desc("pinwise_agent_cpu_seconds", "CPU time of the agent's process (user + system).", Counter, true, "s"),
+    desc("pinwise_otlp_exports", "OTLP pushes, by result (ok, failed); only with --otlp.", Counter, false, "1"),
     desc("pinwise_series_aggregated_processes", "Processes summed into the pid=\"other\" series (the cardinality cap, --max-series-processes).", Gauge, false, "1"),
     desc("pinwise_tracer_uprobes", "Uprobes attached.", Gauge, false, "1"),
     desc("pinwise_agent_resident_memory_bytes", "Resident memory of the agent's process.", Gauge, false, "By"),
@@ -387,6 +397,7 @@ pub const METRIC_NAMES: &[&str] = &[
     "pinwise_tracer_decode_errors_total",
     "pinwise_tracer_tgid_map_full_total",
     "pinwise_agent_cpu_seconds_total",
+    "pinwise_otlp_exports_total",
     "pinwise_series_aggregated_processes",
     "pinwise_tracer_uprobes",
     "pinwise_agent_resident_memory_bytes",
@@ -522,6 +533,12 @@ pub fn families(s: &Snapshot) -> Vec<Family<'_>> {
             "pinwise_pinned_idle_bytes" => {
                 for (base, row) in &rows {
                     push(base.clone(), Value::Int(row.idle_bytes));
+                }
+            }
+            "pinwise_otlp_exports" => {
+                if let Some((ok, failed)) = s.otlp_exports {
+                    push(with(nl.clone(), "result", "ok"), Value::Int(ok));
+                    push(with(nl.clone(), "result", "failed"), Value::Int(failed));
                 }
             }
             "pinwise_processes" => {

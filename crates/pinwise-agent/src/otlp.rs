@@ -8,21 +8,26 @@
 //! exporter adds it back). The SDK's periodic reader collects every
 //! [`OtlpConfig::interval`] on a thread of its own; a collection takes one snapshot of the
 //! table for all instruments. The resource carries `service.name = pinwise-agent`. A
-//! collector that is down costs a failed request per interval, logged, never a wait in
-//! the traced programs (they never wait for the agent). On stop, a last push carries the
-//! final numbers.
+//! collector that is down costs a failed request per interval, logged (`tracing`, warn)
+//! and counted (`pinwise_otlp_exports_total{result="failed"}`, in both exports), never a
+//! wait in the traced programs (they never wait for the agent). On stop, a last push
+//! carries the final numbers.
 //!
 //! Transport: HTTP/protobuf only (`http://`; the port of a collector's OTLP/HTTP receiver
 //! is 4318). gRPC and TLS are not built in: they would bring tonic and a TLS stack; run a
 //! collector on the node or as a sidecar.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use opentelemetry::metrics::{AsyncInstrument, Meter, MeterProvider};
 use opentelemetry::KeyValue;
 use opentelemetry_otlp::{MetricExporter, WithExportConfig};
-use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::metrics::data::ResourceMetrics;
+use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
+use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider, Temporality};
 use opentelemetry_sdk::Resource;
 use parking_lot::Mutex;
 
@@ -98,6 +103,48 @@ impl Cache {
     }
 }
 
+/// Pushes that succeeded and failed so far (shared with the snapshots).
+#[derive(Debug, Default)]
+pub struct ExportCounts {
+    /// Requests the collector accepted.
+    pub ok: AtomicU64,
+    /// Requests that failed (collector down, refused, timed out).
+    pub failed: AtomicU64,
+}
+
+/// The OTLP exporter, counting and logging what each push did.
+#[derive(Debug)]
+struct Counted {
+    inner: MetricExporter,
+    counts: Arc<ExportCounts>,
+}
+
+impl PushMetricExporter for Counted {
+    async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
+        let r = self.inner.export(metrics).await;
+        match &r {
+            Ok(()) => self.counts.ok.fetch_add(1, Ordering::Relaxed),
+            Err(e) => {
+                tracing::warn!("OTLP push failed: {e}");
+                self.counts.failed.fetch_add(1, Ordering::Relaxed)
+            }
+        };
+        r
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn temporality(&self) -> Temporality {
+        self.inner.temporality()
+    }
+}
+
 /// A running push.
 pub struct OtlpExporter {
     provider: SdkMeterProvider,
@@ -142,7 +189,12 @@ fn register(meter: &Meter, index: usize, cache: &Arc<Cache>) {
 
 impl OtlpExporter {
     /// Starts pushing what `source` snapshots to `config.endpoint`.
-    pub fn start(config: &OtlpConfig, source: SnapshotSource) -> Result<Self, AgentError> {
+    /// `counts` is where pushes are counted (the snapshots export it).
+    pub fn start(
+        config: &OtlpConfig,
+        source: SnapshotSource,
+        counts: Arc<ExportCounts>,
+    ) -> Result<Self, AgentError> {
         let url = metrics_url(&config.endpoint).map_err(AgentError::Otlp)?;
         let exporter = MetricExporter::builder()
             .with_http()
@@ -150,6 +202,10 @@ impl OtlpExporter {
             .with_timeout(Duration::from_secs(10))
             .build()
             .map_err(|e| AgentError::Otlp(format!("{}: {e}", config.endpoint)))?;
+        let exporter = Counted {
+            inner: exporter,
+            counts,
+        };
         let reader = PeriodicReader::builder(exporter)
             .with_interval(config.interval)
             .build();

@@ -265,3 +265,61 @@ fn enrolment_labels_redundancy_eviction_rescan_and_drops_without_bpf() {
     agent.stop().unwrap();
     assert!(shared.lock().unwrap().stopped);
 }
+
+/// A collector that is down: the push fails, is counted in the metrics, and nothing else
+/// is affected (the scrape still answers, the agent stops cleanly).
+#[cfg(feature = "otlp")]
+#[test]
+fn a_failed_otlp_push_is_counted_and_harms_nothing() {
+    // A port nobody listens on: the connection is refused at once.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let dir = tempfile::tempdir().unwrap();
+    let shared = Arc::new(Mutex::new(Shared::default()));
+    let config = AgentConfig {
+        node: "n1".into(),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        rescan_every: None,
+        otlp: Some(pinwise_agent::otlp::OtlpConfig {
+            endpoint: format!("http://127.0.0.1:{port}"),
+            interval: Duration::from_secs(3600),
+        }),
+        ..AgentConfig::default()
+    };
+    let probe = ProcFs {
+        proc_root: dir.path().to_path_buf(),
+        attach_ticks: 0,
+        cgroups: CgroupResolver::new(None),
+        pods: PodResolver::new(None),
+    };
+    let (agent, _sink) = Agent::with_backend(
+        config,
+        Box::new(FakeTracer(Arc::clone(&shared))),
+        Box::new(probe),
+        Box::new(FakeScan),
+    )
+    .unwrap();
+    let before = get_metrics(agent.local_addr());
+    assert_eq!(
+        value(
+            &before,
+            "pinwise_otlp_exports_total",
+            &["result=\"failed\""]
+        ),
+        Some(0.0)
+    );
+    agent.flush_otlp();
+    let after = get_metrics(agent.local_addr());
+    assert_eq!(
+        value(&after, "pinwise_otlp_exports_total", &["result=\"failed\""]),
+        Some(1.0),
+        "{after}"
+    );
+    assert_eq!(
+        value(&after, "pinwise_otlp_exports_total", &["result=\"ok\""]),
+        Some(0.0)
+    );
+    agent.stop().unwrap();
+    assert!(shared.lock().unwrap().stopped);
+}

@@ -370,6 +370,14 @@ fn prometheus_scrapes_the_agent_and_finds_each_cgroups_transfers_exactly() {
         promq[0].1,
         "OTLP points with Prometheus's labels {otlp_labels:?}"
     );
+    // Pushes are counted, none failed.
+    let pushes = prom.query("pinwise_otlp_exports_total");
+    let by_result: BTreeMap<String, f64> = pushes
+        .iter()
+        .map(|(l, v)| (l["result"].clone(), *v))
+        .collect();
+    assert!(by_result.get("ok").is_some_and(|&n| n >= 1.0), "{pushes:?}");
+    assert_eq!(by_result.get("failed"), Some(&0.0), "{pushes:?}");
     assert_eq!(
         otlp.points("pinwise_ringbuf_drops", &[("node", "testnode")]),
         1

@@ -50,6 +50,7 @@ fn exported_names() -> BTreeSet<String> {
     }
     s.totals.copies = rows[0].copies;
     s.totals.redundant = rows[0].redundant;
+    s.otlp_exports = Some((3, 1));
     // A cap of 2 makes the `other` series too.
     s.set_rows(rows.iter(), 2, 0);
     render(&s)
