@@ -6,6 +6,12 @@
 //! libcuda opens the device file of each GPU it initialises, so the open file descriptors
 //! in `/proc/PID/fd` say which GPUs a process holds.
 //!
+//! Cost and timing: the agent lists a live process's descriptors (one `readdir`, one `stat`
+//! each) at the first tick after its first CUDA call and every `--labels-every` (10 s)
+//! after, under the process table's lock. A process that ends within a tick of its first
+//! CUDA call may have no `gpu` label. Reading another user's `/proc/PID/fd` needs
+//! CAP_SYS_PTRACE; without it the label stays empty for those processes.
+//!
 //! # What the `gpu` label means
 //!
 //! The label lists the **minor numbers** N of the GPU device files the process has had
@@ -16,9 +22,11 @@
 //! always, `nvidia-smi`'s index (which orders GPUs by PCI bus id), and it is **not** CUDA's
 //! device ordinal in the process: CUDA numbers only the GPUs `CUDA_VISIBLE_DEVICES` lets
 //! it see, from 0, fastest first by default. A GPU named in the label is one the driver
-//! opened for the process (at initialisation, every GPU the process may use), which is not
-//! proof that it copied to that GPU: the tracer's copy events carry device pointers, not
-//! device numbers, so the label is per process, not per copy.
+//! opened for the process, which is not proof that it copied to that GPU: the tracer's copy
+//! events carry device pointers, not device numbers, so the label is per process, not per
+//! copy. Whether the driver also opens the files of GPUs that `CUDA_VISIBLE_DEVICES`
+//! hides was not checked on a machine with several GPUs (`bench/gpu/agent/labels.sh`
+//! records the descriptors and the label with and without it).
 
 use std::path::Path;
 

@@ -9,8 +9,11 @@
 //! table is full, the process that exited first is evicted early; when every process in
 //! it is alive, a new process gets no summary of its own: its copies go to the node totals
 //! only (counted in [`NodeTotals::untracked_processes`]). Each summary has a fixed size
-//! plus at most [`crate::process::MAX_RANGES_PER_PROCESS`] pinned ranges, so the table's
-//! memory is bounded by `max_processes` times that.
+//! plus at most [`crate::process::MAX_RANGES_PER_PROCESS`] pinned ranges and, when copies
+//! carry fingerprints (`--fingerprint`), at most
+//! [`crate::process::REDUNDANCY_ENTRIES_PER_PROCESS`] entries in each of two redundancy
+//! tables (about 1 MB at most), so the table's memory is bounded by `max_processes` times
+//! that.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -111,8 +114,8 @@ enum Entry {
 }
 
 /// The system calls behind the table's logic: how it learns about a process and its
-/// labels. [`ProcFs`] reads a proc tree (the real
-/// `/proc`, or a fake tree in tests); tests of enrolment, eviction and labels replace it.
+/// labels. [`ProcFs`] reads a proc tree (the real `/proc`, or a fake tree in tests); tests
+/// of enrolment, eviction and labels may also replace it.
 pub trait ProcessProbe: Send + std::fmt::Debug {
     /// `(comm, cgroup, started before the agent attached)`; `None` when the process is gone.
     fn describe(&mut self, pid: u32) -> Option<(String, CgroupInfo, bool)>;
