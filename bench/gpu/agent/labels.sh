@@ -5,7 +5,7 @@
 #      under the agent with --fingerprint; recorded: the workload's open /dev/nvidia* fds
 #      (`ls -l /proc/PID/fd`), the driver's minor numbers (`nvidia-smi -q`,
 #      /proc/driver/nvidia/gpus/*/information), the agent's `gpu` label for it, and its
-#      redundant uploads (expected: 49 pageable + 9 pinned = 58 of 60 fingerprinted);
+#      redundant uploads (expected: 49 pageable + 9 pinned = 58 of 60 HtoD fingerprinted);
 #      then the same with CUDA_VISIBLE_DEVICES=0 (does the label change?).
 #   2. fingerprint cost: the storm mode (THREADS x COPIES HtoD copies of BYTES) with the agent
 #      without and with --fingerprint, interleaved, REPEATS times: wall time of each run.

@@ -17,8 +17,8 @@
 //! | `pinwise_pinning_saving_estimated_seconds_total` (pageable copies) | counter | process, copy |
 //! | `pinwise_node_…` the four above summed over every process ever seen | counter | node, copy |
 //! | `pinwise_pinned_bytes` (`host_kind` pinned or registered), `pinwise_pinned_idle_bytes` | gauge | process |
-//! | `pinwise_fingerprinted_transfers_total`, `pinwise_redundant_transfers_total`, `pinwise_redundant_transfer_bytes_total`, `pinwise_redundant_transfer_estimated_seconds_total` (with `--fingerprint`) | counter | process |
-//! | `pinwise_node_redundant_transfers_total`, `pinwise_node_redundant_transfer_bytes_total` | counter | node |
+//! | `pinwise_fingerprinted_transfers_total`, `pinwise_redundant_transfers_total`, `pinwise_redundant_transfer_bytes_total`, `pinwise_redundant_transfer_estimated_seconds_total` (with `--fingerprint`; `direction` HtoD or DtoH) | counter | process, direction |
+//! | `pinwise_node_redundant_transfers_total`, `pinwise_node_redundant_transfer_bytes_total` | counter | node, direction |
 //! | `pinwise_processes` (`state` live or exited) | gauge | node |
 //! | `pinwise_processes_seen_total`, `_evicted_total`, `_untracked_total`, `pinwise_events_filtered_total` | counter | node |
 //! | `pinwise_series_aggregated_processes` | gauge | node |
@@ -64,7 +64,8 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 
 use crate::process::{
-    merge_tables, CopyTable, CopyTotals, HostKind, ProcessSummary, RedundantTotals,
+    merge_redundant, merge_tables, CopyTable, CopyTotals, HostKind, ProcessSummary, RedundantTable,
+    RedundantTotals, REDUNDANT_DIRECTIONS,
 };
 use crate::table::NodeTotals;
 use pinwise_core::Direction;
@@ -140,8 +141,8 @@ pub struct ProcessRow {
     pub registered_bytes: u64,
     /// Pinned or registered bytes with no copy for the idle time.
     pub idle_bytes: u64,
-    /// Fingerprinted and redundant uploads.
-    pub redundant: RedundantTotals,
+    /// Fingerprinted and redundant uploads and downloads.
+    pub redundant: RedundantTable,
     /// Whether it has exited.
     pub exited: bool,
 }
@@ -222,7 +223,7 @@ impl Snapshot {
                 pinned_bytes: 0,
                 registered_bytes: 0,
                 idle_bytes: 0,
-                redundant: RedundantTotals::default(),
+                redundant: RedundantTable::default(),
                 exited: false,
             };
             for s in rest {
@@ -231,7 +232,7 @@ impl Snapshot {
                 other.pinned_bytes += r.pinned_bytes;
                 other.registered_bytes += r.registered_bytes;
                 other.idle_bytes += r.idle_bytes;
-                other.redundant.merge(&r.redundant);
+                merge_redundant(&mut other.redundant, &r.redundant);
             }
             self.rows.push(other);
         }
@@ -343,12 +344,12 @@ pub const FAMILIES: &[Desc] = &[
     desc("pinwise_node_transfer_estimated_seconds", "Estimated time of the copies (cost model). Node total, evicted processes included.", Counter, true, "s"),
     desc("pinwise_pinning_saving_estimated_seconds", "Estimated time pinning the pageable memory copied would have saved (cost model).", Counter, true, "s"),
     desc("pinwise_node_pinning_saving_estimated_seconds", "Estimated time pinning the pageable memory copied would have saved (cost model). Node total, evicted processes included.", Counter, true, "s"),
-    desc("pinwise_fingerprinted_transfers", "Host-to-device copies whose content was fingerprinted (pinwise agent --fingerprint).", Counter, false, "1"),
-    desc("pinwise_redundant_transfers", "Redundant uploads: host-to-device copies of bytes the device range already held, or the same bytes as that host buffer's previous upload to the same device range (by fingerprint).", Counter, false, "1"),
-    desc("pinwise_redundant_transfer_bytes", "Bytes of redundant uploads.", Counter, false, "By"),
-    desc("pinwise_redundant_transfer_estimated_seconds", "Estimated time of the redundant uploads (cost model): what keeping the data on the device would save.", Counter, true, "s"),
-    desc("pinwise_node_redundant_transfers", "Redundant uploads. Node total, evicted processes included.", Counter, false, "1"),
-    desc("pinwise_node_redundant_transfer_bytes", "Bytes of redundant uploads. Node total, evicted processes included.", Counter, false, "By"),
+    desc("pinwise_fingerprinted_transfers", "Copies whose content was fingerprinted (pinwise agent --fingerprint: uploads, and synchronous downloads), by direction.", Counter, false, "1"),
+    desc("pinwise_redundant_transfers", "Redundant copies, by direction (by fingerprint): uploads of bytes the device range already held or that the same host bytes sent to it before; downloads that fetched the same bytes as the previous download of that range into the same host bytes.", Counter, false, "1"),
+    desc("pinwise_redundant_transfer_bytes", "Bytes of redundant copies, by direction.", Counter, false, "By"),
+    desc("pinwise_redundant_transfer_estimated_seconds", "Estimated time of the redundant copies (cost model): what keeping the data on the device (or the result on the host) would save.", Counter, true, "s"),
+    desc("pinwise_node_redundant_transfers", "Redundant copies, by direction. Node total, evicted processes included.", Counter, false, "1"),
+    desc("pinwise_node_redundant_transfer_bytes", "Bytes of redundant copies, by direction. Node total, evicted processes included.", Counter, false, "By"),
     desc("pinwise_pinned_bytes", "Page-locked host memory held, by process and kind (pinned: CUDA pinned allocations; registered: cuMemHostRegister).", Gauge, false, "By"),
     desc("pinwise_pinned_idle_bytes", "Page-locked host memory held with no copy to or from it for the idle time (--idle-after): pinned for nothing, lately.", Gauge, false, "By"),
     desc("pinwise_processes", "Processes with a summary: live, and exited but still held.", Gauge, false, "1"),
@@ -441,6 +442,19 @@ fn cells<'a>(
     })
 }
 
+/// Each direction with fingerprinted copies, with `direction` appended to `base`.
+fn redundant_cells<'a>(
+    base: &Labels<'a>,
+    table: &'a RedundantTable,
+) -> impl Iterator<Item = (Labels<'a>, &'a RedundantTotals)> + 'a {
+    let base = base.clone();
+    REDUNDANT_DIRECTIONS
+        .iter()
+        .zip(table)
+        .filter(|(_, r)| r.fingerprinted > 0 || r.transfers > 0)
+        .map(move |(d, r)| (with(base.clone(), "direction", d.as_str()), r))
+}
+
 fn with<'a>(mut l: Labels<'a>, k: &'static str, v: &'static str) -> Labels<'a> {
     l.push((k, v));
     l
@@ -504,20 +518,26 @@ pub fn families(s: &Snapshot) -> Vec<Family<'_>> {
         };
         if let Some(pick) = redundant {
             for (base, row) in &rows {
-                if row.redundant.fingerprinted > 0 || row.redundant.transfers > 0 {
-                    push(base.clone(), pick(&row.redundant));
+                for (l, r) in redundant_cells(base, &row.redundant) {
+                    push(l, pick(r));
                 }
             }
             out.push(Family { desc: d, samples });
             continue;
         }
+        let node_redundant: Option<PickR> = match d.name {
+            "pinwise_node_redundant_transfers" => Some(|r| Value::Int(r.transfers)),
+            "pinwise_node_redundant_transfer_bytes" => Some(|r| Value::Int(r.bytes)),
+            _ => None,
+        };
+        if let Some(pick) = node_redundant {
+            for (l, r) in redundant_cells(&nl, &t.redundant) {
+                push(l, pick(r));
+            }
+            out.push(Family { desc: d, samples });
+            continue;
+        }
         match d.name {
-            "pinwise_node_redundant_transfers" if t.redundant.fingerprinted > 0 => {
-                push(nl.clone(), Value::Int(t.redundant.transfers))
-            }
-            "pinwise_node_redundant_transfer_bytes" if t.redundant.fingerprinted > 0 => {
-                push(nl.clone(), Value::Int(t.redundant.bytes))
-            }
             "pinwise_pinned_bytes" => {
                 for (base, row) in &rows {
                     push(
@@ -565,7 +585,6 @@ pub fn families(s: &Snapshot) -> Vec<Family<'_>> {
                     "pinwise_series_aggregated_processes" => Value::Int(s.aggregated_processes),
                     "pinwise_tracer_uprobes" => Value::Int(s.uprobes),
                     "pinwise_agent_resident_memory_bytes" => Value::Int(s.agent_rss_bytes),
-                    // Node redundancy families without fingerprints: no sample.
                     _ => {
                         out.push(Family { desc: d, samples });
                         continue;
@@ -682,7 +701,7 @@ mod tests {
             name: "trainer-0".into(),
         });
         p.add_gpus(&[3, 1, 3]);
-        p.redundant = RedundantTotals {
+        p.redundant[0] = RedundantTotals {
             fingerprinted: 5,
             transfers: 4,
             bytes: 4 * 4096,
@@ -718,7 +737,17 @@ mod tests {
         assert!(b.ends_with(" 16384"), "{b}");
         // A process with nothing fingerprinted has no redundancy series.
         assert_eq!(line("pinwise_redundant_transfers_total{", "10"), None);
-        assert!(text.contains("pinwise_node_redundant_transfers_total{node=\"n1\"} 4"));
+        assert!(
+            text.contains(
+                "pinwise_node_redundant_transfers_total{node=\"n1\",direction=\"HtoD\"} 4"
+            ),
+            "{text}"
+        );
+        // Only directions with fingerprinted copies have series.
+        assert!(r.contains("direction=\"HtoD\""), "{r}");
+        assert!(!text.lines().any(|l| {
+            l.starts_with("pinwise_redundant_transfers_total{") && l.contains("direction=\"DtoH\"")
+        }));
         let q = line("pinwise_transfers_total{", "10").unwrap();
         assert!(
             q.contains("gpu=\"\"") && q.contains("namespace=\"\""),

@@ -105,13 +105,16 @@ struct PinnedRange {
 /// bounds the memory fingerprints cost per process (about 100 bytes an entry, two tables).
 pub const REDUNDANCY_ENTRIES_PER_PROCESS: usize = 4096;
 
-/// Fingerprinted uploads and those found redundant (see [`ProcessSummary::ingest`]).
+/// Fingerprinted copies of one direction and those found redundant (see
+/// [`ProcessSummary::ingest`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct RedundantTotals {
-    /// Host-to-device copies that carried a fingerprint.
+    /// Copies that carried a fingerprint.
     pub fingerprinted: u64,
-    /// Of those, redundant: the device range already held these bytes, or the same host
-    /// bytes were uploaded to the same device range before with the same fingerprint.
+    /// Of those, redundant. An upload: the device range already held these bytes, or the
+    /// same host bytes went to the same device range before with the same fingerprint. A
+    /// download: it brought the same bytes as the previous download of that device range
+    /// into the same host bytes.
     pub transfers: u64,
     /// Their bytes.
     pub bytes: u64,
@@ -129,6 +132,19 @@ impl RedundantTotals {
     }
 }
 
+/// Redundancy totals of uploads (`[0]`, HtoD) and downloads (`[1]`, DtoH).
+pub type RedundantTable = [RedundantTotals; 2];
+
+/// The directions of a [`RedundantTable`], in its order.
+pub const REDUNDANT_DIRECTIONS: [Direction; 2] = [Direction::HtoD, Direction::DtoH];
+
+/// Adds table `b` into `a`.
+pub fn merge_redundant(a: &mut RedundantTable, b: &RedundantTable) {
+    for (x, y) in a.iter_mut().zip(b) {
+        x.merge(y);
+    }
+}
+
 /// What one copy added to a summary ([`ProcessSummary::ingest`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CopyDelta {
@@ -139,7 +155,7 @@ pub struct CopyDelta {
     /// What it added to that cell.
     pub totals: CopyTotals,
     /// What it added to the redundancy totals.
-    pub redundant: RedundantTotals,
+    pub redundant: RedundantTable,
 }
 
 /// Kubernetes namespace and name of a pod (see [`crate::pods`]).
@@ -179,8 +195,9 @@ pub struct ProcessSummary {
     /// Its pod's namespace and name, when its cgroup names a pod and the pods directory
     /// knows it.
     pub pod: Option<PodName>,
-    /// Redundant uploads found by fingerprints (tracer started with fingerprints only).
-    pub redundant: RedundantTotals,
+    /// Redundant uploads and downloads found by fingerprints (tracer started with
+    /// fingerprints only).
+    pub redundant: RedundantTable,
     /// When its labels (GPUs, pod) were last looked up (CLOCK_MONOTONIC ns; 0: never).
     pub labels_checked_ns: u64,
     ranges: BTreeMap<u64, PinnedRange>,
@@ -202,7 +219,7 @@ impl ProcessSummary {
             exited_ns: None,
             gpus: Vec::new(),
             pod: None,
-            redundant: RedundantTotals::default(),
+            redundant: RedundantTable::default(),
             labels_checked_ns: 0,
             ranges: BTreeMap::new(),
             redundancy: None,
@@ -229,7 +246,7 @@ impl ProcessSummary {
     /// totals, first event, labels not known anew.
     pub fn carry_over(&mut self, old: &ProcessSummary) {
         merge_tables(&mut self.copies, &old.copies);
-        self.redundant.merge(&old.redundant);
+        merge_redundant(&mut self.redundant, &old.redundant);
         self.first_ns = old.first_ns;
         self.predates_agent = old.predates_agent;
         if self.gpus.is_empty() {
@@ -308,12 +325,13 @@ impl ProcessSummary {
     /// Takes one event of this process into the summary; for a copy, returns its cell
     /// (direction index, host kind) and what it added there.
     ///
-    /// A host-to-device copy that carries a fingerprint (`pinwise agent --fingerprint`) is
-    /// compared by [`RedundancyTracker::observe`], the function the trace histories use,
-    /// with the host address as the host key: it is redundant when the device range
-    /// already holds these bytes or when the same host bytes went to the same device range
-    /// before with the same fingerprint. A device-to-device copy makes what was known of
-    /// its destination stale.
+    /// A copy that carries a fingerprint (`pinwise agent --fingerprint`: uploads, and
+    /// synchronous downloads) is compared by [`RedundancyTracker::observe`], the function
+    /// the trace histories use, with the host address as the host key: an upload is
+    /// redundant when the device range already holds these bytes or when the same host
+    /// bytes went to the same device range before with the same fingerprint; a download
+    /// when it fetched the same bytes as the previous download of that range into the same
+    /// host bytes. A device-to-device copy makes what was known of its destination stale.
     pub fn ingest(&mut self, ev: &Event, cost: &CostModel) -> Option<CopyDelta> {
         if self.first_ns == 0 {
             self.first_ns = ev.ts_ns;
@@ -404,7 +422,7 @@ impl ProcessSummary {
                 };
                 self.copies[direction.index()][kind.index()].merge(&delta);
                 let redundant = self.observe_redundancy(ev, direction, host, device, bytes, ns);
-                self.redundant.merge(&redundant);
+                merge_redundant(&mut self.redundant, &redundant);
                 return Some(CopyDelta {
                     direction: direction.index(),
                     kind,
@@ -427,8 +445,8 @@ impl ProcessSummary {
         device: u64,
         bytes: u64,
         est_ns: f64,
-    ) -> RedundantTotals {
-        let mut out = RedundantTotals::default();
+    ) -> RedundantTable {
+        let mut out = RedundantTable::default();
         if direction == Direction::DtoD {
             if let Some(t) = &mut self.redundancy {
                 t.invalidate_device(self.pid, device, bytes);
@@ -453,13 +471,14 @@ impl ProcessSummary {
             direction,
             fingerprint,
         });
-        if direction == Direction::HtoD {
-            out.fingerprinted = 1;
-        }
+        let Some(i) = REDUNDANT_DIRECTIONS.iter().position(|&d| d == direction) else {
+            return out;
+        };
+        out[i].fingerprinted = 1;
         if verdict.is_redundant() {
-            out.transfers = 1;
-            out.bytes = bytes;
-            out.est_seconds = est_ns / 1e9;
+            out[i].transfers = 1;
+            out[i].bytes = bytes;
+            out[i].est_seconds = est_ns / 1e9;
         }
         out
     }

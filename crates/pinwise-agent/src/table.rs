@@ -23,7 +23,9 @@ use pinwise_core::{CostModel, Event};
 
 use crate::cgroup::{self, CgroupInfo};
 use crate::pods::PodResolver;
-use crate::process::{merge_tables, CopyTable, PodName, ProcessSummary, RedundantTotals};
+use crate::process::{
+    merge_redundant, merge_tables, CopyTable, PodName, ProcessSummary, RedundantTable,
+};
 
 /// Which processes the agent follows (all when every list is empty). Filters apply in the
 /// agent: a process they exclude is still traced by BPF from its first CUDA call (its probe
@@ -95,8 +97,8 @@ pub struct NodeTotals {
     pub untracked_processes: u64,
     /// Events of processes the filter excludes (dropped by the agent).
     pub events_filtered: u64,
-    /// Fingerprinted and redundant uploads.
-    pub redundant: RedundantTotals,
+    /// Fingerprinted and redundant uploads (`[0]`) and downloads (`[1]`).
+    pub redundant: RedundantTable,
 }
 
 /// What the agent knows about a PID.
@@ -308,7 +310,7 @@ impl ProcessTable {
             Entry::Followed(s) => {
                 if let Some(d) = s.ingest(ev, &self.cost) {
                     self.totals.copies[d.direction][d.kind as usize].merge(&d.totals);
-                    self.totals.redundant.merge(&d.redundant);
+                    merge_redundant(&mut self.totals.redundant, &d.redundant);
                 }
             }
             Entry::Excluded { .. } => self.totals.events_filtered += 1,

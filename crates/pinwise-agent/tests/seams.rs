@@ -80,13 +80,24 @@ fn fake_process(proc_root: &Path, pid: u32, comm: &str, cgroup: &str, gpus: &[u3
 }
 
 fn upload(pid: u32, host: u64, device: u64, bytes: u64, fp: Option<u64>) -> Event {
+    copy(Direction::HtoD, pid, host, device, bytes, fp)
+}
+
+fn copy(
+    direction: Direction,
+    pid: u32,
+    host: u64,
+    device: u64,
+    bytes: u64,
+    fp: Option<u64>,
+) -> Event {
     let e = Event::new(
         1,
         pid,
         pid,
         ProbeKind::Uprobe,
         EventKind::Transfer {
-            direction: Direction::HtoD,
+            direction,
             host,
             device,
             bytes,
@@ -173,6 +184,11 @@ fn enrolment_labels_redundancy_eviction_rescan_and_drops_without_bpf() {
         .collect();
     evs.push(upload(100, 0x10000, 0xd000, 4096, Some(8)));
     evs.push(upload(100, 0x10000, 0xe000, 4096, Some(7)));
+    // Downloads: the same device range fetched twice into the same host bytes, unchanged
+    // (the second is redundant), then into other host bytes (fresh).
+    evs.push(copy(Direction::DtoH, 100, 0x50000, 0xd000, 4096, Some(8)));
+    evs.push(copy(Direction::DtoH, 100, 0x50000, 0xd000, 4096, Some(8)));
+    evs.push(copy(Direction::DtoH, 100, 0x60000, 0xd000, 4096, Some(8)));
     // 101: no fingerprints (a tracer without --fingerprint): no redundancy series.
     evs.push(upload(101, 0x20000, 0xf000, 100, None));
     sink.events(&evs);
@@ -181,7 +197,16 @@ fn enrolment_labels_redundancy_eviction_rescan_and_drops_without_bpf() {
     agent.tick();
 
     let m = get_metrics(agent.local_addr());
-    let p100 = ["pid=\"100\""];
+    let p100 = ["pid=\"100\"", "direction=\"HtoD\""];
+    let d100 = ["pid=\"100\"", "direction=\"DtoH\""];
+    assert_eq!(
+        value(&m, "pinwise_redundant_transfers_total", &d100),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&m, "pinwise_fingerprinted_transfers_total", &d100),
+        Some(3.0)
+    );
     assert_eq!(
         value(&m, "pinwise_redundant_transfers_total", &p100),
         Some(3.0),
@@ -200,7 +225,11 @@ fn enrolment_labels_redundancy_eviction_rescan_and_drops_without_bpf() {
         None
     );
     assert_eq!(
-        value(&m, "pinwise_node_redundant_transfers_total", &[]),
+        value(
+            &m,
+            "pinwise_node_redundant_transfers_total",
+            &["direction=\"HtoD\""]
+        ),
         Some(3.0)
     );
     // Labels from the fake /proc and pods directory.

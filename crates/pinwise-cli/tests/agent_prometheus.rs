@@ -293,9 +293,9 @@ fn prometheus_scrapes_the_agent_and_finds_each_cgroups_transfers_exactly() {
 
     // Redundant uploads per cgroup (A: 6 + 2; B: none of 11; C: 1 per process), and the
     // uploads fingerprinted (every HtoD copy: its pages are present).
-    let per_cgroup = |metric: &str| -> BTreeMap<String, u64> {
+    let per_cgroup = |metric: &str, direction: &str| -> BTreeMap<String, u64> {
         prom.query(&format!(
-            "sum by (cgroup) ({metric}{{cgroup=~\"{prefix_path}.*\"}})"
+            "sum by (cgroup) ({metric}{{cgroup=~\"{prefix_path}.*\",direction=\"{direction}\"}})"
         ))
         .into_iter()
         .map(|(l, v)| (l["cgroup"].clone(), v as u64))
@@ -311,16 +311,26 @@ fn prometheus_scrapes_the_agent_and_finds_each_cgroups_transfers_exactly() {
         .collect()
     };
     assert_eq!(
-        per_cgroup("pinwise_fingerprinted_transfers_total"),
+        per_cgroup("pinwise_fingerprinted_transfers_total", "HtoD"),
         want(10, 11, 6)
     );
     assert_eq!(
-        per_cgroup("pinwise_redundant_transfers_total"),
+        per_cgroup("pinwise_redundant_transfers_total", "HtoD"),
         want(8, 0, 2)
     );
     assert_eq!(
-        per_cgroup("pinwise_redundant_transfer_bytes_total"),
+        per_cgroup("pinwise_redundant_transfer_bytes_total", "HtoD"),
         want(8 * 4096, 0, 2 * 1024)
+    );
+    // The synchronous downloads (one per process) are fingerprinted too; none repeats an
+    // earlier download of its range into the same host bytes.
+    assert_eq!(
+        per_cgroup("pinwise_fingerprinted_transfers_total", "DtoH"),
+        want(1, 1, 2)
+    );
+    assert_eq!(
+        per_cgroup("pinwise_redundant_transfers_total", "DtoH"),
+        want(0, 0, 0)
     );
 
     // The OTLP receiver has the same numbers (pushed every second; cumulative).
@@ -338,7 +348,11 @@ fn prometheus_scrapes_the_agent_and_finds_each_cgroups_transfers_exactly() {
                 .iter()
                 .all(|(k, n)| otlp_cell("pinwise_transfer_bytes", k) == *n)
             && [(&a, 8u64), (&b, 0), (&c, 2)].iter().all(|(cg, n)| {
-                otlp.sum("pinwise_redundant_transfers", &[("cgroup", &cg.path)]) as u64 == *n
+                otlp.sum(
+                    "pinwise_redundant_transfers",
+                    &[("cgroup", &cg.path), ("direction", "HtoD")],
+                ) as u64
+                    == *n
             })
     };
     let deadline = Instant::now() + Duration::from_secs(30);

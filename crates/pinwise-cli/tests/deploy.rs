@@ -42,10 +42,10 @@ fn exported_names() -> BTreeSet<String> {
             c.est_seconds = 1e-6;
             c.saving_seconds = 1e-7;
         }
-        p.redundant.fingerprinted = 2;
-        p.redundant.transfers = 1;
-        p.redundant.bytes = 10;
-        p.redundant.est_seconds = 1e-6;
+        p.redundant[0].fingerprinted = 2;
+        p.redundant[0].transfers = 1;
+        p.redundant[0].bytes = 10;
+        p.redundant[0].est_seconds = 1e-6;
         rows.push(p);
     }
     s.totals.copies = rows[0].copies;

@@ -78,8 +78,9 @@ pub struct AgentArgs {
     /// How often each live process's GPUs (open /dev/nvidia<N> files) and pod are looked up.
     #[arg(long, value_parser = parse_duration, default_value = "10s", value_name = "TIME")]
     pub labels_every: Duration,
-    /// Fingerprint host-to-device copies in BPF (8 sampled cache lines each) and count
-    /// redundant uploads: the same bytes sent again to the same device range.
+    /// Fingerprint copies in BPF (8 sampled cache lines of each upload and synchronous
+    /// download) and count redundant ones: the same bytes sent again to the same device
+    /// range, or fetched again unchanged.
     #[arg(long)]
     pub fingerprint: bool,
     /// Also push the metrics to an OpenTelemetry collector over OTLP/HTTP (protobuf), e.g.
