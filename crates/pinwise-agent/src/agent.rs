@@ -250,6 +250,11 @@ pub struct SnapshotSource {
 struct AgentCollector(SnapshotSource);
 
 impl SnapshotSource {
+    /// Processes with series of their own (`--max-series-processes`).
+    pub fn max_series(&self) -> usize {
+        self.max_series
+    }
+
     /// The numbers now.
     pub fn snapshot(&self) -> Snapshot {
         let c = *self.counters.lock();

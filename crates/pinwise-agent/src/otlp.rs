@@ -13,6 +13,9 @@
 //! wait in the traced programs (they never wait for the agent). On stop, a last push
 //! carries the final numbers.
 //!
+//! Points per instrument: the SDK's cardinality limit is raised to what
+//! `--max-series-processes` allows, so the cap of [`crate::metrics`] is the only one.
+//!
 //! Transport: HTTP/protobuf only (`http://`; the port of a collector's OTLP/HTTP receiver
 //! is 4318). gRPC and TLS are not built in: they would bring tonic and a TLS stack; run a
 //! collector on the node or as a sidecar.
@@ -27,7 +30,9 @@ use opentelemetry_otlp::{MetricExporter, WithExportConfig};
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::metrics::data::ResourceMetrics;
 use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
-use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider, Temporality};
+use opentelemetry_sdk::metrics::{
+    Instrument, PeriodicReader, SdkMeterProvider, Stream, Temporality,
+};
 use opentelemetry_sdk::Resource;
 use parking_lot::Mutex;
 
@@ -209,6 +214,12 @@ impl OtlpExporter {
         let reader = PeriodicReader::builder(exporter)
             .with_interval(config.interval)
             .build();
+        // The SDK's default of 2000 points per instrument would fold some of the
+        // `--max-series-processes` series into an overflow point: allow every series the
+        // cap allows (each process has at most 4 directions x 5 host kinds of copies).
+        let limit = ((source.max_series() + 1) * 20 + 16).max(2000);
+        let view =
+            move |_: &Instrument| Stream::builder().with_cardinality_limit(limit).build().ok();
         let provider = SdkMeterProvider::builder()
             .with_resource(
                 Resource::builder()
@@ -216,6 +227,7 @@ impl OtlpExporter {
                     .build(),
             )
             .with_reader(reader)
+            .with_view(view)
             .build();
         let meter = provider.meter("pinwise-agent");
         let cache = Arc::new(Cache {

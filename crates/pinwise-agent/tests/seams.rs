@@ -352,3 +352,122 @@ fn a_failed_otlp_push_is_counted_and_harms_nothing() {
     agent.stop().unwrap();
     assert!(shared.lock().unwrap().stopped);
 }
+
+/// Every series the cardinality cap allows reaches the collector: 220 processes with
+/// copies in 10 (direction, host kind) cells each make 2200 points of
+/// `pinwise_transfers`, above the OpenTelemetry SDK's default limit of 2000 per
+/// instrument, and none is folded into an overflow point.
+#[cfg(feature = "otlp")]
+#[test]
+fn otlp_carries_every_series_the_cap_allows() {
+    use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+    use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+    use prost::Message;
+
+    let server = Arc::new(tiny_http::Server::http("127.0.0.1:0").unwrap());
+    let port = server.server_addr().to_ip().unwrap().port();
+    let bodies: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
+    {
+        let (server, bodies) = (Arc::clone(&server), Arc::clone(&bodies));
+        std::thread::spawn(move || {
+            for mut req in server.incoming_requests() {
+                let mut body = Vec::new();
+                let _ = req.as_reader().read_to_end(&mut body);
+                bodies.lock().unwrap().push(body);
+                let _ = req.respond(tiny_http::Response::empty(200));
+            }
+        });
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = AgentConfig {
+        node: "n1".into(),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        rescan_every: None,
+        max_series_processes: 250,
+        otlp: Some(pinwise_agent::otlp::OtlpConfig {
+            endpoint: format!("http://127.0.0.1:{port}"),
+            interval: Duration::from_secs(3600),
+        }),
+        ..AgentConfig::default()
+    };
+    let probe = ProcFs {
+        proc_root: dir.path().to_path_buf(),
+        attach_ticks: 0,
+        cgroups: CgroupResolver::new(None),
+        pods: PodResolver::new(None),
+    };
+    let (agent, mut sink) = Agent::with_backend(
+        config,
+        Box::new(FakeTracer(Arc::default())),
+        Box::new(probe),
+        Box::new(FakeScan),
+    )
+    .unwrap();
+    const PROCESSES: u32 = 220;
+    let mut evs = Vec::new();
+    for pid in 1..=PROCESSES {
+        sink.process_enrolled(pid, 0, "w");
+        // Pinned and registered ranges, then copies of every direction from pageable,
+        // pinned and registered memory.
+        for (start, kind) in [
+            (0x10000u64, pinwise_core::HostMemKind::PinnedAlloc),
+            (0x20000, pinwise_core::HostMemKind::Registered),
+        ] {
+            evs.push(Event::new(
+                1,
+                pid,
+                pid,
+                ProbeKind::Uprobe,
+                EventKind::Alloc {
+                    start,
+                    size: 0x1000,
+                    kind,
+                    flags: 0,
+                },
+            ));
+        }
+        for d in Direction::ALL {
+            for host in [0x10000u64, 0x20000, 0x90000] {
+                evs.push(copy(d, pid, host, 0xd000, 64, None));
+            }
+        }
+    }
+    sink.events(&evs);
+    agent.flush_otlp();
+    let bodies = bodies.lock().unwrap();
+    let mut points = 0;
+    let mut overflow = 0;
+    for b in bodies.iter() {
+        let req = ExportMetricsServiceRequest::decode(&b[..]).expect("an OTLP request");
+        for m in req
+            .resource_metrics
+            .iter()
+            .flat_map(|r| &r.scope_metrics)
+            .flat_map(|s| &s.metrics)
+            .filter(|m| m.name == "pinwise_transfers")
+        {
+            let Some(Data::Sum(sum)) = &m.data else {
+                panic!("pinwise_transfers is a sum")
+            };
+            for p in &sum.data_points {
+                points += 1;
+                if p.attributes
+                    .iter()
+                    .any(|kv| kv.key == "otel.metric.overflow")
+                {
+                    overflow += 1;
+                }
+            }
+        }
+    }
+    // Per process: DtoD copies are `none`; HtoD, DtoH, HtoH each pageable, pinned,
+    // registered: 1 + 3 * 3 = 10 cells.
+    let cells_per_process = 10;
+    assert_eq!(overflow, 0);
+    assert_eq!(points, PROCESSES as usize * cells_per_process);
+    assert!(
+        points > 2000,
+        "the test must exceed the SDK's default limit"
+    );
+    agent.stop().unwrap();
+}
