@@ -7,8 +7,9 @@
 #      /proc/driver/nvidia/gpus/*/information), the agent's `gpu` label for it, and its
 #      redundant uploads (expected: 49 pageable + 9 pinned = 58 of 60 HtoD fingerprinted);
 #      then the same with CUDA_VISIBLE_DEVICES=0 (does the label change?).
-#   2. fingerprint cost: the storm mode (THREADS x COPIES HtoD copies of BYTES) with the agent
-#      without and with --fingerprint, interleaved, REPEATS times: wall time of each run.
+#   2. fingerprint cost: the storm mode (THREADS x COPIES HtoD copies of BYTES) with no agent,
+#      the agent, and the agent with --fingerprint, interleaved, REPEATS times (default 5):
+#      wall time of each run, copies counted and fingerprinted, drops.
 # Writes $OUT/agent-labels/{labels.txt,fp_cost.tsv,results.md}.
 #
 #   bash bench/gpu/pack.sh                       # on the development machine
@@ -72,27 +73,29 @@ scrape() { curl -s --max-time 5 "http://127.0.0.1:$PORT/metrics"; }
   done
 } > "$D/labels.txt" 2>&1
 
-# 2. Fingerprint cost on the storm, interleaved.
+# 2. Fingerprint cost on the storm, interleaved: no agent, agent, agent --fingerprint.
 printf 'run\trep\twall_s\tcounted\tfingerprinted\tdrops\n' > "$D/fp_cost.tsv"
 run_storm() { # RUN REP
-  local args=(); [[ $1 == fingerprint ]] && args=(--fingerprint)
-  agent_start "${args[@]}" || return
-  local t0 t1 m
+  local t0 t1 m=""
+  case $1 in
+    agent) agent_start || return ;;
+    agent_fingerprint) agent_start --fingerprint || return ;;
+  esac
   t0=$(date +%s.%N); "$D/workload" copies "$COPIES" "$THREADS" "$BYTES" storm > /dev/null; t1=$(date +%s.%N)
-  sleep 1; m=$(scrape)
+  if [[ $1 != none ]]; then sleep 1; m=$(scrape); agent_stop; fi
   printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$(echo "$t1 - $t0" | bc)" \
     "$(echo "$m" | awk '/^pinwise_node_transfers_total\{/ {s+=$NF} END {print s+0}')" \
     "$(echo "$m" | awk '/^pinwise_fingerprinted_transfers_total\{/ {s+=$NF} END {print s+0}')" \
     "$(echo "$m" | awk '/^pinwise_ringbuf_drops_total\{/ {print $NF}')" >> "$D/fp_cost.tsv"
-  agent_stop
 }
 for rep in $(seq "$REPEATS"); do
-  if ((rep % 2)); then run_storm plain "$rep"; run_storm fingerprint "$rep"; else run_storm fingerprint "$rep"; run_storm plain "$rep"; fi
+  if ((rep % 2)); then order=(none agent agent_fingerprint); else order=(agent_fingerprint agent none); fi
+  for r in "${order[@]}"; do run_storm "$r" "$rep"; done
 done
 {
   echo "# agent labels and fingerprint cost ($(date -u +%FT%TZ))"
   echo; echo '```'; cat "$D/labels.txt"; echo '```'
-  echo; echo "Storm: $THREADS threads x $COPIES HtoD copies of $BYTES bytes, agent without/with --fingerprint."
+  echo; echo "Storm: $THREADS threads x $COPIES HtoD copies of $BYTES bytes: no agent, agent, agent --fingerprint."
   echo; echo '```'; cat "$D/fp_cost.tsv"; echo '```'
   awk -F'\t' 'NR>1 {w[$1]=w[$1]" "$3} END {for (k in w) print k": wall s"w[k]}' "$D/fp_cost.tsv"
 } > "$D/results.md"
