@@ -3,7 +3,8 @@
 //! The tracer ([`pinwise_trace::TracerAgent::start_system`]) probes the driver library
 //! files for every process that maps them; each process is traced from its first CUDA
 //! call on. Its events feed a bounded [`table::ProcessTable`] of per-process summaries
-//! (no event lists), which `/metrics` exposes in Prometheus's format ([`metrics`]).
+//! (no event lists), which `/metrics` exposes in Prometheus's format ([`metrics`]) and
+//! `--otlp` pushes to an OpenTelemetry collector (the same families and labels).
 //!
 //! - [`cgroup`]: container id, pod UID and QoS class from a cgroup path.
 //! - [`pods`]: pod namespace and name from the pod UID (the kubelet's log directories).
