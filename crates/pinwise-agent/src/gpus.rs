@@ -60,6 +60,14 @@ pub fn open_gpus(fd_dir: &Path) -> Option<Vec<u32>> {
     let mut gpus = Vec::new();
     for e in entries.flatten() {
         let path = e.path();
+        // Only device files are looked at: `stat` through the link of a file on a hung
+        // network or FUSE mount would block the agent, a link's name never does.
+        let Some(target) = std::fs::read_link(&path).ok() else {
+            continue;
+        };
+        if !target.starts_with("/dev") {
+            continue;
+        }
         let by_device = std::fs::metadata(&path).ok().and_then(|m| {
             if !m.file_type().is_char_device() {
                 return None;
@@ -71,7 +79,7 @@ pub fn open_gpus(fd_dir: &Path) -> Option<Vec<u32>> {
             // A character device: its numbers decide.
             Some(g) => g,
             // Not openable here (another mount namespace's path): the link's name.
-            None => std::fs::read_link(&path).ok().and_then(|t| gpu_of_path(&t)),
+            None => gpu_of_path(&target),
         };
         if let Some(g) = gpu {
             gpus.push(g);

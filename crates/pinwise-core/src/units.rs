@@ -61,11 +61,22 @@ pub enum UnitError {
 }
 
 /// `CLOCK_MONOTONIC` now, in nanoseconds: pinwise's one clock (that of the kernel's
-/// `bpf_ktime_get_ns()`, which stamps the tracer's events). A vDSO read: no system call, no
-/// allocation, so hooks may call it.
+/// `bpf_ktime_get_ns()`, which stamps the tracer's events). glibc's `clock_gettime`, a vDSO
+/// read: no system call, no allocation and no panic path, so hooks may call it (rustix's
+/// own backend sets its vDSO up on first use, which may allocate and panics where the
+/// system call is refused).
 #[inline]
+#[allow(unsafe_code)]
 pub fn monotonic_ns() -> u64 {
-    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
     (ts.tv_sec as u64)
         .saturating_mul(1_000_000_000)
         .saturating_add(ts.tv_nsec as u64)

@@ -580,11 +580,7 @@ static __always_inline void read_fp(struct pw_fp *fp, __u64 src, __u64 bytes)
 	fp->state = err ? 2 : 1;
 }
 
-/* Reports a copy of a traced process whose hit is counted already; `fp`: with the
- * fingerprint lines of its source (a linear host-to-device copy, with `--fingerprint`). */
-/* `fp`: read the fingerprint lines at `fp_at` (the copy's host side). `entry`: for a copy
- * reported at its return (a synchronous download, fingerprinted once its bytes are in
- * place), the time and call site of its entry; NULL at the entry itself. */
+/* A synchronous download between its entry and its return (with `--fingerprint`). */
 struct copy_entry {
 	__u64 ts_ns;
 	__u64 call_site;
@@ -601,6 +597,11 @@ static __always_inline void at_entry(struct pw_copy_event *e, const struct copy_
 	}
 }
 
+/* Reports a copy of a traced process whose hit is counted already. `fp`: with the
+ * fingerprint lines read at `fp_at` (the copy's host side: an upload's source, a
+ * synchronous download's destination). `entry`: for a copy reported at its return (a
+ * synchronous download, fingerprinted once its bytes are in place), the time and call
+ * site of its entry; NULL at the entry itself. */
 static __always_inline int send_copy_fp(struct pt_regs *ctx, __u16 func, __u64 dst, __u64 src,
 					__u64 bytes, __u64 stream, __u8 dst_type, __u8 src_type,
 					__u8 is_async, int fp, __u64 fp_at,
@@ -707,7 +708,9 @@ int BPF_KPROBE(copy_dtoh, __u64 dst, __u64 src, __u64 n)
  * copy_dtoh, with the return probe): the entry counts the hit and keeps the arguments; the
  * return reports the copy, with the entry's time and call site and the fingerprint lines
  * of the host buffer, which holds the result by then. When the arguments cannot be kept
- * (the map is full), the copy is reported at once, without a fingerprint. */
+ * (the map is full, or the thread has one waiting), the copy is reported at once, without
+ * a fingerprint. A thread that ends in the copy loses its entry at its exit (on_exit);
+ * that copy, which did not complete, is counted as a hit but not reported. */
 SEC("uprobe")
 int BPF_KPROBE(copy_dtoh_fp_entry, __u64 dst, __u64 src, __u64 n)
 {
@@ -723,7 +726,10 @@ int BPF_KPROBE(copy_dtoh_fp_entry, __u64 dst, __u64 src, __u64 n)
 		.src = src,
 		.bytes = n,
 	};
-	if (n == 0 || bpf_map_update_elem(&dtoh_calls, &pid_tgid, &entry, BPF_ANY))
+	/* BPF_NOEXIST: a download of this thread already waiting for its return (a nested
+	 * call, or one whose return never came: the thread died in the copy) keeps its entry,
+	 * and this one is reported at once, without a fingerprint, so no copy is lost. */
+	if (n == 0 || bpf_map_update_elem(&dtoh_calls, &pid_tgid, &entry, BPF_NOEXIST))
 		return send_copy(ctx, func, dst, src, n, 0, PW_MEM_HOST, PW_MEM_DEVICE, 0);
 	return 0;
 }
@@ -1630,6 +1636,7 @@ int on_exit(struct tp_sched_process_exit *ctx)
 	bpf_map_delete_elem(&runtime_frames, &tid);
 	bpf_map_delete_elem(&pending, &pid_tgid);
 	bpf_map_delete_elem(&mmap_calls, &pid_tgid);
+	bpf_map_delete_elem(&dtoh_calls, &pid_tgid);
 	if (!ctx->group_dead)
 		return 0;
 	bpf_map_delete_elem(&traced_tgids, &tgid);
