@@ -22,3 +22,5 @@ else
 fi
 echo "[test] install path: cargo install into a temporary root (scripts/check-install.sh)"
 bash scripts/check-install.sh
+echo "[test] packages: the Python wheel in a fresh venv and the .deb (scripts/check-packages.sh)"
+bash scripts/check-packages.sh
