@@ -30,8 +30,11 @@ if [[ -n ${CARGO_DEB:-} ]]; then deb=("$CARGO_DEB"); else deb=(cargo deb); fi
 TARGET="${CARGO_TARGET_DIR:-target}"
 cargo_profile=release; [[ $PROFILE == debug ]] && cargo_profile=dev
 
-# The same `cargo build` as scripts/build-wheel.sh's: nothing is rebuilt after scripts/test.sh.
-cargo build --locked --target-dir "$TARGET" --profile "$cargo_profile" -p pinwise-cli -p pinwise-preload
+# Each package on its own, as scripts/install.sh and scripts/build-wheel.sh build them (features
+# are unified over the packages built together), so that nothing is rebuilt after them.
+for package in pinwise-preload pinwise-cli; do
+  cargo build --locked --target-dir "$TARGET" --profile "$cargo_profile" -p "$package"
+done
 SHARE="$TARGET/$PROFILE/pinwise-share"
 rm -rf "$SHARE"
 mkdir -p "$SHARE/man" "$SHARE/completions"

@@ -31,9 +31,11 @@ command -v "$MATURIN" >/dev/null || {
 TARGET="${CARGO_TARGET_DIR:-target}"
 cargo_profile=release; [[ $PROFILE == debug ]] && cargo_profile=dev
 
-# The same `cargo build` as scripts/test.sh's for these two packages, so that nothing is
-# rebuilt after it.
-cargo build --locked --target-dir "$TARGET" --profile "$cargo_profile" -p pinwise-cli -p pinwise-preload
+# Each package on its own, as scripts/install.sh builds them (features are unified over the
+# packages built together, so this finds scripts/check-install.sh's build fresh).
+for package in pinwise-preload pinwise-cli; do
+  cargo build --locked --target-dir "$TARGET" --profile "$cargo_profile" -p "$package"
+done
 rm -rf python/wheel-data
 DATA=python/wheel-data/data
 install -D -m 0755 "$TARGET/$PROFILE/libpinwise_preload.so" "$DATA/lib/pinwise/libpinwise_preload.so"
