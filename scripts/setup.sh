@@ -21,9 +21,11 @@ command -v cargo >/dev/null || { say "cargo not found: install Rust from https:/
 
 PACKAGES=(clang llvm libelf-dev zlib1g-dev pkg-config gcc make autoconf automake autopoint flex bison gawk libtool python3)
 # Extra packages for the test suite only (the HTML report is checked in headless Chromium;
-# `pinwise agent` is scraped by a real Prometheus server).
+# `pinwise agent` is scraped by a real Prometheus server; scripts/check-packages.sh installs
+# the wheel into a venv (python3-venv) and builds the .deb, whose dependencies
+# dpkg-shlibdeps (dpkg-dev) works out).
 if [[ "${PINWISE_SETUP_TESTS:-0}" == 1 ]]; then
-  PACKAGES+=(chromium prometheus)
+  PACKAGES+=(chromium prometheus python3-venv dpkg-dev)
 fi
 
 missing=()

@@ -7,6 +7,9 @@ cd "$(dirname "$0")/.."
 PINWISE_SETUP_TESTS=1 bash scripts/setup.sh
 export PATH="$HOME/.cargo/bin:$PATH"
 
+# Test artefacts kept for people to look at (the HTML report's screenshots at 1000, 1400 and
+# 1920 px, and the pages themselves).
+export PINWISE_TEST_ARTIFACTS="${PINWISE_TEST_ARTIFACTS:-$PWD/target/test-artifacts}"
 # Bounded fuzz runs of the readers (fuzz/README.md): seconds per target.
 export PINWISE_FUZZ_SECONDS="${PINWISE_FUZZ_SECONDS:-45}"
 echo "[test] cargo fmt --check"
@@ -22,3 +25,5 @@ else
 fi
 echo "[test] install path: cargo install into a temporary root (scripts/check-install.sh)"
 bash scripts/check-install.sh
+echo "[test] packages: the Python wheel in a fresh venv and the .deb (scripts/check-packages.sh)"
+bash scripts/check-packages.sh

@@ -28,6 +28,8 @@ enum Command {
     Report(cmd::report::ReportArgs),
     /// Export a history as a timeline (Chrome trace event format, for Perfetto).
     Export(cmd::export::ExportArgs),
+    /// Convert a history between the JSON and binary formats.
+    Convert(cmd::convert::ConvertArgs),
     /// Compare two histories or profiles.
     Diff(cmd::diff::DiffArgs),
     /// Benchmarks (`pinwise bench alloc`: the smart allocator against other strategies).
@@ -85,6 +87,7 @@ fn main() -> ExitCode {
         cli.command,
         Command::Report(_)
             | Command::Export(_)
+            | Command::Convert(_)
             | Command::Diff(_)
             | Command::Doctor(_)
             | Command::Completions(_)
@@ -97,6 +100,7 @@ fn main() -> ExitCode {
         Command::Run(args) => cmd::run::run(args),
         Command::Report(args) => cmd::report::run(args),
         Command::Export(args) => cmd::export::run(args),
+        Command::Convert(args) => cmd::convert::run(args),
         Command::Diff(args) => cmd::diff::run(args),
         Command::Bench(args) => cmd::bench::run(args),
         Command::Calibrate(args) => cmd::calibrate::run(args),

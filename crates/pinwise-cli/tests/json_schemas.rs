@@ -137,6 +137,22 @@ fn report_and_diff_json_follow_their_schemas() {
 }
 
 #[test]
+fn a_binary_history_converted_to_json_follows_the_history_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = history(dir.path(), 3, pinwise_core::DumpFormat::Binary);
+    let h = json_of(&pinwise(&[
+        "convert",
+        bin.to_str().unwrap(),
+        "-o",
+        "-",
+        "--quiet",
+    ]));
+    assert_valid("history", &h);
+    assert_eq!(h["format"], "pinwise-history");
+    assert_eq!(h["allocations"].as_array().map(Vec::len), Some(300));
+}
+
+#[test]
 fn doctor_json_follows_its_schema() {
     // Its exit status says whether pinwise can run here; the JSON is printed either way.
     let o = pinwise(&["doctor", "--json", "--no-bpf"]);

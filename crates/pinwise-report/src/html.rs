@@ -2,9 +2,11 @@
 //! Security Policy that forbids loading anything), with the text report's content and
 //! four plots.
 //!
-//! The page's script makes the tables sortable and checks the page: when every plot and
-//! table is in place it sets `data-pinwise-check="ok"` on the `<html>` element and logs
-//! `pinwise-report: ok` to the console; otherwise it logs an error saying what is missing.
+//! The page's script makes the tables sortable and the plots zoomable (wheel), pannable (drag)
+//! and restorable (double click), and checks the page: when every plot and table is in place,
+//! no table or plot is clipped at the window's width, and each plot zooms, it sets
+//! `data-pinwise-check="ok"` on the `<html>` element and logs `pinwise-report: ok` to the
+//! console; otherwise it logs an error saying what is wrong.
 //! The test suite loads the page in headless Chromium and reads both.
 
 use std::fmt::Write as _;
@@ -65,8 +67,19 @@ td.reason { white-space: normal; min-width: 140px; max-width: 220px; font-size: 
 .yes { color: #1a7f37; font-weight: 600; }
 figure { margin: 12px 0 20px; }
 figure svg { width: 100%; height: auto; display: block; }
+figure svg.zoomable { cursor: grab; touch-action: none; }
 figcaption { color: var(--muted); font-size: 12.5px; margin-top: 4px; }
 code { font-size: 12.5px; }
+.hint { font-size: 11.5px; }
+th { white-space: normal; vertical-align: bottom; }
+/* Nothing clipped from 1000 px windows up (checked by the page's script and the browser test
+   at 1000, 1400 and 1920 px): narrower padding, names and reasons below 1240 px. */
+@media (max-width: 1240px) {
+  body { padding: 20px 16px 40px; }
+  th, td { padding: 3px 4px; }
+  td.site { max-width: 220px; }
+  td.reason { min-width: 120px; max-width: 180px; }
+}
 .warnings li, td.loss { color: var(--warn); font-weight: 600; }
 "#;
 
@@ -99,19 +112,86 @@ const SCRIPT: &str = r#"
       th.addEventListener("click", function () { sortBy(table, col, th); });
     });
   });
+  // Zoom and pan on every plot: the wheel zooms around the pointer, a drag pans, a double
+  // click shows the whole plot again. The view never leaves the plot.
+  function zoomable(svg) {
+    var vb = svg.viewBox && svg.viewBox.baseVal;
+    if (!vb || !vb.width || !vb.height) { return null; }
+    var home = { x: vb.x, y: vb.y, w: vb.width, h: vb.height };
+    function show(x, y, w, h) {
+      w = Math.min(home.w, w); h = Math.min(home.h, h);
+      x = Math.max(home.x, Math.min(home.x + home.w - w, x));
+      y = Math.max(home.y, Math.min(home.y + home.h - h, y));
+      svg.setAttribute("viewBox", x + " " + y + " " + w + " " + h);
+    }
+    function at(e) {
+      var r = svg.getBoundingClientRect();
+      return { x: vb.x + (e.clientX - r.left) / r.width * vb.width,
+               y: vb.y + (e.clientY - r.top) / r.height * vb.height };
+    }
+    svg.addEventListener("wheel", function (e) {
+      e.preventDefault();
+      var p = at(e), k = e.deltaY < 0 ? 0.8 : 1.25;
+      var w = Math.min(home.w, vb.width * k), h = Math.min(home.h, vb.height * k);
+      show(p.x - (p.x - vb.x) * w / vb.width, p.y - (p.y - vb.y) * h / vb.height, w, h);
+    }, { passive: false });
+    var drag = null;
+    svg.addEventListener("pointerdown", function (e) {
+      drag = { x: e.clientX, y: e.clientY, vx: vb.x, vy: vb.y };
+      if (svg.setPointerCapture && e.pointerId !== undefined) {
+        try { svg.setPointerCapture(e.pointerId); } catch (err) { /* synthetic event */ }
+      }
+    });
+    svg.addEventListener("pointermove", function (e) {
+      if (!drag) { return; }
+      var r = svg.getBoundingClientRect();
+      show(drag.vx - (e.clientX - drag.x) / r.width * vb.width,
+           drag.vy - (e.clientY - drag.y) / r.height * vb.height, vb.width, vb.height);
+    });
+    svg.addEventListener("pointerup", function () { drag = null; });
+    svg.addEventListener("pointercancel", function () { drag = null; });
+    svg.addEventListener("dblclick", function () { show(home.x, home.y, home.w, home.h); });
+    svg.classList.add("zoomable");
+    return home;
+  }
   var problems = [];
   var expected = parseInt(document.documentElement.getAttribute("data-plots"), 10);
   var plots = document.querySelectorAll("figure.plot svg");
+  var width = document.documentElement.clientWidth;
   if (plots.length !== expected) { problems.push(plots.length + " plots of " + expected); }
   Array.prototype.forEach.call(plots, function (svg, i) {
     if (svg.childElementCount === 0) { problems.push("plot " + (i + 1) + " is empty"); }
     var box = svg.getBoundingClientRect();
     if (box.width < 100 || box.height < 20) { problems.push("plot " + (i + 1) + " is not laid out"); }
+    if (box.right > width + 0.5) { problems.push("plot " + (i + 1) + " is clipped at " + width + " px"); }
+    var home = zoomable(svg);
+    if (!home) { problems.push("plot " + (i + 1) + " has no viewBox to zoom"); return; }
+    // The zoom works: a wheel step in the middle narrows the view, a double click restores it.
+    var mid = { clientX: box.left + box.width / 2, clientY: box.top + box.height / 2,
+                deltaY: -100, bubbles: true, cancelable: true };
+    svg.dispatchEvent(new WheelEvent("wheel", mid));
+    var zoomed = svg.viewBox.baseVal.width;
+    svg.dispatchEvent(new MouseEvent("dblclick", mid));
+    if (!(zoomed < home.w) || svg.viewBox.baseVal.width !== home.w) {
+      problems.push("plot " + (i + 1) + " does not zoom");
+    }
   });
   if (tables.length === 0) { problems.push("no table"); }
+  // Nothing clipped: every table fits its column without a scroll bar, and the page fits the
+  // window.
+  Array.prototype.forEach.call(document.querySelectorAll(".scroll"), function (div, i) {
+    if (div.scrollWidth > div.clientWidth + 1) {
+      problems.push("table " + (i + 1) + " is clipped at " + width + " px (" + div.scrollWidth +
+                    " px wide in " + div.clientWidth + ")");
+    }
+  });
+  if (document.documentElement.scrollWidth > width + 1) {
+    problems.push("the page is " + document.documentElement.scrollWidth + " px wide in a " + width + " px window");
+  }
   if (problems.length === 0) {
     document.documentElement.setAttribute("data-pinwise-check", "ok");
-    console.log("pinwise-report: ok (" + plots.length + " plots, " + tables.length + " tables)");
+    console.log("pinwise-report: ok (" + plots.length + " plots, " + tables.length + " tables, " +
+                width + " px, nothing clipped, plots zoom)");
   } else {
     document.documentElement.setAttribute("data-pinwise-check", "failed: " + problems.join("; "));
     console.error("pinwise-report: " + problems.join("; "));
@@ -148,8 +228,9 @@ pub fn render(report: &Report) -> Result<String, ReportError> {
         &mut h,
         &traffic,
         &format!(
-            "Bytes moved over time, by direction and host memory state (buckets of {}). A copy \
-             counts where it started: a rate above the link's bandwidth means copies queued.{}",
+            "Bytes moved over time, by direction and host memory state: a bar's height is the \
+             bytes of the copies issued in its bucket of {} (a copy counts whole in the bucket \
+             where it started; the plot shows no rate).{}",
             format_duration_ns(report.plots.traffic.bucket_ns as f64),
             if report.plots.traffic.incomplete {
                 " Some transfers are missing: events past the per-allocation cap are counted \
@@ -167,8 +248,8 @@ pub fn render(report: &Report) -> Result<String, ReportError> {
         &curve,
         "Net saving against the pinned budget: allocations taken best saving per pinned byte \
          first (the order of core's plan); a budget is the most bytes they hold pinned at once. \
-         The curve is a lower bound of the plan at each budget; the red point is core's plan at \
-         the chosen budget.",
+         The curve is a lower bound of the plan at each budget and passes through the red point, \
+         core's plan at the chosen budget.",
     );
 
     section(&mut h, "Hotspots: the allocations with the most transfers");
@@ -258,7 +339,8 @@ fn section(h: &mut String, title: &str) {
 fn figure(h: &mut String, svg: &str, caption: &str) {
     let _ = writeln!(
         h,
-        "<figure class=\"plot\">{svg}<figcaption>{}</figcaption></figure>",
+        "<figure class=\"plot\">{svg}<figcaption>{} <span class=\"hint\">Wheel: zoom; drag: \
+         pan; double click: the whole plot.</span></figcaption></figure>",
         escape(caption)
     );
 }

@@ -119,7 +119,26 @@ fn number(v: &f64) -> String {
     }
 }
 
-/// Bytes moved per second over the trace, stacked by direction and host memory state.
+/// The binary unit (`B`, `KiB`, ...) in which `top` bytes reads best, and its size: an axis
+/// drawn in that unit gets ticks on round numbers of it (16 MiB, not 16.78 MB).
+fn byte_unit(top: f64) -> (&'static str, f64) {
+    let mut unit = ("B", 1.0);
+    for (name, size) in [
+        ("KiB", 1024.0),
+        ("MiB", 1024.0 * 1024.0),
+        ("GiB", 1024.0 * 1024.0 * 1024.0),
+        ("TiB", 1024.0 * 1024.0 * 1024.0 * 1024.0),
+    ] {
+        if top >= size {
+            unit = (name, size);
+        }
+    }
+    unit
+}
+
+/// Bytes moved over the trace, stacked by direction and host memory state: a bar's height is
+/// the bytes of the copies issued in its bucket (not a rate: a single large copy is one
+/// bucket's bytes, whatever the bucket's width).
 pub fn traffic(report: &Report) -> Result<String, ReportError> {
     let t = &report.plots.traffic;
     if t.buckets.iter().all(|b| b.iter().all(|&v| v == 0)) {
@@ -130,7 +149,13 @@ pub fn traffic(report: &Report) -> Result<String, ReportError> {
     }
     svg("bytes over time", (PLOT_WIDTH, 340), |root| {
         let bucket_s = t.bucket_ns as f64 / 1e9;
-        // GB/s in each bucket, cumulated bottom-up in series order.
+        let most = t
+            .buckets
+            .iter()
+            .map(|b| b.iter().map(|&v| v as f64).sum::<f64>())
+            .fold(0.0, f64::max);
+        let (unit, unit_bytes) = byte_unit(most);
+        // Bytes in each bucket, in `unit`, cumulated bottom-up in series order.
         let stacked: Vec<[f64; 4]> = t
             .buckets
             .iter()
@@ -138,7 +163,7 @@ pub fn traffic(report: &Report) -> Result<String, ReportError> {
                 let mut acc = [0.0; 4];
                 let mut sum = 0.0;
                 for (i, v) in b.iter().enumerate() {
-                    sum += *v as f64 / t.bucket_ns as f64; // bytes/ns = GB/s
+                    sum += *v as f64 / unit_bytes;
                     acc[i] = sum;
                 }
                 acc
@@ -158,7 +183,10 @@ pub fn traffic(report: &Report) -> Result<String, ReportError> {
             .light_line_style(FINE_GRID)
             .bold_line_style(GRID)
             .x_desc("time since the first event")
-            .y_desc("GB/s issued (bytes of the copies started in a bucket / its width)")
+            .y_desc(format!(
+                "{unit} issued per bucket of {}",
+                units::format_duration_ns(t.bucket_ns as f64)
+            ))
             .x_label_formatter(&seconds)
             .y_label_formatter(&number)
             .label_style((FONT, 12))
@@ -398,6 +426,33 @@ pub fn size_classes(report: &Report) -> Result<String, ReportError> {
     })
 }
 
+/// The budget curve as steps, in `x_unit` bytes and `y_unit` ns: the greedy curve's points
+/// and the plan's own point (budget, saving), each budget's saving the best of those at or
+/// below it (a budget that affords the plan's allocations nets at least the plan's saving),
+/// so the curve passes through the plan's point.
+fn curve_steps(
+    curve: &[crate::budget::BudgetPoint],
+    plan: crate::budget::BudgetPoint,
+    x_unit: f64,
+    y_unit: f64,
+) -> Vec<(f64, f64)> {
+    let mut points: Vec<(f64, f64)> = curve
+        .iter()
+        .chain([&plan])
+        .map(|p| (p.budget_bytes as f64 / x_unit, p.net_saving_ns / y_unit))
+        .collect();
+    points.sort_by(|p, q| p.0.total_cmp(&q.0));
+    let mut best = f64::NEG_INFINITY;
+    for p in &mut points {
+        best = best.max(p.1);
+        p.1 = best;
+    }
+    points
+        .windows(2)
+        .flat_map(|w| [w[0], (w[1].0, w[0].1), w[1]])
+        .collect()
+}
+
 /// Net saving against the pinned budget, with the budget chosen for the asked share.
 pub fn budget_curve(report: &Report) -> Result<String, ReportError> {
     let b = &report.budget;
@@ -408,7 +463,14 @@ pub fn budget_curve(report: &Report) -> Result<String, ReportError> {
         );
     }
     svg("saving versus pinned budget", (PLOT_WIDTH, 340), |root| {
-        let x_max = b.curve.last().map_or(1, |p| p.budget_bytes).max(1) as f64 * 1.02;
+        let last = b
+            .curve
+            .last()
+            .map_or(1, |p| p.budget_bytes)
+            .max(b.budget_bytes);
+        // Budgets in a binary unit, so that ticks fall on round numbers of it.
+        let (x_unit, x_unit_bytes) = byte_unit(last as f64);
+        let x_max = (last.max(1) as f64 * 1.02) / x_unit_bytes;
         // Milliseconds, or seconds for savings of more than 10 s.
         let (unit, unit_name) = if b.attainable_ns.max(b.plan_saving_ns) > 10e9 {
             (1e9, "s")
@@ -422,7 +484,7 @@ pub fn budget_curve(report: &Report) -> Result<String, ReportError> {
             .y_label_area_size(70)
             .build_cartesian_2d(0f64..x_max, 0f64..y_max)
             .map_err(err)?;
-        let bytes_label = |v: &f64| units::format_size(v.max(0.0) as u64);
+        let bytes_label = |v: &f64| format!("{} {x_unit}", number(v));
         chart
             .configure_mesh()
             .light_line_style(FINE_GRID)
@@ -436,13 +498,11 @@ pub fn budget_curve(report: &Report) -> Result<String, ReportError> {
             .draw()
             .map_err(err)?;
         let line = RGBColor(49, 130, 189);
-        let steps = b.curve.windows(2).flat_map(|w| {
-            [
-                (w[0].budget_bytes as f64, w[0].net_saving_ns / unit),
-                (w[1].budget_bytes as f64, w[0].net_saving_ns / unit),
-                (w[1].budget_bytes as f64, w[1].net_saving_ns / unit),
-            ]
-        });
+        let plan = crate::budget::BudgetPoint {
+            budget_bytes: b.budget_bytes,
+            net_saving_ns: b.plan_saving_ns,
+        };
+        let steps = curve_steps(&b.curve, plan, x_unit_bytes, unit);
         chart
             .draw_series(LineSeries::new(steps, line.stroke_width(2)))
             .map_err(err)?
@@ -466,7 +526,10 @@ pub fn budget_curve(report: &Report) -> Result<String, ReportError> {
                 PathElement::new(vec![(x, y), (x + 14, y)], grey.stroke_width(1))
             });
         let red = RGBColor(203, 24, 29);
-        let (bx, by) = (b.budget_bytes as f64, b.plan_saving_ns / unit);
+        let (bx, by) = (
+            b.budget_bytes as f64 / x_unit_bytes,
+            b.plan_saving_ns / unit,
+        );
         chart
             .draw_series([PathElement::new(
                 vec![(bx, 0.0), (bx, by)],
@@ -591,4 +654,35 @@ pub fn redundant(report: &Report) -> Result<String, ReportError> {
             .draw()
             .map_err(err)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_axes_use_the_binary_unit_the_largest_value_reads_in() {
+        assert_eq!(byte_unit(0.0), ("B", 1.0));
+        assert_eq!(byte_unit(1000.0), ("B", 1.0));
+        assert_eq!(byte_unit(32.0 * 1024.0 * 1024.0), ("MiB", 1024.0 * 1024.0));
+        assert_eq!(byte_unit(3.5 * 1024.0 * 1024.0 * 1024.0).0, "GiB");
+    }
+
+    #[test]
+    fn the_budget_curve_passes_through_the_plans_point() {
+        use crate::budget::BudgetPoint;
+        let point = |budget_bytes, net_saving_ns| BudgetPoint {
+            budget_bytes,
+            net_saving_ns,
+        };
+        // The greedy curve reaches the saving only past the plan's budget (64 MiB + a page).
+        let curve = [point(0, 0.0), point((64 << 20) + 4096, 107e6)];
+        let steps = curve_steps(&curve, point(64 << 20, 107e6), 1.0, 1e6);
+        assert!(steps.contains(&((64 << 20) as f64, 107.0)), "{steps:?}");
+        // Never decreasing, and ending at the curve's last point.
+        assert!(steps
+            .windows(2)
+            .all(|w| w[1].1 >= w[0].1 && w[1].0 >= w[0].0));
+        assert_eq!(steps.last(), Some(&(((64 << 20) + 4096) as f64, 107.0)));
+    }
 }

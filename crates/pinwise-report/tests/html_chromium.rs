@@ -1,6 +1,8 @@
-//! The HTML report in a real browser: Debian's chromium, headless. The page must load with
-//! no console message but its own "ok", its self-check must pass, and a screenshot is
-//! written (its path is printed; `PINWISE_TEST_ARTIFACTS=DIR` puts it in DIR).
+//! The HTML report in a real browser: Debian's chromium, headless, in windows 1000, 1400 and
+//! 1920 px wide. The page must load with no console message but its own "ok", its self-check
+//! must pass (every plot and table there, nothing clipped at that width, every plot zooms),
+//! and a screenshot is written at each width (their paths are printed;
+//! `PINWISE_TEST_ARTIFACTS=DIR` keeps them in DIR).
 //!
 //! Under `CI=true` a missing chromium fails these tests; elsewhere they print `SKIPPED` and
 //! pass (`scripts/setup.sh` installs chromium when `PINWISE_SETUP_TESTS=1`).
@@ -134,10 +136,20 @@ fn console_messages(stderr: &str) -> Vec<String> {
         .collect()
 }
 
-/// Loads `page` and checks it as the test suite does: only the page's own "ok" on the
-/// console, and its self-check attribute set to "ok".
-fn check_page(chromium: &Path, page: &Path) -> Result<String, String> {
-    let (dom, log) = run_chromium(chromium, page, &["--dump-dom".to_owned()]);
+/// Window widths the report must fit without clipping.
+const WIDTHS: [u32; 3] = [1000, 1400, 1920];
+
+/// Loads `page` in a window `width` px wide and checks it as the test suite does: only the
+/// page's own "ok" on the console, and its self-check attribute set to "ok".
+fn check_page(chromium: &Path, page: &Path, width: u32) -> Result<String, String> {
+    let (dom, log) = run_chromium(
+        chromium,
+        page,
+        &[
+            "--dump-dom".to_owned(),
+            format!("--window-size={width},1200"),
+        ],
+    );
     let console = console_messages(&log);
     let unexpected: Vec<&String> = console
         .iter()
@@ -162,10 +174,10 @@ fn check_page(chromium: &Path, page: &Path) -> Result<String, String> {
     Ok(console[0].clone())
 }
 
-/// Takes a screenshot of `page`; checks it is a PNG of the window's size (and, for a page
-/// with plots, not nearly blank).
-fn screenshot(chromium: &Path, page: &Path, png: &Path, with_plots: bool) {
-    let (w, h) = (1200u32, 6000u32);
+/// Takes a screenshot of `page` in a window `w` px wide; checks it is a PNG of the window's
+/// size (and, for a page with plots, not nearly blank).
+fn screenshot(chromium: &Path, page: &Path, png: &Path, w: u32, with_plots: bool) {
+    let h = 6000u32;
     run_chromium(
         chromium,
         page,
@@ -234,11 +246,18 @@ fn the_report_loads_cleanly_in_chromium_and_a_screenshot_is_taken() {
     ] {
         let page = dir.join(format!("{name}-report.html"));
         html::write(&report, &page).unwrap();
-        let ok = check_page(&chromium, &page).unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert!(ok.contains("5 plots"), "{ok}");
-        let png = dir.join(format!("{name}-report.png"));
-        screenshot(&chromium, &page, &png, name != "empty");
-        println!("screenshot of the {name} report: {}", png.display());
+        for width in WIDTHS {
+            let ok = check_page(&chromium, &page, width)
+                .unwrap_or_else(|e| panic!("{name} at {width} px: {e}"));
+            assert!(ok.contains("5 plots"), "{ok}");
+            assert!(ok.contains(&format!("{width} px, nothing clipped")), "{ok}");
+            let png = dir.join(format!("{name}-report-{width}.png"));
+            screenshot(&chromium, &page, &png, width, name != "empty");
+            println!(
+                "screenshot of the {name} report at {width} px: {}",
+                png.display()
+            );
+        }
     }
 }
 
@@ -257,7 +276,7 @@ fn the_check_fails_on_a_page_with_errors() {
          <img src=\"http://example.invalid/x.png\"><script>notAFunction();</script></body></html>",
     )
     .unwrap();
-    let err = check_page(&chromium, &bad).unwrap_err();
+    let err = check_page(&chromium, &bad, 1400).unwrap_err();
     assert!(err.contains("notAFunction"), "{err}");
     assert!(err.contains("Content Security Policy"), "{err}");
     // A page whose own check fails (a plot missing) is caught too.
@@ -267,8 +286,18 @@ fn the_check_fails_on_a_page_with_errors() {
     page.replace_range(first..end, "");
     let broken = dir.path().join("broken.html");
     std::fs::write(&broken, page).unwrap();
-    let err = check_page(&chromium, &broken).unwrap_err();
+    let err = check_page(&chromium, &broken, 1400).unwrap_err();
     assert!(err.contains("4 plots of 5"), "{err}");
+    // A table wider than the window is caught as clipped.
+    let mut page = html::render(&scenario_report()).unwrap();
+    let wide = "<div class=\"scroll\"><table class=\"sortable\"><thead><tr><th>x</th></tr></thead>\
+                <tbody><tr><td style=\"min-width:3000px\">wide</td></tr></tbody></table></div>";
+    let at = page.find("<h2>").unwrap();
+    page.insert_str(at, wide);
+    let clipped = dir.path().join("clipped.html");
+    std::fs::write(&clipped, page).unwrap();
+    let err = check_page(&chromium, &clipped, 1000).unwrap_err();
+    assert!(err.contains("is clipped at 1000 px"), "{err}");
 }
 
 #[test]

@@ -3,6 +3,7 @@ pub mod agent;
 pub mod bench;
 pub mod bench_pool;
 pub mod calibrate;
+pub mod convert;
 pub mod demo;
 pub mod diff;
 pub mod doctor;
