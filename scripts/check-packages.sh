@@ -44,8 +44,9 @@ step "wheel built: $(basename "$wheel") ($(du -h "$wheel" | cut -f1))"
 step "wheel installed into a fresh venv"
 # The installed package, not python/src: run from the tests' directory, with nothing else on
 # the path.
+target_dir=$(cd "${CARGO_TARGET_DIR:-target}" && pwd)
 (cd python/tests && env -u PINWISE_PRELOAD_LIB -u PINWISE_BIN -u PYTHONPATH \
-  PINWISE_STANDIN_DIR="$PWD/../../${CARGO_TARGET_DIR:-target}/debug" \
+  PINWISE_STANDIN_DIR="$target_dir/debug" \
   "$SCRATCH/venv/bin/python" -m unittest -v test_api) || fail "the Python API tests (python/tests/test_api.py)"
 step "Python API tests passed in the venv"
 

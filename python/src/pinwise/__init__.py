@@ -594,7 +594,9 @@ def load_history(path: PathLike) -> History:
     file cut short. Raises :class:`HistoryError` for a file that is not a history,
     ``FileNotFoundError`` for a missing one.
     """
-    path = os.fspath(path)
+    # Absolute, so that a file named `-` or `-x` reaches `pinwise convert` as a file, not as
+    # standard input or an option.
+    path = os.path.abspath(os.fspath(path))
     with open(path, "rb") as f:
         head = f.read(len(BINARY_MAGIC))
         if head != BINARY_MAGIC[: len(head)] or not head:
