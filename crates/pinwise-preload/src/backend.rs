@@ -28,98 +28,120 @@ use crate::guard::Inside;
 use crate::real;
 use crate::variants::Hooked;
 
-/// The driver functions pinwise calls, resolved once from the loaded libcuda (its own
-/// resolver: the real functions behind pinwise's hooks, never the hooks). The signatures
-/// are `pinwise_cuda::sys::pfn`'s.
-pub struct Driver {
-    /// `cuMemHostAlloc`.
-    pub mem_host_alloc: pfn::cuMemHostAlloc,
-    /// `cuMemFreeHost`.
-    pub mem_free_host: pfn::cuMemFreeHost,
-    /// `cuMemHostRegister_v2`.
-    pub mem_host_register: pfn::cuMemHostRegister_v2,
-    /// `cuMemHostUnregister`.
-    pub mem_host_unregister: pfn::cuMemHostUnregister,
-    /// `cuPointerGetAttribute`.
-    pub pointer_get_attribute: pfn::cuPointerGetAttribute,
-    /// `cuMemcpyHtoD_v2`.
-    pub memcpy_htod: pfn::cuMemcpyHtoD_v2,
-    /// `cuMemcpyDtoH_v2`.
-    pub memcpy_dtoh: pfn::cuMemcpyDtoH_v2,
-    /// `cuMemcpyHtoDAsync_v2`.
-    pub memcpy_htod_async: pfn::cuMemcpyHtoDAsync_v2,
-    /// `cuMemcpyDtoHAsync_v2`.
-    pub memcpy_dtoh_async: pfn::cuMemcpyDtoHAsync_v2,
-    event_create: pfn::cuEventCreate,
-    event_destroy: pfn::cuEventDestroy_v2,
-    event_record: pfn::cuEventRecord,
-    event_query: pfn::cuEventQuery,
-    event_synchronize: pfn::cuEventSynchronize,
-    stream_synchronize: pfn::cuStreamSynchronize,
-    ctx_get_current: pfn::cuCtxGetCurrent,
-    ctx_set_current: pfn::cuCtxSetCurrent,
-    /// `cuCtxPushCurrent_v2`/`cuCtxPopCurrent_v2` (absent from old drivers and the stand-in:
-    /// `cuCtxSetCurrent` then does).
-    ctx_push_pop: Option<(pfn::cuCtxPushCurrent_v2, pfn::cuCtxPopCurrent_v2)>,
-    get_error_name: Option<pfn::cuGetErrorName>,
-    /// `cuStreamIsCapturing` (CUDA 10.0; absent: no stream is taken to be capturing).
-    stream_is_capturing: Option<pfn::cuStreamIsCapturing>,
-    /// `cuThreadExchangeStreamCaptureMode` (CUDA 10.1; absent: calls run in the thread's
-    /// own mode).
-    exchange_capture_mode: Option<pfn::cuThreadExchangeStreamCaptureMode>,
-    /// Whether the libcuda is pinwise's CPU stand-in (a TEST FIXTURE).
-    pub standin: bool,
-    /// The first non-null context pinwise saw current (used where none is).
-    saved_context: AtomicUsize,
+/// Where a driver function is found: the real function behind a hooked variant (never
+/// pinwise's own wrapper), the symbol of the field's own name, or another name of the same
+/// signature (an older version).
+enum Source {
+    Hooked(Hooked),
+    Own,
+    Named(&'static CStr),
 }
 
-fn hooked<F: Copy>(h: Hooked) -> Result<F, String> {
-    let a = real::real(h).ok_or_else(|| format!("libcuda has no {}", h.symbol()))?;
-    // SAFETY: `a` is libcuda's `h`, whose C signature is `F` (cuda.h); the caller picks `F`.
+/// The first of `sources` libcuda has, as the function type `F` (`pfn::own`).
+fn resolve<F: Copy>(own: &'static CStr, sources: &[Source]) -> Result<F, String> {
+    let found = sources.iter().find_map(|s| match s {
+        Source::Hooked(h) => real::real(*h),
+        Source::Own => real::driver_fn(own),
+        Source::Named(name) => real::driver_fn(name),
+    });
+    let a = found.ok_or_else(|| format!("libcuda has no {}", own.to_string_lossy()))?;
+    // SAFETY: `a` is libcuda's function of that name or an alternative of the same C
+    // signature, which is `F` (the caller passes `pfn::<own>`, declared from cuda.h).
     Ok(unsafe { std::mem::transmute_copy::<usize, F>(&a) })
 }
 
-fn named<F: Copy>(name: &CStr) -> Result<F, String> {
-    let a = real::driver_fn(name)
-        .ok_or_else(|| format!("libcuda has no {}", name.to_string_lossy()))?;
-    // SAFETY: `a` is libcuda's function of that name, whose C signature is `F` (cuda.h).
-    Ok(unsafe { std::mem::transmute_copy::<usize, F>(&a) })
+/// The C string of a symbol name.
+macro_rules! cname {
+    ($sym:ident) => {
+        match CStr::from_bytes_with_nul(concat!(stringify!($sym), "\0").as_bytes()) {
+            Ok(c) => c,
+            Err(_) => panic!("a symbol name has no NUL inside"),
+        }
+    };
+}
+
+/// The preload's driver table, generated from one list: each line is a field, the driver
+/// symbol whose `pinwise_cuda::sys::pfn` type it has, and where it is found (required
+/// functions: the first source libcuda has, else `Driver::load` fails; optional ones:
+/// `None` when absent). `extra` fields are not driver functions.
+macro_rules! driver_table {
+    (
+        required { $( $(#[$m:meta])* $vis:vis $field:ident: $sym:ident = [$($src:expr),+ $(,)?]; )* }
+        optional { $( $(#[$om:meta])* $ofield:ident: $osym:ident; )* }
+        extra { $( $(#[$em:meta])* $evis:vis $efield:ident: $ety:ty = $einit:expr; )* }
+    ) => {
+        /// The driver functions pinwise calls, resolved once from the loaded libcuda with
+        /// its own resolver ([`resolve`]: the real functions behind pinwise's hooks, never
+        /// the hooks). The signatures are `pinwise_cuda::sys::pfn`'s.
+        pub struct Driver {
+            $( $(#[$m])* #[doc = concat!("`", stringify!($sym), "`.")] $vis $field: pfn::$sym, )*
+            $( $(#[$om])* #[doc = concat!("`", stringify!($osym), "`, if this driver has it.")] $ofield: Option<pfn::$osym>, )*
+            $( $(#[$em])* $evis $efield: $ety, )*
+        }
+
+        impl Driver {
+            /// Resolves the functions from the loaded libcuda; `Err` names what is missing
+            /// (no libcuda loaded, or an old one).
+            pub fn load() -> Result<Driver, String> {
+                let _inside = Inside::enter();
+                real::libcuda_handle().ok_or("libcuda.so.1 is not loaded")?;
+                Ok(Driver {
+                    $( $field: resolve::<pfn::$sym>(cname!($sym), &[$($src),+])?, )*
+                    $( $ofield: resolve::<pfn::$osym>(cname!($osym), &[Source::Own]).ok(), )*
+                    $( $efield: $einit, )*
+                })
+            }
+        }
+    };
+}
+
+driver_table! {
+    required {
+        pub mem_host_alloc: cuMemHostAlloc = [Source::Hooked(Hooked::MemHostAlloc)];
+        pub mem_free_host: cuMemFreeHost = [Source::Hooked(Hooked::MemFreeHost)];
+        pub mem_host_register: cuMemHostRegister_v2 = [
+            Source::Hooked(Hooked::MemHostRegisterV2),
+            Source::Hooked(Hooked::MemHostRegister),
+        ];
+        pub mem_host_unregister: cuMemHostUnregister = [Source::Hooked(Hooked::MemHostUnregister)];
+        pub pointer_get_attribute: cuPointerGetAttribute = [Source::Hooked(Hooked::PointerGetAttribute)];
+        pub memcpy_htod: cuMemcpyHtoD_v2 = [Source::Hooked(Hooked::MemcpyHtoD)];
+        pub memcpy_dtoh: cuMemcpyDtoH_v2 = [Source::Hooked(Hooked::MemcpyDtoH)];
+        pub memcpy_htod_async: cuMemcpyHtoDAsync_v2 = [Source::Hooked(Hooked::MemcpyHtoDAsync)];
+        pub memcpy_dtoh_async: cuMemcpyDtoHAsync_v2 = [Source::Hooked(Hooked::MemcpyDtoHAsync)];
+        event_create: cuEventCreate = [Source::Own];
+        event_destroy: cuEventDestroy_v2 = [Source::Own, Source::Named(c"cuEventDestroy")];
+        event_record: cuEventRecord = [Source::Own];
+        event_query: cuEventQuery = [Source::Own];
+        event_synchronize: cuEventSynchronize = [Source::Own];
+        stream_synchronize: cuStreamSynchronize = [Source::Own];
+        ctx_get_current: cuCtxGetCurrent = [Source::Own];
+        ctx_set_current: cuCtxSetCurrent = [Source::Own];
+    }
+    optional {
+        /// Absent from old drivers and the stand-in: `cuCtxSetCurrent` then does (with
+        /// `ctx_pop`: used only as a pair).
+        ctx_push: cuCtxPushCurrent_v2;
+        /// See `ctx_push`.
+        ctx_pop: cuCtxPopCurrent_v2;
+        get_error_name: cuGetErrorName;
+        /// CUDA 10.0; absent: no stream is taken to be capturing.
+        stream_is_capturing: cuStreamIsCapturing;
+        /// CUDA 10.1; absent: calls run in the thread's own mode.
+        exchange_capture_mode: cuThreadExchangeStreamCaptureMode;
+    }
+    extra {
+        /// Whether the libcuda is pinwise's CPU stand-in (a TEST FIXTURE).
+        pub standin: bool = real::libcuda_is_standin();
+        /// The first non-null context pinwise saw current (used where none is).
+        saved_context: AtomicUsize = AtomicUsize::new(0);
+    }
 }
 
 impl Driver {
-    /// Resolves the functions from the loaded libcuda; `Err` names what is missing (no
-    /// libcuda loaded, or an old one).
-    pub fn load() -> Result<Driver, String> {
-        let _inside = Inside::enter();
-        real::libcuda_handle().ok_or("libcuda.so.1 is not loaded")?;
-        Ok(Driver {
-            mem_host_alloc: hooked(Hooked::MemHostAlloc)?,
-            mem_free_host: hooked(Hooked::MemFreeHost)?,
-            mem_host_register: hooked(Hooked::MemHostRegisterV2)
-                .or_else(|_| hooked(Hooked::MemHostRegister))?,
-            mem_host_unregister: hooked(Hooked::MemHostUnregister)?,
-            pointer_get_attribute: hooked(Hooked::PointerGetAttribute)?,
-            memcpy_htod: hooked(Hooked::MemcpyHtoD)?,
-            memcpy_dtoh: hooked(Hooked::MemcpyDtoH)?,
-            memcpy_htod_async: hooked(Hooked::MemcpyHtoDAsync)?,
-            memcpy_dtoh_async: hooked(Hooked::MemcpyDtoHAsync)?,
-            event_create: named(c"cuEventCreate")?,
-            event_destroy: named(c"cuEventDestroy_v2").or_else(|_| named(c"cuEventDestroy"))?,
-            event_record: named(c"cuEventRecord")?,
-            event_query: named(c"cuEventQuery")?,
-            event_synchronize: named(c"cuEventSynchronize")?,
-            stream_synchronize: named(c"cuStreamSynchronize")?,
-            ctx_get_current: named(c"cuCtxGetCurrent")?,
-            ctx_set_current: named(c"cuCtxSetCurrent")?,
-            ctx_push_pop: named(c"cuCtxPushCurrent_v2")
-                .ok()
-                .zip(named(c"cuCtxPopCurrent_v2").ok()),
-            get_error_name: named(c"cuGetErrorName").ok(),
-            stream_is_capturing: named(c"cuStreamIsCapturing").ok(),
-            exchange_capture_mode: named(c"cuThreadExchangeStreamCaptureMode").ok(),
-            standin: real::libcuda_is_standin(),
-            saved_context: AtomicUsize::new(0),
-        })
+    /// `cuCtxPushCurrent_v2` and `cuCtxPopCurrent_v2`, when the driver has both.
+    fn ctx_push_pop(&self) -> Option<(pfn::cuCtxPushCurrent_v2, pfn::cuCtxPopCurrent_v2)> {
+        self.ctx_push.zip(self.ctx_pop)
     }
 
     /// The context current on this thread (0: none), remembered if it is the first seen.
@@ -199,7 +221,7 @@ impl Driver {
         if ctx == 0 {
             return f();
         }
-        match self.ctx_push_pop {
+        match self.ctx_push_pop() {
             Some((push, pop)) => {
                 // SAFETY: a context handle the driver gave out in this process.
                 let pushed = unsafe { push(ctx as CUcontext) } == CUDA_SUCCESS;
