@@ -11,7 +11,7 @@
 //! (`cuThreadExchangeStreamCaptureMode`, as CUDA libraries do), so that registering,
 //! unregistering or waiting for a stream that is not being captured never invalidates a
 //! capture in progress on another stream or thread; and the backend never records an
-//! event on, or waits for, a stream being captured ([`Driver::capture_of`]).
+//! event on, or waits for, a stream being captured ([`DriverTable::capture_of`]).
 
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -31,7 +31,7 @@ use crate::variants::Hooked;
 /// The driver functions pinwise calls, resolved once from the loaded libcuda (its own
 /// resolver: the real functions behind pinwise's hooks, never the hooks). The signatures
 /// are `pinwise_cuda::sys::pfn`'s.
-pub struct Driver {
+pub struct DriverTable {
     /// `cuMemHostAlloc`.
     pub mem_host_alloc: pfn::cuMemHostAlloc,
     /// `cuMemFreeHost`.
@@ -86,13 +86,13 @@ fn named<F: Copy>(name: &CStr) -> Result<F, String> {
     Ok(unsafe { std::mem::transmute_copy::<usize, F>(&a) })
 }
 
-impl Driver {
+impl DriverTable {
     /// Resolves the functions from the loaded libcuda; `Err` names what is missing (no
     /// libcuda loaded, or an old one).
-    pub fn load() -> Result<Driver, String> {
+    pub fn load() -> Result<DriverTable, String> {
         let _inside = Inside::enter();
         real::libcuda_handle().ok_or("libcuda.so.1 is not loaded")?;
-        Ok(Driver {
+        Ok(DriverTable {
             mem_host_alloc: hooked(Hooked::MemHostAlloc)?,
             mem_free_host: hooked(Hooked::MemFreeHost)?,
             mem_host_register: hooked(Hooked::MemHostRegisterV2)
@@ -184,7 +184,7 @@ impl Driver {
     }
 
     /// Runs `f` with a context current (the thread's own, else `preferred`, else the first
-    /// one pinwise saw) and the thread's capture mode relaxed ([`Driver::relaxed`]).
+    /// one pinwise saw) and the thread's capture mode relaxed ([`DriverTable::relaxed`]).
     pub fn with_context<R>(&self, preferred: usize, f: impl FnOnce() -> R) -> R {
         let _inside = Inside::enter();
         let f = || self.relaxed(f);
@@ -250,7 +250,7 @@ impl Driver {
     /// allocated: portable and mapped.
     ///
     /// # Safety
-    /// The range is mapped memory that stays mapped until [`Driver::unregister`].
+    /// The range is mapped memory that stays mapped until [`DriverTable::unregister`].
     pub unsafe fn register(&self, ptr: usize, len: usize) -> CUresult {
         let flags = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP;
         // SAFETY: the caller's contract.
@@ -259,11 +259,11 @@ impl Driver {
         })
     }
 
-    /// Unregisters a range [`Driver::register`] registered, in `context` if the thread has
+    /// Unregisters a range [`DriverTable::register`] registered, in `context` if the thread has
     /// none current.
     ///
     /// # Safety
-    /// `ptr` starts a range registered by [`Driver::register`].
+    /// `ptr` starts a range registered by [`DriverTable::register`].
     pub unsafe fn unregister(&self, ptr: usize, context: usize) -> CUresult {
         // SAFETY: the caller's contract.
         self.with_context(context, || unsafe {
@@ -287,12 +287,12 @@ pub enum StreamCapture {
 
 /// The allocator's backend on the program's own libcuda.
 pub struct PreloadBackend {
-    driver: &'static Driver,
+    driver: &'static DriverTable,
 }
 
 impl PreloadBackend {
     /// A backend calling `driver`.
-    pub fn new(driver: &'static Driver) -> Self {
+    pub fn new(driver: &'static DriverTable) -> Self {
         PreloadBackend { driver }
     }
 
