@@ -305,7 +305,10 @@ mod tests {
 
     #[test]
     fn formatted_sizes_read_back() {
+        assert_eq!(format_size(12), "12 B");
         assert_eq!(format_size(512), "512 B");
+        assert_eq!(format_size(1536), "1.50 KiB");
+        assert_eq!(format_size(64 << 20), "64.0 MiB");
         assert_eq!(format_size(4096), "4.00 KiB");
         assert_eq!(format_size(3 << 29), "1.50 GiB");
         assert_eq!(format_size_exact(4096), "4 KiB");

@@ -11,7 +11,7 @@
 //! (`cuThreadExchangeStreamCaptureMode`, as CUDA libraries do), so that registering,
 //! unregistering or waiting for a stream that is not being captured never invalidates a
 //! capture in progress on another stream or thread; and the backend never records an
-//! event on, or waits for, a stream being captured ([`Driver::capture_of`]).
+//! event on, or waits for, a stream being captured ([`DriverTable::capture_of`]).
 
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -62,7 +62,7 @@ macro_rules! cname {
 
 /// The preload's driver table, generated from one list: each line is a field, the driver
 /// symbol whose `pinwise_cuda::sys::pfn` type it has, and where it is found (required
-/// functions: the first source libcuda has, else `Driver::load` fails; optional ones:
+/// functions: the first source libcuda has, else `DriverTable::load` fails; optional ones:
 /// `None` when absent). `extra` fields are not driver functions.
 macro_rules! driver_table {
     (
@@ -73,19 +73,19 @@ macro_rules! driver_table {
         /// The driver functions pinwise calls, resolved once from the loaded libcuda with
         /// its own resolver ([`resolve`]: the real functions behind pinwise's hooks, never
         /// the hooks). The signatures are `pinwise_cuda::sys::pfn`'s.
-        pub struct Driver {
+        pub struct DriverTable {
             $( $(#[$m])* #[doc = concat!("`", stringify!($sym), "`.")] $vis $field: pfn::$sym, )*
             $( $(#[$om])* #[doc = concat!("`", stringify!($osym), "`, if this driver has it.")] $ofield: Option<pfn::$osym>, )*
             $( $(#[$em])* $evis $efield: $ety, )*
         }
 
-        impl Driver {
+        impl DriverTable {
             /// Resolves the functions from the loaded libcuda; `Err` names what is missing
             /// (no libcuda loaded, or an old one).
-            pub fn load() -> Result<Driver, String> {
+            pub fn load() -> Result<DriverTable, String> {
                 let _inside = Inside::enter();
                 real::libcuda_handle().ok_or("libcuda.so.1 is not loaded")?;
-                Ok(Driver {
+                Ok(DriverTable {
                     $( $field: resolve::<pfn::$sym>(cname!($sym), &[$($src),+])?, )*
                     $( $ofield: resolve::<pfn::$osym>(cname!($osym), &[Source::Own]).ok(), )*
                     $( $efield: $einit, )*
@@ -138,7 +138,7 @@ driver_table! {
     }
 }
 
-impl Driver {
+impl DriverTable {
     /// `cuCtxPushCurrent_v2` and `cuCtxPopCurrent_v2`, when the driver has both.
     fn ctx_push_pop(&self) -> Option<(pfn::cuCtxPushCurrent_v2, pfn::cuCtxPopCurrent_v2)> {
         self.ctx_push.zip(self.ctx_pop)
@@ -206,7 +206,7 @@ impl Driver {
     }
 
     /// Runs `f` with a context current (the thread's own, else `preferred`, else the first
-    /// one pinwise saw) and the thread's capture mode relaxed ([`Driver::relaxed`]).
+    /// one pinwise saw) and the thread's capture mode relaxed ([`DriverTable::relaxed`]).
     pub fn with_context<R>(&self, preferred: usize, f: impl FnOnce() -> R) -> R {
         let _inside = Inside::enter();
         let f = || self.relaxed(f);
@@ -272,7 +272,7 @@ impl Driver {
     /// allocated: portable and mapped.
     ///
     /// # Safety
-    /// The range is mapped memory that stays mapped until [`Driver::unregister`].
+    /// The range is mapped memory that stays mapped until [`DriverTable::unregister`].
     pub unsafe fn register(&self, ptr: usize, len: usize) -> CUresult {
         let flags = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP;
         // SAFETY: the caller's contract.
@@ -281,11 +281,11 @@ impl Driver {
         })
     }
 
-    /// Unregisters a range [`Driver::register`] registered, in `context` if the thread has
+    /// Unregisters a range [`DriverTable::register`] registered, in `context` if the thread has
     /// none current.
     ///
     /// # Safety
-    /// `ptr` starts a range registered by [`Driver::register`].
+    /// `ptr` starts a range registered by [`DriverTable::register`].
     pub unsafe fn unregister(&self, ptr: usize, context: usize) -> CUresult {
         // SAFETY: the caller's contract.
         self.with_context(context, || unsafe {
@@ -309,12 +309,12 @@ pub enum StreamCapture {
 
 /// The allocator's backend on the program's own libcuda.
 pub struct PreloadBackend {
-    driver: &'static Driver,
+    driver: &'static DriverTable,
 }
 
 impl PreloadBackend {
     /// A backend calling `driver`.
-    pub fn new(driver: &'static Driver) -> Self {
+    pub fn new(driver: &'static DriverTable) -> Self {
         PreloadBackend { driver }
     }
 

@@ -35,10 +35,12 @@ use pinwise_cuda::sys::{
     CUresult, CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, CUDA_ERROR_INVALID_VALUE, CUDA_SUCCESS,
 };
 
-use crate::backend::{Driver, PreloadBackend};
+use crate::backend::{DriverTable, PreloadBackend};
 use crate::config::Config;
 use crate::guard;
-use crate::promote::{Owner, Promoted, PromotedTable, TransferCounters, NEVER, PROMOTED, TRACKING};
+use crate::promote::{
+    Owner, PageableCopyCounters, Promoted, PromotedTable, NEVER, PROMOTED, TRACKING,
+};
 use crate::recorder::Recorder;
 use crate::stats::HookStats;
 
@@ -48,7 +50,7 @@ pub const PAGE: usize = 4096;
 /// Ranges pinwise registered in memory it does not own.
 pub static PROMOTED_RANGES: PromotedTable = PromotedTable::new();
 /// Per host pointer counters of the program's pageable copies.
-pub static COUNTERS: TransferCounters = TransferCounters::new();
+pub static COUNTERS: PageableCopyCounters = PageableCopyCounters::new();
 
 /// The page-aligned range holding `[addr, addr + len)`: (start, length).
 pub fn page_span(addr: usize, len: usize) -> (usize, usize) {
@@ -81,7 +83,7 @@ const RECENTLY_FREED: usize = 256;
 /// The engine and what the hooks keep beside it. See the module documentation.
 pub struct Pinning {
     /// The real driver functions.
-    pub driver: &'static Driver,
+    pub driver: &'static DriverTable,
     /// The allocator.
     pub engine: Engine,
     policy: Arc<Policy>,
@@ -112,7 +114,7 @@ fn state_of(pinned: bool) -> HostState {
 impl Pinning {
     /// The engine for `config` on `driver`. Use mode follows `profile` (already read).
     pub fn new(
-        driver: &'static Driver,
+        driver: &'static DriverTable,
         config: &Config,
         policy: Arc<Policy>,
         modules: Arc<ModuleTable>,
@@ -355,7 +357,7 @@ impl Pinning {
             budget.release(extra);
             return false;
         };
-        // SAFETY: `p.reg_start` starts a range registered by `Driver::register`, taken out
+        // SAFETY: `p.reg_start` starts a range registered by `DriverTable::register`, taken out
         // of the table by this call only. The program's copies on it were waited for when
         // they were issued (program buffers keep pageable memory's promise).
         let rc = unsafe { self.driver.unregister(p.reg_start, p.context) };
@@ -667,7 +669,7 @@ impl Pinning {
         let Some(p) = PROMOTED_RANGES.begin_demote(i) else {
             return false;
         };
-        // SAFETY: `p.reg_start` starts a range registered by `Driver::register`, taken out
+        // SAFETY: `p.reg_start` starts a range registered by `DriverTable::register`, taken out
         // of the table by this call only.
         let rc = unsafe { self.driver.unregister(p.reg_start, p.context) };
         if rc == CUDA_SUCCESS {

@@ -8,7 +8,7 @@
 //!   A range a copy captured into a CUDA graph used is *held* ([`PromotedTable::hold`]):
 //!   replaying the graph reads it later, so only the program giving the memory back (or
 //!   registering those pages itself) unregisters it.
-//! - [`TransferCounters`]: per host pointer of the program's pageable copies, the saving
+//! - [`PageableCopyCounters`]: per host pointer of the program's pageable copies, the saving
 //!   pinning would have brought so far, so that a buffer is registered once its copies
 //!   have paid for it (the ski-rental rule the allocator uses for its own mappings).
 //!
@@ -51,7 +51,7 @@ pub struct Promoted {
     /// The CUDA context current when it was registered (made current again to unregister
     /// it from a thread without one).
     pub context: usize,
-    /// Index + 1 of its [`TransferCounters`] slot (0: none).
+    /// Index + 1 of its [`PageableCopyCounters`] slot (0: none).
     pub counter: usize,
     /// Whether its bytes are reserved in the pinned budget (a registration the program's
     /// semantics required may have had to go over it).
@@ -429,22 +429,22 @@ pub const PAID_USES: u32 = 2;
 pub const MAX_PENALTY: u8 = 6;
 
 /// Per host pointer counters of pageable copies. See the module documentation.
-pub struct TransferCounters {
+pub struct PageableCopyCounters {
     slots: [Counter; COUNTERS_CAP],
     /// Keys refused because their probe sequence was full.
     refused: AtomicU64,
 }
 
-impl Default for TransferCounters {
+impl Default for PageableCopyCounters {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl TransferCounters {
+impl PageableCopyCounters {
     /// An empty table (usable in a `static`).
     pub const fn new() -> Self {
-        TransferCounters {
+        PageableCopyCounters {
             slots: [const { Counter::new() }; COUNTERS_CAP],
             refused: AtomicU64::new(0),
         }
@@ -610,7 +610,7 @@ mod tests {
 
     #[test]
     fn counters_accumulate_and_cache() {
-        let c = TransferCounters::new();
+        let c = PageableCopyCounters::new();
         let i = c.slot(0x7000_1000).unwrap();
         assert_eq!(c.slot(0x7000_1000), Some(i));
         let k = c.get(i);
@@ -644,7 +644,7 @@ mod tests {
 
     #[test]
     fn counters_refuse_when_crowded_instead_of_looping() {
-        let c = TransferCounters::new();
+        let c = PageableCopyCounters::new();
         let mut refused = 0;
         for key in 1..=(COUNTERS_CAP + 100) {
             if c.slot(key * 4096).is_none() {

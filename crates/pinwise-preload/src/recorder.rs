@@ -16,7 +16,7 @@ use pinwise_core::{
 use crate::guard;
 use crate::ring::{release_below, GlobalQueue, Registry, Ring, Stamped, RING_CAP};
 use crate::stats::Tally;
-use pinwise_alloc::engine::monotonic_ns as now_ns;
+use pinwise_core::units::monotonic_ns;
 
 /// An event as a hook leaves it: its call site still a raw return address.
 #[derive(Debug, Clone, Copy)]
@@ -237,8 +237,8 @@ impl Recorder {
     pub fn stamp(&self) -> Stamp {
         let (ring, tid) = thread_ring();
         let ts = match ring {
-            Some(r) => r.begin(now_ns),
-            None => GLOBAL.begin(now_ns),
+            Some(r) => r.begin(monotonic_ns),
+            None => GLOBAL.begin(monotonic_ns),
         };
         Stamp { ring, tid, ts }
     }
@@ -326,7 +326,7 @@ impl Recorder {
 
     /// Records an event from a path that must not touch thread-local storage.
     pub fn record_global(&self, kind: EventKind, site: Option<Site>) {
-        let ts = GLOBAL.begin(now_ns);
+        let ts = GLOBAL.begin(monotonic_ns);
         let mut event = Event::new(ts, self.pid, 0, ProbeKind::InProcessHook, kind);
         event.site = site;
         GLOBAL.push(Raw { event, caller: 0 });
@@ -352,7 +352,7 @@ impl Recorder {
             sites,
         } = &mut *c;
         // SAFETY: the collector lock makes this the only consumer.
-        let wm_rings = unsafe { RINGS.collect(pending, own, now_ns) };
+        let wm_rings = unsafe { RINGS.collect(pending, own, monotonic_ns) };
         // SAFETY: as above.
         let wm_global = unsafe { GLOBAL.collect(pending) };
         let watermark = if last {

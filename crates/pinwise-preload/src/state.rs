@@ -12,7 +12,7 @@ use pinwise_core::preload_stats::{EngineStats, OutputStats};
 use pinwise_core::profile::Profile;
 use pinwise_core::{CostModel, ModuleTable, Policy};
 
-use crate::backend::Driver;
+use crate::backend::DriverTable;
 use crate::config::{Config, LogTarget};
 use crate::guard::Inside;
 use crate::pinning::{Pinning, COUNTERS, PROMOTED_RANGES};
@@ -312,7 +312,7 @@ impl State {
         let top_process = GENERATION.load(Ordering::Acquire) == 1
             && config.launcher_pid.is_none_or(|l| l == ppid);
         let stats = HookStats::default();
-        stats.measure_clock_read(pinwise_alloc::engine::monotonic_ns);
+        stats.measure_clock_read(pinwise_core::units::monotonic_ns);
         State {
             pid,
             recorder: Recorder::new(pid, modules.clone()),
@@ -353,7 +353,7 @@ impl State {
             return r.as_ref().ok();
         }
         let _inside = Inside::enter();
-        let driver = match Driver::load() {
+        let driver = match DriverTable::load() {
             Ok(d) => d,
             // Not loaded yet (a hook ran before cudart opened libcuda): try again later.
             Err(e) if crate::real::libcuda_handle().is_none() => {
@@ -366,7 +366,7 @@ impl State {
                 return None;
             }
         };
-        let driver: &'static Driver = Box::leak(Box::new(driver));
+        let driver: &'static DriverTable = Box::leak(Box::new(driver));
         let made = Pinning::new(
             driver,
             &self.config,

@@ -255,14 +255,14 @@ impl HookStats {
 
     /// Measures what one read of the hooks' clock costs here (median of 9 runs of 32
     /// back-to-back reads) and keeps it for [`HookStats::clock_read_ns`].
-    pub fn measure_clock_read(&self, now_ns: impl Fn() -> u64) {
+    pub fn measure_clock_read(&self, clock: impl Fn() -> u64) {
         let mut runs = [0u64; 9];
         for r in runs.iter_mut() {
-            let a = now_ns();
+            let a = clock();
             for _ in 0..32 {
-                std::hint::black_box(now_ns());
+                std::hint::black_box(clock());
             }
-            *r = now_ns().saturating_sub(a);
+            *r = clock().saturating_sub(a);
         }
         runs.sort_unstable();
         // picoseconds per read: the 33 reads after the first, over 32 intervals.

@@ -621,8 +621,8 @@ impl Drop for Engine {
     }
 }
 
-/// pinwise's one clock, [`pinwise_core::units::monotonic_ns`] (`CLOCK_MONOTONIC`, ns).
-pub use pinwise_core::units::monotonic_ns;
+// pinwise's one clock (`CLOCK_MONOTONIC`, ns).
+use pinwise_core::units::monotonic_ns;
 
 fn current_tid() -> u32 {
     // SAFETY: gettid has no preconditions.

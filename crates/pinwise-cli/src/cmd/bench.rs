@@ -19,7 +19,7 @@ use pinwise_bench::{self as bench, BenchConfig, CudaDevice, StrategyKind, Summar
 use pinwise_core::units::format_size_exact;
 use pinwise_core::{CostModel, Policy};
 
-use super::calibrate::parse_size;
+use super::calibrate::parse_size_or_ram_percent_usize;
 
 /// Arguments of `pinwise bench`.
 #[derive(Debug, clap::Args)]
@@ -42,7 +42,7 @@ enum BenchWhat {
 struct AllocArgs {
     /// Buffer sizes, comma-separated (e.g. `4K,1M,256M`). Default: 4 KiB to 1 GiB in steps
     /// of 4 (`--quick`: 64K,1M,16M,256M).
-    #[arg(long, value_delimiter = ',', value_parser = parse_size)]
+    #[arg(long, value_delimiter = ',', value_parser = parse_size_or_ram_percent_usize)]
     sizes: Option<Vec<usize>>,
     /// Repeats of every (size, strategy); medians are reported. Default 3 (`--quick`: 1).
     #[arg(long)]
@@ -69,7 +69,7 @@ struct AllocArgs {
     #[arg(long, value_delimiter = ',', value_parser = parse_strategy)]
     strategies: Option<Vec<StrategyKind>>,
     /// Pinned budget for pinwise's strategies (e.g. `8G`, `25%`; default a quarter of RAM).
-    #[arg(long, value_parser = parse_size)]
+    #[arg(long, value_parser = parse_size_or_ram_percent_usize)]
     budget: Option<usize>,
     /// Hot buffers per iteration.
     #[arg(long, default_value_t = 2)]
@@ -81,7 +81,7 @@ struct AllocArgs {
     #[arg(long, default_value_t = 8)]
     round_trips: usize,
     /// Hot bytes to move per run (sets the iterations per size), e.g. `16G`.
-    #[arg(long, value_parser = parse_size)]
+    #[arg(long, value_parser = parse_size_or_ram_percent_usize)]
     target_bytes: Option<usize>,
     /// CUDA device ordinal.
     #[arg(long, default_value_t = 0)]

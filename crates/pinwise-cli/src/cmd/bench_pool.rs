@@ -20,7 +20,7 @@ use anyhow::{bail, Context as _, Result};
 use pinwise_cuda::{Context, DeviceBuffer, DevicePtr, HostRegistration, PinnedHostRegion};
 use pinwise_pool::{PoolBuffer, PoolClient, PoolDevice};
 
-use super::calibrate::parse_size;
+use super::calibrate::parse_size_or_ram_percent_usize;
 
 /// How the staging memory is pinned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -40,10 +40,10 @@ pub struct PoolBenchArgs {
     #[arg(long, value_enum)]
     mode: Mode,
     /// Staging size.
-    #[arg(long, value_parser = parse_size, default_value = "8G")]
+    #[arg(long, value_parser = parse_size_or_ram_percent_usize, default_value = "8G")]
     size: usize,
     /// Bytes per copy (and the device buffer's size) in the bandwidth passes.
-    #[arg(long, value_parser = parse_size, default_value = "1G")]
+    #[arg(long, value_parser = parse_size_or_ram_percent_usize, default_value = "1G")]
     chunk: usize,
     /// Bandwidth passes over the whole staging, each direction (the median is reported).
     #[arg(long, default_value_t = 3)]
@@ -52,7 +52,7 @@ pub struct PoolBenchArgs {
     #[arg(long, default_value_t = 2000)]
     latency_copies: usize,
     /// Size of each small copy.
-    #[arg(long, value_parser = parse_size, default_value = "4K")]
+    #[arg(long, value_parser = parse_size_or_ram_percent_usize, default_value = "4K")]
     latency_size: usize,
     /// Name of the shared staging (the pool's named buffer; /dev/shm/NAME for shm-register).
     #[arg(long, default_value = "pinwise-bench-staging")]

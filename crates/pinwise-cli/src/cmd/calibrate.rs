@@ -32,7 +32,7 @@ pub struct CalibrateArgs {
     force: bool,
     /// Sizes to measure, comma-separated (e.g. `4K,64K,1M,16M,256M,1G`). Default: 4 KiB to
     /// 1 GiB in steps of 4.
-    #[arg(long, value_delimiter = ',', value_parser = parse_size)]
+    #[arg(long, value_delimiter = ',', value_parser = parse_size_or_ram_percent_usize)]
     sizes: Option<Vec<usize>>,
     /// Measurements per figure (the median is kept).
     #[arg(long, default_value_t = 3)]
@@ -42,9 +42,11 @@ pub struct CalibrateArgs {
     device: usize,
 }
 
-/// A size (pinwise's size grammar, [`pinwise_core::units::parse_size_or_ram_percent`]) as
-/// a `usize`.
-pub(crate) fn parse_size(s: &str) -> Result<usize, pinwise_core::units::UnitError> {
+/// [`pinwise_core::units::parse_size_or_ram_percent`] (a size, or a percentage of RAM) as a
+/// `usize`.
+pub(crate) fn parse_size_or_ram_percent_usize(
+    s: &str,
+) -> Result<usize, pinwise_core::units::UnitError> {
     pinwise_core::units::parse_size_or_ram_percent(s).map(|v| v as usize)
 }
 

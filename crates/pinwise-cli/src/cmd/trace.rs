@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use pinwise_core::history::Summary;
-use pinwise_core::units::format_size;
+use pinwise_core::units::{format_size, parse_duration, parse_size};
 use pinwise_core::{CostModel, Direction, DumpFormat};
 use pinwise_trace::agent::{TraceStats, TracerAgent, TracerConfig};
 use pinwise_trace::libs::LibraryOverrides;
@@ -153,8 +153,6 @@ pub struct TraceArgs {
     )]
     pub command: Vec<OsString>,
 }
-
-use pinwise_core::units::{parse_duration, parse_size};
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
@@ -629,16 +627,4 @@ fn write_summary_json(
     let text = serde_json::to_string_pretty(&value)?;
     pinwise_core::safe_file::write_bytes(path, text.as_bytes())
         .with_context(|| format!("writing {}", path.display()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn formats_byte_counts() {
-        assert_eq!(format_size(12), "12 B");
-        assert_eq!(format_size(1536), "1.50 KiB");
-        assert_eq!(format_size(64 << 20), "64.0 MiB");
-    }
 }

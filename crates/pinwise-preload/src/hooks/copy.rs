@@ -19,7 +19,7 @@ use crate::guard::{self, Timing};
 use crate::pinning::{Pinning, PROMOTED_RANGES};
 use crate::state::{self, State};
 use crate::stats::HookStats;
-use pinwise_alloc::engine::monotonic_ns as now_ns;
+use pinwise_core::units::monotonic_ns;
 
 /// Time the bookkeeping of one copy in this many (alternately whole and by stages: see
 /// [`guard::timing_of`]).
@@ -41,19 +41,23 @@ pub fn copy(
     let Some(st) = state::get() else {
         return forward();
     };
-    let t0 = if timing != Timing::No { now_ns() } else { 0 };
+    let t0 = if timing != Timing::No {
+        monotonic_ns()
+    } else {
+        0
+    };
     let mut described_at = 0;
     let noted = guarded(|| {
         describe(st).map(|c| {
             if timing == Timing::Stages {
-                described_at = now_ns();
+                described_at = monotonic_ns();
             }
             (c, note(st, &c, true))
         })
     })
     .flatten();
     let before = if t0 != 0 {
-        let t = now_ns();
+        let t = monotonic_ns();
         if described_at != 0 {
             st.stats.stage_describe.add(described_at.saturating_sub(t0));
             st.stats.stage_decide.add(t.saturating_sub(described_at));
@@ -72,13 +76,13 @@ pub fn copy(
         HookStats::bump(&st.stats.failed_copies);
         return rc;
     }
-    let t1 = if t0 != 0 { now_ns() } else { 0 };
+    let t1 = if t0 != 0 { monotonic_ns() } else { 0 };
     guarded(|| record_transfer(st, &c, &noted, site_addr));
     match timing {
         Timing::No => {}
-        Timing::Stages => st.stats.stage_record.add(now_ns().saturating_sub(t1)),
+        Timing::Stages => st.stats.stage_record.add(monotonic_ns().saturating_sub(t1)),
         Timing::Total => {
-            let record = now_ns().saturating_sub(t1);
+            let record = monotonic_ns().saturating_sub(t1);
             st.stats.hook_sample(before.saturating_add(record));
         }
     }
