@@ -8,7 +8,7 @@
 //! pinned at once, and the net saving so far. The headline budget is read off the curve and
 //! checked by planning again at that budget: holding pinned memory costs more as the budget
 //! fills ([`pinwise_core::decide::pricing::hold_ns`]), so the plan at a tight budget may
-//! take less than the curve says; the budget then grows (by a quarter at a time, at most
+//! take less than the curve says; the budget then grows (by half at a time, at most
 //! [`MAX_CHECKS`] plans) until the plan captures the share, and that plan's figures are
 //! reported.
 
@@ -77,7 +77,7 @@ impl BudgetAnalysis {
 pub const MAX_CURVE_POINTS: usize = 400;
 
 /// Most plans made to find the headline budget.
-pub const MAX_CHECKS: usize = 24;
+pub const MAX_CHECKS: usize = 12;
 
 /// The plan of `profile` at `budget_bytes`: what `pinwise run --mode use` executes with
 /// this profile and budget (pinwise-alloc's `ProfileAdvice` follows the same [`PinPlan`]).
