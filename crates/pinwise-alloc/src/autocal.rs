@@ -6,7 +6,9 @@
 //! A cache file that cannot be read is reported by name and replaced by a new calibration.
 //!
 //! [`resolve`] does the deciding with the measuring passed in (so it is tested without a
-//! GPU); [`spawn`] runs it on a background thread.
+//! GPU); [`spawn`] runs it on a background thread. Where the cache is and how it is read
+//! without measuring belong to the pricing ([`pinwise_core::decide::pricing`]), which
+//! chooses the table every decision is priced with.
 
 use std::path::{Path, PathBuf};
 
@@ -14,35 +16,7 @@ use pinwise_core::CostModel;
 
 use crate::calibrate::CalibrationConfig;
 
-/// Environment variable naming the cache directory (default: the user's cache directory,
-/// e.g. `~/.cache/pinwise`).
-pub const CACHE_DIR_ENV: &str = "PINWISE_CACHE_DIR";
-
-/// The directory calibrations are cached in: `$PINWISE_CACHE_DIR`, else `pinwise` under
-/// the user's cache directory (`$XDG_CACHE_HOME` or `~/.cache`). `None` when there is none.
-pub fn cache_dir() -> Option<PathBuf> {
-    match std::env::var_os(CACHE_DIR_ENV) {
-        Some(d) if !d.is_empty() => Some(PathBuf::from(d)),
-        _ => dirs::cache_dir().map(|d| d.join("pinwise")),
-    }
-}
-
-/// The cache file of the GPU `key` in `dir`: `calibration-<key>.csv`, the key reduced to
-/// letters, digits, `-` and `_`.
-pub fn cache_file(dir: &Path, key: &str) -> PathBuf {
-    let safe: String = key
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .take(120)
-        .collect();
-    dir.join(format!("calibration-{safe}.csv"))
-}
+pub use pinwise_core::decide::pricing::{cache_dir, cache_file, cached, CACHE_DIR_ENV};
 
 /// The automatic calibration's settings: five sizes from 4 KiB to 256 MiB, two
 /// measurements each, 16 MiB per bandwidth figure (a few seconds on an H100 or H200; the
@@ -180,22 +154,6 @@ fn write_cache(path: &Path, model: &CostModel) -> std::io::Result<()> {
     pinwise_core::safe_file::write_bytes(path, model.to_csv().as_bytes())
 }
 
-/// The cached calibration of GPU `key` in `dir`, without measuring (for code running inside
-/// someone else's program, which must not start GPU work of its own): `Ok(None)` when none
-/// is cached, an error naming the file when it cannot be read.
-pub fn cached(key: &str, dir: &Path) -> Result<Option<CostModel>, String> {
-    let p = cache_file(dir, key);
-    if !p.exists() {
-        return Ok(None);
-    }
-    CostModel::from_csv_file(&p).map(Some).map_err(|e| {
-        format!(
-            "the cached calibration {} cannot be used ({e})",
-            p.display()
-        )
-    })
-}
-
 /// [`resolve`] on a background thread.
 pub fn spawn(
     key: Option<String>,
@@ -310,15 +268,6 @@ mod tests {
         let r = resolve(Some("GPU-1"), Some(&blocker.join("sub")), || Ok(measured()));
         assert!(matches!(r.source, Source::Calibrated { path: None, .. }));
         assert!(r.announcement().unwrap().contains("could not cache"));
-    }
-
-    #[test]
-    fn keys_become_safe_file_names() {
-        let p = cache_file(Path::new("/c"), "NVIDIA H100 at 0000:18:00.0/../x");
-        assert_eq!(
-            p,
-            Path::new("/c/calibration-NVIDIA_H100_at_0000_18_00_0____x.csv")
-        );
     }
 
     #[test]

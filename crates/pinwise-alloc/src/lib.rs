@@ -5,8 +5,9 @@
 //!
 //! - [`HostAllocator`] / [`HostBuffer`]: the Rust API (buffers free themselves; their copy
 //!   methods teach the allocator which buffers are hot);
-//! - [`engine::Engine`]: the decisions and the serving, on raw pointers, call sites and
-//!   flags (what the C ABI and the preload library drive);
+//! - [`engine::Engine`]: gathers the facts and serves, on raw pointers, call sites and
+//!   flags (what the C ABI and the preload library drive); every decision it acts on is
+//!   made by pinwise-core's decision engine ([`pinwise_core::decide`]);
 //! - [`pool`]: page-locked segments carved into blocks (best fit, split, coalesce, no
 //!   power-of-two waste), reused only after the copies on them completed;
 //! - [`pageable`]: the path for what is not pinned (with a bounded cache of warm mappings);
@@ -14,7 +15,8 @@
 //! - [`budget`]: a hard cap on pinned bytes, reserved atomically before pinning;
 //! - [`predict`]: the adaptive mode's per-call-site pattern history table;
 //! - [`callsite`]: allocation identity (call site normalized across runs);
-//! - [`costs`]: the view of the cost model that decisions weigh;
+//! - [`plan`]: use mode's advice ([`plan::ProfileAdvice`]): core's plan of a profile, per
+//!   tag of this process;
 //! - [`backend`]: the driver operations it needs, behind [`backend::PinBackend`];
 //! - [`calibrate`]: what a calibration measures (the measuring, `pinwise calibrate`, and
 //!   `pinwise bench alloc` are in the pinwise-bench crate);
@@ -27,7 +29,6 @@ pub mod budget;
 mod buffer;
 pub mod calibrate;
 pub mod callsite;
-pub mod costs;
 pub mod engine;
 mod error;
 pub mod events;

@@ -23,7 +23,8 @@ use std::sync::Arc;
 
 use pinwise_alloc::backend::cuda::CudaBackend;
 use pinwise_alloc::{AllocFlags, DevicePtr, Engine, EngineConfig, StreamHandle};
-use pinwise_core::{CostModel, Direction, Policy, Site};
+use pinwise_core::decide::pricing;
+use pinwise_core::{Direction, Policy, Site};
 
 use crate::ffi::{guarded, last_error, opt_path};
 
@@ -157,35 +158,26 @@ pub unsafe extern "C" fn pinwise_alloc_create(
         let profile = unsafe { opt_path(c.profile_path, "profile_path") }?;
         // SAFETY: as above.
         let calibration = unsafe { opt_path(c.calibration_path, "calibration_path") }?;
-        let given = match calibration {
-            Some(p) => Some(CostModel::from_csv_file(&p).map_err(|e| e.to_string())?),
-            None => None,
-        };
         let driver = pinwise_cuda::Driver::shared().map_err(|e| e.to_string())?;
         let backend =
             CudaBackend::on_device(&driver, c.device as usize).map_err(|e| e.to_string())?;
-        // Without a file: this GPU's cached automatic calibration (made by `pinwise bench
-        // alloc` or `pinwise_alloc::autocal`; never measured here, inside the program), else
-        // the built-in table, said in the log.
-        let costs = given.unwrap_or_else(|| {
-            let cached = match (backend.gpu_key(), pinwise_alloc::autocal::cache_dir()) {
-                (Some(k), Some(d)) => pinwise_alloc::autocal::cached(&k, &d),
-                _ => Ok(None),
-            };
-            match cached {
-                Ok(Some(m)) => m,
-                Ok(None) => {
-                    tracing::info!(
-                        "pinwise: no calibration of this GPU cached; built-in H200 table"
-                    );
-                    CostModel::builtin()
-                }
-                Err(e) => {
-                    tracing::warn!("pinwise: {e}; built-in H200 table");
-                    CostModel::builtin()
-                }
-            }
-        });
+        // The table is pinwise-core's pricing's choice: the file named, else this GPU's
+        // cached automatic calibration (made by `pinwise bench alloc` or
+        // `pinwise_alloc::autocal`; never measured here, inside the program), else the
+        // built-in table, said in the log. A named file that cannot be read is an error.
+        let table = pricing::pricing_table(
+            calibration.as_deref(),
+            backend.gpu_key().as_deref(),
+            pricing::cache_dir().as_deref(),
+        );
+        if calibration.is_some() && !matches!(table.source, pricing::TableSource::Named(_)) {
+            return Err(table.problems.join("; "));
+        }
+        for problem in &table.problems {
+            tracing::warn!("pinwise: {problem}");
+        }
+        tracing::info!(pricing = %table.source, "pinwise: decisions priced");
+        let costs = table.model;
         let mut cfg = EngineConfig::new(Policy::new(costs));
         if c.budget_bytes > 0 {
             cfg.budget_bytes = Some(c.budget_bytes);

@@ -225,8 +225,7 @@ fn policy(c: &mut Criterion) {
     g.sample_size(10);
     g.bench_function("plan_20k_tags_1GiB", |b| {
         b.iter(|| {
-            policy
-                .plan(&profile, 1 << 30, PinMethod::RegisterTouched)
+            pinwise_core::decide::plan::PinPlan::new(&profile, &policy, 1 << 30)
                 .pinned()
                 .count()
         })

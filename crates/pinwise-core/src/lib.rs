@@ -2,8 +2,8 @@
 //!
 //! Sources (the eBPF tracer, the preload hooks, the allocator) produce [`event::Event`]s;
 //! a [`history::MemHistory`] turns them into per-allocation lives; queries, dumps
-//! ([`format`](mod@format)), profiles ([`profile`]), the cost model ([`cost`]) and the pinning policy
-//! ([`policy`]) read it. Everything here is safe Rust that runs without a GPU and without
+//! ([`format`](mod@format)), profiles ([`profile`]), the cost model ([`cost`]) and the decision engine
+//! ([`decide`]: pricing, the pin/promote/keep/serve rules, the plan of a profile) read it. Everything here is safe Rust that runs without a GPU and without
 //! privileges.
 //!
 //! | module | idea |
@@ -18,7 +18,7 @@
 //! | [`safe_file`] | creating output files and directories safely (0600/0700, no planted symlinks) |
 //! | [`preload_stats`] | `ProcessStats`: the preload library's per-process statistics file |
 //! | [`cost`] | `CostModel`: transfer and pinning times by size, from a calibration |
-//! | [`policy`] | `Policy`: pin or not, and why; budget-constrained plans |
+//! | [`decide`] | the one place every pinning decision is made: [`decide::pricing`], [`decide::policy`] (`Policy`: pin or not, and why), [`decide::rules`] (serve pinned or pageable, keep pinned, promote), [`decide::plan`] (`PinPlan`: a profile planned within a budget) |
 //! | [`timeline`] | `Timeline`: pinned bytes over lifetimes (budget peaks) |
 //! | [`units`] | the one clock (`CLOCK_MONOTONIC` ns) and the one size and duration grammar |
 //! | [`synth`] | deterministic synthetic event streams for benchmarks and tests |
@@ -27,12 +27,12 @@
 #![deny(unsafe_code)]
 
 pub mod cost;
+pub mod decide;
 pub mod event;
 pub mod fingerprint;
 pub mod format;
 pub mod history;
 pub mod pagetable;
-pub mod policy;
 pub mod preload_stats;
 pub mod profile;
 pub mod safe_file;
@@ -46,10 +46,11 @@ mod segvec;
 mod varint;
 
 pub use cost::{CostModel, PinMethod};
+pub use decide::policy;
+pub use decide::policy::{Decision, Policy, Reason};
 pub use event::{Direction, Event, EventKind, HostMemKind, HostState, ProbeKind};
 pub use format::{load_history, save_history, DumpFormat, FormatError};
 pub use history::{HistoryConfig, MemHistory, SharedHistory};
-pub use policy::{Decision, Policy, Reason};
 pub use profile::Profile;
 pub use stack::{Frame, PyFrame, StackId, StackTable, Symbol, SymbolTable};
 pub use tag::{ModuleId, ModuleIdentity, ModuleTable, Site, Tag};

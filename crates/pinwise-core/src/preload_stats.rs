@@ -141,6 +141,9 @@ pub struct ProcessStats {
     pub problems: Vec<String>,
     /// The history written while the program ran.
     pub incremental: IncrementalStats,
+    /// The cost table that priced the decisions (a named calibration, this GPU's cached
+    /// calibration, or the built-in table and why); empty when the allocator did not run.
+    pub pricing: String,
 }
 
 /// Medians (ns, the middle of a histogram bucket; `None`: no sample) of the parts of a
@@ -319,6 +322,7 @@ mod tests {
         "profile",
         "problems",
         "incremental",
+        "pricing",
     ];
 
     /// Keys of a serialized object, in order (no JSON map type keeps the order here).

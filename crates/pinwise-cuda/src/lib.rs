@@ -53,7 +53,7 @@ pub mod sys;
 
 pub use api::DriverApi;
 pub use context::{Context, MemInfo};
-pub use device::{Device, PciIds};
+pub use device::{format_uuid, Device, PciIds};
 pub use driver::{Driver, ProcAddress, DEFAULT_LIBCUDA, LIBCUDA_ENV};
 pub use error::{CudaError, Result};
 pub use ipc::{IpcMapping, IpcMemHandle};

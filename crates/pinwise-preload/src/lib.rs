@@ -191,6 +191,7 @@ pub mod linked_alloc;
 pub mod malloc;
 mod persist;
 mod pinning;
+mod pricing;
 pub mod promote;
 pub mod real;
 mod recorder;

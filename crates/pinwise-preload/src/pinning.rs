@@ -12,7 +12,8 @@
 //!   the one plain CUDA would give; the allocator also registers it in place once its
 //!   copies pay for it.
 //! - The program's own pageable buffers are registered in place (page-aligned range) once
-//!   their copies have saved what registering costs, and unregistered before they are
+//!   pinwise-core's promotion rule says their copies paid for registering and holding them
+//!   ([`rules::pays_to_promote`]), and unregistered before they are
 //!   freed, reallocated or unmapped ([`before_free`], [`before_munmap`]). An asynchronous
 //!   copy on such a buffer keeps pageable memory's promise (done when the call returns: the
 //!   hook waits for its stream), since the program may reuse the buffer at once.
@@ -29,8 +30,10 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 use pinwise_alloc::pageable::{mapping_len, MMAP_FROM};
 use pinwise_alloc::{AllocError, AllocFlags, Allocation, Engine, EngineConfig, Mode, StreamHandle};
+use pinwise_core::decide::pricing::TableSource;
+use pinwise_core::decide::rules;
 use pinwise_core::profile::Profile;
-use pinwise_core::{Direction, EventKind, HostState, ModuleTable, PinMethod, Policy, Site};
+use pinwise_core::{Direction, EventKind, HostState, ModuleTable, Policy, Site};
 use pinwise_cuda::sys::{
     CUresult, CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, CUDA_ERROR_INVALID_VALUE, CUDA_SUCCESS,
 };
@@ -100,6 +103,10 @@ pub struct Pinning {
     min_saving_bytes: [u64; 4],
     keep_pinned: bool,
     promote_pageable: bool,
+    /// Where the cost table that prices the decisions came from.
+    pub pricing: TableSource,
+    /// Problems met choosing it (a calibration file that could not be read).
+    pub pricing_problems: Vec<String>,
 }
 
 /// What a copy found about its host side, for the history.
@@ -112,14 +119,18 @@ fn state_of(pinned: bool) -> HostState {
 }
 
 impl Pinning {
-    /// The engine for `config` on `driver`. Use mode follows `profile` (already read).
+    /// The engine for `config` on `driver`, pricing with the table pinwise-core's pricing
+    /// chooses for this GPU ([`crate::pricing::table`]). Use mode follows `profile`
+    /// (already read).
     pub fn new(
         driver: &'static DriverTable,
         config: &Config,
-        policy: Arc<Policy>,
         modules: Arc<ModuleTable>,
         profile: Option<&Profile>,
     ) -> Result<Pinning, String> {
+        let table = crate::pricing::table(config);
+        tracing::info!(pricing = %table.source, "pinwise: decisions priced");
+        let policy = Arc::new(Policy::new(table.model));
         let mut ec = EngineConfig::new((*policy).clone());
         ec.policy = policy.clone();
         ec.budget_bytes = config.budget_bytes;
@@ -130,7 +141,7 @@ impl Pinning {
         }
         let engine = Engine::new(Arc::new(PreloadBackend::new(driver)), ec)
             .map_err(|e| format!("the allocator could not start: {e}"))?;
-        let min_saving_bytes = Direction::ALL.map(|d| smallest_saving_copy(&policy, d));
+        let min_saving_bytes = Direction::ALL.map(|d| rules::smallest_saving_copy(&policy, d));
         Ok(Pinning {
             driver,
             engine,
@@ -142,18 +153,20 @@ impl Pinning {
             min_saving_bytes,
             keep_pinned: config.keep_pinned,
             promote_pageable: config.promote_pageable,
+            pricing: table.source,
+            pricing_problems: table.problems,
         })
     }
 
     /// Serves a pinned request of `size` bytes with CUDA `flags` from `site`. `Err`: the
     /// caller passes the request to CUDA (plain behaviour).
     pub fn alloc(&self, size: usize, flags: u32, site: Site) -> Result<Allocation, AllocError> {
-        let required = flags != 0 || size < MMAP_FROM || self.keep_pinned;
-        let af = if required {
-            AllocFlags::REQUIRE_PINNED
-        } else {
-            AllocFlags::PREFER_PINNED
-        };
+        let af = AllocFlags::from_ask(rules::pinned_request(
+            flags,
+            size,
+            MMAP_FROM,
+            self.keep_pinned,
+        ));
         let a = {
             let _inside = guard::Inside::enter();
             self.engine.alloc_with_cuda_flags(size, site, af, flags)?
@@ -278,23 +291,29 @@ impl Pinning {
         if c.state() != TRACKING {
             return UNKNOWN;
         }
-        let cost = self.policy.cost_model();
+        let policy = &self.policy;
         let saving = c.saving(bytes as u64, direction.index() as u8, || {
-            cost.transfer_saving_ns(direction, bytes as u64).max(0.0) as u64
+            rules::promotion_saving_ns(policy, direction, bytes as u64) as u64
         });
         // The copy's own span is what gets registered: it is the program's buffer now.
         let saved = c.note(saving);
+        let copies = c.copies();
         if saved == 0 {
             return UNKNOWN;
         }
         let threshold = c.threshold(span, || {
             let (_, reg_len) = page_span(host, span);
-            (self
-                .policy
-                .pin_cost_ns(reg_len as u64, PinMethod::RegisterTouched)
-                * self.policy.config().payback_factor) as u64
+            let budget = self.engine.budget();
+            rules::promotion_threshold_ns(
+                policy,
+                reg_len as u64,
+                budget.reserved().saturating_add(reg_len as u64),
+                budget.cap(),
+            ) as u64
         });
-        if saved > c.required(threshold) && self.promote_program(host, span, i, stats, rec) {
+        if rules::pays_to_promote(saved as f64, copies.into(), c.required(threshold) as f64)
+            && self.promote_program(host, span, i, stats, rec)
+        {
             return (HostState::Pinned, true);
         }
         UNKNOWN
@@ -728,50 +747,9 @@ pub fn neighbour_union(old: &Promoted, host: usize, end: usize) -> Option<Promot
     })
 }
 
-/// The smallest copy in `direction` that pinned host memory makes faster, by the policy's
-/// cost model (from there on the saving grows with the size); `u64::MAX` when none up to
-/// 64 GiB does.
-fn smallest_saving_copy(policy: &Policy, direction: Direction) -> u64 {
-    let saves = |b: u64| policy.cost_model().transfer_saving_ns(direction, b) > 0.0;
-    let mut hi = 4096u64;
-    while !saves(hi) {
-        if hi >= 64 << 30 {
-            return u64::MAX;
-        }
-        hi *= 2;
-    }
-    // saves(hi); find the smallest size that saves in (lo, hi] (`lo` does not, or is 0).
-    let mut lo = if hi == 4096 { 0 } else { hi / 2 };
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
-        if saves(mid) {
-            hi = mid;
-        } else {
-            lo = mid;
-        }
-    }
-    hi
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_smallest_saving_copy_is_found_per_direction() {
-        let policy = Policy::new(pinwise_core::CostModel::builtin());
-        for d in [Direction::HtoD, Direction::DtoH] {
-            let cut = smallest_saving_copy(&policy, d);
-            let cost = policy.cost_model();
-            assert!((1..64 << 20).contains(&cut), "{d:?}: {cut}");
-            assert!(cost.transfer_saving_ns(d, cut) > 0.0);
-            assert!(cut == 1 || cost.transfer_saving_ns(d, cut - 1) <= 0.0);
-            assert!(cost.transfer_saving_ns(d, 64 << 20) > 0.0);
-        }
-        // On the H200 table, a 4 KiB host-to-device copy is slower pinned: small ones never
-        // pay there.
-        assert!(smallest_saving_copy(&policy, Direction::HtoD) > 4096);
-    }
 
     fn program_range(start: usize, end: usize) -> Promoted {
         let (reg_start, reg_len) = page_span(start, end - start);

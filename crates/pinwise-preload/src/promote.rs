@@ -318,6 +318,8 @@ pub struct Counter {
     state: AtomicU8,
     /// Predicted saving of the copies seen (ns).
     saved_ns: AtomicU64,
+    /// Copies seen that save anything.
+    copies: AtomicU32,
     /// (bytes << 2 | direction) of the last saving computed, and that saving (ns).
     cached_key: AtomicU64,
     cached_saving: AtomicU64,
@@ -335,6 +337,7 @@ impl Counter {
             key: AtomicUsize::new(0),
             state: AtomicU8::new(TRACKING),
             saved_ns: AtomicU64::new(0),
+            copies: AtomicU32::new(0),
             cached_key: AtomicU64::new(0),
             cached_saving: AtomicU64::new(0),
             threshold_span: AtomicUsize::new(0),
@@ -374,6 +377,7 @@ impl Counter {
         if saving_ns == 0 {
             self.saved_ns.load(Ordering::Relaxed)
         } else {
+            self.copies.fetch_add(1, Ordering::Relaxed);
             self.saved_ns
                 .fetch_add(saving_ns, Ordering::Relaxed)
                 .saturating_add(saving_ns)
@@ -393,9 +397,15 @@ impl Counter {
         s
     }
 
+    /// Copies noted that saved anything, since the last [`Counter::reset`].
+    pub fn copies(&self) -> u32 {
+        self.copies.load(Ordering::Relaxed)
+    }
+
     /// Starts learning again (the buffer at this address was freed).
     pub fn reset(&self) {
         self.saved_ns.store(0, Ordering::Relaxed);
+        self.copies.store(0, Ordering::Relaxed);
         self.set_state(TRACKING);
     }
 
@@ -624,10 +634,12 @@ mod tests {
         }
         assert_eq!(computed, 1, "the same copy's saving is computed once");
         assert_eq!(k.note(0), 1500);
+        assert_eq!(k.copies(), 3, "a copy that saves nothing is not counted");
         k.set_state(PROMOTED);
         k.reset();
         assert_eq!(k.state(), TRACKING);
         assert_eq!(k.note(1), 1);
+        assert_eq!(k.copies(), 1);
         let mut computed = 0;
         for _ in 0..2 {
             assert_eq!(

@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 use pinwise_alloc::Mode;
 use pinwise_core::preload_stats::{EngineStats, OutputStats};
 use pinwise_core::profile::Profile;
-use pinwise_core::{CostModel, ModuleTable, Policy};
+use pinwise_core::ModuleTable;
 
 use crate::backend::DriverTable;
 use crate::config::{Config, LogTarget};
@@ -32,7 +32,6 @@ pub struct State {
     /// The history written while the program runs.
     history_file: crate::persist::HistoryFile,
     modules: Arc<ModuleTable>,
-    policy: Arc<Policy>,
     /// Use mode: the profile followed.
     profile: Option<Profile>,
     pinning: OnceLock<Result<Pinning, String>>,
@@ -253,16 +252,6 @@ impl State {
         for p in &problems {
             tracing::warn!("pinwise: {p}");
         }
-        let cost = match &config.calibration {
-            Some(path) => CostModel::from_csv_file(path).unwrap_or_else(|e| {
-                problems.push(format!(
-                    "calibration {}: {e}; using the built-in cost model",
-                    path.display()
-                ));
-                CostModel::builtin()
-            }),
-            None => CostModel::builtin(),
-        };
         let mut profile = None;
         let mut config = config;
         if config.mode == Mode::Use {
@@ -321,7 +310,6 @@ impl State {
                 config.history_path.as_ref().and(config.flush_every),
             ),
             modules,
-            policy: Arc::new(Policy::new(cost)),
             profile,
             pinning: OnceLock::new(),
             problems: Mutex::new(problems),
@@ -370,12 +358,19 @@ impl State {
         let made = Pinning::new(
             driver,
             &self.config,
-            self.policy.clone(),
             self.modules.clone(),
             self.profile.as_ref(),
         );
-        if let Err(e) = &made {
-            self.problem(format!("the allocator is off: {e}"));
+        match &made {
+            Ok(p) => {
+                for problem in &p.pricing_problems {
+                    self.problem(format!(
+                        "{problem}; decisions priced with the {}",
+                        p.pricing
+                    ));
+                }
+            }
+            Err(e) => self.problem(format!("the allocator is off: {e}")),
         }
         let _ = self.pinning.set(made);
         self.pinning()
@@ -486,6 +481,7 @@ impl State {
             Some(Ok(p)) => {
                 stats.allocator_active = true;
                 stats.driver_is_standin = p.driver.standin;
+                stats.pricing = p.pricing.to_string();
                 stats.engine = EngineStats::from(p.engine.stats());
             }
             Some(Err(e)) => stats.allocator_unavailable = Some(e.clone()),

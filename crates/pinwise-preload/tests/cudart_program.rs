@@ -8,7 +8,7 @@ mod common;
 
 use common::*;
 use pinwise_alloc::engine::{Advice, Advised};
-use pinwise_alloc::plan::Plan;
+use pinwise_alloc::plan::ProfileAdvice;
 use pinwise_core::history::{AllocKind, AllocState};
 use pinwise_core::{CostModel, Direction, Policy, Profile};
 
@@ -155,7 +155,7 @@ fn the_profile_changes_the_use_runs_decisions_as_predicted() {
     // blocks); the hot site's, at least, are all pinned from the start, and nothing needs a
     // promotion.
     let policy = Policy::new(CostModel::builtin());
-    let plan = Plan::new(
+    let plan = ProfileAdvice::new(
         &profile,
         &policy,
         pinwise_alloc::budget::default_budget_bytes(),
@@ -263,5 +263,46 @@ fn the_budget_holds_and_the_output_does_not_change() {
     assert!(
         refused > 0,
         "an 8 MiB buffer cannot be registered within 5 MiB: {p}"
+    );
+}
+
+/// The statistics and the summary say which cost table priced the decisions: the stand-in
+/// cannot name its GPU (no `cuDeviceGetUuid`), so without a calibration it is the built-in
+/// table, and why; a calibration named with `PINWISE_CALIBRATION` is that file.
+#[test]
+fn the_run_says_which_table_priced_the_decisions() {
+    let s = Setup::new();
+    let exe = s.build_cudart("cudart_workload.c", &[]);
+    let run = s.run_recorded(&exe, &["--mode", "adaptive"], "builtin.json");
+    let pricing = run.process()["pricing"].as_str().unwrap().to_string();
+    assert_eq!(
+        pricing, "built-in H200 table (the GPU could not be identified)",
+        "{}",
+        run.summary
+    );
+    let err = String::from_utf8_lossy(&run.out.stderr);
+    assert!(
+        err.contains("decisions priced with the built-in H200 table"),
+        "{err}"
+    );
+
+    let table = s.path("my-gpu.csv");
+    std::fs::write(&table, CostModel::builtin().to_csv()).unwrap();
+    let summary_path = s.path("named-summary.json");
+    let mut c = s.libs.command(pinwise());
+    c.args(["run", "--no-malloc-hooks", "--stats-json"])
+        .arg(&summary_path)
+        .arg("--")
+        .arg(&exe)
+        .current_dir(s.dir.path());
+    clean_env(&mut c);
+    c.env("PINWISE_CALIBRATION", &table);
+    let out = c.output().unwrap();
+    assert_ok(&out, "named calibration");
+    let named = summary(&summary_path);
+    assert_eq!(
+        named["processes"][0]["pricing"],
+        format!("calibration {}", table.display()),
+        "{named}"
     );
 }

@@ -1,25 +1,22 @@
 //! How much pinned memory the smart allocator would need: the saving-versus-budget curve,
 //! and the smallest budget that captures a given share of the attainable saving.
 //!
-//! Core's [`Policy::plan`] decides which tags of a profile to pin within one budget: among
-//! the tags that pay back ([`Policy::decide`] without a budget), best net saving per pinned
-//! byte first, each taken if it fits the budget at every moment of its lifetime. Planning
-//! again for every point of a curve would cost a full plan per point, so the curve here
-//! follows the same order once: after taking
-//! the best `k` tags, the budget they need is the most bytes they hold pinned at once (a
-//! segment tree over their lifetimes, as in core) and the saving is the sum of their net
-//! savings. At a budget `B` the plan takes at least every tag of the longest prefix that
-//! needs no more than `B` (they fit, whatever else it takes), so the curve is a lower
-//! bound of what the plan achieves at each budget. The headline budget is read off the
-//! curve and then checked with one real [`Policy::plan`] at that budget, whose saving is
-//! the figure reported.
+//! Every figure here is pinwise-core's plan ([`PinPlan`], block model: graded sizes, pool
+//! reuse, the peak priced at what the allocator does), the plan `pinwise run --mode use`
+//! executes on the same profile ([`plan_at`]). The curve is the plan's own order with an
+//! unlimited budget: after each group of allocations it takes, the most bytes they hold
+//! pinned at once, and the net saving so far. The headline budget is read off the curve and
+//! checked by planning again at that budget: holding pinned memory costs more as the budget
+//! fills ([`pinwise_core::decide::pricing::hold_ns`]), so the plan at a tight budget may
+//! take less than the curve says; the budget then grows (by half at a time, at most
+//! [`MAX_CHECKS`] plans) until the plan captures the share, and that plan's figures are
+//! reported.
 
 use serde::Serialize;
 
-use pinwise_core::policy::{PinRequest, Plan, PredictedTransfers};
-use pinwise_core::profile::{Profile, ProfileEntry};
-use pinwise_core::timeline::Timeline;
-use pinwise_core::{Decision, PinMethod, Policy};
+use pinwise_core::decide::plan::PinPlan;
+use pinwise_core::profile::Profile;
+use pinwise_core::{PinMethod, Policy};
 
 /// One point of the curve.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -33,28 +30,29 @@ pub struct BudgetPoint {
 /// The budget analysis of one profile.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct BudgetAnalysis {
-    /// How pinning was costed.
+    /// How the allocation rows price pinning (the plan prices at what the allocator does:
+    /// pool hits, fresh memory the cheaper way, holding it).
     #[serde(serialize_with = "crate::json::snake")]
     pub method: PinMethod,
     /// Tags in the profile.
     pub tags: u64,
-    /// Tags whose pinning pays back (without a budget).
+    /// Tags the plan pins without a budget.
     pub tags_worth_pinning: u64,
-    /// Net saving if every tag that pays back were pinned, ns, against pageable memory:
-    /// it counts the tags the traced run had pinned already as well.
+    /// Net saving of the plan without a budget, ns, against pageable memory: it counts the
+    /// tags the traced run had pinned already as well.
     pub attainable_ns: f64,
     /// Of the tags that pay back, those whose every transfer in the traced run was from
     /// or into pinned memory (the program, or the allocator running it, pinned them).
     pub tags_pinned_in_run: u64,
     /// Their share of `attainable_ns`, ns: saving the run already had.
     pub pinned_in_run_ns: f64,
-    /// Pinned bytes at once that pinning all of them needs.
+    /// Pinned bytes at once that the plan without a budget needs.
     pub attainable_peak_bytes: u64,
     /// Share of the attainable saving asked for (e.g. 0.9).
     pub share_asked: f64,
-    /// The smallest budget on the curve that reaches that share.
+    /// The smallest budget found whose plan reaches that share.
     pub budget_bytes: u64,
-    /// Net saving of core's plan at that budget, ns.
+    /// Net saving of the plan at that budget, ns.
     pub plan_saving_ns: f64,
     /// Tags that plan pins.
     pub plan_pinned_tags: u64,
@@ -78,10 +76,20 @@ impl BudgetAnalysis {
 /// Most points kept on the curve.
 pub const MAX_CURVE_POINTS: usize = 400;
 
+/// Most plans made to find the headline budget.
+pub const MAX_CHECKS: usize = 12;
+
+/// The plan of `profile` at `budget_bytes`: what `pinwise run --mode use` executes with
+/// this profile and budget (pinwise-alloc's `ProfileAdvice` follows the same [`PinPlan`]).
+pub fn plan_at(profile: &Profile, policy: &Policy, budget_bytes: u64) -> PinPlan {
+    PinPlan::new(profile, policy, budget_bytes)
+}
+
 /// Analyses `profile` under `policy`: the curve, and the budget for `share` of the saving.
 /// `pinned_in_run` says, per entry of the profile, whether the traced run had it pinned
 /// (every transfer pinned); those tags count in the saving like the others (the smart
-/// allocator would pin them too), and are reported apart.
+/// allocator would pin them too), and are reported apart. `method` is how the report's
+/// allocation rows price pinning, carried for the text.
 pub fn analyse(
     profile: &Profile,
     pinned_in_run: &[bool],
@@ -90,122 +98,62 @@ pub fn analyse(
     share: f64,
 ) -> BudgetAnalysis {
     let share = share.clamp(0.0, 1.0);
-    // Without a budget, core's plan pins exactly the tags its policy says pay back: the
-    // same decisions, without the plan's index and timeline.
-    let decisions = decide_all(profile, policy, method);
+    let unlimited = plan_at(profile, policy, u64::MAX);
     let (mut tags_pinned_in_run, mut pinned_in_run_ns) = (0, 0.0);
-    for (d, _) in decisions
+    for (e, _) in unlimited
+        .entries
         .iter()
         .zip(pinned_in_run)
-        .filter(|(d, &pinned)| d.pin && pinned)
+        .filter(|(e, &pinned)| e.decision.pin && pinned)
     {
         tags_pinned_in_run += 1;
-        pinned_in_run_ns += d.net_ns();
+        pinned_in_run_ns += e.decision.net_ns();
     }
-    let curve = prefix_curve(profile, &decisions);
-    let attainable = curve.last().copied().unwrap_or(BudgetPoint {
+    let mut curve = Vec::with_capacity(unlimited.steps().len() + 1);
+    curve.push(BudgetPoint {
         budget_bytes: 0,
         net_saving_ns: 0.0,
     });
-    let target = share * attainable.net_saving_ns;
-    let budget_bytes = curve
+    curve.extend(unlimited.steps().iter().map(|s| BudgetPoint {
+        budget_bytes: s.peak_bytes,
+        net_saving_ns: s.net_saving_ns,
+    }));
+    let attainable_ns = unlimited.net_saving_ns();
+    let attainable_peak = unlimited.peak_pinned_bytes();
+    let target = share * attainable_ns;
+    let mut budget_bytes = curve
         .iter()
         .find(|p| p.net_saving_ns >= target)
-        .map_or(attainable.budget_bytes, |p| p.budget_bytes);
+        .map_or(attainable_peak, |p| p.budget_bytes);
     let started = std::time::Instant::now();
-    let at_budget: Plan = policy.plan(profile, budget_bytes, method);
+    let mut at_budget = plan_at(profile, policy, budget_bytes);
+    let mut checks = 1;
+    while at_budget.net_saving_ns() < target && checks < MAX_CHECKS && budget_bytes > 0 {
+        budget_bytes = budget_bytes
+            .saturating_add(budget_bytes / 4)
+            .max(budget_bytes + 1);
+        at_budget = plan_at(profile, policy, budget_bytes);
+        checks += 1;
+    }
     tracing::debug!(
-        "core's plan at {budget_bytes} bytes: {:.3} s",
+        "{checks} plans to find the budget ({budget_bytes} bytes): {:.3} s",
         started.elapsed().as_secs_f64()
     );
     BudgetAnalysis {
         method,
         tags: profile.entries.len() as u64,
-        tags_worth_pinning: decisions.iter().filter(|d| d.pin).count() as u64,
-        attainable_ns: attainable.net_saving_ns,
+        tags_worth_pinning: unlimited.summary().pinned as u64,
+        attainable_ns,
         tags_pinned_in_run,
         pinned_in_run_ns,
-        attainable_peak_bytes: attainable.budget_bytes,
+        attainable_peak_bytes: attainable_peak,
         share_asked: share,
         budget_bytes,
         plan_saving_ns: at_budget.net_saving_ns(),
-        plan_pinned_tags: at_budget.pinned().count() as u64,
-        plan_peak_bytes: at_budget.peak_pinned_bytes,
+        plan_pinned_tags: at_budget.summary().pinned as u64,
+        plan_peak_bytes: at_budget.peak_pinned_bytes(),
         curve: thin(curve, MAX_CURVE_POINTS),
     }
-}
-
-/// Entries per thread below which deciding stays on one thread.
-const MIN_DECISIONS_PER_THREAD: usize = 100_000;
-
-/// The policy's decision for every entry, without a budget (on several threads for large
-/// profiles: each decision is independent).
-fn decide_all(profile: &Profile, policy: &Policy, method: PinMethod) -> Vec<Decision> {
-    let decide = |e: &ProfileEntry| {
-        policy.decide(&PinRequest {
-            size: e.size,
-            transfers: PredictedTransfers::from_profile_entry(e),
-            remaining_budget: u64::MAX,
-            method,
-        })
-    };
-    let entries = &profile.entries;
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |t| t.get())
-        .clamp(1, 8)
-        .min(entries.len().div_ceil(MIN_DECISIONS_PER_THREAD).max(1));
-    if threads == 1 {
-        return entries.iter().map(decide).collect();
-    }
-    let chunk = entries.len().div_ceil(threads);
-    std::thread::scope(|scope| {
-        let parts: Vec<_> = entries
-            .chunks(chunk)
-            .map(|part| scope.spawn(move || part.iter().map(decide).collect::<Vec<_>>()))
-            .collect();
-        parts
-            .into_iter()
-            .flat_map(|p| p.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-            .collect()
-    })
-}
-
-/// The curve of the plan's order: one point per tag taken (budget never decreasing); its
-/// last point is every tag that pays back.
-fn prefix_curve(profile: &Profile, decisions: &[Decision]) -> Vec<BudgetPoint> {
-    let entries = &profile.entries;
-    // The plan's order: best net saving per byte first, ties in profile order.
-    let mut keyed: Vec<(f64, usize)> = (0..entries.len())
-        .filter(|&i| decisions[i].pin)
-        .map(|i| (decisions[i].net_ns() / entries[i].size.max(1) as f64, i))
-        .collect();
-    keyed.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-    let order = keyed.into_iter().map(|(_, i)| i);
-    // The lifetime boundaries of every entry, as core's plan takes them: its peaks for a
-    // set of tags are then exactly the plan's.
-    let mut timeline = Timeline::new(
-        entries
-            .iter()
-            .flat_map(|e| [Some(e.start_ns), e.end_ns])
-            .flatten(),
-    );
-    let mut curve = Vec::with_capacity(order.len() + 1);
-    curve.push(BudgetPoint {
-        budget_bytes: 0,
-        net_saving_ns: 0.0,
-    });
-    let mut saving = 0.0;
-    for i in order {
-        let e = &entries[i];
-        let (from, to) = timeline.span(e.start_ns, e.end_ns);
-        timeline.add(from, to, e.size);
-        saving += decisions[i].net_ns();
-        curve.push(BudgetPoint {
-            budget_bytes: timeline.peak(),
-            net_saving_ns: saving,
-        });
-    }
-    curve
 }
 
 /// Keeps at most `max` points: the first, the last, and evenly spaced ones between (by

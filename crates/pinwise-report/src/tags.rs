@@ -4,7 +4,8 @@
 //! number; sizes, transfers, lifetimes relative to the process's first event; instances
 //! merged across processes), but without its per-site aggregates, which the budget does
 //! not need and which core computes with a scan of every record per call site (quadratic
-//! on large histories with many sites). Entries feed core's `Policy::plan` unchanged.
+//! on large histories with many sites). Entries feed core's plan
+//! (`pinwise_core::decide::plan::PinPlan`) unchanged.
 
 use std::collections::HashMap;
 

@@ -355,10 +355,9 @@ pub(crate) fn budget_sentence(r: &Report) -> String {
     if b.tags_worth_pinning == 0 {
         return format!(
             "No allocation of this history pays back its pinning (of {} allocations, counted \
-             by call site and call number), when pinning by {}: the smart allocator would pin \
-             nothing.",
+             by call site and call number), priced as the smart allocator pins (pool blocks \
+             reused, fresh memory the cheaper way, holding it): it would pin nothing.",
             count(b.tags),
-            method_name(b.method)
         );
     }
     let per_run = match r.overview.pids.len() {
@@ -382,12 +381,12 @@ pub(crate) fn budget_sentence(r: &Report) -> String {
         ),
     };
     format!(
-        "Pinning by {}, {} of {} allocations (counted by call site and call number) pay back; \
-         pinning all of them nets {} (against pageable memory) and holds {} pinned at once. To \
-         capture {} of that, a budget of {} suffices: the plan for that budget pins {} (at most \
-         {} at once) and nets {} ({}).\
+        "Priced as the smart allocator pins (pool blocks reused, fresh memory the cheaper way, \
+         holding it), its plan pins {} of {} allocations (counted by call site and call \
+         number); they net {} (against pageable memory) and hold {} pinned at once. To \
+         capture {} of that, a budget of {} suffices: the plan for that budget, which \
+         `pinwise run --mode use` follows, pins {} (at most {} at once) and nets {} ({}).\
          {pinned_in_run}{per_run}",
-        method_name(b.method),
         count(b.tags_worth_pinning),
         count(b.tags),
         format_duration_ns(b.attainable_ns),

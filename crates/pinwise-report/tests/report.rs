@@ -2,6 +2,7 @@
 mod common;
 
 use common::*;
+use pinwise_core::decide::plan::PinPlan;
 use pinwise_core::history::{AllocKind, Recorded};
 use pinwise_core::profile::Profile;
 use pinwise_core::{CostModel, Direction, MemHistory, PinMethod, Policy, Site};
@@ -145,9 +146,9 @@ fn the_budget_is_checked_by_cores_plan() {
     let b = &r.budget;
     let policy = Policy::new(CostModel::builtin());
     let profile = Profile::from_history(&s.history);
-    let unlimited = policy.plan(&profile, u64::MAX, PinMethod::RegisterTouched);
+    let unlimited = PinPlan::new(&profile, &policy, u64::MAX);
     assert!((b.attainable_ns - unlimited.net_saving_ns()).abs() < 1e-6 * b.attainable_ns);
-    assert_eq!(b.attainable_peak_bytes, unlimited.peak_pinned_bytes);
+    assert_eq!(b.attainable_peak_bytes, unlimited.peak_pinned_bytes());
     assert_eq!(b.tags_worth_pinning, unlimited.pinned().count() as u64);
     // Buffer C was registered for all its copies: its saving is counted, and said apart
     // (the saving sentence, over pageable memory, leaves it out).
@@ -165,8 +166,9 @@ fn the_budget_is_checked_by_cores_plan() {
     );
     assert!(b.plan_saving_ns >= 0.9 * b.attainable_ns);
     assert!(b.plan_peak_bytes <= b.budget_bytes);
-    let at = policy.plan(&profile, b.budget_bytes, PinMethod::RegisterTouched);
+    let at = pinwise_report::budget::plan_at(&profile, &policy, b.budget_bytes);
     assert_eq!(b.plan_saving_ns, at.net_saving_ns());
+    assert_eq!(b.plan_pinned_tags, at.pinned().count() as u64);
     // The 64 MiB load_batch buffer is most of the saving: the budget holds it.
     assert!(b.budget_bytes >= 64 * MIB, "{}", b.budget_bytes);
     assert!(b

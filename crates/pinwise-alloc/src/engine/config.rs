@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+pub use pinwise_core::decide::rules::Advised;
+use pinwise_core::decide::rules::Ask;
 use pinwise_core::{Event, ModuleTable, Policy, Tag};
 
 use crate::budget::default_budget_bytes;
@@ -54,21 +56,34 @@ impl AllocFlags {
     pub const fn contains(self, other: AllocFlags) -> bool {
         self.0 & other.0 == other.0
     }
+
+    /// The flags of a request as pinwise-core's rules read them.
+    pub const fn ask(self) -> Ask {
+        Ask {
+            require_pinned: self.contains(AllocFlags::REQUIRE_PINNED),
+            never_pin: self.contains(AllocFlags::NEVER_PIN),
+            prefer_pinned: self.contains(AllocFlags::PREFER_PINNED),
+        }
+    }
+
+    /// The flags for what pinwise-core's rules ask.
+    pub const fn from_ask(ask: Ask) -> AllocFlags {
+        let mut bits = 0;
+        if ask.require_pinned {
+            bits |= AllocFlags::REQUIRE_PINNED.0;
+        }
+        if ask.never_pin {
+            bits |= AllocFlags::NEVER_PIN.0;
+        }
+        if ask.prefer_pinned {
+            bits |= AllocFlags::PREFER_PINNED.0;
+        }
+        AllocFlags(bits)
+    }
 }
 
-/// What a profile advises for one allocation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Advised {
-    /// Pin it.
-    Pin,
-    /// Leave it pageable.
-    Pageable,
-    /// The profile knows nothing that matches (other tag, other size): decide adaptively.
-    Unknown,
-}
-
-/// Advice for use mode: implemented by [`crate::plan::Plan`] (a profile planned with
-/// pinwise-core's policy), or by anything else that can say pin or not per tag.
+/// Advice for use mode: implemented by [`crate::plan::ProfileAdvice`] (a profile planned
+/// by pinwise-core's [`pinwise_core::decide::plan::PinPlan`]), or by anything else that can say pin or not per tag.
 pub trait Advice: Send + Sync {
     /// The advice for allocation `tag` of `size` bytes.
     fn advise(&self, tag: &Tag, size: usize) -> Advised;
@@ -167,7 +182,7 @@ impl EngineConfig {
     /// module table. The plan's summary is logged.
     pub fn with_profile(mut self, profile: &pinwise_core::profile::Profile) -> Self {
         let budget = self.budget_bytes.unwrap_or_else(default_budget_bytes);
-        let plan = crate::plan::Plan::new(profile, &self.policy, budget, &self.modules);
+        let plan = crate::plan::ProfileAdvice::new(profile, &self.policy, budget, &self.modules);
         let s = plan.summary();
         tracing::info!(
             entries = s.entries,

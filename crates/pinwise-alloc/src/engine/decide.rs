@@ -1,17 +1,25 @@
-//! Deciding, per allocation, pinned or pageable: the caller's flags, a profile's advice
-//! (use mode, where it matches and has not been proved wrong), else the call site's
-//! pattern-history predictor weighed by pinwise-core's policy against what pinning would
-//! cost now. A request that prefers pinned memory (a program's own pinned request) is
-//! pinned unless the site's history predicts cold.
+//! Gathering the facts of each allocation for pinwise-core's rules
+//! ([`pinwise_core::decide::rules::serve`]): the caller's flags, a profile's advice (use
+//! mode, where it matches and has not been proved wrong), the call site's pattern-history
+//! predictor, the pool's free blocks, and what pinning would cost now
+//! ([`Engine::pin_pays_now`], priced by [`pinwise_core::decide::pricing`]). Outcomes train
+//! the predictor ([`Engine::learn_outcome`]).
 
 use std::sync::atomic::Ordering;
 
+use pinwise_core::decide::pricing;
+use pinwise_core::decide::rules::{self, Basis, SiteGuess};
 use pinwise_core::policy::PredictedTransfers;
 use pinwise_core::{Reason, Site, Tag};
 
 use super::{Advised, AllocFlags, Engine, Live, Mode, Planned};
-use crate::costs;
 use crate::predict::{PredictionSource, SitePredictor};
+
+/// No history (for requests whose flags decide alone).
+const NO_GUESS: SiteGuess = SiteGuess {
+    hot: false,
+    has_history: false,
+};
 
 /// Per call site state.
 #[derive(Debug)]
@@ -34,7 +42,8 @@ impl SiteState {
 }
 
 impl Engine {
-    /// Tag, pin or not, and whether advice was followed.
+    /// Tag, pin or not, and whether advice was followed. The facts are gathered here; the
+    /// decision is pinwise-core's ([`rules::serve`]).
     pub(super) fn decide(
         &self,
         size: usize,
@@ -56,108 +65,76 @@ impl Engine {
             site,
             call_no: state.calls,
         };
-        if flags.contains(AllocFlags::REQUIRE_PINNED) {
-            return (tag, true, Planned::No);
+        let ask = flags.ask();
+        if ask.require_pinned || ask.never_pin {
+            drop(sites);
+            let s = rules::serve(ask, None, || false, || false, NO_GUESS, || false);
+            return (tag, s.pinned, Planned::No);
         }
-        if flags.contains(AllocFlags::NEVER_PIN) {
-            return (tag, false, Planned::No);
-        }
-        if self.mode == Mode::Use && state.advice_trusted() {
-            if let Some(advice) = &self.advice {
-                match advice.advise(&tag, size) {
-                    Advised::Pin => return (tag, true, Planned::Pin),
-                    Advised::Pageable
-                        if flags.contains(AllocFlags::PREFER_PINNED)
-                            && advice.pinned_and_reused(&tag, size) =>
-                    {
-                        // The program's own pinned request for a buffer it copied again
-                        // and again: as plain CUDA (the promotion rule would pin it on its
-                        // first copies anyway, inside the program's work).
-                        return (tag, true, Planned::No);
-                    }
-                    Advised::Pageable => {
-                        // A free block the pool already holds costs nothing (its memory is
-                        // pinned anyway): a site that has proved hot in this run uses it,
-                        // instead of a new mapping that its copies would promote again
-                        // (pinned memory beyond the hot working set).
-                        let hot = state.hot_streak > 0;
-                        drop(sites);
-                        if hot && self.pool.lock().has_free(graded) {
-                            return (tag, true, Planned::No);
-                        }
-                        return (tag, false, Planned::Pageable);
-                    }
-                    Advised::Unknown => {
-                        self.counters
-                            .advice_unmatched
-                            .fetch_add(1, Ordering::Relaxed);
-                    }
-                }
+        let advice = match &self.advice {
+            Some(a) if self.mode == Mode::Use && state.advice_trusted() => {
+                Some((a, a.advise(&tag, size)))
             }
-        }
+            _ => None,
+        };
+        let hot_in_this_run = state.hot_streak > 0;
         let guess = state.predictor.predict();
         // The site's last observed mix of directions and sizes, scaled to the guess.
-        let expected = costs::scaled(&state.last_mix, guess.expected_transfers as f64);
+        let expected = pricing::scaled(&state.last_mix, guess.expected_transfers as f64);
         let reuse = state.hot_streak.clamp(1, self.max_reuse_credit) as f64;
         drop(sites);
-        if flags.contains(AllocFlags::PREFER_PINNED) {
-            // The program asked for pinned memory: it gets it unless its site's past says
-            // otherwise (no history, or a hot run: as plain CUDA; a cold run: pageable).
-            return (
-                tag,
-                guess.hot || guess.source == PredictionSource::NoHistory,
-                Planned::No,
-            );
+        if matches!(advice, Some((_, Advised::Unknown))) {
+            self.counters
+                .advice_unmatched
+                .fetch_add(1, Ordering::Relaxed);
         }
-        if !guess.hot || guess.source == PredictionSource::NoHistory {
-            return (tag, false, Planned::No);
-        }
-        (
-            tag,
-            self.pin_pays_now(graded, &expected, reuse),
-            Planned::No,
-        )
+        let s = rules::serve(
+            ask,
+            advice.as_ref().map(|(_, a)| *a),
+            || {
+                advice
+                    .as_ref()
+                    .is_some_and(|(a, _)| a.pinned_and_reused(&tag, size))
+            },
+            || hot_in_this_run && self.pool.lock().has_free(graded),
+            SiteGuess {
+                hot: guess.hot,
+                has_history: guess.source != PredictionSource::NoHistory,
+            },
+            || self.pin_pays_now(graded, &expected, reuse),
+        );
+        let planned = match s.basis {
+            Basis::AdvisedPin => Planned::Pin,
+            Basis::AdvisedPageable => Planned::Pageable,
+            _ => Planned::No,
+        };
+        (tag, s.pinned, planned)
     }
 
-    /// Whether pinning a `graded`-byte block for `expected` transfers pays *now*, priced at
-    /// what the engine would do ([`costs::price`]): a free pooled block costs nothing;
-    /// otherwise a new segment (registering a warm cached mapping where the pageable cache
-    /// has one, else fresh memory the cheaper way), plus holding it, credited with `reuse`
-    /// allocations like this one (the site's recent run of hot outcomes), since the pool
-    /// keeps it for them.
+    /// Whether pinning a `graded`-byte block for `expected` transfers pays *now*
+    /// ([`rules::pays_now`], on the pool's, the cache's and the budget's state now),
+    /// credited with `reuse` allocations like this one.
     pub(super) fn pin_pays_now(
         &self,
         graded: usize,
         expected: &PredictedTransfers,
         reuse: f64,
     ) -> bool {
-        if self.pool.lock().has_free(graded) {
-            let hit = costs::price(&self.policy, graded as u64, costs::Obtain::PoolHit, 0, 1);
-            return costs::decide_priced(&self.policy, graded as u64, *expected, u64::MAX, &hit)
-                .pin;
-        }
-        let seg = graded.max(self.min_segment);
-        let obtain = if self.pageable.lock().has_fit(seg) {
-            costs::Obtain::RegisterCached
-        } else {
-            costs::Obtain::Fresh
-        };
-        let cap = self.budget.cap();
-        let reserved = self.budget.reserved();
-        let remaining = cap.saturating_sub(reserved);
-        let price = costs::price(
+        let pool_has_free = self.pool.lock().has_free(graded);
+        let segment = graded.max(self.min_segment);
+        let cache_has_fit = !pool_has_free && self.pageable.lock().has_fit(segment);
+        let d = rules::pays_now(
             &self.policy,
-            seg as u64,
-            obtain,
-            reserved.saturating_add(seg as u64),
-            cap,
-        );
-        let d = costs::decide_priced(
-            &self.policy,
-            seg as u64,
-            costs::scaled(expected, expected.total() * reuse),
-            remaining,
-            &price,
+            expected,
+            reuse,
+            &rules::PinNow {
+                graded: graded as u64,
+                segment: segment as u64,
+                pool_has_free,
+                cache_has_fit,
+                reserved: self.budget.reserved(),
+                cap: self.budget.cap(),
+            },
         );
         if matches!(d.reason, Reason::BudgetFull { .. }) {
             self.counters
@@ -168,11 +145,11 @@ impl Engine {
     }
 
     /// The outcome of a freed allocation (hot: it was worth pinning, see
-    /// [`costs::worth_pinning`]), recorded in its site's predictor and in the trust of the
+    /// [`rules::worth_pinning`]), recorded in its site's predictor and in the trust of the
     /// profile's advice there. Returns whether it was hot.
     pub(super) fn learn_outcome(&self, live: &Live) -> bool {
         let seen = live.seen();
-        let hot = costs::worth_pinning(&self.policy, &seen);
+        let hot = rules::worth_pinning(&self.policy, &seen);
         let mut sites = self.sites.lock();
         if let Some(state) = sites.get_mut(&live.tag.site) {
             state.predictor.record(hot, seen.total() as u32);

@@ -6,18 +6,21 @@
 //!
 //! For each allocation the engine
 //! 1. derives the tag (call site + call number at that site),
-//! 2. asks, in order: the caller's flags (pinned required?), the advice of a profile (use
-//!    mode; only where the tag and size match and the site has not proved the advice wrong),
-//!    and otherwise the site's pattern-history predictor (adaptive behaviour), weighing the
-//!    predicted saving against what pinning would cost *now*, as [`crate::costs::price`]
-//!    prices it (nothing when a pooled block is free; registering a warm mapping when the
-//!    pageable cache has one; else fresh memory the cheaper way; plus holding it),
+//! 2. gathers the facts pinwise-core's rules decide on ([`pinwise_core::decide::rules::serve`]):
+//!    the caller's flags (pinned required?), the advice of a profile (use mode; only where
+//!    the tag and size match and the site has not proved the advice wrong), and otherwise
+//!    the site's pattern-history predictor (adaptive behaviour), weighing the predicted
+//!    saving against what pinning would cost *now*, as
+//!    [`pinwise_core::decide::pricing::price`] prices it (nothing when a pooled block is
+//!    free; registering a warm mapping when the pageable cache has one; else fresh memory
+//!    the cheaper way; plus holding it),
 //! 3. serves it from the pinned pool (within the budget) or the pageable path; any failure
 //!    to pin falls back to pageable memory and is counted.
 //!
 //! Transfers are learned through [`Engine::note_transfer`]. A pageable mapping whose
 //! transfers have already saved what registering it costs is registered in place
-//! ("promoted"): the ski-rental rule, never worse than twice the best choice in hindsight.
+//! ("promoted", [`pinwise_core::decide::rules::promote`]): the ski-rental rule, never worse
+//! than twice the best choice in hindsight.
 //! When an allocation is freed its outcome (would pinning it have paid?) trains its site's
 //! predictor.
 
@@ -26,6 +29,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
+use pinwise_core::decide::rules;
 use pinwise_core::policy::PredictedTransfers;
 use pinwise_core::{
     Direction, Event, EventKind, HostMemKind, HostState, Policy, ProbeKind, Site, Tag,
@@ -41,7 +45,6 @@ use decide::SiteState;
 use crate::backend::{EventHandle, PinBackend, StreamHandle};
 use crate::budget::{default_budget_bytes, PinBudget};
 use crate::callsite::InProcessSiteResolver;
-use crate::costs;
 use crate::error::AllocError;
 use crate::events::EventPool;
 use crate::grade::{graded_size, PAGE};
@@ -430,26 +433,17 @@ impl Engine {
                 streams.push(s);
             }
         }
-        // Ski rental: register a pageable mapping in place once it has been copied more than
-        // once and the transfers it has seen would have paid for registering it (the policy's
-        // decision on what was seen).
+        // Ski rental: register a pageable mapping in place once pinwise-core's promotion
+        // rule says its copies paid for it.
         if live.origin == Origin::Mapping
             && live.promotion.load(Ordering::Acquire) == PAGEABLE
-            && costs::worth_pinning(&self.policy, &live.seen())
-            && costs::decide_priced(
+            && rules::promote(
                 &self.policy,
+                &live.seen(),
                 live.block_len as u64,
-                live.seen(),
-                u64::MAX,
-                &costs::price(
-                    &self.policy,
-                    live.block_len as u64,
-                    costs::Obtain::RegisterCached,
-                    self.budget.reserved().saturating_add(live.block_len as u64),
-                    self.budget.cap(),
-                ),
+                self.budget.reserved().saturating_add(live.block_len as u64),
+                self.budget.cap(),
             )
-            .pin
         {
             self.promote(live);
         }

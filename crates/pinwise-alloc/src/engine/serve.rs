@@ -4,11 +4,11 @@
 
 use std::sync::atomic::Ordering;
 
+use pinwise_core::decide::pricing;
 use pinwise_core::{EventKind, PinMethod};
 
 use super::{Engine, Live, Origin, PinRefusal, NO_PROMOTION, PAGEABLE, PROMOTED, PROMOTING};
 use crate::backend::{EventHandle, StreamHandle};
-use crate::costs;
 use crate::error::AllocError;
 use crate::grade::PAGE;
 use crate::pageable::{self, touch_pages, MMAP_FROM};
@@ -75,8 +75,8 @@ impl Engine {
         self.counters.pool_misses.fetch_add(1, Ordering::Relaxed);
         let seg_len = graded.max(self.min_segment);
         // Prefer registering a touched mapping from the pageable cache when that is cheaper.
-        let (fresh_method, fresh_cost) = costs::cheapest_fresh(&self.policy, seg_len as u64);
-        let touched = if costs::register_touched_ns(&self.policy, seg_len as u64) < fresh_cost {
+        let (fresh_method, fresh_cost) = pricing::cheapest_fresh(&self.policy, seg_len as u64);
+        let touched = if pricing::register_touched_ns(&self.policy, seg_len as u64) < fresh_cost {
             self.pageable.lock().take(seg_len)
         } else {
             None

@@ -149,6 +149,9 @@ pub fn summary_lines(ps: &[ProcessStats]) -> Vec<String> {
                 p.engine.advice_unmatched
             ));
         }
+        if !p.pricing.is_empty() {
+            lines.push(format!("{who}decisions priced with the {}", p.pricing));
+        }
         if let Some(why) = &p.allocator_unavailable {
             if used_cuda(p) {
                 lines.push(format!("{who}the allocator did not run: {why}"));

@@ -9,12 +9,10 @@
 //! pin if saving > cost x payback_factor  and  size <= remaining budget
 //! ```
 //!
-//! For a whole profile under a budget ([`Policy::plan`]): among the tags that pay back, the
-//! best net saving per pinned byte first, each taken if, at every moment of its lifetime,
-//! the bytes already planned pinned plus its size fit the budget: allocations never live
-//! at the same time share the budget.
+//! A whole profile under a budget is planned by [`crate::decide::plan::PinPlan`], which
+//! asks this policy about each block it would add, at the price [`crate::decide::pricing`]
+//! gives.
 
-use std::collections::HashMap;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -22,8 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::cost::{CostModel, PinMethod};
 use crate::event::Direction;
 use crate::history::TransferCounters;
-use crate::profile::{Profile, ProfileEntry};
-use crate::timeline::Timeline;
+use crate::profile::ProfileEntry;
 
 /// Predicted transfers of one allocation: per direction (index [`Direction::index`]), how
 /// many and how many bytes in total.
@@ -324,127 +321,5 @@ impl Policy {
             );
         }
         decision(true, Reason::PaysBack, saving)
-    }
-
-    /// Plans which tags of `profile` to pin within `budget` bytes pinned at any moment.
-    pub fn plan(&self, profile: &Profile, budget: u64, method: PinMethod) -> Plan {
-        let mut decisions: Vec<Decision> = profile
-            .entries
-            .iter()
-            .map(|e| {
-                self.decide(&PinRequest {
-                    size: e.size,
-                    transfers: PredictedTransfers::from_profile_entry(e),
-                    remaining_budget: u64::MAX,
-                    method,
-                })
-            })
-            .collect();
-        // Candidates: best net saving per byte first (ties: profile order, for determinism).
-        let mut candidates: Vec<usize> =
-            (0..decisions.len()).filter(|&i| decisions[i].pin).collect();
-        let per_byte = |i: usize| decisions[i].net_ns() / profile.entries[i].size as f64;
-        candidates.sort_by(|&a, &b| per_byte(b).total_cmp(&per_byte(a)).then(a.cmp(&b)));
-        let mut timeline = Timeline::new(
-            profile
-                .entries
-                .iter()
-                .flat_map(|e| [Some(e.start_ns), e.end_ns])
-                .flatten(),
-        );
-        for i in candidates {
-            let e = &profile.entries[i];
-            let (from, to) = timeline.span(e.start_ns, e.end_ns);
-            let used = timeline.max(from, to);
-            let remaining = budget.saturating_sub(used);
-            if e.size <= remaining {
-                timeline.add(from, to, e.size);
-            } else {
-                decisions[i].pin = false;
-                decisions[i].reason = Reason::BudgetFull { remaining };
-            }
-        }
-        let peak = timeline.max(0, timeline.len());
-        let module_keys: Vec<String> = profile.modules.iter().map(|m| m.key.clone()).collect();
-        let index = profile
-            .entries
-            .iter()
-            .enumerate()
-            .map(|(i, e)| ((e.module, e.offset, e.call_no), i))
-            .collect();
-        Plan {
-            budget,
-            method,
-            peak_pinned_bytes: peak,
-            entries: profile
-                .entries
-                .iter()
-                .zip(decisions)
-                .map(|(e, decision)| PlannedEntry {
-                    module: e.module,
-                    offset: e.offset,
-                    call_no: e.call_no,
-                    size: e.size,
-                    decision,
-                })
-                .collect(),
-            module_keys,
-            index,
-        }
-    }
-}
-
-/// One tag's decision in a plan.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct PlannedEntry {
-    /// Module index (into the profile's modules).
-    pub module: u32,
-    /// Call-site offset.
-    pub offset: u64,
-    /// Call number.
-    pub call_no: u32,
-    /// Size.
-    pub size: u64,
-    /// The decision.
-    pub decision: Decision,
-}
-
-/// Which tags of a profile to pin, within a budget.
-#[derive(Debug, Clone)]
-pub struct Plan {
-    /// The budget planned for, bytes.
-    pub budget: u64,
-    /// The pin method planned for.
-    pub method: PinMethod,
-    /// Most bytes pinned at once under the plan (never above the budget).
-    pub peak_pinned_bytes: u64,
-    /// Every tag of the profile with its decision, in profile order.
-    pub entries: Vec<PlannedEntry>,
-    module_keys: Vec<String>,
-    index: HashMap<(u32, u64, u32), usize>,
-}
-
-impl Plan {
-    /// The decision for (module key, offset, call number), if the profile had that tag.
-    pub fn decision(&self, module_key: &str, offset: u64, call_no: u32) -> Option<&Decision> {
-        let m = self.module_keys.iter().position(|k| k == module_key)? as u32;
-        self.decision_in(m, offset, call_no)
-    }
-
-    /// The decision by module index (see [`Profile::module_index`]).
-    pub fn decision_in(&self, module: u32, offset: u64, call_no: u32) -> Option<&Decision> {
-        self.index
-            .get(&(module, offset, call_no))
-            .map(|&i| &self.entries[i].decision)
-    }
-
-    /// The entries planned pinned.
-    pub fn pinned(&self) -> impl Iterator<Item = &PlannedEntry> + '_ {
-        self.entries.iter().filter(|e| e.decision.pin)
-    }
-
-    /// Net saving of the pinned entries, ns.
-    pub fn net_saving_ns(&self) -> f64 {
-        self.pinned().map(|e| e.decision.net_ns()).sum()
     }
 }

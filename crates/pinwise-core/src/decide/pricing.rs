@@ -1,10 +1,14 @@
-//! The allocator's questions to pinwise-core's cost model and policy: every pin-or-not
-//! decision of the engine and of use mode's plan is priced here, at what the engine will
-//! actually do.
+//! Pricing: what pinning costs, at what the allocator engine will actually do, and which
+//! cost table prices it. Every pin-or-not decision (the engine's, the plan's, the report's,
+//! the preload's promotions) is priced here.
+//!
+//! **The table** ([`pricing_table`]): a calibration named explicitly; else this GPU's
+//! calibration cached by the automatic calibration ([`cache_file`], one file per GPU under
+//! [`cache_dir`]); else the built-in H200 table, and [`TableSource`] says which was used.
 //!
 //! The curves (measured transfer and pinning times, interpolated by size) are
-//! [`pinwise_core::CostModel`]; whether a predicted use pays for pinning is
-//! [`pinwise_core::Policy::decide_priced`], at the price [`price`] gives:
+//! [`crate::CostModel`]; whether a predicted use pays for pinning is
+//! [`crate::Policy::decide_priced`], at the price [`price`] gives:
 //!
 //! | how the engine gets the memory ([`Obtain`]) | price | copies timed at |
 //! |---|---|---|
@@ -13,14 +17,17 @@
 //! | fresh memory | the cheaper of `cuMemHostAlloc` + free and map + touch + register + unregister ([`cheapest_fresh`]), less the page faults a fresh pageable mapping would take anyway (`malloc_touch_us`), + hold | that method's column |
 //!
 //! **Holding** pinned memory has a price too ([`hold_ns`]): the GPU page table it takes
-//! (8 bytes per 4 KiB page, [`pinwise_core::pagetable`], priced like RAM), and the RAM that
+//! (8 bytes per 4 KiB page, [`crate::pagetable`], priced like RAM), and the RAM that
 //! is no longer pageable, priced at what faulting in that much fresh memory costs
 //! (`malloc_touch_us`) times how full the pinned budget will be (0 with an empty budget, the whole price at its cap): the
 //! closer pinned memory comes to the cap, the more a new pin must save. So "pays back"
 //! means the saving covers obtaining, giving back and holding the memory.
 
-use pinwise_core::policy::{PinPrice, PinRequest, PredictedTransfers};
-use pinwise_core::{CostModel, Decision, Direction, PinMethod, Policy};
+use std::path::{Path, PathBuf};
+
+use crate::cost::{CostModel, PinMethod};
+use crate::decide::policy::{Decision, PinPrice, PinRequest, Policy, PredictedTransfers};
+use crate::event::Direction;
 
 /// How the engine would obtain pinned memory for a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,10 +160,133 @@ pub fn scaled(t: &PredictedTransfers, count: f64) -> PredictedTransfers {
     out
 }
 
+/// Environment variable naming the calibration cache directory (default: the user's cache
+/// directory, e.g. `~/.cache/pinwise`).
+pub const CACHE_DIR_ENV: &str = "PINWISE_CACHE_DIR";
+
+/// The directory calibrations are cached in: `$PINWISE_CACHE_DIR`, else `pinwise` under
+/// the user's cache directory (`$XDG_CACHE_HOME` or `~/.cache`). `None` when there is none.
+pub fn cache_dir() -> Option<PathBuf> {
+    match std::env::var_os(CACHE_DIR_ENV) {
+        Some(d) if !d.is_empty() => Some(PathBuf::from(d)),
+        _ => dirs::cache_dir().map(|d| d.join("pinwise")),
+    }
+}
+
+/// The cache file of the GPU `key` in `dir`: `calibration-<key>.csv`, the key reduced to
+/// letters, digits, `-` and `_`.
+pub fn cache_file(dir: &Path, key: &str) -> PathBuf {
+    let safe: String = key
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(120)
+        .collect();
+    dir.join(format!("calibration-{safe}.csv"))
+}
+
+/// The cached calibration of GPU `key` in `dir`, without measuring (for code running inside
+/// someone else's program, which must not start GPU work of its own): `Ok(None)` when none
+/// is cached, an error naming the file when it cannot be read.
+pub fn cached(key: &str, dir: &Path) -> Result<Option<CostModel>, String> {
+    let p = cache_file(dir, key);
+    if !p.exists() {
+        return Ok(None);
+    }
+    CostModel::from_csv_file(&p).map(Some).map_err(|e| {
+        format!(
+            "the cached calibration {} cannot be used ({e})",
+            p.display()
+        )
+    })
+}
+
+/// Where the table that prices decisions came from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TableSource {
+    /// A calibration named explicitly (`--calibration`, `PINWISE_CALIBRATION`).
+    Named(PathBuf),
+    /// This GPU's calibration from the automatic calibration's cache.
+    Cached(PathBuf),
+    /// The built-in H200 table, and why.
+    BuiltIn(String),
+}
+
+impl std::fmt::Display for TableSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TableSource::Named(p) => write!(f, "calibration {}", p.display()),
+            TableSource::Cached(p) => write!(f, "this GPU's cached calibration {}", p.display()),
+            TableSource::BuiltIn(why) => write!(f, "built-in H200 table ({why})"),
+        }
+    }
+}
+
+/// The cost table decisions are priced with, where it came from, and problems met.
+#[derive(Debug, Clone)]
+pub struct PricingTable {
+    /// The table.
+    pub model: CostModel,
+    /// Where it came from.
+    pub source: TableSource,
+    /// Problems met on the way (a file that could not be read), each naming the file.
+    pub problems: Vec<String>,
+}
+
+/// The table to price with, without measuring anything: `named` if given and readable;
+/// else the cached calibration of GPU `gpu_key` in `cache_dir`; else the built-in table
+/// (with why). An unreadable file is a problem that names it, and the next choice is used.
+pub fn pricing_table(
+    named: Option<&Path>,
+    gpu_key: Option<&str>,
+    cache_dir: Option<&Path>,
+) -> PricingTable {
+    let mut problems = Vec::new();
+    if let Some(path) = named {
+        match CostModel::from_csv_file(path) {
+            Ok(model) => {
+                return PricingTable {
+                    model,
+                    source: TableSource::Named(path.to_path_buf()),
+                    problems,
+                }
+            }
+            Err(e) => problems.push(format!("calibration {}: {e}", path.display())),
+        }
+    }
+    let why = match (gpu_key, cache_dir) {
+        (None, _) => "the GPU could not be identified".to_string(),
+        (Some(_), None) => "no cache directory".to_string(),
+        (Some(key), Some(dir)) => match cached(key, dir) {
+            Ok(Some(model)) => {
+                return PricingTable {
+                    model,
+                    source: TableSource::Cached(cache_file(dir, key)),
+                    problems,
+                }
+            }
+            Ok(None) => format!("no calibration cached for {key}"),
+            Err(e) => {
+                problems.push(e);
+                format!("the cached calibration of {key} cannot be used")
+            }
+        },
+    };
+    PricingTable {
+        model: CostModel::builtin(),
+        source: TableSource::BuiltIn(why),
+        problems,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pinwise_core::CostModel;
 
     /// The decisions' building blocks on the built-in H200 calibration.
     #[test]
@@ -224,5 +354,67 @@ mod tests {
         // A pool hit pays whenever the copies save anything.
         let one = PredictedTransfers::none().with(Direction::HtoD, 1.0, size);
         assert!(decide_priced(&p, size, one, u64::MAX, &hit).pin);
+    }
+}
+
+#[cfg(test)]
+mod table_tests {
+    use super::*;
+
+    fn write_model(path: &Path) {
+        std::fs::write(path, CostModel::builtin().to_csv()).unwrap();
+    }
+
+    /// Named, else cached for this GPU, else built-in; each choice said, and an unreadable
+    /// file named as a problem.
+    #[test]
+    fn the_table_is_named_else_cached_else_built_in() {
+        let dir = tempfile::tempdir().unwrap();
+        let named = dir.path().join("mine.csv");
+        write_model(&named);
+        let t = pricing_table(Some(&named), Some("GPU-1"), Some(dir.path()));
+        assert_eq!(t.source, TableSource::Named(named.clone()));
+        assert!(t.problems.is_empty());
+        // Nothing cached for GPU-1: built-in, and why.
+        let t = pricing_table(None, Some("GPU-1"), Some(dir.path()));
+        assert!(
+            matches!(&t.source, TableSource::BuiltIn(w) if w.contains("no calibration cached for GPU-1"))
+        );
+        assert!(t.source.to_string().starts_with("built-in H200 table"));
+        // Cached for GPU-1: that file.
+        let file = cache_file(dir.path(), "GPU-1");
+        write_model(&file);
+        let t = pricing_table(None, Some("GPU-1"), Some(dir.path()));
+        assert_eq!(t.source, TableSource::Cached(file.clone()));
+        assert!(t.source.to_string().contains("calibration-GPU-1.csv"));
+        // An unreadable named file: a problem naming it, then the cache.
+        let bad = dir.path().join("bad.csv");
+        std::fs::write(&bad, "junk").unwrap();
+        let t = pricing_table(Some(&bad), Some("GPU-1"), Some(dir.path()));
+        assert_eq!(t.source, TableSource::Cached(file.clone()));
+        assert!(t.problems[0].contains("bad.csv"), "{:?}", t.problems);
+        // A corrupt cache file: named, built-in.
+        std::fs::write(&file, "junk").unwrap();
+        let t = pricing_table(None, Some("GPU-1"), Some(dir.path()));
+        assert!(matches!(t.source, TableSource::BuiltIn(_)));
+        assert!(
+            t.problems[0].contains("calibration-GPU-1.csv"),
+            "{:?}",
+            t.problems
+        );
+        // No GPU identity.
+        let t = pricing_table(None, None, Some(dir.path()));
+        assert!(
+            matches!(&t.source, TableSource::BuiltIn(w) if w.contains("could not be identified"))
+        );
+    }
+
+    #[test]
+    fn keys_become_safe_file_names() {
+        let p = cache_file(Path::new("/c"), "NVIDIA H100 at 0000:18:00.0/../x");
+        assert_eq!(
+            p,
+            Path::new("/c/calibration-NVIDIA_H100_at_0000_18_00_0____x.csv")
+        );
     }
 }

@@ -1,0 +1,515 @@
+//! The per-allocation and per-buffer rules: serve a request pinned or pageable, keep a
+//! program's pinned request pinned, promote (register in place) a pageable buffer that
+//! turned hot. The allocator engine (pinwise-alloc) and the preload library
+//! (pinwise-preload) gather the facts (flags, the profile's advice, the call site's
+//! history, the pool's free blocks, the copies seen) and ask here; nothing else decides.
+//!
+//! | decision | function | asked by |
+//! |---|---|---|
+//! | a program's pinned request: must it be pinned whatever the evidence? | [`pinned_request`] | preload (`cuMemHostAlloc` hooks) |
+//! | serve an allocation pinned or pageable | [`serve`] | engine (every allocation) |
+//! | does pinning a new allocation pay now? | [`pays_now`] | engine (via [`serve`]) |
+//! | is an allocation hot (worth holding pinned)? | [`worth_pinning`] | engine (outcomes), plan |
+//! | promote a pageable buffer now | [`promote`] / [`pays_to_promote`] | engine (its mappings), preload (the program's buffers) |
+
+use crate::cost::PinMethod;
+use crate::decide::policy::{Decision, Policy, PredictedTransfers};
+use crate::decide::pricing::{self, Obtain};
+use crate::event::Direction;
+
+pub use crate::decide::pricing::worth_pinning;
+
+/// What a request itself asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Ask {
+    /// It must be pinned (the caller needs pinned semantics); failing that, it fails.
+    pub require_pinned: bool,
+    /// It must never be pinned.
+    pub never_pin: bool,
+    /// The program asked for pinned memory (a `cuMemHostAlloc` without special flags):
+    /// pinned unless the evidence says otherwise.
+    pub prefer_pinned: bool,
+}
+
+/// How a program's pinned request (CUDA `flags`, `size` bytes) is asked of the engine:
+/// required pinned when its flags need pinned semantics (mapped, portable,
+/// write-combined), when it is smaller than `pooled_below` (a block of an existing pinned
+/// segment costs nothing), or when the user keeps every pinned request pinned
+/// (`keep_pinned`); otherwise preferred pinned.
+pub fn pinned_request(cuda_flags: u32, size: usize, pooled_below: usize, keep_pinned: bool) -> Ask {
+    let required = cuda_flags != 0 || size < pooled_below || keep_pinned;
+    Ask {
+        require_pinned: required,
+        never_pin: false,
+        prefer_pinned: !required,
+    }
+}
+
+/// A profile's advice for one allocation (use mode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Advised {
+    /// Pin it.
+    Pin,
+    /// Leave it pageable.
+    Pageable,
+    /// The profile knows nothing that matches (other tag, other size): decide adaptively.
+    Unknown,
+}
+
+/// What the call site's history predicts for the allocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SiteGuess {
+    /// Pinning is predicted to pay (the site's recent allocations were hot).
+    pub hot: bool,
+    /// The site has any history at all.
+    pub has_history: bool,
+}
+
+/// Why an allocation is served as it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Basis {
+    /// The caller requires pinned memory.
+    Required,
+    /// The caller forbids pinning.
+    NeverPin,
+    /// The profile's plan pins it.
+    AdvisedPin,
+    /// The profile's plan leaves it pageable, but the program asked for pinned memory for
+    /// an allocation that was pinned and copied again and again in the profiled run (the
+    /// promotion rule would pin it on its first copies anyway).
+    PinnedAndReused,
+    /// The profile's plan leaves it pageable, but its site proved hot in this run and the
+    /// pool holds a free block (pinned anyway, costs nothing): the warm block is used.
+    HotSiteFreeBlock,
+    /// The profile's plan leaves it pageable.
+    AdvisedPageable,
+    /// The program asked for pinned memory and the site's history does not say cold (no
+    /// history, or hot): as plain CUDA.
+    ProgramAskedPinned,
+    /// The program asked for pinned memory, but the site's allocations turned out cold.
+    ProgramAskedButCold,
+    /// No history at this site yet: pageable until copies prove it hot (promotion).
+    NoHistory,
+    /// The site's history predicts cold.
+    PredictedCold,
+    /// Predicted hot, and pinning pays at what it costs now.
+    PaysNow,
+    /// Predicted hot, but pinning does not pay at what it costs now (or the budget is full).
+    DoesNotPayNow,
+}
+
+/// A serving decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Serve {
+    /// Serve it pinned.
+    pub pinned: bool,
+    /// Why.
+    pub basis: Basis,
+}
+
+impl Serve {
+    fn new(pinned: bool, basis: Basis) -> Serve {
+        Serve { pinned, basis }
+    }
+}
+
+/// Serve one allocation pinned or pageable. In order: the request's own demands; the
+/// profile's `advice` (use mode, where it matched and has not been proved wrong: `None`
+/// otherwise); a program's pinned request against its site's `guess`; else the site's
+/// `guess` weighed by `pays_now` (pinning priced at what the engine would do now). The
+/// closures are asked only where the answer matters: `pinned_and_reused` (the profiled
+/// allocation was pinned and reused), `hot_site_free_block` (the site proved hot in this
+/// run and the pool has a free block of its size), `pays_now`.
+pub fn serve(
+    ask: Ask,
+    advice: Option<Advised>,
+    pinned_and_reused: impl FnOnce() -> bool,
+    hot_site_free_block: impl FnOnce() -> bool,
+    guess: SiteGuess,
+    pays_now: impl FnOnce() -> bool,
+) -> Serve {
+    if ask.require_pinned {
+        return Serve::new(true, Basis::Required);
+    }
+    if ask.never_pin {
+        return Serve::new(false, Basis::NeverPin);
+    }
+    match advice {
+        Some(Advised::Pin) => return Serve::new(true, Basis::AdvisedPin),
+        Some(Advised::Pageable) => {
+            if ask.prefer_pinned && pinned_and_reused() {
+                return Serve::new(true, Basis::PinnedAndReused);
+            }
+            if hot_site_free_block() {
+                return Serve::new(true, Basis::HotSiteFreeBlock);
+            }
+            return Serve::new(false, Basis::AdvisedPageable);
+        }
+        Some(Advised::Unknown) | None => {}
+    }
+    if ask.prefer_pinned {
+        return if guess.hot || !guess.has_history {
+            Serve::new(true, Basis::ProgramAskedPinned)
+        } else {
+            Serve::new(false, Basis::ProgramAskedButCold)
+        };
+    }
+    if !guess.has_history {
+        return Serve::new(false, Basis::NoHistory);
+    }
+    if !guess.hot {
+        return Serve::new(false, Basis::PredictedCold);
+    }
+    if pays_now() {
+        Serve::new(true, Basis::PaysNow)
+    } else {
+        Serve::new(false, Basis::DoesNotPayNow)
+    }
+}
+
+/// The allocator's state when it weighs pinning a new allocation now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PinNow {
+    /// The allocation's pool block size.
+    pub graded: u64,
+    /// The segment a new block would need (the graded size, at least the pool's smallest).
+    pub segment: u64,
+    /// The pool has a free block of that size.
+    pub pool_has_free: bool,
+    /// The pageable cache has a warm mapping that fits the segment.
+    pub cache_has_fit: bool,
+    /// Pinned bytes reserved now.
+    pub reserved: u64,
+    /// The pinned budget.
+    pub cap: u64,
+}
+
+/// Whether pinning an allocation predicted to see `expected` transfers pays *now*, priced
+/// at what the engine would do ([`pricing::price`]): a free pooled block costs nothing;
+/// otherwise a new segment (registering a warm cached mapping where the pageable cache has
+/// one, else fresh memory the cheaper way), plus holding it, credited with `reuse`
+/// allocations like this one (the site's recent run of hot outcomes), since the pool keeps
+/// the block for them. A refusal for the budget says [`crate::Reason::BudgetFull`].
+pub fn pays_now(
+    policy: &Policy,
+    expected: &PredictedTransfers,
+    reuse: f64,
+    now: &PinNow,
+) -> Decision {
+    if now.pool_has_free {
+        let hit = pricing::price(policy, now.graded, Obtain::PoolHit, 0, 1);
+        return pricing::decide_priced(policy, now.graded, *expected, u64::MAX, &hit);
+    }
+    let obtain = if now.cache_has_fit {
+        Obtain::RegisterCached
+    } else {
+        Obtain::Fresh
+    };
+    let price = pricing::price(
+        policy,
+        now.segment,
+        obtain,
+        now.reserved.saturating_add(now.segment),
+        now.cap,
+    );
+    pricing::decide_priced(
+        policy,
+        now.segment,
+        pricing::scaled(expected, expected.total() * reuse),
+        now.cap.saturating_sub(now.reserved),
+        &price,
+    )
+}
+
+/// The saving one copy of `bytes` in `direction` makes once its pageable buffer is
+/// registered in place (registered memory's bandwidth), ns, never negative: what a
+/// promotion's evidence is counted in.
+pub fn promotion_saving_ns(policy: &Policy, direction: Direction, bytes: u64) -> f64 {
+    policy
+        .cost_model()
+        .transfer_saving_ns_by(direction, bytes, PinMethod::RegisterTouched)
+        .max(0.0)
+}
+
+/// The saving a pageable buffer's copies must exceed before it is registered in place,
+/// ns: registering and unregistering its `bytes` plus holding them pinned with
+/// `pinned_after` of `budget` bytes pinned ([`pricing::price`], [`Obtain::RegisterCached`]),
+/// times the policy's payback factor.
+pub fn promotion_threshold_ns(policy: &Policy, bytes: u64, pinned_after: u64, budget: u64) -> f64 {
+    pricing::price(policy, bytes, Obtain::RegisterCached, pinned_after, budget).cost_ns
+        * policy.config().payback_factor
+}
+
+/// The promotion rule on running totals: a buffer copied at least twice whose copies saved
+/// more than `required_ns` (at least [`promotion_threshold_ns`]; the preload raises it
+/// where promotions at the same address did not pay). Ski rental: never worse than twice
+/// the best choice in hindsight.
+pub fn pays_to_promote(saved_ns: f64, copies: u64, required_ns: f64) -> bool {
+    copies >= 2 && saved_ns > required_ns
+}
+
+/// The promotion rule on the copies `seen` of a `bytes`-byte pageable buffer, with
+/// `pinned_after` of `budget` bytes pinned once it is registered.
+pub fn promote(
+    policy: &Policy,
+    seen: &PredictedTransfers,
+    bytes: u64,
+    pinned_after: u64,
+    budget: u64,
+) -> bool {
+    let copies = seen.total();
+    if copies < 2.0 {
+        return false;
+    }
+    let saved: f64 = Direction::ALL
+        .iter()
+        .map(|&d| {
+            let n = seen.count[d.index()];
+            if n <= 0.0 {
+                return 0.0;
+            }
+            let each = (seen.bytes[d.index()] / n).round() as u64;
+            n * promotion_saving_ns(policy, d, each)
+        })
+        .sum();
+    pays_to_promote(
+        saved,
+        copies as u64,
+        promotion_threshold_ns(policy, bytes, pinned_after, budget),
+    )
+}
+
+/// The smallest copy in `direction` that pinned host memory makes faster, by the policy's
+/// cost model (from there on the saving grows with the size); `u64::MAX` when none up to
+/// 64 GiB does. Smaller copies never count towards a promotion.
+pub fn smallest_saving_copy(policy: &Policy, direction: Direction) -> u64 {
+    let saves = |b: u64| policy.cost_model().transfer_saving_ns(direction, b) > 0.0;
+    let mut hi = 4096u64;
+    while !saves(hi) {
+        if hi >= 64 << 30 {
+            return u64::MAX;
+        }
+        hi *= 2;
+    }
+    // saves(hi); find the smallest size that saves in (lo, hi] (`lo` does not, or is 0).
+    let mut lo = if hi == 4096 { 0 } else { hi / 2 };
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if saves(mid) {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    hi
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::CostModel;
+
+    fn policy() -> Policy {
+        Policy::new(CostModel::builtin())
+    }
+
+    const GUESS_NONE: SiteGuess = SiteGuess {
+        hot: false,
+        has_history: false,
+    };
+    const GUESS_HOT: SiteGuess = SiteGuess {
+        hot: true,
+        has_history: true,
+    };
+    const GUESS_COLD: SiteGuess = SiteGuess {
+        hot: false,
+        has_history: true,
+    };
+
+    fn never() -> bool {
+        panic!("not to be asked")
+    }
+
+    #[test]
+    fn the_request_comes_first_then_the_advice_then_the_history() {
+        let required = Ask {
+            require_pinned: true,
+            ..Ask::default()
+        };
+        let s = serve(
+            required,
+            Some(Advised::Pageable),
+            never,
+            never,
+            GUESS_COLD,
+            never,
+        );
+        assert_eq!(s, Serve::new(true, Basis::Required));
+        let never_pin = Ask {
+            never_pin: true,
+            ..Ask::default()
+        };
+        let s = serve(
+            never_pin,
+            Some(Advised::Pin),
+            never,
+            never,
+            GUESS_HOT,
+            never,
+        );
+        assert_eq!(s, Serve::new(false, Basis::NeverPin));
+        let plain = Ask::default();
+        let s = serve(plain, Some(Advised::Pin), never, never, GUESS_COLD, never);
+        assert_eq!(s, Serve::new(true, Basis::AdvisedPin));
+        let s = serve(
+            plain,
+            Some(Advised::Pageable),
+            never,
+            || false,
+            GUESS_HOT,
+            never,
+        );
+        assert_eq!(s, Serve::new(false, Basis::AdvisedPageable));
+        // The warm cache's hot-site rule: a free block for a site hot in this run.
+        let s = serve(
+            plain,
+            Some(Advised::Pageable),
+            never,
+            || true,
+            GUESS_COLD,
+            never,
+        );
+        assert_eq!(s, Serve::new(true, Basis::HotSiteFreeBlock));
+        // Unknown advice: the history decides, priced now.
+        let s = serve(
+            plain,
+            Some(Advised::Unknown),
+            never,
+            never,
+            GUESS_HOT,
+            || true,
+        );
+        assert_eq!(s, Serve::new(true, Basis::PaysNow));
+        let s = serve(plain, None, never, never, GUESS_HOT, || false);
+        assert_eq!(s, Serve::new(false, Basis::DoesNotPayNow));
+        let s = serve(plain, None, never, never, GUESS_COLD, never);
+        assert_eq!(s, Serve::new(false, Basis::PredictedCold));
+        let s = serve(plain, None, never, never, GUESS_NONE, never);
+        assert_eq!(s, Serve::new(false, Basis::NoHistory));
+    }
+
+    #[test]
+    fn a_programs_pinned_request_stays_pinned_unless_proved_cold() {
+        let ask = pinned_request(0, 64 << 20, 1 << 20, false);
+        assert!(ask.prefer_pinned && !ask.require_pinned);
+        assert_eq!(
+            serve(ask, None, never, never, GUESS_NONE, never),
+            Serve::new(true, Basis::ProgramAskedPinned)
+        );
+        assert_eq!(
+            serve(ask, None, never, never, GUESS_HOT, never),
+            Serve::new(true, Basis::ProgramAskedPinned)
+        );
+        assert_eq!(
+            serve(ask, None, never, never, GUESS_COLD, never),
+            Serve::new(false, Basis::ProgramAskedButCold)
+        );
+        // Advised pageable, but pinned and reused in the profiled run: kept pinned.
+        assert_eq!(
+            serve(
+                ask,
+                Some(Advised::Pageable),
+                || true,
+                never,
+                GUESS_COLD,
+                never
+            ),
+            Serve::new(true, Basis::PinnedAndReused)
+        );
+        // Flags, small sizes and keep-pinned require pinned memory.
+        assert!(pinned_request(2, 64 << 20, 1 << 20, false).require_pinned);
+        assert!(pinned_request(0, 4096, 1 << 20, false).require_pinned);
+        assert!(pinned_request(0, 64 << 20, 1 << 20, true).require_pinned);
+    }
+
+    #[test]
+    fn promotion_needs_two_copies_that_paid_for_registering_and_holding() {
+        let p = policy();
+        let size = 64u64 << 20;
+        let budget = 1u64 << 34;
+        let threshold = promotion_threshold_ns(&p, size, size, budget);
+        let per_copy = promotion_saving_ns(&p, Direction::HtoD, size);
+        assert!(per_copy > 0.0 && threshold > 0.0);
+        // Enough copies to pay: promoted; one fewer: not.
+        let n = (threshold / per_copy).floor() + 1.0;
+        let n = n.max(2.0);
+        let seen = PredictedTransfers::none().with(Direction::HtoD, n, size);
+        assert!(promote(&p, &seen, size, size, budget));
+        assert!(pays_to_promote(n * per_copy, n as u64, threshold));
+        if n > 2.0 {
+            let fewer = PredictedTransfers::none().with(Direction::HtoD, n - 1.0, size);
+            assert!(!promote(&p, &fewer, size, size, budget));
+        }
+        // One copy never promotes, however much it saved.
+        let one = PredictedTransfers::none().with(Direction::HtoD, 1.0, 1 << 30);
+        assert!(!promote(&p, &one, 1 << 30, 1 << 30, budget));
+        assert!(!pays_to_promote(f64::MAX, 1, 0.0));
+        // A fuller budget asks for more.
+        assert!(promotion_threshold_ns(&p, size, budget, budget) > threshold);
+    }
+
+    #[test]
+    fn pinning_now_is_free_from_the_pool_and_refused_past_the_budget() {
+        let p = policy();
+        let size = 64u64 << 10;
+        let now = PinNow {
+            graded: size,
+            segment: size,
+            pool_has_free: true,
+            cache_has_fit: false,
+            reserved: 0,
+            cap: 1 << 34,
+        };
+        let one = PredictedTransfers::none().with(Direction::HtoD, 1.0, size);
+        // A free pool block: any saving pays.
+        assert!(pays_now(&p, &one, 1.0, &now).pin);
+        // A new block: one copy of 64 KiB does not pay for fresh memory, many do.
+        let fresh = PinNow {
+            pool_has_free: false,
+            ..now
+        };
+        assert!(!pays_now(&p, &one, 1.0, &fresh).pin);
+        let many = PredictedTransfers::none().with(Direction::HtoD, 1000.0, size);
+        assert!(pays_now(&p, &many, 1.0, &fresh).pin);
+        // Reuse credit: the same expected transfers times the block's reuses.
+        let few = PredictedTransfers::none().with(Direction::HtoD, 2.0, size);
+        let alone = pays_now(&p, &few, 1.0, &fresh);
+        let reused = pays_now(&p, &few, 8.0, &fresh);
+        assert!(reused.saving_ns > 7.9 * alone.saving_ns);
+        // No room: refused for the budget.
+        let full = PinNow {
+            reserved: 1 << 34,
+            ..fresh
+        };
+        assert!(matches!(
+            pays_now(&p, &many, 1.0, &full).reason,
+            crate::Reason::BudgetFull { .. }
+        ));
+    }
+
+    #[test]
+    fn the_smallest_saving_copy_is_found_per_direction() {
+        let policy = policy();
+        for d in [Direction::HtoD, Direction::DtoH] {
+            let cut = smallest_saving_copy(&policy, d);
+            let cost = policy.cost_model();
+            assert!((1..64 << 20).contains(&cut), "{d:?}: {cut}");
+            assert!(cost.transfer_saving_ns(d, cut) > 0.0);
+            assert!(cut == 1 || cost.transfer_saving_ns(d, cut - 1) <= 0.0);
+            assert!(cost.transfer_saving_ns(d, 64 << 20) > 0.0);
+        }
+        // On the H200 table, a 4 KiB host-to-device copy is slower pinned: small ones never
+        // pay there.
+        assert!(smallest_saving_copy(&policy, Direction::HtoD) > 4096);
+    }
+}
