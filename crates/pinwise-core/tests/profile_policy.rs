@@ -422,8 +422,17 @@ proptest! {
             if !pinwise_core::decide::rules::worth_pinning(&policy(), &t) {
                 prop_assert!(!pe.decision.pin);
             }
-            if !pe.decision.pin {
-                prop_assert!(pe.decision.reason != Reason::PaysBack, "{:?}", pe.decision.reason);
+            // One worth pinning on its own but refused: the budget, or too few transfers for
+            // what its block would add (pool reuse); never "pays back".
+            if !pe.decision.pin && pinwise_core::decide::rules::worth_pinning(&policy(), &t) {
+                prop_assert!(
+                    matches!(
+                        pe.decision.reason,
+                        Reason::BudgetFull { .. } | Reason::TooFewTransfers { .. }
+                    ),
+                    "{:?}",
+                    pe.decision.reason
+                );
             }
         }
         // The plan's steps: the peak and the net saving never go down.

@@ -47,7 +47,8 @@
 //! | `PINWISE_FLUSH_EVERY` | how often the history is appended to while the program runs: `1s` (default), `250ms`, ... between 10 ms and 1 h, or `0`/`off` (only at the end) |
 //! | `PINWISE_STATS_DIR` | directory for this process's statistics (`<pid>.json`) |
 //! | `PINWISE_BUDGET` | pinned budget (`8G`, `512MiB`, `25%`); default a quarter of RAM |
-//! | `PINWISE_CALIBRATION` | calibration CSV for the cost model (default: built-in H200 table) |
+//! | `PINWISE_CALIBRATION` | calibration CSV for the cost model (default: this GPU's cached calibration, else the built-in H200 table) |
+//! | `PINWISE_CACHE_DIR` | where the cached calibrations are (default: `$XDG_CACHE_HOME/pinwise`, else `~/.cache/pinwise`) |
 //! | `PINWISE_LOG` | `stderr` or a file: where to log (nothing is logged otherwise) |
 //! | `PINWISE_LOG_LEVEL` | `error`, `warn` (default), `info`, `debug`, `trace` |
 //! | `PINWISE_DUMP_SIGNAL` | a signal (`USR2`, `SIGUSR1`, `12`) that writes the outputs now |

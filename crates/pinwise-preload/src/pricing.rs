@@ -5,8 +5,6 @@
 //! driver the program loaded, without starting GPU work (no calibration is measured inside
 //! someone else's program).
 
-use std::ffi::c_int;
-
 use pinwise_core::decide::pricing::{cache_dir, pricing_table, PricingTable};
 use pinwise_cuda::sys::{CUdevice, CUresult, CUuuid, CUDA_SUCCESS};
 
@@ -29,9 +27,12 @@ pub fn table(config: &Config) -> PricingTable {
 /// stand-in, or no device).
 pub fn gpu_key() -> Option<String> {
     let _inside = Inside::enter();
+    use pinwise_cuda::sys::pfn;
+    // `cuCtxGetDevice` is not in pinwise-cuda's driver list (nothing else calls it); the
+    // other two signatures are the list's.
     type GetDevice = unsafe extern "C" fn(*mut CUdevice) -> CUresult;
-    type DeviceGet = unsafe extern "C" fn(*mut CUdevice, c_int) -> CUresult;
-    type GetUuid = unsafe extern "C" fn(*mut CUuuid, CUdevice) -> CUresult;
+    type DeviceGet = pfn::cuDeviceGet;
+    type GetUuid = pfn::cuDeviceGetUuid_v2;
     let uuid_fn = real::driver_fn(c"cuDeviceGetUuid_v2").or(real::driver_fn(c"cuDeviceGetUuid"))?;
     // SAFETY: libcuda's cuDeviceGetUuid(_v2), whose C signature is `GetUuid` (cuda.h).
     let get_uuid: GetUuid = unsafe { std::mem::transmute::<usize, GetUuid>(uuid_fn) };

@@ -43,6 +43,10 @@ use crate::decide::rules;
 use crate::history::AllocKind;
 use crate::profile::{Profile, ProfileEntry};
 
+/// The largest allocation size the plan grades and prices (larger ones are planned as
+/// this size): 64 PiB, far beyond any host's memory.
+pub const MAX_PLANNED_SIZE: u64 = 1 << 56;
+
 /// A summary of a plan, for logs and reports.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct PlanSummary {
@@ -126,7 +130,9 @@ impl PinPlan {
         let mut entries: Vec<PlannedEntry> = Vec::with_capacity(profile.entries.len());
         let mut candidates: Vec<Candidate> = Vec::new();
         for (i, e) in profile.entries.iter().enumerate() {
-            let graded = graded_size(e.size.max(1).min(usize::MAX as u64) as usize) as u64;
+            // Sizes from a profile are untrusted: clamped to 2^56 bytes (64 PiB) so grading
+            // cannot overflow and the byte arithmetic below stays in range.
+            let graded = graded_size(e.size.clamp(1, MAX_PLANNED_SIZE) as usize) as u64;
             let transfers = PredictedTransfers::from_profile_entry(e);
             let worth = rules::worth_pinning(policy, &transfers);
             let decision = if worth {

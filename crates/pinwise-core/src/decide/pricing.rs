@@ -221,7 +221,7 @@ impl std::fmt::Display for TableSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             TableSource::Named(p) => write!(f, "calibration {}", p.display()),
-            TableSource::Cached(p) => write!(f, "this GPU's cached calibration {}", p.display()),
+            TableSource::Cached(p) => write!(f, "cached calibration of this GPU {}", p.display()),
             TableSource::BuiltIn(why) => write!(f, "built-in H200 table ({why})"),
         }
     }

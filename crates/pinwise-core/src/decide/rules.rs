@@ -279,11 +279,12 @@ pub fn promote(
     )
 }
 
-/// The smallest copy in `direction` that pinned host memory makes faster, by the policy's
-/// cost model (from there on the saving grows with the size); `u64::MAX` when none up to
-/// 64 GiB does. Smaller copies never count towards a promotion.
+/// The smallest copy in `direction` that registering its pageable buffer in place makes
+/// faster ([`promotion_saving_ns`], registered memory's bandwidth: the same saving a
+/// promotion's evidence is counted in; from there on the saving grows with the size);
+/// `u64::MAX` when none up to 64 GiB does. Smaller copies never count towards a promotion.
 pub fn smallest_saving_copy(policy: &Policy, direction: Direction) -> u64 {
-    let saves = |b: u64| policy.cost_model().transfer_saving_ns(direction, b) > 0.0;
+    let saves = |b: u64| promotion_saving_ns(policy, direction, b) > 0.0;
     let mut hi = 4096u64;
     while !saves(hi) {
         if hi >= 64 << 30 {
@@ -502,11 +503,11 @@ mod tests {
         let policy = policy();
         for d in [Direction::HtoD, Direction::DtoH] {
             let cut = smallest_saving_copy(&policy, d);
-            let cost = policy.cost_model();
             assert!((1..64 << 20).contains(&cut), "{d:?}: {cut}");
-            assert!(cost.transfer_saving_ns(d, cut) > 0.0);
-            assert!(cut == 1 || cost.transfer_saving_ns(d, cut - 1) <= 0.0);
-            assert!(cost.transfer_saving_ns(d, 64 << 20) > 0.0);
+            // The cut is where the promotion's own saving (registered bandwidth) starts.
+            assert!(promotion_saving_ns(&policy, d, cut) > 0.0);
+            assert!(cut == 1 || promotion_saving_ns(&policy, d, cut - 1) <= 0.0);
+            assert!(promotion_saving_ns(&policy, d, 64 << 20) > 0.0);
         }
         // On the H200 table, a 4 KiB host-to-device copy is slower pinned: small ones never
         // pay there.
