@@ -83,7 +83,7 @@ run_storm() { # RUN REP
   esac
   t0=$(date +%s.%N); "$D/workload" copies "$COPIES" "$THREADS" "$BYTES" storm > /dev/null; t1=$(date +%s.%N)
   if [[ $1 != none ]]; then sleep 1; m=$(scrape); agent_stop; fi
-  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$(echo "$t1 - $t0" | bc)" \
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.3f", b - a}')" \
     "$(echo "$m" | awk '/^pinwise_node_transfers_total\{/ {s+=$NF} END {print s+0}')" \
     "$(echo "$m" | awk '/^pinwise_fingerprinted_transfers_total\{/ {s+=$NF} END {print s+0}')" \
     "$(echo "$m" | awk '/^pinwise_ringbuf_drops_total\{/ {print $NF}')" >> "$D/fp_cost.tsv"
