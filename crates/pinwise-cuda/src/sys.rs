@@ -282,6 +282,7 @@ driver_functions! {
     cuInit: fn(c_uint);
     cuDriverGetVersion: fn(*mut c_int);
     cuDeviceGet: fn(*mut CUdevice, c_int);
+    cuCtxGetDevice: fn(*mut CUdevice);
     cuDeviceGetCount: fn(*mut c_int);
     cuDeviceGetName: fn(*mut c_char, c_int, CUdevice);
     cuDeviceTotalMem_v2: fn(*mut usize, CUdevice);

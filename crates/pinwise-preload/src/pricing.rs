@@ -6,7 +6,7 @@
 //! someone else's program).
 
 use pinwise_core::decide::pricing::{cache_dir, pricing_table, PricingTable};
-use pinwise_cuda::sys::{CUdevice, CUresult, CUuuid, CUDA_SUCCESS};
+use pinwise_cuda::sys::{CUdevice, CUuuid, CUDA_SUCCESS};
 
 use crate::config::Config;
 use crate::guard::Inside;
@@ -28,9 +28,7 @@ pub fn table(config: &Config) -> PricingTable {
 pub fn gpu_key() -> Option<String> {
     let _inside = Inside::enter();
     use pinwise_cuda::sys::pfn;
-    // `cuCtxGetDevice` is not in pinwise-cuda's driver list (nothing else calls it); the
-    // other two signatures are the list's.
-    type GetDevice = unsafe extern "C" fn(*mut CUdevice) -> CUresult;
+    type GetDevice = pfn::cuCtxGetDevice;
     type DeviceGet = pfn::cuDeviceGet;
     type GetUuid = pfn::cuDeviceGetUuid_v2;
     let uuid_fn = real::driver_fn(c"cuDeviceGetUuid_v2").or(real::driver_fn(c"cuDeviceGetUuid"))?;
