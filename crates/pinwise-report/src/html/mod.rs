@@ -5,9 +5,9 @@
 //! (`page.css`, `page.js`, next to this file) go in as they are.
 //!
 //! The page's script makes the tables sortable and the plots zoomable (wheel), pannable (drag)
-//! and restorable (double click), and
+//! and restorable (double click), the labels keeping their size when a plot is zoomed; and
 //! it checks the page: when every plot and table is in place, no table or plot is clipped at
-//! the window's width, and each plot zooms, it sets
+//! the window's width, and each plot zooms with its labels unscaled, it sets
 //! `data-pinwise-check="ok"` on the `<html>` element and logs `pinwise-report: ok` to the
 //! console; otherwise it logs an error saying what is wrong.
 //! The test suite loads the page in headless Chromium and reads both.

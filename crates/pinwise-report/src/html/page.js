@@ -32,11 +32,26 @@
     var vb = svg.viewBox && svg.viewBox.baseVal;
     if (!vb || !vb.width || !vb.height) { return null; }
     var home = { x: vb.x, y: vb.y, w: vb.width, h: vb.height };
+    // Labels keep their size: each is scaled about its anchor by the inverse of the zoom
+    // (before its own transform, such as a rotation about the same anchor).
+    var labels = Array.prototype.map.call(svg.querySelectorAll("text"), function (t) {
+      return { el: t, x: parseFloat(t.getAttribute("x")) || 0,
+               y: parseFloat(t.getAttribute("y")) || 0, own: t.getAttribute("transform") || "" };
+    });
+    function keepLabels(k) {
+      labels.forEach(function (l) {
+        var t = k === 1 ? l.own : "translate(" + l.x + " " + l.y + ") scale(" + k + ") translate(" +
+                (-l.x) + " " + (-l.y) + ") " + l.own;
+        if (t) { l.el.setAttribute("transform", t); } else { l.el.removeAttribute("transform"); }
+      });
+    }
     function show(x, y, w, h) {
       w = Math.min(home.w, w); h = Math.min(home.h, h);
       x = Math.max(home.x, Math.min(home.x + home.w - w, x));
       y = Math.max(home.y, Math.min(home.y + home.h - h, y));
       svg.setAttribute("viewBox", x + " " + y + " " + w + " " + h);
+      // The page scale of the viewBox (preserveAspectRatio meet) against the whole plot's.
+      keepLabels(Math.max(w / home.w, h / home.h));
     }
     function at(e) {
       var r = svg.getBoundingClientRect();
@@ -80,14 +95,22 @@
     if (box.right > width + 0.5) { problems.push("plot " + (i + 1) + " is clipped at " + width + " px"); }
     var home = zoomable(svg);
     if (!home) { problems.push("plot " + (i + 1) + " has no viewBox to zoom"); return; }
-    // The zoom works: a wheel step in the middle narrows the view, a double click restores it.
+    // The zoom works: a wheel step in the middle narrows the view, a double click restores it;
+    // a label is as tall on the page zoomed as not.
     var mid = { clientX: box.left + box.width / 2, clientY: box.top + box.height / 2,
                 deltaY: -100, bubbles: true, cancelable: true };
+    var label = svg.querySelector("text");
+    var before = label ? label.getBoundingClientRect().height : 0;
     svg.dispatchEvent(new WheelEvent("wheel", mid));
     var zoomed = svg.viewBox.baseVal.width;
+    var during = label ? label.getBoundingClientRect().height : 0;
     svg.dispatchEvent(new MouseEvent("dblclick", mid));
     if (!(zoomed < home.w) || svg.viewBox.baseVal.width !== home.w) {
       problems.push("plot " + (i + 1) + " does not zoom");
+    }
+    if (label && Math.abs(during - before) > 0.5) {
+      problems.push("plot " + (i + 1) + "'s labels scale with the zoom (" + before.toFixed(1) +
+                    " px tall, " + during.toFixed(1) + " px zoomed)");
     }
   });
   if (tables.length === 0) { problems.push("no table"); }
@@ -105,7 +128,7 @@
   if (problems.length === 0) {
     document.documentElement.setAttribute("data-pinwise-check", "ok");
     console.log("pinwise-report: ok (" + plots.length + " plots, " + tables.length + " tables, " +
-                width + " px, nothing clipped, plots zoom)");
+                width + " px, nothing clipped, plots zoom, labels keep their size)");
   } else {
     document.documentElement.setAttribute("data-pinwise-check", "failed: " + problems.join("; "));
     console.error("pinwise-report: " + problems.join("; "));
