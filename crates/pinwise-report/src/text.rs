@@ -161,25 +161,19 @@ impl Table {
     }
 }
 
-/// Wraps `text` at the layout's width, each line after the first indented by `indent`.
+/// Wraps `text` at the layout's width (at least 40 columns), each line after the first
+/// indented by `indent`. Words are never split, nor at hyphens: a word wider than the line
+/// (a long path) has a line of its own.
 pub(crate) fn wrap(text: &str, indent: usize) -> String {
     let width = crate::layout::current().width.max(40);
-    let mut out = String::new();
-    let mut line = String::new();
-    for word in text.split_whitespace() {
-        let len = line.chars().count();
-        if len > 0 && len + 1 + word.chars().count() > width {
-            out.push_str(&line);
-            out.push('\n');
-            line = " ".repeat(indent);
-        }
-        if !line.trim().is_empty() {
-            line.push(' ');
-        }
-        line.push_str(word);
-    }
-    out.push_str(&line);
-    out
+    // One paragraph: the text's own line breaks and runs of spaces are not kept.
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let pad = " ".repeat(indent);
+    let options = textwrap::Options::new(width)
+        .subsequent_indent(&pad)
+        .break_words(false)
+        .word_splitter(textwrap::WordSplitter::NoHyphenation);
+    textwrap::fill(&flat, options)
 }
 
 /// Short name of a kind of memory (at most 8 characters; `unknown`: memory pinwise did not
@@ -930,6 +924,18 @@ mod tests {
             assert!(line.chars().count() <= WIDTH, "{line:?}");
         }
         assert_eq!(wrap("short text", 0), "short text");
+        // At 40 columns: a path wider than the line has one of its own, whole; hyphenated
+        // words and the text's own line breaks are not kept apart.
+        let narrow = crate::layout::Layout {
+            width: 40,
+            ..Default::default()
+        };
+        let path = "/home/someone/experiments/2026-11-25/run.bin";
+        let text = format!("read {path} as a\n pageable-only history of twenty-two bytes");
+        assert_eq!(
+            crate::layout::with(narrow, || wrap(&text, 2)),
+            format!("read\n  {path}\n  as a pageable-only history of\n  twenty-two bytes")
+        );
     }
 
     #[test]
