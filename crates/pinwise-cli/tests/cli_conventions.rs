@@ -307,3 +307,44 @@ fn trace_takes_its_command_without_a_double_dash_as_run_does() {
     assert!(!err.contains("unexpected argument"), "{err}");
     assert!(err.contains("no-such-program-here"), "{err}");
 }
+
+#[test]
+fn text_reports_fit_columns_when_not_on_a_terminal_and_wide_shows_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = history(dir.path(), 5, pinwise_core::DumpFormat::Binary);
+    let report = |columns: Option<&str>, extra: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_pinwise"));
+        c.args(["report", s(&h), "--quiet"])
+            .args(extra)
+            .env("NO_COLOR", "1")
+            .env_remove("COLUMNS");
+        if let Some(columns) = columns {
+            c.env("COLUMNS", columns);
+        }
+        let o = c.output().expect("run pinwise");
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        stdout(&o)
+    };
+    let widest = |text: &str| text.lines().map(|l| l.chars().count()).max().unwrap_or(0);
+    // Not a terminal: COLUMNS when set, else 100; never ANSI colour.
+    for (columns, width) in [
+        (Some("60"), 60),
+        (Some("80"), 80),
+        (Some("120"), 120),
+        (None, 100),
+    ] {
+        let text = report(columns, &[]);
+        assert!(widest(&text) <= width, "COLUMNS={columns:?}:\n{text}");
+        assert!(
+            widest(&text) > width - 20,
+            "COLUMNS={columns:?} unused:\n{text}"
+        );
+        assert!(!text.contains('\x1b'));
+        assert!(text.contains("HOTSPOTS"));
+    }
+    assert!(report(Some("60"), &[]).contains("not shown at this width"));
+    // --wide: every column, whatever COLUMNS says.
+    let wide = report(Some("60"), &["--wide"]);
+    assert!(!wide.contains("not shown at this width"), "{wide}");
+    assert!(widest(&wide) > 60, "{wide}");
+}

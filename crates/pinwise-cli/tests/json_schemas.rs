@@ -182,6 +182,40 @@ fn run_summary_json_follows_its_schema() {
 }
 
 #[test]
+fn a_profile_written_by_pinwise_run_follows_its_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("p.json");
+    // python3's large allocations go through the preload library's malloc hook: the profile
+    // has entries even without CUDA.
+    let o = pinwise(&[
+        "run",
+        "--mode",
+        "profile",
+        "--profile",
+        profile.to_str().unwrap(),
+        "--",
+        "python3",
+        "-c",
+        "b = bytearray(1 << 20); print(len(b))",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let doc: Value = serde_json::from_slice(&std::fs::read(&profile).unwrap()).unwrap();
+    assert_valid("profile", &doc);
+    assert_eq!(doc["format"], "pinwise-profile");
+    assert!(
+        doc["entries"].as_array().is_some_and(|e| !e.is_empty()),
+        "{doc}"
+    );
+    // The same document with an entry's kind misspelt does not.
+    let mut bad = doc.clone();
+    bad["entries"][0]["kind"] = "pageable".into();
+    let schema: Value =
+        serde_json::from_slice(&std::fs::read(repo().join("schemas/profile.schema.json")).unwrap())
+            .unwrap();
+    assert!(!jsonschema::validator_for(&schema).unwrap().is_valid(&bad));
+}
+
+#[test]
 fn a_broken_output_fails_its_schema() {
     // The check can fail: a report missing its format, or with a positional bucket, does.
     let dir = tempfile::tempdir().unwrap();

@@ -826,3 +826,86 @@ fn redundancy_round_trips_and_appends() {
         "{e}"
     );
 }
+
+#[test]
+fn a_profile_follows_its_schema_and_a_broken_one_does_not() {
+    use pinwise_core::profile::Profile;
+    let schema: serde_json::Value =
+        serde_json::from_str(include_str!("../../../schemas/profile.schema.json")).unwrap();
+    let validator = jsonschema::validator_for(&schema).expect("the schema compiles");
+    // A profile as pinwise writes it: saved to a file, read back as JSON.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.json");
+    Profile::from_history(&rich_history()).save(&path).unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let errors: Vec<String> = validator
+        .iter_errors(&doc)
+        .map(|e| format!("{e} at {}", e.instance_path()))
+        .collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+    // Every part of the format is exercised.
+    assert_eq!(doc["format"], "pinwise-profile");
+    assert_eq!(doc["version"], 2);
+    for part in ["modules", "entries", "sites", "symbols"] {
+        assert!(
+            doc[part].as_array().is_some_and(|a| !a.is_empty()),
+            "the profile has no {part}: {doc}"
+        );
+    }
+    let entries = doc["entries"].as_array().unwrap();
+    assert!(entries.iter().any(|e| e["end_ns"].is_null()));
+    assert!(entries.iter().any(|e| e["end_ns"].is_u64()));
+    assert!(entries
+        .iter()
+        .any(|e| e["transfers"]["HtoD"]["transfers"].as_u64() > Some(0)));
+    // A version 1 profile (no symbols) is still one; the reader agrees.
+    let mut v1 = doc.clone();
+    v1["version"] = 1.into();
+    v1.as_object_mut().unwrap().remove("symbols");
+    assert!(validator.is_valid(&v1));
+    Profile::from_json_bytes(v1.to_string().as_bytes()).expect("the reader takes version 1");
+
+    // Hand-broken profiles fail, each for its own reason.
+    type Break = fn(&mut serde_json::Value);
+    let broken: [(&str, Break); 10] = [
+        ("no format", |d| {
+            d.as_object_mut().unwrap().remove("format");
+        }),
+        ("a history's format", |d| {
+            d["format"] = "pinwise-history".into()
+        }),
+        ("a future version", |d| d["version"] = 3.into()),
+        ("version 2 without symbols", |d| {
+            d.as_object_mut().unwrap().remove("symbols");
+        }),
+        ("an unknown kind", |d| {
+            d["entries"][0]["kind"] = "Teleported".into()
+        }),
+        ("a negative size", |d| d["entries"][0]["size"] = (-1).into()),
+        ("a call number past u32", |d| {
+            d["entries"][0]["call_no"] = 4_294_967_296u64.into()
+        }),
+        ("transfers as a positional array", |d| {
+            d["entries"][0]["transfers"] = serde_json::json!([[1, 2], [0, 0], [0, 0], [0, 0]])
+        }),
+        ("a direction missing", |d| {
+            d["sites"][0]["transfers"]
+                .as_object_mut()
+                .unwrap()
+                .remove("DtoH");
+        }),
+        ("a misspelt field", |d| {
+            let e = d.as_object_mut().unwrap().remove("entries").unwrap();
+            d["entires"] = e;
+        }),
+    ];
+    for (why, break_it) in broken {
+        let mut bad = doc.clone();
+        break_it(&mut bad);
+        assert!(!validator.is_valid(&bad), "{why}: validates");
+    }
+    // A module key that is neither a build id nor a path.
+    let mut bad = doc.clone();
+    bad["modules"][0]["key"] = "inode:12".into();
+    assert!(!validator.is_valid(&bad), "a bad module key validates");
+}

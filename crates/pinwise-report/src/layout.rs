@@ -1,13 +1,17 @@
-//! How wide the text renderings are and how they look: the terminal's width (100 columns
-//! when not a terminal), whether names may be cut, whether there is colour. Set for the
+//! How wide the text renderings are and how they look: the terminal's width (`COLUMNS`,
+//! else 100 columns, when not a terminal; the caller decides), whether names may be cut and
+//! columns left out, whether there is colour. Set for the
 //! duration of one rendering ([`with`]); the table and wrapping code reads it.
 use std::cell::Cell;
 
 /// The width the tables were designed for; name columns grow or shrink from it.
 pub const BASE_WIDTH: usize = 100;
 
-/// Narrowest a name column gets on a narrow terminal.
-const MIN_NAME: usize = 16;
+/// Narrowest a name column gets on a narrow terminal before tables leave out columns.
+pub const MIN_NAME: usize = 24;
+
+/// Narrowest layout: what a terminal or `COLUMNS` says is raised to this.
+pub const MIN_WIDTH: usize = 60;
 
 /// How one rendering is laid out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,15 +55,6 @@ pub fn current() -> Layout {
     CURRENT.with(Cell::get)
 }
 
-/// Width of a name column designed as `base` columns at [`BASE_WIDTH`]: what the terminal
-/// has more or less goes to the names.
-pub(crate) fn name_width(base: usize) -> usize {
-    let width = current().width;
-    (base + width)
-        .saturating_sub(BASE_WIDTH)
-        .max(MIN_NAME.min(base))
-}
-
 /// `text` in bold (a title), when there is colour.
 pub(crate) fn bold(text: &str) -> String {
     if current().color {
@@ -83,18 +78,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn name_columns_follow_the_width() {
-        assert_eq!(name_width(34), 34);
-        let wide = Layout {
-            width: 160,
-            ..Layout::default()
-        };
-        assert_eq!(with(wide, || name_width(34)), 94);
+    fn a_layout_is_current_only_while_it_is_used() {
         let narrow = Layout {
             width: 80,
             ..Layout::default()
         };
-        assert_eq!(with(narrow, || name_width(34)), 16);
+        assert_eq!(with(narrow, current), narrow);
         assert_eq!(current(), Layout::default(), "restored");
     }
 }

@@ -10,8 +10,8 @@
 //! | [`redundant`] | redundant transfers: copies whose bytes the other side already had, advice, sampling error |
 //! | [`budget`] | the saving-versus-pinned-budget curve and the budget for a share of the saving |
 //! | [`sites`] | naming call sites: [`SourceResolver`] (the caller symbolizes), labels |
-//! | [`text`] | the terminal rendering (the terminal's width; 100 columns elsewhere) |
-//! | [`layout`] | the width, full names or not, colour: how one text rendering looks |
+//! | [`text`] | the terminal rendering, fitted to a width (names cut in the middle, less important columns left out) |
+//! | [`layout`] | the width (the terminal's, `COLUMNS`, else 100), full names or not, colour: how one text rendering looks |
 //! | [`html`] | the self-contained HTML page; [`plots`] draws its SVG plots |
 //! | [`perfetto`] | the timeline in Chrome's trace event format (Perfetto, chrome://tracing) |
 //! | [`diff`] | two histories or profiles side by side |

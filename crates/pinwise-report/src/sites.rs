@@ -95,7 +95,8 @@ impl SiteLabel {
 
     /// [`SiteLabel::short`] in at most `width` characters: a long function name is cut
     /// before the file and line are, and keeps its end (`…::Buffer::resize`: the end tells
-    /// functions of one class or namespace apart; their beginnings are alike).
+    /// functions of one class or namespace apart; their beginnings are alike). When that
+    /// would leave the function fewer than 16 characters, the file and line go instead.
     pub fn short_fit(&self, width: usize) -> String {
         let short = self.short();
         if short.chars().count() <= width {
@@ -104,9 +105,10 @@ impl SiteLabel {
         if let Some(loc) = &self.location {
             let suffix = &short[loc.function.len()..];
             let room = width.saturating_sub(suffix.chars().count());
-            if room >= 8 {
+            if room >= 16.min(loc.function.chars().count()) {
                 return format!("{}{suffix}", crate::units::fit(&loc.function, room, true));
             }
+            return crate::units::fit(&loc.function, width, true);
         }
         crate::units::fit(&short, width, true)
     }

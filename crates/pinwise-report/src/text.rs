@@ -1,6 +1,6 @@
-//! The terminal rendering of a [`Report`]: plain text in the terminal's width
-//! ([`crate::layout`]; [`WIDTH`] columns when not on a terminal), names cut at the front
-//! unless `--wide`.
+//! The terminal rendering of a [`Report`]: plain text in the layout's width
+//! ([`crate::layout`]; [`WIDTH`] columns by default): names cut in the middle keeping their
+//! end, less important table columns left out on narrow terminals, unless `--wide`.
 
 use std::fmt::Write as _;
 
@@ -20,24 +20,43 @@ pub(crate) enum Align {
     Right,
 }
 
-/// A fixed-width text table.
+/// A text table that fits the layout's width: its first column (names) takes what the
+/// other columns leave, down to [`crate::layout::MIN_NAME`] columns; below that, the
+/// optional columns ([`Table::optional`]) are left out, least important first, and the
+/// header says which. With `--wide` every column is there and names are whole.
 pub(crate) struct Table {
     columns: Vec<(&'static str, usize, Align)>,
+    /// Optional columns, by index, in the order they are left out.
+    optional: Vec<usize>,
+    /// Columns shown.
+    shown: Vec<bool>,
 }
 
 impl Table {
     pub(crate) fn new(columns: &[(&'static str, usize, Align)]) -> Self {
         let t = Table {
             columns: columns.to_vec(),
+            optional: Vec::new(),
+            shown: vec![true; columns.len()],
         };
         debug_assert!(t.width() <= WIDTH, "table wider than {WIDTH}");
         t
     }
 
+    /// Columns (by index, never the first) that may be left out on a narrow terminal, the
+    /// least important first.
+    pub(crate) fn optional(mut self, columns: &[usize]) -> Self {
+        debug_assert!(columns.iter().all(|&c| c > 0 && c < self.columns.len()));
+        self.optional = columns.to_vec();
+        self
+    }
+
     /// The same table with its first column (names) as wide as the longest of `names`, but
-    /// no wider than the layout allows unless `--wide`.
+    /// no wider than the layout's width leaves it unless `--wide`; optional columns left
+    /// out while the names would get fewer than [`crate::layout::MIN_NAME`] columns.
     pub(crate) fn with_names<'a>(mut self, names: impl IntoIterator<Item = &'a str>) -> Self {
-        let (title, base) = (self.columns[0].0, self.columns[0].1);
+        let layout = crate::layout::current();
+        let title = self.columns[0].0;
         // No wider than the longest name (nor narrower than the title).
         let longest = names
             .into_iter()
@@ -45,12 +64,29 @@ impl Table {
             .max()
             .unwrap_or(0)
             .max(title.chars().count());
-        self.columns[0].1 = if crate::layout::current().wide {
-            longest
-        } else {
-            crate::layout::name_width(base).min(longest)
-        };
-        self
+        if layout.wide {
+            self.columns[0].1 = longest;
+            return self;
+        }
+        let wanted = crate::layout::MIN_NAME.min(longest);
+        // As designed at 100 columns, plus what a wider terminal has more.
+        let designed = self.columns[0].1 + layout.width.saturating_sub(WIDTH);
+        let mut optional = self.optional.iter();
+        loop {
+            let room = layout.width.saturating_sub(self.others_width());
+            if room >= wanted {
+                self.columns[0].1 = room.min(designed).min(longest).max(wanted);
+                return self;
+            }
+            match optional.next() {
+                Some(&c) => self.shown[c] = false,
+                None => {
+                    // Nothing more to leave out: the names get what there is.
+                    self.columns[0].1 = room.max(title.chars().count().min(wanted));
+                    return self;
+                }
+            }
+        }
     }
 
     /// Width of the first column.
@@ -58,13 +94,43 @@ impl Table {
         self.columns[0].1
     }
 
-    fn width(&self) -> usize {
-        self.columns.iter().map(|c| c.1).sum::<usize>() + self.columns.len().saturating_sub(1)
+    /// Width of the shown columns after the first, with their separators.
+    fn others_width(&self) -> usize {
+        self.columns
+            .iter()
+            .zip(&self.shown)
+            .skip(1)
+            .filter(|(_, shown)| **shown)
+            .map(|(c, _)| c.1 + 1)
+            .sum()
     }
 
+    fn width(&self) -> usize {
+        self.columns[0].1 + self.others_width()
+    }
+
+    /// The titles, underlined; first a line naming the columns left out, if any.
     pub(crate) fn header(&self) -> String {
+        let mut s = String::new();
+        let hidden: Vec<&str> = self
+            .columns
+            .iter()
+            .zip(&self.shown)
+            .filter(|(_, shown)| !**shown)
+            .map(|(c, _)| c.0)
+            .collect();
+        if !hidden.is_empty() {
+            s.push_str(&wrap(
+                &format!(
+                    "(not shown at this width: {}; --wide shows every column)",
+                    hidden.join(", ")
+                ),
+                1,
+            ));
+            s.push('\n');
+        }
         let titles: Vec<String> = self.columns.iter().map(|c| c.0.to_owned()).collect();
-        let mut s = crate::layout::bold(&self.row(&titles));
+        s.push_str(&crate::layout::bold(&self.row(&titles)));
         s.push('\n');
         s.push_str(&"-".repeat(self.width()));
         s
@@ -72,7 +138,11 @@ impl Table {
 
     pub(crate) fn row(&self, cells: &[String]) -> String {
         let mut line = String::new();
-        for (i, ((_, width, align), cell)) in self.columns.iter().zip(cells).enumerate() {
+        let columns = self.columns.iter().zip(&self.shown).zip(cells).enumerate();
+        for (i, (((_, width, align), shown), cell)) in columns {
+            if !shown {
+                continue;
+            }
             if i > 0 {
                 line.push(' ');
             }
@@ -91,25 +161,19 @@ impl Table {
     }
 }
 
-/// Wraps `text` at the layout's width, each line after the first indented by `indent`.
+/// Wraps `text` at the layout's width (at least 40 columns), each line after the first
+/// indented by `indent`. Words are never split, nor at hyphens: a word wider than the line
+/// (a long path) has a line of its own.
 pub(crate) fn wrap(text: &str, indent: usize) -> String {
     let width = crate::layout::current().width.max(40);
-    let mut out = String::new();
-    let mut line = String::new();
-    for word in text.split_whitespace() {
-        let len = line.chars().count();
-        if len > 0 && len + 1 + word.chars().count() > width {
-            out.push_str(&line);
-            out.push('\n');
-            line = " ".repeat(indent);
-        }
-        if !line.trim().is_empty() {
-            line.push(' ');
-        }
-        line.push_str(word);
-    }
-    out.push_str(&line);
-    out
+    // One paragraph: the text's own line breaks and runs of spaces are not kept.
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let pad = " ".repeat(indent);
+    let options = textwrap::Options::new(width)
+        .subsequent_indent(&pad)
+        .break_words(false)
+        .word_splitter(textwrap::WordSplitter::NoHyphenation);
+    textwrap::fill(&flat, options)
 }
 
 /// Short name of a kind of memory (at most 8 characters; `unknown`: memory pinwise did not
@@ -144,7 +208,7 @@ pub(crate) fn method_name(method: PinMethod) -> &'static str {
 
 fn section(out: &mut String, title: &str) {
     let _ = writeln!(out);
-    let _ = writeln!(out, "{}", crate::layout::bold(title));
+    let _ = writeln!(out, "{}", crate::layout::bold(&wrap(title, 2)));
 }
 
 /// How much the text report shows, and how.
@@ -193,17 +257,30 @@ fn render_now(report: &Report, options: TextOptions) -> String {
 }
 
 fn header(out: &mut String, r: &Report) {
+    // The input's path takes what the rest of the line leaves, keeping its end.
+    let layout = crate::layout::current();
+    let about = format!(
+        " ({}, {})",
+        r.input.kind.describe(),
+        format_size(r.input.file_bytes)
+    );
+    let room = if layout.wide {
+        usize::MAX
+    } else {
+        layout
+            .width
+            .saturating_sub("pinwise report: ".len() + about.chars().count())
+    };
     let _ = writeln!(
         out,
         "{}",
         fit(
-            &format!(
-                "pinwise report: {} ({}, {})",
-                r.input.path,
-                r.input.kind.describe(),
-                format_size(r.input.file_bytes)
-            ),
-            WIDTH,
+            &format!("pinwise report: {}{about}", fit(&r.input.path, room, true)),
+            if layout.wide {
+                usize::MAX
+            } else {
+                layout.width
+            },
             true
         )
     );
@@ -242,7 +319,9 @@ fn directions(out: &mut String, r: &Report) {
         ("if pinned", 10, Align::Right),
         ("saving", 10, Align::Right),
         ("unattributed", 14, Align::Right),
-    ]);
+    ])
+    .optional(&[7, 5, 3, 1])
+    .with_names(r.directions.iter().map(|d| d.direction.as_str()));
     let _ = writeln!(out, "{}", t.header());
     for d in &r.directions {
         let host_bytes = d.attributed.bytes();
@@ -498,7 +577,8 @@ fn allocations(
         ("bytes", 9, Align::Right),
         ("pageable", 8, Align::Right),
         ("pin pays", 9, Align::Left),
-    ]);
+    ])
+    .optional(&[1, 6, 3, 4]);
     let full: Vec<String> = rows.iter().map(|a| where_made(a, usize::MAX)).collect();
     let t = t.with_names(full.iter().map(String::as_str));
     let _ = writeln!(out, "{}", t.header());
@@ -544,7 +624,12 @@ fn allocations(
     if rows.iter().any(|a| a.user_frame.is_some()) && !options.stacks {
         let _ = writeln!(
             out,
-            "(allocated at: the first frame outside CUDA, frameworks and runtimes; --stacks: whole stacks)"
+            "{}",
+            wrap(
+                "(allocated at: the first frame outside CUDA, frameworks and runtimes; \
+                 --stacks: whole stacks)",
+                1
+            )
         );
     }
 }
@@ -563,7 +648,8 @@ fn sites(out: &mut String, r: &Report) {
         ("pageable", 8, Align::Right),
         ("sizes", 17, Align::Right),
         ("max call#", 9, Align::Right),
-    ]);
+    ])
+    .optional(&[6, 5, 4, 1]);
     let t = t.with_names(
         r.sites
             .iter()
@@ -611,7 +697,12 @@ fn sites(out: &mut String, r: &Report) {
     if r.sites.iter().any(|s| s.implicit_records > 0) {
         let _ = writeln!(
             out,
-            "(allocs +N unknown: N buffers pinwise did not see allocated, first touched by copies from the site)"
+            "{}",
+            wrap(
+                "(allocs +N unknown: N buffers pinwise did not see allocated, first touched \
+                 by copies from the site)",
+                1
+            )
         );
     }
 }
@@ -649,7 +740,8 @@ fn pinned_for_nothing(out: &mut String, r: &Report) {
         ("xfers", 9, Align::Right),
         ("largest", 9, Align::Right),
         ("unearned", 10, Align::Right),
-    ]);
+    ])
+    .optional(&[5, 4, 2]);
     let full: Vec<String> = p.sites.iter().map(|w| w.site.short()).collect();
     let t = t.with_names(full.iter().map(String::as_str));
     let _ = writeln!(out, "{}", t.header());
@@ -705,15 +797,16 @@ fn redundant(out: &mut String, r: &Report) {
         return;
     }
     let t = Table::new(&[
-        ("allocation", 32, Align::Left),
+        ("allocation", 29, Align::Left),
         ("size", 9, Align::Right),
         ("up", 7, Align::Right),
-        ("redund.", 8, Align::Right),
+        ("redund. up", 10, Align::Right),
         ("down", 7, Align::Right),
-        ("redund.", 8, Align::Right),
+        ("redund. down", 12, Align::Right),
         ("bytes", 9, Align::Right),
         ("wasted", 10, Align::Right),
-    ]);
+    ])
+    .optional(&[1, 6, 2, 4]);
     let names: Vec<String> = x
         .allocations
         .iter()
@@ -741,11 +834,33 @@ fn redundant(out: &mut String, r: &Report) {
     }
     if x.sites.len() > 1 {
         let _ = writeln!(out, "by call site:");
+        // The name takes what the figures (49 columns) leave, 44 at most unless --wide; on
+        // a terminal too narrow for a name of [`MIN_NAME`] beside them, a line of its own.
+        let layout = crate::layout::current();
+        let room = layout.width.saturating_sub(51);
+        let own_line = !layout.wide && room < crate::layout::MIN_NAME;
+        let width = if layout.wide {
+            x.sites
+                .iter()
+                .map(|s| s.site.short().chars().count())
+                .max()
+                .unwrap_or(0)
+                .max(44)
+        } else if own_line {
+            0
+        } else {
+            room.min(44)
+        };
         for s in &x.sites {
+            let name = if own_line {
+                let _ = writeln!(out, "  {}", s.site.short_fit(layout.width - 2));
+                String::new()
+            } else {
+                s.site.short_fit(width)
+            };
             let _ = writeln!(
                 out,
-                "  {:<44} {:>5} allocs {:>7} copies {:>9} {:>10}",
-                fit(&s.site.short(), 44, true),
+                "  {name:<width$} {:>5} allocs {:>7} copies {:>9} {:>10}",
                 count(s.allocations),
                 count(s.redundant_copies),
                 format_size(s.bytes),
@@ -764,13 +879,31 @@ fn source(out: &mut String, r: &Report) {
     if r.source.stats.is_empty() {
         let _ = writeln!(out, "no source statistics recorded in this history");
     }
+    // The statistic's name takes what its value (17 columns) leaves, 44 at most.
+    let layout = crate::layout::current();
+    let width = if layout.wide {
+        r.source
+            .stats
+            .keys()
+            .map(|k| k.chars().count())
+            .max()
+            .unwrap_or(0)
+            .max(44)
+    } else {
+        layout.width.saturating_sub(19).clamp(8, 44)
+    };
     for (k, v) in &r.source.stats {
         let flag = if r.source.losses.contains_key(k) {
             "!"
         } else {
             " "
         };
-        let _ = writeln!(out, "{flag} {:<44} {:>16}", fit(k, 44, true), count(*v));
+        let _ = writeln!(
+            out,
+            "{flag} {:<width$} {:>16}",
+            fit(k, width, true),
+            count(*v)
+        );
     }
     for w in &r.source.warnings {
         let _ = writeln!(out, "{}", wrap(&format!("! {w}"), 2));
@@ -791,6 +924,18 @@ mod tests {
             assert!(line.chars().count() <= WIDTH, "{line:?}");
         }
         assert_eq!(wrap("short text", 0), "short text");
+        // At 40 columns: a path wider than the line has one of its own, whole; hyphenated
+        // words and the text's own line breaks are not kept apart.
+        let narrow = crate::layout::Layout {
+            width: 40,
+            ..Default::default()
+        };
+        let path = "/home/someone/experiments/2026-11-25/run.bin";
+        let text = format!("read {path} as a\n pageable-only history of twenty-two bytes");
+        assert_eq!(
+            crate::layout::with(narrow, || wrap(&text, 2)),
+            format!("read\n  {path}\n  as a pageable-only history of\n  twenty-two bytes")
+        );
     }
 
     #[test]

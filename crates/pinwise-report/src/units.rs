@@ -29,8 +29,10 @@ pub fn offset_s(ns: u64) -> String {
     format!("{:.3} s", ns as f64 / 1e9)
 }
 
-/// `s` cut to at most `width` characters, with `~` marking the cut. Keeps the end of
-/// the text (where a file name and line are) when `keep_end` is set.
+/// `s` cut to at most `width` characters, with `…` marking the cut. With `keep_end` (names:
+/// a path's file and line, a function's own name are at the end) the end is kept and the
+/// cut is in the middle, after the first component (`pinwise::`, `/home/`) when that takes
+/// at most a third of the room, else at the front; without, the end is cut.
 pub fn fit(s: &str, width: usize, keep_end: bool) -> String {
     let n = s.chars().count();
     if n <= width {
@@ -39,13 +41,28 @@ pub fn fit(s: &str, width: usize, keep_end: bool) -> String {
     if width == 0 {
         return String::new();
     }
+    let room = width - 1;
     if keep_end {
-        let tail: String = s.chars().skip(n - (width - 1)).collect();
-        format!("…{tail}")
+        let head = first_component(s).filter(|&h| h <= room / 3).unwrap_or(0);
+        let head_text: String = s.chars().take(head).collect();
+        let tail: String = s.chars().skip(n - (room - head)).collect();
+        format!("{head_text}…{tail}")
     } else {
-        let head: String = s.chars().take(width - 1).collect();
+        let head: String = s.chars().take(room).collect();
         format!("{head}…")
     }
+}
+
+/// Length in characters of `s`'s first component with its separator (`/home/`,
+/// `pinwise::`, `torch.`), if it has one.
+fn first_component(s: &str) -> Option<usize> {
+    let chars: Vec<char> = s.chars().collect();
+    let sep = |c: char| matches!(c, '/' | ':' | '.' | '\\');
+    // Separators at the very start (`/` of an absolute path) belong to the first component.
+    let start = chars.iter().take_while(|c| sep(**c)).count();
+    let end = start + chars[start..].iter().position(|c| sep(*c))?;
+    let with_sep = end + chars[end..].iter().take_while(|c| sep(**c)).count();
+    (end > start && with_sep < chars.len()).then_some(with_sep)
 }
 
 #[cfg(test)]
@@ -84,6 +101,22 @@ mod tests {
         assert_eq!(fit("abcdef", 6, false), "abcdef");
         assert_eq!(fit("abcdef", 4, false), "abc…");
         assert_eq!(fit("abcdef", 4, true), "…def");
+        // Names keep their end, and their first component when it is short.
+        assert_eq!(
+            fit("pinwise::examples::buffers::DeviceBuffer::resize", 30, true),
+            "pinwise::…DeviceBuffer::resize"
+        );
+        assert_eq!(
+            fit("/home/someone/project/src/data/loader.py:88", 24, true),
+            "/home/…data/loader.py:88"
+        );
+        // A first component too long for a third of the room: cut at the front.
+        assert_eq!(fit("a_very_long_namespace::f::g", 12, true), "…space::f::g");
+        for width in 1..40 {
+            let cut = fit("/home/someone/project/src/loader.py:88", width, true);
+            assert_eq!(cut.chars().count(), width.min(38), "{cut}");
+            assert!(cut.ends_with(":88") || width < 4, "{cut}");
+        }
         assert_eq!(percent(0.8421), "84.2 %");
     }
 }

@@ -263,3 +263,40 @@ fn a_profile_with_counts_at_their_limit_compares() {
     assert_eq!(d.a.transfers, u64::MAX);
     render_text(&d);
 }
+
+#[test]
+fn the_text_fits_60_80_and_120_columns() {
+    use pinwise_report::diff::render_text_with;
+    use pinwise_report::layout::Layout;
+    // Sites hotter, colder, resized, new and gone; advice lost and missed.
+    let d = compare(&run(1, 40, Some(16 * MIB), 0), &run(1, 4, None, 3));
+    assert!(!d.sites.is_empty());
+    assert!(!d.pinning.lost.is_empty() || !d.pinning.missed.is_empty());
+    for width in [60, 80, 120] {
+        let layout = Layout {
+            width,
+            ..Layout::default()
+        };
+        let text = render_text_with(&d, layout);
+        for line in text.lines() {
+            assert!(line.chars().count() <= width, "{width}: {line:?}\n{text}");
+        }
+        let titles = text
+            .lines()
+            .find(|l| l.starts_with("call site") && l.contains("change"))
+            .unwrap_or_else(|| panic!("{width}: no sites table\n{text}"));
+        assert!(titles.contains("xfers/alloc A -> B"), "{width}: {titles}");
+        assert!(text.contains("load_batch"), "{width}:\n{text}");
+        // Rows of one call site stay told apart by their call numbers.
+        let advice = text
+            .lines()
+            .find(|l| l.starts_with("call site") && l.contains("net A"))
+            .unwrap();
+        assert!(advice.contains("call#"), "{width}: {advice}");
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("call site") && l.contains("net A") && l.contains("net B")),
+            "{width}: the advice table lacks its verdicts\n{text}"
+        );
+    }
+}

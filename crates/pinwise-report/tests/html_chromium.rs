@@ -251,6 +251,7 @@ fn the_report_loads_cleanly_in_chromium_and_a_screenshot_is_taken() {
                 .unwrap_or_else(|e| panic!("{name} at {width} px: {e}"));
             assert!(ok.contains("5 plots"), "{ok}");
             assert!(ok.contains(&format!("{width} px, nothing clipped")), "{ok}");
+            assert!(ok.contains("labels keep their size"), "{ok}");
             let png = dir.join(format!("{name}-report-{width}.png"));
             screenshot(&chromium, &page, &png, width, name != "empty");
             println!(

@@ -55,7 +55,7 @@ pub struct DiffArgs {
     #[arg(long)]
     pub force: bool,
 
-    /// Full names in the tables, never shortened to the terminal's width.
+    /// Full names and every column in the tables, never fitted to the terminal's width.
     #[arg(long)]
     pub wide: bool,
 

@@ -77,23 +77,43 @@ pub fn history_format_of(path: &Path) -> pinwise_core::DumpFormat {
 }
 
 /// How a text rendering for `output` looks: on a terminal (stdout, a TTY), its width and
-/// colour unless `NO_COLOR` is set (or `TERM=dumb`); elsewhere 100 columns, no colour.
-/// `wide`: full names.
+/// colour unless `NO_COLOR` is set (or `TERM=dumb`); elsewhere `COLUMNS` columns when set,
+/// else 100, and no colour. Never narrower than 60 columns. `wide`: full names, every column.
 pub fn text_layout(output: &Path, wide: bool) -> pinwise_report::layout::Layout {
     use std::io::IsTerminal as _;
-    let mut layout = pinwise_report::layout::Layout {
-        wide,
-        ..Default::default()
+    let tty = is_std(output) && std::io::stdout().is_terminal();
+    let terminal = if tty {
+        terminal_size::terminal_size().map(|(terminal_size::Width(w), _)| usize::from(w))
+    } else {
+        None
     };
-    if is_std(output) && std::io::stdout().is_terminal() {
-        if let Some((terminal_size::Width(w), _)) = terminal_size::terminal_size() {
-            layout.width = usize::from(w).max(60);
-        }
-        let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
-        let dumb = std::env::var_os("TERM").is_some_and(|t| t == "dumb");
-        layout.color = !no_color && !dumb;
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    let dumb = std::env::var_os("TERM").is_some_and(|t| t == "dumb");
+    layout_for(
+        terminal,
+        std::env::var("COLUMNS").ok().as_deref(),
+        tty && !no_color && !dumb,
+        wide,
+    )
+}
+
+/// The layout for a terminal of `terminal` columns (`None`: not a terminal, or its size
+/// unknown), the `COLUMNS` variable, colour or not, full names or not.
+fn layout_for(
+    terminal: Option<usize>,
+    columns: Option<&str>,
+    color: bool,
+    wide: bool,
+) -> pinwise_report::layout::Layout {
+    use pinwise_report::layout::{Layout, BASE_WIDTH, MIN_WIDTH};
+    let from_env = columns
+        .and_then(|c| c.trim().parse::<usize>().ok())
+        .filter(|&c| c > 0);
+    Layout {
+        width: terminal.or(from_env).unwrap_or(BASE_WIDTH).max(MIN_WIDTH),
+        wide,
+        color,
     }
-    layout
 }
 
 /// Whether `path` is `-`: stdout (for an output) or stdin (for an input).
@@ -211,6 +231,29 @@ pub fn check_dump_signal(text: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_width_comes_from_the_terminal_then_columns_then_100() {
+        let width = |terminal, columns| layout_for(terminal, columns, false, false).width;
+        assert_eq!(
+            width(Some(132), Some("80")),
+            132,
+            "a terminal's own width first"
+        );
+        assert_eq!(width(None, Some("80")), 80, "COLUMNS when not a terminal");
+        assert_eq!(width(None, Some(" 120 ")), 120);
+        assert_eq!(width(None, None), 100);
+        assert_eq!(
+            width(None, Some("wide")),
+            100,
+            "a COLUMNS that is no number"
+        );
+        assert_eq!(width(None, Some("0")), 100);
+        assert_eq!(width(None, Some("20")), 60, "never narrower than 60");
+        assert_eq!(width(Some(40), None), 60);
+        let l = layout_for(None, None, true, true);
+        assert!(l.color && l.wide);
+    }
 
     #[test]
     fn causes_already_in_the_message_are_said_once() {

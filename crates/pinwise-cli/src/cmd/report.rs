@@ -115,7 +115,7 @@ pub struct ReportArgs {
     #[arg(long)]
     pub no_symbols: bool,
 
-    /// Full names in the tables, never shortened to the terminal's width.
+    /// Full names and every column in the tables, never fitted to the terminal's width.
     #[arg(long)]
     pub wide: bool,
 

@@ -67,12 +67,13 @@ fn render_now(d: &DiffReport) -> String {
     let _ = writeln!(out, "{}", wrap(&counts.join(", "), 2));
     if !d.sites.is_empty() {
         let t = Table::new(&[
-            ("call site", 30, Align::Left),
+            ("call site", 27, Align::Left),
             ("change", 16, Align::Left),
             ("allocs/proc A -> B", 19, Align::Right),
-            ("xfers/alloc A -> B", 16, Align::Right),
-            ("mean size A -> B", 14, Align::Right),
-        ]);
+            ("xfers/alloc A -> B", 18, Align::Right),
+            ("mean size A -> B", 16, Align::Right),
+        ])
+        .optional(&[4, 2, 3]);
         let full: Vec<String> = d.sites.iter().map(|s| s.site.short()).collect();
         let t = t.with_names(full.iter().map(String::as_str));
         let _ = writeln!(out, "{}", t.header());
@@ -153,7 +154,8 @@ fn render_now(d: &DiffReport) -> String {
             ("net A", 9, Align::Right),
             ("net B", 9, Align::Right),
             ("in B", 18, Align::Left),
-        ]);
+        ])
+        .optional(&[2, 5, 1]);
         let full: Vec<String> = rows.iter().map(|r| r.site.short()).collect();
         let t = t.with_names(full.iter().map(String::as_str));
         let _ = writeln!(out, "{}", t.header());
