@@ -14,6 +14,8 @@
  *                                 executable (here two functions of this program over
  *                                 glibc's own __libc_malloc/__libc_free, named as mimalloc's),
  *                                 which pinwise patches in place: the detour's cost
+ *   linked4k_live                 the same while a 1 MiB block of that allocator is live
+ *                                 (recorded: its free must be found, so mi_free checks)
  * Run it plainly, and with LD_PRELOAD=libpinwise_preload.so (PINWISE_MALLOC_HOOKS=0/1,
  * PINWISE_STACKS=0/1): the difference is the hooks' cost. */
 #define _GNU_SOURCE
@@ -107,5 +109,11 @@ int main(void) {
     phase("memalign4k", pair_memalign, 4096, BATCHES, PAIRS);
     phase("tracked1m", pair_malloc, 1 << 20, 101, 20);
     phase("linked4k", pair_linked, 4096, BATCHES, PAIRS);
+    {
+        char *keep = mi_malloc(1 << 20);
+        keep[0] = 1;
+        phase("linked4k_live", pair_linked, 4096, BATCHES, PAIRS);
+        mi_free(keep);
+    }
     return 0;
 }

@@ -13,6 +13,11 @@
 //! - Trampolines and relays live on a page mapped within ±2 GiB of the function, so that
 //!   the 5-byte `jmp rel32` written over the entry reaches the relay (an absolute jump to
 //!   the detour), and moved RIP-relative operands still reach their targets.
+//! - The relay can test first ([`Bypass`]: an argument against a word of memory, a word
+//!   being zero) and fall straight through into the trampoline when the tests hold: the
+//!   detour's untracked path (a small allocation, a free while nothing is tracked) made in
+//!   a few instructions, without entering the detour (its jumps, its indirect call of the
+//!   original, its frame).
 //! - The entry's page is made writable for the 5 bytes and made read-execute again.
 //!   Patching assumes no other thread runs that code meanwhile (the library's constructor).
 //!
@@ -125,6 +130,103 @@ pub fn plan(entry: u64, code: &[u8], at: u64) -> Result<(Vec<u8>, usize), PatchE
     Ok((out, len))
 }
 
+/// An argument register at a function's entry (System V x86-64).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arg {
+    /// The first argument.
+    Rdi,
+    /// The second.
+    Rsi,
+    /// The third.
+    Rdx,
+}
+
+impl Arg {
+    /// The register's number in a ModRM `reg` field.
+    fn reg(self) -> u8 {
+        match self {
+            Arg::Rdi => 7,
+            Arg::Rsi => 6,
+            Arg::Rdx => 2,
+        }
+    }
+}
+
+/// A test the relay makes before the detour: when every test of a hook holds, the call
+/// goes straight on to the original (the trampoline), without the detour. Each reads a
+/// word of memory at a fixed address on every call (a relaxed atomic load), so the
+/// condition can change while the process runs. The tests clobber `r10`, `r11` and the
+/// flags (free at a function's entry) and no argument register.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bypass {
+    /// The argument is below (unsigned) the word at `word`.
+    ArgBelow {
+        /// The argument.
+        arg: Arg,
+        /// The word's address.
+        word: u64,
+    },
+    /// The product of the first two arguments fits in 64 bits and is below the word at
+    /// `word` (`calloc(n, size)`).
+    ProductBelow {
+        /// The word's address.
+        word: u64,
+    },
+    /// The word at `word` is zero.
+    Zero {
+        /// The word's address.
+        word: u64,
+    },
+}
+
+/// Bytes of `jcc rel32`.
+const JCC: usize = 6;
+
+/// The relay's tests, placed at `at`, each jumping to `fail` (the jump to the detour) when
+/// it does not hold; the code after them is reached when all hold.
+pub fn bypass_code(tests: &[Bypass], at: u64, fail: u64) -> Vec<u8> {
+    let mut b: Vec<u8> = Vec::new();
+    // `jcc rel32` to `fail`, at the end of `b` (cc: the low nibble of 0x0f 0x8?).
+    let jcc = |b: &mut Vec<u8>, cc: u8| {
+        let from = at + (b.len() + JCC) as u64;
+        let rel = (fail as i64 - from as i64) as i32;
+        b.extend_from_slice(&[0x0f, 0x80 | cc]);
+        b.extend_from_slice(&rel.to_le_bytes());
+    };
+    const JO: u8 = 0x0;
+    const JAE: u8 = 0x3;
+    const JNE: u8 = 0x5;
+    for t in tests {
+        match *t {
+            Bypass::ArgBelow { arg, word } => {
+                // movabs r11, word; cmp arg, [r11]; jae fail
+                b.extend_from_slice(&[0x49, 0xbb]);
+                b.extend_from_slice(&word.to_le_bytes());
+                b.extend_from_slice(&[0x49, 0x3b, (arg.reg() << 3) | 3]);
+                jcc(&mut b, JAE);
+            }
+            Bypass::ProductBelow { word } => {
+                // mov r11, rdi; imul r11, rsi; jo fail; movabs r10, word; cmp r11, [r10];
+                // jae fail
+                b.extend_from_slice(&[0x49, 0x89, 0xfb, 0x4c, 0x0f, 0xaf, 0xde]);
+                jcc(&mut b, JO);
+                b.extend_from_slice(&[0x49, 0xba]);
+                b.extend_from_slice(&word.to_le_bytes());
+                b.extend_from_slice(&[0x4d, 0x3b, 0x1a]);
+                jcc(&mut b, JAE);
+            }
+            Bypass::Zero { word } => {
+                // movabs r11, word; cmp qword ptr [r11], 0; jne fail
+                b.extend_from_slice(&[0x49, 0xbb]);
+                b.extend_from_slice(&word.to_le_bytes());
+                b.extend_from_slice(&[0x49, 0x83, 0x3b, 0x00]);
+                jcc(&mut b, JNE);
+            }
+        }
+    }
+    b
+}
+
 /// The `jmp rel32` at `from` to `to` (within ±2 GiB).
 pub fn near_jmp(from: u64, to: u64) -> Option<[u8; ENTRY_PATCH]> {
     let rel = i32::try_from(to as i64 - (from as i64 + ENTRY_PATCH as i64)).ok()?;
@@ -140,7 +242,8 @@ struct Page {
 }
 
 const PAGE: usize = 4096;
-const SLOT: usize = 128;
+/// A slot: the jump to the detour, the bypass tests, the trampoline.
+const SLOT: usize = 256;
 
 /// Patches functions; keeps the pages it mapped.
 #[derive(Default)]
@@ -218,32 +321,53 @@ impl Patcher {
         Ok(base)
     }
 
-    /// Makes the function at `entry` jump to `detour`; returns the address through which
-    /// the original is called.
+    /// Makes the function at `entry` jump to `detour`, unless every test of `bypass` holds
+    /// (then the call goes on to the original directly: the detour's own fast path, made
+    /// without its jumps and indirect call); returns the address through which the
+    /// original is called.
+    ///
+    /// A slot holds, in this order: the absolute jump to the detour (where a failed test
+    /// jumps), the tests, and the trampoline, into which the last test falls through. The
+    /// entry jumps to the tests (to the jump to the detour when there are none).
     ///
     /// # Safety
     /// `entry` is the entry of a function of at least `size` bytes in mapped code; no other
-    /// thread runs its first bytes during the call; `detour` has the function's signature.
-    pub unsafe fn hook(&mut self, entry: u64, size: usize, detour: u64) -> Result<u64, PatchError> {
+    /// thread runs its first bytes during the call; `detour` has the function's signature
+    /// and, when every test of `bypass` holds, does nothing but call the original.
+    pub unsafe fn hook(
+        &mut self,
+        entry: u64,
+        size: usize,
+        detour: u64,
+        bypass: &[Bypass],
+    ) -> Result<u64, PatchError> {
         // The whole function (a bound on a symbol's size: functions are far smaller).
         let readable = size.min(1 << 20);
         // SAFETY: the caller's contract: `size` bytes of code at `entry`.
         let code = unsafe { std::slice::from_raw_parts(entry as *const u8, readable) };
         let slot = self.slot(entry)?;
-        let relay = slot;
-        let trampoline = slot + ABS_JMP as u64 + 2;
+        let to_detour = slot;
+        let tests_at = slot + ABS_JMP as u64 + 2;
+        let tests = bypass_code(bypass, tests_at, to_detour);
+        let trampoline = tests_at + tests.len() as u64;
         let (bytes, _moved) = plan(entry, code, trampoline)?;
-        if ABS_JMP + 2 + bytes.len() > SLOT {
+        if ABS_JMP + 2 + tests.len() + bytes.len() > SLOT {
             return Err(PatchError::Prologue(
                 "the moved instructions are too long".into(),
             ));
         }
+        let relay = if tests.is_empty() {
+            to_detour
+        } else {
+            tests_at
+        };
         let jump = near_jmp(entry, relay).ok_or(PatchError::NoNearMemory)?;
         let page = slot & !(PAGE as u64 - 1);
         protect(page, PAGE, libc::PROT_READ | libc::PROT_WRITE)?;
         // SAFETY: our own page, writable now; the slot is this function's alone.
         unsafe {
-            std::ptr::copy_nonoverlapping(abs_jmp(detour).as_ptr(), relay as *mut u8, ABS_JMP);
+            std::ptr::copy_nonoverlapping(abs_jmp(detour).as_ptr(), to_detour as *mut u8, ABS_JMP);
+            std::ptr::copy_nonoverlapping(tests.as_ptr(), tests_at as *mut u8, tests.len());
             std::ptr::copy_nonoverlapping(bytes.as_ptr(), trampoline as *mut u8, bytes.len());
         }
         protect(page, PAGE, libc::PROT_READ | libc::PROT_EXEC)?;
@@ -373,6 +497,167 @@ mod tests {
         assert_eq!(near_jmp(0, 1 << 40), None);
     }
 
+    #[test]
+    fn the_bypass_tests_decode_as_written_and_branch_to_the_detour_jump() {
+        let at = 0x7000_0010u64;
+        let fail = 0x7000_0000u64;
+        let code = bypass_code(
+            &[
+                Bypass::Zero {
+                    word: 0x1122_3344_5566,
+                },
+                Bypass::ArgBelow {
+                    arg: Arg::Rsi,
+                    word: 0x7788,
+                },
+                Bypass::ProductBelow { word: 0x99aa },
+            ],
+            at,
+            fail,
+        );
+        let mut d = Decoder::with_ip(64, &code, at, DecoderOptions::NONE);
+        let mut codes = Vec::new();
+        let mut branches = 0;
+        while d.can_decode() {
+            let ins = d.decode();
+            assert!(!ins.is_invalid());
+            if ins.flow_control() == FlowControl::ConditionalBranch {
+                assert_eq!(ins.near_branch_target(), fail, "{:?}", ins.code());
+                branches += 1;
+            }
+            codes.push(ins.code());
+        }
+        assert_eq!(
+            codes,
+            [
+                Code::Mov_r64_imm64,
+                Code::Cmp_rm64_imm8,
+                Code::Jne_rel32_64,
+                Code::Mov_r64_imm64,
+                Code::Cmp_r64_rm64,
+                Code::Jae_rel32_64,
+                Code::Mov_rm64_r64,
+                Code::Imul_r64_rm64,
+                Code::Jo_rel32_64,
+                Code::Mov_r64_imm64,
+                Code::Cmp_r64_rm64,
+                Code::Jae_rel32_64,
+            ]
+        );
+        assert_eq!(branches, 4);
+        let mut d = Decoder::with_ip(64, &code, at, DecoderOptions::NONE);
+        let movabs = d.decode();
+        assert_eq!(movabs.op0_register(), iced_x86::Register::R11);
+        assert_eq!(movabs.immediate64(), 0x1122_3344_5566);
+        let _ = d.decode();
+        let _ = d.decode();
+        let _ = d.decode();
+        let cmp = d.decode();
+        assert_eq!(cmp.op0_register(), iced_x86::Register::RSI);
+        assert_eq!(cmp.memory_base(), iced_x86::Register::R11);
+        let _ = d.decode();
+        let mov = d.decode();
+        assert_eq!(
+            (mov.op0_register(), mov.op1_register()),
+            (iced_x86::Register::R11, iced_x86::Register::RDI)
+        );
+        let imul = d.decode();
+        assert_eq!(
+            (imul.op0_register(), imul.op1_register()),
+            (iced_x86::Register::R11, iced_x86::Register::RSI)
+        );
+        let _ = d.decode();
+        let movabs = d.decode();
+        assert_eq!(movabs.op0_register(), iced_x86::Register::R10);
+        let cmp = d.decode();
+        assert_eq!(
+            (cmp.op0_register(), cmp.memory_base()),
+            (iced_x86::Register::R11, iced_x86::Register::R10)
+        );
+        assert!(bypass_code(&[], at, fail).is_empty());
+    }
+
+    #[inline(never)]
+    extern "C" fn times_five(x: u64) -> u64 {
+        std::hint::black_box(x) * 5
+    }
+
+    #[inline(never)]
+    extern "C" fn product(a: u64, b: u64) -> u64 {
+        std::hint::black_box(a).wrapping_mul(b)
+    }
+
+    static ORIGINAL_FIVE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    static ORIGINAL_PRODUCT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    static LIMIT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(100);
+    static FLAG: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+    extern "C" fn five_detour(x: u64) -> u64 {
+        let f: extern "C" fn(u64) -> u64 =
+            // SAFETY: the trampoline of `times_five`, same signature.
+            unsafe { std::mem::transmute(ORIGINAL_FIVE.load(std::sync::atomic::Ordering::SeqCst)) };
+        f(x) + 1
+    }
+
+    extern "C" fn product_detour(a: u64, b: u64) -> u64 {
+        let f: extern "C" fn(u64, u64) -> u64 =
+            // SAFETY: the trampoline of `product`, same signature.
+            unsafe { std::mem::transmute(ORIGINAL_PRODUCT.load(std::sync::atomic::Ordering::SeqCst)) };
+        f(a, b).wrapping_add(1)
+    }
+
+    #[test]
+    fn a_call_whose_bypass_tests_hold_skips_the_detour() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let f: extern "C" fn(u64) -> u64 = std::hint::black_box(times_five);
+        let g: extern "C" fn(u64, u64) -> u64 = std::hint::black_box(product);
+        let mut p = Patcher::default();
+        let limit = &LIMIT as *const _ as u64;
+        let flag = &FLAG as *const _ as u64;
+        // SAFETY: functions of this test binary, called by no other thread, with their
+        // detours' signatures; sizes as in the test above.
+        let (o1, o2) = unsafe {
+            (
+                p.hook(
+                    times_five as *const () as u64,
+                    20,
+                    five_detour as *const () as u64,
+                    &[
+                        Bypass::Zero { word: flag },
+                        Bypass::ArgBelow {
+                            arg: Arg::Rdi,
+                            word: limit,
+                        },
+                    ],
+                ),
+                p.hook(
+                    product as *const () as u64,
+                    20,
+                    product_detour as *const () as u64,
+                    &[Bypass::ProductBelow { word: limit }],
+                ),
+            )
+        };
+        ORIGINAL_FIVE.store(o1.expect("times_five's prologue moves"), SeqCst);
+        ORIGINAL_PRODUCT.store(o2.expect("product's prologue moves"), SeqCst);
+        assert_eq!(f(2), 10, "below the limit, flag clear: the original alone");
+        assert_eq!(f(99), 495);
+        assert_eq!(f(100), 501, "at the limit: through the detour");
+        FLAG.store(1, SeqCst);
+        assert_eq!(f(2), 11, "flag set: through the detour");
+        FLAG.store(0, SeqCst);
+        LIMIT.store(1000, SeqCst);
+        assert_eq!(f(100), 500, "the limit is read on each call");
+        assert_eq!(g(10, 99), 990, "product below the limit");
+        assert_eq!(g(10, 100), 1001, "at the limit");
+        assert_eq!(
+            g(1 << 40, 1 << 40),
+            1,
+            "an overflowing product goes to the detour"
+        );
+        assert_eq!(g(0, u64::MAX), 0, "zero times anything is below");
+    }
+
     #[inline(never)]
     extern "C" fn times_three(x: u64) -> u64 {
         std::hint::black_box(x) * 3
@@ -400,6 +685,7 @@ mod tests {
                 times_three as *const () as u64,
                 20,
                 plus_one_then_original as *const () as u64,
+                &[],
             )
         };
         let original = original.expect("the test function's prologue moves");

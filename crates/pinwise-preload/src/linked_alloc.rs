@@ -149,6 +149,12 @@ impl<const N: usize> LiveSet<N> {
         self.live.load(Ordering::Relaxed) == 0
     }
 
+    /// The address of the count of blocks in the set (zero: empty), for code that reads it
+    /// directly (the relays' [`crate::inline_patch::Bypass::Zero`]).
+    pub fn count_word(&self) -> u64 {
+        self.live.as_ptr() as u64
+    }
+
     /// Adds block `p` (not 0 or 1); false when its probe range is full (not added).
     pub fn insert(&self, p: usize) -> bool {
         debug_assert!(p > GONE);
@@ -195,6 +201,7 @@ impl<const N: usize> LiveSet<N> {
     }
 
     /// Whether block `p` is in the set.
+    #[inline]
     pub fn contains(&self, p: usize) -> bool {
         if self.is_empty() || p <= GONE {
             return false;

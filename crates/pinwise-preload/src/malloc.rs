@@ -71,6 +71,12 @@ pub fn min_tracked() -> usize {
     MIN_TRACKED.load(Ordering::Relaxed)
 }
 
+/// The address of the threshold's word, for code that compares with it directly (the
+/// linked allocators' relays, [`crate::inline_patch::Bypass`]).
+pub fn min_tracked_word() -> u64 {
+    MIN_TRACKED.as_ptr() as u64
+}
+
 /// Whether an allocation of `size` bytes is recorded.
 #[inline]
 pub fn is_tracked_size(size: usize) -> bool {

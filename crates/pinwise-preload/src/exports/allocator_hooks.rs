@@ -9,14 +9,17 @@
 //! process (a forked child inherits them). An entry point that cannot be patched is left
 //! alone and counted. Nothing is patched with `PINWISE_MALLOC_HOOKS=0`.
 //!
-//! Cost: a call below the threshold costs the jump, the detour's load of the threshold
+//! Cost: a call below the threshold costs the jump to the relay, its load of the threshold
 //! and a compare (allocations), or one load while no block of these allocators is tracked
-//! (frees), on top of the original.
+//! (frees), on top of the original: the relay makes the detour's untracked-path test itself
+//! ([`bypass`]) and falls through into the trampoline, so such a call never enters the
+//! detour. Otherwise the relay jumps to the detour, which tests again and records.
 
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::guard::Inside;
+use crate::inline_patch::{Arg, Bypass};
 use crate::linked_alloc::{requested, Kind, ENTRY_POINTS, HOOKED, HOOK_FAILURES, LIVE, SET_FULL};
 use crate::malloc::{after_release, before_release, is_tracked_size, record_alloc};
 
@@ -44,7 +47,9 @@ fn allocated(caller: usize, p: usize, n: usize) {
 /// A free of block `p` from `caller` being recorded, if the block is tracked.
 #[inline]
 fn releasing(caller: usize, p: usize) -> Option<crate::malloc::Release> {
-    if LIVE.is_empty() {
+    // Most frees are of blocks never tracked: one probe of the set (inlined) says so,
+    // before anything else is read.
+    if !LIVE.contains(p) {
         return None;
     }
     before_release(caller, p as *mut c_void, |p, _| {
@@ -142,12 +147,14 @@ unsafe fn realloc_detour(
 unsafe extern "C" fn free_detour(a0: usize, a1: usize, a2: usize, caller: usize, i: usize) {
     // SAFETY: the original of entry point `i`, set before it was patched.
     let f = unsafe { std::mem::transmute::<usize, Original3>(original(i)) };
-    let release = if a0 != 0 { releasing(caller, a0) } else { None };
-    // SAFETY: the original, with the caller's arguments.
+    let Some(r) = releasing(caller, a0) else {
+        // SAFETY: the original, with the caller's arguments.
+        unsafe { f(a0, a1, a2) };
+        return;
+    };
+    // SAFETY: as above.
     unsafe { f(a0, a1, a2) };
-    if let Some(r) = release {
-        after_release(r, a0 as *mut c_void, true);
-    }
+    after_release(r, a0 as *mut c_void, true);
 }
 
 /// The detour of `posix_memalign(out, align, size)`.
@@ -187,7 +194,8 @@ unsafe extern "C" fn posix_memalign_detour(
 ///
 /// # Safety
 /// Entered from the patched entry point `i` with its caller's arguments.
-unsafe extern "C" fn detour(a0: usize, a1: usize, a2: usize, caller: usize, i: usize) -> usize {
+#[inline(always)]
+unsafe fn detour(a0: usize, a1: usize, a2: usize, caller: usize, i: usize) -> usize {
     // SAFETY (all three): the caller's contract.
     match ENTRY_POINTS[i].1 {
         Kind::Free => {
@@ -201,8 +209,23 @@ unsafe extern "C" fn detour(a0: usize, a1: usize, a2: usize, caller: usize, i: u
     }
 }
 
+/// [`detour`] for entry point `I`: its kind and original known when compiled (no lookup
+/// of the kind, a constant address for the original).
+///
+/// # Safety
+/// Entered from the patched entry point `I` with its caller's arguments.
+unsafe extern "C" fn detour_at<const I: usize>(
+    a0: usize,
+    a1: usize,
+    a2: usize,
+    caller: usize,
+) -> usize {
+    // SAFETY: the caller's contract.
+    unsafe { detour(a0, a1, a2, caller, I) }
+}
+
 /// The entry of detour `$i`: the caller's return address into the 4th argument register,
-/// the index into the 5th, then [`detour`] (which returns to the caller).
+/// then [`detour_at`] (which returns to the caller).
 macro_rules! entry {
     ($i:literal) => {{
         #[unsafe(naked)]
@@ -210,10 +233,8 @@ macro_rules! entry {
             core::arch::naked_asm!(
                 "endbr64",
                 "mov rcx, qword ptr [rsp]",
-                "mov r8, {i}",
                 "jmp {detour}",
-                i = const $i,
-                detour = sym detour,
+                detour = sym detour_at::<$i>,
             )
         }
         entry as unsafe extern "C" fn()
@@ -313,7 +334,8 @@ pub fn install() {
         // bytes (its symbol table says so) with the signature of kind
         // `ENTRY_POINTS[i].1`; the detour entry `i` takes that signature and calls the
         // original through `REAL[i]`, stored before the entry is patched (the store comes
-        // first: see `hook_one`). The process has one thread (checked above:
+        // first: see `hook_one`); its bypass tests hold only where the detour would only
+        // forward (`bypass`). The process has one thread (checked above:
         // `single_threaded`), so no thread runs the bytes being replaced.
         match unsafe { hook_one(&mut patcher, target, s.size as usize, i) } {
             Ok(()) => {
@@ -336,6 +358,24 @@ fn single_threaded() -> bool {
     std::fs::read_dir("/proc/self/task").is_ok_and(|d| d.count() == 1)
 }
 
+/// The tests under which entry point `kind` goes straight to its original: exactly the
+/// conditions under which its detour would only forward the call (a size below the
+/// threshold, no tracked block to free; the threshold is `usize::MAX` when tracking is off).
+pub fn bypass(kind: Kind) -> Vec<Bypass> {
+    let min = crate::malloc::min_tracked_word();
+    let live = LIVE.count_word();
+    let below = |arg| Bypass::ArgBelow { arg, word: min };
+    match kind {
+        Kind::Malloc => vec![below(Arg::Rdi)],
+        Kind::Aligned => vec![below(Arg::Rsi)],
+        Kind::PosixMemalign => vec![below(Arg::Rdx)],
+        // A product that overflows fails the call: the detour records nothing either.
+        Kind::Calloc => vec![Bypass::ProductBelow { word: min }],
+        Kind::Realloc => vec![Bypass::Zero { word: live }, below(Arg::Rsi)],
+        Kind::Free => vec![Bypass::Zero { word: live }],
+    }
+}
+
 /// Patches entry point `i` at `target`.
 ///
 /// # Safety
@@ -351,7 +391,14 @@ unsafe fn hook_one(
     // call can reach the detour only if nothing calls the function in between, which the
     // caller's contract gives (one thread, and this code does not call it).
     // SAFETY: the caller's contract.
-    let original = unsafe { patcher.hook(target as u64, size, ENTRIES[i] as usize as u64)? };
+    let original = unsafe {
+        patcher.hook(
+            target as u64,
+            size,
+            ENTRIES[i] as usize as u64,
+            &bypass(ENTRY_POINTS[i].1),
+        )?
+    };
     REAL[i].store(original as usize, Ordering::Release);
     Ok(())
 }

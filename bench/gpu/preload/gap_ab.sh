@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# bench/gpu/preload/gap_ab.sh: gap_copies.c under each given build of libpinwise_preload.so,
+# interleaved (adaptive mode, PINWISE_STATS_DIR), to compare builds' bookkeeping per
+# intercepted copy (`hook_ns_net_median`, stage medians) against the gap between copies.
+#   bash bench/gpu/preload/gap_ab.sh NAME=LIB.so [NAME=LIB.so ...]
+# Env: REPEATS (default 10), GAPS (default "0 20 200" µs), KIND (pinned|pageable, default
+# pinned), CUDA_LIB_DIR (a directory with libcuda.so; default: the system's libcuda, found
+# by ldconfig; on the dev VM the stand-in's target/release). Prints per build and gap the
+# median (min-max) of the runs' figures. Raw rows: $OUT/gap_ab.tsv (OUT default ./bench-out).
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+ROOT=$PWD
+OUT=${OUT:-$ROOT/bench-out}
+REPEATS=${REPEATS:-10}
+GAPS=${GAPS:-0 20 200}
+KIND=${KIND:-pinned}
+mkdir -p "$OUT/lib"
+if [[ -n ${CUDA_LIB_DIR:-} ]]; then
+  libdir=$(realpath "$CUDA_LIB_DIR")
+else
+  libcuda=$(ldconfig -p | awk '/libcuda\.so\.1 / {print $NF; exit}')
+  ln -sf "$libcuda" "$OUT/lib/libcuda.so"
+  libdir="$OUT/lib"
+fi
+gcc -O2 -I fixtures/include -o "$OUT/gap_copies" bench/gpu/preload/gap_copies.c -L"$libdir" -lcuda -Wl,-rpath,"$libdir"
+names=()
+libs=()
+for a in "$@"; do
+  names+=("${a%%=*}")
+  libs+=("$(realpath "${a#*=}")")
+done
+tsv="$OUT/gap_ab.tsv"
+: > "$tsv"
+for ((r = 1; r <= REPEATS; r++)); do
+  for gap in $GAPS; do
+    n=$(( gap >= 200 ? 1500 : 3000 ))
+    for i in "${!names[@]}"; do
+      sd=$(mktemp -d "$OUT/stats.XXXXXX")
+      LD_PRELOAD="${libs[$i]}" PINWISE_MODE=adaptive PINWISE_STATS_DIR="$sd" \
+        "$OUT/gap_copies" "$KIND" "$gap" "$n" > /dev/null
+      python3 - "$sd" "${names[$i]}" "$gap" "$r" >> "$tsv" <<'PY'
+import glob, json, sys
+d, name, gap, r = sys.argv[1:]
+def find(o, k):
+    if isinstance(o, dict):
+        if k in o: return o[k]
+        for v in o.values():
+            x = find(v, k)
+            if x is not None: return x
+    if isinstance(o, list):
+        for v in o:
+            x = find(v, k)
+            if x is not None: return x
+    return None
+for f in glob.glob(f"{d}/*.json"):
+    s = json.load(open(f))
+    st = find(s, "hook_stages") or {}
+    print(name, gap, r, find(s, "hook_ns_net_median"), find(s, "hook_ns_median"),
+          st.get("describe_ns"), st.get("decide_ns"), st.get("record_ns"), sep="\t")
+PY
+      rm -rf "$sd"
+    done
+  done
+done
+echo "gap_copies $KIND, $REPEATS interleaved runs per build and gap; median (min-max) over runs, ns"
+echo "machine: $(hostname), $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(date -u +%Y-%m-%dT%H:%MZ)"
+python3 - "$tsv" "${names[@]}" <<'PY'
+import sys, statistics
+from collections import defaultdict
+tsv, names = sys.argv[1], sys.argv[2:]
+v = defaultdict(lambda: defaultdict(list))
+gaps = []
+for line in open(tsv):
+    name, gap, r, *xs = line.rstrip("\n").split("\t")
+    if gap not in gaps: gaps.append(gap)
+    for k, x in zip(["net", "total", "describe", "decide", "record"], xs):
+        try: v[(name, gap)][k].append(float(x))
+        except ValueError: pass
+def cell(xs):
+    return f"{statistics.median(xs):.0f} ({min(xs):.0f}-{max(xs):.0f})" if xs else "-"
+print("| build | gap µs | runs | net | total | describe | decide | record |")
+print("|---|---|---|---|---|---|---|---|")
+for g in gaps:
+    for n in names:
+        d = v[(n, g)]
+        print(f"| {n} | {g} | {len(d['net'])} | " + " | ".join(cell(d[k]) for k in ["net", "total", "describe", "decide", "record"]) + " |")
+PY
