@@ -96,7 +96,9 @@ impl MatrixConfig {
             repeats: 3,
             target_hot_bytes: 4 << 30,
             min_iterations: 3,
-            max_iterations: 32,
+            // Small sizes need many iterations: at 32 a 4 KiB cell ran for about 1 ms on the
+            // H100, which timer noise and the allocator's first decisions dominated.
+            max_iterations: 1024,
             policy,
             budget_bytes: None,
             time_budget_s: Some(300.0),
@@ -685,8 +687,15 @@ mod tests {
         assert_eq!(its.len(), DEFAULT_SHAPES.len());
         for per_shape in &its {
             assert!(per_shape[..5].iter().all(|&n| n >= 3), "{its:?}");
+            // 4 KiB and 16 KiB cells run at least as many iterations as the old cap of 32.
+            assert!(per_shape[..2].iter().all(|&n| n >= 32), "{its:?}");
             assert!(per_shape[9] <= per_shape[0]);
         }
+        // ...and, where the budget allows, hundreds, so that they run long enough to measure.
+        assert!(
+            its.iter().all(|s| s[1] >= 64) && its.iter().any(|s| s[0] >= 256),
+            "{its:?}"
+        );
         // Every size keeps at least one shape; the largest sizes leave some out.
         for si in 0..c.sizes.len() {
             assert!(its.iter().any(|s| s[si] > 0), "size {si}: {its:?}");
