@@ -610,14 +610,25 @@ fn allocations(
             ])
         );
         if options.stacks {
-            let _ = writeln!(out, "    call site: {}", a.site.long());
+            // Whole with --wide; else cut in the middle to the width, keeping each frame's
+            // end (its function and line).
+            let layout = crate::layout::current();
+            let width = if layout.wide {
+                usize::MAX
+            } else {
+                layout.width
+            };
+            let call_site = format!("    call site: {}", a.site.long());
+            let _ = writeln!(out, "{}", fit(&call_site, width, true));
             for (i, f) in a.stack.iter().enumerate() {
                 let mark = if a.user_frame.as_deref() == Some(f.as_str()) {
                     '>'
                 } else {
                     ' '
                 };
-                let _ = writeln!(out, "   {mark}#{i} {f}");
+                let head = format!("   {mark}#{i} ");
+                let room = width.saturating_sub(head.chars().count());
+                let _ = writeln!(out, "{head}{}", fit(f, room, true));
             }
         }
     }

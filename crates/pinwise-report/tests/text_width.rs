@@ -50,6 +50,13 @@ fn report() -> Report {
         &mut LongSymbols,
         &mut Progress::hidden(),
     );
+    // A stack as a Python program's would be, with long paths.
+    r.hotspots[0].stack = vec![
+        format!("{NAMESPACE}::BatchLoader<float>::load_batch (loader.cc:41)"),
+        "prefetch_next (/home/someone/src/torch_extensions/data_pipeline/python/loader.py:120)"
+            .into(),
+        "<module> (/home/someone/experiments/2026-11-25/train_a_rather_large_model.py:7)".into(),
+    ];
     r.redundant.mode = "sampled";
     for a in r.hotspots.clone().iter().take(2) {
         r.redundant.allocations.push(RedundantRow {
@@ -79,10 +86,14 @@ fn report() -> Report {
 }
 
 fn render(r: &Report, width: usize, wide: bool) -> String {
+    render_options(r, width, wide, false)
+}
+
+fn render_options(r: &Report, width: usize, wide: bool, stacks: bool) -> String {
     render_with(
         r,
         TextOptions {
-            stacks: false,
+            stacks,
             layout: Layout {
                 width,
                 wide,
@@ -193,4 +204,26 @@ fn the_text_at_100_columns_is_as_designed() {
     assert!(!text.contains("not shown at this width"), "{text}");
     let hot = titles(&text, "HOTSPOTS", "allocated at");
     assert!(hot.contains("call#") && hot.contains("pageable"), "{hot}");
+}
+
+#[test]
+fn stacks_fit_too_keeping_each_frames_end_and_are_whole_with_wide() {
+    let r = report();
+    for width in [60, 80, 120] {
+        let text = render_options(&r, width, false, true);
+        assert!(
+            text.lines().all(|l| l.chars().count() <= width),
+            "{width}:\n{text}"
+        );
+        assert!(text.contains("#0 "), "{width}: no stack\n{text}");
+        assert!(text.contains("loader.py:120)"), "{width}:\n{text}");
+        assert!(
+            text.contains("train_a_rather_large_model.py:7)"),
+            "{width}:\n{text}"
+        );
+    }
+    let wide = render_options(&r, 60, true, true);
+    assert!(wide.contains(
+        "#2 <module> (/home/someone/experiments/2026-11-25/train_a_rather_large_model.py:7)"
+    ));
 }
