@@ -5,6 +5,14 @@
 //! bytes actually locked never exceed the reserved bytes, and the reserved bytes never exceed
 //! the cap: `try_reserve` is a compare-and-swap loop that only ever stores a value `<= cap`.
 //! Lock-free and allocation-free, so it may be used from any hook.
+//!
+//! Beside the cap, a *limit* ([`PinBudget::set_limit`]): the ceiling pinwise-core's
+//! [`pinwise_core::decide::ceiling`] sets (no more than the program itself would lock). What
+//! pinwise pins on its own account ([`PinBudget::try_reserve`]: promotions, pooled blocks of
+//! its own allocations) stays within both; a program's own pinned request
+//! ([`PinBudget::try_reserve_request`]) within the cap only. Memory page-locked without
+//! pinwise's say (the program's own registrations, requests passed on to CUDA) is
+//! [`PinBudget::charge`]d, so that the reserved bytes are every byte locked in the process.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -18,6 +26,7 @@ pub const FALLBACK_BUDGET_BYTES: u64 = 4 << 30;
 #[derive(Debug)]
 pub struct PinBudget {
     cap: AtomicU64,
+    limit: AtomicU64,
     reserved: AtomicU64,
     peak: AtomicU64,
     refusals: AtomicU64,
@@ -28,16 +37,34 @@ impl PinBudget {
     pub fn new(cap: u64) -> Self {
         PinBudget {
             cap: AtomicU64::new(cap),
+            limit: AtomicU64::new(u64::MAX),
             reserved: AtomicU64::new(0),
             peak: AtomicU64::new(0),
             refusals: AtomicU64::new(0),
         }
     }
 
-    /// Reserves `bytes` if that keeps the reserved total within the cap. Returns whether it
-    /// did; a refusal is counted.
+    /// Reserves `bytes` for pinwise's own account if that keeps the reserved total within
+    /// the cap and the limit. Returns whether it did; a refusal is counted.
     pub fn try_reserve(&self, bytes: u64) -> bool {
-        let cap = self.cap.load(Ordering::Acquire);
+        self.reserve_within(bytes, self.cap().min(self.limit()))
+    }
+
+    /// Reserves `bytes` for a program's own pinned request if that keeps the reserved total
+    /// within the cap (the limit, made of the program's own peak, is the caller's to make
+    /// room for). Returns whether it did; a refusal is counted.
+    pub fn try_reserve_request(&self, bytes: u64) -> bool {
+        self.reserve_within(bytes, self.cap())
+    }
+
+    /// Counts `bytes` page-locked whatever the cap (memory the program locked itself, or
+    /// that its semantics need locked); given back with [`PinBudget::release`].
+    pub fn charge(&self, bytes: u64) {
+        let next = self.reserved.fetch_add(bytes, Ordering::AcqRel) + bytes;
+        self.peak.fetch_max(next, Ordering::Relaxed);
+    }
+
+    fn reserve_within(&self, bytes: u64, cap: u64) -> bool {
         let mut cur = self.reserved.load(Ordering::Relaxed);
         loop {
             let Some(next) = cur.checked_add(bytes).filter(|&n| n <= cap) else {
@@ -74,6 +101,16 @@ impl PinBudget {
     /// enough is released; nothing already pinned is taken away.
     pub fn set_cap(&self, cap: u64) {
         self.cap.store(cap, Ordering::Release);
+    }
+
+    /// The limit below the cap on what pinwise pins on its own account (`u64::MAX`: none).
+    pub fn limit(&self) -> u64 {
+        self.limit.load(Ordering::Acquire)
+    }
+
+    /// Sets the limit (see the module documentation). Nothing already pinned is taken away.
+    pub fn set_limit(&self, limit: u64) {
+        self.limit.store(limit, Ordering::Release);
     }
 
     /// Bytes reserved now.
@@ -126,6 +163,21 @@ mod tests {
             !b.try_reserve(u64::MAX),
             "overflow must be a refusal, not a wrap"
         );
+    }
+
+    #[test]
+    fn the_limit_bounds_pinwise_own_account_not_requests() {
+        let b = PinBudget::new(100);
+        b.set_limit(40);
+        assert!(b.try_reserve(30));
+        assert!(!b.try_reserve(11), "over the limit");
+        assert!(b.try_reserve_request(60), "a program request: the cap only");
+        assert!(!b.try_reserve_request(11));
+        b.charge(50);
+        assert_eq!(b.reserved(), 140, "charges go over the cap");
+        assert_eq!(b.peak(), 140);
+        b.release(140);
+        assert_eq!(b.reserved(), 0);
     }
 
     #[test]

@@ -117,8 +117,18 @@ impl PinnedPool {
     /// Takes a free block of at least `len` bytes (`len` a multiple of the page size): the
     /// smallest that fits, split if larger. Returns its address.
     pub fn take(&mut self, len: usize) -> Option<usize> {
+        self.take_fit(len, usize::MAX)
+    }
+
+    /// As [`PinnedPool::take`], from a free block of at most `longest` bytes: a block is not
+    /// carved out of a much larger one, whose segment would then stay pinned, unusable as a
+    /// whole and never released, while the block lives.
+    pub fn take_fit(&mut self, len: usize, longest: usize) -> Option<usize> {
         debug_assert!(len > 0 && len.is_multiple_of(PAGE));
         let &(found_len, addr) = self.free.range((len, 0)..).next()?;
+        if found_len > longest {
+            return None;
+        }
         self.free.remove(&(found_len, addr));
         let block = self
             .blocks
@@ -144,7 +154,15 @@ impl PinnedPool {
 
     /// Whether a free block of at least `len` bytes is there now.
     pub fn has_free(&self, len: usize) -> bool {
-        self.free.range((len, 0)..).next().is_some()
+        self.has_fit(len, usize::MAX)
+    }
+
+    /// Whether [`PinnedPool::take_fit`] would find a block now.
+    pub fn has_fit(&self, len: usize, longest: usize) -> bool {
+        self.free
+            .range((len, 0)..)
+            .next()
+            .is_some_and(|&(l, _)| l <= longest)
     }
 
     /// Adds a freshly page-locked segment and takes `take` bytes of it at once (0: none).
@@ -417,6 +435,17 @@ mod tests {
         p.add_segment(seg(0x300000, 4 * PAGE), 0);
         assert_eq!(p.take(3 * PAGE), Some(0x300000));
         assert_eq!(p.take(2 * PAGE), Some(0x200000));
+        p.check_invariants();
+    }
+
+    #[test]
+    fn fits_are_not_carved_out_of_much_larger_blocks() {
+        let mut p = PinnedPool::new();
+        p.add_segment(seg(0x100000, 64 * PAGE), 0);
+        assert!(!p.has_fit(4 * PAGE, 5 * PAGE));
+        assert_eq!(p.take_fit(4 * PAGE, 5 * PAGE), None);
+        assert!(p.has_fit(60 * PAGE, 64 * PAGE));
+        assert_eq!(p.take_fit(60 * PAGE, 64 * PAGE), Some(0x100000));
         p.check_invariants();
     }
 

@@ -12,7 +12,9 @@ pub struct AllocStats {
     /// Page-locked bytes now (pool segments, promoted and dedicated allocations).
     pub pinned_bytes: u64,
     /// The most bytes reserved for pinning at once: an upper bound of the page-locked bytes
-    /// at any moment (reservation comes before pinning, release after unpinning).
+    /// at any moment (reservation comes before pinning, release after unpinning), with what
+    /// was charged to the budget (the preload charges the program's own registrations and
+    /// the requests it passes on to CUDA: then every byte locked in the process).
     pub pinned_bytes_peak: u64,
     /// The pinned budget (cap) in bytes.
     pub budget_bytes: u64,

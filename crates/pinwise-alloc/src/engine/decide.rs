@@ -96,7 +96,13 @@ impl Engine {
                     .as_ref()
                     .is_some_and(|(a, _)| a.pinned_and_reused(&tag, size))
             },
-            || hot_in_this_run && self.pool.lock().has_free(graded),
+            || {
+                hot_in_this_run
+                    && self.pool.lock().has_fit(
+                        graded,
+                        super::serve::fit_limit(graded, super::is_request(flags)),
+                    )
+            },
             SiteGuess {
                 hot: guess.hot,
                 has_history: guess.source != PredictionSource::NoHistory,

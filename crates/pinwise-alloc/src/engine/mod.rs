@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
-use pinwise_core::decide::rules;
+use pinwise_core::decide::{ceiling, rules};
 use pinwise_core::policy::PredictedTransfers;
 use pinwise_core::{
     Direction, Event, EventKind, HostMemKind, HostState, Policy, ProbeKind, Site, Tag,
@@ -47,7 +47,7 @@ use crate::budget::{default_budget_bytes, PinBudget};
 use crate::callsite::InProcessSiteResolver;
 use crate::error::AllocError;
 use crate::events::EventPool;
-use crate::grade::{graded_size, PAGE};
+use crate::grade::PAGE;
 use crate::pageable::{self, PageableCache};
 use crate::pool::PinnedPool;
 use crate::pressure::MemoryGauge;
@@ -288,16 +288,17 @@ impl Engine {
         if size > isize::MAX as usize / 2 {
             return Err(AllocError::TooLarge(size));
         }
-        let graded = graded_size(size);
-        let (tag, want_pin, planned) = self.decide(size, graded, site, flags);
         let required = flags.contains(AllocFlags::REQUIRE_PINNED);
+        let request = is_request(flags);
+        let graded = ceiling::block_size(size, request);
+        let (tag, want_pin, planned) = self.decide(size, graded, site, flags);
 
         let mut served: Option<(usize, usize, Origin)> = None;
         if want_pin {
             let r = if required && cuda_flags != 0 {
                 self.alloc_dedicated(graded, cuda_flags)
             } else {
-                self.alloc_pinned_block(graded)
+                self.alloc_pinned_block(graded, request)
             };
             match r {
                 Ok(s) => served = Some(s),
@@ -548,6 +549,33 @@ impl Engine {
         self.pool.lock().retire_all();
     }
 
+    /// Whether a request of `size` bytes with `flags` would be served from a free pool block
+    /// now (pinning nothing more), if it is served pinned.
+    pub fn has_free_block(&self, size: usize, flags: AllocFlags) -> bool {
+        let request = is_request(flags);
+        let len = ceiling::block_size(size, request);
+        self.reclaim_pending();
+        self.pool
+            .lock()
+            .has_fit(len, serve::fit_limit(len, request))
+    }
+
+    /// Unpins idle pool segments (entirely free), largest first, until at least `want` bytes
+    /// are released or none is left. Returns the bytes released.
+    pub fn release_idle(&self, want: u64) -> u64 {
+        if want == 0 {
+            return 0;
+        }
+        self.reclaim_pending();
+        let idle = self.pool.lock().take_free_segments(want as usize);
+        let mut released = 0;
+        for seg in idle {
+            released += seg.len as u64;
+            self.release_segment(seg);
+        }
+        released
+    }
+
     /// Releases every idle pinned segment and the pageable cache (keeps blocks in use).
     pub fn trim(&self) {
         self.reclaim_pending();
@@ -613,6 +641,13 @@ impl Drop for Engine {
             tracing::error!(error = %e, "pinwise allocator: writing the profile failed");
         }
     }
+}
+
+/// Whether a request is a program's own pinned request (or a caller's that needs pinned
+/// memory), as against pinwise's own choice to pin: see [`ceiling::block_size`] and
+/// [`PinBudget::try_reserve_request`].
+fn is_request(flags: AllocFlags) -> bool {
+    flags.contains(AllocFlags::PREFER_PINNED) || flags.contains(AllocFlags::REQUIRE_PINNED)
 }
 
 // pinwise's one clock (`CLOCK_MONOTONIC`, ns).

@@ -63,12 +63,19 @@ impl Engine {
     }
 
     /// A block from the pinned pool, growing it within the budget if needed.
+    /// `request`: a program's own pinned request, reserved within the cap only (see
+    /// [`crate::budget::PinBudget::try_reserve_request`]).
     pub(super) fn alloc_pinned_block(
         &self,
         graded: usize,
+        request: bool,
     ) -> Result<(usize, usize, Origin), PinRefusal> {
         self.reclaim_pending();
-        if let Some(addr) = self.pool.lock().take(graded) {
+        if let Some(addr) = self
+            .pool
+            .lock()
+            .take_fit(graded, fit_limit(graded, request))
+        {
             self.counters.pool_hits.fetch_add(1, Ordering::Relaxed);
             return Ok((addr, graded, Origin::PoolBlock));
         }
@@ -76,13 +83,19 @@ impl Engine {
         let seg_len = graded.max(self.min_segment);
         // Prefer registering a touched mapping from the pageable cache when that is cheaper.
         let (fresh_method, fresh_cost) = pricing::cheapest_fresh(&self.policy, seg_len as u64);
-        let touched = if pricing::register_touched_ns(&self.policy, seg_len as u64) < fresh_cost {
+        let mut touched = if pricing::register_touched_ns(&self.policy, seg_len as u64) < fresh_cost
+        {
             self.pageable.lock().take(seg_len)
         } else {
             None
         };
+        // A program's request gets exactly its pages, not a larger cached mapping.
+        if let Some((a, l)) = touched.filter(|&(_, l)| request && l != seg_len) {
+            self.return_mapping(a, l);
+            touched = None;
+        }
         let reserve = touched.map_or(seg_len, |(_, l)| l);
-        if !self.reserve_or_trim(reserve as u64) {
+        if !self.reserve_or_trim(reserve as u64, request) {
             if let Some((a, l)) = touched {
                 self.return_mapping(a, l);
             }
@@ -127,7 +140,7 @@ impl Engine {
         graded: usize,
         cuda_flags: u32,
     ) -> Result<(usize, usize, Origin), PinRefusal> {
-        if !self.reserve_or_trim(graded as u64) {
+        if !self.reserve_or_trim(graded as u64, true) {
             return Err(PinRefusal::Budget);
         }
         let t = std::time::Instant::now();
@@ -187,12 +200,25 @@ impl Engine {
         }
     }
 
-    /// Reserves `bytes` of budget, releasing idle pool segments first if that makes room.
-    pub(super) fn reserve_or_trim(&self, bytes: u64) -> bool {
-        if self.budget.try_reserve(bytes) {
+    /// Reserves `bytes` of budget (for a program's `request`: within the cap only),
+    /// releasing idle pool segments first if that makes room.
+    pub(super) fn reserve_or_trim(&self, bytes: u64, request: bool) -> bool {
+        let reserve = |b: u64| {
+            if request {
+                self.budget.try_reserve_request(b)
+            } else {
+                self.budget.try_reserve(b)
+            }
+        };
+        if reserve(bytes) {
             return true;
         }
-        let need = (self.budget.reserved() + bytes).saturating_sub(self.budget.cap());
+        let bound = if request {
+            self.budget.cap()
+        } else {
+            self.budget.cap().min(self.budget.limit())
+        };
+        let need = (self.budget.reserved() + bytes).saturating_sub(bound);
         let idle = self.pool.lock().take_free_segments(need as usize);
         if idle.is_empty() {
             self.counters
@@ -203,7 +229,7 @@ impl Engine {
         for seg in idle {
             self.release_segment(seg);
         }
-        if self.budget.try_reserve(bytes) {
+        if reserve(bytes) {
             true
         } else {
             self.counters
@@ -404,6 +430,16 @@ impl Engine {
                 start: live.start as u64,
             },
         );
+    }
+}
+
+/// The largest free block a block of `len` bytes is taken from: for a program's request, at
+/// most its graded size (so a segment is not held for a much smaller block); else any.
+pub(super) fn fit_limit(len: usize, request: bool) -> usize {
+    if request {
+        crate::grade::graded_size(len)
+    } else {
+        usize::MAX
     }
 }
 
