@@ -144,6 +144,14 @@ pub struct ProcessStats {
     /// The cost table that priced the decisions (a named calibration, this GPU's cached
     /// calibration, or the built-in table and why); empty when the allocator did not run.
     pub pricing: String,
+    /// The most bytes the program's own pinned requests and registrations held at once, as
+    /// plain CUDA would have locked them (whole pages, however pinwise served them): the
+    /// ceiling pinwise's own pins stay within (`pinwise_core::decide::ceiling`).
+    /// `engine.pinned_bytes_peak` counts every byte locked in the process, these included.
+    pub program_pinned_bytes_peak: u64,
+    /// Times pinwise gave back idle pool segments or registrations of hot pageable buffers
+    /// so that a program request stayed within that ceiling.
+    pub ceiling_releases: u64,
 }
 
 /// Medians (ns, the middle of a histogram bucket; `None`: no sample) of the parts of a
@@ -323,6 +331,8 @@ mod tests {
         "problems",
         "incremental",
         "pricing",
+        "program_pinned_bytes_peak",
+        "ceiling_releases",
     ];
 
     /// Keys of a serialized object, in order (no JSON map type keeps the order here).

@@ -17,21 +17,29 @@
 //!   freed, reallocated or unmapped ([`before_free`], [`before_munmap`]). An asynchronous
 //!   copy on such a buffer keeps pageable memory's promise (done when the call returns: the
 //!   hook waits for its stream), since the program may reuse the buffer at once.
-//! - One budget for the process: the engine's, which promotions reserve from too.
+//! - One budget for the process: the engine's, which promotions reserve from too. It counts
+//!   every byte page-locked in the process: the program's own registrations and the
+//!   requests passed on to CUDA are charged to it.
+//! - pinwise never holds more pinned memory than the program would without it
+//!   ([`pinwise_core::decide::ceiling`]): the program's own pinned bytes (every pinned
+//!   request at its pages, however it was served, and its registrations) set the budget's
+//!   limit, which promotions and pinwise's own pins stay within; before a program request
+//!   (or a registration its semantics need) would go over it, idle pool segments and then
+//!   promoted buffers of the program are given back ([`Pinning::make_room`]).
 //! - A copy on a stream being captured into a CUDA graph teaches nothing and changes
 //!   nothing ([`Pinning::note_captured_copy`]): no registration, no pool bookkeeping, no
 //!   wait. A registration such a copy used is held until the program releases the memory
 //!   (the graph reads it on every replay).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use pinwise_alloc::pageable::{mapping_len, MMAP_FROM};
 use pinwise_alloc::{AllocError, AllocFlags, Allocation, Engine, EngineConfig, Mode, StreamHandle};
 use pinwise_core::decide::pricing::TableSource;
-use pinwise_core::decide::rules;
+use pinwise_core::decide::{ceiling, rules};
 use pinwise_core::profile::Profile;
 use pinwise_core::{Direction, EventKind, HostState, ModuleTable, Policy, Site};
 use pinwise_cuda::sys::{
@@ -103,6 +111,15 @@ pub struct Pinning {
     min_saving_bytes: [u64; 4],
     keep_pinned: bool,
     promote_pageable: bool,
+    /// The program's own pinned bytes now and at most at once, as plain CUDA would lock
+    /// them ([`pinwise_core::decide::ceiling`]).
+    program_now: AtomicU64,
+    program_peak: AtomicU64,
+    /// Whether the user gave the budget.
+    explicit_budget: bool,
+    /// Memory page-locked without pinwise's say and charged to the budget (the program's
+    /// own registrations, requests passed on to CUDA): start and bytes.
+    outside: Mutex<BTreeMap<usize, u64>>,
     /// Where the cost table that prices the decisions came from.
     pub pricing: TableSource,
     /// Problems met choosing it (a calibration file that could not be read).
@@ -153,24 +170,141 @@ impl Pinning {
             min_saving_bytes,
             keep_pinned: config.keep_pinned,
             promote_pageable: config.promote_pageable,
+            program_now: AtomicU64::new(0),
+            program_peak: AtomicU64::new(0),
+            explicit_budget: config.budget_bytes.is_some(),
+            outside: Mutex::new(BTreeMap::new()),
             pricing: table.source,
             pricing_problems: table.problems,
         })
     }
 
+    /// What the ceiling is made of now.
+    fn bounds(&self) -> ceiling::Bounds {
+        ceiling::Bounds {
+            program_peak: self.program_peak.load(Ordering::Acquire),
+            cap: self.engine.budget().cap(),
+            explicit_budget: self.explicit_budget,
+        }
+    }
+
+    /// The most bytes the program's own pinned requests and registrations held at once, as
+    /// plain CUDA would have locked them.
+    pub fn program_pinned_peak(&self) -> u64 {
+        self.program_peak.load(Ordering::Acquire)
+    }
+
+    /// The program holds `bytes` more of its own pinned memory: its peak, and with it the
+    /// budget's limit, may rise.
+    fn program_pins(&self, bytes: u64) {
+        let now = self.program_now.fetch_add(bytes, Ordering::AcqRel) + bytes;
+        if self.program_peak.fetch_max(now, Ordering::AcqRel) >= now {
+            return;
+        }
+        // Set the limit of the newest peak (another thread may raise it meanwhile).
+        loop {
+            let b = self.bounds();
+            self.engine.budget().set_limit(ceiling::ceiling(&b));
+            if self.program_peak.load(Ordering::Acquire) == b.program_peak {
+                break;
+            }
+        }
+    }
+
+    /// The program gave back `bytes` of its own pinned memory.
+    fn program_unpins(&self, bytes: u64) {
+        let _ = self
+            .program_now
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                Some(n.saturating_sub(bytes))
+            });
+    }
+
+    /// Gives back at least `bytes` of pinwise's extras if it can: idle pool segments first,
+    /// then registrations of the program's hot pageable buffers (not those a captured graph
+    /// uses). Returns the bytes given back.
+    pub fn make_room(&self, bytes: u64, stats: &HookStats, rec: &Recorder) -> u64 {
+        if bytes == 0 {
+            return 0;
+        }
+        let mut released = {
+            let _inside = guard::Inside::enter();
+            self.engine.release_idle(bytes)
+        };
+        while released < bytes {
+            let Some(i) = PROMOTED_RANGES.releasable_of(Owner::Program) else {
+                break;
+            };
+            let len = PROMOTED_RANGES.get(i).reg_len as u64;
+            if self.demote(i, stats, rec) {
+                released += len;
+            }
+        }
+        if released > 0 {
+            HookStats::bump(&stats.ceiling_releases);
+        }
+        released
+    }
+
+    /// Before the program locks `bytes` more of its own (a pinned request, a registration):
+    /// gives back what pinwise's extras must so that the locked total stays within the
+    /// ceiling the program's own bytes set ([`ceiling::to_give_back`]).
+    pub fn before_program_pins(&self, bytes: u64, stats: &HookStats, rec: &Recorder) {
+        let give = ceiling::to_give_back(
+            &self.bounds(),
+            self.program_now.load(Ordering::Acquire),
+            self.engine.budget().reserved(),
+            bytes,
+        );
+        self.make_room(give, stats, rec);
+    }
+
+    /// The program locked `[start, start + len)` itself (a registration) or CUDA served its
+    /// pinned request of `len` bytes at `start` (passed on): both count as the program's own
+    /// and are charged to the budget until [`Pinning::outside_released`].
+    pub fn outside_locked(&self, start: usize, len: usize) {
+        let bytes = page_span(start, len).1 as u64;
+        if self.outside.lock().insert(start, bytes).is_some() {
+            return; // already counted (the driver accepted the same start twice)
+        }
+        self.engine.budget().charge(bytes);
+        self.program_pins(bytes);
+    }
+
+    /// The program unlocked (unregistered, freed) memory it locked at `start` without
+    /// pinwise's say.
+    pub fn outside_released(&self, start: usize) {
+        if let Some(bytes) = self.outside.lock().remove(&start) {
+            self.engine.budget().release(bytes);
+            self.program_unpins(bytes);
+        }
+    }
+
     /// Serves a pinned request of `size` bytes with CUDA `flags` from `site`. `Err`: the
     /// caller passes the request to CUDA (plain behaviour).
-    pub fn alloc(&self, size: usize, flags: u32, site: Site) -> Result<Allocation, AllocError> {
+    pub fn alloc(
+        &self,
+        size: usize,
+        flags: u32,
+        site: Site,
+        stats: &HookStats,
+        rec: &Recorder,
+    ) -> Result<Allocation, AllocError> {
         let af = AllocFlags::from_ask(rules::pinned_request(
             flags,
             size,
             MMAP_FROM,
             self.keep_pinned,
         ));
+        let pages = size.max(1).next_multiple_of(PAGE) as u64;
+        if !self.engine.has_free_block(size, af) {
+            self.before_program_pins(pages, stats, rec);
+        }
         let a = {
             let _inside = guard::Inside::enter();
             self.engine.alloc_with_cuda_flags(size, site, af, flags)?
         };
+        self.program_pins(pages);
         let start = a.ptr as usize;
         self.served_lo.fetch_min(start, Ordering::AcqRel);
         self.served_hi
@@ -224,6 +358,7 @@ impl Pinning {
         if s.pageable {
             self.pageable_live.fetch_sub(1, Ordering::AcqRel);
         }
+        self.program_unpins(s.size.max(1).next_multiple_of(PAGE) as u64);
         if let Some(i) = PROMOTED_RANGES.overlapping_used(Owner::Pinwise, p, p + 1) {
             self.demote(i, stats, rec);
         }
@@ -606,12 +741,21 @@ impl Pinning {
         {
             return;
         }
-        let reg_len = mapping_len(size);
-        let budgeted = self.engine.budget().try_reserve(reg_len as u64);
-        if !budgeted {
+        // The pages of the program's request: what plain CUDA would have locked for it (the
+        // program's own bytes count them already; the rest of the mapping stays pageable).
+        let reg_len = size.max(1).next_multiple_of(PAGE);
+        let budget = self.engine.budget();
+        self.make_room(
+            ceiling::over(&self.bounds(), budget.reserved(), reg_len as u64),
+            stats,
+            rec,
+        );
+        if !budget.try_reserve_request(reg_len as u64) {
             // The program's semantics need it pinned: go over the budget, and say so.
             HookStats::bump(&stats.required_outside_budget);
+            budget.charge(reg_len as u64);
         }
+        let budgeted = true;
         let Some(e) = PROMOTED_RANGES.claim(Promoted {
             owner: Owner::Pinwise,
             user_start: start,
@@ -622,19 +766,15 @@ impl Pinning {
             counter: 0,
             budgeted,
         }) else {
-            if budgeted {
-                self.engine.budget().release(reg_len as u64);
-            }
+            budget.release(reg_len as u64);
             return;
         };
-        // SAFETY: an anonymous mapping of `reg_len` bytes the allocator made for this live
+        // SAFETY: an anonymous mapping of at least `reg_len` bytes the allocator made for this live
         // allocation; it is unregistered (here, on cuMemFreeHost) before it is released.
         let rc = unsafe { self.driver.register(start, reg_len) };
         if rc != CUDA_SUCCESS {
             PROMOTED_RANGES.abandon(e);
-            if budgeted {
-                self.engine.budget().release(reg_len as u64);
-            }
+            budget.release(reg_len as u64);
             HookStats::bump(&stats.promotion_failures);
             tracing::warn!(
                 start,
@@ -679,6 +819,7 @@ impl Pinning {
                 break;
             }
         }
+        self.before_program_pins(l as u64, stats, rec);
     }
 
     /// Unregisters promoted range `i` (from any thread, any path, `free` included: no lock

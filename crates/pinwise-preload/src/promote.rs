@@ -261,6 +261,14 @@ impl PromotedTable {
         })
     }
 
+    /// A registered entry of `owner` that is not held: what pinwise may give back on its own
+    /// account to make room (see `Pinning::make_room`).
+    pub fn releasable_of(&self, owner: Owner) -> Option<usize> {
+        self.first_active(|e| {
+            !e.held.load(Ordering::Acquire) && e.owner.load(Ordering::Relaxed) == owner as u8
+        })
+    }
+
     /// Entry `i` was read or written by a copy captured into a CUDA graph: a replay of the
     /// graph uses the memory as it was registered then, so the registration stays until
     /// the program frees, reallocates, unmaps or registers that memory itself.

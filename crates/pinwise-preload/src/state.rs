@@ -483,6 +483,7 @@ impl State {
                 stats.driver_is_standin = p.driver.standin;
                 stats.pricing = p.pricing.to_string();
                 stats.engine = EngineStats::from(p.engine.stats());
+                stats.program_pinned_bytes_peak = p.program_pinned_peak();
             }
             Some(Err(e)) => stats.allocator_unavailable = Some(e.clone()),
             None => {

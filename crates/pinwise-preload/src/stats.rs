@@ -56,8 +56,11 @@ pub struct HookStats {
     pub merged_registrations: AtomicU64,
     /// Registrations pinwise tried that the driver refused (the memory stayed pageable).
     pub promotion_failures: AtomicU64,
-    /// Registrations pinwise did not try because the budget was full.
+    /// Registrations pinwise did not try because the budget was full, or pinned memory
+    /// was at its ceiling (`pinwise_core::decide::ceiling`).
     pub promotion_budget_refusals: AtomicU64,
+    /// Times extras were given back to keep a program request within the ceiling.
+    pub ceiling_releases: AtomicU64,
     /// Runtime calls no driver hook saw (recorded at the runtime level).
     pub runtime_only: AtomicU64,
     /// Pointer queries pinwise answered or corrected for its own allocations.
@@ -204,6 +207,7 @@ impl Default for HookStats {
             merged_registrations: AtomicU64::new(0),
             promotion_failures: AtomicU64::new(0),
             promotion_budget_refusals: AtomicU64::new(0),
+            ceiling_releases: AtomicU64::new(0),
             runtime_only: AtomicU64::new(0),
             queries_answered: AtomicU64::new(0),
             captured_copies: AtomicU64::new(0),
@@ -307,6 +311,7 @@ impl HookStats {
             merged_registrations: r(&h.merged_registrations),
             promotion_failures: r(&h.promotion_failures),
             promotion_budget_refusals: r(&h.promotion_budget_refusals),
+            ceiling_releases: r(&h.ceiling_releases),
             runtime_only: r(&h.runtime_only),
             wrapped_by_dlsym: r(&WRAPPED_BY_DLSYM),
             wrapped_by_proc_address: r(&WRAPPED_BY_PROC_ADDRESS),

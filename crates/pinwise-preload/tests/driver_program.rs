@@ -77,7 +77,15 @@ fn a_driver_api_program_is_unchanged_and_exactly_recorded_in_every_mode() {
         ("profile", "profile"),
         ("use", "use"),
     ] {
-        let p = check_run(&s, &exe, &["--mode", mode, "--profile", profile], name);
+        // The program pins memory itself: pinwise registers its hot pageable buffers beside
+        // it only within a budget given (else within the program's own peak, which its
+        // pinned buffers fill: pinwise_core::decide::ceiling).
+        let p = check_run(
+            &s,
+            &exe,
+            &["--mode", mode, "--profile", profile, "--budget", "1G"],
+            name,
+        );
         // Whatever pinwise registered inside memory it does not own was unregistered before
         // the memory went away (free on a context-less thread, realloc, munmap, the
         // program's own registration of the same pages, cuMemFreeHost).

@@ -45,7 +45,9 @@ fn a_rust_program_runs_unchanged_in_every_mode() {
     for mode in ["adaptive", "profile", "use"] {
         let run = s.run_recorded(
             &exe,
-            &["--mode", mode, "--profile", profile],
+            // The program pins memory itself: its hot Vecs are registered beside it only
+            // within a budget given (pinwise_core::decide::ceiling).
+            &["--mode", mode, "--profile", profile, "--budget", "1G"],
             &format!("rust-{mode}.json"),
         );
         assert_same_stdout(&run.out, &plain, mode);

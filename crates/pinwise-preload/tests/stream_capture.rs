@@ -31,7 +31,9 @@ fn a_capture_on_promoted_buffers_succeeds_and_replays_the_same_bytes() {
     for mode in ["adaptive", "profile", "use"] {
         let run = s.run_recorded(
             &exe,
-            &["--mode", mode, "--profile", profile],
+            // The program pins memory itself: its hot buffers are registered beside it
+            // only within a budget given (pinwise_core::decide::ceiling).
+            &["--mode", mode, "--profile", profile, "--budget", "1G"],
             &format!("capture-{mode}.bin"),
         );
         assert_eq!(

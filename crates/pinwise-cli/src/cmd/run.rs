@@ -66,7 +66,8 @@ pub struct RunArgs {
     pub profile: Option<PathBuf>,
 
     /// Most bytes pinwise keeps pinned in a process (`8G`, `512MiB`, `25%` of RAM)
-    /// [default: a quarter of RAM].
+    /// [default: a quarter of RAM; and where the program pins memory itself, no more than
+    /// its own peak].
     #[arg(long, value_name = "SIZE")]
     pub budget: Option<String>,
 

@@ -48,7 +48,10 @@ pub unsafe fn host_alloc(
         guarded(|| {
             let pinning = st.pinning_or_start()?;
             let site = st.recorder.resolve(site_addr);
-            Some((pinning.alloc(size, flags, site), site))
+            Some((
+                pinning.alloc(size, flags, site, &st.stats, &st.recorder),
+                site,
+            ))
         })
         .flatten()
     };
@@ -95,6 +98,9 @@ pub unsafe fn host_alloc(
         std::ptr::null_mut()
     };
     if !p.is_null() {
+        if let Some(pinning) = st.pinning() {
+            guarded(|| pinning.outside_locked(p as usize, size));
+        }
         let stack = st.recorder.stack_from(site_addr);
         let stamp = st.recorder.stamp();
         st.recorder.record_with_stack(
@@ -145,6 +151,9 @@ pub fn host_free(caller: usize, p: *mut c_void, forward: impl FnOnce() -> CUresu
     let stamp = st.recorder.stamp();
     let rc = forward();
     if rc == CUDA_SUCCESS {
+        if let Some(pinning) = st.pinning() {
+            guarded(|| pinning.outside_released(p as usize));
+        }
         st.recorder
             .record(stamp, EventKind::Free { start: p as u64 }, None, site_addr);
     } else {
@@ -178,11 +187,16 @@ pub fn host_register(
     };
     let site_addr = guard::driver_site(caller);
     HookStats::bump(&st.stats.registrations);
-    if let Some(pinning) = st.pinning() {
+    // Started here if not yet: the program's own pinned bytes set the ceiling of what
+    // pinwise pins later (`pinwise_core::decide::ceiling`).
+    if let Some(pinning) = guarded(|| st.pinning_or_start()).flatten() {
         guarded(|| pinning.before_program_register(p as usize, size, &st.stats, &st.recorder));
     }
     let rc = forward();
     if rc == CUDA_SUCCESS && !p.is_null() {
+        if let Some(pinning) = st.pinning() {
+            guarded(|| pinning.outside_locked(p as usize, size));
+        }
         let stamp = st.recorder.stamp();
         st.recorder.record(
             stamp,
@@ -216,6 +230,9 @@ pub fn host_unregister(
     let stamp = st.recorder.stamp();
     let rc = forward();
     if rc == CUDA_SUCCESS {
+        if let Some(pinning) = st.pinning() {
+            guarded(|| pinning.outside_released(p as usize));
+        }
         st.recorder.record(
             stamp,
             EventKind::UnpinPages {

@@ -14,8 +14,11 @@
  *   (plain CUDA holds 48 MiB at most; a pool that keeps the freed one holds 80).
  * - `register`: the program registers its own 16 MiB buffer (cuMemHostRegister) and uploads
  *   from it, beside an 8 MiB pageable buffer uploaded 40 times.
- * - `hot`: the program pins nothing; an 8 MiB pageable buffer is uploaded 40 times (pinwise
- *   may register it in place, within its budget).
+ * - `hot`: the program pins nothing of note (one page for a scalar, as PyTorch does); an
+ *   8 MiB pageable buffer is uploaded 40 times (pinwise may register it in place, within
+ *   its budget).
+ * - `late`: as `hot`, then the program asks for a 16 MiB pinned buffer and goes on with both
+ *   (what pinwise pinned while the program pinned nothing must make way).
  *
  * stdout: `sum HASH` (what a run under pinwise must reproduce), then `pinned_peak BYTES`:
  * the most host bytes page-locked at once in the process, as the stand-in counted them
@@ -140,8 +143,26 @@ static void registered(void) {
 }
 
 static void hot(void) {
+    unsigned char *scalar = pinned(8);
+    unsigned char *in = pageable(8 * MIB);
+    for (int i = 0; i < 40; i++) {
+        round_trip(in, in, 8 * MIB, i);
+        CHECK(cuMemcpyDtoH_v2(scalar, dev, 8));
+        mix(scalar, 8);
+    }
+    free(in);
+    CHECK(cuMemFreeHost(scalar));
+}
+
+static void late(void) {
     unsigned char *in = pageable(8 * MIB);
     for (int i = 0; i < 40; i++) round_trip(in, in, 8 * MIB, i);
+    unsigned char *staging = pinned(16 * MIB);
+    for (int i = 0; i < 20; i++) {
+        round_trip(staging, staging, 16 * MIB, i);
+        round_trip(in, in, 8 * MIB, i);
+    }
+    CHECK(cuMemFreeHost(staging));
     free(in);
 }
 
@@ -159,8 +180,9 @@ int main(int argc, char **argv) {
     else if (!strcmp(pattern, "regrow")) regrow();
     else if (!strcmp(pattern, "register")) registered();
     else if (!strcmp(pattern, "hot")) hot();
+    else if (!strcmp(pattern, "late")) late();
     else {
-        fprintf(stderr, "usage: peak_pinned pool|mixed|regrow|register|hot\n");
+        fprintf(stderr, "usage: peak_pinned pool|mixed|regrow|register|hot|late\n");
         return 2;
     }
     CHECK(cuMemFree_v2(dev));

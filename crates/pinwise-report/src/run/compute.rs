@@ -42,6 +42,11 @@ impl RunTotals {
                 .map(|p| p.engine.pinned_bytes_peak)
                 .max()
                 .unwrap_or(0),
+            program_pinned_bytes_peak_max: ps
+                .iter()
+                .map(|p| p.program_pinned_bytes_peak)
+                .max()
+                .unwrap_or(0),
             budget_bytes_max: ps.iter().map(|p| p.engine.budget_bytes).max().unwrap_or(0),
             pool_hits: sum(&|p| p.engine.pool_hits),
             pool_misses: sum(&|p| p.engine.pool_misses),

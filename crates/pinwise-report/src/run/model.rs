@@ -41,8 +41,12 @@ pub struct RunTotals {
     pub captured_copies: u64,
     /// Copies the driver refused.
     pub failed_copies: u64,
-    /// The largest peak of pinned bytes of a process.
+    /// The largest peak of pinned bytes of a process (every byte locked in it: pinwise's
+    /// and the program's own).
     pub pinned_bytes_peak_max: u64,
+    /// The largest peak of a process's own pinned bytes, as plain CUDA would have locked
+    /// them (the ceiling of pinwise's pins where the program pins at all).
+    pub program_pinned_bytes_peak_max: u64,
     #[serde(skip)]
     /// The largest budget of a process.
     pub budget_bytes_max: u64,

@@ -83,10 +83,11 @@ pub fn summary_lines(ps: &[ProcessStats]) -> Vec<String> {
         ));
     }
     lines.push(format!(
-        "pinned bytes peak {} (budget {}); existing buffers pinned where they lie {} (the \
+        "pinned bytes peak {} (the program's own {}; budget {}); existing buffers pinned where they lie {} (the \
          program's own {}, its allocator's {}, before a pointer query {}; unpinned again {}, \
          joined with a neighbour {}); fallbacks to pageable {}; budget refusals {}",
         format_size(t.pinned_bytes_peak_max),
+        format_size(t.program_pinned_bytes_peak_max),
         if t.budget_bytes_max > 0 {
             format_size(t.budget_bytes_max)
         } else {
@@ -194,6 +195,7 @@ mod tests {
                "driver_is_standin":true,"host_allocs":3,"served_pinned":2,"served_pageable":1,
                "transfers":{"HtoD":{"count":4,"bytes":400},"DtoH":{"count":1,"bytes":100}},
                "engine":{"pinned_bytes_peak":8192,"budget_bytes":1048576,"advice_unmatched":2},
+               "program_pinned_bytes_peak":4096,
                "history":{"path":"/tmp/h.json","written":true},
                "some_future_field":7}"#,
         )
@@ -212,7 +214,9 @@ mod tests {
         );
         assert!(text.contains("HtoD 8 (800 B)"), "{text}");
         assert!(
-            text.contains("pinned bytes peak 8.00 KiB (budget 1.00 MiB)"),
+            text.contains(
+                "pinned bytes peak 8.00 KiB (the program's own 4.00 KiB; budget 1.00 MiB)"
+            ),
             "{text}"
         );
         assert!(
