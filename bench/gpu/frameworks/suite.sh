@@ -15,6 +15,8 @@ passes=${PASSES:-1}
 if (($#)); then
   if ((passes == 1)); then
     bash bench/gpu/frameworks/run.sh "$@" > $OUT/suite.txt 2>&1 || rc=$?
+    # Peak pinned under pinwise against the plain run's, per program and mode.
+    python3 bench/gpu/frameworks/peak_check.py $OUT/frameworks/results.csv >> $OUT/suite.txt 2>&1 || rc=$?
   else
     for k in $(seq 1 "$passes"); do
       echo "=== pass $k" >> $OUT/suite.txt

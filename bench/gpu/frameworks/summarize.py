@@ -36,6 +36,8 @@ for name, run, rep, rc, wall in runs:
             s = json.load(open(st))
             t = s["totals"]
             metrics[(name, run, "peak_pinned_MiB")].append(t["pinned_bytes_peak_max"] / 2**20)
+            if "program_pinned_bytes_peak_max" in t:
+                metrics[(name, run, "own_pinned_MiB")].append(t["program_pinned_bytes_peak_max"] / 2**20)
             metrics[(name, run, "promotions")].append(t["promotions"])
             metrics[(name, run, "demotions")].append(t.get("demotions", 0))
             metrics[(name, run, "registrations")].append(sum(p.get("registrations", 0) for p in s["processes"]))
