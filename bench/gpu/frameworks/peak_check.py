@@ -4,8 +4,9 @@ under pinwise <= the plain run's in every program"), from a suite's results.csv
 saw the program pin by itself, peak_pinned.py), and per mode the largest peak of a run
 (`pinned_bytes_peak_max`: every byte locked in the process, pinwise's and the program's own)
 and the program's own peak as pinwise counted it (`own_pinned_MiB`, the ceiling of pinwise's
-pins where the program pins). Where the program pins nothing, promotions of hot pageable
-buffers are the speed-up and the budget bounds them: such rows are shown, not judged.
+pins where the program pins). Where the program pins nothing of note (less than 1 MiB at
+once: pinwise_core::decide::ceiling::OF_NOTE), promotions of hot pageable buffers are the
+speed-up and the budget bounds them: such rows are shown, not judged.
 A program's peak may exceed plain's by page rounding of its requests (SLACK_MIB, default
 0.5). Exit status 1 if a program that pins exceeds it in some mode.
   python3 bench/gpu/frameworks/peak_check.py DIR/results.csv"""
@@ -29,8 +30,8 @@ for prog, m in sorted(rows.items()):
         own = m.get((mode, "own_pinned_MiB"))
         if plain is None:
             verdict = "no plain figure"
-        elif plain == 0:
-            verdict = "pins nothing: bounded by the budget"
+        elif plain < 1:
+            verdict = "pins nothing of note (< 1 MiB): bounded by the budget"
         elif peak <= plain + slack:
             verdict = "ok"
         else:
