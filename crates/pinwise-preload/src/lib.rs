@@ -46,7 +46,7 @@
 //! | `PINWISE_HISTORY` | history to write (`.json`: JSON, else binary); appended to while the program runs (see `persist`) |
 //! | `PINWISE_FLUSH_EVERY` | how often the history is appended to while the program runs: `1s` (default), `250ms`, ... between 10 ms and 1 h, or `0`/`off` (only at the end) |
 //! | `PINWISE_STATS_DIR` | directory for this process's statistics (`<pid>.json`) |
-//! | `PINWISE_BUDGET` | pinned budget (`8G`, `512MiB`, `25%`); default a quarter of RAM |
+//! | `PINWISE_BUDGET` | pinned budget (`8G`, `512MiB`, `25%`); default a quarter of RAM, and where the program pins 1 MiB or more itself, no more than its own peak (`pinwise_core::decide::ceiling`); given, pinwise may pin up to it beside the program's own |
 //! | `PINWISE_CALIBRATION` | calibration CSV for the cost model (default: this GPU's cached calibration, else the built-in H200 table) |
 //! | `PINWISE_CACHE_DIR` | where the cached calibrations are (default: `$XDG_CACHE_HOME/pinwise`, else `~/.cache/pinwise`) |
 //! | `PINWISE_LOG` | `stderr` or a file: where to log (nothing is logged otherwise) |

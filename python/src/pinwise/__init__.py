@@ -193,7 +193,8 @@ def run(
         mode: ``"adaptive"`` (learn within the run), ``"profile"`` (also write a profile) or
             ``"use"`` (follow a profile).
         budget: most bytes kept pinned: an int, or ``"8G"``, ``"512MiB"``, ``"25%"`` of RAM
-            (default: a quarter of RAM).
+            (default: a quarter of RAM, and no more than the program's own peak where it pins
+            memory itself; a budget given lets pinwise pin up to it).
         output: write the history here (``.json``: JSON, else the compact binary format).
         profile: the profile to write (profile mode) or follow (use mode).
         force: replace output files that exist already (else pinwise refuses before

@@ -66,8 +66,8 @@ pub struct RunArgs {
     pub profile: Option<PathBuf>,
 
     /// Most bytes pinwise keeps pinned in a process (`8G`, `512MiB`, `25%` of RAM)
-    /// [default: a quarter of RAM; and where the program pins memory itself, no more than
-    /// its own peak].
+    /// [default: a quarter of RAM; and where the program pins 1 MiB or more itself, no more
+    /// than its own peak; given, pinwise may pin up to it beside the program's own].
     #[arg(long, value_name = "SIZE")]
     pub budget: Option<String>,
 
