@@ -635,3 +635,52 @@ fn use_mode_keeps_a_programs_pinned_request_pinned_where_the_profile_saw_it_reus
         e.free(smart.ptr).unwrap();
     }
 }
+
+/// A program's own pinned request is served with exactly its pages (what plain CUDA locks),
+/// is not carved out of a much larger idle block (whose segment would stay pinned beside
+/// it), and idle segments can be given back on demand (`Engine::release_idle`); the limit
+/// below the cap bounds what the engine pins on its own account, not the program's
+/// requests.
+#[test]
+fn program_requests_hold_their_pages_and_idle_segments_give_way() {
+    let (_m, e) = engine(1 << 30);
+    let odd = 4 * MIB + 1;
+    let a = e.alloc(odd, site(40), AllocFlags::PREFER_PINNED).unwrap();
+    assert!(a.pinned);
+    assert_eq!(
+        e.stats().pool_bytes,
+        (4 * MIB + 4096) as u64,
+        "its pages, not graded"
+    );
+    // SAFETY: allocated above, not used afterwards.
+    unsafe { e.free(a.ptr).unwrap() };
+    // A 1 MiB request does not split the idle 4 MiB segment.
+    assert!(!e.has_free_block(MIB, AllocFlags::PREFER_PINNED));
+    let b = e.alloc(MIB, site(41), AllocFlags::PREFER_PINNED).unwrap();
+    assert_eq!(e.stats().pool_misses, 2);
+    assert_eq!(e.stats().pool_bytes, (5 * MIB + 4096) as u64);
+    // The same size again is a pool hit.
+    assert!(e.has_free_block(odd, AllocFlags::PREFER_PINNED));
+    assert_eq!(
+        e.release_idle(1),
+        (4 * MIB + 4096) as u64,
+        "the idle segment goes"
+    );
+    assert_eq!(e.stats().pool_bytes, MIB as u64);
+    assert_eq!(e.budget().reserved(), MIB as u64);
+    // The limit bounds pinwise's own pins, not a program request.
+    e.budget().set_limit(MIB as u64);
+    let c = e
+        .alloc(2 * MIB, site(42), AllocFlags::PREFER_PINNED)
+        .unwrap();
+    assert!(c.pinned, "a program request: within the cap only");
+    assert!(
+        !e.budget().try_reserve(4096),
+        "pinwise's own: within the limit"
+    );
+    // SAFETY: allocated above, not used afterwards.
+    unsafe {
+        e.free(b.ptr).unwrap();
+        e.free(c.ptr).unwrap();
+    }
+}
