@@ -183,6 +183,67 @@ mod tests {
         assert!(maps.find(0xffff_ffff_ffff_ffff).is_none());
     }
 
+    /// Lines as the kernel writes them for the odd cases, and lines it never writes.
+    const ODD: &str = "\
+7f2000000000-7f2000001000 rw-s 00000000 00:01 2049                       /dev/zero (deleted)
+7f2000001000-7f2000002000 rw-s 00000000 00:01 77                         /memfd:pinwise pool (deleted)
+7f2000002000-7f2000003000 rw-s 00000000 00:01 98307                      /SYSV0000abcd (deleted)
+7f2000003000-7f2000004000 rw-p 00000000 00:00 0                          [anon:tensor arena]
+7f2000004000-7f2000005000 rw-p 00000000 00:00 0                          [stack:4242]
+7f2000005000-7f2000006000 r-xp 00000000 00:00 0                          [vdso]
+7f2000006000-7f2000007000 rw-p 00000000 00:00 0
+7f2000007000-7f2000008000 r-xp 0001f000 103:02 4711                      /home/a user/lib  two  spaces.so
+not a maps line at all
+7f2000009000 rw-p 00000000 00:00 0
+7f200000a000-7f200000b000 rw-p zzzz 00:00 0
+7f200000b000-7f200000c000 rw-p 00000000 00:00 0                          /SYSV1
+";
+
+    #[test]
+    fn odd_paths_are_kept_as_the_kernel_writes_them_and_bad_lines_skipped() {
+        let maps = ProcMaps::parse(ODD);
+        let paths: Vec<Option<&str>> = maps.mappings().iter().map(|m| m.path.as_deref()).collect();
+        assert_eq!(
+            paths,
+            [
+                Some("/dev/zero (deleted)"),
+                Some("/memfd:pinwise pool (deleted)"),
+                Some("/SYSV0000abcd (deleted)"),
+                Some("[anon:tensor arena]"),
+                Some("[stack:4242]"),
+                Some("[vdso]"),
+                None,
+                Some("/home/a user/lib  two  spaces.so"),
+                Some("/SYSV1"),
+            ]
+        );
+        let m = maps.mappings();
+        assert!(m[0].shared && m[0].write && !m[0].exec);
+        assert_eq!(m[0].file_path(), Some("/dev/zero"));
+        assert_eq!(m[0].dev, 1);
+        assert_eq!(m[1].file_name(), Some("memfd:pinwise pool"));
+        assert_eq!(m[2].inode, 98307);
+        assert!(!m[3].is_file() && m[3].file_path().is_none());
+        assert!(!m[6].is_file());
+        assert_eq!(m[7].dev, (0x103 << 32) | 2);
+        assert_eq!(m[7].offset, 0x1f000);
+        assert_eq!(m[7].file_name(), Some("lib  two  spaces.so"));
+        assert!(m[7].is_file());
+    }
+
+    #[test]
+    fn unsorted_input_is_sorted_and_empty_input_is_empty() {
+        let text = "\
+7f0000002000-7f0000003000 r--p 00000000 00:00 0 
+7f0000000000-7f0000001000 r--p 00000000 00:00 0 
+";
+        let maps = ProcMaps::parse(text);
+        assert_eq!(maps.mappings()[0].start, 0x7f0000000000);
+        assert_eq!(maps.find(0x7f0000002fff).unwrap().end, 0x7f0000003000);
+        assert!(maps.find(0x7f0000001000).is_none());
+        assert!(ProcMaps::parse("").is_empty());
+    }
+
     #[test]
     fn reads_this_process() {
         let maps = ProcMaps::read(std::process::id()).unwrap();
