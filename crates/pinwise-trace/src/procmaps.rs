@@ -72,7 +72,8 @@ impl ProcMaps {
         Ok(ProcMaps::parse(&text))
     }
 
-    /// Parses the text of a maps file; lines that do not parse are skipped.
+    /// Parses the text of a maps file (each line with `procfs-core`); lines that do not
+    /// parse are skipped.
     pub fn parse(text: &str) -> ProcMaps {
         let mut mappings: Vec<Mapping> = text.lines().filter_map(parse_line).collect();
         mappings.sort_by_key(|m| m.start);
@@ -97,37 +98,59 @@ impl ProcMaps {
     }
 }
 
+/// One line, parsed by `procfs-core`; `None` for a line it refuses.
 fn parse_line(line: &str) -> Option<Mapping> {
-    let mut rest = line;
-    let mut field = || {
-        let trimmed = rest.trim_start();
-        let end = trimmed.find(' ').unwrap_or(trimmed.len());
-        let (f, r) = trimmed.split_at(end);
-        rest = r;
-        (!f.is_empty()).then_some(f)
+    use procfs_core::process::{MMPermissions, MMapPath, MemoryMaps};
+    use procfs_core::FromBufRead;
+
+    let path_field = line.splitn(6, ' ').nth(5).unwrap_or("").trim();
+    // procfs-core reads `/SYSV` and 8 hex digits at fixed byte offsets: a file named
+    // otherwise `/SYSV...` would panic there or be refused. Such a file keeps its path as
+    // written, and procfs-core parses the line without it.
+    let odd_sysv = path_field.starts_with("/SYSV")
+        && !path_field
+            .get(5..13)
+            .is_some_and(|key| key.bytes().all(|b| b.is_ascii_hexdigit()));
+    // The kernel ends the inode field with a space even when no path follows; a line
+    // without it (hand-written input) is one procfs-core would refuse.
+    let text = if odd_sysv {
+        let fields: Vec<&str> = line.splitn(6, ' ').take(5).collect();
+        format!("{} ", fields.join(" "))
+    } else {
+        format!("{line} ")
     };
-    let range = field()?;
-    let perms = field()?.as_bytes();
-    let offset = u64::from_str_radix(field()?, 16).ok()?;
-    let dev = field()?;
-    let inode: u64 = field()?.parse().ok()?;
-    let path = rest.trim_start();
-    let (start, end) = range.split_once('-')?;
-    let (major, minor) = dev.split_once(':')?;
-    if perms.len() < 4 {
-        return None;
-    }
+    let m = MemoryMaps::from_buf_read(text.as_bytes())
+        .ok()?
+        .0
+        .into_iter()
+        .next()?;
+    let path = match m.pathname {
+        _ if odd_sysv => Some(path_field.to_string()),
+        MMapPath::Path(p) => Some(p.to_string_lossy().into_owned()),
+        MMapPath::Heap => Some("[heap]".to_string()),
+        MMapPath::Stack => Some("[stack]".to_string()),
+        MMapPath::TStack(tid) => Some(format!("[stack:{tid}]")),
+        MMapPath::Vdso => Some("[vdso]".to_string()),
+        MMapPath::Vvar => Some("[vvar]".to_string()),
+        MMapPath::Vsyscall => Some("[vsyscall]".to_string()),
+        MMapPath::Rollup => Some("[rollup]".to_string()),
+        MMapPath::Anonymous => None,
+        // What the kernel writes for System V shared memory (`/SYSV%08x (deleted)`).
+        MMapPath::Vsys(key) => Some(format!("/SYSV{:08x} (deleted)", key as u32)),
+        MMapPath::Other(name) => Some(format!("[{name}]")),
+    };
+    let (major, minor) = m.dev;
     Some(Mapping {
-        start: u64::from_str_radix(start, 16).ok()?,
-        end: u64::from_str_radix(end, 16).ok()?,
-        read: perms[0] == b'r',
-        write: perms[1] == b'w',
-        exec: perms[2] == b'x',
-        shared: perms[3] == b's',
-        offset,
-        dev: (u64::from_str_radix(major, 16).ok()? << 32) | u64::from_str_radix(minor, 16).ok()?,
-        inode,
-        path: (!path.is_empty()).then(|| path.to_string()),
+        start: m.address.0,
+        end: m.address.1,
+        read: m.perms.contains(MMPermissions::READ),
+        write: m.perms.contains(MMPermissions::WRITE),
+        exec: m.perms.contains(MMPermissions::EXECUTE),
+        shared: m.perms.contains(MMPermissions::SHARED),
+        offset: m.offset,
+        dev: (u64::from(major as u32) << 32) | u64::from(minor as u32),
+        inode: m.inode,
+        path,
     })
 }
 
@@ -197,6 +220,7 @@ not a maps line at all
 7f2000009000 rw-p 00000000 00:00 0
 7f200000a000-7f200000b000 rw-p zzzz 00:00 0
 7f200000b000-7f200000c000 rw-p 00000000 00:00 0                          /SYSV1
+7f200000c000-7f200000d000 rw-p 00000000 00:00 0                          /SYSVnot-hex-at-all
 ";
 
     #[test]
@@ -215,6 +239,7 @@ not a maps line at all
                 None,
                 Some("/home/a user/lib  two  spaces.so"),
                 Some("/SYSV1"),
+                Some("/SYSVnot-hex-at-all"),
             ]
         );
         let m = maps.mappings();
