@@ -114,14 +114,11 @@ pub extern "C" fn pinwise_tracer_uprobe_self_test(dst: u64, src: u64, bytes: u64
 
 const SELF_TEST_ARGS: (u64, u64, u64) = (0x5157_0001, 0x5157_0002, 4242);
 
-/// Capability bits of this process (`CapEff` of `/proc/self/status`).
+/// Capability bits of this process's effective set (bit N is capability N), from the
+/// `caps` crate (`capget`); `None` when they cannot be read.
 fn effective_capabilities() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let hex = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))?
-        .trim();
-    u64::from_str_radix(hex, 16).ok()
+    let set = ::caps::read(None, ::caps::CapSet::Effective).ok()?;
+    Some(set.iter().fold(0, |bits, cap| bits | cap.bitmask()))
 }
 
 /// Root, or CAP_BPF (39) with CAP_PERFMON (38), or CAP_SYS_ADMIN (21).
@@ -437,6 +434,14 @@ mod tests {
         if euid == 0 {
             assert_ne!(caps, 0, "root here has capabilities");
         }
+        // The same bits the kernel shows as `CapEff` (what pinwise read before `caps`).
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let cap_eff = status
+            .lines()
+            .find_map(|l| l.strip_prefix("CapEff:"))
+            .map(|hex| u64::from_str_radix(hex.trim(), 16).unwrap())
+            .unwrap();
+        assert_eq!(caps, cap_eff);
         assert_eq!(check_privileges(), privileges_verdict(euid, caps));
     }
 }
