@@ -149,6 +149,95 @@ mod tests {
         assert_eq!(found, vec!["free".to_string()]);
     }
 
+    /// A small program defining its own `free`, built with `cc` into `dir`; with a copy
+    /// stripped of `.symtab`, and a stripped copy pointing at its debug file by
+    /// `.gnu_debuglink`.
+    fn own_free_program(
+        dir: &Path,
+    ) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+        let src = dir.join("own_free.c");
+        std::fs::write(
+            &src,
+            "#include <stddef.h>\n\
+             void free(void *p) { (void)p; }\n\
+             static int helper(int x) { return x * 3; }\n\
+             int main(int argc, char **argv) { (void)argv; return helper(argc); }\n",
+        )
+        .unwrap();
+        let exe = dir.join("own_free");
+        let run = |cmd: &mut std::process::Command| {
+            let st = cmd.status().unwrap();
+            assert!(st.success(), "{cmd:?}");
+        };
+        run(std::process::Command::new("cc")
+            .arg("-O1")
+            .arg("-o")
+            .arg(&exe)
+            .arg(&src));
+        let stripped = dir.join("own_free.stripped");
+        run(std::process::Command::new("strip")
+            .arg("-o")
+            .arg(&stripped)
+            .arg(&exe));
+        let debug = dir.join("own_free.debug");
+        run(std::process::Command::new("objcopy")
+            .arg("--only-keep-debug")
+            .arg(&exe)
+            .arg(&debug));
+        let linked = dir.join("own_free.linked");
+        run(std::process::Command::new("objcopy")
+            .arg("--strip-all")
+            .arg(format!("--add-gnu-debuglink={}", debug.display()))
+            .arg(&exe)
+            .arg(&linked));
+        (exe, stripped, linked)
+    }
+
+    #[test]
+    fn a_stripped_program_still_shows_the_functions_it_exports() {
+        let dir = tempfile::tempdir().unwrap();
+        let (exe, stripped, linked) = own_free_program(dir.path());
+        let wanted = ["free", "main", "helper", "malloc"];
+        assert_eq!(defined_functions(&exe, &wanted).unwrap(), ["free", "main"]);
+        // `free` overrides libc's, so the linker exports it (`.dynsym`); `main` and the
+        // static helper were only in the stripped `.symtab`.
+        assert_eq!(defined_functions(&stripped, &wanted).unwrap(), ["free"]);
+        // A debug file named by `.gnu_debuglink` is not followed.
+        assert_eq!(defined_functions(&linked, &wanted).unwrap(), ["free"]);
+        let free = &function_symbols(&stripped, &["free"]).unwrap()[0];
+        assert!(free.value > 0 && !free.ifunc, "{free:?}");
+        assert_eq!(function_symbols(&exe, &["free"]).unwrap()[0], *free);
+    }
+
+    #[test]
+    fn headers_other_than_64_bit_little_endian_are_errors_and_no_sections_is_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("h");
+        // A 64-bit little-endian header (x86-64 executable) with no sections at all.
+        let mut header = vec![0u8; 64];
+        header[..4].copy_from_slice(b"\x7fELF");
+        header[4] = 2; // ELFCLASS64
+        header[5] = 1; // little-endian
+        header[6] = 1; // EV_CURRENT
+        header[16] = 2; // ET_EXEC
+        header[18] = 62; // EM_X86_64
+        header[20] = 1; // e_version
+        header[52] = 64; // e_ehsize
+        header[54] = 56; // e_phentsize
+        header[58] = 64; // e_shentsize
+        std::fs::write(&p, &header).unwrap();
+        assert_eq!(
+            defined_functions(&p, &["free"]).unwrap(),
+            Vec::<String>::new()
+        );
+        for (at, value, what) in [(4, 1, "32-bit"), (5, 2, "big-endian")] {
+            let mut h = header.clone();
+            h[at] = value;
+            std::fs::write(&p, &h).unwrap();
+            assert!(defined_functions(&p, &["free"]).is_err(), "{what}");
+        }
+    }
+
     #[test]
     fn non_elf_input_is_an_error_not_a_panic() {
         let dir = tempfile::tempdir().unwrap();
