@@ -340,6 +340,43 @@ mod tests {
         assert_eq!(sa.module, r.self_module());
     }
 
+    /// One note: header, name padded, desc padded (to `align`).
+    fn note(name: &[u8], kind: u32, desc: &[u8], align: usize) -> Vec<u8> {
+        let mut n = Vec::new();
+        n.extend_from_slice(&(name.len() as u32).to_ne_bytes());
+        n.extend_from_slice(&(desc.len() as u32).to_ne_bytes());
+        n.extend_from_slice(&kind.to_ne_bytes());
+        n.extend_from_slice(name);
+        n.resize(n.len().next_multiple_of(align), 0);
+        n.extend_from_slice(desc);
+        n.resize(n.len().next_multiple_of(align), 0);
+        n
+    }
+
+    #[test]
+    fn the_build_id_note_is_found_among_others_at_either_alignment() {
+        let id = [
+            0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb,
+        ];
+        for align in [4, 8] {
+            let mut n = note(b"GNU\0", 5, &[0xc0, 0, 0, 0xc0, 4, 0, 0, 0], align); // property
+            n.extend(note(b"Go\0\0", 4, b"go-build-id", align)); // Go's own build ID
+            n.extend(note(b"GNU\0", 1, &[0, 0, 0, 0, 3, 0, 0, 0], align)); // ABI tag
+            n.extend(note(b"GNU\0", 3, &id, align));
+            assert_eq!(gnu_build_id(&n, align), Some(id.to_vec()), "align {align}");
+            // Cut inside the build ID's description: not found, no panic.
+            let cut = n.len() - 8;
+            assert_eq!(gnu_build_id(&n[..cut], align), None, "align {align}");
+        }
+        // p_align 0, 1 and 16 read as 4 (what the loader lays out in practice).
+        let n = note(b"GNU\0", 3, &id, 4);
+        for align in [0, 1, 16] {
+            assert_eq!(gnu_build_id(&n, align), Some(id.to_vec()), "align {align}");
+        }
+        // Only notes of another owner: none.
+        assert_eq!(gnu_build_id(&note(b"XYZ\0", 3, &id, 4), 4), None);
+    }
+
     #[test]
     fn note_parsing() {
         let mut n = Vec::new();
