@@ -234,30 +234,22 @@ unsafe extern "C" fn scan_one(
     0
 }
 
-/// Finds the `NT_GNU_BUILD_ID` note in a note segment.
+/// Finds the `NT_GNU_BUILD_ID` note in a note segment (with `object`'s note iterator, which
+/// only reads the slice: no allocation but the returned copy, no lock; it runs inside the
+/// `dl_iterate_phdr` callback). An alignment other than 8 reads as 4, as the loader lays
+/// notes out.
 pub fn gnu_build_id(notes: &[u8], align: usize) -> Option<Vec<u8>> {
-    const NT_GNU_BUILD_ID: u32 = 3;
+    use object::elf::{FileHeader64, NT_GNU_BUILD_ID};
+    use object::read::elf::NoteIterator;
+    use object::NativeEndian;
+
     let align = if align == 8 { 8 } else { 4 };
-    let word = |at: usize| -> Option<u32> {
-        notes
-            .get(at..at + 4)
-            .map(|b| u32::from_ne_bytes(b.try_into().expect("4 bytes")))
-    };
-    let mut at = 0;
-    while at + 12 <= notes.len() {
-        let namesz = word(at)? as usize;
-        let descsz = word(at + 4)? as usize;
-        let ntype = word(at + 8)?;
-        let name_at = at + 12;
-        let desc_at = name_at.checked_add(namesz)?.next_multiple_of(align);
-        let next = desc_at.checked_add(descsz)?.next_multiple_of(align);
-        if ntype == NT_GNU_BUILD_ID && notes.get(name_at..name_at + namesz)? == b"GNU\0" {
-            return notes.get(desc_at..desc_at + descsz).map(<[u8]>::to_vec);
+    let mut iter =
+        NoteIterator::<FileHeader64<NativeEndian>>::new(NativeEndian, align, notes).ok()?;
+    while let Ok(Some(note)) = iter.next() {
+        if note.n_type(NativeEndian) == NT_GNU_BUILD_ID && note.name() == b"GNU" {
+            return Some(note.desc().to_vec());
         }
-        if next <= at {
-            return None;
-        }
-        at = next;
     }
     None
 }
@@ -322,6 +314,15 @@ mod tests {
         assert!(
             id.build_id.as_ref().is_some_and(|b| !b.is_empty()),
             "{id:?}"
+        );
+        // The one in the file, as read from its sections.
+        use object::Object as _;
+        let exe = std::fs::read("/proc/self/exe").unwrap();
+        let file = object::File::parse(&*exe).unwrap();
+        assert_eq!(
+            id.build_id.as_deref(),
+            file.build_id().unwrap(),
+            "in memory as in the file"
         );
     }
 
