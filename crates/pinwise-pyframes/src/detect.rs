@@ -115,19 +115,40 @@ fn loaded_libpythons() -> Vec<String> {
     }
 }
 
-/// [`loaded_libpythons`] of the text of a maps file: each path once, in order.
+/// [`loaded_libpythons`] of the text of a maps file: each path once, in order (without the
+/// ` (deleted)` the kernel adds to removed files).
+///
+/// Only lines naming a `libpython3.` file are parsed (with `procfs-core`), and none starting
+/// `/SYSV`: procfs-core reads such a path at fixed byte offsets and could panic on an odd
+/// one, and this runs inside the program at start-up.
 fn libpythons_in(maps: &str) -> Vec<String> {
-    let mut out: Vec<String> = maps
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(5))
-        .filter(|p| {
-            p.rsplit('/')
+    use procfs_core::process::{MMapPath, MemoryMaps};
+    use procfs_core::FromBufRead;
+
+    let mut out: Vec<String> = Vec::new();
+    for line in maps.lines() {
+        let path = line.splitn(6, ' ').nth(5).unwrap_or("").trim_start();
+        if !path.contains("libpython3.") || path.starts_with("/SYSV") {
+            continue;
+        }
+        let Ok(parsed) = MemoryMaps::from_buf_read(line.as_bytes()) else {
+            continue;
+        };
+        for m in parsed {
+            let MMapPath::Path(p) = m.pathname else {
+                continue;
+            };
+            let p = p.to_string_lossy();
+            let p = p.strip_suffix(" (deleted)").unwrap_or(&p);
+            let is_libpython = p
+                .rsplit('/')
                 .next()
-                .is_some_and(|b| b.starts_with("libpython3."))
-        })
-        .map(str::to_owned)
-        .collect();
-    out.dedup();
+                .is_some_and(|b| b.starts_with("libpython3."));
+            if is_libpython && out.last().map(String::as_str) != Some(p) {
+                out.push(p.to_string());
+            }
+        }
+    }
     out
 }
 
