@@ -223,18 +223,27 @@ impl Driver {
 }
 
 /// The file mapped at `address` in the text of a maps file (as the kernel names it, with
-/// ` (deleted)` for a removed file); `None` for anonymous memory or no mapping.
+/// ` (deleted)` for a removed file); `None` for anonymous memory or no mapping. Lines are
+/// parsed with `procfs-core`, except those naming `/SYSV...` (System V shared memory, never
+/// a library; procfs-core reads such a path at fixed offsets and may panic on an odd one).
 fn file_at(maps: &str, address: usize) -> Option<PathBuf> {
+    use procfs_core::process::{MMapPath, MemoryMaps};
+    use procfs_core::FromBufRead;
+
+    let address = address as u64;
     maps.lines().find_map(|line| {
-        let (start, end) = line.split_whitespace().next()?.split_once('-')?;
-        let start = usize::from_str_radix(start, 16).ok()?;
-        let end = usize::from_str_radix(end, 16).ok()?;
-        // The path is the rest of the line from its first '/' (no earlier field has one,
-        // and the path itself may contain spaces).
-        if !(start..end).contains(&address) {
+        let path = line.splitn(6, ' ').nth(5)?.trim_start();
+        if !path.starts_with('/') || path.starts_with("/SYSV") {
             return None;
         }
-        line.find('/').map(|at| PathBuf::from(&line[at..]))
+        let m = MemoryMaps::from_buf_read(line.as_bytes()).ok()?.0.pop()?;
+        if !(m.address.0..m.address.1).contains(&address) {
+            return None;
+        }
+        match m.pathname {
+            MMapPath::Path(p) => Some(p),
+            _ => None,
+        }
     })
 }
 
