@@ -234,30 +234,22 @@ unsafe extern "C" fn scan_one(
     0
 }
 
-/// Finds the `NT_GNU_BUILD_ID` note in a note segment.
+/// Finds the `NT_GNU_BUILD_ID` note in a note segment (with `object`'s note iterator, which
+/// only reads the slice: no allocation but the returned copy, no lock; it runs inside the
+/// `dl_iterate_phdr` callback). An alignment other than 8 reads as 4, as the loader lays
+/// notes out.
 pub fn gnu_build_id(notes: &[u8], align: usize) -> Option<Vec<u8>> {
-    const NT_GNU_BUILD_ID: u32 = 3;
+    use object::elf::{FileHeader64, NT_GNU_BUILD_ID};
+    use object::read::elf::NoteIterator;
+    use object::NativeEndian;
+
     let align = if align == 8 { 8 } else { 4 };
-    let word = |at: usize| -> Option<u32> {
-        notes
-            .get(at..at + 4)
-            .map(|b| u32::from_ne_bytes(b.try_into().expect("4 bytes")))
-    };
-    let mut at = 0;
-    while at + 12 <= notes.len() {
-        let namesz = word(at)? as usize;
-        let descsz = word(at + 4)? as usize;
-        let ntype = word(at + 8)?;
-        let name_at = at + 12;
-        let desc_at = name_at.checked_add(namesz)?.next_multiple_of(align);
-        let next = desc_at.checked_add(descsz)?.next_multiple_of(align);
-        if ntype == NT_GNU_BUILD_ID && notes.get(name_at..name_at + namesz)? == b"GNU\0" {
-            return notes.get(desc_at..desc_at + descsz).map(<[u8]>::to_vec);
+    let mut iter =
+        NoteIterator::<FileHeader64<NativeEndian>>::new(NativeEndian, align, notes).ok()?;
+    while let Ok(Some(note)) = iter.next() {
+        if note.n_type(NativeEndian) == NT_GNU_BUILD_ID && note.name() == b"GNU" {
+            return Some(note.desc().to_vec());
         }
-        if next <= at {
-            return None;
-        }
-        at = next;
     }
     None
 }
@@ -323,6 +315,15 @@ mod tests {
             id.build_id.as_ref().is_some_and(|b| !b.is_empty()),
             "{id:?}"
         );
+        // The one in the file, as read from its sections.
+        use object::Object as _;
+        let exe = std::fs::read("/proc/self/exe").unwrap();
+        let file = object::File::parse(&*exe).unwrap();
+        assert_eq!(
+            id.build_id.as_deref(),
+            file.build_id().unwrap(),
+            "in memory as in the file"
+        );
     }
 
     #[test]
@@ -338,6 +339,43 @@ mod tests {
         assert_eq!(sa, r.resolve_location(a));
         assert_eq!(sa.offset & LOCATION_SITE_BIT, LOCATION_SITE_BIT);
         assert_eq!(sa.module, r.self_module());
+    }
+
+    /// One note: header, name padded, desc padded (to `align`).
+    fn note(name: &[u8], kind: u32, desc: &[u8], align: usize) -> Vec<u8> {
+        let mut n = Vec::new();
+        n.extend_from_slice(&(name.len() as u32).to_ne_bytes());
+        n.extend_from_slice(&(desc.len() as u32).to_ne_bytes());
+        n.extend_from_slice(&kind.to_ne_bytes());
+        n.extend_from_slice(name);
+        n.resize(n.len().next_multiple_of(align), 0);
+        n.extend_from_slice(desc);
+        n.resize(n.len().next_multiple_of(align), 0);
+        n
+    }
+
+    #[test]
+    fn the_build_id_note_is_found_among_others_at_either_alignment() {
+        let id = [
+            0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb,
+        ];
+        for align in [4, 8] {
+            let mut n = note(b"GNU\0", 5, &[0xc0, 0, 0, 0xc0, 4, 0, 0, 0], align); // property
+            n.extend(note(b"Go\0\0", 4, b"go-build-id", align)); // Go's own build ID
+            n.extend(note(b"GNU\0", 1, &[0, 0, 0, 0, 3, 0, 0, 0], align)); // ABI tag
+            n.extend(note(b"GNU\0", 3, &id, align));
+            assert_eq!(gnu_build_id(&n, align), Some(id.to_vec()), "align {align}");
+            // Cut inside the build ID's description: not found, no panic.
+            let cut = n.len() - 8;
+            assert_eq!(gnu_build_id(&n[..cut], align), None, "align {align}");
+        }
+        // p_align 0, 1 and 16 read as 4 (what the loader lays out in practice).
+        let n = note(b"GNU\0", 3, &id, 4);
+        for align in [0, 1, 16] {
+            assert_eq!(gnu_build_id(&n, align), Some(id.to_vec()), "align {align}");
+        }
+        // Only notes of another owner: none.
+        assert_eq!(gnu_build_id(&note(b"XYZ\0", 3, &id, 4), 4), None);
     }
 
     #[test]

@@ -69,7 +69,8 @@ fn init_logging(verbose: u8) {
 /// Lets a write to a closed pipe end the process quietly (as `cat` does) instead of
 /// failing: for the commands that only print, not those that supervise a program (`run`,
 /// `trace`, `demo`), which must outlive their terminal to write the program's history, nor
-/// `agent`, which writes to sockets.
+/// `agent`, which writes to sockets. (One `signal` call: signal-hook installs handlers and
+/// has no way to set a disposition back to the default without raising the signal.)
 fn quiet_on_closed_pipe() {
     // SAFETY: restoring the default disposition of SIGPIPE at start-up, before any thread
     // is spawned; no handler is installed.

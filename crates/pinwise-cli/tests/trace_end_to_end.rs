@@ -461,6 +461,62 @@ fn ctrl_c_writes_what_was_seen_and_passes_the_signal_status_through() {
     );
 }
 
+/// Reads `stderr` until `marker` appears; what was read.
+fn read_until(stderr: &mut impl std::io::Read, marker: &str) -> String {
+    let mut seen = Vec::new();
+    let mut byte = [0u8; 1];
+    while !String::from_utf8_lossy(&seen).contains(marker) {
+        if stderr.read(&mut byte).unwrap() == 0 {
+            break;
+        }
+        seen.push(byte[0]);
+    }
+    String::from_utf8_lossy(&seen).into_owned()
+}
+
+#[test]
+fn a_second_ctrl_c_leaves_a_command_that_ignores_it_running() {
+    if !require_bpf("a_second_ctrl_c_leaves_a_command_that_ignores_it_running") {
+        return;
+    }
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    let libs = StandinLibs::new();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("interrupted.json");
+    let mut tracer = pinwise()
+        .env("LD_LIBRARY_PATH", libs.ld_library_path())
+        .arg("trace")
+        .arg("-o")
+        .arg(&out)
+        .args(["--", "sh", "-c", "trap '' INT; sleep 30"])
+        .process_group(0)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = tracer.stderr.take().unwrap();
+    let mut text = read_until(&mut stderr, "tracing `sh");
+    // The shell may not have run its `trap` yet when tracing starts.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    // SAFETY: sends SIGINT to the process group we created for pinwise.
+    assert_eq!(
+        unsafe { libc::kill(-(tracer.id() as i32), libc::SIGINT) },
+        0
+    );
+    text += &read_until(&mut stderr, "Ctrl-C again");
+    assert!(text.contains("waiting for PID"), "{text}");
+    // SAFETY: sends SIGINT to pinwise alone.
+    assert_eq!(unsafe { libc::kill(tracer.id() as i32, libc::SIGINT) }, 0);
+    let status = tracer.wait().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGINT), "{text}");
+    assert!(
+        load_history(&out).is_ok(),
+        "the history was written before: {text}"
+    );
+    // The command, left running, is ended here (its group).
+    // SAFETY: SIGKILL to the process group we created.
+    unsafe { libc::kill(-(tracer.id() as i32), libc::SIGKILL) };
+}
+
 #[test]
 fn refuses_to_run_without_privileges_and_says_why() {
     use std::os::unix::process::CommandExt;

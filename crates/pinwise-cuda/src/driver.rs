@@ -95,19 +95,8 @@ impl Driver {
     /// search path, e.g. `/usr/lib/x86_64-linux-gnu/libcuda.so.580.65.06`. `None` when the
     /// mapping cannot be read.
     pub fn loaded_file(&self) -> Option<PathBuf> {
-        let address = self.api.cuInit as usize;
         let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-        maps.lines().find_map(|line| {
-            let (start, end) = line.split_whitespace().next()?.split_once('-')?;
-            let start = usize::from_str_radix(start, 16).ok()?;
-            let end = usize::from_str_radix(end, 16).ok()?;
-            // The path is the rest of the line from its first '/' (no earlier field has one,
-            // and the path itself may contain spaces).
-            if !(start..end).contains(&address) {
-                return None;
-            }
-            line.find('/').map(|at| PathBuf::from(&line[at..]))
-        })
+        file_at(&maps, self.api.cuInit as usize)
     }
 
     /// The raw function table, for hot paths. Every call through it is `unsafe` and must
@@ -230,5 +219,58 @@ impl Driver {
                 .to_string_lossy()
                 .into_owned(),
         )
+    }
+}
+
+/// The file mapped at `address` in the text of a maps file (as the kernel names it, with
+/// ` (deleted)` for a removed file); `None` for anonymous memory or no mapping. Lines are
+/// parsed with `procfs-core`, except those naming `/SYSV...` (System V shared memory, never
+/// a library; procfs-core reads such a path at fixed offsets and may panic on an odd one).
+fn file_at(maps: &str, address: usize) -> Option<PathBuf> {
+    use procfs_core::process::{MMapPath, MemoryMaps};
+    use procfs_core::FromBufRead;
+
+    let address = address as u64;
+    maps.lines().find_map(|line| {
+        let path = line.splitn(6, ' ').nth(5)?.trim_start();
+        if !path.starts_with('/') || path.starts_with("/SYSV") {
+            return None;
+        }
+        let m = MemoryMaps::from_buf_read(line.as_bytes()).ok()?.0.pop()?;
+        if !(m.address.0..m.address.1).contains(&address) {
+            return None;
+        }
+        match m.pathname {
+            MMapPath::Path(p) => Some(p),
+            _ => None,
+        }
+    })
+}
+
+#[cfg(test)]
+mod maps_tests {
+    use super::*;
+
+    #[test]
+    fn the_file_at_an_address_is_read_from_maps_text() {
+        let maps = "\
+7f0000000000-7f0000100000 r--p 00000000 fe:01 12                         /usr/lib/libcuda.so.580.65.06
+7f0000100000-7f0000200000 r-xp 00100000 fe:01 12                         /usr/lib/libcuda.so.580.65.06
+7f0000200000-7f0000300000 rw-p 00000000 00:00 0
+7f0000300000-7f0000400000 r-xp 00000000 fe:01 13                         /opt/my cuda/lib/libcuda.so.1 (deleted)
+7f0000400000-7f0000500000 rw-p 00000000 00:00 0                          [heap]
+";
+        assert_eq!(
+            file_at(maps, 0x7f0000100010),
+            Some(PathBuf::from("/usr/lib/libcuda.so.580.65.06"))
+        );
+        assert_eq!(
+            file_at(maps, 0x7f0000300000),
+            Some(PathBuf::from("/opt/my cuda/lib/libcuda.so.1 (deleted)"))
+        );
+        assert_eq!(file_at(maps, 0x7f0000200010), None, "anonymous");
+        assert_eq!(file_at(maps, 0x7f0000400010), None, "[heap]");
+        assert_eq!(file_at(maps, 0x7f0000500000), None, "past the end");
+        assert_eq!(file_at("", 0x1000), None);
     }
 }

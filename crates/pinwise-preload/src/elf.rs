@@ -2,34 +2,28 @@
 //! and `.dynsym`). Used once per process to see whether the executable brings its own
 //! `free`, `realloc` or `munmap`: calls bound inside the executable never reach pinwise's
 //! hooks, so pinwise must then not register the program's memory.
+//!
+//! Parsed with `object` over a [`ReadCache`]: only the header, the section headers and the
+//! two symbol tables with their string tables are read (one read each), never the whole
+//! file. Runs at start-up (not in a hook or a signal handler): it allocates, and takes no
+//! lock the program could hold.
 
 use std::fs::File;
-use std::os::unix::fs::FileExt;
+use std::io;
 use std::path::Path;
 
-const SHT_SYMTAB: u32 = 2;
-const SHT_DYNSYM: u32 = 11;
-const STT_FUNC: u8 = 2;
-const STT_GNU_IFUNC: u8 = 10;
+use object::elf::{
+    FileHeader64, Sym64, SHT_DYNSYM, SHT_SYMTAB, STB_GLOBAL, STB_WEAK, STT_FUNC, STT_GNU_IFUNC,
+};
+use object::read::elf::{FileHeader, SectionHeader, Sym};
+use object::read::{ReadCache, StringTable};
+use object::{Endianness, SectionIndex};
+
 /// Symbol tables larger than this are not read (a huge unstripped binary): unknown.
 const MAX_TABLE: u64 = 64 << 20;
 
-fn read_at(f: &File, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
-    let mut buf = vec![0u8; len];
-    f.read_exact_at(&mut buf, offset)?;
-    Ok(buf)
-}
-
-fn u16_at(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
-}
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
-
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+fn invalid(what: impl std::fmt::Display) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what.to_string())
 }
 
 /// The names among `wanted` that `path` defines as functions (64-bit little-endian ELF).
@@ -56,59 +50,48 @@ pub struct FunctionSymbol {
 
 /// The functions among `wanted` that `path` defines, each once (the first definition
 /// found), with their addresses and sizes.
-pub fn function_symbols(path: &Path, wanted: &[&str]) -> std::io::Result<Vec<FunctionSymbol>> {
-    let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_string());
-    let f = File::open(path)?;
-    let header = read_at(&f, 0, 64)?;
-    if &header[..4] != b"\x7fELF" || header[4] != 2 || header[5] != 1 {
-        return Err(bad("not a 64-bit little-endian ELF file"));
+pub fn function_symbols(path: &Path, wanted: &[&str]) -> io::Result<Vec<FunctionSymbol>> {
+    let cache = ReadCache::new(File::open(path)?);
+    let data = &cache;
+    let header = FileHeader64::<Endianness>::parse(data).map_err(invalid)?;
+    let endian = header.endian().map_err(invalid)?;
+    if endian != Endianness::Little {
+        return Err(invalid("not a 64-bit little-endian ELF file"));
     }
-    let shoff = u64_at(&header, 0x28);
-    let shentsize = u16_at(&header, 0x3a) as usize;
-    let shnum = u16_at(&header, 0x3c) as usize;
-    if shentsize < 64 || shnum == 0 {
-        return Ok(Vec::new());
-    }
-    let sections = read_at(&f, shoff, shentsize * shnum)?;
-    let section = |i: usize| &sections[i * shentsize..i * shentsize + 64];
-    let mut found = Vec::new();
-    for i in 0..shnum {
-        let sh = section(i);
-        let kind = u32_at(sh, 4);
+    let sections = header.sections(endian, data).map_err(invalid)?;
+    let mut found: Vec<FunctionSymbol> = Vec::new();
+    for section in sections.iter() {
+        let kind = section.sh_type(endian);
         if kind != SHT_SYMTAB && kind != SHT_DYNSYM {
             continue;
         }
-        let (offset, size, link) = (u64_at(sh, 24), u64_at(sh, 32), u32_at(sh, 40) as usize);
-        if link >= shnum || size > MAX_TABLE {
+        let Ok(strings) = sections.section(SectionIndex(section.sh_link(endian) as usize)) else {
+            continue;
+        };
+        if section.sh_size(endian) > MAX_TABLE || strings.sh_size(endian) > MAX_TABLE {
             continue;
         }
-        let strings = section(link);
-        let (str_off, str_size) = (u64_at(strings, 24), u64_at(strings, 32));
-        if str_size > MAX_TABLE {
-            continue;
-        }
-        let symbols = read_at(&f, offset, size as usize)?;
-        let names = read_at(&f, str_off, str_size as usize)?;
-        for sym in symbols.chunks_exact(24) {
-            let info = sym[4];
-            let defined = u16_at(sym, 6) != 0;
-            let func = matches!(info & 0xf, STT_FUNC | STT_GNU_IFUNC);
-            let bind = info >> 4;
-            if !(defined && func && (bind == 1 || bind == 2)) {
+        let symbols: &[Sym64<Endianness>] = section.data_as_array(endian, data).map_err(invalid)?;
+        // The whole string table in one read (a `ReadCache` would read each name apart).
+        let names = strings.data(endian, data).map_err(invalid)?;
+        let names = StringTable::new(names, 0, names.len() as u64);
+        for sym in symbols {
+            let bind = sym.st_bind();
+            let kind = sym.st_type();
+            let func = kind == STT_FUNC || kind == STT_GNU_IFUNC;
+            if sym.is_undefined(endian) || !func || !(bind == STB_GLOBAL || bind == STB_WEAK) {
                 continue;
             }
-            let start = u32_at(sym, 0) as usize;
-            let Some(rest) = names.get(start..) else {
+            let Ok(name) = sym.name(endian, names) else {
                 continue;
             };
-            let name = &rest[..rest.iter().position(|&b| b == 0).unwrap_or(rest.len())];
             if let Some(w) = wanted.iter().find(|w| w.as_bytes() == name) {
-                if !found.iter().any(|f: &FunctionSymbol| f.name == *w) {
+                if !found.iter().any(|f| f.name == *w) {
                     found.push(FunctionSymbol {
                         name: w.to_string(),
-                        value: u64_at(sym, 8),
-                        size: u64_at(sym, 16),
-                        ifunc: info & 0xf == STT_GNU_IFUNC,
+                        value: sym.st_value(endian),
+                        size: sym.st_size(endian),
+                        ifunc: kind == STT_GNU_IFUNC,
                     });
                 }
             }
@@ -147,6 +130,95 @@ mod tests {
             .expect("libc is mapped");
         let found = defined_functions(Path::new(libc), &["free", "no_such_function"]).unwrap();
         assert_eq!(found, vec!["free".to_string()]);
+    }
+
+    /// A small program defining its own `free`, built with `cc` into `dir`; with a copy
+    /// stripped of `.symtab`, and a stripped copy pointing at its debug file by
+    /// `.gnu_debuglink`.
+    fn own_free_program(
+        dir: &Path,
+    ) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+        let src = dir.join("own_free.c");
+        std::fs::write(
+            &src,
+            "#include <stddef.h>\n\
+             void free(void *p) { (void)p; }\n\
+             static int helper(int x) { return x * 3; }\n\
+             int main(int argc, char **argv) { (void)argv; return helper(argc); }\n",
+        )
+        .unwrap();
+        let exe = dir.join("own_free");
+        let run = |cmd: &mut std::process::Command| {
+            let st = cmd.status().unwrap();
+            assert!(st.success(), "{cmd:?}");
+        };
+        run(std::process::Command::new("cc")
+            .arg("-O1")
+            .arg("-o")
+            .arg(&exe)
+            .arg(&src));
+        let stripped = dir.join("own_free.stripped");
+        run(std::process::Command::new("strip")
+            .arg("-o")
+            .arg(&stripped)
+            .arg(&exe));
+        let debug = dir.join("own_free.debug");
+        run(std::process::Command::new("objcopy")
+            .arg("--only-keep-debug")
+            .arg(&exe)
+            .arg(&debug));
+        let linked = dir.join("own_free.linked");
+        run(std::process::Command::new("objcopy")
+            .arg("--strip-all")
+            .arg(format!("--add-gnu-debuglink={}", debug.display()))
+            .arg(&exe)
+            .arg(&linked));
+        (exe, stripped, linked)
+    }
+
+    #[test]
+    fn a_stripped_program_still_shows_the_functions_it_exports() {
+        let dir = tempfile::tempdir().unwrap();
+        let (exe, stripped, linked) = own_free_program(dir.path());
+        let wanted = ["free", "main", "helper", "malloc"];
+        assert_eq!(defined_functions(&exe, &wanted).unwrap(), ["free", "main"]);
+        // `free` overrides libc's, so the linker exports it (`.dynsym`); `main` and the
+        // static helper were only in the stripped `.symtab`.
+        assert_eq!(defined_functions(&stripped, &wanted).unwrap(), ["free"]);
+        // A debug file named by `.gnu_debuglink` is not followed.
+        assert_eq!(defined_functions(&linked, &wanted).unwrap(), ["free"]);
+        let free = &function_symbols(&stripped, &["free"]).unwrap()[0];
+        assert!(free.value > 0 && !free.ifunc, "{free:?}");
+        assert_eq!(function_symbols(&exe, &["free"]).unwrap()[0], *free);
+    }
+
+    #[test]
+    fn headers_other_than_64_bit_little_endian_are_errors_and_no_sections_is_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("h");
+        // A 64-bit little-endian header (x86-64 executable) with no sections at all.
+        let mut header = vec![0u8; 64];
+        header[..4].copy_from_slice(b"\x7fELF");
+        header[4] = 2; // ELFCLASS64
+        header[5] = 1; // little-endian
+        header[6] = 1; // EV_CURRENT
+        header[16] = 2; // ET_EXEC
+        header[18] = 62; // EM_X86_64
+        header[20] = 1; // e_version
+        header[52] = 64; // e_ehsize
+        header[54] = 56; // e_phentsize
+        header[58] = 64; // e_shentsize
+        std::fs::write(&p, &header).unwrap();
+        assert_eq!(
+            defined_functions(&p, &["free"]).unwrap(),
+            Vec::<String>::new()
+        );
+        for (at, value, what) in [(4, 1, "32-bit"), (5, 2, "big-endian")] {
+            let mut h = header.clone();
+            h[at] = value;
+            std::fs::write(&p, &h).unwrap();
+            assert!(defined_functions(&p, &["free"]).is_err(), "{what}");
+        }
     }
 
     #[test]

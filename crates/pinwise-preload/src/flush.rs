@@ -54,6 +54,13 @@ static OWNER_PID: AtomicUsize = AtomicUsize::new(0);
 
 /// Installs the handler for each of [`FATAL_SIGNALS`] whose action is the default (except
 /// `skip`, the dump signal). Called when the state is created.
+///
+/// Plain `sigaction`, not signal-hook: this runs inside someone else's program, and must
+/// leave alone every signal the program handles itself (installing only over `SIG_DFL`),
+/// then on the signal put the default back and re-raise it. signal-hook's registry installs
+/// its own handler unconditionally, keeps it (and chains to what was there) for the life
+/// of the process, and allocates and takes its registry lock when registering: none of
+/// that makes this simpler, and its "default" cannot be "stay out of the way".
 pub fn install(skip: Option<libc::c_int>) {
     // SAFETY: getpid has no preconditions.
     OWNER_PID.store(unsafe { libc::getpid() } as usize, Ordering::Relaxed);

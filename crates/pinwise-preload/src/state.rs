@@ -630,6 +630,8 @@ fn init_logging(config: &Config) {
     };
 }
 
+/// Installs [`on_dump_signal`] for the dump signal, keeping the program's previous action to
+/// chain to. Hand-written for the reasons [`crate::flush::install`] gives.
 fn install_dump_handler(sig: i32) {
     // SAFETY: the handler only stores an atomic and chains to the program's own handler,
     // if it had one; `old` is a valid out-parameter.

@@ -109,20 +109,46 @@ fn try_handle(handle: *mut c_void) -> Option<Found> {
 
 /// The paths of loaded objects whose file name starts with `libpython3.`.
 fn loaded_libpythons() -> Vec<String> {
-    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
-        return Vec::new();
-    };
-    let mut out: Vec<String> = maps
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(5))
-        .filter(|p| {
-            p.rsplit('/')
+    match std::fs::read_to_string("/proc/self/maps") {
+        Ok(maps) => libpythons_in(&maps),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// [`loaded_libpythons`] of the text of a maps file: each path once, in order (without the
+/// ` (deleted)` the kernel adds to removed files).
+///
+/// Only lines naming a `libpython3.` file are parsed (with `procfs-core`), and none starting
+/// `/SYSV`: procfs-core reads such a path at fixed byte offsets and could panic on an odd
+/// one, and this runs inside the program at start-up.
+fn libpythons_in(maps: &str) -> Vec<String> {
+    use procfs_core::process::{MMapPath, MemoryMaps};
+    use procfs_core::FromBufRead;
+
+    let mut out: Vec<String> = Vec::new();
+    for line in maps.lines() {
+        let path = line.splitn(6, ' ').nth(5).unwrap_or("").trim_start();
+        if !path.contains("libpython3.") || path.starts_with("/SYSV") {
+            continue;
+        }
+        let Ok(parsed) = MemoryMaps::from_buf_read(line.as_bytes()) else {
+            continue;
+        };
+        for m in parsed {
+            let MMapPath::Path(p) = m.pathname else {
+                continue;
+            };
+            let p = p.to_string_lossy();
+            let p = p.strip_suffix(" (deleted)").unwrap_or(&p);
+            let is_libpython = p
+                .rsplit('/')
                 .next()
-                .is_some_and(|b| b.starts_with("libpython3."))
-        })
-        .map(str::to_owned)
-        .collect();
-    out.dedup();
+                .is_some_and(|b| b.starts_with("libpython3."));
+            if is_libpython && out.last().map(String::as_str) != Some(p) {
+                out.push(p.to_string());
+            }
+        }
+    }
     out
 }
 
@@ -199,6 +225,27 @@ pub fn find() -> Option<Found> {
 mod tests {
     use super::*;
     use crate::mem::FakeMemory;
+
+    #[test]
+    fn libpythons_are_found_in_maps_text() {
+        let maps = "\
+5600000000-5600001000 r--p 00000000 fe:01 11 /usr/bin/python3.12
+7f0000000000-7f0000100000 r--p 00000000 fe:01 12                         /usr/lib/libpython3.12.so.1.0
+7f0000100000-7f0000200000 r-xp 00100000 fe:01 12                         /usr/lib/libpython3.12.so.1.0
+7f0000200000-7f0000300000 r--p 00000000 fe:01 13                         /opt/py/lib/libpython3.11d.so (deleted)
+7f0000300000-7f0000400000 r--p 00000000 fe:01 14                         /usr/lib/libpython2.7.so
+7f0000400000-7f0000500000 rw-p 00000000 00:00 0                          [anon:libpython3.x]
+7f0000500000-7f0000600000 rw-p 00000000 00:00 0
+";
+        assert_eq!(
+            libpythons_in(maps),
+            [
+                "/usr/lib/libpython3.12.so.1.0",
+                "/opt/py/lib/libpython3.11d.so"
+            ]
+        );
+        assert!(libpythons_in("").is_empty());
+    }
 
     #[test]
     fn versions_from_file_names() {

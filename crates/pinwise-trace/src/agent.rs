@@ -1237,15 +1237,17 @@ fn handle_news(
     }
 }
 
-fn status_kib(field: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(field))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-        })
-        .unwrap_or(0)
+/// This process's resident and peak resident memory in bytes (`VmRSS`, `VmHWM` of
+/// `/proc/self/status`, parsed with `procfs-core`); 0 where unknown.
+fn own_rss_bytes() -> (u64, u64) {
+    use procfs_core::FromBufRead;
+    let Ok(text) = std::fs::read_to_string("/proc/self/status") else {
+        return (0, 0);
+    };
+    match procfs_core::process::Status::from_buf_read(text.as_bytes()) {
+        Ok(s) => (s.vmrss.unwrap_or(0) * 1024, s.vmhwm.unwrap_or(0) * 1024),
+        Err(_) => (0, 0),
+    }
 }
 
 fn collect_stats(
@@ -1253,6 +1255,7 @@ fn collect_stats(
     shared: &SharedState,
     attach: Option<&AttachStats>,
 ) -> TraceStats {
+    let (rss, peak_rss) = own_rss_bytes();
     let c = probes.counters();
     let live = shared.live.lock();
     TraceStats {
@@ -1286,11 +1289,21 @@ fn collect_stats(
         uprobes: probes.uprobes().len(),
         kernel_hooks: Some(probes.kernel_hooks().clone()),
         processes_exited: live.exited_count,
-        tracer_rss_bytes: status_kib("VmRSS:") * 1024,
-        tracer_peak_rss_bytes: status_kib("VmHWM:") * 1024,
+        tracer_rss_bytes: rss,
+        tracer_peak_rss_bytes: peak_rss,
         attach: attach.map(|a| AttachStats {
             pinned_reported: live.translate.preattach_pinned_reported,
             ..a.clone()
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn own_memory_is_read_from_status() {
+        let (rss, peak) = super::own_rss_bytes();
+        assert!(rss > 0 && peak >= rss, "rss {rss}, peak {peak}");
+        assert_eq!(rss % 1024, 0, "kB scaled to bytes");
     }
 }

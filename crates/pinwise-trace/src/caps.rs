@@ -114,24 +114,25 @@ pub extern "C" fn pinwise_tracer_uprobe_self_test(dst: u64, src: u64, bytes: u64
 
 const SELF_TEST_ARGS: (u64, u64, u64) = (0x5157_0001, 0x5157_0002, 4242);
 
-/// Capability bits of this process (`CapEff` of `/proc/self/status`).
+/// Capability bits of this process's effective set (bit N is capability N), from the
+/// `caps` crate (`capget`); `None` when they cannot be read.
 fn effective_capabilities() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let hex = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))?
-        .trim();
-    u64::from_str_radix(hex, 16).ok()
+    let set = ::caps::read(None, ::caps::CapSet::Effective).ok()?;
+    Some(set.iter().fold(0, |bits, cap| bits | cap.bitmask()))
 }
 
 /// Root, or CAP_BPF (39) with CAP_PERFMON (38), or CAP_SYS_ADMIN (21).
 pub fn check_privileges() -> Check {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    privileges_verdict(euid, effective_capabilities().unwrap_or(0))
+}
+
+/// [`check_privileges`] for an effective uid and capability bits (bit N is capability N).
+fn privileges_verdict(euid: u32, caps: u64) -> Check {
     const CAP_SYS_ADMIN: u64 = 1 << 21;
     const CAP_PERFMON: u64 = 1 << 38;
     const CAP_BPF: u64 = 1 << 39;
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
-    let caps = effective_capabilities().unwrap_or(0);
     if euid == 0 && caps & CAP_SYS_ADMIN != 0 {
         return Check::ok("running as root");
     }
@@ -388,5 +389,59 @@ fn map_and_unmap(len: usize) -> Option<u64> {
         }
         libc::munmap(p, len);
         Some(p as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn privileges_need_root_with_sys_admin_or_bpf_with_perfmon() {
+        let full = u64::MAX >> 23; // CapEff of root on a 6.x kernel: bits 0..=40
+        assert_eq!(privileges_verdict(0, full), Check::ok("running as root"));
+        assert_eq!(
+            privileges_verdict(1000, 1 << 21),
+            Check::ok("CAP_SYS_ADMIN")
+        );
+        assert_eq!(
+            privileges_verdict(1000, (1 << 38) | (1 << 39)),
+            Check::ok("CAP_BPF and CAP_PERFMON")
+        );
+        let only_bpf = privileges_verdict(1000, 1 << 39);
+        assert_eq!(only_bpf.state, CheckState::Failed);
+        assert!(
+            only_bpf.detail.contains("euid 1000")
+                && only_bpf.detail.contains("CapEff 0x8000000000"),
+            "{}",
+            only_bpf.detail
+        );
+        // Root without CAP_SYS_ADMIN (dropped in a container) is not enough by itself.
+        let root_without = privileges_verdict(0, 1 << 38);
+        assert_eq!(root_without.state, CheckState::Failed);
+        assert!(
+            root_without.detail.contains("euid 0"),
+            "{}",
+            root_without.detail
+        );
+    }
+
+    #[test]
+    fn this_process_capabilities_are_read() {
+        // SAFETY: geteuid has no preconditions.
+        let euid = unsafe { libc::geteuid() };
+        let caps = effective_capabilities().expect("effective capabilities readable");
+        if euid == 0 {
+            assert_ne!(caps, 0, "root here has capabilities");
+        }
+        // The same bits the kernel shows as `CapEff` (what pinwise read before `caps`).
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let cap_eff = status
+            .lines()
+            .find_map(|l| l.strip_prefix("CapEff:"))
+            .map(|hex| u64::from_str_radix(hex.trim(), 16).unwrap())
+            .unwrap();
+        assert_eq!(caps, cap_eff);
+        assert_eq!(check_privileges(), privileges_verdict(euid, caps));
     }
 }

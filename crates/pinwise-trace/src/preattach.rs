@@ -148,6 +148,9 @@ impl PreAttach {
 }
 
 /// (mapping start, `Locked:` bytes) of every smaps entry with locked memory.
+///
+/// Read by hand rather than with procfs-core's smaps parser: that one refuses a whole
+/// entry (or file) for one field that is not a number, where only `Locked:` matters here.
 fn smaps_locked(text: &str) -> Vec<(u64, u64)> {
     let mut out = Vec::new();
     let mut current: Option<u64> = None;

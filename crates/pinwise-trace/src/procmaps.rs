@@ -72,7 +72,8 @@ impl ProcMaps {
         Ok(ProcMaps::parse(&text))
     }
 
-    /// Parses the text of a maps file; lines that do not parse are skipped.
+    /// Parses the text of a maps file (each line with `procfs-core`); lines that do not
+    /// parse are skipped.
     pub fn parse(text: &str) -> ProcMaps {
         let mut mappings: Vec<Mapping> = text.lines().filter_map(parse_line).collect();
         mappings.sort_by_key(|m| m.start);
@@ -97,37 +98,59 @@ impl ProcMaps {
     }
 }
 
+/// One line, parsed by `procfs-core`; `None` for a line it refuses.
 fn parse_line(line: &str) -> Option<Mapping> {
-    let mut rest = line;
-    let mut field = || {
-        let trimmed = rest.trim_start();
-        let end = trimmed.find(' ').unwrap_or(trimmed.len());
-        let (f, r) = trimmed.split_at(end);
-        rest = r;
-        (!f.is_empty()).then_some(f)
+    use procfs_core::process::{MMPermissions, MMapPath, MemoryMaps};
+    use procfs_core::FromBufRead;
+
+    let path_field = line.splitn(6, ' ').nth(5).unwrap_or("").trim();
+    // procfs-core reads `/SYSV` and 8 hex digits at fixed byte offsets: a file named
+    // otherwise `/SYSV...` would panic there or be refused. Such a file keeps its path as
+    // written, and procfs-core parses the line without it.
+    let odd_sysv = path_field.starts_with("/SYSV")
+        && !path_field
+            .get(5..13)
+            .is_some_and(|key| key.bytes().all(|b| b.is_ascii_hexdigit()));
+    // The kernel ends the inode field with a space even when no path follows; a line
+    // without it (hand-written input) is one procfs-core would refuse.
+    let text = if odd_sysv {
+        let fields: Vec<&str> = line.splitn(6, ' ').take(5).collect();
+        format!("{} ", fields.join(" "))
+    } else {
+        format!("{line} ")
     };
-    let range = field()?;
-    let perms = field()?.as_bytes();
-    let offset = u64::from_str_radix(field()?, 16).ok()?;
-    let dev = field()?;
-    let inode: u64 = field()?.parse().ok()?;
-    let path = rest.trim_start();
-    let (start, end) = range.split_once('-')?;
-    let (major, minor) = dev.split_once(':')?;
-    if perms.len() < 4 {
-        return None;
-    }
+    let m = MemoryMaps::from_buf_read(text.as_bytes())
+        .ok()?
+        .0
+        .into_iter()
+        .next()?;
+    let path = match m.pathname {
+        _ if odd_sysv => Some(path_field.to_string()),
+        MMapPath::Path(p) => Some(p.to_string_lossy().into_owned()),
+        MMapPath::Heap => Some("[heap]".to_string()),
+        MMapPath::Stack => Some("[stack]".to_string()),
+        MMapPath::TStack(tid) => Some(format!("[stack:{tid}]")),
+        MMapPath::Vdso => Some("[vdso]".to_string()),
+        MMapPath::Vvar => Some("[vvar]".to_string()),
+        MMapPath::Vsyscall => Some("[vsyscall]".to_string()),
+        MMapPath::Rollup => Some("[rollup]".to_string()),
+        MMapPath::Anonymous => None,
+        // What the kernel writes for System V shared memory (`/SYSV%08x (deleted)`).
+        MMapPath::Vsys(key) => Some(format!("/SYSV{:08x} (deleted)", key as u32)),
+        MMapPath::Other(name) => Some(format!("[{name}]")),
+    };
+    let (major, minor) = m.dev;
     Some(Mapping {
-        start: u64::from_str_radix(start, 16).ok()?,
-        end: u64::from_str_radix(end, 16).ok()?,
-        read: perms[0] == b'r',
-        write: perms[1] == b'w',
-        exec: perms[2] == b'x',
-        shared: perms[3] == b's',
-        offset,
-        dev: (u64::from_str_radix(major, 16).ok()? << 32) | u64::from_str_radix(minor, 16).ok()?,
-        inode,
-        path: (!path.is_empty()).then(|| path.to_string()),
+        start: m.address.0,
+        end: m.address.1,
+        read: m.perms.contains(MMPermissions::READ),
+        write: m.perms.contains(MMPermissions::WRITE),
+        exec: m.perms.contains(MMPermissions::EXECUTE),
+        shared: m.perms.contains(MMPermissions::SHARED),
+        offset: m.offset,
+        dev: (u64::from(major as u32) << 32) | u64::from(minor as u32),
+        inode: m.inode,
+        path,
     })
 }
 
@@ -181,6 +204,69 @@ mod tests {
         assert!(maps.find(0x1000).is_none());
         assert!(maps.find(0x55d0c0a05000).is_none());
         assert!(maps.find(0xffff_ffff_ffff_ffff).is_none());
+    }
+
+    /// Lines as the kernel writes them for the odd cases, and lines it never writes.
+    const ODD: &str = "\
+7f2000000000-7f2000001000 rw-s 00000000 00:01 2049                       /dev/zero (deleted)
+7f2000001000-7f2000002000 rw-s 00000000 00:01 77                         /memfd:pinwise pool (deleted)
+7f2000002000-7f2000003000 rw-s 00000000 00:01 98307                      /SYSV0000abcd (deleted)
+7f2000003000-7f2000004000 rw-p 00000000 00:00 0                          [anon:tensor arena]
+7f2000004000-7f2000005000 rw-p 00000000 00:00 0                          [stack:4242]
+7f2000005000-7f2000006000 r-xp 00000000 00:00 0                          [vdso]
+7f2000006000-7f2000007000 rw-p 00000000 00:00 0
+7f2000007000-7f2000008000 r-xp 0001f000 103:02 4711                      /home/a user/lib  two  spaces.so
+not a maps line at all
+7f2000009000 rw-p 00000000 00:00 0
+7f200000a000-7f200000b000 rw-p zzzz 00:00 0
+7f200000b000-7f200000c000 rw-p 00000000 00:00 0                          /SYSV1
+7f200000c000-7f200000d000 rw-p 00000000 00:00 0                          /SYSVnot-hex-at-all
+";
+
+    #[test]
+    fn odd_paths_are_kept_as_the_kernel_writes_them_and_bad_lines_skipped() {
+        let maps = ProcMaps::parse(ODD);
+        let paths: Vec<Option<&str>> = maps.mappings().iter().map(|m| m.path.as_deref()).collect();
+        assert_eq!(
+            paths,
+            [
+                Some("/dev/zero (deleted)"),
+                Some("/memfd:pinwise pool (deleted)"),
+                Some("/SYSV0000abcd (deleted)"),
+                Some("[anon:tensor arena]"),
+                Some("[stack:4242]"),
+                Some("[vdso]"),
+                None,
+                Some("/home/a user/lib  two  spaces.so"),
+                Some("/SYSV1"),
+                Some("/SYSVnot-hex-at-all"),
+            ]
+        );
+        let m = maps.mappings();
+        assert!(m[0].shared && m[0].write && !m[0].exec);
+        assert_eq!(m[0].file_path(), Some("/dev/zero"));
+        assert_eq!(m[0].dev, 1);
+        assert_eq!(m[1].file_name(), Some("memfd:pinwise pool"));
+        assert_eq!(m[2].inode, 98307);
+        assert!(!m[3].is_file() && m[3].file_path().is_none());
+        assert!(!m[6].is_file());
+        assert_eq!(m[7].dev, (0x103 << 32) | 2);
+        assert_eq!(m[7].offset, 0x1f000);
+        assert_eq!(m[7].file_name(), Some("lib  two  spaces.so"));
+        assert!(m[7].is_file());
+    }
+
+    #[test]
+    fn unsorted_input_is_sorted_and_empty_input_is_empty() {
+        let text = "\
+7f0000002000-7f0000003000 r--p 00000000 00:00 0 
+7f0000000000-7f0000001000 r--p 00000000 00:00 0 
+";
+        let maps = ProcMaps::parse(text);
+        assert_eq!(maps.mappings()[0].start, 0x7f0000000000);
+        assert_eq!(maps.find(0x7f0000002fff).unwrap().end, 0x7f0000003000);
+        assert!(maps.find(0x7f0000001000).is_none());
+        assert!(ProcMaps::parse("").is_empty());
     }
 
     #[test]

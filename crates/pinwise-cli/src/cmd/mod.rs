@@ -18,14 +18,17 @@ pub mod shell;
 pub mod supervise;
 pub mod trace;
 
-/// Whether this process runs as root (effective uid 0, from `/proc/self/status`).
+/// Whether this process runs as root (effective uid 0).
 pub(crate) fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(|e| e == "0"))
-        })
-        .unwrap_or(false)
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn is_root_agrees_with_the_effective_uid_the_kernel_shows() {
+        let uid = pinwise_testkit::effective_uid().expect("Uid line in /proc/self/status");
+        assert_eq!(super::is_root(), uid == 0);
+    }
 }

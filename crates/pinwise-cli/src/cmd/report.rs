@@ -366,24 +366,11 @@ pub(crate) mod tests {
         // This test binary's own function, found through /proc/self/maps as a site would be.
         let addr = a_function_the_resolver_names as *const () as u64 + 1;
         assert_eq!(a_function_the_resolver_names(), 7);
-        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let maps = pinwise_trace::procmaps::ProcMaps::read(std::process::id()).unwrap();
         let exe = std::env::current_exe().unwrap().canonicalize().unwrap();
-        let (module, offset) = maps
-            .lines()
-            .filter_map(|l| {
-                let f: Vec<&str> = l.split_whitespace().collect();
-                let (lo, hi) = f[0].split_once('-')?;
-                let (lo, hi) = (
-                    u64::from_str_radix(lo, 16).ok()?,
-                    u64::from_str_radix(hi, 16).ok()?,
-                );
-                let off = u64::from_str_radix(f[2], 16).ok()?;
-                let path = f.get(5)?;
-                (lo <= addr && addr < hi && Path::new(path) == exe)
-                    .then(|| (path.to_string(), addr - lo + off))
-            })
-            .next()
-            .expect("the test binary is mapped");
+        let m = maps.find(addr).expect("the test binary is mapped");
+        assert_eq!(m.file_path().map(Path::new), Some(exe.as_path()));
+        let (module, offset) = (m.file_path().unwrap().to_string(), m.file_offset(addr));
         let table = ModuleTable::new();
         let id = table.intern(&ModuleIdentity::from_path(module));
         let mut r = resolver(false);

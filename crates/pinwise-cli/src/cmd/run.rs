@@ -455,12 +455,9 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     }
 
     if let Some(sig) = status.signal() {
-        // Die the same way, so that a shell sees what the command did.
-        // SAFETY: restoring the default action and raising a signal on ourselves.
-        unsafe {
-            libc::signal(sig, libc::SIG_DFL);
-            libc::raise(sig);
-        }
+        // Die the same way, so that a shell sees what the command did (a signal whose
+        // default is to be ignored falls through to the exit status below).
+        let _ = signal_hook::low_level::emulate_default_handler(sig);
         return Ok(ExitCode::from((128 + sig).clamp(0, 255) as u8));
     }
     Ok(ExitCode::from(

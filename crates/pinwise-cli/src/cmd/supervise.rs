@@ -56,6 +56,12 @@ pub fn die_with_parent(command: &mut Command) {
 /// While alive, [`FORWARDED`] signals do not stop pinwise: a signal some process sent is
 /// passed on to the program `child`; one from the terminal (which the program got too) is
 /// dropped. The previous actions are restored on drop.
+///
+/// Hand-written with `sigaction` rather than signal-hook: signal-hook never gives a signal
+/// its previous disposition back (its handler stays installed after `unregister`), while
+/// this must put back exactly what was there once the program has exited: the default
+/// action, or `SIG_IGN` inherited from `nohup`, so that pinwise can again be stopped (or
+/// not) while it writes the outputs.
 pub struct Forwarding {
     old: Vec<(libc::c_int, libc::sigaction)>,
 }

@@ -10,6 +10,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, ExitStatus};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -20,6 +21,7 @@ use pinwise_trace::agent::{TraceStats, TracerAgent, TracerConfig};
 use pinwise_trace::libs::LibraryOverrides;
 use pinwise_trace::loader::{BpfConfig, KernelHookStatus};
 use pinwise_trace::{caps, Symbolizer};
+use signal_hook::consts::{SIGINT, SIGTERM};
 
 /// History file format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -154,26 +156,30 @@ pub struct TraceArgs {
     pub command: Vec<OsString>,
 }
 
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+/// Set by SIGINT/SIGTERM once [`catch_interrupts`] ran.
+static INTERRUPTED: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+/// Once set, SIGINT/SIGTERM do their default action again (end pinwise).
+static DEFAULT_INTERRUPTS: OnceLock<Arc<AtomicBool>> = OnceLock::new();
 
-extern "C" fn on_interrupt(_signal: libc::c_int) {
-    // Only an atomic store: async-signal-safe.
-    INTERRUPTED.store(true, Ordering::SeqCst);
+fn interrupted() -> bool {
+    INTERRUPTED
+        .get()
+        .is_some_and(|flag| flag.load(Ordering::SeqCst))
 }
 
-/// Ctrl-C and SIGTERM end the trace (what was seen is written) instead of killing pinwise.
-fn catch_interrupts() {
-    for signal in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: installs a handler that only stores to an atomic; `sigaction` is given a
-        // zeroed, then filled, struct.
-        unsafe {
-            let mut action: libc::sigaction = std::mem::zeroed();
-            action.sa_sigaction = on_interrupt as *const () as usize;
-            libc::sigemptyset(&mut action.sa_mask);
-            action.sa_flags = libc::SA_RESTART;
-            libc::sigaction(signal, &action, std::ptr::null_mut());
-        }
+/// Ctrl-C and SIGTERM end the trace (what was seen is written) instead of killing pinwise:
+/// signal-hook sets a flag; its default action comes back with
+/// [`restore_default_interrupts`].
+fn catch_interrupts() -> Result<()> {
+    let flag = INTERRUPTED.get_or_init(Arc::default);
+    let default = DEFAULT_INTERRUPTS.get_or_init(Arc::default);
+    for signal in [SIGINT, SIGTERM] {
+        // Registered first, so that it runs first: once asked for, the default action.
+        signal_hook::flag::register_conditional_default(signal, Arc::clone(default))
+            .and_then(|_| signal_hook::flag::register(signal, Arc::clone(flag)))
+            .with_context(|| format!("cannot catch signal {signal}"))?;
     }
+    Ok(())
 }
 
 fn status(msg: impl AsRef<str>) {
@@ -257,7 +263,7 @@ pub fn run(args: TraceArgs) -> Result<ExitCode> {
     if let Some(path) = &args.summary_json {
         super::outputs::check_before_run("--summary-json", path, args.force)?;
     }
-    catch_interrupts();
+    catch_interrupts()?;
     let mut agent = TracerAgent::new(config);
     let started = Instant::now();
 
@@ -364,12 +370,10 @@ pub fn run(args: TraceArgs) -> Result<ExitCode> {
     Ok(code)
 }
 
+/// SIGINT and SIGTERM end pinwise again, as if no handler were installed.
 fn restore_default_interrupts() {
-    for signal in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: resets the disposition to the default; no handler involved.
-        unsafe {
-            libc::signal(signal, libc::SIG_DFL);
-        }
+    if let Some(default) = DEFAULT_INTERRUPTS.get() {
+        default.store(true, Ordering::SeqCst);
     }
 }
 
@@ -381,7 +385,7 @@ fn wait_for_end(
     started: Instant,
 ) -> Ending {
     loop {
-        if INTERRUPTED.load(Ordering::SeqCst) {
+        if interrupted() {
             return Ending::Interrupted;
         }
         if let Some(c) = child.as_deref_mut() {
