@@ -108,8 +108,8 @@ enum Planned {
 /// The engine's record of a live allocation.
 ///
 /// Laid out for the copy hooks ([`Engine::note_transfer`]): what a copy reads and counts
-/// comes first, so that with the `Arc`'s two counts before it a host-to-device copy touches
-/// one cache line of it (the block is aligned to a line).
+/// comes first, on the record's first cache line (it starts on a line), so that a
+/// host-to-device or device-to-host copy touches that line alone.
 #[derive(Debug)]
 #[repr(C, align(64))]
 pub(crate) struct Live {
@@ -128,6 +128,13 @@ pub(crate) struct Live {
     /// Streams with asynchronous copies on this allocation (deduplicated, small).
     async_streams: Mutex<Vec<StreamHandle>>,
 }
+
+// What a host-to-device or device-to-host copy touches (start, size, the counts, origin,
+// promotion, the byte counts of those two directions) lies on the first line.
+const _: () = assert!(
+    std::mem::align_of::<Live>() == 64
+        && std::mem::offset_of!(Live, bytes) + 2 * std::mem::size_of::<AtomicU64>() <= 64
+);
 
 impl Live {
     /// The transfers seen so far, as a prediction of "the same again".
