@@ -4,7 +4,10 @@
 # intercepted copy (`hook_ns_net_median`, stage medians) against the gap between copies.
 #   bash bench/gpu/preload/gap_ab.sh NAME=LIB.so [NAME=LIB.so ...]
 # Env: REPEATS (default 10), GAPS (default "0 20 200" µs), KIND (pinned|pageable, default
-# pinned), CUDA_LIB_DIR (a directory with libcuda.so; default: the system's libcuda, found
+# pinned), NBUF (buffers copied in turn, default 1), N (copies per run; default 3000, 1500
+# at gaps of 200 µs and more), EVICT_KIB (scratch KiB written before each copy, default 0)
+# and EVICT_STRIDE (bytes between the writes, default 64),
+# CUDA_LIB_DIR (a directory with libcuda.so; default: the system's libcuda, found
 # by ldconfig; on the dev VM the stand-in's target/release). Prints per build and gap the
 # median (min-max) of the runs' figures. Raw rows: $OUT/gap_ab.tsv (OUT default ./bench-out).
 set -euo pipefail
@@ -33,11 +36,11 @@ tsv="$OUT/gap_ab.tsv"
 : > "$tsv"
 for ((r = 1; r <= REPEATS; r++)); do
   for gap in $GAPS; do
-    n=$(( gap >= 200 ? 1500 : 3000 ))
+    n=${N:-$(( gap >= 200 ? 1500 : 3000 ))}
     for i in "${!names[@]}"; do
       sd=$(mktemp -d "$OUT/stats.XXXXXX")
       LD_PRELOAD="${libs[$i]}" PINWISE_MODE=adaptive PINWISE_STATS_DIR="$sd" \
-        "$OUT/gap_copies" "$KIND" "$gap" "$n" > /dev/null
+        "$OUT/gap_copies" "$KIND" "$gap" "$n" "${NBUF:-1}" "${EVICT_KIB:-0}" "${EVICT_STRIDE:-64}" > /dev/null
       python3 - "$sd" "${names[$i]}" "$gap" "$r" >> "$tsv" <<'PY'
 import glob, json, sys
 d, name, gap, r = sys.argv[1:]
@@ -62,7 +65,7 @@ PY
     done
   done
 done
-echo "gap_copies $KIND, $REPEATS interleaved runs per build and gap; median (min-max) over runs, ns"
+echo "gap_copies $KIND NBUF=${NBUF:-1} EVICT_KIB=${EVICT_KIB:-0} EVICT_STRIDE=${EVICT_STRIDE:-64}, $REPEATS interleaved runs per build and gap; median (min-max) over runs, ns"
 echo "machine: $(hostname), $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(date -u +%Y-%m-%dT%H:%MZ)"
 python3 - "$tsv" "${names[@]}" <<'PY'
 import sys, statistics

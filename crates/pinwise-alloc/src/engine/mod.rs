@@ -106,23 +106,35 @@ enum Planned {
 }
 
 /// The engine's record of a live allocation.
+///
+/// Laid out for the copy hooks ([`Engine::note_transfer`]): what a copy reads and counts
+/// comes first, on the record's first cache line (it starts on a line), so that a
+/// host-to-device or device-to-host copy touches that line alone.
 #[derive(Debug)]
+#[repr(C, align(64))]
 pub(crate) struct Live {
     pub(crate) start: usize,
     pub(crate) size: usize,
+    /// Transfers and bytes per direction (index [`Direction::index`]).
+    transfers: [AtomicU32; 4],
+    origin: Origin,
+    /// For mappings: PAGEABLE, PROMOTING, PROMOTED or NO_PROMOTION.
+    promotion: AtomicU8,
+    bytes: [AtomicU64; 4],
     /// Length of the block or mapping behind it.
     block_len: usize,
     pub(crate) tag: Tag,
-    origin: Origin,
     planned: Planned,
-    /// For mappings: PAGEABLE, PROMOTING, PROMOTED or NO_PROMOTION.
-    promotion: AtomicU8,
-    /// Transfers and bytes per direction (index [`Direction::index`]).
-    transfers: [AtomicU32; 4],
-    bytes: [AtomicU64; 4],
     /// Streams with asynchronous copies on this allocation (deduplicated, small).
     async_streams: Mutex<Vec<StreamHandle>>,
 }
+
+// What a host-to-device or device-to-host copy touches (start, size, the counts, origin,
+// promotion, the byte counts of those two directions) lies on the first line.
+const _: () = assert!(
+    std::mem::align_of::<Live>() == 64
+        && std::mem::offset_of!(Live, bytes) + 2 * std::mem::size_of::<AtomicU64>() <= 64
+);
 
 impl Live {
     /// The transfers seen so far, as a prediction of "the same again".
@@ -413,8 +425,26 @@ impl Engine {
         direction: Direction,
         stream: Option<StreamHandle>,
     ) -> Option<bool> {
-        let live = self.find_containing(ptr as usize)?;
-        Some(self.note_transfer_on(&live, ptr as usize, bytes, direction, stream))
+        let addr = ptr as usize;
+        let map = self.live.read();
+        let (_, l) = map.range(..=addr).next_back()?;
+        if addr >= l.start + l.size.max(1) {
+            return None;
+        }
+        if l.origin == Origin::Mapping {
+            // It may be promoted now: outside the lock, through a reference of its own.
+            let live = l.clone();
+            drop(map);
+            return Some(self.note_transfer_on(&live, addr, bytes, direction, stream));
+        }
+        // Nothing to promote (only mappings are): counted under the read lock without
+        // taking and dropping a reference (two atomic writes); the event goes out after
+        // the lock is released.
+        Self::count_transfer(l, bytes, direction, stream);
+        let pinned = l.is_pinned();
+        drop(map);
+        self.transfer_noted(addr, bytes, direction, stream, pinned);
+        Some(pinned)
     }
 
     pub(crate) fn note_transfer_on(
@@ -425,15 +455,7 @@ impl Engine {
         direction: Direction,
         stream: Option<StreamHandle>,
     ) -> bool {
-        let d = direction.index();
-        live.transfers[d].fetch_add(1, Ordering::Relaxed);
-        live.bytes[d].fetch_add(bytes as u64, Ordering::Relaxed);
-        if let Some(s) = stream {
-            let mut streams = live.async_streams.lock();
-            if !streams.contains(&s) {
-                streams.push(s);
-            }
-        }
+        Self::count_transfer(live, bytes, direction, stream);
         // Ski rental: register a pageable mapping in place once pinwise-core's promotion
         // rule says its copies paid for it.
         if live.origin == Origin::Mapping
@@ -449,6 +471,39 @@ impl Engine {
             self.promote(live);
         }
         let pinned = live.is_pinned();
+        self.transfer_noted(host, bytes, direction, stream, pinned);
+        pinned
+    }
+
+    /// A transfer's counts on its allocation, and the stream an asynchronous one used.
+    #[inline]
+    fn count_transfer(
+        live: &Live,
+        bytes: usize,
+        direction: Direction,
+        stream: Option<StreamHandle>,
+    ) {
+        let d = direction.index();
+        live.transfers[d].fetch_add(1, Ordering::Relaxed);
+        live.bytes[d].fetch_add(bytes as u64, Ordering::Relaxed);
+        if let Some(s) = stream {
+            let mut streams = live.async_streams.lock();
+            if !streams.contains(&s) {
+                streams.push(s);
+            }
+        }
+    }
+
+    /// A transfer's engine-wide count and event (no engine lock held).
+    #[inline]
+    fn transfer_noted(
+        &self,
+        host: usize,
+        bytes: usize,
+        direction: Direction,
+        stream: Option<StreamHandle>,
+        pinned: bool,
+    ) {
         if pinned {
             self.counters
                 .transfers_pinned
@@ -474,13 +529,6 @@ impl Engine {
                 },
             },
         );
-        pinned
-    }
-
-    pub(crate) fn find_containing(&self, addr: usize) -> Option<Arc<Live>> {
-        let live = self.live.read();
-        let (_, l) = live.range(..=addr).next_back()?;
-        (addr < l.start + l.size.max(1)).then(|| l.clone())
     }
 
     /// The program is destroying `stream` (its handle is dead once the driver call returns,

@@ -147,14 +147,30 @@ unsafe fn realloc_detour(
 unsafe extern "C" fn free_detour(a0: usize, a1: usize, a2: usize, caller: usize, i: usize) {
     // SAFETY: the original of entry point `i`, set before it was patched.
     let f = unsafe { std::mem::transmute::<usize, Original3>(original(i)) };
-    let Some(r) = releasing(caller, a0) else {
+    // A block never tracked (most frees): one probe of the set, then the original,
+    // without the frame the recording path needs.
+    if LIVE.contains(a0) {
         // SAFETY: the original, with the caller's arguments.
+        unsafe { free_tracked(f, a0, a1, a2, caller) }
+    } else {
+        // SAFETY: as above.
         unsafe { f(a0, a1, a2) };
-        return;
-    };
-    // SAFETY: as above.
+    }
+}
+
+/// [`free_detour`] for a block in the tracked set: its free is recorded.
+///
+/// # Safety
+/// `f` is the original, `(a0, a1, a2)` the caller's arguments.
+#[cold]
+#[inline(never)]
+unsafe fn free_tracked(f: Original3, a0: usize, a1: usize, a2: usize, caller: usize) {
+    let release = releasing(caller, a0);
+    // SAFETY: the caller's contract.
     unsafe { f(a0, a1, a2) };
-    after_release(r, a0 as *mut c_void, true);
+    if let Some(r) = release {
+        after_release(r, a0 as *mut c_void, true);
+    }
 }
 
 /// The detour of `posix_memalign(out, align, size)`.
