@@ -164,7 +164,7 @@ pub struct RunArgs {
 }
 
 /// A fraction between 0 and 1.
-fn parse_fraction(v: &str) -> Result<f64, String> {
+pub(crate) fn parse_fraction(v: &str) -> Result<f64, String> {
     match v.trim().parse::<f64>() {
         Ok(f) if (0.0..=1.0).contains(&f) => Ok(f),
         _ => Err(format!("{v:?} is not a fraction between 0 and 1")),
