@@ -156,3 +156,45 @@ fn traced_copies_are_fingerprinted_and_redundant_ones_found_in_full_and_sampled_
         }
     }
 }
+
+/// A copy whose source has a page BPF cannot read (never touched, so not present at the
+/// copy's entry) gets no fingerprint in full mode: its content is unknown, counted as
+/// skipped, and it is never called redundant. Sampled mode (whose lines are readable)
+/// fingerprints it.
+#[test]
+fn a_copy_with_an_unreadable_page_is_unknown_in_full_mode_never_redundant() {
+    let name = "a_copy_with_an_unreadable_page_is_unknown_in_full_mode_never_redundant";
+    if !require_bpf(name) {
+        return;
+    }
+    let libs = StandinLibs::new();
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("fp_untouched_page");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/fp_untouched_page.c");
+    compile_c(&src, &exe, &libs.cuda_link_args());
+    // (flags, uploads fingerprinted, skipped, redundant)
+    let cases: [(&[&str], u64, u64, u32); 2] = [
+        (&["--fingerprint", "full"], 2, 1, 1),
+        (
+            &["--fingerprint", "sampled", "--fingerprint-check", "0"],
+            3,
+            0,
+            2,
+        ),
+    ];
+    for (i, (flags, uploads, skipped, redundant)) in cases.into_iter().enumerate() {
+        let h = trace(&libs, &exe, &dir.path().join(format!("u{i}.bin")), flags);
+        let st = h.fingerprint_stats();
+        assert_eq!(
+            (st.uploads, st.skipped),
+            (uploads, skipped),
+            "{flags:?}: {st:?}"
+        );
+        let found: u32 = h
+            .allocations()
+            .filter_map(|a| a.redundancy())
+            .map(|r| r.redundant_uploads)
+            .sum();
+        assert_eq!(found, redundant, "{flags:?}");
+    }
+}

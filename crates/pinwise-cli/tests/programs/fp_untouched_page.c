@@ -1,0 +1,56 @@
+/* An upload whose source has a page that is not present (never touched) at the copy's
+ * entry, for `pinwise trace --fingerprint full` (trace_redundant.rs): BPF cannot read that
+ * page (a BPF read does not fault pages in), so the copy's full hash fails and its content
+ * must be unknown, never called redundant. Built at test time against the libcuda stand-in
+ * (a TEST FIXTURE).
+ *
+ * A 2 MiB anonymous mapping (no huge pages) of which only the pages holding the 8 sampled
+ * lines are written; then three uploads of it to the same device range. The first copy
+ * (the stand-in reads every page, mapping the untouched ones) leaves every page present:
+ *   full mode:    copy 1 unknown (skipped); copy 2 fresh; copy 3 redundant (device holds)
+ *   sampled mode: copy 1 fresh; copies 2 and 3 redundant */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+
+#include "../../../../fixtures/include/cuda_driver_min.h"
+
+#define CHECK(call)                                                                   \
+    do {                                                                              \
+        CUresult e_ = (call);                                                         \
+        if (e_ != 0) {                                                                \
+            fprintf(stderr, "%s:%d: %s failed: %d\n", __FILE__, __LINE__, #call, e_); \
+            exit(2);                                                                  \
+        }                                                                             \
+    } while (0)
+
+#define SIZE (2u << 20)
+
+int main(void) {
+    CUdevice d;
+    CUcontext ctx;
+    CHECK(cuInit(0));
+    CHECK(cuDeviceGet(&d, 0));
+    CHECK(cuDevicePrimaryCtxRetain(&ctx, d));
+    CHECK(cuCtxSetCurrent(ctx));
+    unsigned char *p =
+        mmap(NULL, SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        perror("mmap");
+        return 2;
+    }
+    madvise(p, SIZE, MADV_NOHUGEPAGE);
+    /* The sampled lines (pinwise_core::fingerprint::sample_offsets): line i at
+     * i * (SIZE - 64) / 7; both ends of each line are written. */
+    for (uint64_t i = 0; i < 8; i++) {
+        uint64_t off = i * (SIZE - 64) / 7;
+        p[off] = (unsigned char)(i + 1);
+        p[off + 63] = (unsigned char)(i + 1);
+    }
+    CUdeviceptr dev;
+    CHECK(cuMemAlloc_v2(&dev, SIZE));
+    for (int i = 0; i < 3; i++) CHECK(cuMemcpyHtoD_v2(dev, p, SIZE));
+    printf("ok\n");
+    return 0;
+}
