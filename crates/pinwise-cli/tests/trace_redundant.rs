@@ -157,32 +157,34 @@ fn traced_copies_are_fingerprinted_and_redundant_ones_found_in_full_and_sampled_
     }
 }
 
-/// A copy whose source has a page BPF cannot read (never touched, so not present at the
-/// copy's entry) gets no fingerprint in full mode: its content is unknown, counted as
-/// skipped, and it is never called redundant. Sampled mode (whose lines are readable)
-/// fingerprints it.
+/// Edge cases of full mode (`tests/programs/trace_fp_edges.c`): changes in the partial
+/// last word and the last whole word of a buffer whose length is not a multiple of the
+/// chunk are seen; a copy whose source has a page BPF cannot read (never touched, so not
+/// present at the copy's entry) gets no fingerprint in full mode: its content is unknown,
+/// counted as skipped, and it is never called redundant. Sampled mode (whose lines are
+/// readable) fingerprints it.
 #[test]
-fn a_copy_with_an_unreadable_page_is_unknown_in_full_mode_never_redundant() {
-    let name = "a_copy_with_an_unreadable_page_is_unknown_in_full_mode_never_redundant";
+fn full_mode_sees_the_last_bytes_and_calls_a_copy_with_an_unreadable_page_unknown() {
+    let name = "full_mode_sees_the_last_bytes_and_calls_a_copy_with_an_unreadable_page_unknown";
     if !require_bpf(name) {
         return;
     }
     let libs = StandinLibs::new();
     let dir = tempfile::tempdir().unwrap();
-    let exe = dir.path().join("fp_untouched_page");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/fp_untouched_page.c");
+    let exe = dir.path().join("trace_fp_edges");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/trace_fp_edges.c");
     compile_c(&src, &exe, &libs.cuda_link_args());
-    // (flags, uploads fingerprinted, skipped, redundant)
+    // (flags, uploads fingerprinted, skipped, redundant uploads of the 2 MiB mapping)
     let cases: [(&[&str], u64, u64, u32); 2] = [
-        (&["--fingerprint", "full"], 2, 1, 1),
+        (&["--fingerprint", "full"], 4 + 2, 1, 1),
         (
             &["--fingerprint", "sampled", "--fingerprint-check", "0"],
-            3,
+            4 + 3,
             0,
             2,
         ),
     ];
-    for (i, (flags, uploads, skipped, redundant)) in cases.into_iter().enumerate() {
+    for (i, (flags, uploads, skipped, mapped_redundant)) in cases.into_iter().enumerate() {
         let h = trace(&libs, &exe, &dir.path().join(format!("u{i}.bin")), flags);
         let st = h.fingerprint_stats();
         assert_eq!(
@@ -190,11 +192,22 @@ fn a_copy_with_an_unreadable_page_is_unknown_in_full_mode_never_redundant() {
             (uploads, skipped),
             "{flags:?}: {st:?}"
         );
-        let found: u32 = h
-            .allocations()
-            .filter_map(|a| a.redundancy())
-            .map(|r| r.redundant_uploads)
-            .sum();
-        assert_eq!(found, redundant, "{flags:?}");
+        let of_size = |size: u64| {
+            h.allocations()
+                .filter(|a| a.size() == size)
+                .find_map(|a| a.redundancy().copied())
+                .unwrap_or_else(|| panic!("{flags:?}: no fingerprinted {size}-byte buffer"))
+        };
+        let t = of_size(5099);
+        assert_eq!(
+            (t.uploads, t.redundant_uploads, t.first_upload),
+            (4, 1, Some((4, 3))),
+            "{flags:?}: T"
+        );
+        let m = of_size(2 << 20);
+        assert_eq!(
+            m.redundant_uploads, mapped_redundant,
+            "{flags:?}: the mapping"
+        );
     }
 }

@@ -582,21 +582,25 @@ static __always_inline __u32 user_frames(void *ctx, __u64 *frames)
 /* ---- full hashes ----
  * pw_full_hash: a 64-bit hash of every byte of a user buffer, read PW_FP_CHUNK bytes at a
  * time with bpf_probe_read_user into a per-CPU chunk (bpf_loop, one iteration a chunk: up
- * to 2^23 chunks, 32 GiB, far above cfg_fp_full_max_bytes). The state starts at the length
- * (and a domain constant); each little-endian 8-byte word w in order does
- * h = (h ^ w) * K1, h ^= h >> 32 (the last word of a length that is not a multiple of 8
- * padded with zeros), and a final murmur3 fmix64. Each step is a bijection of the state for
- * a given word, so a change confined to one word always changes the hash; other changes
- * collide only when 64-bit states do. It is not the preload's xxh3: full hashes are compared
- * within one trace only. A chunk that cannot be read (a page not present: a BPF read does
+ * to 2^23 chunks, 32 GiB, far above cfg_fp_full_max_bytes). Four lanes (for the CPU's
+ * parallelism) start at the length (and a constant each); little-endian 8-byte word j goes to
+ * lane j % 4, which does h = (h ^ w) * K1, h ^= h >> 32 (the last word of a length that is
+ * not a multiple of 8 padded with zeros); then the lanes are mixed in order, lane by lane
+ * the same way, and a murmur3 fmix64 ends it. Each step is a bijection of a lane's state for
+ * a given word, and so is the final mixing in each lane, so a change confined to one word
+ * always changes the hash; other changes collide only when 64-bit states do. It is not the
+ * preload's xxh3: full hashes are compared within one trace only. A chunk that cannot be
+ * read (a page not present: a BPF read does
  * not fault pages in) fails the whole hash, and the copy's content is then unknown. */
 #define PW_FP_K1 0x9e3779b97f4a7c15ULL
+#define PW_FP_K2 0xc2b2ae3d27d4eb4fULL
+#define PW_FP_K3 0x165667b19e3779f9ULL
 #define PW_FP_FULL_DOMAIN 0x46554c4c42504631ULL
 
 struct fp_walk {
 	__u64 src;
 	__u64 bytes;
-	__u64 h;
+	__u64 h[4];
 	long err;
 };
 
@@ -633,20 +637,43 @@ static long fp_chunk_cb(__u64 i, void *ctx)
 			return 1;
 		}
 	}
-	__u64 h = w->h;
+	__u64 h0 = w->h[0], h1 = w->h[1], h2 = w->h[2], h3 = w->h[3];
 	__u32 words = n / 8;
-	for (__u32 j = 0; j < PW_FP_CHUNK / 8; j++) {
-		if (j >= words)
+	const __u64 *v = (const __u64 *)c->bytes;
+	__u32 j = 0;
+	/* Chunks hold a multiple of 4 words, so word j of a chunk goes to lane j % 4. */
+	for (__u32 k = 0; k < PW_FP_CHUNK / 32; k++) {
+		if (j + 4 > words)
 			break;
-		h = fp_mix(h, *(__u64 *)(c->bytes + j * 8));
+		h0 = fp_mix(h0, v[j]);
+		h1 = fp_mix(h1, v[j + 1]);
+		h2 = fp_mix(h2, v[j + 2]);
+		h3 = fp_mix(h3, v[j + 3]);
+		j += 4;
 	}
-	__u32 tail = n & 7;
-	if (tail) {
-		/* words < PW_FP_CHUNK / 8 here (n < PW_FP_CHUNK): the word is inside the chunk. */
-		__u64 last = *(__u64 *)(c->bytes + (words & (PW_FP_CHUNK / 8 - 1)) * 8);
-		h = fp_mix(h, last & ((1ULL << (tail * 8)) - 1));
+	if (words < PW_FP_CHUNK / 8) {
+		/* The last chunk: up to 3 whole words, then the partial one, padded with zeros. */
+		__u32 tail = n & 7;
+		__u64 last = 0;
+		if (tail)
+			last = v[words & (PW_FP_CHUNK / 8 - 1)] & ((1ULL << (tail * 8)) - 1);
+		__u32 rest = words - j + (tail ? 1 : 0);
+		__u64 w0 = j < words ? v[j & (PW_FP_CHUNK / 8 - 1)] : last;
+		__u64 w1 = j + 1 < words ? v[(j + 1) & (PW_FP_CHUNK / 8 - 1)] : last;
+		__u64 w2 = j + 2 < words ? v[(j + 2) & (PW_FP_CHUNK / 8 - 1)] : last;
+		if (rest > 0)
+			h0 = fp_mix(h0, w0);
+		if (rest > 1)
+			h1 = fp_mix(h1, w1);
+		if (rest > 2)
+			h2 = fp_mix(h2, w2);
+		if (rest > 3)
+			h3 = fp_mix(h3, last);
 	}
-	w->h = h;
+	w->h[0] = h0;
+	w->h[1] = h1;
+	w->h[2] = h2;
+	w->h[3] = h3;
 	return 0;
 }
 
@@ -661,7 +688,8 @@ static __always_inline void pw_full_hash(struct pw_fp *fp, __u64 src, __u64 byte
 	struct fp_walk w = {
 		.src = src,
 		.bytes = bytes,
-		.h = bytes ^ PW_FP_FULL_DOMAIN,
+		.h = {bytes ^ PW_FP_FULL_DOMAIN, bytes ^ PW_FP_K1, bytes ^ PW_FP_K2,
+		      bytes ^ PW_FP_K3},
 		.err = 0,
 	};
 	__u64 chunks = (bytes + PW_FP_CHUNK - 1) / PW_FP_CHUNK;
@@ -670,7 +698,7 @@ static __always_inline void pw_full_hash(struct pw_fp *fp, __u64 src, __u64 byte
 		fp->full_state = PW_FP_FULL_FAILED;
 		return;
 	}
-	__u64 h = w.h;
+	__u64 h = fp_mix(fp_mix(fp_mix(w.h[0], w.h[1]), w.h[2]), w.h[3]);
 	h ^= h >> 33;
 	h *= 0xff51afd7ed558ccdULL;
 	h ^= h >> 33;
