@@ -108,12 +108,8 @@ fn traced_copies_are_fingerprinted_and_redundant_ones_found_in_full_and_sampled_
     ];
     for (i, (flags, mode, b_redundant, false_same)) in cases.into_iter().enumerate() {
         let what = format!("{flags:?}");
-        let h = trace(
-            &libs,
-            &exe,
-            &dir.path().join(format!("trace{i}.bin")),
-            flags,
-        );
+        let hist = dir.path().join(format!("trace{i}.bin"));
+        let h = trace(&libs, &exe, &hist, flags);
         let b = buffers(&h);
         // A, B (the two hidden changes count in sampled mode; B's one download is its
         // first), C, D (dX was overwritten by E), E, S; R only downloads: 3, the second the
@@ -144,6 +140,22 @@ fn traced_copies_are_fingerprinted_and_redundant_ones_found_in_full_and_sampled_
                 assert_eq!(over_cap, Some(11), "{what}");
                 assert_eq!(st.full_hashes, 22 - 11, "{what}: {st:?}");
                 assert_eq!(st.sampled_false_same, 0, "{what}: {st:?}");
+                // The report says so.
+                let out = std::process::Command::new(env!("CARGO_BIN_EXE_pinwise"))
+                    .args(["report", "--quiet", "--json"])
+                    .arg(&hist)
+                    .output()
+                    .unwrap();
+                assert!(out.status.success(), "{what}: report");
+                let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+                let r = &json["redundant"];
+                assert_eq!(r["mode"], "full", "{what}");
+                assert_eq!(r["full_over_cap"], 11, "{what}");
+                let note = r["note"].as_str().unwrap();
+                assert!(
+                    note.contains("11 copies above the full-hash cap of 512"),
+                    "{what}: {note}"
+                );
             }
             Some(n) => {
                 assert_eq!(over_cap, Some(0), "{what}");
