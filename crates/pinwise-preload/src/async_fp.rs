@@ -25,10 +25,12 @@
 //! Also skipped (counted): a stream being captured into a graph (an event recorded there
 //! would become part of the graph), an event that cannot be created or recorded, more than
 //! [`MAX_PENDING`] downloads in flight, copies whose stream had not reached them when the
-//! outputs were written at exit, and ones whose host memory was freed before the hash.
+//! outputs were written at exit or when their context ended (released, reset or destroyed:
+//! their events are destroyed first, never queried dead), and ones whose host memory was
+//! freed before the hash.
 //! One event is created per download and destroyed once it completed.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 use pinwise_alloc::backend::{EventHandle, PinBackend, StreamHandle};
@@ -37,6 +39,7 @@ use pinwise_core::{Direction, MemHistory};
 
 use crate::backend::PreloadBackend;
 use crate::decode::HostCopy;
+use crate::pinning::Pinning;
 use crate::state::State;
 
 /// Most asynchronous downloads waiting for their stream at once (more are skipped).
@@ -70,6 +73,9 @@ impl Pending {
 
 static PENDING: Mutex<Vec<Pending>> = Mutex::new(Vec::new());
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+/// `PENDING`'s lock was held by another thread when this process was forked from its
+/// parent: asynchronous downloads are not fingerprinted here (counted unknown).
+static STUCK: AtomicBool = AtomicBool::new(false);
 /// The timestamp of the last event the history ingested (see [`note_ingested`]).
 static INGESTED: AtomicU64 = AtomicU64::new(0);
 /// How many entries `PENDING` holds (read without the lock on every copy).
@@ -120,6 +126,9 @@ pub fn touch(st: &State, c: &HostCopy) {
 pub fn start(st: &State, c: &HostCopy, stream: Option<StreamHandle>, ts: u64) -> bool {
     let ok = (|| {
         let stream = stream?;
+        if STUCK.load(Ordering::Acquire) {
+            return None;
+        }
         let pin = st.pinning_or_start()?;
         if COUNT.load(Ordering::Acquire) >= MAX_PENDING {
             return None;
@@ -204,6 +213,40 @@ pub fn poll(st: &State, last: bool) {
         }
         COUNT.store(v.len(), Ordering::Release);
     }
+}
+
+/// A context is ending (released, reset or destroyed), and the events made in it with it:
+/// every download still waiting for its stream is given up (unknown) and its event
+/// destroyed first, so that no dead handle is ever queried. Waits for a [`poll`] in
+/// progress to finish its queries (the lock), never for a stream.
+pub fn forget_pending_events(pin: &Pinning) {
+    if COUNT.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    let backend = PreloadBackend::new(pin.driver);
+    let mut v = PENDING.lock();
+    let mut i = 0;
+    while i < v.len() {
+        if v[i].event.is_some() {
+            let p = v.swap_remove(i);
+            unknown(Some(&backend), p);
+        } else {
+            i += 1;
+        }
+    }
+    COUNT.store(v.len(), Ordering::Release);
+}
+
+/// In a forked child: the parent's pending downloads (and their events, which mean nothing
+/// here) are forgotten without a CUDA call.
+pub fn forget_in_child() {
+    match PENDING.try_lock() {
+        Some(mut v) => v.clear(),
+        // A parent thread held the lock at the fork: it stays locked here, so it is never
+        // taken again in this process.
+        None => STUCK.store(true, Ordering::Release),
+    }
+    COUNT.store(0, Ordering::Release);
 }
 
 /// The drain tells that the history ingested every event up to timestamp `ts`.

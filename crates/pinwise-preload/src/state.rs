@@ -161,6 +161,7 @@ extern "C" fn in_forked_child() {
     PROMOTED_RANGES.forget_all();
     COUNTERS.forget_all();
     crate::capture::forget_all();
+    crate::async_fp::forget_in_child();
 }
 
 /// The exit handler. Registered with `atexit` from the library's constructor, so with

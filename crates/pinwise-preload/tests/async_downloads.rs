@@ -72,3 +72,38 @@ fn asynchronous_downloads_are_fingerprinted_late_and_a_touched_one_is_unknown() 
         );
     }
 }
+
+/// A download still queued when the program releases its context: pinwise gives it up
+/// (unknown) and destroys its event before the context goes, and never queries it after.
+/// The stand-in runs with `PINWISE_STANDIN_STRICT_HANDLES=1`: an event used after its
+/// context ended aborts the process (the real driver's behaviour there is undefined).
+#[test]
+fn a_download_pending_when_its_context_ends_is_given_up_before() {
+    let s = Setup::new();
+    let exe = s.build_driver("async_downloads.c", &[]);
+    let stats = s.path("release-stats.json");
+    let hist = s.path("release.bin");
+    let mut c = s.libs.command(pinwise());
+    clean_env(&mut c);
+    c.env("PINWISE_STANDIN_STRICT_HANDLES", "1")
+        .args(["run", "--no-malloc-hooks", "--fingerprint", "full", "-o"])
+        .arg(&hist)
+        .arg("--stats-json")
+        .arg(&stats)
+        .arg("--")
+        .arg(&exe)
+        .arg("release")
+        .current_dir(s.dir.path());
+    let out = c.output().expect("run pinwise");
+    assert_ok(&out, "release");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "released\n");
+    let h = history(&hist);
+    let st = h.fingerprint_stats();
+    assert_eq!((st.uploads, st.downloads, st.skipped), (1, 0, 1), "{st:?}");
+    assert_eq!(
+        h.source_stats()
+            .get("preload.fingerprint_async_downloads_unknown")
+            .copied(),
+        Some(1)
+    );
+}

@@ -11,10 +11,15 @@
  *   the same stream (a copy that touches Q before the download completed): that download
  *   gets no fingerprint (unknown, skipped); then Q <- dR async again, waited for: Q
  *   downloads fingerprinted 1, none redundant.
- * stdout carries a checksum of what came back, the same with or without pinwise. */
+ * stdout carries a checksum of what came back, the same with or without pinwise.
+ *
+ * With the argument `release`: R <- dR async while the stand-in delays async copies, and the
+ * primary context released at once, the download still queued (its events die with the
+ * context: pinwise must give it up before, never query a dead event), then a pause. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "../../../../fixtures/include/cuda_driver_min.h"
@@ -46,7 +51,7 @@ static uint64_t fnv(const unsigned char *p, size_t n, uint64_t h) {
     return h;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     CUdevice d;
     CUcontext ctx;
     CUstream s;
@@ -62,6 +67,14 @@ int main(void) {
     uint64_t h = 0xcbf29ce484222325ULL;
 
     CHECK(cuMemcpyHtoD_v2(dR, src, K64));
+    if (argc > 1 && strcmp(argv[1], "release") == 0) {
+        pinwise_standin_set_async_delay_us(200 * 1000);
+        CHECK(cuMemcpyDtoHAsync_v2(r, dR, K64, s));
+        CHECK(cuDevicePrimaryCtxRelease(d));
+        usleep(300 * 1000);
+        printf("released\n");
+        return 0;
+    }
     for (int i = 0; i < 3; i++) {
         if (i == 2) {
             src[5] ^= 0xff;
