@@ -23,7 +23,8 @@ pub struct RedundantTransfers {
     pub uploads: u64,
     /// Downloads fingerprinted.
     pub downloads: u64,
-    /// Copies that could not be fingerprinted (pitched copies, asynchronous downloads).
+    /// Copies that could not be fingerprinted (pitched copies, asynchronous downloads in a
+    /// trace, or in `run` ones touched or not reached before they could be hashed).
     pub skipped: u64,
     /// Copies that were to be hashed in full but were larger than the source's cap
     /// (`pinwise trace --fingerprint-full-max`): fingerprinted by their sampled lines only.

@@ -143,7 +143,8 @@ pub struct RunArgs {
     /// unchanged): `sampled` hashes 8 cache lines spread over the buffer (a change between
     /// them goes unseen), `full` every byte (costs a pass over each buffer), `off` nothing
     /// (the default: sampled costs about a microsecond per copy, a checked read of the
-    /// sampled lines).
+    /// sampled lines). Asynchronous downloads are hashed by a background thread once their
+    /// stream reached them (an event recorded after the copy; the program never waits).
     #[arg(long, value_name = "MODE", default_value = "off", value_parser = ["off", "sampled", "full"])]
     pub fingerprint: String,
 
