@@ -7,7 +7,10 @@
  * steady as it gets) and from pageable memory (malloc), each copied REPS times (7
  * repetitions of N copies; the median and the minimum ns per copy). One byte of the source
  * changes before every copy, so no copy is redundant (the tracker's work is the same).
- * Output: `kind-size<TAB>median_ns<TAB>min_ns<TAB>copies`. Linked with -lcuda; declarations
+ * Output: `kind-size<TAB>median_ns<TAB>min_ns<TAB>copies<TAB>median_cpu_ns`, the last the
+ * calling thread's CPU time per copy (CLOCK_THREAD_CPUTIME_ID: includes the uprobe and its
+ * BPF program, which run in the thread, but not the time the thread waited for a CPU, so it
+ * is steadier than the wall time on a loaded machine). Linked with -lcuda; declarations
  * from fixtures/include/cuda_driver_min.h. */
 #include <stdint.h>
 #include <stdio.h>
@@ -26,11 +29,13 @@
         }                                                                             \
     } while (0)
 
-static uint64_t now_ns(void) {
+static uint64_t clock_ns(clockid_t c) {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(c, &t);
     return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
+
+static uint64_t now_ns(void) { return clock_ns(CLOCK_MONOTONIC); }
 
 static int cmp(const void *a, const void *b) {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -38,20 +43,22 @@ static int cmp(const void *a, const void *b) {
 }
 
 static void bench(const char *kind, unsigned char *src, CUdeviceptr dev, size_t size, int n) {
-    uint64_t per[7];
+    uint64_t per[7], cpu[7];
     for (int r = 0; r < 7; r++) {
-        uint64_t t0 = now_ns();
+        uint64_t t0 = now_ns(), c0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
         for (int i = 0; i < n; i++) {
             src[(size_t)i * 4099 % size] ^= 1;
             CHECK(cuMemcpyHtoD_v2(dev, src, size));
         }
         per[r] = (now_ns() - t0) / (uint64_t)n;
+        cpu[r] = (clock_ns(CLOCK_THREAD_CPUTIME_ID) - c0) / (uint64_t)n;
     }
     qsort(per, 7, sizeof per[0], cmp);
+    qsort(cpu, 7, sizeof cpu[0], cmp);
     char name[64];
     snprintf(name, sizeof name, "%s-%zu", kind, size);
-    printf("%s\t%llu\t%llu\t%d\n", name, (unsigned long long)per[3], (unsigned long long)per[0],
-           7 * n);
+    printf("%s\t%llu\t%llu\t%d\t%llu\n", name, (unsigned long long)per[3],
+           (unsigned long long)per[0], 7 * n, (unsigned long long)cpu[3]);
     fflush(stdout);
 }
 

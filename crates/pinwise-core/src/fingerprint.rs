@@ -44,6 +44,13 @@ pub const SAMPLE_BYTES: usize = SAMPLE_LINES * LINE as usize;
 const SAMPLED_DOMAIN: u64 = 0x5a4d_504c_4544_0001;
 const FULL_DOMAIN: u64 = 0x4655_4c4c_0000_0002;
 
+/// The history's source statistic counting copies that were to be hashed in full but were
+/// larger than the source's cap (`pinwise trace --fingerprint full` hashes in BPF, in the
+/// copying thread, up to a cap): their fingerprint is the sampled one.
+pub const FULL_OVER_CAP_STAT: &str = "tracer.fingerprint_full_over_cap";
+/// The history's source statistic giving that cap, in bytes.
+pub const FULL_CAP_BYTES_STAT: &str = "tracer.fingerprint_full_cap_bytes";
+
 /// How copies are fingerprinted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 pub enum FingerprintMode {

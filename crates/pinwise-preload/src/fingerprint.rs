@@ -12,8 +12,9 @@
 //! every copy is checked), and every copy in full mode, is hashed entirely, in the calling
 //! thread.
 //!
-//! Not fingerprinted (counted as skipped): pitched (2D/3D) copies, and asynchronous
-//! downloads (their bytes arrive later, when the stream gets there).
+//! Not fingerprinted here (counted as skipped): pitched (2D/3D) copies. Asynchronous
+//! downloads, whose bytes arrive later, when the stream gets there, are fingerprinted by
+//! [`crate::async_fp`] once it has (and counted as skipped when they cannot be).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -50,8 +51,20 @@ pub fn checked(host: u64, device: u64, len: u64, check: f64) -> bool {
     (h % 1_000_000) < (check * 1e6) as u64
 }
 
+/// Whether `c` is an asynchronous download to fingerprint later ([`crate::async_fp`]).
+pub fn is_async_download(st: &State, c: &HostCopy) -> bool {
+    st.config.fingerprint != FingerprintMode::Off
+        && c.direction == Direction::DtoH
+        && c.stream.is_some()
+        && c.host != 0
+        && c.device != 0
+        && c.bytes != 0
+        && c.span == c.bytes
+}
+
 /// The fingerprint of copy `c`, which the driver carried out (or, for an asynchronous
-/// upload, accepted), per the configured mode; `None` when off or not fingerprintable.
+/// upload, accepted), per the configured mode; `None` when off or not fingerprintable (an
+/// asynchronous download: see [`is_async_download`]).
 pub fn of_copy(st: &State, c: &HostCopy) -> Option<Fingerprint> {
     let mode = st.config.fingerprint;
     if mode == FingerprintMode::Off || c.host == 0 || c.device == 0 || c.bytes == 0 {
@@ -60,16 +73,28 @@ pub fn of_copy(st: &State, c: &HostCopy) -> Option<Fingerprint> {
     match c.direction {
         Direction::HtoD => {}
         Direction::DtoH if c.stream.is_none() => {}
-        Direction::DtoH => {
-            SKIPPED.fetch_add(1, Ordering::Relaxed);
-            return None;
-        }
         _ => return None,
     }
     if c.span != c.bytes {
         SKIPPED.fetch_add(1, Ordering::Relaxed);
         return None;
     }
+    of_host(st, c.host, c.device, c.bytes)
+}
+
+/// The fingerprint of the `bytes` host bytes at `host` of a copy to or from `device`, per
+/// the configured mode; `None` (counted as skipped) when they cannot be read.
+pub fn of_host(st: &State, host: usize, device: u64, bytes: usize) -> Option<Fingerprint> {
+    let mode = st.config.fingerprint;
+    let c = HostCopy {
+        direction: Direction::DtoH,
+        host,
+        device,
+        bytes,
+        span: bytes,
+        stream: None,
+        per_thread: false,
+    };
     let len = c.bytes as u64;
     let l = line_len(len) as usize;
     let mut samples = [0u8; SAMPLE_BYTES];
@@ -148,7 +173,10 @@ pub fn note_stats(st: &State, h: &mut MemHistory) {
         FingerprintMode::Sampled => (st.config.fingerprint_check * 1e6) as u64,
         FingerprintMode::Off => 0,
     };
-    s.skipped = SKIPPED.load(Ordering::Relaxed);
+    let (late, unknown) = crate::async_fp::counts();
+    s.skipped = SKIPPED.load(Ordering::Relaxed) + unknown;
+    h.set_source_stat("preload.fingerprint_async_downloads", late);
+    h.set_source_stat("preload.fingerprint_async_downloads_unknown", unknown);
 }
 
 #[cfg(test)]

@@ -176,6 +176,7 @@
 // and the exports are what use most of the hook machinery.
 #![cfg_attr(test, allow(dead_code))]
 
+mod async_fp;
 mod backend;
 mod capture;
 pub mod config;

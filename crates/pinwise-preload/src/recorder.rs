@@ -402,9 +402,12 @@ impl Recorder {
         } else {
             self.history.lock()
         };
+        let mut last_ts = 0;
         for raw in ready.drain(..) {
             h.ingest(&raw.event);
+            last_ts = raw.event.ts_ns;
         }
+        crate::async_fp::note_ingested(last_ts);
     }
 
     /// Runs `f` on the history (drain first for an up-to-date view).

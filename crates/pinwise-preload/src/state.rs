@@ -161,6 +161,7 @@ extern "C" fn in_forked_child() {
     PROMOTED_RANGES.forget_all();
     COUNTERS.forget_all();
     crate::capture::forget_all();
+    crate::async_fp::forget_in_child();
 }
 
 /// The exit handler. Registered with `atexit` from the library's constructor, so with
@@ -187,7 +188,12 @@ extern "C" fn final_outputs(_: *mut libc::c_void) -> *mut libc::c_void {
     }
     let _inside = Inside::enter();
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // Asynchronous downloads whose stream reached them are hashed and compared; the
+        // others are given up (counted). libcuda is still loaded here (see `at_exit`).
+        crate::async_fp::poll(st, false);
         st.recorder.drain(true, None);
+        st.recorder.with_history(crate::async_fp::apply);
+        crate::async_fp::poll(st, true);
         st.write_outputs(false);
         st.recorder.finish();
     }));
@@ -409,7 +415,11 @@ impl State {
                 return;
             }
             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                crate::async_fp::poll(self, false);
                 self.recorder.drain(false, None);
+                if crate::async_fp::any_ready() {
+                    self.recorder.with_history(crate::async_fp::apply);
+                }
                 if self.history_file.due() {
                     self.flush_history();
                 }

@@ -23,8 +23,12 @@ pub struct RedundantTransfers {
     pub uploads: u64,
     /// Downloads fingerprinted.
     pub downloads: u64,
-    /// Copies that could not be fingerprinted (pitched copies, asynchronous downloads).
+    /// Copies that could not be fingerprinted (pitched copies, asynchronous downloads in a
+    /// trace, or in `run` ones touched or not reached before they could be hashed).
     pub skipped: u64,
+    /// Copies that were to be hashed in full but were larger than the source's cap
+    /// (`pinwise trace --fingerprint-full-max`): fingerprinted by their sampled lines only.
+    pub full_over_cap: u64,
     /// Copies whose verdict was decided on full hashes (the sampled verdict checked).
     pub checked: u64,
     /// Of those, copies the sampled fingerprint alone would have called redundant although
@@ -228,12 +232,18 @@ pub fn analyse(
         })
         .collect();
     let check_share = st.check_ppm as f64 / 1e6;
+    let stat = |name: &str| history.source_stats().get(name).copied();
+    let over_cap = (
+        stat(pinwise_core::fingerprint::FULL_OVER_CAP_STAT).unwrap_or(0),
+        stat(pinwise_core::fingerprint::FULL_CAP_BYTES_STAT),
+    );
     RedundantTransfers {
         mode: mode.as_str(),
         check_share,
         uploads: st.uploads,
         downloads: st.downloads,
         skipped: st.skipped,
+        full_over_cap: over_cap.0,
         checked: st.checked,
         sampled_false_positives: st.sampled_false_same,
         false_positive_rate: st.false_positive_rate(),
@@ -245,15 +255,28 @@ pub fn analyse(
         wasted_ns: totals.4,
         allocations,
         sites,
-        note: note(mode, check_share, &st),
+        note: note(mode, check_share, &st, over_cap),
     }
 }
 
+/// The words under the section. `over_cap`: copies above the full-hash cap of a tracer
+/// (hashed by their sampled lines only) and that cap, when the source has one.
 fn note(
     mode: FingerprintMode,
     check_share: f64,
     st: &pinwise_core::fingerprint::FingerprintStats,
+    over_cap: (u64, Option<u64>),
 ) -> String {
+    let cap = match over_cap {
+        (0, _) => String::new(),
+        (n, cap) => format!(
+            " {n} copies above the full-hash cap{} were sampled (their sampled lines only: \
+             the blind spot below applies to them; `pinwise trace --fingerprint-full-max` \
+             raises the cap).",
+            cap.map(|c| format!(" of {}", pinwise_core::units::format_size(c)))
+                .unwrap_or_default()
+        ),
+    };
     let rates = match st.false_positive_rate() {
         Some(fp) => format!(
             "of {} copies also checked on full hashes, the sampled fingerprint alone would have \
@@ -282,9 +305,11 @@ fn note(
             crate::units::percent(check_share)
         ),
         FingerprintMode::Full => format!(
-            "fingerprints: full (every byte of every copy hashed; exact up to 64-bit hash \
-             collisions); {rates}. Only copies are seen: a kernel that writes a device range \
-             between two identical uploads makes the second one needed."
+            "fingerprints: full (every byte of every copy hashed: by `pinwise run` in the copy \
+             hook, by `pinwise trace` in BPF at the copy's entry, a copy with a page that \
+             could not be read counted as skipped, never redundant; exact up to 64-bit hash \
+             collisions); {rates}.{cap} Only copies are seen: a kernel that writes a device \
+             range between two identical uploads makes the second one needed."
         ),
     }
 }

@@ -646,10 +646,28 @@ impl TracerAgent {
             ("tracer.uprobes", s.uprobes as u64),
         ]);
         if self.config.bpf.fingerprint {
+            use pinwise_core::fingerprint::FingerprintMode;
+            let bpf = &self.config.bpf;
             let mut h = self.history.write();
+            h.set_source_stat(
+                pinwise_core::fingerprint::FULL_OVER_CAP_STAT,
+                s.translate.fingerprint_full_over_cap,
+            );
+            h.set_source_stat(
+                pinwise_core::fingerprint::FULL_CAP_BYTES_STAT,
+                bpf.fingerprint_full_max_bytes,
+            );
             let st = h.redundancy_mut().stats_mut();
-            st.mode = pinwise_core::fingerprint::FingerprintMode::Sampled.code();
-            st.check_ppm = 0;
+            let (mode, ppm) = if bpf.fingerprint_full {
+                (FingerprintMode::Full, 1_000_000)
+            } else {
+                (
+                    FingerprintMode::Sampled,
+                    u64::from(bpf.fingerprint_check_ppm.min(1_000_000)),
+                )
+            };
+            st.mode = mode.code();
+            st.check_ppm = ppm;
             st.skipped = s.translate.fingerprint_reads_failed;
         }
         if s.cuda_standin {

@@ -72,7 +72,22 @@ pub struct BpfConfig {
     /// 64 bytes with `bpf_probe_read_user` at the copy's entry), from which user space
     /// computes their content fingerprint (see `pinwise_core::fingerprint`).
     pub fingerprint: bool,
+    /// With `fingerprint`: every byte of every fingerprinted copy is hashed in BPF too
+    /// (`--fingerprint full`; see `pw_full_hash` in `pinwise.bpf.c`).
+    pub fingerprint_full: bool,
+    /// With `fingerprint` and not `fingerprint_full`: the share of copies also hashed in
+    /// full, to measure the sampled fingerprint's error, in parts per million (copies
+    /// chosen by host address, device address and length, so that every repeat of a copy
+    /// is chosen alike; those above 4 MiB only at 1 000 000).
+    pub fingerprint_check_ppm: u32,
+    /// Copies above this many bytes are never hashed in full (sampled only, counted in
+    /// [`crate::translate::TranslateStats::fingerprint_full_over_cap`]): the hash runs in
+    /// the copying thread's probe, which waits for it.
+    pub fingerprint_full_max_bytes: u64,
 }
+
+/// The default [`BpfConfig::fingerprint_full_max_bytes`]: 256 MiB.
+pub const FULL_HASH_MAX_BYTES: u64 = 256 << 20;
 
 impl Default for BpfConfig {
     fn default() -> Self {
@@ -89,6 +104,9 @@ impl Default for BpfConfig {
             enroll_on_cuda: false,
             python_frames: true,
             fingerprint: false,
+            fingerprint_full: false,
+            fingerprint_check_ppm: 0,
+            fingerprint_full_max_bytes: FULL_HASH_MAX_BYTES,
         }
     }
 }
@@ -279,6 +297,20 @@ fn set_rodata(object: &mut OpenObject, config: &BpfConfig, is_main: bool) {
                 data,
                 offset_of!(MainRo, cfg_fingerprint),
                 u32::from(config.fingerprint),
+            );
+            put32(
+                data,
+                offset_of!(MainRo, cfg_fp_full_ppm),
+                if config.fingerprint_full {
+                    1_000_000
+                } else {
+                    config.fingerprint_check_ppm.min(1_000_000)
+                },
+            );
+            put(
+                data,
+                offset_of!(MainRo, cfg_fp_full_max_bytes),
+                config.fingerprint_full_max_bytes,
             );
         } else {
             put(data, offset_of!(NvRo, cfg_wakeup_bytes), wakeup);

@@ -341,8 +341,8 @@ mod tests {
             std::mem::size_of::<RangeRecord>(),
             24 + 7 * 8 + 8 + 8 + 8 + 32 * 8 + py + 1024
         );
-        // Fingerprint lines: state, _pad0, 8 lines of 64 bytes.
-        let fp = 8 + 8 * 64;
+        // Fingerprint lines: state, full_state, full, 8 lines of 64 bytes.
+        let fp = 16 + 8 * 64;
         assert_eq!(std::mem::size_of::<FpRecord>(), fp);
         assert_eq!(
             std::mem::size_of::<CopyStackRecord>(),

@@ -94,9 +94,14 @@ pub struct TranslateStats {
     pub python_failed: u64,
     /// Events whose Python stack was cut (more than 32 frames, or an unreadable frame).
     pub python_truncated: u64,
-    /// Host-to-device copies whose fingerprint lines BPF could not read (a page not
-    /// present): not fingerprinted.
+    /// Copies whose fingerprint lines, or whose every byte in full mode, BPF could not
+    /// read (a page not present): not fingerprinted (their content is unknown, so never
+    /// called redundant).
     pub fingerprint_reads_failed: u64,
+    /// Copies that were to be hashed in full but were larger than the cap
+    /// ([`crate::loader::BpfConfig::fingerprint_full_max_bytes`]): fingerprinted by their
+    /// sampled lines only.
+    pub fingerprint_full_over_cap: u64,
 }
 
 #[derive(Debug, Default)]
@@ -669,13 +674,24 @@ impl Translator {
         if let Some(stack) = stack {
             e = e.with_stack(stack);
         }
-        match fp.map(|f| f.state) {
+        match fp {
             // The lines of the host side: an upload's source, read at its entry, or a
-            // synchronous download's destination, read at its return.
-            Some(1) if matches!(direction, Direction::HtoD | Direction::DtoH) => {
-                e = e.with_fingerprint(fingerprint_of(c.bytes, &fp.expect("matched").lines));
+            // synchronous download's destination, read at its return; and every byte of it
+            // when BPF hashed it in full.
+            Some(f) if f.state == 1 && matches!(direction, Direction::HtoD | Direction::DtoH) => {
+                match f.full_state {
+                    FULL_FAILED => self.stats.fingerprint_reads_failed += 1,
+                    state => {
+                        if state == FULL_OVER_CAP {
+                            self.stats.fingerprint_full_over_cap += 1;
+                        }
+                        let mut fingerprint = fingerprint_of(c.bytes, &f.lines);
+                        fingerprint.full = (state == FULL_DONE).then_some(f.full);
+                        e = e.with_fingerprint(fingerprint);
+                    }
+                }
             }
-            Some(2) => self.stats.fingerprint_reads_failed += 1,
+            Some(f) if f.state == 2 => self.stats.fingerprint_reads_failed += 1,
             _ => {}
         }
         out.push(e);
@@ -849,6 +865,13 @@ impl Translator {
         }
     }
 }
+
+/// `pw_fp.full_state` (pinwise_events.h): BPF hashed every byte into `pw_fp.full`.
+const FULL_DONE: u32 = 1;
+/// `pw_fp.full_state`: a chunk of the full hash could not be read; the content is unknown.
+const FULL_FAILED: u32 = 2;
+/// `pw_fp.full_state`: the copy was above the full-hash cap; sampled lines only.
+const FULL_OVER_CAP: u32 = 3;
 
 /// The sampled fingerprint of a `bytes`-byte copy from the lines BPF read (see `struct
 /// pw_fp`): the same value `pinwise_core::fingerprint::sampled` gives for the buffer.

@@ -143,7 +143,8 @@ pub struct RunArgs {
     /// unchanged): `sampled` hashes 8 cache lines spread over the buffer (a change between
     /// them goes unseen), `full` every byte (costs a pass over each buffer), `off` nothing
     /// (the default: sampled costs about a microsecond per copy, a checked read of the
-    /// sampled lines).
+    /// sampled lines). Asynchronous downloads are hashed by a background thread once their
+    /// stream reached them (an event recorded after the copy; the program never waits).
     #[arg(long, value_name = "MODE", default_value = "off", value_parser = ["off", "sampled", "full"])]
     pub fingerprint: String,
 
@@ -164,7 +165,7 @@ pub struct RunArgs {
 }
 
 /// A fraction between 0 and 1.
-fn parse_fraction(v: &str) -> Result<f64, String> {
+pub(crate) fn parse_fraction(v: &str) -> Result<f64, String> {
     match v.trim().parse::<f64>() {
         Ok(f) if (0.0..=1.0).contains(&f) => Ok(f),
         _ => Err(format!("{v:?} is not a fraction between 0 and 1")),

@@ -121,13 +121,34 @@ pub struct TraceArgs {
     pub malloc_min: u64,
 
     /// Fingerprint copies to find redundant transfers (the same bytes sent again to a device
-    /// range that holds them, a result fetched unchanged): BPF reads 8 cache lines spread
-    /// over the host buffer, an upload's source at its entry and a synchronous download's
-    /// destination at its return (a change between the lines goes unseen; `pinwise run
-    /// --fingerprint full` hashes every byte). Asynchronous downloads are not fingerprinted:
-    /// their bytes arrive later. Each synchronous download then costs a return probe too.
-    #[arg(long)]
-    pub fingerprint: bool,
+    /// range that holds them, a result fetched unchanged), in BPF, from the host buffer: an
+    /// upload's source at its entry, a synchronous download's destination at its return.
+    /// `sampled` (what a bare `--fingerprint` means) reads 8 cache lines spread over the
+    /// buffer (a change between them goes unseen); `full` hashes every byte too, in the
+    /// copying thread's probe (4 KiB reads; copies above --fingerprint-full-max are
+    /// sampled only, and counted); `off` nothing. Asynchronous downloads are not
+    /// fingerprinted: their bytes arrive later. Each synchronous download then costs a
+    /// return probe too.
+    #[arg(
+        long,
+        value_name = "MODE",
+        num_args = 0..=1,
+        default_value = "off",
+        default_missing_value = "sampled",
+        value_parser = ["off", "sampled", "full"]
+    )]
+    pub fingerprint: String,
+
+    /// In sampled mode, the fraction of copies (0 to 1) also hashed in full to measure how
+    /// often the sampled fingerprint is wrong (the report states it); copies above 4 MiB
+    /// only with 1.
+    #[arg(long, value_name = "FRACTION", default_value = "0.0625", value_parser = super::run::parse_fraction)]
+    pub fingerprint_check: f64,
+
+    /// With --fingerprint full: copies larger than this are fingerprinted by their sampled
+    /// lines only (the full hash runs in the copying thread, which waits for it).
+    #[arg(long, value_parser = parse_size, default_value = "256M", value_name = "BYTES")]
+    pub fingerprint_full_max: u64,
 
     /// One copy in N, at random, carries its call chain too (0: none, 1: every copy).
     #[arg(long, default_value_t = 64, value_name = "N")]
@@ -231,7 +252,10 @@ pub fn run(args: TraceArgs) -> Result<ExitCode> {
             dwarf_stacks: args.dwarf_stacks,
             copy_stack_every: if args.no_stacks { 0 } else { args.copy_stacks },
             malloc_min_bytes: args.malloc_min.max(1),
-            fingerprint: args.fingerprint,
+            fingerprint: args.fingerprint != "off",
+            fingerprint_full: args.fingerprint == "full",
+            fingerprint_check_ppm: (args.fingerprint_check * 1e6) as u32,
+            fingerprint_full_max_bytes: args.fingerprint_full_max,
             ..BpfConfig::default()
         },
         libraries: LibraryOverrides {

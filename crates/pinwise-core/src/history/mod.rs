@@ -926,6 +926,49 @@ impl MemHistory {
         self.store.rank.at_most(max, |i| r[i].transfers)
     }
 
+    /// Compares a copy whose fingerprint became known only after its transfer event was
+    /// ingested (an asynchronous download, hashed once its stream reached it) with what the
+    /// redundancy tracker knows, as if it had carried the fingerprint. The source must make
+    /// sure that no copy touching its host or device range was ingested in between (else
+    /// the order of the comparisons is wrong: drop the fingerprint instead). Returns `false`
+    /// when `host` is no longer in a live allocation of `pid` (nothing compared).
+    pub fn observe_late_fingerprint(
+        &mut self,
+        pid: u32,
+        host: u64,
+        device: u64,
+        bytes: u64,
+        direction: Direction,
+        fingerprint: crate::fingerprint::Fingerprint,
+    ) -> bool {
+        let Some(p) = self
+            .pid_index
+            .get(&pid)
+            .map(|&p| &self.processes[p as usize])
+        else {
+            return false;
+        };
+        let Some(key) = p.containing(host) else {
+            return false;
+        };
+        let Some(record) = p.live.get(&key).map(|e| e.record) else {
+            return false;
+        };
+        if device == 0 {
+            return false;
+        }
+        self.redundancy.observe(&CopyObservation {
+            pid,
+            record,
+            host_offset: host - key,
+            device,
+            bytes,
+            direction,
+            fingerprint,
+        });
+        true
+    }
+
     /// The live record of process `pid` containing `addr`.
     pub(crate) fn live_record_at(&self, pid: u32, addr: u64) -> Option<u32> {
         let p = &self.processes[*self.pid_index.get(&pid)? as usize];

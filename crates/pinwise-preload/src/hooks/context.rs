@@ -60,6 +60,8 @@ static CONTEXTS_ENDING: AtomicUsize = AtomicUsize::new(0);
 fn end_context(destroyed: usize, forward: impl FnOnce() -> CUresult) -> CUresult {
     if let Some(p) = holding_handles() {
         guarded(|| {
+            // Asynchronous downloads waiting to be fingerprinted hold events.
+            crate::async_fp::forget_pending_events(p);
             p.engine
                 .forget_context_objects(|s| s.0 <= CU_STREAM_PER_THREAD as u64);
             // The pool's pinned memory ends with the context: hand none of it out again.

@@ -166,7 +166,14 @@ pub(super) fn note(st: &State, c: &HostCopy, learn: bool) -> Noted {
 /// Records a copy the driver accepted, timestamped when it returned.
 pub(super) fn record_transfer(st: &State, c: &HostCopy, noted: &Noted, site_addr: usize) {
     let fingerprint = crate::fingerprint::of_copy(st, c);
+    if st.config.fingerprint != pinwise_core::fingerprint::FingerprintMode::Off {
+        // An asynchronous download whose ranges this copy touches gets no fingerprint.
+        crate::async_fp::touch(st, c);
+    }
     let stamp = st.recorder.stamp();
+    if crate::fingerprint::is_async_download(st, c) {
+        crate::async_fp::start(st, c, noted.stream, stamp.ts);
+    }
     st.recorder.record_fingerprinted(
         stamp,
         EventKind::Transfer {

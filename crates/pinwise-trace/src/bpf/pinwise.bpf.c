@@ -30,6 +30,16 @@ const volatile __u64 cfg_min_mmap_bytes = 1 << 20;
 const volatile __u32 cfg_copy_stack_every = 0;
 /* 1: host-to-device copies carry the sampled lines of their source (`--fingerprint`). */
 const volatile __u32 cfg_fingerprint = 0;
+/* With cfg_fingerprint, copies whose every byte is hashed too (pw_full_hash): 1000000
+ * (`--fingerprint full`: all), or the parts per million of copies chosen by their
+ * addresses and length (the sampled mode's check, `--fingerprint-check`; copies above
+ * cfg_fp_check_max_bytes only when all are). */
+const volatile __u32 cfg_fp_full_ppm = 0;
+/* Copies above this many bytes are never hashed in full (sampled only, and reported as
+ * PW_FP_FULL_OVER_CAP): the program runs in the copying thread, which waits for it. */
+const volatile __u64 cfg_fp_full_max_bytes = 256 << 20;
+/* In sampled mode, copies above this many bytes are not chosen for the check. */
+const volatile __u64 cfg_fp_check_max_bytes = 4 << 20;
 
 /* Allocation events carry their user call chain (set by user space). */
 const volatile __u32 cfg_alloc_stacks = 1;
@@ -251,6 +261,18 @@ struct {
 	__type(key, __u32);
 	__type(value, struct py_scratch);
 } py_scratch SEC(".maps");
+
+/* Per-CPU room for one chunk of a full hash (`--fingerprint full`). */
+#define PW_FP_CHUNK 4096
+struct fp_chunk {
+	__u8 bytes[PW_FP_CHUNK];
+};
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct fp_chunk);
+} fp_scratch SEC(".maps");
 
 /* ---- helpers ------------------------------------------------------------------------- */
 
@@ -557,11 +579,158 @@ static __always_inline __u32 user_frames(void *ctx, __u64 *frames)
 	return (__u32)(n / sizeof(__u64));
 }
 
-/* Reads the fingerprint lines of `bytes` bytes at user address `src` (see struct pw_fp):
- * at most PW_FP_LINES reads of PW_FP_LINE bytes. */
-static __always_inline void read_fp(struct pw_fp *fp, __u64 src, __u64 bytes)
+/* ---- full hashes ----
+ * pw_full_hash: a 64-bit hash of every byte of a user buffer, read PW_FP_CHUNK bytes at a
+ * time with bpf_probe_read_user into a per-CPU chunk (bpf_loop, one iteration a chunk: up
+ * to 2^23 chunks, 32 GiB, far above cfg_fp_full_max_bytes). Four lanes (for the CPU's
+ * parallelism) start at the length (and a constant each); little-endian 8-byte word j goes to
+ * lane j % 4, which does h = (h ^ w) * K1, h ^= h >> 32 (the last word of a length that is
+ * not a multiple of 8 padded with zeros); then the lanes are mixed in order, lane by lane
+ * the same way, and a murmur3 fmix64 ends it. Each step is a bijection of a lane's state for
+ * a given word, and so is the final mixing in each lane, so a change confined to one word
+ * always changes the hash; other changes collide only when 64-bit states do. It is not the
+ * preload's xxh3: full hashes are compared within one trace only. A chunk that cannot be
+ * read (a page not present: a BPF read does
+ * not fault pages in) fails the whole hash, and the copy's content is then unknown. */
+#define PW_FP_K1 0x9e3779b97f4a7c15ULL
+#define PW_FP_K2 0xc2b2ae3d27d4eb4fULL
+#define PW_FP_K3 0x165667b19e3779f9ULL
+#define PW_FP_FULL_DOMAIN 0x46554c4c42504631ULL
+
+struct fp_walk {
+	__u64 src;
+	__u64 bytes;
+	__u64 h[4];
+	long err;
+};
+
+static __always_inline __u64 fp_mix(__u64 h, __u64 w)
 {
-	fp->_pad0 = 0;
+	h = (h ^ w) * PW_FP_K1;
+	return h ^ (h >> 32);
+}
+
+static long fp_chunk_cb(__u64 i, void *ctx)
+{
+	struct fp_walk *w = ctx;
+	__u32 zero = 0;
+	struct fp_chunk *c = bpf_map_lookup_elem(&fp_scratch, &zero);
+	if (!c) {
+		w->err = 1;
+		return 1;
+	}
+	__u64 off = i * PW_FP_CHUNK;
+	if (off >= w->bytes)
+		return 1;
+	__u64 n = w->bytes - off;
+	const void *at = (const void *)(w->src + off);
+	if (n >= PW_FP_CHUNK) {
+		n = PW_FP_CHUNK;
+		if (bpf_probe_read_user(c->bytes, PW_FP_CHUNK, at)) {
+			w->err = 1;
+			return 1;
+		}
+	} else {
+		n &= PW_FP_CHUNK - 1;
+		if (n == 0 || bpf_probe_read_user(c->bytes, n, at)) {
+			w->err = 1;
+			return 1;
+		}
+	}
+	__u64 h0 = w->h[0], h1 = w->h[1], h2 = w->h[2], h3 = w->h[3];
+	__u32 words = n / 8;
+	const __u64 *v = (const __u64 *)c->bytes;
+	__u32 j = 0;
+	/* Chunks hold a multiple of 4 words, so word j of a chunk goes to lane j % 4. */
+	for (__u32 k = 0; k < PW_FP_CHUNK / 32; k++) {
+		if (j + 4 > words)
+			break;
+		h0 = fp_mix(h0, v[j]);
+		h1 = fp_mix(h1, v[j + 1]);
+		h2 = fp_mix(h2, v[j + 2]);
+		h3 = fp_mix(h3, v[j + 3]);
+		j += 4;
+	}
+	if (words < PW_FP_CHUNK / 8) {
+		/* The last chunk: up to 3 whole words, then the partial one, padded with zeros. */
+		__u32 tail = n & 7;
+		__u64 last = 0;
+		if (tail)
+			last = v[words & (PW_FP_CHUNK / 8 - 1)] & ((1ULL << (tail * 8)) - 1);
+		__u32 rest = words - j + (tail ? 1 : 0);
+		__u64 w0 = j < words ? v[j & (PW_FP_CHUNK / 8 - 1)] : last;
+		__u64 w1 = j + 1 < words ? v[(j + 1) & (PW_FP_CHUNK / 8 - 1)] : last;
+		__u64 w2 = j + 2 < words ? v[(j + 2) & (PW_FP_CHUNK / 8 - 1)] : last;
+		if (rest > 0)
+			h0 = fp_mix(h0, w0);
+		if (rest > 1)
+			h1 = fp_mix(h1, w1);
+		if (rest > 2)
+			h2 = fp_mix(h2, w2);
+		if (rest > 3)
+			h3 = fp_mix(h3, last);
+	}
+	w->h[0] = h0;
+	w->h[1] = h1;
+	w->h[2] = h2;
+	w->h[3] = h3;
+	return 0;
+}
+
+/* The full hash of `bytes` bytes at user address `src` into fp->full, and fp->full_state. */
+static __always_inline void pw_full_hash(struct pw_fp *fp, __u64 src, __u64 bytes)
+{
+	fp->full = 0;
+	if (bytes > cfg_fp_full_max_bytes) {
+		fp->full_state = PW_FP_FULL_OVER_CAP;
+		return;
+	}
+	struct fp_walk w = {
+		.src = src,
+		.bytes = bytes,
+		.h = {bytes ^ PW_FP_FULL_DOMAIN, bytes ^ PW_FP_K1, bytes ^ PW_FP_K2,
+		      bytes ^ PW_FP_K3},
+		.err = 0,
+	};
+	__u64 chunks = (bytes + PW_FP_CHUNK - 1) / PW_FP_CHUNK;
+	if (chunks > (1 << 23) || bpf_loop(chunks, fp_chunk_cb, &w, 0) != (long)chunks ||
+	    w.err) {
+		fp->full_state = PW_FP_FULL_FAILED;
+		return;
+	}
+	__u64 h = fp_mix(fp_mix(fp_mix(w.h[0], w.h[1]), w.h[2]), w.h[3]);
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdULL;
+	h ^= h >> 33;
+	h *= 0xc4ceb9fe1a85ec53ULL;
+	h ^= h >> 33;
+	fp->full = h;
+	fp->full_state = PW_FP_FULL_DONE;
+}
+
+/* Whether a copy is hashed in full: all of them in full mode; in sampled mode the
+ * cfg_fp_full_ppm share chosen by (host, device, bytes), so that every repeat of a copy is
+ * chosen alike and two hashed copies can be compared. */
+static __always_inline int fp_full_wanted(__u64 host, __u64 device, __u64 bytes)
+{
+	__u32 ppm = cfg_fp_full_ppm;
+	if (ppm >= 1000000)
+		return 1;
+	if (ppm == 0 || bytes > cfg_fp_check_max_bytes)
+		return 0;
+	__u64 h = fp_mix(fp_mix(fp_mix(PW_FP_FULL_DOMAIN, host), device), bytes);
+	h ^= h >> 29;
+	return h % 1000000 < ppm;
+}
+
+/* Reads the fingerprint lines of `bytes` bytes at user address `src` (see struct pw_fp):
+ * at most PW_FP_LINES reads of PW_FP_LINE bytes; then, for a copy to be hashed in full
+ * (fp_full_wanted: `--fingerprint full`, or the check share in sampled mode; `device` is
+ * the copy's device address), every byte (pw_full_hash). */
+static __always_inline void read_fp(struct pw_fp *fp, __u64 src, __u64 bytes, __u64 device)
+{
+	fp->full_state = PW_FP_FULL_NONE;
+	fp->full = 0;
 	long err = 0;
 	if (bytes < PW_FP_LINE) {
 		__u32 n = bytes & (PW_FP_LINE - 1);
@@ -578,6 +747,8 @@ static __always_inline void read_fp(struct pw_fp *fp, __u64 src, __u64 bytes)
 		}
 	}
 	fp->state = err ? 2 : 1;
+	if (!err && fp_full_wanted(src, device, bytes))
+		pw_full_hash(fp, src, bytes);
 }
 
 /* A synchronous download between its entry and its return (with `--fingerprint`). */
@@ -617,9 +788,10 @@ static __always_inline int send_copy_fp(struct pt_regs *ctx, __u16 func, __u64 d
 		s->_pad0 = 0;
 		s->nframes = user_frames(ctx, s->frames);
 		s->fp.state = 0;
-		s->fp._pad0 = 0;
+		s->fp.full_state = PW_FP_FULL_NONE;
+		s->fp.full = 0;
 		if (fp)
-			read_fp(&s->fp, fp_at, bytes);
+			read_fp(&s->fp, fp_at, bytes, fp_at == src ? dst : src);
 		submit(s, py_capture(&s->py));
 		return 0;
 	}
@@ -630,7 +802,7 @@ static __always_inline int send_copy_fp(struct pt_regs *ctx, __u16 func, __u64 d
 		fill_copy(&f->copy, ctx, PW_EV_COPY_FP, func, dst, src, bytes, stream, dst_type,
 			  src_type, is_async);
 		at_entry(&f->copy, entry);
-		read_fp(&f->fp, fp_at, bytes);
+		read_fp(&f->fp, fp_at, bytes, fp_at == src ? dst : src);
 		submit(f, 0);
 		return 0;
 	}

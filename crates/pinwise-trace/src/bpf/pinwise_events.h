@@ -364,9 +364,20 @@ struct pw_range_event {
 struct pw_fp {
 	/* 0: not attempted; 1: every line read; 2: a read failed (a page not present). */
 	__u32 state;
-	__u32 _pad0;
+	/* The hash of every byte (`--fingerprint full`, or a copy chosen for the check in
+	 * sampled mode): PW_FP_FULL_NONE, _DONE (in `full`), _FAILED (a page could not be read:
+	 * the copy's content is unknown) or _OVER_CAP (larger than cfg_fp_full_max_bytes:
+	 * sampled only). */
+	__u32 full_state;
+	/* See pw_full_hash in pinwise.bpf.c (not the preload's xxh3: compared within one
+	 * trace only). */
+	__u64 full;
 	__u8 lines[PW_FP_LINES * PW_FP_LINE];
 };
+#define PW_FP_FULL_NONE 0
+#define PW_FP_FULL_DONE 1
+#define PW_FP_FULL_FAILED 2
+#define PW_FP_FULL_OVER_CAP 3
 
 /* A host-to-device copy with its fingerprint lines. */
 struct pw_copy_fp_event {

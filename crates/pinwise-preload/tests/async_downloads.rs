@@ -1,0 +1,109 @@
+//! Asynchronous downloads fingerprinted by `pinwise run` once their stream reached them (an
+//! event recorded after the copy, queried by the drain thread: the program never waits), on
+//! `programs/async_downloads.c` (whose comment lists the copies), against the libcuda
+//! stand-in (a TEST FIXTURE, whose streams run on worker threads). A download whose host or
+//! device range a later copy touches before it was hashed and compared gets no fingerprint
+//! (unknown, counted as skipped), never a verdict.
+
+mod common;
+
+use common::*;
+use pinwise_core::fingerprint::Redundancy;
+
+const K64: u64 = 64 << 10;
+
+#[test]
+fn asynchronous_downloads_are_fingerprinted_late_and_a_touched_one_is_unknown() {
+    let s = Setup::new();
+    let exe = s.build_driver("async_downloads.c", &[]);
+    let plain = s.run_plain(&exe, &[]);
+    assert_ok(&plain, "plain run");
+    for mode in ["full", "sampled"] {
+        let run = s.run_recorded(
+            &exe,
+            &["--fingerprint", mode, "--fingerprint-check", "0"],
+            &format!("async-{mode}.bin"),
+        );
+        assert_same_stdout(&run.out, &plain, mode);
+        let h = &run.history;
+        // S, R, Q: the three 64 KiB host buffers, in allocation order.
+        let bufs: Vec<Option<Redundancy>> = h
+            .allocations()
+            .filter(|a| a.size() == K64 && a.kind().pinned_from_start())
+            .map(|a| a.redundancy().copied())
+            .collect();
+        assert_eq!(bufs.len(), 3, "{mode}: S, R and Q");
+        let r = bufs[1].expect("R's downloads fingerprinted");
+        assert_eq!(
+            (
+                r.downloads,
+                r.redundant_downloads,
+                r.redundant_download_bytes
+            ),
+            (3, 1, K64),
+            "{mode}: R"
+        );
+        assert_eq!(r.first_download, Some((2, 1)), "{mode}: R");
+        let q = bufs[2].expect("Q's copies fingerprinted");
+        // Q's upload to dQ (fingerprinted at its hook) and one download: the first was
+        // touched by that upload before it completed.
+        assert_eq!(
+            (q.uploads, q.downloads, q.redundant_downloads),
+            (1, 1, 0),
+            "{mode}: Q"
+        );
+        let st = h.fingerprint_stats();
+        // Uploads: S twice, Q once. Downloads: R 3, Q 1 (the touched one is skipped).
+        assert_eq!(
+            (st.uploads, st.downloads, st.skipped),
+            (3, 4, 1),
+            "{mode}: {st:?}"
+        );
+        let stat = |k: &str| h.source_stats().get(k).copied();
+        assert_eq!(
+            stat("preload.fingerprint_async_downloads"),
+            Some(4),
+            "{mode}"
+        );
+        assert_eq!(
+            stat("preload.fingerprint_async_downloads_unknown"),
+            Some(1),
+            "{mode}"
+        );
+    }
+}
+
+/// A download still queued when the program releases its context: pinwise gives it up
+/// (unknown) and destroys its event before the context goes, and never queries it after.
+/// The stand-in runs with `PINWISE_STANDIN_STRICT_HANDLES=1`: an event used after its
+/// context ended aborts the process (the real driver's behaviour there is undefined).
+#[test]
+fn a_download_pending_when_its_context_ends_is_given_up_before() {
+    let s = Setup::new();
+    let exe = s.build_driver("async_downloads.c", &[]);
+    let stats = s.path("release-stats.json");
+    let hist = s.path("release.bin");
+    let mut c = s.libs.command(pinwise());
+    clean_env(&mut c);
+    c.env("PINWISE_STANDIN_STRICT_HANDLES", "1")
+        .args(["run", "--no-malloc-hooks", "--fingerprint", "full", "-o"])
+        .arg(&hist)
+        .arg("--stats-json")
+        .arg(&stats)
+        .arg("--")
+        .arg(&exe)
+        .arg("release")
+        .current_dir(s.dir.path());
+    let out = c.output().expect("run pinwise");
+    assert_ok(&out, "release");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "released\n");
+    let h = history(&hist);
+    let st = h.fingerprint_stats();
+    assert_eq!((st.uploads, st.downloads, st.skipped), (1, 0, 1), "{st:?}");
+    assert_eq!(
+        h.source_stats()
+            .get("preload.fingerprint_async_downloads_unknown")
+            .copied(),
+        Some(1)
+    );
+}
