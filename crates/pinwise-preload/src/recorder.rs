@@ -122,8 +122,12 @@ pub struct Recorder {
     pid: u32,
     resolver: InProcessSiteResolver,
     stacks: Arc<StackTable>,
-    /// Names Python frames (caching each code object's strings).
-    python: Mutex<pinwise_pyframes::Resolver>,
+    /// Names Python frames (caching each code object's strings, and each frame already
+    /// named, validated by its code object's header at every use).
+    python: Mutex<(
+        pinwise_pyframes::Resolver,
+        pinwise_pyframes::FrameMemo<pinwise_core::PyFrame>,
+    )>,
     /// The module of the Python interpreter, once found in the module table; and how
     /// many times it was looked for (a few at most: it needs file-system calls).
     interpreter_module: std::sync::OnceLock<pinwise_core::ModuleId>,
@@ -145,7 +149,10 @@ impl Recorder {
             pid,
             resolver: InProcessSiteResolver::new(modules.clone()),
             stacks: stacks.clone(),
-            python: Mutex::new(pinwise_pyframes::Resolver::new()),
+            python: Mutex::new((
+                pinwise_pyframes::Resolver::new(),
+                pinwise_pyframes::FrameMemo::new(),
+            )),
             interpreter_module: std::sync::OnceLock::new(),
             interpreter_lookups: std::sync::atomic::AtomicU32::new(0),
             history: Mutex::new(MemHistory::with_tables(
@@ -179,18 +186,26 @@ impl Recorder {
             return None;
         }
         let _inside = guard::Inside::enter();
-        let ips = crate::unwind::capture_from(from);
-        let native: Vec<Site> = ips
-            .as_slice()
-            .iter()
-            .map(|&ip| self.resolver.resolve(ip))
-            .collect();
+        // The Python frames first: where there are some, they replace the interpreter's
+        // native frames, so the native walk ends at the first frame in the interpreter
+        // (what the merge would keep of a longer walk).
         let python = self.python_frames();
         let interpreter = if python.is_empty() {
             None
         } else {
             self.interpreter_module()
         };
+        let ips = match interpreter {
+            Some(interp) => {
+                crate::unwind::capture_until(from, &|ip| self.resolver.resolve(ip).module == interp)
+            }
+            None => crate::unwind::capture_from(from),
+        };
+        let native: Vec<Site> = ips
+            .as_slice()
+            .iter()
+            .map(|&ip| self.resolver.resolve(ip))
+            .collect();
         let frames = merge_frames(native, python, |m| interpreter.map(|i| i == m));
         self.stacks.intern(&frames)
     }
@@ -222,12 +237,10 @@ impl Recorder {
         if !pinwise_pyframes::capture(&mut raw) {
             return Vec::new();
         }
-        self.python
-            .lock()
-            .resolve_stack(&raw)
-            .into_iter()
-            .map(|f| pinwise_core::PyFrame::new(&f.file, f.line, &f.function))
-            .collect()
+        let (resolver, memo) = &mut *self.python.lock();
+        resolver.resolve_stack_memo(&raw, memo, |f| {
+            pinwise_core::PyFrame::new(&f.file, f.line, &f.function)
+        })
     }
 
     /// Announces an event of this thread and takes its timestamp. Until the matching

@@ -48,16 +48,24 @@ const MAX_SKIPPED: u32 = 48;
 /// call site, as the hook's trampoline saw it) outward. If `from` is not found on the
 /// stack (an unwinder without tables for some frame), the stack is `from` alone.
 pub fn capture_from(from: usize) -> Frames {
-    struct Walk {
+    capture_until(from, &|_| false)
+}
+
+/// [`capture_from`], ending before the first frame (`from`'s included) whose return
+/// address `stop` accepts: the frames of an interpreter whose own frames replace them
+/// need not be walked.
+pub fn capture_until(from: usize, stop: &dyn Fn(usize) -> bool) -> Frames {
+    struct Walk<'a> {
         from: usize,
         started: bool,
         walked: u32,
+        stop: &'a dyn Fn(usize) -> bool,
         frames: Frames,
     }
     unsafe extern "C" fn each(ctx: *mut c_void, arg: *mut c_void) -> c_int {
         // SAFETY: `arg` is the `Walk` passed below, alive for the whole walk; `ctx` is the
         // unwinder's context for this frame.
-        let (walk, ip) = unsafe { (&mut *(arg as *mut Walk), _Unwind_GetIP(ctx)) };
+        let (walk, ip) = unsafe { (&mut *(arg as *mut Walk<'_>), _Unwind_GetIP(ctx)) };
         walk.walked += 1;
         if !walk.started {
             if ip != walk.from {
@@ -69,7 +77,7 @@ pub fn capture_from(from: usize) -> Frames {
             }
             walk.started = true;
         }
-        if ip == 0 {
+        if ip == 0 || (walk.stop)(ip) {
             return END_OF_STACK;
         }
         let f = &mut walk.frames;
@@ -85,6 +93,7 @@ pub fn capture_from(from: usize) -> Frames {
         from,
         started: false,
         walked: 0,
+        stop,
         frames: Frames {
             ips: [0; MAX_FRAMES],
             len: 0,
@@ -92,9 +101,9 @@ pub fn capture_from(from: usize) -> Frames {
     };
     if from != 0 {
         // SAFETY: the callback only reads the frame's IP and writes `walk`.
-        unsafe { _Unwind_Backtrace(each, &mut walk as *mut Walk as *mut c_void) };
+        unsafe { _Unwind_Backtrace(each, &mut walk as *mut Walk<'_> as *mut c_void) };
     }
-    if !walk.started && from != 0 {
+    if !walk.started && from != 0 && !stop(from) {
         walk.frames.ips[0] = from;
         walk.frames.len = 1;
     }

@@ -323,9 +323,76 @@ impl Resolver {
         )
     }
 
+    /// [`Resolver::resolve_stack`], each frame turned into a `T` by `make` and remembered
+    /// in `memo` by (code object, instruction offset): a frame seen before costs a hash
+    /// lookup and a clone instead of a line-table decode and fresh strings. The code
+    /// objects' headers are still read (one batched read, each object once) and a
+    /// remembered `T` is taken only while its object's fingerprint is unchanged, exactly
+    /// as the code cache checks its entries.
+    pub fn resolve_stack_memo<T: Clone>(
+        &mut self,
+        stack: &RawStack,
+        memo: &mut FrameMemo<T>,
+        make: impl FnMut(PyFrame) -> T,
+    ) -> Vec<T> {
+        let Some(interp) = detected() else {
+            return Vec::new();
+        };
+        self.cache.resolve_frames_memo(
+            &SelfMemory,
+            interp.layout(),
+            &interp.found.types,
+            stack.frames(),
+            memo,
+            make,
+        )
+    }
+
     /// Cache entries found replaced by another object since they were read.
     pub fn stale_hits(&self) -> u64 {
         self.cache.stale_hits()
+    }
+}
+
+/// The most frames a [`FrameMemo`] keeps (it starts over when full).
+pub const FRAME_MEMO_CAPACITY: usize = 1 << 14;
+
+/// Frames already named, by (code object address, instruction offset), each with the
+/// fingerprint its code object had (see [`Resolver::resolve_stack_memo`]).
+#[derive(Debug, Clone)]
+pub struct FrameMemo<T> {
+    frames: HashMap<(usize, i32), ([u64; 5], T)>,
+    stale: u64,
+}
+
+impl<T> Default for FrameMemo<T> {
+    fn default() -> Self {
+        FrameMemo {
+            frames: HashMap::new(),
+            stale: 0,
+        }
+    }
+}
+
+impl<T> FrameMemo<T> {
+    /// An empty memo.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Frames remembered now.
+    pub fn len(&self) -> usize {
+        self.frames.len()
+    }
+
+    /// Whether nothing is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.frames.is_empty()
+    }
+
+    /// Remembered frames found to belong to a replaced code object.
+    pub fn stale_hits(&self) -> u64 {
+        self.stale
     }
 }
 
@@ -388,6 +455,81 @@ impl CodeCache {
         self.resolve_with(mem, layout, types, frames, true)
     }
 
+    /// The fingerprint of each frame's code object (`None`: not a live code object), from
+    /// one batched read of the headers of the distinct objects.
+    fn fingerprints<M: Memory>(
+        mem: &M,
+        layout: &layout::Layout,
+        types: &resolve::Types,
+        frames: &[RawFrame],
+    ) -> Vec<Option<[u64; 5]>> {
+        let len = resolve::header_len(layout);
+        // Frames of one function (recursion, a loop of calls) share their code object:
+        // read each object once.
+        let mut addrs: Vec<usize> = Vec::with_capacity(frames.len());
+        let slot: Vec<usize> = frames
+            .iter()
+            .map(|f| match addrs.iter().position(|&a| a == f.code) {
+                Some(i) => i,
+                None => {
+                    addrs.push(f.code);
+                    addrs.len() - 1
+                }
+            })
+            .collect();
+        let mut headers = vec![[0u8; 160]; addrs.len()];
+        let mut bufs: Vec<&mut [u8]> = headers.iter_mut().map(|h| &mut h[..len]).collect();
+        let mut ok = vec![false; addrs.len()];
+        mem.read_many(&addrs, &mut bufs, &mut ok);
+        let fps: Vec<Option<[u64; 5]>> = addrs
+            .iter()
+            .enumerate()
+            .map(|(i, a)| {
+                (ok[i] && a.is_multiple_of(8))
+                    .then(|| resolve::fingerprint_of(&headers[i], layout, types))
+                    .flatten()
+            })
+            .collect();
+        slot.into_iter().map(|i| fps[i]).collect()
+    }
+
+    /// [`CodeCache::resolve_frames`] through `memo` (see [`Resolver::resolve_stack_memo`]).
+    pub fn resolve_frames_memo<M: Memory, T: Clone>(
+        &mut self,
+        mem: &M,
+        layout: &layout::Layout,
+        types: &resolve::Types,
+        frames: &[RawFrame],
+        memo: &mut FrameMemo<T>,
+        mut make: impl FnMut(PyFrame) -> T,
+    ) -> Vec<T> {
+        let fps = Self::fingerprints(mem, layout, types, frames);
+        let mut out = Vec::with_capacity(frames.len());
+        for (raw, fp) in frames.iter().zip(fps) {
+            let Some(fp) = fp else { continue };
+            let key = (raw.code, raw.instr_offset);
+            match memo.frames.get(&key) {
+                Some((seen, t)) if *seen == fp => {
+                    out.push(t.clone());
+                    continue;
+                }
+                Some(_) => memo.stale += 1,
+                None => {}
+            }
+            let frame = self
+                .cached(layout, raw, fp)
+                .or_else(|| self.read(mem, layout, types, raw));
+            let Some(frame) = frame else { continue };
+            let t = make(frame);
+            if memo.frames.len() >= FRAME_MEMO_CAPACITY {
+                memo.frames.clear();
+            }
+            memo.frames.insert(key, (fp, t.clone()));
+            out.push(t);
+        }
+        out
+    }
+
     fn resolve_with<M: Memory>(
         &mut self,
         mem: &M,
@@ -396,17 +538,9 @@ impl CodeCache {
         frames: &[RawFrame],
         remembered: bool,
     ) -> Vec<PyFrame> {
-        let len = resolve::header_len(layout);
-        let addrs: Vec<usize> = frames.iter().map(|f| f.code).collect();
-        let mut headers = vec![[0u8; 160]; frames.len()];
-        let mut bufs: Vec<&mut [u8]> = headers.iter_mut().map(|h| &mut h[..len]).collect();
-        let mut ok = vec![false; frames.len()];
-        mem.read_many(&addrs, &mut bufs, &mut ok);
+        let fps = Self::fingerprints(mem, layout, types, frames);
         let mut out = Vec::with_capacity(frames.len());
-        for (i, raw) in frames.iter().enumerate() {
-            let fp = (ok[i] && raw.code.is_multiple_of(8))
-                .then(|| resolve::fingerprint_of(&headers[i], layout, types))
-                .flatten();
+        for (raw, fp) in frames.iter().zip(fps) {
             let frame = match fp {
                 Some(fp) => self
                     .cached(layout, raw, fp)
