@@ -125,6 +125,11 @@ extern "C" {
 mod tests {
     use super::*;
 
+    thread_local! {
+        /// Where `leaf`'s capture ends (0: nowhere).
+        static STOP_AT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+
     #[inline(never)]
     fn leaf(out: &mut Vec<usize>) -> usize {
         // The return address into `middle`, as a hook's trampoline would see it.
@@ -146,7 +151,9 @@ mod tests {
         // SAFETY: the callback only writes `f`.
         unsafe { _Unwind_Backtrace(second, &mut f as *mut First as *mut c_void) };
         me = me.max(f.0);
-        out.extend_from_slice(capture_from(me).as_slice());
+        let stop_at = STOP_AT.with(|s| s.get());
+        let stop = |ip: usize| stop_at != 0 && ip == stop_at;
+        out.extend_from_slice(capture_until(me, &stop).as_slice());
         me
     }
 
@@ -167,6 +174,24 @@ mod tests {
         );
         assert!(out.len() > 2, "frames beyond the first: {out:x?}");
         assert!(out.len() <= MAX_FRAMES);
+    }
+
+    #[test]
+    fn a_capture_ends_before_the_first_frame_the_stop_accepts() {
+        // The same walk from the same place twice: whole, then ended at the third frame.
+        let mut walks = [Vec::new(), Vec::new()];
+        for walk in walks.iter_mut() {
+            let _ = std::hint::black_box(middle(walk));
+            STOP_AT.with(|s| s.set(walk.get(2).copied().unwrap_or(0)));
+        }
+        STOP_AT.with(|s| s.set(0));
+        let [full, cut] = walks;
+        assert!(full.len() > 3, "{full:x?}");
+        assert_eq!(cut, full[..2], "{full:x?}");
+        // A stop that accepts the first frame: nothing, even without unwind tables.
+        assert!(capture_until(0x1234, &|ip| ip == 0x1234)
+            .as_slice()
+            .is_empty());
     }
 
     #[test]

@@ -409,6 +409,70 @@ fn a_python_programs_buffers_are_named_by_their_python_lines() {
     assert_eq!(made, vec![((256 << 10) + 1, 1, AllocState::Freed); 3]);
 }
 
+/// Frames already named are remembered by (code object address, instruction offset), checked
+/// against the code object's header at each use: a function defined where a deleted one
+/// was (the same address, another name and line) is named as what it is.
+#[test]
+fn a_code_object_at_a_reused_address_is_named_afresh() {
+    let Some(python) = ["python3", "/usr/bin/python3"].into_iter().find(|p| {
+        Command::new(p)
+            .arg("-c")
+            .arg("pass")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }) else {
+        if std::env::var_os("CI").is_some() {
+            panic!("python3 is needed (scripts/setup.sh installs it)");
+        }
+        eprintln!("SKIPPED: no python3");
+        return;
+    };
+    let s = Setup::new();
+    let script = program_source("py_reused_code.py");
+    let exe = std::path::Path::new(python);
+    let hist = s.path("reused_code.json");
+    let out = s.run_pinwise(
+        &["--min-tracked", "64K", "-o", hist.to_str().unwrap()],
+        exe,
+        &[script.to_str().unwrap()],
+    );
+    assert_ok(&out, "under pinwise");
+    let ids: Vec<&str> = std::str::from_utf8(&out.stdout).unwrap().lines().collect();
+    assert_eq!(ids.len(), 20, "{ids:?}");
+    let distinct: std::collections::BTreeSet<_> = ids.iter().collect();
+    assert!(
+        distinct.len() < ids.len(),
+        "no code object took a deleted one's address: the test would not test reuse ({ids:?})"
+    );
+    let h = history(&hist);
+    let mut named = Vec::new();
+    for a in h.allocations() {
+        let Some(i) = a.size().checked_sub(100_001) else {
+            continue;
+        };
+        if i % 4096 != 0 || i / 4096 >= 20 {
+            continue;
+        }
+        let i = i / 4096;
+        let stack = a.stack().expect("every f_<i> allocation has a stack");
+        let first = stack
+            .iter()
+            .find_map(|f| match f {
+                Frame::Python(p) => Some(p.clone()),
+                Frame::Native(_) => None,
+            })
+            .expect("a Python frame");
+        assert_eq!(
+            (&*first.file, &*first.function, first.line),
+            ("reused_code.py", &*format!("f_{i}"), i as u32 + 2),
+            "allocation {i}"
+        );
+        named.push(i);
+    }
+    named.sort_unstable();
+    assert_eq!(named, (0..20).collect::<Vec<u64>>());
+}
+
 #[test]
 fn tracked_blocks_freed_while_threads_are_torn_down_and_in_a_fork_child_are_safe() {
     let s = Setup::new();

@@ -703,6 +703,65 @@ mod tests {
         assert_eq!(cache.stale_hits(), 1);
     }
 
+    /// The preload's memo: a frame named before is taken from it, with one batched read of
+    /// the headers and no new naming, while its code object is unchanged; a code object
+    /// replaced at the same address is named afresh, a freed one not at all.
+    #[test]
+    fn remembered_frames_are_checked_against_their_code_objects() {
+        use crate::mem::FakeMemory;
+        use crate::resolve::tests::{put_code, TYPES};
+        let layout = Version::V310.layout();
+        let (a, b) = (0x3000_0000, 0x3001_0000);
+        let mut mem = FakeMemory::default();
+        put_code(&mut mem, layout, a, "/srv/train.py", "load", 87, &[6, 1]);
+        put_code(&mut mem, layout, b, "/srv/train.py", "step", 10, &[6, 1]);
+        let at = |code, instr_offset| RawFrame { code, instr_offset };
+        // Recursion: one code object in several frames.
+        let frames = [at(a, 2), at(a, 2), at(b, 0), at(a, 0)];
+        let want = CodeCache::new().resolve_frames(&mem, layout, &TYPES, &frames);
+        assert_eq!(want.len(), 4);
+        let mut cache = CodeCache::new();
+        let mut memo = FrameMemo::new();
+        let made = std::cell::Cell::new(0);
+        let mut run = |cache: &mut CodeCache, memo: &mut FrameMemo<PyFrame>, mem: &FakeMemory| {
+            cache.resolve_frames_memo(mem, layout, &TYPES, &frames, memo, |f| {
+                made.set(made.get() + 1);
+                f
+            })
+        };
+        assert_eq!(run(&mut cache, &mut memo, &mem), want);
+        assert_eq!((memo.len(), made.get()), (3, 3));
+        let reads = mem.reads.get();
+        assert_eq!(run(&mut cache, &mut memo, &mem), want);
+        assert_eq!(made.get(), 3, "every frame came from the memo");
+        assert_eq!(
+            mem.reads.get() - reads,
+            1,
+            "one batched read of the headers"
+        );
+        // Another code object where `a` was.
+        let mut mem = FakeMemory::default();
+        put_code(&mut mem, layout, a, "/srv/eval.py", "score", 9, &[6, 1]);
+        put_code(&mut mem, layout, b, "/srv/train.py", "step", 10, &[6, 1]);
+        let got = run(&mut cache, &mut memo, &mem);
+        let names: Vec<_> = got.iter().map(|f| (&*f.file, &*f.function)).collect();
+        assert_eq!(
+            names,
+            [
+                ("/srv/eval.py", "score"),
+                ("/srv/eval.py", "score"),
+                ("/srv/train.py", "step"),
+                ("/srv/eval.py", "score")
+            ]
+        );
+        assert_eq!(memo.stale_hits(), 2);
+        // `b` freed: its frame is left out.
+        mem.set_u64(b, 0x5555_5555_a000);
+        let got = run(&mut cache, &mut memo, &mem);
+        assert_eq!(got.len(), 3);
+        assert!(got.iter().all(|f| &*f.function == "score"));
+    }
+
     #[test]
     fn instruction_fields_become_byte_offsets() {
         let v310 = Version::V310.layout();
