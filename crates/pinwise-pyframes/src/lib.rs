@@ -723,7 +723,7 @@ mod tests {
         let mut cache = CodeCache::new();
         let mut memo = FrameMemo::new();
         let made = std::cell::Cell::new(0);
-        let mut run = |cache: &mut CodeCache, memo: &mut FrameMemo<PyFrame>, mem: &FakeMemory| {
+        let run = |cache: &mut CodeCache, memo: &mut FrameMemo<PyFrame>, mem: &FakeMemory| {
             cache.resolve_frames_memo(mem, layout, &TYPES, &frames, memo, |f| {
                 made.set(made.get() + 1);
                 f
