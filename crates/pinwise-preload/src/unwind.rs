@@ -7,6 +7,10 @@
 //! the slow paths: allocations the history records (pinned ones, pageable ones at or above
 //! the tracking threshold), never on copies or small allocations. Its cost per capture is
 //! measured in `bench/results/preload-malloc-hooks.md`.
+//!
+//! Under a Python interpreter the recorder ends the walk at the first frame inside the
+//! interpreter ([`capture_until`]): the Python frames, read from the interpreter, take the
+//! place of its native frames in the stack.
 
 use std::ffi::{c_int, c_void};
 
