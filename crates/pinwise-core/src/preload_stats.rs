@@ -152,6 +152,11 @@ pub struct ProcessStats {
     /// Times pinwise gave back idle pool segments or registrations of hot pageable buffers
     /// so that a program request stayed within that ceiling.
     pub ceiling_releases: u64,
+    /// Times pinwise gave back less than that ceiling asked, so that pinned memory stood
+    /// above it for a while: a copy that may use one of its registrations was in flight
+    /// (unregistering could pull the pages from under the transfer), or a CUDA graph
+    /// capture was open.
+    pub ceiling_deferred: u64,
 }
 
 /// Medians (ns, the middle of a histogram bucket; `None`: no sample) of the parts of a
@@ -333,6 +338,7 @@ mod tests {
         "pricing",
         "program_pinned_bytes_peak",
         "ceiling_releases",
+        "ceiling_deferred",
     ];
 
     /// Keys of a serialized object, in order (no JSON map type keeps the order here).
