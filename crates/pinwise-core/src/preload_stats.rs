@@ -157,6 +157,9 @@ pub struct ProcessStats {
     /// (unregistering could pull the pages from under the transfer), or a CUDA graph
     /// capture was open.
     pub ceiling_deferred: u64,
+    /// Copies on a registration pinwise made for the program that waited the longest
+    /// allowed (1 s) for a demotion under way and then went on anyway: expected 0.
+    pub copy_gate_overruns: u64,
 }
 
 /// Medians (ns, the middle of a histogram bucket; `None`: no sample) of the parts of a
@@ -339,6 +342,7 @@ mod tests {
         "program_pinned_bytes_peak",
         "ceiling_releases",
         "ceiling_deferred",
+        "copy_gate_overruns",
     ];
 
     /// Keys of a serialized object, in order (no JSON map type keeps the order here).

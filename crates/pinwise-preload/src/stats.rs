@@ -317,6 +317,7 @@ impl HookStats {
             promotion_budget_refusals: r(&h.promotion_budget_refusals),
             ceiling_releases: r(&h.ceiling_releases),
             ceiling_deferred: r(&h.ceiling_deferred),
+            copy_gate_overruns: crate::promote::COPY_GATE.overruns(),
             runtime_only: r(&h.runtime_only),
             wrapped_by_dlsym: r(&WRAPPED_BY_DLSYM),
             wrapped_by_proc_address: r(&WRAPPED_BY_PROC_ADDRESS),
