@@ -152,6 +152,14 @@ pub struct ProcessStats {
     /// Times pinwise gave back idle pool segments or registrations of hot pageable buffers
     /// so that a program request stayed within that ceiling.
     pub ceiling_releases: u64,
+    /// Times pinwise gave back less than that ceiling asked, so that pinned memory stood
+    /// above it for a while: a copy that may use one of its registrations was in flight
+    /// (unregistering could pull the pages from under the transfer), or a CUDA graph
+    /// capture was open.
+    pub ceiling_deferred: u64,
+    /// Copies on a registration pinwise made for the program that waited the longest
+    /// allowed (1 s) for a demotion under way and then went on anyway: expected 0.
+    pub copy_gate_overruns: u64,
 }
 
 /// Medians (ns, the middle of a histogram bucket; `None`: no sample) of the parts of a
@@ -333,6 +341,8 @@ mod tests {
         "pricing",
         "program_pinned_bytes_peak",
         "ceiling_releases",
+        "ceiling_deferred",
+        "copy_gate_overruns",
     ];
 
     /// Keys of a serialized object, in order (no JSON map type keeps the order here).

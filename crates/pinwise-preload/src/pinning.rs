@@ -20,12 +20,15 @@
 //! - One budget for the process: the engine's, which promotions reserve from too. It counts
 //!   every byte page-locked in the process: the program's own registrations and the
 //!   requests passed on to CUDA are charged to it.
-//! - pinwise never holds more pinned memory than the program would without it
+//! - pinwise holds no more pinned memory than the program would without it
 //!   ([`pinwise_core::decide::ceiling`]): the program's own pinned bytes (every pinned
 //!   request at its pages, however it was served, and its registrations) set the budget's
 //!   limit, which promotions and pinwise's own pins stay within; before a program request
 //!   (or a registration its semantics need) would go over it, idle pool segments and then
-//!   promoted buffers of the program are given back ([`Pinning::make_room`]).
+//!   promoted buffers of the program are given back ([`Pinning::make_room`]). Not while
+//!   a copy that may use a registration is in flight ([`crate::promote::CopyGate`]) or a
+//!   graph capture is open: then the ceiling is exceeded for a while, counted
+//!   (`ceiling_deferred`).
 //! - A copy on a stream being captured into a CUDA graph teaches nothing and changes
 //!   nothing ([`Pinning::note_captured_copy`]): no registration, no pool bookkeeping, no
 //!   wait. A registration such a copy used is held until the program releases the memory
@@ -50,7 +53,7 @@ use crate::backend::{DriverTable, PreloadBackend};
 use crate::config::Config;
 use crate::guard;
 use crate::promote::{
-    Owner, PageableCopyCounters, Promoted, PromotedTable, NEVER, PROMOTED, TRACKING,
+    Owner, PageableCopyCounters, Promoted, PromotedTable, COPY_GATE, NEVER, PROMOTED, TRACKING,
 };
 use crate::recorder::Recorder;
 use crate::stats::HookStats;
@@ -223,8 +226,16 @@ impl Pinning {
     /// Gives back at least `bytes` of pinwise's extras if it can: idle pool segments first,
     /// then registrations of the program's hot pageable buffers (not those a captured graph
     /// uses). Returns the bytes given back.
+    ///
+    /// Gives back less, counted in `ceiling_deferred`, while a CUDA graph capture is open
+    /// (nothing: what the capture uses must stay as it was) or while a copy that may use a
+    /// registration is in flight ([`COPY_GATE`]: no registration is given back then).
     pub fn make_room(&self, bytes: u64, stats: &HookStats, rec: &Recorder) -> u64 {
         if bytes == 0 {
+            return 0;
+        }
+        if !crate::capture::none_open() {
+            HookStats::bump(&stats.ceiling_deferred);
             return 0;
         }
         let mut released = {
@@ -235,8 +246,15 @@ impl Pinning {
             let Some(i) = PROMOTED_RANGES.releasable_of(Owner::Program) else {
                 break;
             };
+            if !COPY_GATE.try_begin_demotion() {
+                HookStats::bump(&stats.ceiling_deferred);
+                break;
+            }
             let len = PROMOTED_RANGES.get(i).reg_len as u64;
-            if self.demote(i, stats, rec) {
+            // Forced by the ceiling, not a verdict on the promotion: not judged.
+            let demoted = self.demote_judging(i, false, stats, rec);
+            COPY_GATE.end_demotion();
+            if demoted {
                 released += len;
             }
         }
@@ -826,6 +844,12 @@ impl Pinning {
     /// of pinwise's, and no thread-local storage but the destructor-less guard). Returns
     /// whether this call did it.
     pub fn demote(&self, i: usize, stats: &HookStats, rec: &Recorder) -> bool {
+        self.demote_judging(i, true, stats, rec)
+    }
+
+    /// [`Self::demote`]; `judge`: whether the copies the registration served are a verdict
+    /// on promoting it (`false` when the ceiling forced it out early).
+    fn demote_judging(&self, i: usize, judge: bool, stats: &HookStats, rec: &Recorder) -> bool {
         let Some(p) = PROMOTED_RANGES.begin_demote(i) else {
             return false;
         };
@@ -842,7 +866,9 @@ impl Pinning {
         }
         if p.counter != 0 {
             let c = COUNTERS.get(p.counter - 1);
-            c.judge_promotion(PROMOTED_RANGES.uses(i));
+            if judge {
+                c.judge_promotion(PROMOTED_RANGES.uses(i));
+            }
             c.reset();
         }
         PROMOTED_RANGES.finish_demote(i);

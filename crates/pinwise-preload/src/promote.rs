@@ -12,7 +12,10 @@
 //!   pinning would have brought so far, so that a buffer is registered once its copies
 //!   have paid for it (the ski-rental rule the allocator uses for its own mappings).
 //!
-//! Both are fixed-size arrays of atomics (usable in `static`s, reset in a forked child).
+//! - [`CopyGate`]: keeps a registration from being given back to make room while a copy
+//!   may be using it.
+//!
+//! All are fixed-size atomics (usable in `static`s, reset in a forked child).
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
@@ -304,6 +307,102 @@ impl PromotedTable {
         }
         self.active.store(0, Ordering::Release);
         self.high_water.store(0, Ordering::Release);
+    }
+}
+
+/// How long [`CopyGate::enter`] waits for a demotion under way before it lets the copy go
+/// on anyway (counted in [`CopyGate::overruns`]): a demotion is one `cuMemHostUnregister`.
+const GATE_WAIT_NS: u64 = 1_000_000_000;
+
+/// Keeps pinwise from unregistering, to make room ([`crate::pinning::Pinning::make_room`]),
+/// a buffer of the program's that a copy in flight may be reading or writing through its
+/// registration: `cuMemHostUnregister` is not documented to wait for the DMA.
+///
+/// A Dekker handshake on two counters, every access `SeqCst`: a copier raises `in_flight`
+/// and then reads `demoting`; a demoter raises `demoting` and then reads `in_flight`. So
+/// either the demoter sees the copy and gives up (the ceiling is exceeded for now, counted),
+/// or the copier sees the demotion and waits for it to finish (then the driver sees the
+/// buffer pageable, which plain CUDA copies correctly). The copier never blocks for long:
+/// it waits at most [`GATE_WAIT_NS`].
+pub struct CopyGate {
+    in_flight: AtomicUsize,
+    demoting: AtomicUsize,
+    overruns: AtomicU64,
+}
+
+/// The one gate of the process.
+pub static COPY_GATE: CopyGate = CopyGate::new();
+
+/// A copy in flight ([`CopyGate::enter`]); dropping it ends the copy.
+#[must_use = "the copy is in flight only while the guard lives"]
+pub struct InFlight<'a>(&'a CopyGate);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl CopyGate {
+    /// No copy in flight, no demotion under way.
+    pub const fn new() -> Self {
+        Self {
+            in_flight: AtomicUsize::new(0),
+            demoting: AtomicUsize::new(0),
+            overruns: AtomicU64::new(0),
+        }
+    }
+
+    /// A copy that may use a registration pinwise made for the program is about to be
+    /// issued: waits (up to [`GATE_WAIT_NS`]) for a demotion under way, and keeps new ones
+    /// off until the guard is dropped.
+    pub fn enter(&self) -> InFlight<'_> {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        if self.demoting.load(Ordering::SeqCst) > 0 {
+            let since = pinwise_core::units::monotonic_ns();
+            while self.demoting.load(Ordering::SeqCst) > 0 {
+                if pinwise_core::units::monotonic_ns().saturating_sub(since) > GATE_WAIT_NS {
+                    self.overruns.fetch_add(1, Ordering::Relaxed);
+                    break;
+                }
+                std::thread::yield_now();
+            }
+        }
+        InFlight(self)
+    }
+
+    /// Claims the right to demote one registration: `false` (and nothing claimed) while a
+    /// copy is in flight. A `true` must be followed by [`Self::end_demotion`].
+    pub fn try_begin_demotion(&self) -> bool {
+        self.demoting.fetch_add(1, Ordering::SeqCst);
+        if self.in_flight.load(Ordering::SeqCst) == 0 {
+            return true;
+        }
+        self.demoting.fetch_sub(1, Ordering::SeqCst);
+        false
+    }
+
+    /// The demotion [`Self::try_begin_demotion`] allowed is done.
+    pub fn end_demotion(&self) {
+        self.demoting.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Copies that stopped waiting for a demotion after [`GATE_WAIT_NS`] and went on.
+    pub fn overruns(&self) -> u64 {
+        self.overruns.load(Ordering::Relaxed)
+    }
+
+    /// Forgets copies and demotions under way (a forked child: only the forking thread
+    /// lives on, and it is in none).
+    pub fn reset(&self) {
+        self.in_flight.store(0, Ordering::SeqCst);
+        self.demoting.store(0, Ordering::SeqCst);
+    }
+}
+
+impl Default for CopyGate {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
@@ -673,5 +772,99 @@ mod tests {
         }
         assert!(refused >= 100);
         assert_eq!(c.refused(), refused as u64);
+    }
+
+    #[test]
+    fn the_gate_refuses_a_demotion_while_a_copy_is_in_flight_and_allows_one_after() {
+        let g = CopyGate::new();
+        assert!(g.try_begin_demotion(), "no copy in flight");
+        g.end_demotion();
+        let copy = g.enter();
+        assert!(!g.try_begin_demotion(), "a copy is in flight");
+        assert_eq!(
+            g.demoting.load(Ordering::SeqCst),
+            0,
+            "a refused demotion claims nothing"
+        );
+        let other = g.enter();
+        drop(copy);
+        assert!(!g.try_begin_demotion(), "another copy is still in flight");
+        drop(other);
+        assert_eq!(g.in_flight.load(Ordering::SeqCst), 0);
+        assert!(g.try_begin_demotion());
+        g.end_demotion();
+        assert_eq!(g.overruns(), 0);
+    }
+
+    #[test]
+    fn a_copy_waits_for_a_demotion_under_way_but_not_forever() {
+        let g = CopyGate::new();
+        assert!(g.try_begin_demotion());
+        let t0 = pinwise_core::units::monotonic_ns();
+        let copy = g.enter();
+        assert!(
+            pinwise_core::units::monotonic_ns() - t0 >= GATE_WAIT_NS,
+            "it waited for the demotion"
+        );
+        assert_eq!(g.overruns(), 1, "and counted that it gave up");
+        drop(copy);
+        g.end_demotion();
+        g.reset();
+        assert!(g.try_begin_demotion());
+    }
+
+    #[test]
+    fn no_demotion_runs_while_a_guard_is_alive() {
+        use std::sync::atomic::AtomicBool;
+        use std::sync::Arc;
+        let g = Arc::new(CopyGate::new());
+        // Set while a copy's guard is alive / while a demotion runs.
+        let copying = Arc::new(AtomicBool::new(false));
+        let demoting = Arc::new(AtomicBool::new(false));
+        let overlaps = Arc::new(AtomicU64::new(0));
+        let copier = {
+            let (g, copying, demoting, overlaps) = (
+                g.clone(),
+                copying.clone(),
+                demoting.clone(),
+                overlaps.clone(),
+            );
+            std::thread::spawn(move || {
+                for _ in 0..20_000 {
+                    let guard = g.enter();
+                    copying.store(true, Ordering::SeqCst);
+                    if demoting.load(Ordering::SeqCst) {
+                        overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
+                    std::hint::spin_loop();
+                    copying.store(false, Ordering::SeqCst);
+                    drop(guard);
+                }
+            })
+        };
+        for _ in 0..20_000 {
+            if g.try_begin_demotion() {
+                demoting.store(true, Ordering::SeqCst);
+                if copying.load(Ordering::SeqCst) {
+                    overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                std::hint::spin_loop();
+                demoting.store(false, Ordering::SeqCst);
+                g.end_demotion();
+            }
+        }
+        copier.join().unwrap();
+        assert_eq!(
+            overlaps.load(Ordering::SeqCst),
+            0,
+            "a demotion overlapped a copy"
+        );
+        assert_eq!(g.in_flight.load(Ordering::SeqCst), 0, "every guard let go");
+        assert_eq!(g.demoting.load(Ordering::SeqCst), 0);
+        assert!(
+            g.try_begin_demotion(),
+            "with no copy left, a demotion may run"
+        );
+        g.end_demotion();
     }
 }

@@ -160,6 +160,7 @@ extern "C" fn in_forked_child() {
     GLOBAL.reset_in_child();
     PROMOTED_RANGES.forget_all();
     COUNTERS.forget_all();
+    crate::promote::COPY_GATE.reset();
     crate::capture::forget_all();
     crate::async_fp::forget_in_child();
 }

@@ -61,6 +61,9 @@ pub struct HookStats {
     pub promotion_budget_refusals: AtomicU64,
     /// Times extras were given back to keep a program request within the ceiling.
     pub ceiling_releases: AtomicU64,
+    /// Times pinwise gave back less than the ceiling asked because a copy that may use a
+    /// registration was in flight or a CUDA graph capture was open.
+    pub ceiling_deferred: AtomicU64,
     /// Runtime calls no driver hook saw (recorded at the runtime level).
     pub runtime_only: AtomicU64,
     /// Pointer queries pinwise answered or corrected for its own allocations.
@@ -208,6 +211,7 @@ impl Default for HookStats {
             promotion_failures: AtomicU64::new(0),
             promotion_budget_refusals: AtomicU64::new(0),
             ceiling_releases: AtomicU64::new(0),
+            ceiling_deferred: AtomicU64::new(0),
             runtime_only: AtomicU64::new(0),
             queries_answered: AtomicU64::new(0),
             captured_copies: AtomicU64::new(0),
@@ -312,6 +316,8 @@ impl HookStats {
             promotion_failures: r(&h.promotion_failures),
             promotion_budget_refusals: r(&h.promotion_budget_refusals),
             ceiling_releases: r(&h.ceiling_releases),
+            ceiling_deferred: r(&h.ceiling_deferred),
+            copy_gate_overruns: crate::promote::COPY_GATE.overruns(),
             runtime_only: r(&h.runtime_only),
             wrapped_by_dlsym: r(&WRAPPED_BY_DLSYM),
             wrapped_by_proc_address: r(&WRAPPED_BY_PROC_ADDRESS),

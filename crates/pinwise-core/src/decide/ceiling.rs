@@ -2,7 +2,8 @@
 //! program would hold by itself without pinwise, unless the program pins nothing of note
 //! (less than [`OF_NOTE`] at once: a few scalars' staging buffers, no transfer buffer; then
 //! the budget bounds what pinwise pins for it) or the user gave a budget explicitly (then
-//! pinwise may pin up to it).
+//! pinwise may pin up to it). The preload may give back late (its `ceiling_deferred`
+//! stat): not while a copy may be using a registration, nor while a graph capture is open.
 //!
 //! The program's *own* pinned bytes are what plain CUDA would lock for it now: every pinned
 //! request (`cuMemHostAlloc`, `cuMemAllocHost`) at its page-rounded size, whether pinwise

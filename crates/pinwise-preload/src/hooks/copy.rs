@@ -17,6 +17,7 @@ use crate::backend::StreamCapture;
 use crate::decode::{self, HostCopy};
 use crate::guard::{self, Timing};
 use crate::pinning::{Pinning, PROMOTED_RANGES};
+use crate::promote::COPY_GATE;
 use crate::state::{self, State};
 use crate::stats::HookStats;
 use pinwise_core::units::monotonic_ns;
@@ -66,6 +67,12 @@ pub fn copy(
     } else {
         0
     };
+    // A registration pinwise made for the program stays while the driver may use it: the
+    // ceiling does not give it back until this returns (after the wait below).
+    let _in_flight = noted
+        .as_ref()
+        .filter(|(_, n)| n.on_program_registration)
+        .map(|_| COPY_GATE.enter());
     let rc = forward();
     let Some((c, noted)) = noted else {
         return rc;
@@ -116,6 +123,9 @@ pub(super) struct Noted {
     /// The stream to wait on after issuing the copy: an asynchronous copy on the program's
     /// own pageable memory that pinwise registered.
     finish_on: Option<usize>,
+    /// The host side lies in the program's memory that pinwise registered: the copy holds
+    /// [`COPY_GATE`] from before it is issued until it is done.
+    on_program_registration: bool,
 }
 
 /// Learns from a copy before it is issued (promoting what turned hot). `learn: false`
@@ -160,6 +170,7 @@ pub(super) fn note(st: &State, c: &HostCopy, learn: bool) -> Noted {
         host_state,
         stream,
         finish_on,
+        on_program_registration: program_registered,
     }
 }
 
