@@ -128,7 +128,8 @@ pub struct TraceArgs {
     /// copying thread's probe (4 KiB reads; copies above --fingerprint-full-max are
     /// sampled only, and counted); `off` nothing. Asynchronous downloads are not
     /// fingerprinted: their bytes arrive later. Each synchronous download then costs a
-    /// return probe too.
+    /// return probe too. A bare `--fingerprint` right before the command needs `--` between
+    /// them (`--fingerprint -- ./app`), else the command is read as the mode.
     #[arg(
         long,
         value_name = "MODE",
