@@ -207,8 +207,9 @@ pub fn poll(st: &State, last: bool) {
         match fp {
             Some(fp) => v[i].fingerprint = Some(fp),
             None => {
-                let p = v.swap_remove(i);
-                unknown(None, p);
+                // Not hashed: `of_host` counted it as skipped already (counting it as
+                // unknown too would count it twice in the fingerprint statistics).
+                v.swap_remove(i);
             }
         }
         COUNT.store(v.len(), Ordering::Release);
