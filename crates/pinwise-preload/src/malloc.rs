@@ -9,7 +9,7 @@
 //! # Cost
 //!
 //! A recorded allocation's call stack costs microseconds; beyond a first allowance, a
-//! thread spends at most 2 % of its time on them ([`crate::stack_budget`]), and
+//! thread spends at most 0.5 % of its time on them ([`crate::stack_budget`]), and
 //! allocations beyond that are recorded with their call site alone.
 //!
 //! An allocation below the threshold costs the trampoline, one atomic load and a compare
