@@ -289,12 +289,26 @@ impl Pinning {
         self.program_pins(bytes);
     }
 
-    /// The program unlocked (unregistered, freed) memory it locked at `start` without
-    /// pinwise's say.
-    pub fn outside_released(&self, start: usize) {
-        if let Some(bytes) = self.outside.lock().remove(&start) {
+    /// The program is about to unlock (unregister, free) memory it locked at `start`
+    /// without pinwise's say: takes its entry out before the call is forwarded, so that
+    /// another thread's request that gets the same address at once is counted afresh. Give
+    /// the result to [`Pinning::outside_released`].
+    pub fn outside_releasing(&self, start: usize) -> Option<u64> {
+        self.outside.lock().remove(&start)
+    }
+
+    /// The program's unlock of `start` returned: done (`ok`), its bytes leave the budget
+    /// and the program's count; refused, the entry taken by
+    /// [`Pinning::outside_releasing`] is put back.
+    pub fn outside_released(&self, start: usize, taken: Option<u64>, ok: bool) {
+        let Some(bytes) = taken else {
+            return;
+        };
+        if ok {
             self.engine.budget().release(bytes);
             self.program_unpins(bytes);
+        } else {
+            self.outside.lock().entry(start).or_insert(bytes);
         }
     }
 

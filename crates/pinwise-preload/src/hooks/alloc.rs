@@ -149,11 +149,14 @@ pub fn host_free(caller: usize, p: *mut c_void, forward: impl FnOnce() -> CUresu
     // Stamped before the memory is released, so that a reuse of the address by another
     // thread comes after this free in the history.
     let stamp = st.recorder.stamp();
+    let taken = st
+        .pinning()
+        .and_then(|pinning| guarded(|| pinning.outside_releasing(p as usize)).flatten());
     let rc = forward();
+    if let Some(pinning) = st.pinning() {
+        guarded(|| pinning.outside_released(p as usize, taken, rc == CUDA_SUCCESS));
+    }
     if rc == CUDA_SUCCESS {
-        if let Some(pinning) = st.pinning() {
-            guarded(|| pinning.outside_released(p as usize));
-        }
         st.recorder
             .record(stamp, EventKind::Free { start: p as u64 }, None, site_addr);
     } else {
@@ -228,11 +231,14 @@ pub fn host_unregister(
     let site_addr = guard::driver_site(caller);
     HookStats::bump(&st.stats.unregistrations);
     let stamp = st.recorder.stamp();
+    let taken = st
+        .pinning()
+        .and_then(|pinning| guarded(|| pinning.outside_releasing(p as usize)).flatten());
     let rc = forward();
+    if let Some(pinning) = st.pinning() {
+        guarded(|| pinning.outside_released(p as usize, taken, rc == CUDA_SUCCESS));
+    }
     if rc == CUDA_SUCCESS {
-        if let Some(pinning) = st.pinning() {
-            guarded(|| pinning.outside_released(p as usize));
-        }
         st.recorder.record(
             stamp,
             EventKind::UnpinPages {
