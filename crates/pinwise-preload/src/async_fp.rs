@@ -284,7 +284,7 @@ pub fn apply(h: &mut MemHistory) {
         }
         let p = v.swap_remove(i);
         let fp = p.fingerprint.expect("checked above");
-        if h.observe_late_fingerprint(p.pid, p.host, p.device, p.bytes, Direction::DtoH, fp) {
+        if h.observe_late_fingerprint(p.pid, p.host, p.device, p.bytes, Direction::DtoH, p.ts, fp) {
             FINGERPRINTED.fetch_add(1, Ordering::Relaxed);
         } else {
             UNKNOWN.fetch_add(1, Ordering::Relaxed);

@@ -930,8 +930,11 @@ impl MemHistory {
     /// ingested (an asynchronous download, hashed once its stream reached it) with what the
     /// redundancy tracker knows, as if it had carried the fingerprint. The source must make
     /// sure that no copy touching its host or device range was ingested in between (else
-    /// the order of the comparisons is wrong: drop the fingerprint instead). Returns `false`
-    /// when `host` is no longer in a live allocation of `pid` (nothing compared).
+    /// the order of the comparisons is wrong: drop the fingerprint instead). `ts` is the
+    /// copy's own timestamp. Returns `false` when `host` is no longer in a live allocation
+    /// of `pid`, or in one that came to be known after the copy (its memory was freed and
+    /// allocated again meanwhile): nothing compared.
+    #[allow(clippy::too_many_arguments)]
     pub fn observe_late_fingerprint(
         &mut self,
         pid: u32,
@@ -939,6 +942,7 @@ impl MemHistory {
         device: u64,
         bytes: u64,
         direction: Direction,
+        ts: u64,
         fingerprint: crate::fingerprint::Fingerprint,
     ) -> bool {
         let Some(p) = self
@@ -955,6 +959,13 @@ impl MemHistory {
             return false;
         };
         if device == 0 {
+            return false;
+        }
+        let known_since = self
+            .record_events(RecordId(record))
+            .next()
+            .map_or(0, |e| e.ts_ns);
+        if known_since > ts {
             return false;
         }
         self.redundancy.observe(&CopyObservation {
