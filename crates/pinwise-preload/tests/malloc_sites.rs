@@ -348,19 +348,28 @@ fn the_other_workloads_run_unchanged_with_tracking_on() {
     }
 }
 
-#[test]
-fn a_python_programs_buffers_are_named_by_their_python_lines() {
-    let Some(python) = ["python3", "/usr/bin/python3"].into_iter().find(|p| {
+/// A working `python3`; `None` (the test skips, visibly) where there is none, except under
+/// `CI`, where its absence fails the test.
+fn python3() -> Option<&'static str> {
+    let found = ["python3", "/usr/bin/python3"].into_iter().find(|p| {
         Command::new(p)
             .arg("-c")
             .arg("pass")
             .output()
             .is_ok_and(|o| o.status.success())
-    }) else {
+    });
+    if found.is_none() {
         if std::env::var_os("CI").is_some() {
             panic!("python3 is needed (scripts/setup.sh installs it)");
         }
         eprintln!("SKIPPED: no python3");
+    }
+    found
+}
+
+#[test]
+fn a_python_programs_buffers_are_named_by_their_python_lines() {
+    let Some(python) = python3() else {
         return;
     };
     let s = Setup::new();
@@ -414,17 +423,7 @@ fn a_python_programs_buffers_are_named_by_their_python_lines() {
 /// was (the same address, another name and line) is named as what it is.
 #[test]
 fn a_code_object_at_a_reused_address_is_named_afresh() {
-    let Some(python) = ["python3", "/usr/bin/python3"].into_iter().find(|p| {
-        Command::new(p)
-            .arg("-c")
-            .arg("pass")
-            .output()
-            .is_ok_and(|o| o.status.success())
-    }) else {
-        if std::env::var_os("CI").is_some() {
-            panic!("python3 is needed (scripts/setup.sh installs it)");
-        }
-        eprintln!("SKIPPED: no python3");
+    let Some(python) = python3() else {
         return;
     };
     let s = Setup::new();
