@@ -6,6 +6,10 @@
 # the library's sampled hook time. Writes $OUT/frameworks/{runs.tsv,results.csv,results.md}.
 #   bash bench/gpu/frameworks/run.sh [PROGRAM.py ...]     (default: all programs here)
 # Needs target/release/pinwise and libpinwise_preload.so (bench/gpu/pack.sh, session.sh).
+# Env: REPEATS, BUDGET_S (seconds, then the remaining runs are skipped and said), MODES (the
+# `pinwise run` modes interleaved with plain; default "profile use adaptive"), PIN_CPUS (a
+# taskset CPU list every run is held to, e.g. 2-9: less scheduler noise on a shared host),
+# NO_TRACE=1 (skip the `pinwise trace` run and its peak). `paired.py` reads the same runs.
 set -u
 cd "$(dirname "$0")/../../.."
 ROOT=$PWD; SRC=$ROOT/bench/gpu/frameworks
@@ -21,7 +25,7 @@ one() { # NAME RUN REP CMD...
   local name=$1 run=$2 rep=$3; shift 3
   if (( SECONDS > BUDGET_S )); then printf '%s\t%s\t%s\tskipped\t-\n' "$name" "$run" "$rep" >> "$D/runs.tsv"; return; fi
   local t0 t1 rc; t0=$(date +%s.%N)
-  timeout 240 "$@" > "$D/$name.$run.$rep.out" 2> "$D/$name.$run.$rep.err"; rc=$?
+  timeout 240 ${PIN_CPUS:+taskset -c "$PIN_CPUS"} "$@" > "$D/$name.$run.$rep.out" 2> "$D/$name.$run.$rep.err"; rc=$?
   t1=$(date +%s.%N)
   printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$run" "$rep" "$rc" "$(awk -v a=$t0 -v b=$t1 'BEGIN{printf "%.3f", b-a}')" >> "$D/runs.tsv"
 }
@@ -32,14 +36,16 @@ pwrun() { # NAME MODE REP PROG
 for p in "${progs[@]}"; do
   name=$(basename "$p" .py); prog=$SRC/$p
   pwrun "$name" profile 0 "$prog"            # the profile `use` follows (not timed)
-  one "$name" trace 0 "$PW" trace -o "$D/$name.trace.json" --format json -- python3 "$prog"
-  # What the program pins by itself (the plain run's peak, as the tracer saw it).
-  python3 "$SRC/peak_pinned.py" "$D/$name.trace.json" > "$D/$name.trace.peak" 2>&1 || true
-  rm -f "$D/$name.trace.json"
-  order=(plain profile use adaptive)
+  if [[ ${NO_TRACE:-0} != 1 ]]; then
+    one "$name" trace 0 "$PW" trace -o "$D/$name.trace.json" --format json -- python3 "$prog"
+    # What the program pins by itself (the plain run's peak, as the tracer saw it).
+    python3 "$SRC/peak_pinned.py" "$D/$name.trace.json" > "$D/$name.trace.peak" 2>&1 || true
+    rm -f "$D/$name.trace.json"
+  fi
+  read -r -a order <<< "plain ${MODES:-profile use adaptive}"
   for rep in $(seq 1 "$REPEATS"); do
-    for k in 0 1 2 3; do
-      m=${order[$(( (k + rep) % 4 ))]}
+    for k in "${!order[@]}"; do
+      m=${order[$(( (k + rep) % ${#order[@]} ))]}
       if [[ $m == plain ]]; then one "$name" plain "$rep" python3 "$prog"; else pwrun "$name" "$m" "$rep" "$prog"; fi
     done
   done

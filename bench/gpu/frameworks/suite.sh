@@ -17,6 +17,8 @@ if (($#)); then
     bash bench/gpu/frameworks/run.sh "$@" > $OUT/suite.txt 2>&1 || rc=$?
     # Peak pinned under pinwise against the plain run's, per program and mode.
     python3 bench/gpu/frameworks/peak_check.py $OUT/frameworks/results.csv >> $OUT/suite.txt 2>&1 || rc=$?
+    # Each round's mode/plain ratios: the 2 % bound with an interval, not just medians.
+    python3 bench/gpu/frameworks/paired.py $OUT/frameworks >> $OUT/suite.txt 2>&1 || rc=$?
   else
     for k in $(seq 1 "$passes"); do
       echo "=== pass $k" >> $OUT/suite.txt
