@@ -17,10 +17,11 @@ from collections import defaultdict
 
 d = sys.argv[1]
 want = sys.argv[2:]
-runs = [l.rstrip("\n").split("\t") for l in open(os.path.join(d, "runs.tsv")) if l.strip()]
+# run.sh's runs.tsv (name, run, rep, rc, wall) or wall.sh's (the same after a header line).
+runs = [l.rstrip("\n").split("\t")[:5] for l in open(os.path.join(d, "runs.tsv")) if l.strip()]
 val = defaultdict(dict)  # (name, metric) -> {(run, rep): value}
 for name, run, rep, rc, wall in runs:
-    if rc != "0" or rep == "0":
+    if rc != "0" or rep in ("0", "rep"):
         continue
     val[(name, "wall_s")][(run, rep)] = float(wall)
     err = os.path.join(d, f"{name}.{run}.{rep}.err")

@@ -2,7 +2,7 @@
 # Where pinwise's wall-time overhead comes from in a Python program (issue 10): each program
 # plain, under `pinwise run` (adaptive), with --no-stacks, with --no-malloc-hooks, and with the
 # preload loaded but disabled (PINWISE_DISABLE=1), interleaved, REPEATS rounds (default 5).
-# Writes $OUT/wall/{runs.tsv,summary.md} and each run's statistics.
+# Writes $OUT/wall/{runs.tsv,summary.md,paired.md} and each run's statistics. PIN_CPUS as in run.sh.
 #   bash bench/gpu/frameworks/wall.sh [PROGRAM.py ...]   (default: torch_mixed jax_transfers import_torch)
 set -u
 cd "$(dirname "$0")/../../.."
@@ -17,9 +17,9 @@ one() { # NAME VARIANT REP CMD...
   local name=$1 v=$2 rep=$3; shift 3
   (( SECONDS > BUDGET_S )) && return
   local t0 t1 rc tot; t0=$(date +%s.%N)
-  timeout 200 "$@" > "$D/$name.$v.$rep.out" 2> "$D/$name.$v.$rep.err"; rc=$?
+  timeout 200 ${PIN_CPUS:+taskset -c "$PIN_CPUS"} "$@" > "$D/$name.$v.$rep.out" 2> "$D/$name.$v.$rep.err"; rc=$?
   t1=$(date +%s.%N)
-  tot=$(grep -o 'total=[0-9.]*' "$D/$name.$v.$rep.err" | tail -1 | cut -d= -f2)
+  tot=$(grep -oE '(total|train)=[0-9.]*' "$D/$name.$v.$rep.err" | tail -1 | cut -d= -f2)
   printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$v" "$rep" "$rc" "$(awk -v a=$t0 -v b=$t1 'BEGIN{printf "%.3f", b-a}')" "${tot:--}" >> "$D/runs.tsv"
 }
 variants=(plain run nostacks nomalloc disabled)
@@ -66,3 +66,5 @@ for prog in dict.fromkeys(r["prog"] for r in rows):
         print(f"| {prog} | {v} | {len(rs)} | {bad} | {med(wall)} | {med(tot)} | {statistics.median(tracked) if tracked else '-'} | {statistics.median(stack) if stack else '-'} |")
 PY
 cat "$D/summary.md"
+# Each round's variant/plain ratios (the program's own times and wall), with intervals.
+python3 "$SRC/paired.py" "$D" > /dev/null && cat "$D/paired.md"
