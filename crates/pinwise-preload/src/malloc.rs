@@ -40,7 +40,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use pinwise_core::{EventKind, HostMemKind};
 
 use crate::guard::{self, Inside};
-use crate::recorder::Stamp;
+use crate::recorder::{Remembered, Stamp};
 use crate::state::{self, State};
 
 /// The default threshold: allocations of at least 64 KiB are recorded.
@@ -64,6 +64,9 @@ pub static STACK_NS: AtomicU64 = AtomicU64::new(0);
 /// Allocations recorded without a stack: the thread had spent its share of time on
 /// captures (see [`crate::stack_budget`]).
 pub static STACKS_SKIPPED: AtomicU64 = AtomicU64::new(0);
+/// Recorded allocations whose stack was one captured before for the same call site and
+/// Python stack (no walk: [`crate::recorder::Recorder::remembered_stack`]).
+pub static STACK_MEMO_HITS: AtomicU64 = AtomicU64::new(0);
 
 /// The threshold in force (`usize::MAX`: malloc tracking is off).
 #[inline]
@@ -176,17 +179,27 @@ pub fn record_alloc(caller: usize, ptr: *mut c_void, size: usize) -> bool {
     guarded(|| {
         let stack = if stacks_enabled() {
             let t0 = pinwise_core::units::monotonic_ns();
-            if crate::stack_budget::may_capture(t0) {
-                let s = st.recorder.stack_from(caller);
-                let t1 = pinwise_core::units::monotonic_ns();
-                let took = t1.saturating_sub(t0);
-                crate::stack_budget::spent(took);
-                STACK_NS.fetch_add(took, Ordering::Relaxed);
-                STACK_CAPTURES.fetch_add(1, Ordering::Relaxed);
-                s
-            } else {
-                STACKS_SKIPPED.fetch_add(1, Ordering::Relaxed);
-                None
+            // A stack already captured for this call site and Python stack costs no walk
+            // and nothing from the budget.
+            match st.recorder.remembered_stack(caller) {
+                Remembered::Hit(id) => {
+                    STACK_MEMO_HITS.fetch_add(1, Ordering::Relaxed);
+                    Some(id)
+                }
+                Remembered::Off => None,
+                Remembered::Miss(key) if crate::stack_budget::may_capture(t0) => {
+                    let s = st.recorder.capture_stack(caller, key);
+                    let t1 = pinwise_core::units::monotonic_ns();
+                    let took = t1.saturating_sub(t0);
+                    crate::stack_budget::spent(took);
+                    STACK_NS.fetch_add(took, Ordering::Relaxed);
+                    STACK_CAPTURES.fetch_add(1, Ordering::Relaxed);
+                    s
+                }
+                Remembered::Miss(_) => {
+                    STACKS_SKIPPED.fetch_add(1, Ordering::Relaxed);
+                    None
+                }
             }
         } else {
             None
@@ -271,7 +284,7 @@ pub fn after_release(r: Release, ptr: *mut c_void, released: bool) {
 }
 
 /// The malloc-tracking counters, as history source statistics.
-pub fn source_stats() -> [(&'static str, u64); 9] {
+pub fn source_stats() -> [(&'static str, u64); 10] {
     let min = min_tracked();
     let [hooked, failed, full] = crate::linked_alloc::source_stats();
     [
@@ -298,6 +311,10 @@ pub fn source_stats() -> [(&'static str, u64); 9] {
         (
             "preload.stack_captures_skipped",
             STACKS_SKIPPED.load(Ordering::Relaxed),
+        ),
+        (
+            "preload.stack_memo_hits",
+            STACK_MEMO_HITS.load(Ordering::Relaxed),
         ),
     ]
 }

@@ -117,6 +117,27 @@ struct Collector {
 /// Entries of the call-site cache.
 const SITE_CACHE: usize = 256;
 
+/// Remembered stacks at most; the memo starts afresh when full (a program with more
+/// distinct allocating lines than this pays walks again, within the capture budget).
+const STACK_MEMO_CAP: usize = 4096;
+
+/// What [`Recorder::remembered_stack`] found.
+pub enum Remembered {
+    /// Stacks are off (or there is no call site).
+    Off,
+    /// The stack, captured before from the same call site under the same Python stack.
+    Hit(StackId),
+    /// Not known: [`Recorder::capture_stack`] walks it (and remembers it under the key,
+    /// when there is one).
+    Miss(Option<Box<StackKey>>),
+}
+
+/// A call site and this thread's Python stack, read by [`Recorder::remembered_stack`].
+pub struct StackKey {
+    key: Box<[usize]>,
+    raw: pinwise_pyframes::RawStack,
+}
+
 /// The history and the machinery that feeds it. See the module documentation.
 pub struct Recorder {
     pid: u32,
@@ -132,6 +153,8 @@ pub struct Recorder {
     /// many times it was looked for (a few at most: it needs file-system calls).
     interpreter_module: std::sync::OnceLock<pinwise_core::ModuleId>,
     interpreter_lookups: std::sync::atomic::AtomicU32,
+    /// Stacks already captured in a Python process (see [`Recorder::remembered_stack`]).
+    stack_memo: Mutex<std::collections::HashMap<Box<[usize]>, StackId>>,
     history: Mutex<MemHistory>,
     collector: Mutex<Collector>,
     finished: AtomicBool,
@@ -155,6 +178,7 @@ impl Recorder {
             )),
             interpreter_module: std::sync::OnceLock::new(),
             interpreter_lookups: std::sync::atomic::AtomicU32::new(0),
+            stack_memo: Mutex::new(std::collections::HashMap::new()),
             history: Mutex::new(MemHistory::with_tables(
                 HistoryConfig::default(),
                 modules,
@@ -181,7 +205,61 @@ impl Recorder {
     /// The call stack of this thread from the application's call site `from` (a return
     /// address) outward, interned; `None` when stacks are off or nothing was found.
     /// Allocates (under [`guard::Inside`], so pinwise's own allocations are not recorded).
+    /// A stack remembered for the same call site and Python stack is used without a walk
+    /// (see [`Recorder::remembered_stack`]).
     pub fn stack_from(&self, from: usize) -> Option<StackId> {
+        match self.remembered_stack(from) {
+            Remembered::Hit(id) => Some(id),
+            Remembered::Miss(key) => self.capture_stack(from, key),
+            Remembered::Off => None,
+        }
+    }
+
+    /// Whether this thread's stack from `from` is already known: in a Python process, a
+    /// stack captured before from the same call site under the same Python stack (the same
+    /// code objects at the same instructions). A loop that allocates on the same line finds
+    /// its stack here for the cost of reading the Python frames, instead of an unwind
+    /// (tens to hundreds of microseconds in large libraries). The native frames between the
+    /// call site and the interpreter are the first capture's: two native paths from one
+    /// Python line to one allocating call site share a stack (the user frame, the Python
+    /// line, is the same). Code objects are checked by their fingerprints, as the frame
+    /// memo checks them. Outside Python nothing is remembered: there the native frames are
+    /// all there is to tell call paths apart.
+    pub fn remembered_stack(&self, from: usize) -> Remembered {
+        if !crate::unwind::stacks_enabled() || from == 0 {
+            return Remembered::Off;
+        }
+        if pinwise_pyframes::detected().is_none() {
+            return Remembered::Miss(None);
+        }
+        let _inside = guard::Inside::enter();
+        let mut raw = pinwise_pyframes::RawStack::new();
+        if !pinwise_pyframes::capture(&mut raw) || raw.frames().is_empty() {
+            return Remembered::Miss(None);
+        }
+        // Each frame's code object with its fingerprint: a function defined later at a
+        // freed one's address (same code address, same offset) is another key.
+        let fingerprints = pinwise_pyframes::code_fingerprints(&raw);
+        if fingerprints.len() != raw.frames().len() || fingerprints.iter().any(Option::is_none) {
+            return Remembered::Miss(None);
+        }
+        let mut key = Vec::with_capacity(1 + raw.frames().len() * 7);
+        key.push(from);
+        for (f, fp) in raw.frames().iter().zip(fingerprints.iter().flatten()) {
+            key.extend([f.code, f.instr_offset as u32 as usize]);
+            key.extend(fp.iter().map(|&w| w as usize));
+        }
+        let key = key.into_boxed_slice();
+        match self.stack_memo.lock().get(&key) {
+            Some(&id) => Remembered::Hit(id),
+            None => Remembered::Miss(Some(Box::new(StackKey { key, raw }))),
+        }
+    }
+
+    /// Walks this thread's stack from `from` (see [`Recorder::stack_from`]); with the key
+    /// of a [`Remembered::Miss`], its Python frames are the ones read then, and the stack is
+    /// remembered under it.
+    pub fn capture_stack(&self, from: usize, key: Option<Box<StackKey>>) -> Option<StackId> {
         if !crate::unwind::stacks_enabled() || from == 0 {
             return None;
         }
@@ -189,7 +267,10 @@ impl Recorder {
         // The Python frames first: where there are some, they replace the interpreter's
         // native frames, so the native walk ends at the first frame in the interpreter
         // (what the merge would keep of a longer walk).
-        let python = self.python_frames();
+        let python = match &key {
+            Some(k) => self.resolve_python(&k.raw),
+            None => self.python_frames(),
+        };
         let interpreter = if python.is_empty() {
             None
         } else {
@@ -207,7 +288,15 @@ impl Recorder {
             .map(|&ip| self.resolver.resolve(ip))
             .collect();
         let frames = merge_frames(native, python, |m| interpreter.map(|i| i == m));
-        self.stacks.intern(&frames)
+        let id = self.stacks.intern(&frames)?;
+        if let Some(k) = key {
+            let mut memo = self.stack_memo.lock();
+            if memo.len() >= STACK_MEMO_CAP {
+                memo.clear();
+            }
+            memo.insert(k.key, id);
+        }
+        Some(id)
     }
 
     /// The module table's id of the file that holds the Python interpreter.
@@ -237,8 +326,13 @@ impl Recorder {
         if !pinwise_pyframes::capture(&mut raw) {
             return Vec::new();
         }
+        self.resolve_python(&raw)
+    }
+
+    /// Python frames read from the interpreter, named (file, line, function).
+    fn resolve_python(&self, raw: &pinwise_pyframes::RawStack) -> Vec<pinwise_core::PyFrame> {
         let (resolver, memo) = &mut *self.python.lock();
-        resolver.resolve_stack_memo(&raw, memo, |f| {
+        resolver.resolve_stack_memo(raw, memo, |f| {
             pinwise_core::PyFrame::new(&f.file, f.line, &f.function)
         })
     }

@@ -17,6 +17,12 @@
 //! stacks, from a sample of its allocations. Allocations made while the bucket is empty are still recorded, exactly, with
 //! their call site; only the stack is left out, and counted
 //! (`preload.stack_captures_skipped`).
+//!
+//! In a Python process most repeated allocations need no capture at all: a stack walked
+//! before from the same call site under the same Python stack is taken from the
+//! recorder's memo (`preload.stack_memo_hits`), costs no walk and nothing from the bucket
+//! ([`crate::recorder::Recorder::remembered_stack`]). A training loop's allocations, the
+//! same lines every step, are walked once.
 
 use std::cell::Cell;
 

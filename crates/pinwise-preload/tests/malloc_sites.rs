@@ -8,7 +8,7 @@
 
 mod common;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 
 use common::*;
@@ -416,6 +416,62 @@ fn a_python_programs_buffers_are_named_by_their_python_lines() {
     }
     // A bytearray holds one byte more than its length (a terminating NUL).
     assert_eq!(made, vec![((256 << 10) + 1, 1, AllocState::Freed); 3]);
+}
+
+/// A Python loop allocating on one line: its stack is walked once and then found in the
+/// recorder's memo (same call site, same Python stack), so every one of its allocations
+/// carries its full stack while the walks stay few; another line gets its own stack.
+#[test]
+fn a_python_line_that_allocates_in_a_loop_has_its_stack_remembered() {
+    let Some(python) = python3() else {
+        return;
+    };
+    let s = Setup::new();
+    let script = program_source("py_loop_alloc.py");
+    let exe = std::path::Path::new(python);
+    let plain = s.run_plain(exe, &[script.to_str().unwrap()]);
+    assert_ok(&plain, "plain");
+    let hist = s.path("loop.json");
+    let out = s.run_pinwise(
+        &["--min-tracked", "64K", "-o", hist.to_str().unwrap()],
+        exe,
+        &[script.to_str().unwrap()],
+    );
+    assert_ok(&out, "under pinwise");
+    assert_same_stdout(&out, &plain, "python");
+    let h = history(&hist);
+    let mut by_function: BTreeMap<String, (usize, BTreeSet<u32>)> = BTreeMap::new();
+    for a in h.allocations() {
+        let function = match a.size() {
+            100_001 => "loop_line",
+            104_097 => "other_line",
+            _ => continue,
+        };
+        let stack = a.stack().expect("every loop allocation has its stack");
+        let first = stack
+            .iter()
+            .find_map(|f| match f {
+                Frame::Python(p) => Some(p.clone()),
+                Frame::Native(_) => None,
+            })
+            .expect("a Python frame");
+        assert_eq!(&*first.function, function, "{stack:?}");
+        let e = by_function.entry(function.to_owned()).or_default();
+        e.0 += 1;
+        e.1.insert(first.line);
+    }
+    assert_eq!(by_function["loop_line"].0, 301, "{by_function:?}");
+    assert_eq!(by_function["other_line"].0, 300, "{by_function:?}");
+    assert_eq!(by_function["loop_line"].1, BTreeSet::from([6]));
+    assert_eq!(by_function["other_line"].1, BTreeSet::from([10]));
+    let stats = h.source_stats();
+    // Two lines under three Python stacks (`loop_line` is called from two lines of
+    // `main`): three walks for the loops' 601 allocations, every other one a memo hit.
+    // The interpreter's own large allocations at start-up are walked too.
+    let others = stats["preload.malloc_tracked_allocs"] - 601;
+    assert!(stats["preload.stack_captures"] <= others + 3, "{stats:?}");
+    assert!(stats["preload.stack_memo_hits"] >= 598, "{stats:?}");
+    assert_eq!(stats["preload.stack_captures_skipped"], 0, "{stats:?}");
 }
 
 /// Frames already named are remembered by (code object address, instruction offset), checked

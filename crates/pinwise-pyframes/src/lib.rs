@@ -272,6 +272,22 @@ pub fn capture(out: &mut RawStack) -> bool {
     }
 }
 
+/// The fingerprints of `stack`'s code objects, innermost first (`None` for a frame whose
+/// object is no longer a live code object), read as [`Resolver::resolve_stack_memo`] reads
+/// them, in one batched read: what tells a code object from another one made later at the
+/// same address. Empty when this process runs no CPython the library detected.
+pub fn code_fingerprints(stack: &RawStack) -> Vec<Option<[u64; 5]>> {
+    let Some(interp) = detected() else {
+        return Vec::new();
+    };
+    CodeCache::fingerprints(
+        &SelfMemory,
+        interp.layout(),
+        &interp.found.types,
+        stack.frames(),
+    )
+}
+
 /// The calling thread's Python frames now, innermost first, at most `max` (≤
 /// [`MAX_FRAMES`]); `None` when this is not a Python process or thread. Allocates: not
 /// for allocation hooks (use [`capture`] there).

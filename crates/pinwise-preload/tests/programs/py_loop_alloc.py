@@ -1,0 +1,23 @@
+# Allocates a 100,000-byte bytearray 300 times on one line (in `loop_line`), then 300 times
+# on another line of another function (`other_line`), then once more in `loop_line`: a loop
+# that allocates on the same line again and again, as a training step does. Prints the
+# total length.
+def loop_line():
+    return bytearray(100_000)
+
+
+def other_line():
+    return bytearray(100_000 + 4096)
+
+
+def main():
+    total = 0
+    for _ in range(300):
+        total += len(loop_line())
+    for _ in range(300):
+        total += len(other_line())
+    total += len(loop_line())
+    print(total)
+
+
+main()
