@@ -57,7 +57,7 @@ static OWN_END: AtomicUsize = AtomicUsize::new(0);
 pub static TRACKED_ALLOCS: AtomicU64 = AtomicU64::new(0);
 /// Frees recorded.
 pub static TRACKED_FREES: AtomicU64 = AtomicU64::new(0);
-/// Stacks captured, and the time they took (ns).
+/// Stacks walked, and the time all stack work took (ns: walks and memo lookups).
 pub static STACK_CAPTURES: AtomicU64 = AtomicU64::new(0);
 /// See [`STACK_CAPTURES`].
 pub static STACK_NS: AtomicU64 = AtomicU64::new(0);
@@ -179,27 +179,26 @@ pub fn record_alloc(caller: usize, ptr: *mut c_void, size: usize) -> bool {
     guarded(|| {
         let stack = if stacks_enabled() {
             let t0 = pinwise_core::units::monotonic_ns();
-            // A stack already captured for this call site and Python stack costs no walk
-            // and nothing from the budget.
-            match st.recorder.remembered_stack(caller) {
-                Remembered::Hit(id) => {
-                    STACK_MEMO_HITS.fetch_add(1, Ordering::Relaxed);
-                    Some(id)
-                }
-                Remembered::Off => None,
-                Remembered::Miss(key) if crate::stack_budget::may_capture(t0) => {
-                    let s = st.recorder.capture_stack(caller, key);
-                    let t1 = pinwise_core::units::monotonic_ns();
-                    let took = t1.saturating_sub(t0);
-                    crate::stack_budget::spent(took);
-                    STACK_NS.fetch_add(took, Ordering::Relaxed);
+            if crate::stack_budget::may_capture(t0) {
+                // A stack already walked for this call site and Python stack is taken from
+                // the memo: no walk, only the lookup's time from the budget.
+                let (s, walked) = match st.recorder.remembered_stack(caller) {
+                    Remembered::Hit(id) => (Some(id), false),
+                    Remembered::Off => (None, false),
+                    Remembered::Miss(key) => (st.recorder.capture_stack(caller, key), true),
+                };
+                let took = pinwise_core::units::monotonic_ns().saturating_sub(t0);
+                crate::stack_budget::spent(took);
+                STACK_NS.fetch_add(took, Ordering::Relaxed);
+                if walked {
                     STACK_CAPTURES.fetch_add(1, Ordering::Relaxed);
-                    s
+                } else if s.is_some() {
+                    STACK_MEMO_HITS.fetch_add(1, Ordering::Relaxed);
                 }
-                Remembered::Miss(_) => {
-                    STACKS_SKIPPED.fetch_add(1, Ordering::Relaxed);
-                    None
-                }
+                s
+            } else {
+                STACKS_SKIPPED.fetch_add(1, Ordering::Relaxed);
+                None
             }
         } else {
             None

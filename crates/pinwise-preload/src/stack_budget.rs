@@ -20,9 +20,10 @@
 //!
 //! In a Python process most repeated allocations need no capture at all: a stack walked
 //! before from the same call site under the same Python stack is taken from the
-//! recorder's memo (`preload.stack_memo_hits`), costs no walk and nothing from the bucket
+//! recorder's memo (`preload.stack_memo_hits`): no walk, only the lookup (reading the
+//! Python frames), charged to the bucket like a walk
 //! ([`crate::recorder::Recorder::remembered_stack`]). A training loop's allocations, the
-//! same lines every step, are walked once.
+//! same lines every step, are walked once, and the bucket then pays for many more stacks.
 
 use std::cell::Cell;
 

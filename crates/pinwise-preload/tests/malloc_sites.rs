@@ -419,8 +419,10 @@ fn a_python_programs_buffers_are_named_by_their_python_lines() {
 }
 
 /// A Python loop allocating on one line: its stack is walked once and then found in the
-/// recorder's memo (same call site, same Python stack), so every one of its allocations
-/// carries its full stack while the walks stay few; another line gets its own stack.
+/// recorder's memo (same call site, same Python stack), so the walks stay few however
+/// often the line allocates; another line gets its own stack, and a remembered stack names
+/// the right line. (Memo lookups are charged to the thread's capture budget, so under a
+/// loaded machine some allocations may still go without a stack: counted as skipped.)
 #[test]
 fn a_python_line_that_allocates_in_a_loop_has_its_stack_remembered() {
     let Some(python) = python3() else {
@@ -440,14 +442,17 @@ fn a_python_line_that_allocates_in_a_loop_has_its_stack_remembered() {
     assert_ok(&out, "under pinwise");
     assert_same_stdout(&out, &plain, "python");
     let h = history(&hist);
-    let mut by_function: BTreeMap<String, (usize, BTreeSet<u32>)> = BTreeMap::new();
+    // Per function: records, records with a stack, the lines their stacks name.
+    let mut by_function: BTreeMap<&str, (usize, usize, BTreeSet<u32>)> = BTreeMap::new();
     for a in h.allocations() {
         let function = match a.size() {
             100_001 => "loop_line",
             104_097 => "other_line",
             _ => continue,
         };
-        let stack = a.stack().expect("every loop allocation has its stack");
+        let e = by_function.entry(function).or_default();
+        e.0 += 1;
+        let Some(stack) = a.stack() else { continue };
         let first = stack
             .iter()
             .find_map(|f| match f {
@@ -456,22 +461,28 @@ fn a_python_line_that_allocates_in_a_loop_has_its_stack_remembered() {
             })
             .expect("a Python frame");
         assert_eq!(&*first.function, function, "{stack:?}");
-        let e = by_function.entry(function.to_owned()).or_default();
-        e.0 += 1;
-        e.1.insert(first.line);
+        e.1 += 1;
+        e.2.insert(first.line);
     }
-    assert_eq!(by_function["loop_line"].0, 301, "{by_function:?}");
-    assert_eq!(by_function["other_line"].0, 300, "{by_function:?}");
-    assert_eq!(by_function["loop_line"].1, BTreeSet::from([6]));
-    assert_eq!(by_function["other_line"].1, BTreeSet::from([10]));
     let stats = h.source_stats();
+    assert_eq!(by_function["loop_line"].0, 101, "{by_function:?}");
+    assert_eq!(by_function["other_line"].0, 100, "{by_function:?}");
+    assert_eq!(by_function["loop_line"].2, BTreeSet::from([6]));
+    assert_eq!(by_function["other_line"].2, BTreeSet::from([10]));
     // Two lines under three Python stacks (`loop_line` is called from two lines of
-    // `main`): three walks for the loops' 601 allocations, every other one a memo hit.
-    // The interpreter's own large allocations at start-up are walked too.
-    let others = stats["preload.malloc_tracked_allocs"] - 601;
+    // `main`): three walks for the loops' 201 allocations at most; without the memo the
+    // thread's free captures and burst would walk dozens of them. The interpreter's own
+    // large allocations at start-up are walked too.
+    let others = stats["preload.malloc_tracked_allocs"] - 201;
     assert!(stats["preload.stack_captures"] <= others + 3, "{stats:?}");
-    assert!(stats["preload.stack_memo_hits"] >= 598, "{stats:?}");
-    assert_eq!(stats["preload.stack_captures_skipped"], 0, "{stats:?}");
+    let with_stack = by_function["loop_line"].1 + by_function["other_line"].1;
+    assert!(with_stack >= 3, "{by_function:?}");
+    // Every loop allocation with a stack beyond the (at most three) walked ones had it from
+    // the memo (start-up allocations may have memo hits too).
+    assert!(
+        stats["preload.stack_memo_hits"] as usize >= with_stack - 3,
+        "{stats:?} {by_function:?}"
+    );
 }
 
 /// Frames already named are remembered by (code object address, instruction offset), checked

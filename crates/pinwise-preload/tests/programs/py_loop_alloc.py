@@ -1,4 +1,4 @@
-# Allocates a 100,000-byte bytearray 300 times on one line (in `loop_line`), then 300 times
+# Allocates a 100,000-byte bytearray 100 times on one line (in `loop_line`), then 100 times
 # on another line of another function (`other_line`), then once more in `loop_line`: a loop
 # that allocates on the same line again and again, as a training step does. Prints the
 # total length.
@@ -12,9 +12,9 @@ def other_line():
 
 def main():
     total = 0
-    for _ in range(300):
+    for _ in range(100):
         total += len(loop_line())
-    for _ in range(300):
+    for _ in range(100):
         total += len(other_line())
     total += len(loop_line())
     print(total)
