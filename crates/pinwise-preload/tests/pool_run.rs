@@ -254,3 +254,119 @@ fn a_service_killed_mid_run_leaves_the_program_correct_and_the_fallback_counted(
     );
     assert!(pool.unavailable_reason.is_some(), "{pool:?}");
 }
+
+/// `pinwise run --no-malloc-hooks <pool_arg> --stats-json S -- program` and the plain run,
+/// both with `env`; both must succeed. Returns (pinwise's output, plain output, the pool
+/// statistics of the program's process).
+fn run_both_with_env(
+    setup: &Setup,
+    program: &Path,
+    pool_arg: &str,
+    env: &[(&str, &str)],
+) -> (std::process::Output, std::process::Output, PoolUseStats) {
+    let mut plain = setup.libs.command(program);
+    clean_env(&mut plain);
+    plain
+        .envs(env.iter().copied())
+        .current_dir(setup.dir.path());
+    let plain = plain.output().unwrap();
+    assert_ok(&plain, "plain");
+    let summary = setup.path(&format!("env-{}-summary.json", env.len()));
+    let mut c = setup.libs.command(pinwise());
+    c.args([
+        "run",
+        "--no-malloc-hooks",
+        "--force",
+        pool_arg,
+        "--stats-json",
+    ])
+    .arg(&summary)
+    .arg("--")
+    .arg(program)
+    .current_dir(setup.dir.path());
+    clean_env(&mut c);
+    c.envs(env.iter().copied());
+    let out = c.output().unwrap();
+    assert_ok(&out, "pinwise run --pool");
+    let pool = pool_stats(&common::summary(&summary)["processes"][0]);
+    (out, plain, pool)
+}
+
+#[test]
+fn device_memory_without_an_ipc_handle_falls_back_to_pinning_here() {
+    if !enough_locked_memory("device_memory_without_an_ipc_handle_falls_back_to_pinning_here") {
+        return;
+    }
+    let setup = Setup::new();
+    let program = setup.build_driver("pool_workload.c", &[]);
+    let service = Service::start(&setup);
+    // The stand-in refuses cuIpcGetMemHandle, as CUDA does for VMM and cudaMallocAsync memory.
+    let (out, plain, pool) = run_both_with_env(
+        &setup,
+        &program,
+        &service.pool_arg(),
+        &[("PINWISE_STANDIN_NO_IPC", "1")],
+    );
+    assert_same_stdout(&out, &plain, "--pool, no IPC handles");
+    assert_eq!(pool.buffers, 2, "{pool:?}");
+    assert_eq!(pool.copies, 0, "{pool:?}");
+    // One refused handle per buffer: each is registered here at its first copy.
+    assert_eq!(pool.ipc_failures, 2, "{pool:?}");
+    assert_eq!(pool.buffers_registered_here, 2, "{pool:?}");
+    assert_eq!(pool.copies_here, ROUNDS * POOL_COPIES_PER_ROUND, "{pool:?}");
+    assert!(!pool.connection_lost, "{pool:?}");
+}
+
+#[test]
+fn a_pointer_query_registers_the_pool_buffer_here_and_is_answered_as_plain_cuda() {
+    if !enough_locked_memory(
+        "a_pointer_query_registers_the_pool_buffer_here_and_is_answered_as_plain_cuda",
+    ) {
+        return;
+    }
+    let setup = Setup::new();
+    let program = setup.build_driver("pool_workload.c", &[]);
+    let service = Service::start(&setup);
+    let (out, plain, pool) = run_both_with_env(
+        &setup,
+        &program,
+        &service.pool_arg(),
+        &[("POOL_QUERY", "1")],
+    );
+    assert!(
+        String::from_utf8_lossy(&plain.stdout).starts_with("flags "),
+        "the query's answer is part of what must match"
+    );
+    assert_same_stdout(&out, &plain, "--pool, pointer query");
+    assert_eq!(pool.buffers, 2, "{pool:?}");
+    assert_eq!(
+        pool.buffers_registered_here, 1,
+        "the queried buffer: {pool:?}"
+    );
+    // The first buffer's copies (sync and async up) went to the service, the queried
+    // buffer's (sync and async down) stayed here.
+    assert_eq!(pool.copies, ROUNDS * 2, "{pool:?}");
+    assert_eq!(pool.copies_here, ROUNDS * 2, "{pool:?}");
+}
+
+#[test]
+fn asynchronous_copies_on_pool_buffers_keep_their_stream_order() {
+    if !enough_locked_memory("asynchronous_copies_on_pool_buffers_keep_their_stream_order") {
+        return;
+    }
+    let setup = Setup::new();
+    let program = setup.build_driver("pool_workload.c", &[]);
+    let service = Service::start(&setup);
+    // The stand-in runs each queued asynchronous copy 3 ms late: the small buffer's upload
+    // (in-process) is still queued when the download into a pool buffer is issued, so the
+    // service's copy must wait for the stream, or it reads the device range too early.
+    let (out, plain, pool) = run_both_with_env(
+        &setup,
+        &program,
+        &service.pool_arg(),
+        &[("PINWISE_STANDIN_ASYNC_DELAY_US", "3000")],
+    );
+    assert_same_stdout(&out, &plain, "--pool, delayed asynchronous copies");
+    assert_eq!(pool.copies, ROUNDS * POOL_COPIES_PER_ROUND, "{pool:?}");
+    assert_eq!(pool.async_made_sync, ROUNDS * 2, "{pool:?}");
+}

@@ -4,6 +4,8 @@
  * asynchronous copies between them and device memory, at offsets; stdout carries only the
  * checksums, which a run under pinwise must reproduce byte for byte.
  *
+ * POOL_QUERY (set): a cuMemHostGetFlags about the second big buffer, its answer printed.
+ *
  * POOL_READY and POOL_GO (paths, optional): after round 2 the program creates POOL_READY
  * and waits (at most 30 s) until POOL_GO exists, so that a test can stop the pool service
  * in the middle of the run. */
@@ -64,6 +66,12 @@ int main(void) {
     CHECK(cuMemAllocHost_v2((void **)&a, BIG));
     CHECK(cuMemHostAlloc((void **)&b, BIG, 0));
     CHECK(cuMemAllocHost_v2((void **)&c, SMALL));
+    if (getenv("POOL_QUERY")) {
+        /* A pointer query about the second big buffer: plain CUDA knows it as pinned. */
+        unsigned int flags = 99;
+        CHECK(cuMemHostGetFlags(&flags, b + 4096));
+        printf("flags %u\n", flags);
+    }
     for (unsigned r = 0; r < ROUNDS; r++) {
         fill(a, BIG, r);
         fill(c, SMALL, r + 100);
