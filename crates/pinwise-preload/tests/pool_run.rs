@@ -142,7 +142,37 @@ fn pinned_buffers_come_from_the_pool_and_copies_are_byte_exact() {
     assert_eq!(from_history.copies, pool.copies);
     // The summary says it.
     let err = String::from_utf8_lossy(&run.out.stderr);
-    assert!(err.contains("pinned pool:"), "{err}");
+    assert!(err.contains("pinned pool: 2 requests served"), "{err}");
+    // So does `pinwise report`, in each format.
+    let report = |format: &str| {
+        let o = Command::new(pinwise())
+            .args(["report", "--format", format])
+            .arg(setup.path("pooled.bin"))
+            .output()
+            .unwrap();
+        assert_ok(&o, "pinwise report");
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let text = report("text");
+    assert!(
+        text.contains("PINNED POOL") && text.contains("2 pinned requests were served"),
+        "{text}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&report("json")).unwrap();
+    assert!(
+        json["pool"]["pinned_bytes_via_pool_peak"].as_u64().unwrap() >= 2 * BIG,
+        "{}",
+        json["pool"]
+    );
+    // 8 bytes of GPU page table per 4 KiB page pinned (the measured figure).
+    assert_eq!(
+        json["pool"]["gpu_pagetable_bytes_moved_estimate"]
+            .as_u64()
+            .unwrap(),
+        json["pool"]["pinned_bytes_via_pool_peak"].as_u64().unwrap() / 512
+    );
+    assert_eq!(json["pool"]["stats"]["copies"], pool.copies);
+    assert!(report("html").contains("Pinned pool: pinned memory served"));
     // The client's exit freed its buffers and closed its device openings in the service
     // (the one client left is the status query itself).
     let t0 = Instant::now();
