@@ -65,7 +65,7 @@ pub mod env {
 }
 
 /// The default of [`Config::pool_min_bytes`].
-pub const DEFAULT_POOL_MIN: u64 = 8 << 20;
+pub const DEFAULT_POOL_MIN: u64 = pinwise_core::decide::rules::NODE_POOL_MIN_BYTES;
 
 /// The default of [`Config::fingerprint_check`].
 pub const DEFAULT_FINGERPRINT_CHECK: f64 = 0.0625;

@@ -2,19 +2,14 @@
 //! pool (`pinwise pool serve`, crate pinwise-pool), and the copies on them done by the
 //! service, so that their pages are pinned and mapped on the GPU once, by the service.
 //!
-//! - **Which requests** ([`wants`], the one place that decides): pinned requests
-//!   (`cuMemHostAlloc`, `cuMemAllocHost`, their runtime forms) of at least
-//!   `PINWISE_POOL_MIN` bytes (8 MiB by default) whose flags ask for nothing but
-//!   `PORTABLE`. Smaller ones stay with the in-process allocator: each pool buffer costs a
-//!   round trip, a memfd and a mapping, the service holds at most 256 buffers per client,
-//!   every copy through the service costs about 18 us more than in-process (measured,
-//!   `bench/results/gpu-shared-pool.md`: 8 % of an 8 MiB copy at 25 GB/s, more below), and
-//!   the page tables of a small buffer are next to nothing (8 bytes per 4 KiB page).
-//!   `DEVICEMAP` (kernels read the host memory through a device pointer) and
-//!   `WRITECOMBINED` need the memory mapped in the program's own context. pinwise's
-//!   promotions (the program's pageable buffers registered in place) stay in-process:
-//!   they are the program's memory at the program's addresses, not a buffer pinwise could
-//!   hand out from elsewhere.
+//! - **Which requests** ([`wants`]; core's `decide::rules::from_node_pool` decides and says
+//!   why): pinned requests (`cuMemHostAlloc`, `cuMemAllocHost`, their runtime forms) of at
+//!   least `PINWISE_POOL_MIN` bytes (8 MiB by default) whose flags ask for nothing but
+//!   `PORTABLE`. Smaller ones stay with the in-process allocator (a copy through the service
+//!   costs about 18 us more, and small buffers' page tables are next to nothing). pinwise's
+//!   promotions (the program's pageable buffers registered in place) stay in-process: they
+//!   are the program's memory at the program's addresses, not a buffer pinwise could hand
+//!   out from elsewhere.
 //! - **The connection** is made at the first request that qualifies, waiting at most 1 s;
 //!   every later answer at most 20 s (a hung service is given up, not waited for).
 //! - **Copies** whose host side lies in a pool buffer (one-dimensional host-to-device and
@@ -43,11 +38,11 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
+use pinwise_core::decide::rules;
 use pinwise_core::pool_use::PoolUseStats;
 use pinwise_core::Direction;
 use pinwise_cuda::sys::{
-    pfn, CUdeviceptr, CUipcMemHandle, CUresult, CUDA_SUCCESS, CU_MEMHOSTALLOC_PORTABLE,
-    CU_STREAM_PER_THREAD,
+    pfn, CUdeviceptr, CUipcMemHandle, CUresult, CUDA_SUCCESS, CU_STREAM_PER_THREAD,
 };
 use pinwise_cuda::{DevicePtr, IpcMemHandle};
 use pinwise_pool::{DeviceCache, PoolBuffer, PoolClient, PoolError};
@@ -63,9 +58,9 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Whether a pinned request of `size` bytes with CUDA `flags` goes to the pool when the
-/// pool's threshold is `min_bytes` (see the module documentation for why).
+/// pool's threshold is `min_bytes`: core's rule ([`rules::from_node_pool`], which says why).
 pub fn wants(size: usize, flags: u32, min_bytes: u64) -> bool {
-    size as u64 >= min_bytes && flags & !CU_MEMHOSTALLOC_PORTABLE == 0
+    rules::from_node_pool(flags, size, min_bytes)
 }
 
 /// Where a pool buffer's copies go when the service does not do them.
@@ -627,22 +622,4 @@ fn describe_device(ptr: DevicePtr) -> pinwise_pool::Result<(DevicePtr, usize, Ip
         return Err(fail("cuIpcGetMemHandle", rc));
     }
     Ok((DevicePtr(base), len, IpcMemHandle(h.reserved)))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_large_requests_without_mapped_or_write_combined_flags_go_to_the_pool() {
-        let min = 8 << 20;
-        assert!(wants(8 << 20, 0, min));
-        assert!(wants(1 << 30, CU_MEMHOSTALLOC_PORTABLE, min));
-        assert!(!wants((8 << 20) - 1, 0, min));
-        // DEVICEMAP (2) and WRITECOMBINED (4) need the memory in the program's context.
-        assert!(!wants(1 << 30, 2, min));
-        assert!(!wants(1 << 30, 4, min));
-        assert!(!wants(1 << 30, CU_MEMHOSTALLOC_PORTABLE | 2, min));
-        assert!(wants(1, 0, 1));
-    }
 }
