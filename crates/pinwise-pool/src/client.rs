@@ -224,6 +224,14 @@ impl PoolClient {
         let _ = rustix::net::shutdown(&*sock, rustix::net::Shutdown::Both);
     }
 
+    /// Changes how long each later call waits for the service's answer (`None`: as long as
+    /// it takes). A call that times out leaves the connection out of step: drop it.
+    pub fn set_call_timeout(&self, timeout: Option<std::time::Duration>) -> Result<()> {
+        let sock = self.conn.sock.lock().unwrap_or_else(|e| e.into_inner());
+        wire::set_timeouts(sock.as_fd(), timeout)
+            .map_err(|e| PoolError::Connection(format!("setting timeouts: {e}")))
+    }
+
     /// The most bytes this client may hold in pinned buffers.
     pub fn client_budget(&self) -> u64 {
         self.client_budget

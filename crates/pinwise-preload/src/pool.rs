@@ -56,6 +56,8 @@ use crate::state::State;
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long any later answer may take (a copy of tens of GiB takes seconds).
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long the statistics written at exit wait for the service's accounting.
+pub const STATS_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Whether a pinned request of `size` bytes with CUDA `flags` goes to the pool when the
 /// pool's threshold is `min_bytes`: core's rule ([`rules::from_node_pool`], which says why).
@@ -401,6 +403,10 @@ impl PoolUse {
             Here::Pageable => return self.here(false),
             Here::No => {}
         }
+        if c.direction == Direction::HtoH {
+            // Host memory to host memory: nothing for the service or the GPU to do.
+            return self.here(false);
+        }
         let inside = c.host >= start && c.host + c.span <= start + len;
         let linear = c.bytes == c.span && c.device != 0;
         let dir_ok = matches!(c.direction, Direction::HtoD | Direction::DtoH);
@@ -427,7 +433,9 @@ impl PoolUse {
                 }
                 p.driver.synchronize(s)
             }
-            None => ctx_synchronize(),
+            // Waiting for the whole context would break a capture open on another stream.
+            None if !crate::capture::none_open() => return self.fall_back(st, start),
+            None => p.driver.relaxed(ctx_synchronize),
         };
         if synced != CUDA_SUCCESS {
             // The program's stream is in error: its own CUDA answers the copy.
@@ -492,7 +500,12 @@ impl PoolUse {
         if let Some(mut conn) = self.conn.try_lock() {
             if let Conn::Up { client, .. } = &mut *conn {
                 let _inside = Inside::enter();
-                match client.stats() {
+                // Written at exit too: a hung service must not hold the exit up for long.
+                let asked = client
+                    .set_call_timeout(Some(STATS_TIMEOUT))
+                    .and_then(|()| client.stats())
+                    .and_then(|s| client.set_call_timeout(Some(CALL_TIMEOUT)).map(|()| s));
+                match asked {
                     Ok(s) => self.note_service(&s),
                     Err(e) => self.lost(&mut conn, &e),
                 }
