@@ -324,6 +324,7 @@ mod tests {
         "queries_answered",
         "captured_copies",
         "failed_copies",
+        "pool",
         "streams_forgotten",
         "contexts_ended",
         "hook_ns_mean",
