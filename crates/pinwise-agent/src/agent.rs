@@ -59,6 +59,9 @@ pub struct AgentConfig {
     pub labels_every: Duration,
     /// Fingerprint host-to-device copies in BPF to count redundant uploads.
     pub fingerprint: bool,
+    /// The node's pinned pool (`pinwise pool serve`) whose accounting each snapshot asks
+    /// for (`pinwise_pool_*` metrics); `None`: none.
+    pub pool_socket: Option<PathBuf>,
     /// Push the metrics to an OpenTelemetry collector too.
     #[cfg(feature = "otlp")]
     pub otlp: Option<crate::otlp::OtlpConfig>,
@@ -81,6 +84,7 @@ impl Default for AgentConfig {
             pods_dir: None,
             labels_every: Duration::from_secs(10),
             fingerprint: false,
+            pool_socket: None,
             #[cfg(feature = "otlp")]
             otlp: None,
             histories: None,
@@ -244,10 +248,26 @@ pub struct SnapshotSource {
     node: String,
     max_series: usize,
     idle_after: Duration,
+    pool_socket: Option<PathBuf>,
 }
 
 #[derive(Debug)]
 struct AgentCollector(SnapshotSource);
+
+/// How long a snapshot waits for the pool's answer (connecting, then the answer).
+const POOL_CONNECT_TIMEOUT: Duration = Duration::from_millis(200);
+const POOL_ANSWER_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The pool's accounting at `socket`, `None` when no service answers there (in time).
+pub fn pool_stats(socket: &std::path::Path) -> Option<pinwise_pool::Stats> {
+    pinwise_pool::PoolClient::connect_with_timeouts(
+        socket,
+        POOL_CONNECT_TIMEOUT,
+        Some(POOL_ANSWER_TIMEOUT),
+    )
+    .and_then(|c| c.stats())
+    .ok()
+}
 
 impl SnapshotSource {
     /// Processes with series of their own (`--max-series-processes`).
@@ -274,6 +294,7 @@ impl SnapshotSource {
             use std::sync::atomic::Ordering::Relaxed;
             s.otlp_exports = Some((o.ok.load(Relaxed), o.failed.load(Relaxed)));
         }
+        s.pool = self.pool_socket.as_deref().map(pool_stats);
         let idle_since = monotonic_ns().saturating_sub(self.idle_after.as_nanos() as u64);
         let table = self.table.lock();
         s.totals = table.totals().clone();
@@ -469,6 +490,7 @@ impl Agent {
             node: config.node.clone(),
             max_series: config.max_series_processes,
             idle_after: config.idle_after,
+            pool_socket: config.pool_socket.clone(),
         };
         #[cfg(feature = "otlp")]
         let otlp = match (&config.otlp, otlp_counts) {

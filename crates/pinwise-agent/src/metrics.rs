@@ -27,6 +27,7 @@
 //! | `pinwise_agent_cpu_seconds_total` | counter | node |
 //! | `pinwise_otlp_exports_total` (`result` ok or failed; with `--otlp`) | counter | node |
 //! | `pinwise_agent_resident_memory_bytes` | gauge | node |
+//! | `pinwise_pool_up`, `pinwise_pool_clients`, `pinwise_pool_pinned_bytes`, `pinwise_pool_deduplicated_bytes`, `pinwise_pool_gpu_pagetable_saved_estimated_bytes` (with `--pool`: the node's pinned pool, asked at each snapshot) | gauge | node |
 //!
 //! A copy's host kind is decided by the pinned and registered ranges the agent saw the
 //! process make ([`crate::process`]); memory of a process that ran before the agent
@@ -180,6 +181,9 @@ pub struct Snapshot {
     pub agent_rss_bytes: u64,
     /// OTLP pushes `(accepted, failed)`, when pushing.
     pub otlp_exports: Option<(u64, u64)>,
+    /// The node's pinned pool (`--pool`): its accounting, `Some(None)` when it did not
+    /// answer; `None` when the agent does not ask.
+    pub pool: Option<Option<pinwise_pool::Stats>>,
 }
 
 impl Snapshot {
@@ -366,6 +370,11 @@ pub const FAMILIES: &[Desc] = &[
     desc("pinwise_series_aggregated_processes", "Processes summed into the pid=\"other\" series (the cardinality cap, --max-series-processes).", Gauge, false, "1"),
     desc("pinwise_tracer_uprobes", "Uprobes attached.", Gauge, false, "1"),
     desc("pinwise_agent_resident_memory_bytes", "Resident memory of the agent's process.", Gauge, false, "By"),
+    desc("pinwise_pool_up", "Whether the node's pinned pool (pinwise pool serve) answered (with --pool).", Gauge, false, "1"),
+    desc("pinwise_pool_clients", "Processes connected to the node's pinned pool.", Gauge, false, "1"),
+    desc("pinwise_pool_pinned_bytes", "Pinned host memory the node's pinned pool holds for its clients (pinned and mapped on the GPU once, by the service).", Gauge, false, "By"),
+    desc("pinwise_pool_deduplicated_bytes", "Bytes of the pool's named buffers held by more than one client beyond their first: what those clients would otherwise pin again.", Gauge, false, "By"),
+    desc("pinwise_pool_gpu_pagetable_saved_estimated_bytes", "GPU page-table memory the pool saves on the node (its deduplicated bytes at 8 bytes per 4 KiB page, measured: bench/results/gpu-pagetable.md).", Gauge, false, "By"),
 ];
 
 /// Names of the metrics as Prometheus exposes them (counters with their `_total`), for
@@ -402,6 +411,11 @@ pub const METRIC_NAMES: &[&str] = &[
     "pinwise_series_aggregated_processes",
     "pinwise_tracer_uprobes",
     "pinwise_agent_resident_memory_bytes",
+    "pinwise_pool_up",
+    "pinwise_pool_clients",
+    "pinwise_pool_pinned_bytes",
+    "pinwise_pool_deduplicated_bytes",
+    "pinwise_pool_gpu_pagetable_saved_estimated_bytes",
 ];
 
 /// One sample: labels and value.
@@ -561,6 +575,25 @@ pub fn families(s: &Snapshot) -> Vec<Family<'_>> {
                     push(with(nl.clone(), "result", "failed"), Value::Int(failed));
                 }
             }
+            "pinwise_pool_up" => {
+                if let Some(p) = &s.pool {
+                    push(nl.clone(), Value::Int(u64::from(p.is_some())));
+                }
+            }
+            "pinwise_pool_clients"
+            | "pinwise_pool_pinned_bytes"
+            | "pinwise_pool_deduplicated_bytes"
+            | "pinwise_pool_gpu_pagetable_saved_estimated_bytes" => {
+                if let Some(Some(p)) = &s.pool {
+                    let v = match d.name {
+                        "pinwise_pool_clients" => p.clients,
+                        "pinwise_pool_pinned_bytes" => p.bytes,
+                        "pinwise_pool_deduplicated_bytes" => p.deduplicated_bytes,
+                        _ => p.estimated_gpu_pagetable_bytes_saved(),
+                    };
+                    push(nl.clone(), Value::Int(v));
+                }
+            }
             "pinwise_processes" => {
                 push(
                     with(nl.clone(), "state", "live"),
@@ -687,6 +720,51 @@ mod tests {
         let names: Vec<&str> = families(&s).iter().map(|f| f.desc.name).collect();
         let want: Vec<&str> = FAMILIES.iter().map(|d| d.name).collect();
         assert_eq!(names, want);
+    }
+
+    #[test]
+    fn the_pool_gauges_follow_the_pool_answer() {
+        let value = |s: &Snapshot, name: &str| -> Vec<Value> {
+            families(s)
+                .into_iter()
+                .find(|f| f.desc.name == name)
+                .unwrap()
+                .samples
+                .into_iter()
+                .map(|x| x.value)
+                .collect()
+        };
+        // Not asked: no samples.
+        let s = Snapshot::default();
+        assert!(value(&s, "pinwise_pool_up").is_empty());
+        // Asked, no answer: up 0, nothing else.
+        let s = Snapshot {
+            pool: Some(None),
+            ..Snapshot::default()
+        };
+        assert_eq!(value(&s, "pinwise_pool_up"), [Value::Int(0)]);
+        assert!(value(&s, "pinwise_pool_pinned_bytes").is_empty());
+        // An answer: its figures, and the page-table estimate at 8 bytes per 4 KiB page.
+        let s = Snapshot {
+            pool: Some(Some(pinwise_pool::Stats {
+                clients: 3,
+                bytes: 24 << 30,
+                deduplicated_bytes: 16 << 30,
+                ..Default::default()
+            })),
+            ..Snapshot::default()
+        };
+        assert_eq!(value(&s, "pinwise_pool_up"), [Value::Int(1)]);
+        assert_eq!(value(&s, "pinwise_pool_clients"), [Value::Int(3)]);
+        assert_eq!(
+            value(&s, "pinwise_pool_pinned_bytes"),
+            [Value::Int(24 << 30)]
+        );
+        assert_eq!(
+            value(&s, "pinwise_pool_gpu_pagetable_saved_estimated_bytes"),
+            [Value::Int(32 << 20)]
+        );
+        assert!(render(&s).contains("pinwise_pool_clients{node=\"\"} 3"));
     }
 
     #[test]

@@ -68,8 +68,20 @@ fn serve_then_status_reports_the_accounting() {
         }
         std::thread::sleep(Duration::from_millis(50));
     };
+    // The agent's `--pool` asks the same service (and gets the same accounting).
+    let from_agent = pinwise_agent::agent::pool_stats(&sock);
     let _ = service.kill();
     let _ = service.wait();
+    let from_agent = from_agent.expect("the agent reaches the pool");
+    assert_eq!(
+        (from_agent.capacity, from_agent.client_budget),
+        (64 << 20, 16 << 20)
+    );
+    assert_eq!(
+        pinwise_agent::agent::pool_stats(&sock),
+        None,
+        "a pool that went away is None"
+    );
     assert!(
         out.status.success(),
         "{}",

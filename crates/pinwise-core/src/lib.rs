@@ -16,6 +16,7 @@
 //! | [`format`](mod@format) | JSON and binary dumps, `load_history` |
 //! | [`profile`] | `Profile`: what the allocator needs from a past run |
 //! | [`safe_file`] | creating output files and directories safely (0600/0700, no planted symlinks) |
+//! | [`pool_use`] | `PoolUseStats`: what `pinwise run --pool` got from the node's pinned pool |
 //! | [`preload_stats`] | `ProcessStats`: the preload library's per-process statistics file |
 //! | [`cost`] | `CostModel`: transfer and pinning times by size, from a calibration |
 //! | [`decide`] | the one place every pinning decision is made: [`decide::pricing`], [`decide::policy`] (`Policy`: pin or not, and why), [`decide::rules`] (serve pinned or pageable, keep pinned, promote), [`decide::plan`] (`PinPlan`: a profile planned within a budget) |
@@ -33,6 +34,7 @@ pub mod fingerprint;
 pub mod format;
 pub mod history;
 pub mod pagetable;
+pub mod pool_use;
 pub mod preload_stats;
 pub mod profile;
 pub mod safe_file;

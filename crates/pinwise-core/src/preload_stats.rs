@@ -100,6 +100,9 @@ pub struct ProcessStats {
     pub captured_copies: u64,
     /// Copies the driver refused (not recorded in the history: nothing moved).
     pub failed_copies: u64,
+    /// `pinwise run --pool`: what the node's pinned pool served, and the fallbacks.
+    #[serde(default)]
+    pub pool: crate::pool_use::PoolUseStats,
     /// Streams the program destroyed while an allocation pinwise tracks had asynchronous
     /// copies on them: pinwise waited for their work and forgot them first.
     pub streams_forgotten: u64,
@@ -321,6 +324,7 @@ mod tests {
         "queries_answered",
         "captured_copies",
         "failed_copies",
+        "pool",
         "streams_forgotten",
         "contexts_ended",
         "hook_ns_mean",

@@ -29,6 +29,17 @@ pub fn default_socket() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET))
 }
 
+fn unavailable(path: &Path, e: rustix::io::Errno) -> PoolError {
+    PoolError::Unavailable {
+        path: path.to_path_buf(),
+        reason: if wire::is_absent(e) {
+            format!("nothing listens there ({e})")
+        } else {
+            e.to_string()
+        },
+    }
+}
+
 /// Why the pool cannot serve a request. Every variant means: fall back to in-process pinning.
 #[derive(Debug, thiserror::Error)]
 pub enum PoolError {
@@ -125,8 +136,22 @@ pub struct DeviceCache {
 impl DeviceCache {
     /// The opened allocation that holds `ptr`, opening it (or reopening it) as needed.
     pub fn get(&mut self, pool: &PoolClient, ctx: &Context, ptr: DevicePtr) -> Result<&PoolDevice> {
-        let (base, len) = ctx.address_range(ptr)?;
-        let handle = ctx.ipc_handle(base)?;
+        self.get_with(pool, ptr, |ptr| {
+            let (base, len) = ctx.address_range(ptr)?;
+            Ok((base, len, ctx.ipc_handle(base)?))
+        })
+    }
+
+    /// [`DeviceCache::get`] for callers that ask CUDA themselves (the preload, through the
+    /// program's libcuda): `describe(ptr)` gives the allocation's start, length and IPC
+    /// handle (`cuMemGetAddressRange`, `cuIpcGetMemHandle`).
+    pub fn get_with(
+        &mut self,
+        pool: &PoolClient,
+        ptr: DevicePtr,
+        describe: impl FnOnce(DevicePtr) -> Result<(DevicePtr, usize, IpcMemHandle)>,
+    ) -> Result<&PoolDevice> {
+        let (base, len, handle) = describe(ptr)?;
         let fresh = self
             .devices
             .get(&base.0)
@@ -154,14 +179,30 @@ impl PoolClient {
 
     /// Connects to the pool at `path` and checks that it speaks this protocol.
     pub fn connect(path: &Path) -> Result<PoolClient> {
-        let sock = wire::connect(path).map_err(|e| PoolError::Unavailable {
-            path: path.to_path_buf(),
-            reason: if wire::is_absent(e) {
-                format!("nothing listens there ({e})")
-            } else {
-                e.to_string()
-            },
-        })?;
+        let sock = wire::connect(path).map_err(|e| unavailable(path, e))?;
+        PoolClient::hello(sock)
+    }
+
+    /// [`PoolClient::connect`], never waiting longer than `connect` for connecting and the
+    /// service's welcome, and then no longer than `call` for any answer (`None`: as long as
+    /// it takes). A call that timed out is a [`PoolError::Connection`], and the connection
+    /// is then out of step: drop it. For callers that must not hang (the preload).
+    pub fn connect_with_timeouts(
+        path: &Path,
+        connect: std::time::Duration,
+        call: Option<std::time::Duration>,
+    ) -> Result<PoolClient> {
+        let sock = wire::connect_with_timeout(path, connect).map_err(|e| unavailable(path, e))?;
+        let client = PoolClient::hello(sock)?;
+        {
+            let sock = client.conn.sock.lock().unwrap_or_else(|e| e.into_inner());
+            wire::set_timeouts(sock.as_fd(), call)
+                .map_err(|e| PoolError::Connection(format!("setting timeouts: {e}")))?;
+        }
+        Ok(client)
+    }
+
+    fn hello(sock: OwnedFd) -> Result<PoolClient> {
         let conn = Arc::new(Conn {
             sock: Mutex::new(sock),
         });
@@ -172,6 +213,23 @@ impl PoolClient {
             }),
             (other, _) => Err(PoolError::Protocol(format!("{other:?} to hello"))),
         }
+    }
+
+    /// Shuts the connection down both ways (for a caller that gave the pool up): every
+    /// later call on it, a buffer's free included, fails at once instead of waiting. The
+    /// service then frees what this client held; mapped buffers stay readable and
+    /// writable here.
+    pub fn shutdown(&self) {
+        let sock = self.conn.sock.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = rustix::net::shutdown(&*sock, rustix::net::Shutdown::Both);
+    }
+
+    /// Changes how long each later call waits for the service's answer (`None`: as long as
+    /// it takes). A call that times out leaves the connection out of step: drop it.
+    pub fn set_call_timeout(&self, timeout: Option<std::time::Duration>) -> Result<()> {
+        let sock = self.conn.sock.lock().unwrap_or_else(|e| e.into_inner());
+        wire::set_timeouts(sock.as_fd(), timeout)
+            .map_err(|e| PoolError::Connection(format!("setting timeouts: {e}")))
     }
 
     /// The most bytes this client may hold in pinned buffers.

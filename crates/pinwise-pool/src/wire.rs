@@ -41,6 +41,26 @@ pub fn connect(path: &Path) -> rustix::io::Result<OwnedFd> {
     Ok(fd)
 }
 
+/// Connects to the socket at `path`, sends and receives on it timing out after `timeout`
+/// (connecting to a full backlog included; change it with [`set_timeouts`]). A receive
+/// that times out is `EAGAIN`.
+pub fn connect_with_timeout(
+    path: &Path,
+    timeout: std::time::Duration,
+) -> rustix::io::Result<OwnedFd> {
+    let fd = socket()?;
+    net::sockopt::set_socket_timeout(&fd, net::sockopt::Timeout::Send, Some(timeout))?;
+    net::sockopt::set_socket_timeout(&fd, net::sockopt::Timeout::Recv, Some(timeout))?;
+    net::connect(&fd, &SocketAddrUnix::new(path)?)?;
+    Ok(fd)
+}
+
+/// Sets the send and receive timeouts of a connection (`None`: none).
+pub fn set_timeouts(fd: BorrowedFd<'_>, io: Option<std::time::Duration>) -> rustix::io::Result<()> {
+    net::sockopt::set_socket_timeout(fd, net::sockopt::Timeout::Send, io)?;
+    net::sockopt::set_socket_timeout(fd, net::sockopt::Timeout::Recv, io)
+}
+
 /// Binds and listens at `path` (which must not exist).
 pub fn listen(path: &Path) -> rustix::io::Result<OwnedFd> {
     let fd = socket()?;

@@ -56,7 +56,16 @@ pub mod env {
     /// is 1) also hashed in full, to measure the sampled fingerprint's error (`0.0625`
     /// default; 0 to 1).
     pub const FINGERPRINT_CHECK: &str = "PINWISE_FINGERPRINT_CHECK";
+    /// The socket of the node's pinned pool (`pinwise pool serve`) that serves the
+    /// program's pinned requests (`pinwise run --pool`); unset: no pool.
+    pub const POOL: &str = "PINWISE_POOL";
+    /// Pinned requests of at least this size go to the pool (default 8 MiB; the size
+    /// grammar of `PINWISE_BUDGET`). See `pool::wants`.
+    pub const POOL_MIN: &str = "PINWISE_POOL_MIN";
 }
+
+/// The default of [`Config::pool_min_bytes`].
+pub const DEFAULT_POOL_MIN: u64 = pinwise_core::decide::rules::NODE_POOL_MIN_BYTES;
 
 /// The default of [`Config::fingerprint_check`].
 pub const DEFAULT_FINGERPRINT_CHECK: f64 = 0.0625;
@@ -117,6 +126,10 @@ pub struct Config {
     pub fingerprint: FingerprintMode,
     /// In sampled mode, the fraction of copies also hashed in full.
     pub fingerprint_check: f64,
+    /// The pinned pool's socket (`pinwise run --pool`).
+    pub pool_socket: Option<PathBuf>,
+    /// The smallest pinned request served from the pool.
+    pub pool_min_bytes: u64,
     /// Values that could not be understood, each with what was done instead.
     pub problems: Vec<String>,
 }
@@ -239,7 +252,22 @@ impl Config {
                 }
             },
         };
+        let pool_min_bytes = match set(env::POOL_MIN) {
+            None => DEFAULT_POOL_MIN,
+            Some(v) => match pinwise_core::units::parse_size_or_ram_percent(&v) {
+                Ok(b) => b.max(1),
+                Err(e) => {
+                    problems.push(format!(
+                        "{}: {e}; serving pinned requests of at least 8 MiB from the pool",
+                        env::POOL_MIN
+                    ));
+                    DEFAULT_POOL_MIN
+                }
+            },
+        };
         Config {
+            pool_socket: path(env::POOL),
+            pool_min_bytes,
             disabled,
             mode,
             profile_path,

@@ -61,6 +61,8 @@
 //! | `PINWISE_STACKS` | `0`: recorded allocations carry their call site, no stack |
 //! | `PINWISE_FINGERPRINT` | `off` (default), `sampled` or `full`: fingerprint the bytes of host-device copies to find redundant transfers (see `fingerprint`) |
 //! | `PINWISE_FINGERPRINT_CHECK` | in sampled mode, the fraction of copies also hashed in full to measure the sampled fingerprint's error (`0.0625` default; copies above 4 MiB only with `1`) |
+//! | `PINWISE_POOL` | the socket of the node's pinned pool (`pinwise pool serve`): large pinned requests are served from it and their copies done by the service (see `pool`); unset: no pool |
+//! | `PINWISE_POOL_MIN` | pinned requests of at least this size go to the pool (`8M` default; the size grammar of `PINWISE_BUDGET`) |
 //! | `PINWISE_DISABLE` | `1`: forward everything, record nothing |
 //! | `PINWISE_LAUNCHER_PID` | set by `pinwise run`: its children write the main output paths |
 //!
@@ -165,6 +167,7 @@
 //! | `flush` | the outputs written before a fatal signal or `_exit` ends the process |
 //! | `persist` | the history appended to while the program runs (nothing older than the last flush lost on `SIGKILL`) |
 //! | `pinning` | the engine behind the hooks and the promotion of pageable buffers |
+//! | `pool` | `pinwise run --pool`: large pinned requests served from the node's pinned pool, their copies done by the service, every fallback counted |
 //! | `stack` | the application's call site under a statically linked cudart |
 //! | [`malloc`] | recording the program's malloc-family allocations at or above a threshold |
 //! | `unwind` | call stacks of the application, captured in allocation hooks |
@@ -193,6 +196,7 @@ pub mod linked_alloc;
 pub mod malloc;
 mod persist;
 mod pinning;
+mod pool;
 mod pricing;
 pub mod promote;
 pub mod real;

@@ -468,6 +468,10 @@ impl State {
             self.recorder
                 .with_history(|h| h.set_source_stat(pinwise_core::history::STANDIN_SOURCE_STAT, 1));
         }
+        if let Some(pool) = crate::pool::stats() {
+            self.recorder
+                .with_history(|h| h.set_source_stats(pool.source_stats()));
+        }
     }
 
     /// Writes the history, the profile (profile mode) and the statistics. `snapshot`: on
@@ -485,6 +489,9 @@ impl State {
         stats.top_process = self.top_process;
         stats.snapshot = snapshot;
         stats.mode = self.config.mode.as_str().to_string();
+        if let Some(pool) = crate::pool::stats() {
+            stats.pool = pool;
+        }
         stats.events = events;
         stats.events_lost = self.recorder.lost();
         stats.inline_drains = self.recorder.inline_drains();

@@ -189,6 +189,7 @@ pub fn build_report(
         pinned_for_nothing,
         redundant,
         budget,
+        pool: crate::pool::analyse(history),
         source: source_health(history),
         history_stats: stats,
         plots: PlotData {

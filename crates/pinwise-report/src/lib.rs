@@ -8,6 +8,7 @@
 //! | `pass` | the one pass over every allocation and its events, on several threads |
 //! | `health` | the sources' own statistics, and whether the run used the CPU stand-in |
 //! | [`redundant`] | redundant transfers: copies whose bytes the other side already had, advice, sampling error |
+//! | [`pool`] | the node's pinned pool (`pinwise run --pool`): pinned RAM it served, GPU page tables estimated, fallbacks |
 //! | [`budget`] | the saving-versus-pinned-budget curve and the budget for a share of the saving |
 //! | [`sites`] | naming call sites: [`SourceResolver`] (the caller symbolizes), labels |
 //! | [`text`] | the terminal rendering, fitted to a width (names cut in the middle, less important columns left out) |
@@ -36,6 +37,7 @@ pub mod model;
 mod pass;
 pub mod perfetto;
 pub mod plots;
+pub mod pool;
 pub mod progress;
 pub mod redundant;
 pub mod run;

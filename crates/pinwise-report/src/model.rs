@@ -49,6 +49,9 @@ pub struct Report {
     pub redundant: crate::redundant::RedundantTransfers,
     /// The pinned budget the smart allocator would need.
     pub budget: BudgetAnalysis,
+    /// The node's pinned pool, when the run used it (`pinwise run --pool`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pool: Option<crate::pool::PoolSection>,
     /// What the sources said about themselves: drops, lost events.
     pub source: SourceHealth,
     /// The history's own bookkeeping (its per-direction arrays keyed by direction).

@@ -252,8 +252,18 @@ fn render_now(report: &Report, options: TextOptions) -> String {
     sites(&mut out, report);
     pinned_for_nothing(&mut out, report);
     redundant(&mut out, report);
+    pool(&mut out, report);
     source(&mut out, report);
     out
+}
+
+fn pool(out: &mut String, r: &Report) {
+    let Some(p) = &r.pool else { return };
+    section(
+        out,
+        "PINNED POOL: pinned memory served by the node's pool (pinwise run --pool)",
+    );
+    let _ = writeln!(out, "{}", wrap(&p.note, 0));
 }
 
 fn header(out: &mut String, r: &Report) {

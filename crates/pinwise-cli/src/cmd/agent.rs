@@ -83,6 +83,12 @@ pub struct AgentArgs {
     /// range, or fetched again unchanged.
     #[arg(long)]
     pub fingerprint: bool,
+    /// Export the node's pinned pool's accounting (`pinwise pool serve` at SOCKET [default:
+    /// $PINWISE_POOL_SOCKET, else /run/pinwise/pool.sock]): pinned bytes, clients, and the GPU
+    /// page-table memory it saves (`pinwise_pool_*`), asked at each scrape (waiting at most
+    /// 1.2 s for it).
+    #[arg(long, value_name = "SOCKET", num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    pub pool: Option<PathBuf>,
     /// Also push the metrics to an OpenTelemetry collector over OTLP/HTTP (protobuf), e.g.
     /// http://127.0.0.1:4318 (`/v1/metrics` is appended when the URL has no path).
     #[cfg(feature = "otlp")]
@@ -130,6 +136,13 @@ pub fn run(args: AgentArgs) -> Result<ExitCode> {
         pods_dir: Some(args.pods_dir),
         labels_every: args.labels_every,
         fingerprint: args.fingerprint,
+        pool_socket: args.pool.map(|p| {
+            if p.as_os_str().is_empty() {
+                pinwise_pool::default_socket()
+            } else {
+                p
+            }
+        }),
         #[cfg(feature = "otlp")]
         otlp: args.otlp.map(|endpoint| pinwise_agent::otlp::OtlpConfig {
             endpoint,

@@ -96,6 +96,19 @@ pub struct RunArgs {
     #[arg(long)]
     pub no_promote: bool,
 
+    /// Serve the program's large pinned requests from the node's pinned pool (`pinwise
+    /// pool serve`) listening at SOCKET [default: $PINWISE_POOL_SOCKET, else
+    /// /run/pinwise/pool.sock]: their pages are pinned and mapped on the GPU once, by the
+    /// service, which does their host<->device copies (an asynchronous copy on such a
+    /// buffer becomes synchronous). Without a service, or when it refuses or goes away,
+    /// the program is served in-process as without --pool (counted in the summary).
+    #[arg(long, value_name = "SOCKET", num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    pub pool: Option<PathBuf>,
+
+    /// With --pool: the smallest pinned request served from the pool (`8M`, `64M`).
+    #[arg(long, value_name = "SIZE", default_value = "8M", value_parser = parse_pool_min)]
+    pub pool_min: String,
+
     /// Record malloc-family allocations of at least this size (`64K`, `1M`, `4096`) as
     /// pageable allocations with their call site and stack.
     #[arg(long, value_name = "SIZE", default_value = "64K")]
@@ -162,6 +175,22 @@ pub struct RunArgs {
         value_name = "CMD"
     )]
     pub command: Vec<OsString>,
+}
+
+/// A size (`8M`, `1G`, `4096`).
+fn parse_pool_min(v: &str) -> Result<String, String> {
+    pinwise_core::units::parse_size(v)
+        .map(|_| v.to_string())
+        .map_err(|e| e.to_string())
+}
+
+/// The socket `--pool` names: its value, else the pool's default.
+fn pool_socket(arg: &std::path::Path) -> PathBuf {
+    if arg.as_os_str().is_empty() {
+        pinwise_pool::default_socket()
+    } else {
+        arg.to_path_buf()
+    }
 }
 
 /// A fraction between 0 and 1.
@@ -298,6 +327,16 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         (
             "PINWISE_FLUSH_EVERY",
             history.as_ref().map(|_| OsString::from(&args.flush_every)),
+        ),
+        (
+            "PINWISE_POOL",
+            args.pool
+                .as_deref()
+                .map(|p| pool_socket(p).into_os_string()),
+        ),
+        (
+            "PINWISE_POOL_MIN",
+            args.pool.as_ref().map(|_| OsString::from(&args.pool_min)),
         ),
     ] {
         match value {

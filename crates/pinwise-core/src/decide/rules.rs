@@ -11,6 +11,7 @@
 //! | does pinning a new allocation pay now? | [`pays_now`] | engine (via [`serve`]) |
 //! | is an allocation hot (worth holding pinned)? | [`worth_pinning`] | engine (outcomes), plan |
 //! | promote a pageable buffer now | [`promote`] / [`pays_to_promote`] | engine (its mappings), preload (the program's buffers) |
+//! | serve a program's pinned request from the node's pinned pool (`pinwise run --pool`)? | [`from_node_pool`] | preload (`cuMemHostAlloc` hooks) |
 
 use crate::cost::PinMethod;
 use crate::decide::policy::{Decision, Policy, PredictedTransfers};
@@ -29,6 +30,27 @@ pub struct Ask {
     /// The program asked for pinned memory (a `cuMemHostAlloc` without special flags):
     /// pinned unless the evidence says otherwise.
     pub prefer_pinned: bool,
+}
+
+/// The default smallest request served from the node's pinned pool (see [`from_node_pool`]).
+pub const NODE_POOL_MIN_BYTES: u64 = 8 << 20;
+
+/// Whether a program's pinned request (CUDA `flags`, `size` bytes) goes to the node's
+/// pinned pool (`pinwise run --pool`, requests of at least `min_bytes`; default
+/// [`NODE_POOL_MIN_BYTES`]): large requests that ask for nothing but `PORTABLE` (1).
+///
+/// Why large only: each pool buffer costs a round trip to the service, a memfd and a
+/// mapping, the service holds at most 256 buffers per client, and every copy on a pool
+/// buffer goes through the service, about 18 us more than in-process (measured on an H100,
+/// `bench/results/gpu-shared-pool.md`: 12 % of an 8 MiB copy at the 55 GB/s measured there,
+/// a multiple of a small one), while a small buffer's GPU page tables are next to nothing (8 bytes per 4 KiB page);
+/// small requests stay with the in-process allocator, whose pooled blocks cost nothing.
+/// Why not `DEVICEMAP` (2) or `WRITECOMBINED` (4): kernels read mapped memory through a
+/// device pointer of the program's own context, and write-combining is a property of the
+/// program's mapping; the pool's buffers are mapped on the GPU in the service's context.
+pub fn from_node_pool(cuda_flags: u32, size: usize, min_bytes: u64) -> bool {
+    const PORTABLE: u32 = 1;
+    size as u64 >= min_bytes && cuda_flags & !PORTABLE == 0
 }
 
 /// How a program's pinned request (CUDA `flags`, `size` bytes) is asked of the engine:
@@ -308,6 +330,18 @@ pub fn smallest_saving_copy(policy: &Policy, direction: Direction) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_large_requests_without_mapped_or_write_combined_flags_go_to_the_node_pool() {
+        let min = NODE_POOL_MIN_BYTES;
+        assert!(from_node_pool(0, 8 << 20, min));
+        assert!(from_node_pool(1, 1 << 30, min));
+        assert!(!from_node_pool(0, (8 << 20) - 1, min));
+        assert!(!from_node_pool(2, 1 << 30, min));
+        assert!(!from_node_pool(4, 1 << 30, min));
+        assert!(!from_node_pool(1 | 2, 1 << 30, min));
+        assert!(from_node_pool(0, 1, 1));
+    }
     use crate::CostModel;
 
     fn policy() -> Policy {

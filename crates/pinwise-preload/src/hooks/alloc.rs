@@ -42,6 +42,28 @@ pub unsafe fn host_alloc(
     // unmapped by the release a moment later. This narrows the race, it does not close it:
     // a request that passed this check just before the release began is served by the
     // pool, as a request already inside cuMemHostAlloc would be by CUDA.
+    if !super::context::contexts_ending() {
+        if let Some(ptr) = guarded(|| crate::pool::alloc(st, size, flags)).flatten() {
+            // SAFETY: `pp` is non-null and writable (checked above; CUDA's contract).
+            unsafe { *pp = ptr as *mut c_void };
+            HookStats::bump(&st.stats.served_pinned);
+            let stack = st.recorder.stack_from(site_addr);
+            let stamp = st.recorder.stamp();
+            st.recorder.record_with_stack(
+                stamp,
+                EventKind::Alloc {
+                    start: ptr as u64,
+                    size: size as u64,
+                    kind: HostMemKind::PinnedAlloc,
+                    flags: flags | pinwise_core::pool_use::ALLOC_FLAG_POOL,
+                },
+                None,
+                site_addr,
+                stack,
+            );
+            return CUDA_SUCCESS;
+        }
+    }
     let served = if super::context::contexts_ending() {
         None
     } else {
@@ -129,6 +151,16 @@ pub fn host_free(caller: usize, p: *mut c_void, forward: impl FnOnce() -> CUresu
     }
     let site_addr = allocation_site(st, caller);
     HookStats::bump(&st.stats.host_frees);
+    if crate::pool::touches(p as usize, 1) {
+        // Stamped before the buffer goes back, as below.
+        let stamp = st.recorder.stamp();
+        if guarded(|| crate::pool::free(st, p as usize)) == Some(true) {
+            st.recorder
+                .record(stamp, EventKind::Free { start: p as u64 }, None, site_addr);
+            return CUDA_SUCCESS;
+        }
+        st.recorder.cancel(stamp);
+    }
     if let Some(pinning) = st.pinning() {
         if pinning.owns(p as usize) {
             let stamp = st.recorder.stamp();

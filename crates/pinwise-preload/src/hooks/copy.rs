@@ -48,15 +48,23 @@ pub fn copy(
         0
     };
     let mut described_at = 0;
+    let mut pooled = None;
     let noted = guarded(|| {
-        describe(st).map(|c| {
+        describe(st).and_then(|c| {
+            if crate::pool::touches(c.host, c.span) {
+                pooled = Some(c);
+                return None;
+            }
             if timing == Timing::Stages {
                 described_at = monotonic_ns();
             }
-            (c, note(st, &c, true))
+            Some((c, note(st, &c, true)))
         })
     })
     .flatten();
+    if let Some(c) = pooled {
+        return pooled_copy(st, &c, site_addr, forward);
+    }
     let before = if t0 != 0 {
         let t = monotonic_ns();
         if described_at != 0 {
@@ -111,6 +119,47 @@ pub fn copy(
             }
         }
     }
+    rc
+}
+
+/// A copy on a pool buffer (`pinwise run --pool`): done by the service, or forwarded to
+/// this process's CUDA after a fallback ([`crate::pool::route`]); recorded either way when
+/// it succeeded. Nothing is learned or promoted from it (the buffer is pinned already).
+fn pooled_copy(
+    st: &State,
+    c: &HostCopy,
+    site_addr: usize,
+    forward: impl FnOnce() -> CUresult,
+) -> CUresult {
+    let route =
+        guarded(|| crate::pool::route(st, c)).unwrap_or(crate::pool::Route::Here { pinned: false });
+    let (rc, pinned) = match route {
+        crate::pool::Route::Done => (CUDA_SUCCESS, true),
+        crate::pool::Route::Here { pinned } => (forward(), pinned),
+        // Freed meanwhile by another thread: the program's copy, as it stands.
+        crate::pool::Route::NotPool => (forward(), false),
+    };
+    if rc != CUDA_SUCCESS {
+        HookStats::bump(&st.stats.failed_copies);
+        return rc;
+    }
+    let noted = Noted {
+        host_state: if pinned {
+            HostState::Pinned
+        } else {
+            HostState::Pageable
+        },
+        stream: c.stream.map(|s| {
+            StreamHandle(if c.per_thread && s == 0 {
+                CU_STREAM_PER_THREAD as u64
+            } else {
+                s as u64
+            })
+        }),
+        finish_on: None,
+        on_program_registration: false,
+    };
+    guarded(|| record_transfer(st, c, &noted, site_addr));
     rc
 }
 

@@ -17,6 +17,8 @@ use crate::stats::HookStats;
 
 /// Before a query about `ptr`: a served pageable allocation is registered first.
 fn before_query(st: &State, ptr: usize) {
+    // A pool buffer is registered here first (`pinwise run --pool`).
+    guarded(|| crate::pool::before_query(st, ptr));
     if let Some(p) = st.pinning() {
         guarded(|| p.before_query(ptr, &st.stats, &st.recorder));
     }
@@ -43,7 +45,12 @@ pub unsafe fn host_get_flags(
         return forward();
     };
     before_query(st, p as usize);
-    let Some((_, _, flags)) = st.pinning().and_then(|pn| pn.served_containing(p as usize)) else {
+    let Some(flags) = st
+        .pinning()
+        .and_then(|pn| pn.served_containing(p as usize))
+        .map(|(_, _, flags)| flags)
+        .or_else(|| crate::pool::flags_of(p as usize))
+    else {
         return forward();
     };
     HookStats::bump(&st.stats.queries_answered);
@@ -67,7 +74,12 @@ unsafe fn correct_range(st: &State, attribute: c_int, data: *mut c_void, ptr: us
     {
         return;
     }
-    let Some((start, size, _)) = st.pinning().and_then(|p| p.served_containing(ptr)) else {
+    let Some((start, size)) = st
+        .pinning()
+        .and_then(|p| p.served_containing(ptr))
+        .map(|(start, size, _)| (start, size))
+        .or_else(|| crate::pool::range_of(ptr))
+    else {
         return;
     };
     HookStats::bump(&st.stats.queries_answered);
@@ -136,6 +148,7 @@ pub unsafe fn pointer_get_attributes(
 pub fn registered_by_pinwise_only(p: *mut c_void) -> bool {
     state::enabled()
         && (PROMOTED_RANGES.covering(p as usize, 1).is_some()
+            || crate::pool::flags_of(p as usize).is_some()
             || state::current()
                 .and_then(|st| st.pinning())
                 .is_some_and(|pn| pn.served_containing(p as usize).is_some()))
@@ -151,7 +164,10 @@ pub fn runtime_before_query(ptr: *const c_void) {
 /// `cudaHostGetFlags` for an allocation pinwise served: the flags the program asked for.
 pub fn served_flags(ptr: *const c_void) -> Option<c_uint> {
     let st = active()?;
-    let (_, _, flags) = st.pinning()?.served_containing(ptr as usize)?;
+    let flags = match st.pinning()?.served_containing(ptr as usize) {
+        Some((_, _, flags)) => flags,
+        None => crate::pool::flags_of(ptr as usize)?,
+    };
     HookStats::bump(&st.stats.queries_answered);
     Some(flags)
 }

@@ -123,6 +123,11 @@ pub fn render(report: &Report) -> Result<String, ReportError> {
                 (redundant(r))
                 (figure(&redundant_plot, &redundant_caption))
 
+                @if let Some(p) = &r.pool {
+                    h2 { "Pinned pool: pinned memory served by the node's pool (pinwise run --pool)" }
+                    (pool(p))
+                }
+
                 h2 { "Source: what the tracer and the history say about themselves" }
                 (source(r))
 
@@ -491,6 +496,23 @@ fn redundant(r: &Report) -> Markup {
                 rows,
             ))
         }
+    }
+}
+
+fn pool(p: &crate::pool::PoolSection) -> Markup {
+    let s = &p.stats;
+    let rows = html! {
+        tr { td.l { "pinned RAM served via the pool (peak)" } (num(format_size(p.pinned_bytes_via_pool_peak), p.pinned_bytes_via_pool_peak as f64)) }
+        tr { td.l { "requests served from the pool" } (num(count(s.buffers), s.buffers as f64)) }
+        tr { td.l { "GPU page tables kept by the service instead (est.)" } (num(format_size(p.gpu_pagetable_bytes_moved_estimate), p.gpu_pagetable_bytes_moved_estimate as f64)) }
+        tr { td.l { "GPU page tables saved on the node by shared buffers (est.)" } (num(format_size(p.gpu_pagetable_bytes_saved_estimate), p.gpu_pagetable_bytes_saved_estimate as f64)) }
+        tr { td.l { "copies done by the service" } (num(count(s.copies), s.copies as f64)) }
+        tr { td.l { "requests pinned in-process instead (fallback)" } (num(count(s.alloc_fallbacks), s.alloc_fallbacks as f64)) }
+        tr { td.l { "pool buffers registered in the program (fallback)" } (num(count(s.buffers_registered_here), s.buffers_registered_here as f64)) }
+    };
+    html! {
+        p { (p.note) }
+        (table(&[("", true), ("", false)], rows))
     }
 }
 

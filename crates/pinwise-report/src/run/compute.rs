@@ -109,5 +109,13 @@ pub fn summary_json(
 
 /// The `totals` of the JSON summary.
 pub fn totals_json(ps: &[ProcessStats]) -> serde_json::Value {
-    serde_json::to_value(RunTotals::of(ps)).unwrap_or_default()
+    let mut t = serde_json::to_value(RunTotals::of(ps)).unwrap_or_default();
+    if let Some(pool) = pinwise_core::pool_use::PoolUseStats::total(ps.iter().map(|p| &p.pool)) {
+        t["pool"] = serde_json::json!({
+            "stats": pool,
+            "gpu_pagetable_bytes_moved_estimate": pool.pagetable_bytes_moved(),
+            "gpu_pagetable_bytes_saved_estimate": pool.pagetable_bytes_saved(),
+        });
+    }
+    t
 }

@@ -58,6 +58,9 @@ pub fn summary_lines(ps: &[ProcessStats]) -> Vec<String> {
         t.transfers_pageable,
         t.transfers_unknown,
     ));
+    if let Some(pool) = pinwise_core::pool_use::PoolUseStats::total(ps.iter().map(|p| &p.pool)) {
+        lines.push(pool.summary_line());
+    }
     if t.captured_copies > 0 {
         lines.push(format!(
             "{} asynchronous copies were captured into CUDA graphs (recorded; nothing pinned, \

@@ -1,0 +1,280 @@
+//! What `pinwise run --pool` did in one process: the program's pinned requests served from
+//! the node's pinned pool (`pinwise pool serve`, crate pinwise-pool), the copies the service
+//! did for them, and every fallback to in-process pinning.
+//!
+//! The preload writes [`PoolUseStats`] into its statistics file and the same figures as
+//! source statistics into the history ([`PoolUseStats::source_stats`]), where `pinwise
+//! report` finds them ([`PoolUseStats::from_source_stats`]). Each allocation served from the
+//! pool carries [`ALLOC_FLAG_POOL`] in its recorded flags.
+//!
+//! GPU page tables: the pool's buffers are pinned (and mapped on the GPU) by the service,
+//! once, not by the program's process, so this process's GPU page-table entries for them
+//! ([`crate::pagetable`]: 8 bytes per 4 KiB page) are not made here
+//! ([`PoolUseStats::pagetable_bytes_moved`]). They are *saved* on the node only where
+//! several processes hold the same buffer (the service's `deduplicated_bytes`); a private
+//! buffer moves its entries to the service, it does not remove them.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Set in an `Alloc` event's flags (beside CUDA's `CU_MEMHOSTALLOC_*` bits, which use the
+/// low bits) when the allocation was served from the node's pinned pool. Never passed to
+/// CUDA.
+pub const ALLOC_FLAG_POOL: u32 = 1 << 30;
+
+/// The prefix of the pool's source statistics in a history.
+pub const SOURCE_PREFIX: &str = "pool.";
+
+/// What one process got from the pool (all zero without `--pool`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PoolUseStats {
+    /// Whether `--pool` was given (a socket configured).
+    pub configured: bool,
+    /// Whether the process connected to the service.
+    pub connected: bool,
+    /// Why it did not, or why the connection was given up (first reason).
+    pub unavailable_reason: Option<String>,
+    /// Pinned requests served from pool buffers.
+    pub buffers: u64,
+    /// Their bytes (as the pool rounded them).
+    pub bytes: u64,
+    /// The most bytes held in pool buffers at once.
+    pub bytes_peak: u64,
+    /// Pinned requests the pool would have taken but that were served in-process: the
+    /// service absent, refusing (budget, capacity) or gone.
+    pub alloc_fallbacks: u64,
+    /// Copies the service did (host<->device through CUDA IPC).
+    pub copies: u64,
+    /// Their bytes.
+    pub copy_bytes: u64,
+    /// Of those, asynchronous copies made synchronous (the stream was synchronized first
+    /// and the copy was done when the call returned).
+    pub async_made_sync: u64,
+    /// Pool buffers pinwise registered in this process instead (fallback: a copy the
+    /// service could not do, a pointer query, a stream being captured, a lost service).
+    pub buffers_registered_here: u64,
+    /// Pool buffers whose registration here failed too: their copies ran as pageable
+    /// copies (correct, slower).
+    pub buffers_left_pageable: u64,
+    /// Copies on pool buffers done by this process's CUDA (after a fallback).
+    pub copies_here: u64,
+    /// Device allocations whose CUDA IPC handle could not be had (`cuIpcGetMemHandle`
+    /// fails for VMM and stream-ordered memory).
+    pub ipc_failures: u64,
+    /// Requests the service refused (budget, capacity, a CUDA failure in the service).
+    pub refusals: u64,
+    /// Whether the connection broke while the program ran (the service exited or hung).
+    pub connection_lost: bool,
+    /// The most clients the service said it had (asked at connection and when the
+    /// statistics were written).
+    pub service_clients_max: u64,
+    /// The service's deduplicated bytes (named buffers held by more than one client), when
+    /// last asked.
+    pub service_deduplicated_bytes: u64,
+}
+
+/// Names of the source statistics, each `pool.<name>`.
+const NAMES: [&str; 12] = [
+    "buffers",
+    "bytes",
+    "bytes_peak",
+    "alloc_fallbacks",
+    "copies",
+    "copy_bytes",
+    "async_made_sync",
+    "buffers_registered_here",
+    "copies_here",
+    "ipc_failures",
+    "service_clients_max",
+    "service_deduplicated_bytes",
+];
+
+impl PoolUseStats {
+    /// The counters as `(name, value)` source statistics for a history.
+    pub fn source_stats(&self) -> Vec<(String, u64)> {
+        let v = [
+            self.buffers,
+            self.bytes,
+            self.bytes_peak,
+            self.alloc_fallbacks,
+            self.copies,
+            self.copy_bytes,
+            self.async_made_sync,
+            self.buffers_registered_here,
+            self.copies_here,
+            self.ipc_failures,
+            self.service_clients_max,
+            self.service_deduplicated_bytes,
+        ];
+        NAMES
+            .iter()
+            .zip(v)
+            .map(|(n, v)| (format!("{SOURCE_PREFIX}{n}"), v))
+            .collect()
+    }
+
+    /// The counters a history's source statistics hold (`None`: no pool in that run).
+    /// Histories merged from several processes add up (peaks too: an upper bound).
+    pub fn from_source_stats(stats: &BTreeMap<String, u64>) -> Option<PoolUseStats> {
+        let get = |n: &str| stats.get(&format!("{SOURCE_PREFIX}{n}")).copied();
+        get("buffers")?;
+        let g = |n: &str| get(n).unwrap_or(0);
+        Some(PoolUseStats {
+            configured: true,
+            connected: g("buffers") > 0 || g("service_clients_max") > 0,
+            buffers: g("buffers"),
+            bytes: g("bytes"),
+            bytes_peak: g("bytes_peak"),
+            alloc_fallbacks: g("alloc_fallbacks"),
+            copies: g("copies"),
+            copy_bytes: g("copy_bytes"),
+            async_made_sync: g("async_made_sync"),
+            buffers_registered_here: g("buffers_registered_here"),
+            copies_here: g("copies_here"),
+            ipc_failures: g("ipc_failures"),
+            service_clients_max: g("service_clients_max"),
+            service_deduplicated_bytes: g("service_deduplicated_bytes"),
+            ..PoolUseStats::default()
+        })
+    }
+
+    /// Several processes' figures added up (`None`: none used `--pool`). Peaks are added
+    /// (an upper bound of the run's peak); the service's figures are the largest seen.
+    pub fn total<'a>(all: impl IntoIterator<Item = &'a PoolUseStats>) -> Option<PoolUseStats> {
+        let mut t: Option<PoolUseStats> = None;
+        for p in all.into_iter().filter(|p| p.configured) {
+            let t = t.get_or_insert_with(|| PoolUseStats {
+                configured: true,
+                ..PoolUseStats::default()
+            });
+            t.connected |= p.connected;
+            t.connection_lost |= p.connection_lost;
+            if t.unavailable_reason.is_none() {
+                t.unavailable_reason.clone_from(&p.unavailable_reason);
+            }
+            t.buffers += p.buffers;
+            t.bytes += p.bytes;
+            t.bytes_peak += p.bytes_peak;
+            t.alloc_fallbacks += p.alloc_fallbacks;
+            t.copies += p.copies;
+            t.copy_bytes += p.copy_bytes;
+            t.async_made_sync += p.async_made_sync;
+            t.buffers_registered_here += p.buffers_registered_here;
+            t.buffers_left_pageable += p.buffers_left_pageable;
+            t.copies_here += p.copies_here;
+            t.ipc_failures += p.ipc_failures;
+            t.refusals += p.refusals;
+            t.service_clients_max = t.service_clients_max.max(p.service_clients_max);
+            t.service_deduplicated_bytes = t
+                .service_deduplicated_bytes
+                .max(p.service_deduplicated_bytes);
+        }
+        t
+    }
+
+    /// One line for people: what the pool served, its page-table estimate, the fallbacks.
+    pub fn summary_line(&self) -> String {
+        use crate::units::format_size;
+        let mut s = format!(
+            "pinned pool: {} requests served from the node's pool ({}, peak {}; GPU page              tables for them est. {} kept once by the service instead of here, {} saved              node-wide by shared buffers; service clients up to {}); {} copies done by the              service ({}; {} asynchronous ones made synchronous); fallbacks: {} requests              pinned in-process, {} pool buffers registered here ({} copies), {} left pageable,              {} device allocations without an IPC handle, {} refusals",
+            self.buffers,
+            format_size(self.bytes),
+            format_size(self.bytes_peak),
+            format_size(self.pagetable_bytes_moved()),
+            format_size(self.pagetable_bytes_saved()),
+            self.service_clients_max,
+            self.copies,
+            format_size(self.copy_bytes),
+            self.async_made_sync,
+            self.alloc_fallbacks,
+            self.buffers_registered_here,
+            self.copies_here,
+            self.buffers_left_pageable,
+            self.ipc_failures,
+            self.refusals,
+        );
+        if let Some(r) = &self.unavailable_reason {
+            s.push_str(&format!(
+                "; {} ({r})",
+                if self.connection_lost {
+                    "the pool was given up during the run"
+                } else {
+                    "the pool was not used"
+                }
+            ));
+        }
+        s
+    }
+
+    /// Fallbacks of every kind (requests and buffers served in-process instead).
+    pub fn fallbacks(&self) -> u64 {
+        self.alloc_fallbacks + self.buffers_registered_here + self.buffers_left_pageable
+    }
+
+    /// Estimated GPU page-table memory this process did not make for its pool buffers at
+    /// their peak (kept once by the service instead: moved, not saved; see the module
+    /// documentation).
+    pub fn pagetable_bytes_moved(&self) -> u64 {
+        crate::pagetable::estimated_gpu_bytes(self.bytes_peak, 1)
+    }
+
+    /// Estimated GPU page-table memory saved on the node: the service's deduplicated bytes
+    /// at the measured figure.
+    pub fn pagetable_bytes_saved(&self) -> u64 {
+        crate::pagetable::estimated_gpu_bytes(self.service_deduplicated_bytes, 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn source_stats_round_trip_and_absence_is_none() {
+        let s = PoolUseStats {
+            configured: true,
+            connected: true,
+            buffers: 3,
+            bytes: 24 << 20,
+            bytes_peak: 16 << 20,
+            alloc_fallbacks: 1,
+            copies: 9,
+            copy_bytes: 72 << 20,
+            async_made_sync: 2,
+            buffers_registered_here: 1,
+            copies_here: 4,
+            ipc_failures: 1,
+            service_clients_max: 2,
+            service_deduplicated_bytes: 0,
+            ..PoolUseStats::default()
+        };
+        let map: BTreeMap<String, u64> = s.source_stats().into_iter().collect();
+        assert_eq!(map["pool.bytes_peak"], 16 << 20);
+        assert_eq!(PoolUseStats::from_source_stats(&map), Some(s));
+        assert_eq!(PoolUseStats::from_source_stats(&BTreeMap::new()), None);
+    }
+
+    #[test]
+    fn page_tables_are_moved_for_private_buffers_and_saved_only_when_shared() {
+        let s = PoolUseStats {
+            bytes_peak: 1 << 30,
+            service_deduplicated_bytes: 0,
+            ..PoolUseStats::default()
+        };
+        assert_eq!(s.pagetable_bytes_moved(), 2 << 20);
+        assert_eq!(s.pagetable_bytes_saved(), 0);
+        let shared = PoolUseStats {
+            service_deduplicated_bytes: 3 << 30,
+            ..s
+        };
+        assert_eq!(shared.pagetable_bytes_saved(), 6 << 20);
+    }
+
+    #[test]
+    fn the_pool_flag_is_clear_of_cuda_flags() {
+        // CU_MEMHOSTALLOC_PORTABLE | DEVICEMAP | WRITECOMBINED.
+        assert_eq!(ALLOC_FLAG_POOL & 0x7, 0);
+    }
+}

@@ -1,0 +1,402 @@
+//! `pinwise run --pool` on the CPU stand-ins (TEST FIXTURES, not a GPU; nothing here measures
+//! anything): a program's large pinned buffers come from a running `pinwise pool serve` and
+//! its copies on them are done by the service, byte for byte as without pinwise; with no
+//! service, and with the service killed in the middle of the run, the program gets the same
+//! bytes from in-process pinning, and the fallbacks are counted.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{assert_ok, assert_same_stdout, clean_env, pinwise, Setup};
+use pinwise_core::history::AllocKind;
+use pinwise_core::pool_use::PoolUseStats;
+
+/// The program's two 16 MiB pinned buffers (pool) and its 1 MiB one (in-process).
+const BIG: u64 = 16 << 20;
+const ROUNDS: u64 = 5;
+/// Copies per round on the two big buffers: sync up, sync down, async up, async down.
+const POOL_COPIES_PER_ROUND: u64 = 4;
+
+/// A `pinwise pool serve` on the stand-in, killed when dropped.
+struct Service {
+    child: Child,
+    socket: PathBuf,
+}
+
+impl Service {
+    fn start(setup: &Setup) -> Service {
+        let socket = setup.path("pool.sock");
+        let mut c = setup.libs.command(pinwise());
+        c.args([
+            "pool",
+            "serve",
+            "--capacity",
+            "256M",
+            "--client-budget",
+            "64M",
+        ])
+        .arg("--socket")
+        .arg(&socket)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+        clean_env(&mut c);
+        let child = c.spawn().expect("start pinwise pool serve");
+        let s = Service { child, socket };
+        let t0 = Instant::now();
+        while s.status().is_none() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "the pool service did not start"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        s
+    }
+
+    /// `pinwise pool status --json`, if the service answers.
+    fn status(&self) -> Option<serde_json::Value> {
+        let o = Command::new(pinwise())
+            .args(["pool", "status", "--json", "--socket"])
+            .arg(&self.socket)
+            .output()
+            .unwrap();
+        o.status
+            .success()
+            .then(|| serde_json::from_slice(&o.stdout).expect("status JSON"))
+    }
+
+    fn pool_arg(&self) -> String {
+        format!("--pool={}", self.socket.display())
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn pool_stats(run: &serde_json::Value) -> PoolUseStats {
+    serde_json::from_value(run["pool"].clone()).expect("the summary's pool statistics")
+}
+
+fn big_pinned_allocations(h: &pinwise_core::MemHistory) -> usize {
+    common::allocations(h)
+        .iter()
+        .filter(|a| a.kind() == AllocKind::PinnedAlloc && a.size() == BIG)
+        .count()
+}
+
+fn enough_locked_memory(test: &str) -> bool {
+    pinwise_testkit::require_locked_memory(test, 64 << 20)
+}
+
+#[test]
+fn pinned_buffers_come_from_the_pool_and_copies_are_byte_exact() {
+    if !enough_locked_memory("pinned_buffers_come_from_the_pool_and_copies_are_byte_exact") {
+        return;
+    }
+    let setup = Setup::new();
+    let program = setup.build_driver("pool_workload.c", &[]);
+    let plain = setup.run_plain(&program, &[]);
+    assert_ok(&plain, "plain");
+    let service = Service::start(&setup);
+    let run = setup.run_recorded(&program, &[&service.pool_arg()], "pooled.bin");
+    assert_same_stdout(&run.out, &plain, "--pool with a service");
+    let pool = pool_stats(run.process());
+    assert!(pool.configured && pool.connected, "{pool:?}");
+    assert_eq!(
+        pool.buffers, 2,
+        "the two 16 MiB buffers, not the 1 MiB one: {pool:?}"
+    );
+    assert!(
+        pool.bytes >= 2 * BIG && pool.bytes_peak >= 2 * BIG,
+        "{pool:?}"
+    );
+    assert_eq!(pool.copies, ROUNDS * POOL_COPIES_PER_ROUND, "{pool:?}");
+    assert_eq!(pool.async_made_sync, ROUNDS * 2, "{pool:?}");
+    assert_eq!(pool.fallbacks(), 0, "{pool:?}");
+    assert_eq!((pool.copies_here, pool.ipc_failures), (0, 0), "{pool:?}");
+    assert!(
+        !pool.connection_lost && pool.service_clients_max >= 1,
+        "{pool:?}"
+    );
+    // Served pinned (as CUDA would), and every copy recorded, on the pool's buffers too.
+    assert_eq!(run.process()["served_pinned"], 3, "{}", run.process());
+    assert_eq!(big_pinned_allocations(&run.history), 2);
+    assert_eq!(
+        common::transfers(&run.history, pinwise_core::Direction::HtoD),
+        ROUNDS * 3
+    );
+    let from_history = PoolUseStats::from_source_stats(run.history.source_stats())
+        .expect("the history carries the pool's figures");
+    assert_eq!(from_history.buffers, 2);
+    assert_eq!(from_history.copies, pool.copies);
+    // The summary says it.
+    let err = String::from_utf8_lossy(&run.out.stderr);
+    assert!(err.contains("pinned pool: 2 requests served"), "{err}");
+    // So does `pinwise report`, in each format.
+    let report = |format: &str| {
+        let o = Command::new(pinwise())
+            .args(["report", "--format", format])
+            .arg(setup.path("pooled.bin"))
+            .output()
+            .unwrap();
+        assert_ok(&o, "pinwise report");
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let text = report("text");
+    assert!(
+        text.contains("PINNED POOL") && text.contains("2 pinned requests were served"),
+        "{text}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&report("json")).unwrap();
+    assert!(
+        json["pool"]["pinned_bytes_via_pool_peak"].as_u64().unwrap() >= 2 * BIG,
+        "{}",
+        json["pool"]
+    );
+    // 8 bytes of GPU page table per 4 KiB page pinned (the measured figure).
+    assert_eq!(
+        json["pool"]["gpu_pagetable_bytes_moved_estimate"]
+            .as_u64()
+            .unwrap(),
+        json["pool"]["pinned_bytes_via_pool_peak"].as_u64().unwrap() / 512
+    );
+    assert_eq!(json["pool"]["stats"]["copies"], pool.copies);
+    assert!(report("html").contains("Pinned pool: pinned memory served"));
+    // The client's exit freed its buffers and closed its device openings in the service
+    // (the one client left is the status query itself).
+    let t0 = Instant::now();
+    loop {
+        let s = service.status().expect("the service still answers");
+        if s["buffers"] == 0 && s["devices"] == 0 && s["clients"] == 1 {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "buffers left: {s}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn without_a_service_the_run_is_plain_and_the_fallback_counted() {
+    let setup = Setup::new();
+    let program = setup.build_driver("pool_workload.c", &[]);
+    let plain = setup.run_plain(&program, &[]);
+    assert_ok(&plain, "plain");
+    let absent = setup.path("nobody.sock");
+    let t0 = Instant::now();
+    let run = setup.run_recorded(
+        &program,
+        &[&format!("--pool={}", absent.display())],
+        "absent.bin",
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(60),
+        "an absent service must not hold the program up"
+    );
+    assert_same_stdout(&run.out, &plain, "--pool without a service");
+    let pool = pool_stats(run.process());
+    assert!(pool.configured && !pool.connected, "{pool:?}");
+    assert_eq!(pool.buffers, 0, "{pool:?}");
+    assert_eq!(pool.alloc_fallbacks, 2, "both big requests: {pool:?}");
+    let reason = pool.unavailable_reason.clone().unwrap_or_default();
+    assert!(
+        reason.contains("no pinwise pool at") && reason.contains("nobody.sock"),
+        "{reason}"
+    );
+    // Served in-process, pinned, as without --pool.
+    assert_eq!(run.process()["served_pinned"], 3, "{}", run.process());
+    assert_eq!(big_pinned_allocations(&run.history), 2);
+}
+
+/// Waits for `path` to exist.
+fn wait_for(path: &Path, child: &mut Child) {
+    let t0 = Instant::now();
+    while !path.exists() {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the program ended before {}: {status}", path.display());
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "{} never came",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_service_killed_mid_run_leaves_the_program_correct_and_the_fallback_counted() {
+    if !enough_locked_memory(
+        "a_service_killed_mid_run_leaves_the_program_correct_and_the_fallback_counted",
+    ) {
+        return;
+    }
+    let setup = Setup::new();
+    let program = setup.build_driver("pool_workload.c", &[]);
+    let plain = setup.run_plain(&program, &[]);
+    assert_ok(&plain, "plain");
+    let mut service = Service::start(&setup);
+    let (ready, go) = (setup.path("ready"), setup.path("go"));
+    let summary = setup.path("killed-summary.json");
+    let mut c = setup.libs.command(pinwise());
+    c.args([
+        "run",
+        "--no-malloc-hooks",
+        &service.pool_arg(),
+        "--stats-json",
+    ])
+    .arg(&summary)
+    .arg("--")
+    .arg(&program)
+    .current_dir(setup.dir.path())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    clean_env(&mut c);
+    c.env("POOL_READY", &ready).env("POOL_GO", &go);
+    let mut child = c.spawn().unwrap();
+    wait_for(&ready, &mut child);
+    service.kill();
+    std::fs::write(&go, b"").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_ok(&out, "--pool, service killed");
+    assert_same_stdout(&out, &plain, "--pool, service killed mid-run");
+    let summary = common::summary(&summary);
+    let pool = pool_stats(&summary["processes"][0]);
+    assert!(pool.connection_lost, "{pool:?}");
+    assert_eq!(pool.buffers, 2, "{pool:?}");
+    // Two rounds through the service, the rest in-process on the buffers registered here.
+    assert_eq!(pool.copies, 2 * POOL_COPIES_PER_ROUND, "{pool:?}");
+    assert_eq!(pool.buffers_registered_here, 2, "{pool:?}");
+    assert_eq!(
+        pool.copies_here,
+        (ROUNDS - 2) * POOL_COPIES_PER_ROUND,
+        "{pool:?}"
+    );
+    assert!(pool.unavailable_reason.is_some(), "{pool:?}");
+}
+
+/// `pinwise run --no-malloc-hooks <pool_arg> --stats-json S -- program` and the plain run,
+/// both with `env`; both must succeed. Returns (pinwise's output, plain output, the pool
+/// statistics of the program's process).
+fn run_both_with_env(
+    setup: &Setup,
+    program: &Path,
+    pool_arg: &str,
+    env: &[(&str, &str)],
+) -> (std::process::Output, std::process::Output, PoolUseStats) {
+    let mut plain = setup.libs.command(program);
+    clean_env(&mut plain);
+    plain
+        .envs(env.iter().copied())
+        .current_dir(setup.dir.path());
+    let plain = plain.output().unwrap();
+    assert_ok(&plain, "plain");
+    let summary = setup.path(&format!("env-{}-summary.json", env.len()));
+    let mut c = setup.libs.command(pinwise());
+    c.args([
+        "run",
+        "--no-malloc-hooks",
+        "--force",
+        pool_arg,
+        "--stats-json",
+    ])
+    .arg(&summary)
+    .arg("--")
+    .arg(program)
+    .current_dir(setup.dir.path());
+    clean_env(&mut c);
+    c.envs(env.iter().copied());
+    let out = c.output().unwrap();
+    assert_ok(&out, "pinwise run --pool");
+    let pool = pool_stats(&common::summary(&summary)["processes"][0]);
+    (out, plain, pool)
+}
+
+#[test]
+fn device_memory_without_an_ipc_handle_falls_back_to_pinning_here() {
+    if !enough_locked_memory("device_memory_without_an_ipc_handle_falls_back_to_pinning_here") {
+        return;
+    }
+    let setup = Setup::new();
+    let program = setup.build_driver("pool_workload.c", &[]);
+    let service = Service::start(&setup);
+    // The stand-in refuses cuIpcGetMemHandle, as CUDA does for VMM and cudaMallocAsync memory.
+    let (out, plain, pool) = run_both_with_env(
+        &setup,
+        &program,
+        &service.pool_arg(),
+        &[("PINWISE_STANDIN_NO_IPC", "1")],
+    );
+    assert_same_stdout(&out, &plain, "--pool, no IPC handles");
+    assert_eq!(pool.buffers, 2, "{pool:?}");
+    assert_eq!(pool.copies, 0, "{pool:?}");
+    // One refused handle per buffer: each is registered here at its first copy.
+    assert_eq!(pool.ipc_failures, 2, "{pool:?}");
+    assert_eq!(pool.buffers_registered_here, 2, "{pool:?}");
+    assert_eq!(pool.copies_here, ROUNDS * POOL_COPIES_PER_ROUND, "{pool:?}");
+    assert!(!pool.connection_lost, "{pool:?}");
+}
+
+#[test]
+fn a_pointer_query_registers_the_pool_buffer_here_and_is_answered_as_plain_cuda() {
+    if !enough_locked_memory(
+        "a_pointer_query_registers_the_pool_buffer_here_and_is_answered_as_plain_cuda",
+    ) {
+        return;
+    }
+    let setup = Setup::new();
+    let program = setup.build_driver("pool_workload.c", &[]);
+    let service = Service::start(&setup);
+    let (out, plain, pool) = run_both_with_env(
+        &setup,
+        &program,
+        &service.pool_arg(),
+        &[("POOL_QUERY", "1")],
+    );
+    assert!(
+        String::from_utf8_lossy(&plain.stdout).starts_with("flags "),
+        "the query's answer is part of what must match"
+    );
+    assert_same_stdout(&out, &plain, "--pool, pointer query");
+    assert_eq!(pool.buffers, 2, "{pool:?}");
+    assert_eq!(
+        pool.buffers_registered_here, 1,
+        "the queried buffer: {pool:?}"
+    );
+    // The first buffer's copies (sync and async up) went to the service, the queried
+    // buffer's (sync and async down) stayed here.
+    assert_eq!(pool.copies, ROUNDS * 2, "{pool:?}");
+    assert_eq!(pool.copies_here, ROUNDS * 2, "{pool:?}");
+}
+
+#[test]
+fn asynchronous_copies_on_pool_buffers_keep_their_stream_order() {
+    if !enough_locked_memory("asynchronous_copies_on_pool_buffers_keep_their_stream_order") {
+        return;
+    }
+    let setup = Setup::new();
+    let program = setup.build_driver("pool_workload.c", &[]);
+    let service = Service::start(&setup);
+    // The stand-in runs each queued asynchronous copy 3 ms late: the small buffer's upload
+    // (in-process) is still queued when the download into a pool buffer is issued, so the
+    // service's copy must wait for the stream, or it reads the device range too early.
+    let (out, plain, pool) = run_both_with_env(
+        &setup,
+        &program,
+        &service.pool_arg(),
+        &[("PINWISE_STANDIN_ASYNC_DELAY_US", "3000")],
+    );
+    assert_same_stdout(&out, &plain, "--pool, delayed asynchronous copies");
+    assert_eq!(pool.copies, ROUNDS * POOL_COPIES_PER_ROUND, "{pool:?}");
+    assert_eq!(pool.async_made_sync, ROUNDS * 2, "{pool:?}");
+}

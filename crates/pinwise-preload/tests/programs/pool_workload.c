@@ -1,0 +1,104 @@
+/* A CUDA driver API program for `pinwise run --pool` tests (linked with -lcuda), built at
+ * test time against the libcuda stand-in (a TEST FIXTURE). Two 16 MiB pinned buffers (big
+ * enough for the pool), one 1 MiB pinned buffer (too small for it), synchronous and
+ * asynchronous copies between them and device memory, at offsets; stdout carries only the
+ * checksums, which a run under pinwise must reproduce byte for byte.
+ *
+ * POOL_QUERY (set): a cuMemHostGetFlags about the second big buffer, its answer printed.
+ *
+ * POOL_READY and POOL_GO (paths, optional): after round 2 the program creates POOL_READY
+ * and waits (at most 30 s) until POOL_GO exists, so that a test can stop the pool service
+ * in the middle of the run. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../../../../fixtures/include/cuda_driver_min.h"
+
+#define CHECK(call)                                                                   \
+    do {                                                                              \
+        CUresult e_ = (call);                                                         \
+        if (e_ != 0) {                                                                \
+            const char *n_ = "?";                                                     \
+            cuGetErrorName(e_, &n_);                                                  \
+            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, n_); \
+            exit(2);                                                                  \
+        }                                                                             \
+    } while (0)
+
+#define BIG (16u << 20)
+#define SMALL (1u << 20)
+#define ROUNDS 5
+
+static uint64_t fnv(const unsigned char *p, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+static void fill(unsigned char *p, size_t n, unsigned seed) {
+    for (size_t i = 0; i < n; i++) p[i] = (unsigned char)((i * 31 + seed * 7) ^ (i >> 11));
+}
+
+static void wait_for_go(void) {
+    const char *ready = getenv("POOL_READY"), *go = getenv("POOL_GO");
+    if (!ready || !go) return;
+    FILE *f = fopen(ready, "w");
+    if (f) fclose(f);
+    for (int i = 0; i < 3000 && access(go, F_OK) != 0; i++) usleep(10000);
+}
+
+int main(void) {
+    CUdevice d;
+    CUcontext ctx;
+    CUdeviceptr dev, dev2;
+    CUstream s;
+    unsigned char *a, *b, *c;
+    CHECK(cuInit(0));
+    CHECK(cuDeviceGet(&d, 0));
+    CHECK(cuDevicePrimaryCtxRetain(&ctx, d));
+    CHECK(cuCtxSetCurrent(ctx));
+    CHECK(cuMemAlloc_v2(&dev, BIG));
+    CHECK(cuMemAlloc_v2(&dev2, BIG));
+    CHECK(cuStreamCreate(&s, 0));
+    CHECK(cuMemAllocHost_v2((void **)&a, BIG));
+    CHECK(cuMemHostAlloc((void **)&b, BIG, 0));
+    CHECK(cuMemAllocHost_v2((void **)&c, SMALL));
+    if (getenv("POOL_QUERY")) {
+        /* A pointer query about the second big buffer: plain CUDA knows it as pinned. */
+        unsigned int flags = 99;
+        CHECK(cuMemHostGetFlags(&flags, b + 4096));
+        printf("flags %u\n", flags);
+    }
+    for (unsigned r = 0; r < ROUNDS; r++) {
+        fill(a, BIG, r);
+        fill(c, SMALL, r + 100);
+        /* Synchronous: all of a up, back into b. */
+        CHECK(cuMemcpyHtoD_v2(dev, a, BIG));
+        memset(b, 0, BIG);
+        CHECK(cuMemcpyDtoH_v2(b, dev, BIG));
+        printf("round %u sync %016llx\n", r, (unsigned long long)fnv(b, BIG));
+        /* Asynchronous, at offsets inside both allocations: part of a up into dev2, the
+         * small buffer into dev2 after it, then both down into b. */
+        size_t off = (size_t)(r + 1) * 4096 + 24;
+        size_t n = BIG / 2 + r * 512;
+        CHECK(cuMemcpyHtoDAsync_v2(dev2 + 64, a + off, n, s));
+        CHECK(cuMemcpyHtoDAsync_v2(dev2 + 64 + n, c, SMALL, s));
+        memset(b, 0xee, BIG);
+        CHECK(cuMemcpyDtoHAsync_v2(b + 8, dev2 + 64, n + SMALL, s));
+        CHECK(cuStreamSynchronize(s));
+        printf("round %u async %016llx\n", r, (unsigned long long)fnv(b, BIG));
+        if (r == 1) wait_for_go();
+    }
+    printf("small %016llx\n", (unsigned long long)fnv(c, SMALL));
+    CHECK(cuMemFreeHost(a));
+    CHECK(cuMemFreeHost(b));
+    CHECK(cuMemFreeHost(c));
+    CHECK(cuStreamDestroy_v2(s));
+    CHECK(cuMemFree_v2(dev));
+    CHECK(cuMemFree_v2(dev2));
+    printf("done\n");
+    return 0;
+}
