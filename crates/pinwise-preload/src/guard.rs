@@ -143,9 +143,9 @@ fn driver_site_in(t: &ThreadState, own: usize) -> usize {
 pub enum Timing {
     /// Not timed.
     No,
-    /// The whole bookkeeping, two clock reads around each part of it.
+    /// The whole bookkeeping, two counter reads around each part of it.
     Total,
-    /// Each stage on its own (more clock reads, so not part of the total's samples).
+    /// Each stage on its own (more counter reads, so not part of the total's samples).
     Stages,
 }
 
