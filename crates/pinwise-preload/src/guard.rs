@@ -238,9 +238,21 @@ pub enum Timing {
     Stages,
 }
 
+/// A thread's first this many calls are sampled one in [`EARLY_EVERY`] instead: a program
+/// that copies a few dozen times (JAX's `device_put` and fetch: 32) still gets a median of
+/// several samples, not one copy's time.
+pub const EARLY_CALLS: u32 = 64;
+/// See [`EARLY_CALLS`].
+pub const EARLY_EVERY: u32 = 2;
+
 /// Which calls are timed: of every `2 * every` calls on a thread, one is timed as a whole
-/// and one by stages.
+/// and one by stages (`2 * EARLY_EVERY` during its first [`EARLY_CALLS`]).
 pub fn timing_of(tick: u32, every: u32) -> Timing {
+    let every = if tick <= EARLY_CALLS {
+        EARLY_EVERY
+    } else {
+        every
+    };
     if !tick.is_multiple_of(every) {
         Timing::No
     } else if (tick / every).is_multiple_of(2) {
@@ -320,18 +332,39 @@ mod tests {
     }
 
     #[test]
-    fn one_call_in_every_is_timed_alternately_whole_and_by_stages() {
-        let timed: Vec<(u32, Timing)> = (1..=32)
+    fn a_threads_first_calls_are_sampled_more_often() {
+        let timed: Vec<(u32, Timing)> = (1..=8)
             .map(|n| (n, timing_of(n, 8)))
             .filter(|(_, k)| *k != Timing::No)
             .collect();
         assert_eq!(
             timed,
             vec![
-                (8, Timing::Stages),
-                (16, Timing::Total),
-                (24, Timing::Stages),
-                (32, Timing::Total)
+                (2, Timing::Stages),
+                (4, Timing::Total),
+                (6, Timing::Stages),
+                (8, Timing::Total)
+            ]
+        );
+        let whole = (1..=EARLY_CALLS)
+            .filter(|n| timing_of(*n, 8) == Timing::Total)
+            .count();
+        assert_eq!(whole, 16, "16 whole samples in a thread's first 64 calls");
+    }
+
+    #[test]
+    fn one_call_in_every_is_timed_alternately_whole_and_by_stages() {
+        let timed: Vec<(u32, Timing)> = (EARLY_CALLS + 1..=EARLY_CALLS + 32)
+            .map(|n| (n, timing_of(n, 8)))
+            .filter(|(_, k)| *k != Timing::No)
+            .collect();
+        assert_eq!(
+            timed,
+            vec![
+                (72, Timing::Stages),
+                (80, Timing::Total),
+                (88, Timing::Stages),
+                (96, Timing::Total)
             ]
         );
     }

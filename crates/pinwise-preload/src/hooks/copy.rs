@@ -22,8 +22,8 @@ use crate::promote::COPY_GATE;
 use crate::state::{self, State};
 use crate::stats::HookStats;
 
-/// Time the bookkeeping of one copy in this many (alternately whole and by stages: see
-/// [`guard::timing_of`]).
+/// Time the bookkeeping of one copy in this many after a thread's first
+/// [`guard::EARLY_CALLS`] (alternately whole and by stages: see [`guard::timing_of`]).
 const SAMPLE_EVERY: u32 = 8;
 
 /// A copy entry point from `caller`; `describe` says what it copies (`None`: nothing that
