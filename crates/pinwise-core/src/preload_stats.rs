@@ -114,7 +114,9 @@ pub struct ProcessStats {
     /// preempted sample inflates it. A sample runs from the copy hook's entry to the call
     /// it forwards and from that call's return to the end of the record (the driver's own
     /// time left out), timed with the CPU's counter (`rdtsc`, `cntvct_el0`) converted at
-    /// its rate against `CLOCK_MONOTONIC` over the process's life.
+    /// its rate against `CLOCK_MONOTONIC` over the process's life. A thread's first 64
+    /// copies are sampled more often (one in 4 whole, then one in 16); each sample weighs
+    /// as the copies it stands for, in the mean and the medians.
     pub hook_ns_mean: Option<f64>,
     /// Median of the same samples, ns (the middle of its bucket: 4 counter ticks wide up
     /// to 512 ticks, then 4.4 %). Taken on copies whose stages are not timed; it includes

@@ -262,18 +262,32 @@ pub fn timing_of(tick: u32, every: u32) -> Timing {
     }
 }
 
+/// The calls a timed call at `tick` stands for (its sampling interval): its weight in the
+/// medians, so that the more often sampled first calls do not outweigh the rest.
+pub fn weight_of(tick: u32, every: u32) -> u64 {
+    u64::from(if tick <= EARLY_CALLS {
+        EARLY_EVERY
+    } else {
+        every
+    })
+}
+
 /// For a copy hook, in one thread-local access: `None` when pinwise's own code runs on
-/// this thread (forward at once); else the call site to attribute to and whether to time
-/// this call ([`timing_of`]).
+/// this thread (forward at once); else the call site to attribute to, whether to time
+/// this call ([`timing_of`]) and the weight of its sample ([`weight_of`]).
 #[inline]
-pub fn copy_prologue(own: usize, every: u32) -> Option<(usize, Timing)> {
+pub fn copy_prologue(own: usize, every: u32) -> Option<(usize, Timing, u64)> {
     with(|t| {
         if t.depth.get() > 0 {
             return None;
         }
         let n = t.sample_tick.get().wrapping_add(1);
         t.sample_tick.set(n);
-        Some((driver_site_in(t, own), timing_of(n, every)))
+        Some((
+            driver_site_in(t, own),
+            timing_of(n, every),
+            weight_of(n, every),
+        ))
     })
 }
 
@@ -350,6 +364,9 @@ mod tests {
             .filter(|n| timing_of(*n, 8) == Timing::Total)
             .count();
         assert_eq!(whole, 16, "16 whole samples in a thread's first 64 calls");
+        // Each stands for the calls of its interval.
+        assert_eq!(weight_of(4, 8), 2);
+        assert_eq!(weight_of(EARLY_CALLS + 16, 8), 8);
     }
 
     #[test]

@@ -83,6 +83,9 @@ pub struct HookStats {
     pub hook_ticks: AtomicU64,
     /// Samples in `hook_ticks`.
     pub hook_samples: AtomicU64,
+    /// The samples' weights (the calls each stands for: see `guard::weight_of`), summed;
+    /// `hook_ticks` holds each sample times its weight.
+    pub hook_weight: AtomicU64,
     /// The samples in the hook-time buckets, for a median that a preempted sample cannot
     /// move.
     pub hook_buckets: TimeHistogram,
@@ -117,10 +120,10 @@ impl Default for TimeHistogram {
 }
 
 impl TimeHistogram {
-    /// Adds one sample of `ticks`.
+    /// Adds one sample of `ticks` standing for `weight` calls.
     #[inline]
-    pub fn add(&self, ticks: u64) {
-        self.buckets[hook_bucket(ticks)].fetch_add(1, Ordering::Relaxed);
+    pub fn add(&self, ticks: u64, weight: u64) {
+        self.buckets[hook_bucket(ticks)].fetch_add(weight, Ordering::Relaxed);
     }
 
     /// Samples in bucket `i`.
@@ -230,6 +233,7 @@ impl Default for HookStats {
             contexts_ended: AtomicU64::new(0),
             hook_ticks: AtomicU64::new(0),
             hook_samples: AtomicU64::new(0),
+            hook_weight: AtomicU64::new(0),
             hook_buckets: TimeHistogram::default(),
             stage_describe: TimeHistogram::default(),
             read_cost_milliticks: AtomicU64::new(0),
@@ -248,12 +252,14 @@ impl HookStats {
         c.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Adds one timed sample of `ticks`.
+    /// Adds one timed sample of `ticks` standing for `weight` calls.
     #[inline]
-    pub fn hook_sample(&self, ticks: u64) {
-        self.hook_ticks.fetch_add(ticks, Ordering::Relaxed);
+    pub fn hook_sample(&self, ticks: u64, weight: u64) {
+        self.hook_ticks
+            .fetch_add(ticks.saturating_mul(weight), Ordering::Relaxed);
         self.hook_samples.fetch_add(1, Ordering::Relaxed);
-        self.hook_buckets.add(ticks);
+        self.hook_weight.fetch_add(weight, Ordering::Relaxed);
+        self.hook_buckets.add(ticks, weight);
     }
 
     /// Notes where the counter's rate is measured from (at the state's creation).
@@ -327,6 +333,7 @@ impl HookStats {
             bytes: copies.bytes[d.index()],
         };
         let samples = r(&h.hook_samples);
+        let weight = r(&h.hook_weight);
         ProcessStats {
             format: STATS_FORMAT.to_string(),
             version: STATS_VERSION,
@@ -367,7 +374,7 @@ impl HookStats {
             failed_copies: r(&h.failed_copies),
             streams_forgotten: r(&h.streams_forgotten),
             contexts_ended: r(&h.contexts_ended),
-            hook_ns_mean: (samples > 0).then(|| r(&h.hook_ticks) as f64 * rate / samples as f64),
+            hook_ns_mean: (weight > 0).then(|| r(&h.hook_ticks) as f64 * rate / weight as f64),
             hook_ns_median: h.hook_median_ns(rate),
             hook_ns_net_median: h.hook_net_median_ns(rate),
             clock_read_ns: h.read_cost_ns(rate),
@@ -392,7 +399,7 @@ mod tests {
         // (everything from 1020 ns up). Now a median of microseconds is told as such.
         let h = HookStats::default();
         for ns in [3_000, 3_100, 3_200, 3_300, 90_000] {
-            h.hook_sample(ns);
+            h.hook_sample(ns, 1);
         }
         let m = h.hook_median_ns(1.0).unwrap();
         assert!((3_100.0..3_400.0).contains(&m), "{m}");
@@ -429,7 +436,7 @@ mod tests {
         });
         assert_eq!(h.read_cost_ns(1.0), Some(33.0));
         for ticks in [200, 202, 204] {
-            h.hook_sample(ticks);
+            h.hook_sample(ticks, 1);
         }
         let m = h.hook_median_ns(1.0).unwrap();
         assert_eq!(h.hook_net_median_ns(1.0), Some(m - 33.0));
@@ -439,8 +446,8 @@ mod tests {
     fn ticks_are_reported_as_nanoseconds_at_the_measured_rate() {
         let h = HookStats::default();
         for ticks in [400, 402, 404] {
-            h.hook_sample(ticks);
-            h.stage_decide.add(ticks / 2);
+            h.hook_sample(ticks, 1);
+            h.stage_decide.add(ticks / 2, 1);
         }
         // A 2.5 GHz counter: 0.4 ns per tick.
         let s = h.process_stats_at(&Tally::default(), 0.4);
@@ -448,6 +455,15 @@ mod tests {
         assert_eq!(s.hook_ns_mean, Some(402.0 * 0.4));
         assert_eq!(s.hook_stages.decide_ns, Some(202.0 * 0.4));
         assert_eq!(s.hook_samples, 3);
+        // A sample standing for more calls weighs more in the median and the mean.
+        let w = HookStats::default();
+        w.hook_sample(100, 2);
+        w.hook_sample(100, 2);
+        w.hook_sample(300, 8);
+        let ws = w.process_stats_at(&Tally::default(), 1.0);
+        assert_eq!(ws.hook_ns_median, Some(302.0));
+        assert_eq!(ws.hook_ns_mean, Some((400.0 + 2400.0) / 12.0));
+        assert_eq!(ws.hook_samples, 3);
         // Without a start, ticks count as nanoseconds.
         assert_eq!(h.ns_per_tick(), 1.0);
     }
@@ -457,7 +473,7 @@ mod tests {
         let h = HookStats::default();
         assert_eq!(h.hook_median_ns(1.0), None);
         for ns in [40, 42, 44, 45, 47, 50_000, 90_000] {
-            h.hook_sample(ns);
+            h.hook_sample(ns, 1);
         }
         assert_eq!(h.hook_median_ns(1.0), Some(46.0));
         assert!(h.hook_buckets.count_in(HOOK_BUCKETS - 1) == 0);

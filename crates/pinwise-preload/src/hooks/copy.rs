@@ -43,7 +43,7 @@ pub fn copy(
         return forward();
     }
     let entry = cycles::now();
-    let Some((site_addr, timing)) = guard::copy_prologue(caller, SAMPLE_EVERY) else {
+    let Some((site_addr, timing, weight)) = guard::copy_prologue(caller, SAMPLE_EVERY) else {
         return forward();
     };
     let Some(st) = state::get() else {
@@ -78,8 +78,10 @@ pub fn copy(
         if described_at != 0 {
             st.stats
                 .stage_describe
-                .add(described_at.saturating_sub(entry));
-            st.stats.stage_decide.add(t.saturating_sub(described_at));
+                .add(described_at.saturating_sub(entry), weight);
+            st.stats
+                .stage_decide
+                .add(t.saturating_sub(described_at), weight);
         }
         t.saturating_sub(entry)
     } else {
@@ -103,10 +105,13 @@ pub fn copy(
     guarded(|| record_transfer(st, &c, &noted, site_addr));
     match timing {
         Timing::No => {}
-        Timing::Stages => st.stats.stage_record.add(cycles::now().saturating_sub(t1)),
+        Timing::Stages => st
+            .stats
+            .stage_record
+            .add(cycles::now().saturating_sub(t1), weight),
         Timing::Total => {
             let record = cycles::now().saturating_sub(t1);
-            st.stats.hook_sample(before.saturating_add(record));
+            st.stats.hook_sample(before.saturating_add(record), weight);
         }
     }
     if let Some(stream) = noted.finish_on {
