@@ -2,7 +2,9 @@
 # bench/gpu/preload/gap_ab.sh: gap_copies.c under each given build of libpinwise_preload.so,
 # interleaved (adaptive mode, PINWISE_STATS_DIR), to compare builds' bookkeeping per
 # intercepted copy (`hook_ns_net_median`, stage medians) against the gap between copies.
-#   bash bench/gpu/preload/gap_ab.sh NAME=LIB.so [NAME=LIB.so ...]
+#   bash bench/gpu/preload/gap_ab.sh NAME=LIB.so[,VAR=VALUE...] [NAME=LIB.so[,VAR=VALUE...] ...]
+# (VAR=VALUE after a comma: environment for that build's runs only, e.g.
+# `huge=lib.so nohuge=lib.so,PINWISE_HUGE_TEXT=0` compares one build with a setting on and off.)
 # Env: REPEATS (default 10), GAPS (default "0 20 200" µs), KIND (pinned|pageable, default
 # pinned), NBUF (buffers copied in turn, default 1), N (copies per run; default 3000, 1500
 # at gaps of 200 µs and more), EVICT_KIB (scratch KiB written before each copy, default 0)
@@ -28,9 +30,12 @@ fi
 gcc -O2 -I fixtures/include -o "$OUT/gap_copies" bench/gpu/preload/gap_copies.c -L"$libdir" -lcuda -Wl,-rpath,"$libdir"
 names=()
 libs=()
+envs=()
 for a in "$@"; do
   names+=("${a%%=*}")
-  libs+=("$(realpath "${a#*=}")")
+  spec=${a#*=}
+  libs+=("$(realpath "${spec%%,*}")")
+  if [[ $spec == *,* ]]; then envs+=("${spec#*,}"); else envs+=(""); fi
 done
 tsv="$OUT/gap_ab.tsv"
 : > "$tsv"
@@ -39,7 +44,8 @@ for ((r = 1; r <= REPEATS; r++)); do
     n=${N:-$(( gap >= 200 ? 1500 : 3000 ))}
     for i in "${!names[@]}"; do
       sd=$(mktemp -d "$OUT/stats.XXXXXX")
-      LD_PRELOAD="${libs[$i]}" PINWISE_MODE=adaptive PINWISE_STATS_DIR="$sd" \
+      IFS=, read -r -a extra <<< "${envs[$i]}"
+      env "${extra[@]}" LD_PRELOAD="${libs[$i]}" PINWISE_MODE=adaptive PINWISE_STATS_DIR="$sd" \
         "$OUT/gap_copies" "$KIND" "$gap" "$n" "${NBUF:-1}" "${EVICT_KIB:-0}" "${EVICT_STRIDE:-64}" > /dev/null
       python3 - "$sd" "${names[$i]}" "$gap" "$r" >> "$tsv" <<'PY'
 import glob, json, sys

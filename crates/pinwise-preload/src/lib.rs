@@ -184,6 +184,7 @@ mod backend;
 mod capture;
 pub mod config;
 mod crash;
+mod cycles;
 mod decode;
 pub mod elf;
 mod fingerprint;

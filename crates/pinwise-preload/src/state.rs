@@ -67,6 +67,7 @@ pub fn set_free_hooks_effective(effective: bool) {
 /// note and cannot fail.
 pub fn on_load() {
     crate::real::ensure_real_dlsym();
+    crate::cycles::choose();
     // Parsed as `Config` parses them (which reports values it cannot understand).
     let flag = |name: &std::ffi::CStr| {
         // SAFETY: getenv with a constant name; the value is only read here.
@@ -308,7 +309,8 @@ impl State {
         let top_process = GENERATION.load(Ordering::Acquire) == 1
             && config.launcher_pid.is_none_or(|l| l == ppid);
         let stats = HookStats::default();
-        stats.measure_clock_read(pinwise_core::units::monotonic_ns);
+        stats.measure_read_cost(crate::cycles::now);
+        stats.start_rate(crate::cycles::Anchor::take());
         State {
             pid,
             recorder: Recorder::new(pid, modules.clone()),

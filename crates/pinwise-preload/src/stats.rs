@@ -9,6 +9,8 @@ use pinwise_core::preload_stats::{
 };
 use pinwise_core::Direction;
 
+use crate::cycles::Anchor;
+
 /// Driver wrappers handed out by `dlsym` (process-wide: lookups happen before the state
 /// exists).
 pub static WRAPPED_BY_DLSYM: AtomicU64 = AtomicU64::new(0);
@@ -77,10 +79,13 @@ pub struct HookStats {
     pub streams_forgotten: AtomicU64,
     /// Context releases and destructions seen with the allocator started.
     pub contexts_ended: AtomicU64,
-    /// Sampled hook bookkeeping time (ns) and samples.
-    pub hook_ns: AtomicU64,
-    /// Samples in `hook_ns`.
+    /// Sampled hook bookkeeping time, in ticks of the hooks' counter ([`crate::cycles`]).
+    pub hook_ticks: AtomicU64,
+    /// Samples in `hook_ticks`.
     pub hook_samples: AtomicU64,
+    /// The samples' weights (the calls each stands for: see `guard::weight_of`), summed;
+    /// `hook_ticks` holds each sample times its weight.
+    pub hook_weight: AtomicU64,
     /// The samples in the hook-time buckets, for a median that a preempted sample cannot
     /// move.
     pub hook_buckets: TimeHistogram,
@@ -90,11 +95,17 @@ pub struct HookStats {
     pub stage_decide: TimeHistogram,
     /// See [`HookStages::record_ns`].
     pub stage_record: TimeHistogram,
-    /// One clock read's measured cost, picoseconds (0: not measured).
-    pub clock_read_ps: AtomicU64,
+    /// One read of the hooks' counter, measured: thousandths of a tick (0: not measured).
+    pub read_cost_milliticks: AtomicU64,
+    /// The counter and `CLOCK_MONOTONIC` when the state was created: with a later pair,
+    /// the counter's rate (ticks to nanoseconds). `ns` 0: not set (ticks are counted as
+    /// nanoseconds).
+    origin_ticks: AtomicU64,
+    /// See `origin_ticks`.
+    origin_ns: AtomicU64,
 }
 
-/// A histogram of sampled times in the hook-time buckets.
+/// A histogram of sampled times (ticks of the hooks' counter) in the hook-time buckets.
 #[derive(Debug)]
 pub struct TimeHistogram {
     buckets: [AtomicU64; HOOK_BUCKETS],
@@ -109,10 +120,10 @@ impl Default for TimeHistogram {
 }
 
 impl TimeHistogram {
-    /// Adds one sample of `ns` nanoseconds.
+    /// Adds one sample of `ticks` standing for `weight` calls.
     #[inline]
-    pub fn add(&self, ns: u64) {
-        self.buckets[hook_bucket(ns)].fetch_add(1, Ordering::Relaxed);
+    pub fn add(&self, ticks: u64, weight: u64) {
+        self.buckets[hook_bucket(ticks)].fetch_add(weight, Ordering::Relaxed);
     }
 
     /// Samples in bucket `i`.
@@ -121,8 +132,8 @@ impl TimeHistogram {
         self.buckets[i].load(Ordering::Relaxed)
     }
 
-    /// The median (the middle of its bucket); `None` without samples.
-    pub fn median_ns(&self) -> Option<f64> {
+    /// The median (the middle of its bucket), ticks; `None` without samples.
+    pub fn median(&self) -> Option<f64> {
         let counts: Vec<u64> = self
             .buckets
             .iter()
@@ -144,10 +155,12 @@ impl TimeHistogram {
     }
 }
 
-/// Width of the hook-time buckets below [`HOOK_LINEAR_NS`], ns.
+/// Width of the hook-time buckets below [`HOOK_LINEAR_NS`], ticks (about 1.5 ns at a
+/// 2.6 GHz counter, 4 ns where the counter is the clock).
 pub const HOOK_BUCKET_NS: u64 = 4;
-/// Below this the buckets are [`HOOK_BUCKET_NS`] wide; above it each is 2^(1/16) times
-/// wider than the last (about 4.4 %), up to about 131 µs; the last bucket holds the rest.
+/// Below this many ticks the buckets are [`HOOK_BUCKET_NS`] wide; above it each is
+/// 2^(1/16) times wider than the last (about 4.4 %), up to 2^17 ticks (50 µs at 2.6 GHz);
+/// the last bucket holds the rest.
 pub const HOOK_LINEAR_NS: u64 = 512;
 /// Buckets of the hook-time histogram.
 pub const HOOK_BUCKETS: usize = 256;
@@ -218,11 +231,14 @@ impl Default for HookStats {
             failed_copies: AtomicU64::new(0),
             streams_forgotten: AtomicU64::new(0),
             contexts_ended: AtomicU64::new(0),
-            hook_ns: AtomicU64::new(0),
+            hook_ticks: AtomicU64::new(0),
             hook_samples: AtomicU64::new(0),
+            hook_weight: AtomicU64::new(0),
             hook_buckets: TimeHistogram::default(),
             stage_describe: TimeHistogram::default(),
-            clock_read_ps: AtomicU64::new(0),
+            read_cost_milliticks: AtomicU64::new(0),
+            origin_ticks: AtomicU64::new(0),
+            origin_ns: AtomicU64::new(0),
             stage_decide: TimeHistogram::default(),
             stage_record: TimeHistogram::default(),
         }
@@ -236,51 +252,80 @@ impl HookStats {
         c.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Adds one timed sample.
+    /// Adds one timed sample of `ticks` standing for `weight` calls.
     #[inline]
-    pub fn hook_sample(&self, ns: u64) {
-        self.hook_ns.fetch_add(ns, Ordering::Relaxed);
+    pub fn hook_sample(&self, ticks: u64, weight: u64) {
+        self.hook_ticks
+            .fetch_add(ticks.saturating_mul(weight), Ordering::Relaxed);
         self.hook_samples.fetch_add(1, Ordering::Relaxed);
-        self.hook_buckets.add(ns);
+        self.hook_weight.fetch_add(weight, Ordering::Relaxed);
+        self.hook_buckets.add(ticks, weight);
     }
 
-    /// The median sampled hook time, ns (the middle of its bucket); `None` without samples.
-    pub fn hook_median_ns(&self) -> Option<f64> {
-        self.hook_buckets.median_ns()
+    /// Notes where the counter's rate is measured from (at the state's creation).
+    pub fn start_rate(&self, origin: Anchor) {
+        self.origin_ticks.store(origin.ticks, Ordering::Relaxed);
+        self.origin_ns.store(origin.ns.max(1), Ordering::Relaxed);
     }
 
-    /// [`HookStats::hook_median_ns`] less the two clock reads its measurement adds.
-    pub fn hook_net_median_ns(&self) -> Option<f64> {
-        let clock = self.clock_read_ns().unwrap_or(0.0);
-        self.hook_median_ns().map(|m| (m - 2.0 * clock).max(0.0))
+    /// Nanoseconds per tick of the hooks' counter, measured since [`HookStats::start_rate`]
+    /// (1 if it was not called).
+    pub fn ns_per_tick(&self) -> f64 {
+        let ns = self.origin_ns.load(Ordering::Relaxed);
+        if ns == 0 {
+            return 1.0;
+        }
+        let ticks = self.origin_ticks.load(Ordering::Relaxed);
+        crate::cycles::rate_since(Anchor { ticks, ns })
     }
 
-    /// The measured cost of one clock read, ns (`None`: not measured).
-    pub fn clock_read_ns(&self) -> Option<f64> {
-        let ps = self.clock_read_ps.load(Ordering::Relaxed);
-        (ps > 0).then(|| ps as f64 / 1000.0)
+    /// The median sampled hook time, ns at `ns_per_tick` (the middle of its bucket);
+    /// `None` without samples.
+    pub fn hook_median_ns(&self, ns_per_tick: f64) -> Option<f64> {
+        self.hook_buckets.median().map(|m| m * ns_per_tick)
     }
 
-    /// Measures what one read of the hooks' clock costs here (median of 9 runs of 32
-    /// back-to-back reads) and keeps it for [`HookStats::clock_read_ns`].
-    pub fn measure_clock_read(&self, clock: impl Fn() -> u64) {
+    /// [`HookStats::hook_median_ns`] less one counter read: what an untimed copy pays.
+    /// A timed copy's two intervals hold about half of each of its four reads (entry,
+    /// before forwarding, after the driver's return, end): two reads' worth, of which an
+    /// untimed copy pays one too (every copy reads the counter on entry).
+    pub fn hook_net_median_ns(&self, ns_per_tick: f64) -> Option<f64> {
+        let read = self.read_cost_ns(ns_per_tick).unwrap_or(0.0);
+        self.hook_median_ns(ns_per_tick)
+            .map(|m| (m - read).max(0.0))
+    }
+
+    /// The measured cost of one counter read, ns at `ns_per_tick` (`None`: not measured).
+    pub fn read_cost_ns(&self, ns_per_tick: f64) -> Option<f64> {
+        let mt = self.read_cost_milliticks.load(Ordering::Relaxed);
+        (mt > 0).then(|| mt as f64 / 1000.0 * ns_per_tick)
+    }
+
+    /// Measures what one read of the hooks' counter costs here (median of 9 runs of 32
+    /// back-to-back reads) and keeps it for [`HookStats::read_cost_ns`].
+    pub fn measure_read_cost(&self, counter: impl Fn() -> u64) {
         let mut runs = [0u64; 9];
         for r in runs.iter_mut() {
-            let a = clock();
+            let a = counter();
             for _ in 0..32 {
-                std::hint::black_box(clock());
+                std::hint::black_box(counter());
             }
-            *r = clock().saturating_sub(a);
+            *r = counter().saturating_sub(a);
         }
         runs.sort_unstable();
-        // picoseconds per read: the 33 reads after the first, over 32 intervals.
-        self.clock_read_ps
+        // thousandths of a tick per read: the 33 reads after the first, over 32 intervals.
+        self.read_cost_milliticks
             .store(runs[4].saturating_mul(1000) / 33, Ordering::Relaxed);
     }
 
     /// The hooks' counters and the recorded copies as a statistics record (other fields
     /// default).
     pub fn process_stats(&self, copies: &Tally) -> ProcessStats {
+        self.process_stats_at(copies, self.ns_per_tick())
+    }
+
+    /// [`HookStats::process_stats`] with the counter's rate given.
+    fn process_stats_at(&self, copies: &Tally, rate: f64) -> ProcessStats {
         let h = self;
         let r = |c: &AtomicU64| c.load(Ordering::Relaxed);
         let dir = |d: Direction| DirectionStats {
@@ -288,6 +333,7 @@ impl HookStats {
             bytes: copies.bytes[d.index()],
         };
         let samples = r(&h.hook_samples);
+        let weight = r(&h.hook_weight);
         ProcessStats {
             format: STATS_FORMAT.to_string(),
             version: STATS_VERSION,
@@ -328,15 +374,15 @@ impl HookStats {
             failed_copies: r(&h.failed_copies),
             streams_forgotten: r(&h.streams_forgotten),
             contexts_ended: r(&h.contexts_ended),
-            hook_ns_mean: (samples > 0).then(|| r(&h.hook_ns) as f64 / samples as f64),
-            hook_ns_median: h.hook_median_ns(),
-            hook_ns_net_median: h.hook_net_median_ns(),
-            clock_read_ns: h.clock_read_ns(),
+            hook_ns_mean: (weight > 0).then(|| r(&h.hook_ticks) as f64 * rate / weight as f64),
+            hook_ns_median: h.hook_median_ns(rate),
+            hook_ns_net_median: h.hook_net_median_ns(rate),
+            clock_read_ns: h.read_cost_ns(rate),
             hook_samples: samples,
             hook_stages: HookStages {
-                describe_ns: h.stage_describe.median_ns(),
-                decide_ns: h.stage_decide.median_ns(),
-                record_ns: h.stage_record.median_ns(),
+                describe_ns: h.stage_describe.median().map(|m| m * rate),
+                decide_ns: h.stage_decide.median().map(|m| m * rate),
+                record_ns: h.stage_record.median().map(|m| m * rate),
             },
             ..Default::default()
         }
@@ -353,9 +399,9 @@ mod tests {
         // (everything from 1020 ns up). Now a median of microseconds is told as such.
         let h = HookStats::default();
         for ns in [3_000, 3_100, 3_200, 3_300, 90_000] {
-            h.hook_sample(ns);
+            h.hook_sample(ns, 1);
         }
-        let m = h.hook_median_ns().unwrap();
+        let m = h.hook_median_ns(1.0).unwrap();
         assert!((3_100.0..3_400.0).contains(&m), "{m}");
     }
 
@@ -379,33 +425,59 @@ mod tests {
     }
 
     #[test]
-    fn the_net_median_takes_off_the_measurements_two_clock_reads() {
+    fn the_net_median_takes_off_the_counter_read_only_timed_copies_pay() {
         let h = HookStats::default();
-        assert_eq!(h.clock_read_ns(), None);
-        // A clock that advances 33 ns per read.
+        assert_eq!(h.read_cost_ns(1.0), None);
+        // A counter that advances 33 ticks per read.
         let t = std::cell::Cell::new(0u64);
-        h.measure_clock_read(|| {
+        h.measure_read_cost(|| {
             t.set(t.get() + 33);
             t.get()
         });
-        assert_eq!(h.clock_read_ns(), Some(33.0));
-        for ns in [200, 202, 204] {
-            h.hook_sample(ns);
+        assert_eq!(h.read_cost_ns(1.0), Some(33.0));
+        for ticks in [200, 202, 204] {
+            h.hook_sample(ticks, 1);
         }
-        let m = h.hook_median_ns().unwrap();
-        assert_eq!(h.hook_net_median_ns(), Some(m - 66.0));
+        let m = h.hook_median_ns(1.0).unwrap();
+        assert_eq!(h.hook_net_median_ns(1.0), Some(m - 33.0));
+    }
+
+    #[test]
+    fn ticks_are_reported_as_nanoseconds_at_the_measured_rate() {
+        let h = HookStats::default();
+        for ticks in [400, 402, 404] {
+            h.hook_sample(ticks, 1);
+            h.stage_decide.add(ticks / 2, 1);
+        }
+        // A 2.5 GHz counter: 0.4 ns per tick.
+        let s = h.process_stats_at(&Tally::default(), 0.4);
+        assert_eq!(s.hook_ns_median, Some(402.0 * 0.4));
+        assert_eq!(s.hook_ns_mean, Some(402.0 * 0.4));
+        assert_eq!(s.hook_stages.decide_ns, Some(202.0 * 0.4));
+        assert_eq!(s.hook_samples, 3);
+        // A sample standing for more calls weighs more in the median and the mean.
+        let w = HookStats::default();
+        w.hook_sample(100, 2);
+        w.hook_sample(100, 2);
+        w.hook_sample(300, 8);
+        let ws = w.process_stats_at(&Tally::default(), 1.0);
+        assert_eq!(ws.hook_ns_median, Some(302.0));
+        assert_eq!(ws.hook_ns_mean, Some((400.0 + 2400.0) / 12.0));
+        assert_eq!(ws.hook_samples, 3);
+        // Without a start, ticks count as nanoseconds.
+        assert_eq!(h.ns_per_tick(), 1.0);
     }
 
     #[test]
     fn the_median_ignores_a_few_preempted_samples() {
         let h = HookStats::default();
-        assert_eq!(h.hook_median_ns(), None);
+        assert_eq!(h.hook_median_ns(1.0), None);
         for ns in [40, 42, 44, 45, 47, 50_000, 90_000] {
-            h.hook_sample(ns);
+            h.hook_sample(ns, 1);
         }
-        assert_eq!(h.hook_median_ns(), Some(46.0));
+        assert_eq!(h.hook_median_ns(1.0), Some(46.0));
         assert!(h.hook_buckets.count_in(HOOK_BUCKETS - 1) == 0);
-        let mean = h.hook_ns.load(Ordering::Relaxed) as f64 / 7.0;
+        let mean = h.hook_ticks.load(Ordering::Relaxed) as f64 / 7.0;
         assert!(mean > 1000.0, "the mean is moved: {mean}");
     }
 }

@@ -104,6 +104,7 @@ pub(crate) use export_with_caller;
 /// Runs when the library is loaded: real `dlsym`, our wrappers' addresses, fork and exit
 /// handlers. Nothing that can fail, nothing that needs CUDA.
 extern "C" fn on_load() {
+    crate::guard::learn_static_tls(crate::guard::preloaded());
     driver::register_wrappers();
     crate::state::on_load();
     libc_hooks::resolve_now();

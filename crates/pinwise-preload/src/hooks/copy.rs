@@ -14,20 +14,26 @@ use pinwise_cuda::sys::{
 
 use super::{driver_hooks_on, guarded};
 use crate::backend::StreamCapture;
+use crate::cycles;
 use crate::decode::{self, HostCopy};
 use crate::guard::{self, Timing};
 use crate::pinning::{Pinning, PROMOTED_RANGES};
 use crate::promote::COPY_GATE;
 use crate::state::{self, State};
 use crate::stats::HookStats;
-use pinwise_core::units::monotonic_ns;
 
-/// Time the bookkeeping of one copy in this many (alternately whole and by stages: see
-/// [`guard::timing_of`]).
+/// Time the bookkeeping of one copy in this many after a thread's first
+/// [`guard::EARLY_CALLS`] (alternately whole and by stages: see [`guard::timing_of`]).
 const SAMPLE_EVERY: u32 = 8;
 
 /// A copy entry point from `caller`; `describe` says what it copies (`None`: nothing that
 /// involves host memory, or not decodable).
+///
+/// One copy in [`SAMPLE_EVERY`] times its bookkeeping with the CPU's counter
+/// ([`crate::cycles`], read once on entry by every copy): from entry to the call forwarded
+/// (thread state, describe, decide, the copy gate) plus from its return to the end of the
+/// record; what the driver takes and the wait after an asynchronous copy on a registered
+/// pageable buffer (the copy itself) are left out.
 pub fn copy(
     caller: usize,
     describe: impl FnOnce(&State) -> Option<HostCopy>,
@@ -36,16 +42,12 @@ pub fn copy(
     if !state::enabled() || !driver_hooks_on() {
         return forward();
     }
-    let Some((site_addr, timing)) = guard::copy_prologue(caller, SAMPLE_EVERY) else {
+    let entry = cycles::now();
+    let Some((site_addr, timing, weight)) = guard::copy_prologue(caller, SAMPLE_EVERY) else {
         return forward();
     };
     let Some(st) = state::get() else {
         return forward();
-    };
-    let t0 = if timing != Timing::No {
-        monotonic_ns()
-    } else {
-        0
     };
     let mut described_at = 0;
     let mut pooled = None;
@@ -56,7 +58,7 @@ pub fn copy(
                 return None;
             }
             if timing == Timing::Stages {
-                described_at = monotonic_ns();
+                described_at = cycles::now();
             }
             Some((c, note(st, &c, true)))
         })
@@ -65,22 +67,26 @@ pub fn copy(
     if let Some(c) = pooled {
         return pooled_copy(st, &c, site_addr, forward);
     }
-    let before = if t0 != 0 {
-        let t = monotonic_ns();
-        if described_at != 0 {
-            st.stats.stage_describe.add(described_at.saturating_sub(t0));
-            st.stats.stage_decide.add(t.saturating_sub(described_at));
-        }
-        t.saturating_sub(t0)
-    } else {
-        0
-    };
     // A registration pinwise made for the program stays while the driver may use it: the
     // ceiling does not give it back until this returns (after the wait below).
     let _in_flight = noted
         .as_ref()
         .filter(|(_, n)| n.on_program_registration)
         .map(|_| COPY_GATE.enter());
+    let before = if timing != Timing::No && noted.is_some() {
+        let t = cycles::now();
+        if described_at != 0 {
+            st.stats
+                .stage_describe
+                .add(described_at.saturating_sub(entry), weight);
+            st.stats
+                .stage_decide
+                .add(t.saturating_sub(described_at), weight);
+        }
+        t.saturating_sub(entry)
+    } else {
+        0
+    };
     let rc = forward();
     let Some((c, noted)) = noted else {
         return rc;
@@ -91,14 +97,21 @@ pub fn copy(
         HookStats::bump(&st.stats.failed_copies);
         return rc;
     }
-    let t1 = if t0 != 0 { monotonic_ns() } else { 0 };
+    let t1 = if timing != Timing::No {
+        cycles::now()
+    } else {
+        0
+    };
     guarded(|| record_transfer(st, &c, &noted, site_addr));
     match timing {
         Timing::No => {}
-        Timing::Stages => st.stats.stage_record.add(monotonic_ns().saturating_sub(t1)),
+        Timing::Stages => st
+            .stats
+            .stage_record
+            .add(cycles::now().saturating_sub(t1), weight),
         Timing::Total => {
-            let record = monotonic_ns().saturating_sub(t1);
-            st.stats.hook_sample(before.saturating_add(record));
+            let record = cycles::now().saturating_sub(t1);
+            st.stats.hook_sample(before.saturating_add(record), weight);
         }
     }
     if let Some(stream) = noted.finish_on {

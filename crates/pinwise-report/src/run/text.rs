@@ -119,7 +119,8 @@ pub fn summary_lines(ps: &[ProcessStats]) -> Vec<String> {
             .map_or("-".to_string(), |m| format!("{m:.0} ns"));
         lines.push(format!(
             "hook cost per intercepted copy: median {median} (mean {mean}; {} samples, one copy \
-             in 16 timed; pinwise's bookkeeping only, the CUDA call itself excluded)",
+             in 16 timed, one in 4 of a thread's first 64; pinwise's bookkeeping only, the CUDA \
+             call itself excluded)",
             busiest.hook_samples
         ));
     }

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# A/B of preload builds on the bookkeeping per intercepted copy, as `pinwise run` reports it
+# in its statistics (hook_ns_net_median, hook_ns_median, the stage medians, the samples and
+# the timing read's cost), in short runs of PyTorch programs of this suite, the builds
+# interleaved; then the same builds on the sparse-copy program (bench/gpu/preload/gap_ab.sh).
+#   bash bench/gpu/frameworks/hook_ab.sh NAME=LIB.so[,VAR=VALUE...] [NAME=LIB.so ...]
+# e.g. `main=.device-carry/main/libpinwise_preload.so new=target/release/libpinwise_preload.so`.
+# Env: REPEATS (default 5), PROGS (default "torch_mixed.py torch_hot_pageable.py"), MODE
+# (default adaptive), GAP (1, default: also gap_ab.sh with GAPS="0 200", KIND=pinned and the
+# same REPEATS; 0: not), OUT (default ./bench-out). Needs target/release/pinwise (any build:
+# `--preload` picks the library). Writes $OUT/hook_ab/{runs.tsv,summary.md}.
+set -u
+cd "$(dirname "$0")/../../.."
+ROOT=$PWD
+PW=${PW:-$ROOT/target/release/pinwise}
+REPEATS=${REPEATS:-5}
+PROGS=${PROGS:-torch_mixed.py torch_hot_pageable.py}
+MODE=${MODE:-adaptive}
+D=${OUT:-$ROOT/bench-out}/hook_ab
+mkdir -p "$D"
+export PYTHONUNBUFFERED=1 PATH=/usr/local/cuda/bin:$PATH
+names=(); libs=(); envs=()
+for a in "$@"; do
+  names+=("${a%%=*}")
+  spec=${a#*=}
+  libs+=("$(realpath "${spec%%,*}")")
+  if [[ $spec == *,* ]]; then envs+=("${spec#*,}"); else envs+=(""); fi
+done
+((${#names[@]})) || { echo "usage: hook_ab.sh NAME=LIB.so[,VAR=VALUE...] ..." >&2; exit 2; }
+tsv=$D/runs.tsv
+: > "$tsv"
+for ((r = 1; r <= REPEATS; r++)); do
+  for p in $PROGS; do
+    if [[ $p == /* ]]; then prog=$p; else prog=$ROOT/bench/gpu/frameworks/$p; fi
+    for k in "${!names[@]}"; do
+      # Rotate the builds' order each round.
+      i=$(( (k + r) % ${#names[@]} ))
+      b=$(basename "$p" .py); s=$D/$b.${names[$i]}.$r.stats.json
+      IFS=, read -r -a extra <<< "${envs[$i]}"
+      t0=$(date +%s.%N)
+      env "${extra[@]}" timeout 240 "$PW" run --mode "$MODE" --preload "${libs[$i]}" \
+        --stats-json "$s" -- python3 "$prog" > "$D/last.out" 2> "$D/last.err"
+      rc=$?
+      t1=$(date +%s.%N)
+      python3 - "$s" "$p" "${names[$i]}" "$r" "$rc" "$t0" "$t1" >> "$tsv" <<'PY'
+import json, sys
+path, prog, name, r, rc, t0, t1 = sys.argv[1:]
+def find(o, k):
+    if isinstance(o, dict):
+        if k in o: return o[k]
+        for v in o.values():
+            x = find(v, k)
+            if x is not None: return x
+    if isinstance(o, list):
+        for v in o:
+            x = find(v, k)
+            if x is not None: return x
+    return None
+try:
+    s = json.load(open(path))
+except Exception:
+    s = {}
+st = find(s, "hook_stages") or {}
+row = [prog, name, r, rc, f"{float(t1) - float(t0):.2f}"]
+row += [find(s, k) for k in ["hook_ns_net_median", "hook_ns_median", "hook_samples", "clock_read_ns"]]
+row += [st.get("describe_ns"), st.get("decide_ns"), st.get("record_ns")]
+print(*["-" if x is None else x for x in row], sep="\t")
+PY
+    done
+  done
+done
+{
+  echo "# hook_ab: bookkeeping per intercepted copy in the programs ($MODE mode), $REPEATS interleaved runs per build"
+  echo
+  echo "- machine: $(hostname), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1), $(uname -r), $(date -u +%FT%TZ)"
+  for k in "${!names[@]}"; do echo "- ${names[$k]}: ${libs[$k]} ${envs[$k]} (sha256 $(sha256sum "${libs[$k]}" | cut -c1-12))"; done
+  echo
+  python3 - "$tsv" "${names[@]}" <<'PY'
+import sys, statistics
+from collections import defaultdict
+tsv, names = sys.argv[1], sys.argv[2:]
+v = defaultdict(lambda: defaultdict(list))
+progs = []
+fails = defaultdict(int)
+keys = ["wall_s", "net", "total", "samples", "read", "describe", "decide", "record"]
+for line in open(tsv):
+    prog, name, r, rc, *xs = line.rstrip("\n").split("\t")
+    if prog not in progs: progs.append(prog)
+    if rc != "0": fails[(prog, name)] += 1
+    for k, x in zip(keys, xs):
+        try: v[(prog, name)][k].append(float(x))
+        except ValueError: pass
+def cell(xs):
+    return f"{statistics.median(xs):.0f} ({min(xs):.0f}-{max(xs):.0f})" if xs else "-"
+print("median (min-max) over runs; ns except wall (s) and samples")
+print()
+print("| program | build | runs | exit≠0 | net | total | describe | decide | record | samples | read | wall s |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+for p in progs:
+    for n in names:
+        d = v[(p, n)]
+        wall = f"{statistics.median(d['wall_s']):.2f}" if d["wall_s"] else "-"
+        print(f"| {p} | {n} | {len(d['net'])} | {fails[(p, n)]} | " + " | ".join(cell(d[k]) for k in ["net", "total", "describe", "decide", "record", "samples"])
+              + f" | {statistics.median(d['read']):.1f} | {wall} |" if d["read"] else f"| {p} | {n} | 0 | {fails[(p, n)]} | - | - | - | - | - | - | - | {wall} |")
+PY
+} > "$D/summary.md"
+cat "$D/summary.md"
+if [[ ${GAP:-1} == 1 ]]; then
+  echo
+  OUT=$D KIND=${KIND:-pinned} GAPS=${GAPS:-0 200} REPEATS=$REPEATS bash "$ROOT/bench/gpu/preload/gap_ab.sh" "$@" | tee "$D/gap.md"
+fi
