@@ -136,6 +136,35 @@ fn pinned_buffers_come_from_the_pool_and_copies_are_byte_exact() {
         common::transfers(&run.history, pinwise_core::Direction::HtoD),
         ROUNDS * 3
     );
+    // Each allocation the pool served says so in its flags (the JSON form of the history).
+    let o = Command::new(pinwise())
+        .arg("convert")
+        .arg(setup.path("pooled.bin"))
+        .arg("-o")
+        .arg(setup.path("pooled.json"))
+        .output()
+        .unwrap();
+    assert_ok(&o, "pinwise convert");
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(setup.path("pooled.json")).unwrap()).unwrap();
+    let mut pooled_sizes: Vec<u64> = json["allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| {
+            a["events"][0]["type"] == "ALLOC"
+                && a["events"][0]["flags"].as_u64().unwrap()
+                    & u64::from(pinwise_core::pool_use::ALLOC_FLAG_POOL)
+                    != 0
+        })
+        .map(|a| a["size"].as_u64().unwrap())
+        .collect();
+    pooled_sizes.sort();
+    assert_eq!(
+        pooled_sizes,
+        [BIG, BIG],
+        "the two big buffers, not the small one"
+    );
     let from_history = PoolUseStats::from_source_stats(run.history.source_stats())
         .expect("the history carries the pool's figures");
     assert_eq!(from_history.buffers, 2);
