@@ -429,3 +429,41 @@ fn asynchronous_copies_on_pool_buffers_keep_their_stream_order() {
     assert_eq!(pool.copies, ROUNDS * POOL_COPIES_PER_ROUND, "{pool:?}");
     assert_eq!(pool.async_made_sync, ROUNDS * 2, "{pool:?}");
 }
+
+#[test]
+fn every_pinned_request_through_the_pool_leaves_the_workloads_output_unchanged() {
+    if !enough_locked_memory(
+        "every_pinned_request_through_the_pool_leaves_the_workloads_output_unchanged",
+    ) {
+        return;
+    }
+    // The driver and runtime workloads of the other tests (mapped and portable requests,
+    // pointer queries, 2D and unified copies, cuGetProcAddress entry points, frees on other
+    // threads), with every pinned request the rule allows sent to the pool (--pool-min 1).
+    let setup = Setup::new();
+    let service = Service::start(&setup);
+    for (name, exe) in [
+        (
+            "driver",
+            setup.build_driver("driver_workload.c", &["-lpthread"]),
+        ),
+        ("cudart", setup.build_cudart("cudart_workload.c", &[])),
+    ] {
+        let plain = setup.run_plain(&exe, &[]);
+        assert_ok(&plain, name);
+        let run = setup.run_recorded(
+            &exe,
+            &[&service.pool_arg(), "--pool-min", "1"],
+            &format!("{name}-all-pooled.bin"),
+        );
+        assert_same_stdout(&run.out, &plain, name);
+        let pool = pool_stats(run.process());
+        eprintln!("{name}: {pool:?}");
+        assert!(
+            pool.buffers > 0,
+            "{name}: nothing came from the pool: {pool:?}"
+        );
+        assert!(pool.copies + pool.copies_here > 0, "{name}: {pool:?}");
+        assert!(!pool.connection_lost, "{name}: {pool:?}");
+    }
+}
