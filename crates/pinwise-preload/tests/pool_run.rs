@@ -467,3 +467,32 @@ fn every_pinned_request_through_the_pool_leaves_the_workloads_output_unchanged()
         assert!(!pool.connection_lost, "{name}: {pool:?}");
     }
 }
+
+#[test]
+fn a_service_that_does_not_answer_holds_the_program_up_about_a_second() {
+    if !enough_locked_memory("a_service_that_does_not_answer_holds_the_program_up_about_a_second") {
+        return;
+    }
+    let setup = Setup::new();
+    let program = setup.build_driver("pool_workload.c", &[]);
+    let plain = setup.run_plain(&program, &[]);
+    assert_ok(&plain, "plain");
+    let service = Service::start(&setup);
+    // Stopped: the kernel still accepts the connection, nobody answers it.
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(
+        unsafe { libc::kill(service.child.id() as i32, libc::SIGSTOP) },
+        0
+    );
+    let t0 = Instant::now();
+    let run = setup.run_recorded(&program, &[&service.pool_arg()], "stopped.bin");
+    let took = t0.elapsed();
+    assert_same_stdout(&run.out, &plain, "--pool, service stopped");
+    let pool = pool_stats(run.process());
+    assert!(!pool.connected, "{pool:?}");
+    assert_eq!(pool.alloc_fallbacks, 2, "{pool:?}");
+    let reason = pool.unavailable_reason.unwrap_or_default();
+    assert!(reason.contains("connection"), "{reason}");
+    // One connect attempt, given up after its 1 s limit; generous for a loaded machine.
+    assert!(took < Duration::from_secs(30), "took {took:?}");
+}
