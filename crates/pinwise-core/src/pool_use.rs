@@ -178,7 +178,12 @@ impl PoolUseStats {
     pub fn summary_line(&self) -> String {
         use crate::units::format_size;
         let mut s = format!(
-            "pinned pool: {} requests served from the node's pool ({}, peak {}; GPU page              tables for them est. {} kept once by the service instead of here, {} saved              node-wide by shared buffers; service clients up to {}); {} copies done by the              service ({}; {} asynchronous ones made synchronous); fallbacks: {} requests              pinned in-process, {} pool buffers registered here ({} copies), {} left pageable,              {} device allocations without an IPC handle, {} refusals",
+            "pinned pool: {} requests served from the node's pool ({}, peak {}; GPU page \
+             tables for them est. {} kept once by the service instead of here, {} saved \
+             node-wide by shared buffers; service clients up to {}); {} copies done by the \
+             service ({}; {} asynchronous ones made synchronous); fallbacks: {} requests \
+             pinned in-process, {} pool buffers registered here ({} copies), {} left pageable, \
+             {} device allocations without an IPC handle, {} refusals",
             self.buffers,
             format_size(self.bytes),
             format_size(self.bytes_peak),
@@ -270,6 +275,29 @@ mod tests {
             ..s
         };
         assert_eq!(shared.pagetable_bytes_saved(), 6 << 20);
+    }
+
+    #[test]
+    fn the_summary_line_reads_as_one_sentence() {
+        let s = PoolUseStats {
+            configured: true,
+            buffers: 2,
+            bytes_peak: 1 << 30,
+            unavailable_reason: Some("gone".into()),
+            connection_lost: true,
+            ..PoolUseStats::default()
+        };
+        let line = s.summary_line();
+        assert!(line.starts_with("pinned pool: 2 requests served"), "{line}");
+        assert!(
+            line.contains("est. 2.00 MiB kept once by the service"),
+            "{line}"
+        );
+        assert!(
+            line.ends_with("the pool was given up during the run (gone)"),
+            "{line}"
+        );
+        assert!(!line.contains("  "), "{line}");
     }
 
     #[test]

@@ -136,6 +136,35 @@ fn pinned_buffers_come_from_the_pool_and_copies_are_byte_exact() {
         common::transfers(&run.history, pinwise_core::Direction::HtoD),
         ROUNDS * 3
     );
+    // Each allocation the pool served says so in its flags (the JSON form of the history).
+    let o = Command::new(pinwise())
+        .arg("convert")
+        .arg(setup.path("pooled.bin"))
+        .arg("-o")
+        .arg(setup.path("pooled.json"))
+        .output()
+        .unwrap();
+    assert_ok(&o, "pinwise convert");
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(setup.path("pooled.json")).unwrap()).unwrap();
+    let mut pooled_sizes: Vec<u64> = json["allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| {
+            a["events"][0]["type"] == "ALLOC"
+                && a["events"][0]["flags"].as_u64().unwrap()
+                    & u64::from(pinwise_core::pool_use::ALLOC_FLAG_POOL)
+                    != 0
+        })
+        .map(|a| a["size"].as_u64().unwrap())
+        .collect();
+    pooled_sizes.sort();
+    assert_eq!(
+        pooled_sizes,
+        [BIG, BIG],
+        "the two big buffers, not the small one"
+    );
     let from_history = PoolUseStats::from_source_stats(run.history.source_stats())
         .expect("the history carries the pool's figures");
     assert_eq!(from_history.buffers, 2);
@@ -399,4 +428,71 @@ fn asynchronous_copies_on_pool_buffers_keep_their_stream_order() {
     assert_same_stdout(&out, &plain, "--pool, delayed asynchronous copies");
     assert_eq!(pool.copies, ROUNDS * POOL_COPIES_PER_ROUND, "{pool:?}");
     assert_eq!(pool.async_made_sync, ROUNDS * 2, "{pool:?}");
+}
+
+#[test]
+fn every_pinned_request_through_the_pool_leaves_the_workloads_output_unchanged() {
+    if !enough_locked_memory(
+        "every_pinned_request_through_the_pool_leaves_the_workloads_output_unchanged",
+    ) {
+        return;
+    }
+    // The driver and runtime workloads of the other tests (mapped and portable requests,
+    // pointer queries, 2D and unified copies, cuGetProcAddress entry points, frees on other
+    // threads), with every pinned request the rule allows sent to the pool (--pool-min 1).
+    let setup = Setup::new();
+    let service = Service::start(&setup);
+    for (name, exe) in [
+        (
+            "driver",
+            setup.build_driver("driver_workload.c", &["-lpthread"]),
+        ),
+        ("cudart", setup.build_cudart("cudart_workload.c", &[])),
+    ] {
+        let plain = setup.run_plain(&exe, &[]);
+        assert_ok(&plain, name);
+        let run = setup.run_recorded(
+            &exe,
+            &[&service.pool_arg(), "--pool-min", "1"],
+            &format!("{name}-all-pooled.bin"),
+        );
+        assert_same_stdout(&run.out, &plain, name);
+        let pool = pool_stats(run.process());
+        eprintln!("{name}: {pool:?}");
+        assert!(
+            pool.buffers > 0,
+            "{name}: nothing came from the pool: {pool:?}"
+        );
+        assert!(pool.copies + pool.copies_here > 0, "{name}: {pool:?}");
+        assert!(!pool.connection_lost, "{name}: {pool:?}");
+    }
+}
+
+#[test]
+fn a_service_that_does_not_answer_holds_the_program_up_about_a_second() {
+    if !enough_locked_memory("a_service_that_does_not_answer_holds_the_program_up_about_a_second") {
+        return;
+    }
+    let setup = Setup::new();
+    let program = setup.build_driver("pool_workload.c", &[]);
+    let plain = setup.run_plain(&program, &[]);
+    assert_ok(&plain, "plain");
+    let service = Service::start(&setup);
+    // Stopped: the kernel still accepts the connection, nobody answers it.
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(
+        unsafe { libc::kill(service.child.id() as i32, libc::SIGSTOP) },
+        0
+    );
+    let t0 = Instant::now();
+    let run = setup.run_recorded(&program, &[&service.pool_arg()], "stopped.bin");
+    let took = t0.elapsed();
+    assert_same_stdout(&run.out, &plain, "--pool, service stopped");
+    let pool = pool_stats(run.process());
+    assert!(!pool.connected, "{pool:?}");
+    assert_eq!(pool.alloc_fallbacks, 2, "{pool:?}");
+    let reason = pool.unavailable_reason.unwrap_or_default();
+    assert!(reason.contains("connection"), "{reason}");
+    // One connect attempt, given up after its 1 s limit; generous for a loaded machine.
+    assert!(took < Duration::from_secs(30), "took {took:?}");
 }
