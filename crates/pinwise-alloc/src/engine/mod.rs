@@ -24,7 +24,7 @@
 //! When an allocation is freed its outcome (would pinning it have paid?) trains its site's
 //! predictor.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
@@ -34,6 +34,7 @@ use pinwise_core::policy::PredictedTransfers;
 use pinwise_core::{
     Direction, Event, EventKind, HostMemKind, HostState, Policy, ProbeKind, Site, Tag,
 };
+use rustc_hash::FxHashMap;
 
 mod config;
 mod decide;
@@ -56,7 +57,9 @@ use crate::stats::{AllocStats, Counters};
 /// One allocation handed out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Allocation {
-    /// First byte (page-aligned for pinned blocks and large pageable mappings).
+    /// First byte (page-aligned for pinned blocks and large pageable mappings). Its bytes
+    /// are not zeroed (as `malloc`'s): reused memory holds what was written before, and
+    /// small pageable memory from the heap is uninitialized.
     pub ptr: *mut u8,
     /// Bytes asked for.
     pub size: usize,
@@ -87,6 +90,9 @@ enum PinRefusal {
     /// The driver refused (counted in `fallbacks`).
     Driver,
 }
+
+/// Most records of freed allocations kept for reuse.
+const SPARE_LIVES: usize = 64;
 
 /// State of a pageable mapping with respect to promotion.
 const PAGEABLE: u8 = 0;
@@ -147,6 +153,12 @@ impl Live {
         t
     }
 
+    /// Whether its bytes are uninitialized (small pageable memory from the heap, which is
+    /// not zeroed), so that the Rust API zeroes them before handing them out as `&[u8]`.
+    pub(crate) fn needs_zeroing(&self) -> bool {
+        self.origin == Origin::Heap
+    }
+
     pub(crate) fn is_pinned(&self) -> bool {
         match self.origin {
             Origin::PoolBlock | Origin::Dedicated => true,
@@ -170,7 +182,11 @@ pub struct Engine {
     pressure: MemoryGauge,
     events: EventPool,
     live: RwLock<BTreeMap<usize, Arc<Live>>>,
-    sites: Mutex<HashMap<Site, SiteState>>,
+    sites: Mutex<FxHashMap<Site, SiteState>>,
+    /// Records of freed allocations kept for reuse (at most [`SPARE_LIVES`]): a record is
+    /// cache-line aligned, and an aligned heap allocation and free per allocation cost more
+    /// than the rest of the engine's bookkeeping at small sizes.
+    spare_lives: Mutex<Vec<Arc<Live>>>,
     resolver: InProcessSiteResolver,
     counters: Counters,
     min_segment: usize,
@@ -224,7 +240,8 @@ impl Engine {
             pressure: MemoryGauge::system(config.low_memory_bytes),
             events: EventPool::new(),
             live: RwLock::new(BTreeMap::new()),
-            sites: Mutex::new(HashMap::new()),
+            sites: Mutex::new(FxHashMap::default()),
+            spare_lives: Mutex::new(Vec::new()),
             resolver: InProcessSiteResolver::new(config.modules),
             counters: Counters::default(),
             min_segment: config.min_segment_bytes.max(PAGE).next_multiple_of(PAGE),
@@ -331,7 +348,7 @@ impl Engine {
             Some(s) => s,
             None => self.alloc_pageable(size)?,
         };
-        let live = Arc::new(Live {
+        let record = Live {
             start,
             size,
             block_len: len,
@@ -348,7 +365,8 @@ impl Engine {
             transfers: Default::default(),
             bytes: Default::default(),
             async_streams: Mutex::new(Vec::new()),
-        });
+        };
+        let live = self.live_record(record);
         let pinned = live.is_pinned();
         self.live.write().insert(start, live);
         self.counters.allocations.fetch_add(1, Ordering::Relaxed);
@@ -389,9 +407,38 @@ impl Engine {
             .live
             .write()
             .remove(&(ptr as usize))
-            .ok_or(AllocError::UnknownPointer(ptr as usize))?;
+            .ok_or_else(|| AllocError::UnknownPointer(ptr as usize))?;
         self.release(&live);
+        self.keep_record(live);
         Ok(())
+    }
+
+    /// `record` in a reference-counted allocation: a spare one of a freed allocation if
+    /// there is one, else a new one.
+    fn live_record(&self, record: Live) -> Arc<Live> {
+        let spare = self.spare_lives.lock().pop();
+        match spare {
+            Some(mut a) => match Arc::get_mut(&mut a) {
+                Some(slot) => {
+                    *slot = record;
+                    a
+                }
+                // Only unique records are kept (see `keep_record`).
+                None => Arc::new(record),
+            },
+            None => Arc::new(record),
+        }
+    }
+
+    /// Keeps a freed allocation's record for reuse when nothing else refers to it any more
+    /// (a copy being noted on another thread may still hold it: then it is dropped).
+    fn keep_record(&self, mut live: Arc<Live>) {
+        if Arc::get_mut(&mut live).is_some() {
+            let mut spare = self.spare_lives.lock();
+            if spare.len() < SPARE_LIVES {
+                spare.push(live);
+            }
+        }
     }
 
     /// Frees a live allocation the caller holds (a [`crate::HostBuffer`] being dropped).

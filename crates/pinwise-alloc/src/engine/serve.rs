@@ -271,11 +271,13 @@ impl Engine {
     /// Pageable memory: a cached or new mapping for large sizes, the heap for small ones.
     pub(super) fn alloc_pageable(&self, size: usize) -> Result<(usize, usize, Origin), AllocError> {
         if size < MMAP_FROM {
-            let layout = std::alloc::Layout::from_size_align(size, 64)
-                .map_err(|_| AllocError::TooLarge(size))?;
-            // SAFETY: `size > 0` (checked by alloc), so the layout is non-zero. Zeroed so that
-            // the bytes are initialized (buffers hand them out as `&[u8]`).
-            let p = unsafe { std::alloc::alloc_zeroed(layout) };
+            let layout = heap_layout(size).ok_or_else(|| AllocError::TooLarge(size))?;
+            // SAFETY: `size > 0` (checked by alloc), so the layout is non-zero. Not zeroed,
+            // as `malloc` does not zero: a program writes its buffer before copying it, and
+            // zeroing cost more than the rest of a small allocation (memset of 16 KiB,
+            // bench/results/alloc-engine-overhead.md). The Rust API, which hands the bytes out
+            // as `&[u8]`, zeroes them ([`Live::needs_zeroing`]).
+            let p = unsafe { std::alloc::alloc(layout) };
             if p.is_null() {
                 return Err(AllocError::OutOfMemory(size));
             }
@@ -418,8 +420,7 @@ impl Engine {
                 }
             }
             Origin::Heap => {
-                let layout = std::alloc::Layout::from_size_align(live.size, 64)
-                    .expect("layout was valid at allocation");
+                let layout = heap_layout(live.size).expect("layout was valid at allocation");
                 // SAFETY: allocated by alloc_pageable with this layout, freed once.
                 unsafe { std::alloc::dealloc(live.start as *mut u8, layout) };
             }
@@ -431,6 +432,14 @@ impl Engine {
             },
         );
     }
+}
+
+/// The layout of a small pageable allocation of `size` bytes on the heap: `malloc`'s own
+/// alignment (16 bytes, or the size rounded up to a power of two below that), so that the
+/// global allocator serves it as plain `malloc` does, without an over-aligned allocation's
+/// extra work.
+pub(super) fn heap_layout(size: usize) -> Option<std::alloc::Layout> {
+    std::alloc::Layout::from_size_align(size, size.next_power_of_two().min(16)).ok()
 }
 
 /// The largest free block a block of `len` bytes is taken from: for a program's request, at
