@@ -46,6 +46,7 @@ use decide::SiteState;
 use crate::backend::{EventHandle, PinBackend, StreamHandle};
 use crate::budget::{default_budget_bytes, PinBudget};
 use crate::callsite::InProcessSiteResolver;
+use crate::demand::PoolDemand;
 use crate::error::AllocError;
 use crate::events::EventPool;
 use crate::grade::PAGE;
@@ -131,6 +132,9 @@ pub(crate) struct Live {
     block_len: usize,
     pub(crate) tag: Tag,
     planned: Planned,
+    /// A pool block lent as a spare (pinwise-core's `rules::is_spare`), not held for its own
+    /// sake (see [`crate::demand`]).
+    spare: bool,
     /// Streams with asynchronous copies on this allocation (deduplicated, small).
     async_streams: Mutex<Vec<StreamHandle>>,
 }
@@ -189,6 +193,8 @@ pub struct Engine {
     spare_lives: Mutex<Vec<Arc<Live>>>,
     resolver: InProcessSiteResolver,
     counters: Counters,
+    /// What the pool's blocks are wanted for (spare blocks are lent beyond it).
+    demand: PoolDemand,
     min_segment: usize,
     history_bits: u8,
     huge_pages: bool,
@@ -244,6 +250,7 @@ impl Engine {
             spare_lives: Mutex::new(Vec::new()),
             resolver: InProcessSiteResolver::new(config.modules),
             counters: Counters::default(),
+            demand: PoolDemand::new(),
             min_segment: config.min_segment_bytes.max(PAGE).next_multiple_of(PAGE),
             history_bits: config.history_bits,
             huge_pages: config.huge_pages,
@@ -320,10 +327,15 @@ impl Engine {
         let required = flags.contains(AllocFlags::REQUIRE_PINNED);
         let request = is_request(flags);
         let graded = ceiling::block_size(size, request);
-        let (tag, want_pin, planned) = self.decide(size, graded, site, flags);
+        let (tag, serve, planned) = self.decide(size, graded, site, flags);
+        self.demand.tick();
+        let spare = serve.basis == rules::Basis::SpareBlock;
 
         let mut served: Option<(usize, usize, Origin)> = None;
-        if want_pin {
+        if spare {
+            // Only the spare block itself: never a new segment for it.
+            served = self.take_spare_block(graded);
+        } else if serve.pinned {
             let r = if required && cuda_flags != 0 {
                 self.alloc_dedicated(graded, cuda_flags)
             } else {
@@ -348,6 +360,14 @@ impl Engine {
             Some(s) => s,
             None => self.alloc_pageable(size)?,
         };
+        let spare = spare && origin == Origin::PoolBlock;
+        if origin == Origin::PoolBlock {
+            if spare {
+                self.demand.lend(len as u64);
+            } else {
+                self.demand.hold(len as u64);
+            }
+        }
         let record = Live {
             start,
             size,
@@ -355,6 +375,7 @@ impl Engine {
             tag,
             origin,
             planned,
+            spare,
             promotion: AtomicU8::new(
                 if origin == Origin::Mapping && !flags.contains(AllocFlags::NEVER_PIN) {
                     PAGEABLE

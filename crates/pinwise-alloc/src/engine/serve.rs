@@ -62,6 +62,18 @@ impl Engine {
         }
     }
 
+    /// A spare block of the pinned pool (see [`crate::demand`]): a free block that fits,
+    /// not carved from a much larger one; `None` when there is none now (never a new
+    /// segment: the request is then served pageable).
+    pub(super) fn take_spare_block(&self, graded: usize) -> Option<(usize, usize, Origin)> {
+        let addr = self.pool.lock().take_fit(graded, fit_limit(graded, true))?;
+        self.counters.pool_hits.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .spare_block_hits
+            .fetch_add(1, Ordering::Relaxed);
+        Some((addr, graded, Origin::PoolBlock))
+    }
+
     /// A block from the pinned pool, growing it within the budget if needed.
     /// `request`: a program's own pinned request, reserved within the cap only (see
     /// [`crate::budget::PinBudget::try_reserve_request`]).
@@ -80,6 +92,12 @@ impl Engine {
             return Ok((addr, graded, Origin::PoolBlock));
         }
         self.counters.pool_misses.fetch_add(1, Ordering::Relaxed);
+        if self.demand.missed(graded as u64) {
+            tracing::debug!(
+                bytes = graded,
+                "a pinned request found its block lent as a spare: no more lending on it"
+            );
+        }
         let seg_len = graded.max(self.min_segment);
         // Prefer registering a touched mapping from the pageable cache when that is cheaper.
         let (fresh_method, fresh_cost) = pricing::cheapest_fresh(&self.policy, seg_len as u64);
@@ -368,6 +386,11 @@ impl Engine {
         let streams = std::mem::take(&mut *live.async_streams.lock());
         match live.origin {
             Origin::PoolBlock => {
+                if live.spare {
+                    self.demand.give_back(live.block_len as u64);
+                } else {
+                    self.demand.release(live.block_len as u64);
+                }
                 let events = self.completion_events(&streams);
                 let ok = self.pool.lock().give_back(live.start, events);
                 debug_assert!(ok, "a live pool block is in use in the pool");
