@@ -171,7 +171,11 @@ proptest! {
                 let before = e.stats();
                 let spare_before = before.spare_block_hits;
                 // One allocation at a time, to see what each one did.
-                let s = if spare_before % 2 == 0 { site(10) } else { site(11) };
+                let s = if spare_before.is_multiple_of(2) {
+                    site(10)
+                } else {
+                    site(11)
+                };
                 let a = e.alloc(mib * MIB, s, AllocFlags::NONE).unwrap();
                 let after = e.stats();
                 if after.spare_block_hits > spare_before {

@@ -428,7 +428,7 @@ impl Engine {
             .live
             .write()
             .remove(&(ptr as usize))
-            .ok_or_else(|| AllocError::UnknownPointer(ptr as usize))?;
+            .ok_or(AllocError::UnknownPointer(ptr as usize))?;
         self.release(&live);
         self.keep_record(live);
         Ok(())

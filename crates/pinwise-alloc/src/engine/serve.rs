@@ -289,7 +289,7 @@ impl Engine {
     /// Pageable memory: a cached or new mapping for large sizes, the heap for small ones.
     pub(super) fn alloc_pageable(&self, size: usize) -> Result<(usize, usize, Origin), AllocError> {
         if size < MMAP_FROM {
-            let layout = heap_layout(size).ok_or_else(|| AllocError::TooLarge(size))?;
+            let layout = heap_layout(size).ok_or(AllocError::TooLarge(size))?;
             // SAFETY: `size > 0` (checked by alloc), so the layout is non-zero. Not zeroed,
             // as `malloc` does not zero: a program writes its buffer before copying it, and
             // zeroing cost more than the rest of a small allocation (memset of 16 KiB,
