@@ -407,6 +407,9 @@ int pinwise_alloc_destroy(struct PinwiseAllocator *a);
  * Allocates `size` bytes for call site `call_site` (a return address; the header's
  * `pinwise_alloc` macro passes it). `flags`: `PINWISE_ALLOC_*`. NULL on failure.
  *
+ * As with `malloc`, the bytes are not initialized (memory reused from the pool holds
+ * what was written before).
+ *
  * # Safety
  * `a` is from `pinwise_alloc_create` and not destroyed.
  */

@@ -37,6 +37,92 @@ fn warm(e: &Engine, s: Site, size: usize) {
     }
 }
 
+/// The bench alloc matrix's h1 c8 r1 iteration without its copies: one hot buffer (two
+/// notes) and eight cold ones (the first noted once), each allocated, filled and freed;
+/// `alloc`/`free` are the strategy's.
+fn iteration(
+    size: usize,
+    alloc: &mut dyn FnMut(usize, usize) -> *mut u8,
+    note: &mut dyn FnMut(*mut u8, Direction),
+    free: &mut dyn FnMut(*mut u8),
+) {
+    let mut ptrs = [std::ptr::null_mut(); 9];
+    for (role, p) in ptrs.iter_mut().enumerate() {
+        *p = alloc(size, role);
+    }
+    for &p in &ptrs {
+        // SAFETY: a live allocation of `size` bytes.
+        unsafe { std::ptr::write_bytes(p, 1, size) };
+    }
+    note(ptrs[0], Direction::HtoD);
+    note(ptrs[0], Direction::DtoH);
+    note(ptrs[1], Direction::HtoD);
+    for p in ptrs {
+        free(black_box(p));
+    }
+}
+
+/// Per-allocation cost at small sizes against plain `malloc` (what the pageable strategy
+/// of `bench alloc` does), alone and in a matrix iteration.
+fn small_sizes(c: &mut Criterion) {
+    for size in [4096usize, 16384] {
+        let kib = size >> 10;
+        c.bench_function(&format!("malloc+free {kib} KiB (libc, baseline)"), |b| {
+            b.iter(|| {
+                // SAFETY: malloc/free of a fresh block.
+                unsafe {
+                    let p = libc::malloc(black_box(size));
+                    libc::free(black_box(p));
+                }
+            })
+        });
+        let e = engine();
+        c.bench_function(&format!("alloc+free {kib} KiB (pageable, heap)"), |b| {
+            b.iter(|| {
+                let a = e.alloc(size, site(1), AllocFlags::NONE).unwrap();
+                // SAFETY: allocated just above.
+                unsafe { e.free(black_box(a.ptr)).unwrap() };
+            })
+        });
+        c.bench_function(
+            &format!("matrix iteration h1 c8 r1 {kib} KiB, no copies (libc malloc)"),
+            |b| {
+                b.iter(|| {
+                    iteration(
+                        size,
+                        // SAFETY: malloc of a non-zero size; checked below by the fill.
+                        &mut |s, _| unsafe { libc::malloc(s) as *mut u8 },
+                        &mut |_, _| {},
+                        // SAFETY: from the malloc above, freed once.
+                        &mut |p| unsafe { libc::free(p as *mut libc::c_void) },
+                    )
+                })
+            },
+        );
+        let e = engine();
+        c.bench_function(
+            &format!("matrix iteration h1 c8 r1 {kib} KiB, no copies (engine, adaptive)"),
+            |b| {
+                b.iter(|| {
+                    iteration(
+                        size,
+                        &mut |s, role| {
+                            e.alloc(s, site(100 + role as u64), AllocFlags::NONE)
+                                .unwrap()
+                                .ptr
+                        },
+                        &mut |p, d| {
+                            e.note_transfer(p, size, d, None);
+                        },
+                        // SAFETY: allocated by this engine in this iteration, freed once.
+                        &mut |p| unsafe { e.free(p).unwrap() },
+                    )
+                })
+            },
+        );
+    }
+}
+
 fn bench(c: &mut Criterion) {
     let e = engine();
     c.bench_function("alloc+free 4 KiB (pageable, heap)", |b| {
@@ -90,5 +176,5 @@ fn bench(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, bench);
+criterion_group!(benches, bench, small_sizes);
 criterion_main!(benches);

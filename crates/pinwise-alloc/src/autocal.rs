@@ -57,6 +57,32 @@ pub struct Resolved {
 }
 
 impl Resolved {
+    /// Which calibration this is, in one line for reports: this GPU's cached calibration
+    /// (and its file), this GPU's calibration measured now (how long, where cached, and
+    /// the measurement's own source), or the built-in table and why.
+    pub fn describe(&self) -> String {
+        match &self.source {
+            Source::Cached(p) => format!(
+                "automatic: this GPU's cached calibration {}",
+                p.display()
+            ),
+            Source::Calibrated { path, secs } => format!(
+                "automatic: this GPU's calibration, measured now in {secs:.1} s (first use), {} ({})",
+                match path {
+                    Some(p) => format!("cached in {}", p.display()),
+                    None => "not cached".to_string(),
+                },
+                self.model.source()
+            ),
+            Source::BuiltIn(why) => format!("built-in H200 table, not this GPU's: {why}"),
+        }
+    }
+
+    /// The model, its source named by [`Resolved::describe`].
+    pub fn described_model(&self) -> CostModel {
+        self.model.clone().with_source(self.describe())
+    }
+
     /// What to print once on stderr: nothing for a cached calibration without problems;
     /// otherwise the calibration made, or why the built-in table is used, and the notes.
     pub fn announcement(&self) -> Option<String> {
@@ -192,6 +218,15 @@ mod tests {
             "{a}"
         );
         assert!(file.exists());
+        let d = r.described_model();
+        assert!(
+            d.source()
+                .starts_with("automatic: this GPU's calibration, measured now in")
+                && d.source().contains("calibration-GPU-1234.csv")
+                && d.source().contains("measured (test)"),
+            "{}",
+            d.source()
+        );
         // Second use: the cache, no measuring, nothing to announce.
         let r = resolve(Some("GPU-1234"), Some(dir.path()), || {
             calls.set(calls.get() + 1);
@@ -201,6 +236,13 @@ mod tests {
         assert_eq!(r.source, Source::Cached(file.clone()));
         assert_eq!(r.model.points(), measured().points());
         assert_eq!(r.announcement(), None);
+        assert_eq!(
+            r.describe(),
+            format!(
+                "automatic: this GPU's cached calibration {}",
+                file.display()
+            )
+        );
         // Another GPU has its own file.
         let r = resolve(Some("GPU-5678"), Some(dir.path()), || Ok(measured()));
         assert!(matches!(r.source, Source::Calibrated { .. }));

@@ -53,6 +53,11 @@ impl HostAllocator {
             .engine
             .live_of(a.ptr as usize)
             .expect("a fresh allocation is live");
+        if live.needs_zeroing() {
+            // SAFETY: a fresh allocation of `live.size` writable bytes that nobody else uses
+            // yet; zeroed so that `as_slice` reads initialized bytes.
+            unsafe { std::ptr::write_bytes(a.ptr, 0, live.size) };
+        }
         Ok(HostBuffer {
             engine: self.engine.clone(),
             live,
@@ -210,5 +215,25 @@ mod tests {
         assert_send_sync::<HostBuffer>();
         assert_send_sync::<HostAllocator>();
         assert_send_sync::<Engine>();
+    }
+
+    /// The engine hands out small pageable memory unzeroed (as `malloc`); the Rust API
+    /// still reads zeros in a fresh buffer, also where the heap reuses memory just written.
+    #[test]
+    fn fresh_small_buffers_read_zeros_though_the_engine_does_not_zero() {
+        use pinwise_core::{CostModel, Policy};
+        let alloc = HostAllocator::new(
+            Arc::new(crate::testing::MockBackend::new()),
+            EngineConfig::new(Policy::new(CostModel::builtin())),
+        )
+        .unwrap();
+        for size in [1usize, 100, 4096, 16 << 10, (64 << 10) - 1] {
+            for _ in 0..4 {
+                let mut b = alloc.alloc(size).unwrap();
+                assert!(!b.is_pinned());
+                assert!(b.as_slice().iter().all(|&x| x == 0), "size {size}");
+                b.as_mut_slice().fill(0xa5);
+            }
+        }
     }
 }

@@ -13,6 +13,8 @@
 //! - [`pageable`]: the path for what is not pinned (with a bounded cache of warm mappings);
 //! - [`pressure`]: whether the machine is short of memory (the cache then empties);
 //! - [`budget`]: a hard cap on pinned bytes, reserved atomically before pinning;
+//! - [`demand`]: what the pool's blocks are wanted for (their recent peak), so that only
+//!   spare idle blocks serve requests that would otherwise be pageable;
 //! - [`predict`]: the adaptive mode's per-call-site pattern history table;
 //! - [`callsite`]: allocation identity (call site normalized across runs);
 //! - [`plan`]: use mode's advice ([`plan::ProfileAdvice`]): core's plan of a profile, per
@@ -29,6 +31,7 @@ pub mod budget;
 mod buffer;
 pub mod calibrate;
 pub mod callsite;
+pub mod demand;
 pub mod engine;
 mod error;
 pub mod events;

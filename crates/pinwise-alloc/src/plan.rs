@@ -5,7 +5,7 @@
 //! Advice is given only for a tag the profile has, with the same graded size; anything else
 //! is [`Advised::Unknown`] and the engine decides adaptively.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 use pinwise_core::decide::plan::PinPlan;
 use pinwise_core::profile::Profile;
@@ -35,7 +35,7 @@ pub struct AdviceSummary {
 #[derive(Debug, Clone)]
 pub struct ProfileAdvice {
     /// (module, offset, call number) → (graded size, pin, pinned and reused).
-    advice: HashMap<(ModuleId, u64, u32), (usize, bool, bool)>,
+    advice: FxHashMap<(ModuleId, u64, u32), (usize, bool, bool)>,
     summary: AdviceSummary,
 }
 
@@ -63,7 +63,8 @@ impl ProfileAdvice {
             .iter()
             .map(|m| modules.intern(&identity_from_key(&m.key, &m.path)))
             .collect();
-        let mut advice = HashMap::with_capacity(plan.entries.len());
+        let mut advice =
+            FxHashMap::with_capacity_and_hasher(plan.entries.len(), Default::default());
         for e in &plan.entries {
             let Some(&module) = module_ids.get(e.module as usize) else {
                 continue;

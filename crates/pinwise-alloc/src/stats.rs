@@ -30,6 +30,9 @@ pub struct AllocStats {
     pub pool_hits: u64,
     /// Pinned requests that needed a new segment.
     pub pool_misses: u64,
+    /// Requests that would have been pageable served from a spare idle pool block
+    /// (pinwise-core's `rules::is_spare`; also counted in `pool_hits`).
+    pub spare_block_hits: u64,
     /// Pooled blocks waiting for their asynchronous copies to complete.
     pub pending_blocks: u64,
     /// Segments obtained with `cuMemHostAlloc`.
@@ -79,6 +82,7 @@ impl From<AllocStats> for pinwise_core::preload_stats::EngineStats {
             live_allocations: _,
             pool_hits,
             pool_misses,
+            spare_block_hits: _,
             pending_blocks: _,
             pins_alloc: _,
             pins_register: _,
@@ -122,6 +126,7 @@ pub(crate) struct Counters {
     pub pinned_allocations: AtomicU64,
     pub pool_hits: AtomicU64,
     pub pool_misses: AtomicU64,
+    pub spare_block_hits: AtomicU64,
     pub pins_alloc: AtomicU64,
     pub pins_register: AtomicU64,
     pub promotions: AtomicU64,
@@ -169,6 +174,7 @@ impl Counters {
             live_allocations: live,
             pool_hits: r(&self.pool_hits),
             pool_misses: r(&self.pool_misses),
+            spare_block_hits: r(&self.spare_block_hits),
             pending_blocks,
             pins_alloc: r(&self.pins_alloc),
             pins_register: r(&self.pins_register),

@@ -228,6 +228,9 @@ pub unsafe extern "C" fn pinwise_alloc_destroy(a: *mut PinwiseAllocator) -> c_in
 /// Allocates `size` bytes for call site `call_site` (a return address; the header's
 /// `pinwise_alloc` macro passes it). `flags`: `PINWISE_ALLOC_*`. NULL on failure.
 ///
+/// As with `malloc`, the bytes are not initialized (memory reused from the pool holds
+/// what was written before).
+///
 /// # Safety
 /// `a` is from `pinwise_alloc_create` and not destroyed.
 #[no_mangle]

@@ -311,6 +311,12 @@ impl CostModel {
         &self.source
     }
 
+    /// The same table under another source name (to say how it was chosen).
+    pub fn with_source(mut self, source: impl Into<String>) -> CostModel {
+        self.source = source.into();
+        self
+    }
+
     /// The calibration as CSV, in the format [`CostModel::from_csv_str`] reads.
     pub fn to_csv(&self) -> String {
         let mut out = String::new();

@@ -42,15 +42,15 @@ impl SiteState {
 }
 
 impl Engine {
-    /// Tag, pin or not, and whether advice was followed. The facts are gathered here; the
-    /// decision is pinwise-core's ([`rules::serve`]).
+    /// Tag, how to serve it, and whether advice was followed. The facts are gathered here;
+    /// the decision is pinwise-core's ([`rules::serve`]).
     pub(super) fn decide(
         &self,
         size: usize,
         graded: usize,
         site: Site,
         flags: AllocFlags,
-    ) -> (Tag, bool, Planned) {
+    ) -> (Tag, rules::Serve, Planned) {
         let mut sites = self.sites.lock();
         let state = sites.entry(site).or_insert_with(|| SiteState {
             calls: 0,
@@ -68,8 +68,8 @@ impl Engine {
         let ask = flags.ask();
         if ask.require_pinned || ask.never_pin {
             drop(sites);
-            let s = rules::serve(ask, None, || false, || false, NO_GUESS, || false);
-            return (tag, s.pinned, Planned::No);
+            let s = rules::serve(ask, None, || false, || false, NO_GUESS, || false, || false);
+            return (tag, s, Planned::No);
         }
         let advice = match &self.advice {
             Some(a) if self.mode == Mode::Use && state.advice_trusted() => {
@@ -108,13 +108,39 @@ impl Engine {
                 has_history: guess.source != PredictionSource::NoHistory,
             },
             || self.pin_pays_now(graded, &expected, reuse),
+            || self.spare_block_for(graded, &expected),
         );
         let planned = match s.basis {
             Basis::AdvisedPin => Planned::Pin,
-            Basis::AdvisedPageable => Planned::Pageable,
+            Basis::AdvisedPageable | Basis::SpareBlock
+                if matches!(advice, Some((_, Advised::Pageable))) =>
+            {
+                Planned::Pageable
+            }
             _ => Planned::No,
         };
-        (tag, s.pinned, planned)
+        (tag, s, planned)
+    }
+
+    /// Whether the pool holds a spare idle block for a `graded`-byte request that would
+    /// otherwise be pageable, and serving its `expected` transfers from it pays
+    /// ([`rules::is_spare`] on the pool's state and [`crate::demand`], then
+    /// [`rules::spare_block_pays`]).
+    fn spare_block_for(&self, graded: usize, expected: &PredictedTransfers) -> bool {
+        if expected.total() <= 0.0 {
+            return false;
+        }
+        let idle = {
+            let pool = self.pool.lock();
+            rules::IdleBlock {
+                fits: pool.has_fit(graded, super::serve::fit_limit(graded, true)),
+                pool_bytes: pool.segment_bytes() as u64,
+                demand_peak: self.demand.peak(),
+                lent: self.demand.lent(),
+            }
+        };
+        rules::is_spare(&idle, graded as u64)
+            && rules::spare_block_pays(&self.policy, graded as u64, expected).pin
     }
 
     /// Whether pinning a `graded`-byte block for `expected` transfers pays *now*

@@ -24,7 +24,7 @@
 //! When an allocation is freed its outcome (would pinning it have paid?) trains its site's
 //! predictor.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
@@ -34,6 +34,7 @@ use pinwise_core::policy::PredictedTransfers;
 use pinwise_core::{
     Direction, Event, EventKind, HostMemKind, HostState, Policy, ProbeKind, Site, Tag,
 };
+use rustc_hash::FxHashMap;
 
 mod config;
 mod decide;
@@ -45,6 +46,7 @@ use decide::SiteState;
 use crate::backend::{EventHandle, PinBackend, StreamHandle};
 use crate::budget::{default_budget_bytes, PinBudget};
 use crate::callsite::InProcessSiteResolver;
+use crate::demand::PoolDemand;
 use crate::error::AllocError;
 use crate::events::EventPool;
 use crate::grade::PAGE;
@@ -56,7 +58,9 @@ use crate::stats::{AllocStats, Counters};
 /// One allocation handed out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Allocation {
-    /// First byte (page-aligned for pinned blocks and large pageable mappings).
+    /// First byte (page-aligned for pinned blocks and large pageable mappings). Its bytes
+    /// are not zeroed (as `malloc`'s): reused memory holds what was written before, and
+    /// small pageable memory from the heap is uninitialized.
     pub ptr: *mut u8,
     /// Bytes asked for.
     pub size: usize,
@@ -87,6 +91,9 @@ enum PinRefusal {
     /// The driver refused (counted in `fallbacks`).
     Driver,
 }
+
+/// Most records of freed allocations kept for reuse.
+const SPARE_LIVES: usize = 64;
 
 /// State of a pageable mapping with respect to promotion.
 const PAGEABLE: u8 = 0;
@@ -125,6 +132,9 @@ pub(crate) struct Live {
     block_len: usize,
     pub(crate) tag: Tag,
     planned: Planned,
+    /// A pool block lent as a spare (pinwise-core's `rules::is_spare`), not held for its own
+    /// sake (see [`crate::demand`]).
+    spare: bool,
     /// Streams with asynchronous copies on this allocation (deduplicated, small).
     async_streams: Mutex<Vec<StreamHandle>>,
 }
@@ -145,6 +155,12 @@ impl Live {
             t.bytes[d] = self.bytes[d].load(Ordering::Relaxed) as f64;
         }
         t
+    }
+
+    /// Whether its bytes are uninitialized (small pageable memory from the heap, which is
+    /// not zeroed), so that the Rust API zeroes them before handing them out as `&[u8]`.
+    pub(crate) fn needs_zeroing(&self) -> bool {
+        self.origin == Origin::Heap
     }
 
     pub(crate) fn is_pinned(&self) -> bool {
@@ -170,9 +186,15 @@ pub struct Engine {
     pressure: MemoryGauge,
     events: EventPool,
     live: RwLock<BTreeMap<usize, Arc<Live>>>,
-    sites: Mutex<HashMap<Site, SiteState>>,
+    sites: Mutex<FxHashMap<Site, SiteState>>,
+    /// Records of freed allocations kept for reuse (at most [`SPARE_LIVES`]): a record is
+    /// cache-line aligned, and an aligned heap allocation and free per allocation cost more
+    /// than the rest of the engine's bookkeeping at small sizes.
+    spare_lives: Mutex<Vec<Arc<Live>>>,
     resolver: InProcessSiteResolver,
     counters: Counters,
+    /// What the pool's blocks are wanted for (spare blocks are lent beyond it).
+    demand: PoolDemand,
     min_segment: usize,
     history_bits: u8,
     huge_pages: bool,
@@ -224,9 +246,11 @@ impl Engine {
             pressure: MemoryGauge::system(config.low_memory_bytes),
             events: EventPool::new(),
             live: RwLock::new(BTreeMap::new()),
-            sites: Mutex::new(HashMap::new()),
+            sites: Mutex::new(FxHashMap::default()),
+            spare_lives: Mutex::new(Vec::new()),
             resolver: InProcessSiteResolver::new(config.modules),
             counters: Counters::default(),
+            demand: PoolDemand::new(),
             min_segment: config.min_segment_bytes.max(PAGE).next_multiple_of(PAGE),
             history_bits: config.history_bits,
             huge_pages: config.huge_pages,
@@ -303,10 +327,15 @@ impl Engine {
         let required = flags.contains(AllocFlags::REQUIRE_PINNED);
         let request = is_request(flags);
         let graded = ceiling::block_size(size, request);
-        let (tag, want_pin, planned) = self.decide(size, graded, site, flags);
+        let (tag, serve, planned) = self.decide(size, graded, site, flags);
+        self.demand.tick();
+        let spare = serve.basis == rules::Basis::SpareBlock;
 
         let mut served: Option<(usize, usize, Origin)> = None;
-        if want_pin {
+        if spare {
+            // Only the spare block itself: never a new segment for it.
+            served = self.take_spare_block(graded);
+        } else if serve.pinned {
             let r = if required && cuda_flags != 0 {
                 self.alloc_dedicated(graded, cuda_flags)
             } else {
@@ -331,13 +360,22 @@ impl Engine {
             Some(s) => s,
             None => self.alloc_pageable(size)?,
         };
-        let live = Arc::new(Live {
+        let spare = spare && origin == Origin::PoolBlock;
+        if origin == Origin::PoolBlock {
+            if spare {
+                self.demand.lend(len as u64);
+            } else {
+                self.demand.hold(len as u64);
+            }
+        }
+        let record = Live {
             start,
             size,
             block_len: len,
             tag,
             origin,
             planned,
+            spare,
             promotion: AtomicU8::new(
                 if origin == Origin::Mapping && !flags.contains(AllocFlags::NEVER_PIN) {
                     PAGEABLE
@@ -348,7 +386,8 @@ impl Engine {
             transfers: Default::default(),
             bytes: Default::default(),
             async_streams: Mutex::new(Vec::new()),
-        });
+        };
+        let live = self.live_record(record);
         let pinned = live.is_pinned();
         self.live.write().insert(start, live);
         self.counters.allocations.fetch_add(1, Ordering::Relaxed);
@@ -391,7 +430,36 @@ impl Engine {
             .remove(&(ptr as usize))
             .ok_or(AllocError::UnknownPointer(ptr as usize))?;
         self.release(&live);
+        self.keep_record(live);
         Ok(())
+    }
+
+    /// `record` in a reference-counted allocation: a spare one of a freed allocation if
+    /// there is one, else a new one.
+    fn live_record(&self, record: Live) -> Arc<Live> {
+        let spare = self.spare_lives.lock().pop();
+        match spare {
+            Some(mut a) => match Arc::get_mut(&mut a) {
+                Some(slot) => {
+                    *slot = record;
+                    a
+                }
+                // Only unique records are kept (see `keep_record`).
+                None => Arc::new(record),
+            },
+            None => Arc::new(record),
+        }
+    }
+
+    /// Keeps a freed allocation's record for reuse when nothing else refers to it any more
+    /// (a copy being noted on another thread may still hold it: then it is dropped).
+    fn keep_record(&self, mut live: Arc<Live>) {
+        if Arc::get_mut(&mut live).is_some() {
+            let mut spare = self.spare_lives.lock();
+            if spare.len() < SPARE_LIVES {
+                spare.push(live);
+            }
+        }
     }
 
     /// Frees a live allocation the caller holds (a [`crate::HostBuffer`] being dropped).

@@ -62,6 +62,18 @@ impl Engine {
         }
     }
 
+    /// A spare block of the pinned pool (see [`crate::demand`]): a free block that fits,
+    /// not carved from a much larger one; `None` when there is none now (never a new
+    /// segment: the request is then served pageable).
+    pub(super) fn take_spare_block(&self, graded: usize) -> Option<(usize, usize, Origin)> {
+        let addr = self.pool.lock().take_fit(graded, fit_limit(graded, true))?;
+        self.counters.pool_hits.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .spare_block_hits
+            .fetch_add(1, Ordering::Relaxed);
+        Some((addr, graded, Origin::PoolBlock))
+    }
+
     /// A block from the pinned pool, growing it within the budget if needed.
     /// `request`: a program's own pinned request, reserved within the cap only (see
     /// [`crate::budget::PinBudget::try_reserve_request`]).
@@ -80,6 +92,12 @@ impl Engine {
             return Ok((addr, graded, Origin::PoolBlock));
         }
         self.counters.pool_misses.fetch_add(1, Ordering::Relaxed);
+        if self.demand.missed(graded as u64) {
+            tracing::debug!(
+                bytes = graded,
+                "a pinned request found its block lent as a spare: no more lending on it"
+            );
+        }
         let seg_len = graded.max(self.min_segment);
         // Prefer registering a touched mapping from the pageable cache when that is cheaper.
         let (fresh_method, fresh_cost) = pricing::cheapest_fresh(&self.policy, seg_len as u64);
@@ -271,11 +289,13 @@ impl Engine {
     /// Pageable memory: a cached or new mapping for large sizes, the heap for small ones.
     pub(super) fn alloc_pageable(&self, size: usize) -> Result<(usize, usize, Origin), AllocError> {
         if size < MMAP_FROM {
-            let layout = std::alloc::Layout::from_size_align(size, 64)
-                .map_err(|_| AllocError::TooLarge(size))?;
-            // SAFETY: `size > 0` (checked by alloc), so the layout is non-zero. Zeroed so that
-            // the bytes are initialized (buffers hand them out as `&[u8]`).
-            let p = unsafe { std::alloc::alloc_zeroed(layout) };
+            let layout = heap_layout(size).ok_or(AllocError::TooLarge(size))?;
+            // SAFETY: `size > 0` (checked by alloc), so the layout is non-zero. Not zeroed,
+            // as `malloc` does not zero: a program writes its buffer before copying it, and
+            // zeroing cost more than the rest of a small allocation (memset of 16 KiB,
+            // bench/results/alloc-engine-overhead.md). The Rust API, which hands the bytes out
+            // as `&[u8]`, zeroes them ([`Live::needs_zeroing`]).
+            let p = unsafe { std::alloc::alloc(layout) };
             if p.is_null() {
                 return Err(AllocError::OutOfMemory(size));
             }
@@ -366,6 +386,11 @@ impl Engine {
         let streams = std::mem::take(&mut *live.async_streams.lock());
         match live.origin {
             Origin::PoolBlock => {
+                if live.spare {
+                    self.demand.give_back(live.block_len as u64);
+                } else {
+                    self.demand.release(live.block_len as u64);
+                }
                 let events = self.completion_events(&streams);
                 let ok = self.pool.lock().give_back(live.start, events);
                 debug_assert!(ok, "a live pool block is in use in the pool");
@@ -418,8 +443,7 @@ impl Engine {
                 }
             }
             Origin::Heap => {
-                let layout = std::alloc::Layout::from_size_align(live.size, 64)
-                    .expect("layout was valid at allocation");
+                let layout = heap_layout(live.size).expect("layout was valid at allocation");
                 // SAFETY: allocated by alloc_pageable with this layout, freed once.
                 unsafe { std::alloc::dealloc(live.start as *mut u8, layout) };
             }
@@ -431,6 +455,14 @@ impl Engine {
             },
         );
     }
+}
+
+/// The layout of a small pageable allocation of `size` bytes on the heap: `malloc`'s own
+/// alignment (16 bytes, or the size rounded up to a power of two below that), so that the
+/// global allocator serves it as plain `malloc` does, without an over-aligned allocation's
+/// extra work.
+pub(super) fn heap_layout(size: usize) -> Option<std::alloc::Layout> {
+    std::alloc::Layout::from_size_align(size, size.next_power_of_two().min(16)).ok()
 }
 
 /// The largest free block a block of `len` bytes is taken from: for a program's request, at

@@ -261,7 +261,8 @@ fn automatic_calibration(device: &CudaDevice) -> CostModel {
     if let Some(text) = r.announcement() {
         eprintln!("{text}");
     }
-    r.model
+    // Reports name the calibration by how it was chosen.
+    r.described_model()
 }
 
 /// `--sizes`, sorted and without repeats (`None`: not given); an empty list is a usage error.
@@ -569,6 +570,15 @@ mod tests {
         let first = dir.path().join("first");
         let md = std::fs::read_to_string(first.join("alloc-matrix.md")).unwrap();
         assert!(md.contains("**TEST FIXTURE RUN**"), "{md}");
+        // It says which calibration it used: measured now, where it is cached.
+        assert!(
+            md.contains("automatic: this GPU's calibration, measured now in") && md.contains(&name),
+            "{md}"
+        );
+        assert!(
+            stderr.contains("from the calibration (automatic: this GPU's calibration"),
+            "{stderr}"
+        );
         assert!(
             md.contains("h2 c4 r2 mixed"),
             "the quick matrix has a mixed shape"
@@ -589,7 +599,7 @@ mod tests {
         assert!(!stderr.contains("calibrated this GPU"), "{stderr}");
         let md = std::fs::read_to_string(dir.path().join("second/alloc-matrix.md")).unwrap();
         assert!(
-            md.contains(&name),
+            md.contains(&name) && md.contains("automatic: this GPU's cached calibration"),
             "the report names the cached calibration: {md}"
         );
 

@@ -12,6 +12,8 @@
 //! | is an allocation hot (worth holding pinned)? | [`worth_pinning`] | engine (outcomes), plan |
 //! | promote a pageable buffer now | [`promote`] / [`pays_to_promote`] | engine (its mappings), preload (the program's buffers) |
 //! | serve a program's pinned request from the node's pinned pool (`pinwise run --pool`)? | [`from_node_pool`] | preload (`cuMemHostAlloc` hooks) |
+//! | is an idle pinned block spare (no allocation pinned for its own sake will want it back)? | [`is_spare`] | engine (via [`serve`]) |
+//! | does serving a request otherwise left pageable from a spare block pay? | [`spare_block_pays`] | engine (via [`serve`]) |
 
 use crate::cost::PinMethod;
 use crate::decide::policy::{Decision, Policy, PredictedTransfers};
@@ -103,6 +105,10 @@ pub enum Basis {
     /// The profile's plan leaves it pageable, but its site proved hot in this run and the
     /// pool holds a free block (pinned anyway, costs nothing): the warm block is used.
     HotSiteFreeBlock,
+    /// The profile's plan, or the site's history, leaves it pageable, but the pool holds a
+    /// spare idle block that fits ([`is_spare`]) and its predicted copies are faster pinned
+    /// ([`spare_block_pays`]): served from that block, pinning nothing more.
+    SpareBlock,
     /// The profile's plan leaves it pageable.
     AdvisedPageable,
     /// The program asked for pinned memory and the site's history does not say cold (no
@@ -141,7 +147,12 @@ impl Serve {
 /// `guess` weighed by `pays_now` (pinning priced at what the engine would do now). The
 /// closures are asked only where the answer matters: `pinned_and_reused` (the profiled
 /// allocation was pinned and reused), `hot_site_free_block` (the site proved hot in this
-/// run and the pool has a free block of its size), `pays_now`.
+/// run and the pool has a free block of its size), `pays_now`, and `spare_block` (the pool
+/// holds a spare idle block that fits, [`is_spare`], and serving from it pays,
+/// [`spare_block_pays`]): asked last, for a request that would otherwise be pageable
+/// although its site has a history (advised pageable, predicted cold, a program's pinned
+/// request that turned out cold), so that memory already pinned and idle serves it rather
+/// than pageable memory and a staged copy.
 pub fn serve(
     ask: Ask,
     advice: Option<Advised>,
@@ -149,6 +160,7 @@ pub fn serve(
     hot_site_free_block: impl FnOnce() -> bool,
     guess: SiteGuess,
     pays_now: impl FnOnce() -> bool,
+    spare_block: impl FnOnce() -> bool,
 ) -> Serve {
     if ask.require_pinned {
         return Serve::new(true, Basis::Required);
@@ -165,7 +177,7 @@ pub fn serve(
             if hot_site_free_block() {
                 return Serve::new(true, Basis::HotSiteFreeBlock);
             }
-            return Serve::new(false, Basis::AdvisedPageable);
+            return or_spare(spare_block, Basis::AdvisedPageable);
         }
         Some(Advised::Unknown) | None => {}
     }
@@ -173,20 +185,69 @@ pub fn serve(
         return if guess.hot || !guess.has_history {
             Serve::new(true, Basis::ProgramAskedPinned)
         } else {
-            Serve::new(false, Basis::ProgramAskedButCold)
+            or_spare(spare_block, Basis::ProgramAskedButCold)
         };
     }
     if !guess.has_history {
         return Serve::new(false, Basis::NoHistory);
     }
     if !guess.hot {
-        return Serve::new(false, Basis::PredictedCold);
+        return or_spare(spare_block, Basis::PredictedCold);
     }
     if pays_now() {
         Serve::new(true, Basis::PaysNow)
     } else {
         Serve::new(false, Basis::DoesNotPayNow)
     }
+}
+
+/// Pageable for `basis`, unless a spare block serves it.
+fn or_spare(spare_block: impl FnOnce() -> bool, basis: Basis) -> Serve {
+    if spare_block() {
+        Serve::new(true, Basis::SpareBlock)
+    } else {
+        Serve::new(false, basis)
+    }
+}
+
+/// The pinned pool's state when a request that would be served pageable could take an idle
+/// block instead (all in bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdleBlock {
+    /// The pool has a free block that fits the request without carving it from a much
+    /// larger one.
+    pub fits: bool,
+    /// Page-locked bytes the pool holds (every segment, blocks in use or not).
+    pub pool_bytes: u64,
+    /// The recent peak of the pool's bytes in use by allocations pinned for their own sake
+    /// (not served from spare blocks): what those allocations are expected to want again.
+    pub demand_peak: u64,
+    /// The pool's bytes in use now by allocations served from spare blocks.
+    pub lent: u64,
+}
+
+/// Whether a request of `graded` bytes may take an idle pinned block as a spare: one fits,
+/// and the pool holds at least the recent peak of what allocations pinned for their own
+/// sake use, plus what is lent already, plus this block. Taking it then pins nothing more,
+/// and leaves the allocations that are pinned for their own sake (whose blocks are busy, or
+/// idle between their frees and their next allocation) the room their recent peak needs:
+/// a spare block never makes the pool grow.
+pub fn is_spare(idle: &IdleBlock, graded: u64) -> bool {
+    idle.fits
+        && idle.pool_bytes
+            >= idle
+                .demand_peak
+                .saturating_add(idle.lent)
+                .saturating_add(graded)
+}
+
+/// Whether serving a `graded`-byte request predicted to see `expected` transfers from a
+/// spare idle block pays: priced as a pool hit ([`Obtain::PoolHit`]: nothing to pin or give
+/// back, and nothing more held, the block being pinned and counted already), with copies at
+/// pinned memory's speed. It pays when those copies are faster pinned at all.
+pub fn spare_block_pays(policy: &Policy, graded: u64, expected: &PredictedTransfers) -> Decision {
+    let hit = pricing::price(policy, graded, Obtain::PoolHit, 0, 1);
+    pricing::decide_priced(policy, graded, *expected, u64::MAX, &hit)
 }
 
 /// The allocator's state when it weighs pinning a new allocation now.
@@ -378,6 +439,7 @@ mod tests {
             never,
             GUESS_COLD,
             never,
+            never,
         );
         assert_eq!(s, Serve::new(true, Basis::Required));
         let never_pin = Ask {
@@ -391,10 +453,19 @@ mod tests {
             never,
             GUESS_HOT,
             never,
+            never,
         );
         assert_eq!(s, Serve::new(false, Basis::NeverPin));
         let plain = Ask::default();
-        let s = serve(plain, Some(Advised::Pin), never, never, GUESS_COLD, never);
+        let s = serve(
+            plain,
+            Some(Advised::Pin),
+            never,
+            never,
+            GUESS_COLD,
+            never,
+            never,
+        );
         assert_eq!(s, Serve::new(true, Basis::AdvisedPin));
         let s = serve(
             plain,
@@ -403,8 +474,20 @@ mod tests {
             || false,
             GUESS_HOT,
             never,
+            || false,
         );
         assert_eq!(s, Serve::new(false, Basis::AdvisedPageable));
+        // ... unless a spare idle block serves it.
+        let s = serve(
+            plain,
+            Some(Advised::Pageable),
+            never,
+            || false,
+            GUESS_HOT,
+            never,
+            || true,
+        );
+        assert_eq!(s, Serve::new(true, Basis::SpareBlock));
         // The warm cache's hot-site rule: a free block for a site hot in this run.
         let s = serve(
             plain,
@@ -412,6 +495,7 @@ mod tests {
             never,
             || true,
             GUESS_COLD,
+            never,
             never,
         );
         assert_eq!(s, Serve::new(true, Basis::HotSiteFreeBlock));
@@ -423,13 +507,17 @@ mod tests {
             never,
             GUESS_HOT,
             || true,
+            never,
         );
         assert_eq!(s, Serve::new(true, Basis::PaysNow));
-        let s = serve(plain, None, never, never, GUESS_HOT, || false);
+        let s = serve(plain, None, never, never, GUESS_HOT, || false, never);
         assert_eq!(s, Serve::new(false, Basis::DoesNotPayNow));
-        let s = serve(plain, None, never, never, GUESS_COLD, never);
+        let s = serve(plain, None, never, never, GUESS_COLD, never, || false);
         assert_eq!(s, Serve::new(false, Basis::PredictedCold));
-        let s = serve(plain, None, never, never, GUESS_NONE, never);
+        let s = serve(plain, None, never, never, GUESS_COLD, never, || true);
+        assert_eq!(s, Serve::new(true, Basis::SpareBlock));
+        // No history: nothing predicts copies a spare block would make faster.
+        let s = serve(plain, None, never, never, GUESS_NONE, never, never);
         assert_eq!(s, Serve::new(false, Basis::NoHistory));
     }
 
@@ -438,16 +526,20 @@ mod tests {
         let ask = pinned_request(0, 64 << 20, 1 << 20, false);
         assert!(ask.prefer_pinned && !ask.require_pinned);
         assert_eq!(
-            serve(ask, None, never, never, GUESS_NONE, never),
+            serve(ask, None, never, never, GUESS_NONE, never, never),
             Serve::new(true, Basis::ProgramAskedPinned)
         );
         assert_eq!(
-            serve(ask, None, never, never, GUESS_HOT, never),
+            serve(ask, None, never, never, GUESS_HOT, never, never),
             Serve::new(true, Basis::ProgramAskedPinned)
         );
         assert_eq!(
-            serve(ask, None, never, never, GUESS_COLD, never),
+            serve(ask, None, never, never, GUESS_COLD, never, || false),
             Serve::new(false, Basis::ProgramAskedButCold)
+        );
+        assert_eq!(
+            serve(ask, None, never, never, GUESS_COLD, never, || true),
+            Serve::new(true, Basis::SpareBlock)
         );
         // Advised pageable, but pinned and reused in the profiled run: kept pinned.
         assert_eq!(
@@ -457,6 +549,7 @@ mod tests {
                 || true,
                 never,
                 GUESS_COLD,
+                never,
                 never
             ),
             Serve::new(true, Basis::PinnedAndReused)
@@ -530,6 +623,154 @@ mod tests {
             pays_now(&p, &many, 1.0, &full).reason,
             crate::Reason::BudgetFull { .. }
         ));
+    }
+
+    /// A spare block: one fits, and the pool keeps the recent peak of what allocations
+    /// pinned for their own sake use, plus what is lent, plus this block.
+    #[test]
+    fn an_idle_block_is_spare_only_beyond_the_recent_demand() {
+        let page = 4096u64;
+        let idle = IdleBlock {
+            fits: true,
+            pool_bytes: 4 * page,
+            demand_peak: 2 * page,
+            lent: page,
+        };
+        assert!(is_spare(&idle, page));
+        assert!(!is_spare(&idle, 2 * page), "it would eat into the demand");
+        assert!(!is_spare(
+            &IdleBlock {
+                fits: false,
+                ..idle
+            },
+            page
+        ));
+        // The matrix's steady state: the pool holds exactly the hot blocks, whose peak is
+        // all of it; the hot blocks not yet taken this iteration are not spare.
+        let steady = IdleBlock {
+            fits: true,
+            pool_bytes: 2 * page,
+            demand_peak: 2 * page,
+            lent: 0,
+        };
+        assert!(!is_spare(&steady, page));
+        // Saturating: a huge demand never wraps around into "spare".
+        let huge = IdleBlock {
+            demand_peak: u64::MAX,
+            ..idle
+        };
+        assert!(!is_spare(&huge, page));
+    }
+
+    /// From a spare block, a request pays when its predicted copies are faster pinned:
+    /// priced as a pool hit, nothing to pin, give back or hold.
+    #[test]
+    fn a_spare_block_pays_for_one_copy_where_pinned_copies_are_faster() {
+        let p = policy();
+        let mib = 1u64 << 20;
+        let once = PredictedTransfers::none().with(Direction::HtoD, 1.0, mib);
+        let d = spare_block_pays(&p, mib, &once);
+        assert!(d.pin && d.cost_ns == 0.0 && d.saving_ns > 0.0, "{d:?}");
+        // Fresh pinned memory for the same one copy does not pay (the reason the request
+        // was left pageable).
+        let fresh = pricing::price(&p, mib, Obtain::Fresh, mib, 1 << 34);
+        assert!(!pricing::decide_priced(&p, mib, once, u64::MAX, &fresh).pin);
+        // No copies predicted, or none faster pinned (4 KiB host-to-device on the H200
+        // table): pageable.
+        assert!(!spare_block_pays(&p, mib, &PredictedTransfers::none()).pin);
+        let small = PredictedTransfers::none().with(Direction::HtoD, 8.0, 4096);
+        assert!(!spare_block_pays(&p, 4096, &small).pin);
+    }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn transfers() -> impl Strategy<Value = PredictedTransfers> {
+            (0u32..4, 0u32..20, 1u64..(256 << 20)).prop_map(|(d, n, b)| {
+                PredictedTransfers::none().with(Direction::ALL[d as usize], n as f64, b)
+            })
+        }
+
+        proptest! {
+            /// Taking a spare block never leaves the pool short of the demand's peak plus
+            /// what is lent: pool_bytes >= peak + lent + graded whenever it is spare, and
+            /// more pool bytes (or less demand, or less lent) never turn spare into not.
+            #[test]
+            fn spare_blocks_never_eat_into_the_demand(
+                fits: bool,
+                pool in 0u64..(1 << 40),
+                peak in 0u64..(1 << 40),
+                lent in 0u64..(1 << 40),
+                graded in 1u64..(1 << 32),
+                more in 0u64..(1 << 30),
+            ) {
+                let idle = IdleBlock { fits, pool_bytes: pool, demand_peak: peak, lent };
+                let spare = is_spare(&idle, graded);
+                if spare {
+                    prop_assert!(fits && pool >= peak + lent + graded);
+                    let bigger = IdleBlock { pool_bytes: pool + more, ..idle };
+                    prop_assert!(is_spare(&bigger, graded));
+                    let less = IdleBlock {
+                        demand_peak: peak.saturating_sub(more),
+                        lent: lent.saturating_sub(more),
+                        ..idle
+                    };
+                    prop_assert!(is_spare(&less, graded));
+                } else {
+                    prop_assert!(!fits || pool < peak + lent + graded);
+                }
+            }
+
+            /// A spare block's price is a pool hit's: it pays exactly when the predicted
+            /// copies save anything pinned, costs nothing, and pays whenever pinning fresh
+            /// memory for the same copies would (never less willing than fresh memory).
+            #[test]
+            fn a_spare_block_is_priced_as_a_pool_hit(t in transfers(), graded in 1u64..(256 << 20)) {
+                let p = policy();
+                let d = spare_block_pays(&p, graded, &t);
+                prop_assert_eq!(d.cost_ns, 0.0);
+                let saving = p.saving_ns_by(&t, PinMethod::MallocHost);
+                prop_assert_eq!(d.pin, t.total() > 0.0 && saving > 0.0);
+                let fresh = pricing::price(&p, graded, Obtain::Fresh, graded, 1 << 34);
+                if pricing::decide_priced(&p, graded, t, u64::MAX, &fresh).pin {
+                    prop_assert!(d.pin);
+                }
+            }
+
+            /// `serve` only says SpareBlock where a spare block was offered, and only for
+            /// requests that would otherwise be pageable with a history behind them.
+            #[test]
+            fn serve_takes_spare_blocks_only_for_requests_left_pageable(
+                prefer: bool,
+                advice in 0u8..4,
+                hot: bool,
+                has_history: bool,
+                pays: bool,
+                spare: bool,
+            ) {
+                let ask = Ask { prefer_pinned: prefer, ..Ask::default() };
+                let advice = match advice {
+                    0 => None,
+                    1 => Some(Advised::Pin),
+                    2 => Some(Advised::Pageable),
+                    _ => Some(Advised::Unknown),
+                };
+                let guess = SiteGuess { hot, has_history };
+                let with = serve(ask, advice, || false, || false, guess, || pays, || spare);
+                let without = serve(ask, advice, || false, || false, guess, || pays, || false);
+                if with.basis == Basis::SpareBlock {
+                    prop_assert!(spare && with.pinned);
+                    prop_assert!(!without.pinned);
+                    prop_assert!(matches!(
+                        without.basis,
+                        Basis::AdvisedPageable | Basis::PredictedCold | Basis::ProgramAskedButCold
+                    ));
+                } else {
+                    prop_assert_eq!(with, without);
+                }
+            }
+        }
     }
 
     #[test]
