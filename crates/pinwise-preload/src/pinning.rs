@@ -28,7 +28,9 @@
 //!   promoted buffers of the program are given back ([`Pinning::make_room`]). Not while
 //!   a copy that may use a registration is in flight ([`crate::promote::CopyGate`]) or a
 //!   graph capture is open: then the ceiling is exceeded for a while, counted
-//!   (`ceiling_deferred`).
+//!   (`ceiling_deferred`). Every registration pinwise gives back on its own account
+//!   passes that gate (`Pinning::give_back`): to make room, to release one a copy runs
+//!   past, to merge neighbours; only the program's own release of the memory does not.
 //! - A copy on a stream being captured into a CUDA graph teaches nothing and changes
 //!   nothing ([`Pinning::note_captured_copy`]): no registration, no pool bookkeeping, no
 //!   wait. A registration such a copy used is held until the program releases the memory
@@ -246,16 +248,15 @@ impl Pinning {
             let Some(i) = PROMOTED_RANGES.releasable_of(Owner::Program) else {
                 break;
             };
-            if !COPY_GATE.try_begin_demotion() {
-                HookStats::bump(&stats.ceiling_deferred);
-                break;
-            }
             let len = PROMOTED_RANGES.get(i).reg_len as u64;
             // Forced by the ceiling, not a verdict on the promotion: not judged.
-            let demoted = self.demote_judging(i, false, stats, rec);
-            COPY_GATE.end_demotion();
-            if demoted {
-                released += len;
+            match self.give_back(i, false, Release::IfIdle, stats, rec) {
+                GaveBack::Done => released += len,
+                GaveBack::Gone => {}
+                GaveBack::Busy => {
+                    HookStats::bump(&stats.ceiling_deferred);
+                    break;
+                }
             }
         }
         if released > 0 {
@@ -499,7 +500,8 @@ impl Pinning {
         // A held registration stays: a captured copy used it, and a replay of its graph
         // would read or write memory whose registration changed under it.
         while let Some(i) = PROMOTED_RANGES.overlapping_releasable(host, end) {
-            if !self.demote(i, stats, rec) {
+            // Needed now (the driver would refuse this copy): waits for copies in flight.
+            if self.give_back(i, true, Release::Waiting, stats, rec) != GaveBack::Done {
                 break;
             }
         }
@@ -539,13 +541,15 @@ impl Pinning {
             HookStats::bump(&stats.promotion_budget_refusals);
             return false;
         }
+        // Copies from another thread that may be using the old registration finish first,
+        // and new ones wait until the union is registered (or the old one is gone).
+        let _gate = Gate::pass(Release::Waiting).expect("a waiting release always passes");
         let Some(p) = PROMOTED_RANGES.begin_demote(i) else {
             budget.release(extra);
             return false;
         };
         // SAFETY: `p.reg_start` starts a range registered by `DriverTable::register`, taken out
-        // of the table by this call only. The program's copies on it were waited for when
-        // they were issued (program buffers keep pageable memory's promise).
+        // of the table by this call only. No copy that may use it is in flight (the gate).
         let rc = unsafe { self.driver.unregister(p.reg_start, p.context) };
         PROMOTED_RANGES.finish_demote(i);
         rec.record_global(
@@ -854,18 +858,35 @@ impl Pinning {
         self.before_program_pins(l as u64, stats, rec);
     }
 
-    /// Unregisters promoted range `i` (from any thread, any path, `free` included: no lock
-    /// of pinwise's, and no thread-local storage but the destructor-less guard). Returns
-    /// whether this call did it.
+    /// Unregisters promoted range `i` because the program releases that memory (frees,
+    /// reallocates or unmaps it, frees the pinned request it was served for) or registers
+    /// those pages itself: at once, without the copy gate (a copy of memory the program
+    /// releases is the program's own race). From any thread, any path, `free` included: no
+    /// lock of pinwise's, and no thread-local storage but the destructor-less guard.
+    /// Returns whether this call did it.
     pub fn demote(&self, i: usize, stats: &HookStats, rec: &Recorder) -> bool {
-        self.demote_judging(i, true, stats, rec)
+        self.give_back(i, true, Release::Program, stats, rec) == GaveBack::Done
     }
 
-    /// [`Self::demote`]; `judge`: whether the copies the registration served are a verdict
-    /// on promoting it (`false` when the ceiling forced it out early).
-    fn demote_judging(&self, i: usize, judge: bool, stats: &HookStats, rec: &Recorder) -> bool {
+    /// Unregisters promoted range `i`: the one place pinwise gives back a registration it
+    /// made (a neighbour merge replaces one through the same gate). `judge`: whether the
+    /// copies the registration served are a verdict on promoting it (`false` when the
+    /// ceiling forced it out early). On pinwise's own account (`release` other than
+    /// [`Release::Program`]) it passes [`COPY_GATE`] first, so that no copy that may use the
+    /// registration is in flight while it is unregistered.
+    fn give_back(
+        &self,
+        i: usize,
+        judge: bool,
+        release: Release,
+        stats: &HookStats,
+        rec: &Recorder,
+    ) -> GaveBack {
+        let Some(_gate) = Gate::pass(release) else {
+            return GaveBack::Busy;
+        };
         let Some(p) = PROMOTED_RANGES.begin_demote(i) else {
-            return false;
+            return GaveBack::Gone;
         };
         // SAFETY: `p.reg_start` starts a range registered by `DriverTable::register`, taken out
         // of the table by this call only.
@@ -894,7 +915,55 @@ impl Pinning {
             },
             None,
         );
-        true
+        GaveBack::Done
+    }
+}
+
+/// Why a registration pinwise made is given back, which says how it meets copies in flight
+/// ([`COPY_GATE`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Release {
+    /// The program releases the memory or registers those pages itself: no gate.
+    Program,
+    /// On pinwise's own account, where it can be put off (room under the ceiling): not
+    /// while a copy is in flight.
+    IfIdle,
+    /// On pinwise's own account, needed now (a copy runs past the registration, a neighbour
+    /// merge): after the copies in flight ([`crate::promote::CopyGate::begin_demotion_waiting`]).
+    Waiting,
+}
+
+/// What [`Pinning::give_back`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GaveBack {
+    /// Unregistered it (or the driver refused, counted: it is out of the table either way).
+    Done,
+    /// Another thread took it first.
+    Gone,
+    /// Put off: a copy is in flight ([`Release::IfIdle`]).
+    Busy,
+}
+
+/// The copy gate passed for one release; ends the demotion when dropped.
+struct Gate(bool);
+
+impl Gate {
+    /// Passes [`COPY_GATE`] as `release` needs: `None` when it is put off.
+    fn pass(release: Release) -> Option<Gate> {
+        match release {
+            Release::Program => Some(Gate(false)),
+            Release::IfIdle => COPY_GATE.try_begin_demotion().then_some(Gate(true)),
+            // After a wait that ran out (counted) it goes on as before the gate.
+            Release::Waiting => Some(Gate(COPY_GATE.begin_demotion_waiting())),
+        }
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        if self.0 {
+            COPY_GATE.end_demotion();
+        }
     }
 }
 
