@@ -44,7 +44,7 @@ use parking_lot::{Mutex, RwLock};
 use pinwise_alloc::pageable::{mapping_len, MMAP_FROM};
 use pinwise_alloc::{AllocError, AllocFlags, Allocation, Engine, EngineConfig, Mode, StreamHandle};
 use pinwise_core::decide::pricing::TableSource;
-use pinwise_core::decide::{ceiling, rules};
+use pinwise_core::decide::{ceiling, earn, rules};
 use pinwise_core::profile::Profile;
 use pinwise_core::{Direction, EventKind, HostState, ModuleTable, Policy, Site};
 use pinwise_cuda::sys::{
@@ -107,6 +107,19 @@ pub struct Pinning {
     /// Served allocations still pageable and unregistered (0: queries and copies need not
     /// look them up).
     pageable_live: AtomicUsize,
+    /// Whether a program's pinned request without evidence is served pageable first
+    /// ([`earn`]; not under `PINWISE_KEEP_PINNED`).
+    pageable_first: bool,
+    /// Those served pageable first and not yet registered: what their copies showed.
+    earning: Mutex<std::collections::HashMap<usize, earn::Earning>>,
+    /// Entries of `earning` (0: copies need not look).
+    earning_live: AtomicUsize,
+    /// Copies of served allocations while any earns its registration ([`earn`]'s clock).
+    served_copies: AtomicU64,
+    /// What copies of allocations served pageable first forwent, ns, and since when
+    /// (the first such allocation).
+    earn_spent_ns: AtomicU64,
+    earn_since_ns: AtomicU64,
     /// The span of addresses served allocations ever had: a copy outside it is the
     /// program's own memory, and skips the allocator's lookup.
     served_lo: AtomicUsize,
@@ -170,6 +183,12 @@ impl Pinning {
             policy,
             served: RwLock::new(ServedBook::default()),
             pageable_live: AtomicUsize::new(0),
+            pageable_first: !config.keep_pinned,
+            earning: Mutex::new(std::collections::HashMap::new()),
+            earning_live: AtomicUsize::new(0),
+            served_copies: AtomicU64::new(0),
+            earn_spent_ns: AtomicU64::new(0),
+            earn_since_ns: AtomicU64::new(0),
             served_lo: AtomicUsize::new(usize::MAX),
             served_hi: AtomicUsize::new(0),
             min_saving_bytes,
@@ -323,14 +342,22 @@ impl Pinning {
         stats: &HookStats,
         rec: &Recorder,
     ) -> Result<Allocation, AllocError> {
+        // Pageable first (pinwise_core::decide::earn) from 1 MiB (smaller ones would save
+        // little memory; their copies run at latency), but not while a graph capture is
+        // open: a copy captured from it would need it registered, and registering during
+        // the capture may invalidate it.
         let af = AllocFlags::from_ask(rules::pinned_request(
             flags,
             size,
             MMAP_FROM,
             self.keep_pinned,
+            self.pageable_first
+                && size as u64 >= earn::PAGEABLE_FIRST_FROM
+                && crate::capture::none_open(),
         ));
         let pages = size.max(1).next_multiple_of(PAGE) as u64;
-        if !self.engine.has_free_block(size, af) {
+        // Room under the ceiling only for a request that will be locked now.
+        if !self.engine.serves_pageable(site, af) && !self.engine.has_free_block(size, af) {
             self.before_program_pins(pages, stats, rec);
         }
         let a = {
@@ -356,6 +383,23 @@ impl Pinning {
         }
         if !a.pinned {
             self.pageable_live.fetch_add(1, Ordering::AcqRel);
+            if af.contains(AllocFlags::EARN_PINNED) {
+                let _ = self.earn_since_ns.compare_exchange(
+                    0,
+                    pinwise_core::units::monotonic_ns(),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                );
+                let _inside = guard::Inside::enter();
+                if self
+                    .earning
+                    .lock()
+                    .insert(start, earn::Earning::default())
+                    .is_none()
+                {
+                    self.earning_live.fetch_add(1, Ordering::AcqRel);
+                }
+            }
         }
         Ok(a)
     }
@@ -391,6 +435,7 @@ impl Pinning {
         if s.pageable {
             self.pageable_live.fetch_sub(1, Ordering::AcqRel);
         }
+        self.earning_done(p);
         self.program_unpins(s.size.max(1).next_multiple_of(PAGE) as u64);
         if let Some(i) = PROMOTED_RANGES.overlapping_used(Owner::Pinwise, p, p + 1) {
             self.demote(i, stats, rec);
@@ -434,7 +479,13 @@ impl Pinning {
                 self.saw_allocator_promotion(host, stats, rec);
             }
             // Served for a pinned request: the program expects pinned semantics anyway.
-            let pinned = pinned || PROMOTED_RANGES.covering(host, span).is_some();
+            let mut pinned = pinned || PROMOTED_RANGES.covering(host, span).is_some();
+            if self.earning_live.load(Ordering::Acquire) > 0 {
+                let clock = self.served_copies.fetch_add(1, Ordering::Relaxed) + 1;
+                if !pinned {
+                    pinned = self.earn(host, bytes, direction, clock, stats, rec);
+                }
+            }
             return (state_of(pinned), false);
         }
         if let Some(i) = PROMOTED_RANGES.covering(host, span) {
@@ -767,6 +818,56 @@ impl Pinning {
                 .map(|(&start, s)| (start, s.size))
         };
         let Some((start, size)) = found else { return };
+        if self.register_served(start, size, true, stats, rec) {
+            HookStats::bump(&stats.promotions_on_queries);
+            tracing::debug!(
+                start,
+                size,
+                "served pageable allocation registered before a query"
+            );
+        }
+    }
+
+    /// Before a CUDA graph capture begins: every allocation served pageable for a pinned
+    /// request is registered now, since a copy captured into the graph must be from
+    /// page-locked memory and registering during the capture may invalidate it (requests
+    /// made while a capture is open are served pinned: [`Pinning::alloc`]). Counted with
+    /// the query registrations (the program's semantics need them).
+    pub fn before_capture(&self, stats: &HookStats, rec: &Recorder) {
+        if self.pageable_live.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let pageable: Vec<(usize, usize)> = {
+            let _inside = guard::Inside::enter();
+            let served = self.served.read();
+            served
+                .live
+                .iter()
+                .filter(|(_, s)| s.pageable)
+                .map(|(&start, s)| (start, s.size))
+                .collect()
+        };
+        for (start, size) in pageable {
+            if self.register_served(start, size, true, stats, rec) {
+                HookStats::bump(&stats.promotions_on_queries);
+            }
+        }
+    }
+
+    /// Registers the served pageable allocation `[start, start + size)` (its request's
+    /// pages) unless it is registered already: once, held until the program frees it.
+    /// Room is made under the ceiling first (its bytes count among the program's own
+    /// already). `required`: the program's semantics need it (a query, a capture): then
+    /// it goes over the budget if it must, counted; else a budget without room keeps it
+    /// pageable. Returns whether this call registered it.
+    fn register_served(
+        &self,
+        start: usize,
+        size: usize,
+        required: bool,
+        stats: &HookStats,
+        rec: &Recorder,
+    ) -> bool {
         if PROMOTED_RANGES
             .overlapping_used(Owner::Pinwise, start, start + 1)
             .is_some()
@@ -775,7 +876,7 @@ impl Pinning {
                 .lookup(start as *const u8)
                 .is_some_and(|(_, pinned)| pinned)
         {
-            return;
+            return false;
         }
         // The pages of the program's request: what plain CUDA would have locked for it (the
         // program's own bytes count them already; the rest of the mapping stays pageable).
@@ -787,11 +888,14 @@ impl Pinning {
             rec,
         );
         if !budget.try_reserve_request(reg_len as u64) {
+            if !required {
+                HookStats::bump(&stats.promotion_budget_refusals);
+                return false;
+            }
             // The program's semantics need it pinned: go over the budget, and say so.
             HookStats::bump(&stats.required_outside_budget);
             budget.charge(reg_len as u64);
         }
-        let budgeted = true;
         let Some(e) = PROMOTED_RANGES.claim(Promoted {
             owner: Owner::Pinwise,
             user_start: start,
@@ -800,10 +904,10 @@ impl Pinning {
             reg_len,
             context: self.driver.current_context(),
             counter: 0,
-            budgeted,
+            budgeted: true,
         }) else {
             budget.release(reg_len as u64);
-            return;
+            return false;
         };
         // SAFETY: an anonymous mapping of at least `reg_len` bytes the allocator made for this live
         // allocation; it is unregistered (here, on cuMemFreeHost) before it is released.
@@ -816,17 +920,12 @@ impl Pinning {
                 start,
                 size,
                 error = %self.driver.error_text(rc),
-                "registering a served allocation before a pointer query failed"
+                "registering a served pageable allocation failed"
             );
-            return;
+            return false;
         }
         PROMOTED_RANGES.activate(e);
-        HookStats::bump(&stats.promotions_on_queries);
-        tracing::debug!(
-            start,
-            size,
-            "served pageable allocation registered before a query"
-        );
+        self.earning_done(start);
         let stamp = rec.stamp();
         rec.record(
             stamp,
@@ -838,6 +937,79 @@ impl Pinning {
             None,
             0,
         );
+        true
+    }
+
+    /// A served allocation no longer earns its registration (registered, or freed).
+    fn earning_done(&self, start: usize) {
+        if self.earning_live.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let _inside = guard::Inside::enter();
+        if self.earning.lock().remove(&start).is_some() {
+            self.earning_live.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// A copy of `bytes` in `direction` on the served allocation holding `host`, served
+    /// pageable for a pinned request and still unregistered, at copy clock `clock`: notes
+    /// what it would have saved, and registers the allocation where
+    /// [`earn::register_now`] says so. Returns whether it is registered now.
+    #[cold]
+    fn earn(
+        &self,
+        host: usize,
+        bytes: usize,
+        direction: Direction,
+        clock: u64,
+        stats: &HookStats,
+        rec: &Recorder,
+    ) -> bool {
+        let saving = rules::promotion_saving_ns(&self.policy, direction, bytes as u64);
+        if saving <= 0.0 {
+            return false;
+        }
+        let Some((start, size, _)) = self.served_containing(host) else {
+            return false;
+        };
+        let spent = self
+            .earn_spent_ns
+            .fetch_add(saving as u64, Ordering::AcqRel)
+            .saturating_add(saving as u64);
+        let elapsed = pinwise_core::units::monotonic_ns()
+            .saturating_sub(self.earn_since_ns.load(Ordering::Acquire));
+        let reg_len = size.max(1).next_multiple_of(PAGE) as u64;
+        let budget = self.engine.budget();
+        let threshold = rules::promotion_threshold_ns(
+            &self.policy,
+            reg_len,
+            budget.reserved().saturating_add(reg_len),
+            budget.cap(),
+        );
+        let credit = promotions_saved_ns();
+        let verdict = {
+            let _inside = guard::Inside::enter();
+            let mut earning = self.earning.lock();
+            let Some(e) = earning.get_mut(&start) else {
+                return false;
+            };
+            e.note(clock, saving);
+            earn::register_now(e, threshold, spent as f64, elapsed as f64, credit as f64)
+        };
+        let Some(why) = verdict else {
+            return false;
+        };
+        if !self.register_served(start, size, false, stats, rec) {
+            return false;
+        }
+        HookStats::bump(&stats.promotions_by_allocator);
+        tracing::debug!(
+            start,
+            size,
+            ?why,
+            "served pageable allocation earned its registration"
+        );
+        true
     }
 
     /// Before the program registers `[start, start + len)`: pinwise's own registrations of
@@ -965,6 +1137,18 @@ impl Drop for Gate {
             COPY_GATE.end_demotion();
         }
     }
+}
+
+/// What the program's buffers registered now have saved so far, ns: each copy that used a
+/// registration, at the saving of its buffer's latest copy. The credit against which
+/// buffers served pageable first may cost time ([`earn::over_budget`]).
+fn promotions_saved_ns() -> u64 {
+    PROMOTED_RANGES.sum_active(|p, uses| {
+        if p.owner != Owner::Program || p.counter == 0 {
+            return 0;
+        }
+        u64::from(uses).saturating_mul(COUNTERS.get(p.counter - 1).last_saving())
+    })
 }
 
 /// Most bytes between two buffers that share a page for their registrations to be merged:

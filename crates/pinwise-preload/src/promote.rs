@@ -272,6 +272,17 @@ impl PromotedTable {
         })
     }
 
+    /// The sum of `f(range, copies that used it)` over the ranges registered now.
+    pub fn sum_active(&self, mut f: impl FnMut(&Promoted, u32) -> u64) -> u64 {
+        if !self.any_active() {
+            return 0;
+        }
+        self.scan()
+            .filter(|(_, e)| e.state.load(Ordering::Acquire) == ACTIVE)
+            .map(|(_, e)| f(&e.read(), e.uses.load(Ordering::Relaxed)))
+            .fold(0u64, u64::saturating_add)
+    }
+
     /// Entry `i` was read or written by a copy captured into a CUDA graph: a replay of the
     /// graph uses the memory as it was registered then, so the registration stays until
     /// the program frees, reallocates, unmaps or registers that memory itself.
@@ -493,6 +504,14 @@ impl Counter {
         self.threshold_ns.store(t, Ordering::Relaxed);
         self.threshold_span.store(span, Ordering::Release);
         t
+    }
+
+    /// The saving of the last copy noted (ns; 0 before any).
+    pub fn last_saving(&self) -> u64 {
+        if self.cached_key.load(Ordering::Acquire) == 0 {
+            return 0;
+        }
+        self.cached_saving.load(Ordering::Relaxed)
     }
 
     /// `TRACKING`, `PROMOTED` or `NEVER`.

@@ -339,7 +339,10 @@ impl Engine {
             origin,
             planned,
             promotion: AtomicU8::new(
-                if origin == Origin::Mapping && !flags.contains(AllocFlags::NEVER_PIN) {
+                if origin == Origin::Mapping
+                    && !flags.contains(AllocFlags::NEVER_PIN)
+                    && !flags.contains(AllocFlags::EARN_PINNED)
+                {
                     PAGEABLE
                 } else {
                     NO_PROMOTION
