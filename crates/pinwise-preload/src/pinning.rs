@@ -2,15 +2,18 @@
 //!
 //! - Pinned requests go to pinwise-alloc's [`Engine`]: a pooled pinned block, or (for a
 //!   request the profile advises pageable, or whose call site's earlier allocations turned
-//!   out cold) pageable memory. Without such evidence a request is served pinned, as plain
-//!   CUDA would serve it: a framework asks for pinned memory for buffers it copies
-//!   asynchronously, and serving the first ones pageable made their first copies slow. Requests whose
-//!   flags need pinned semantics (mapped, portable, write-combined), small ones (a pooled
-//!   block costs nothing) and all of them under `PINWISE_KEEP_PINNED` are served pinned.
+//!   out cold) pageable memory. Without such evidence a request of 1 MiB or more is served
+//!   pageable first, and registered in place once its own copies show it hot, or once the
+//!   buffers kept pageable cost more than the slowdown bound allows
+//!   ([`pinwise_core::decide::earn`], `Pinning::earn`): a framework asks for pinned memory
+//!   for hot and cold buffers alike, often from one call site, and only a buffer's copies
+//!   tell them apart. Requests whose flags need pinned semantics (mapped, portable,
+//!   write-combined), small ones (a pooled block costs nothing), those made while a graph
+//!   capture is open, and all of them under `PINWISE_KEEP_PINNED` are served pinned.
 //! - A pageable allocation served for a pinned request is registered before the program
 //!   asks a pointer query about it (device pointer, flags, attributes), so the answer is
-//!   the one plain CUDA would give; the allocator also registers it in place once its
-//!   copies pay for it.
+//!   the one plain CUDA would give, and before a CUDA graph capture begins (a captured copy
+//!   needs page-locked memory; registering during the capture may invalidate it).
 //! - The program's own pageable buffers are registered in place (page-aligned range) once
 //!   pinwise-core's promotion rule says their copies paid for registering and holding them
 //!   ([`rules::pays_to_promote`]), and unregistered before they are

@@ -227,6 +227,19 @@ impl PromotedTable {
             .map(|(i, _)| i)
     }
 
+    /// Whether an entry being registered, registered, or being unregistered overlaps
+    /// `[addr, addr + len)` with its registered pages: a copy of that memory may reach the
+    /// driver while it is registered. Nothing to scan while nothing was ever claimed.
+    pub fn busy_overlapping(&self, addr: usize, len: usize) -> bool {
+        let end = addr.saturating_add(len);
+        self.scan().any(|(_, e)| {
+            e.state.load(Ordering::Acquire) != FREE && {
+                let rs = e.reg_start.load(Ordering::Relaxed);
+                rs < end && addr < rs + e.reg_len.load(Ordering::Relaxed)
+            }
+        })
+    }
+
     /// A registered entry whose registered range holds all of `[addr, addr + len)`.
     pub fn covering(&self, addr: usize, len: usize) -> Option<usize> {
         let end = addr.saturating_add(len.max(1));
@@ -762,7 +775,14 @@ mod tests {
             "a held range is not pinwise's to give back"
         );
         assert_eq!(t.overlapping_registered(0x3fff, 0x5000), Some(i));
+        assert!(t.busy_overlapping(0x3fff, 1));
+        assert!(!t.busy_overlapping(0x4000, 0x1000));
         let p = t.begin_demote(i).unwrap();
+        assert!(
+            t.busy_overlapping(0x1000, 1),
+            "being unregistered: still busy for a copy"
+        );
+        assert_eq!(t.covering(0x1000, 1), None, "but covers no copy");
         assert_eq!(p.reg_start, 0x1000);
         assert!(t.begin_demote(i).is_none(), "one demoter only");
         assert!(!t.any_active());
