@@ -117,6 +117,28 @@ fn a_request_preferring_pinned_is_pinned_until_its_site_proves_cold() {
 }
 
 #[test]
+fn a_request_that_earns_pinning_is_pageable_until_its_site_proves_hot_and_never_promoted_here() {
+    let (mock, e) = engine(1 << 30);
+    let earn = AllocFlags::from_ask(pinwise_core::decide::rules::pinned_request(
+        0,
+        4 * MIB,
+        64 << 10,
+        false,
+        true,
+    ));
+    assert!(earn.contains(AllocFlags::EARN_PINNED) && earn.contains(AllocFlags::PREFER_PINNED));
+    // No history: pageable, and however hot its copies, the engine does not register it
+    // (its caller does, on the evidence of pinwise_core::decide::earn).
+    assert!(!cycle_with(&e, site(29), 4 * MIB, 24, earn));
+    assert_eq!(mock.pin_calls(), (0, 0), "nothing was registered or pinned");
+    // That allocation was hot: the site's next request is served pinned at once.
+    assert!(cycle_with(&e, site(29), 4 * MIB, 24, earn));
+    // A site whose allocations went uncopied stays pageable.
+    assert!(!cycle_with(&e, site(30), 4 * MIB, 0, earn));
+    assert!(!cycle_with(&e, site(30), 4 * MIB, 0, earn));
+}
+
+#[test]
 fn a_request_preferring_pinned_stays_within_the_budget() {
     let budget = 3 * MIB as u64;
     let (mock, e) = engine(budget);

@@ -68,8 +68,9 @@ pub struct ProcessStats {
     /// Pageable allocations served for pinned requests, registered because the program
     /// asked a pointer query about them.
     pub promotions_on_queries: u64,
-    /// Pageable allocations served for pinned requests that the allocator registered in
-    /// place (hot).
+    /// Pageable allocations served for pinned requests registered in place because their
+    /// copies showed them hot (or the slowdown bound was spent: `pinwise_core::decide::earn`),
+    /// by the preload or the allocator; once each.
     pub promotions_by_allocator: u64,
     /// Promoted ranges unregistered (freed, reallocated, unmapped, or registered by the
     /// program).

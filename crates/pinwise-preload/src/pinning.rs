@@ -2,15 +2,18 @@
 //!
 //! - Pinned requests go to pinwise-alloc's [`Engine`]: a pooled pinned block, or (for a
 //!   request the profile advises pageable, or whose call site's earlier allocations turned
-//!   out cold) pageable memory. Without such evidence a request is served pinned, as plain
-//!   CUDA would serve it: a framework asks for pinned memory for buffers it copies
-//!   asynchronously, and serving the first ones pageable made their first copies slow. Requests whose
-//!   flags need pinned semantics (mapped, portable, write-combined), small ones (a pooled
-//!   block costs nothing) and all of them under `PINWISE_KEEP_PINNED` are served pinned.
+//!   out cold) pageable memory. Without such evidence a request of 1 MiB or more is served
+//!   pageable first, and registered in place once its own copies show it hot, or once the
+//!   buffers kept pageable cost more than the slowdown bound allows
+//!   ([`pinwise_core::decide::earn`], `Pinning::earn`): a framework asks for pinned memory
+//!   for hot and cold buffers alike, often from one call site, and only a buffer's copies
+//!   tell them apart. Requests whose flags need pinned semantics (mapped, portable,
+//!   write-combined), small ones (a pooled block costs nothing), those made while a graph
+//!   capture is open, and all of them under `PINWISE_KEEP_PINNED` are served pinned.
 //! - A pageable allocation served for a pinned request is registered before the program
 //!   asks a pointer query about it (device pointer, flags, attributes), so the answer is
-//!   the one plain CUDA would give; the allocator also registers it in place once its
-//!   copies pay for it.
+//!   the one plain CUDA would give, and before a CUDA graph capture begins (a captured copy
+//!   needs page-locked memory; registering during the capture may invalidate it).
 //! - The program's own pageable buffers are registered in place (page-aligned range) once
 //!   pinwise-core's promotion rule says their copies paid for registering and holding them
 //!   ([`rules::pays_to_promote`]), and unregistered before they are
@@ -28,7 +31,9 @@
 //!   promoted buffers of the program are given back ([`Pinning::make_room`]). Not while
 //!   a copy that may use a registration is in flight ([`crate::promote::CopyGate`]) or a
 //!   graph capture is open: then the ceiling is exceeded for a while, counted
-//!   (`ceiling_deferred`).
+//!   (`ceiling_deferred`). Every registration pinwise gives back on its own account
+//!   passes that gate (`Pinning::give_back`): to make room, to release one a copy runs
+//!   past, to merge neighbours; only the program's own release of the memory does not.
 //! - A copy on a stream being captured into a CUDA graph teaches nothing and changes
 //!   nothing ([`Pinning::note_captured_copy`]): no registration, no pool bookkeeping, no
 //!   wait. A registration such a copy used is held until the program releases the memory
@@ -42,7 +47,7 @@ use parking_lot::{Mutex, RwLock};
 use pinwise_alloc::pageable::{mapping_len, MMAP_FROM};
 use pinwise_alloc::{AllocError, AllocFlags, Allocation, Engine, EngineConfig, Mode, StreamHandle};
 use pinwise_core::decide::pricing::TableSource;
-use pinwise_core::decide::{ceiling, rules};
+use pinwise_core::decide::{ceiling, earn, rules};
 use pinwise_core::profile::Profile;
 use pinwise_core::{Direction, EventKind, HostState, ModuleTable, Policy, Site};
 use pinwise_cuda::sys::{
@@ -105,6 +110,19 @@ pub struct Pinning {
     /// Served allocations still pageable and unregistered (0: queries and copies need not
     /// look them up).
     pageable_live: AtomicUsize,
+    /// Whether a program's pinned request without evidence is served pageable first
+    /// ([`earn`]; not under `PINWISE_KEEP_PINNED`).
+    pageable_first: bool,
+    /// Those served pageable first and not yet registered: what their copies showed.
+    earning: Mutex<std::collections::HashMap<usize, earn::Earning>>,
+    /// Entries of `earning` (0: copies need not look).
+    earning_live: AtomicUsize,
+    /// Copies of served allocations while any earns its registration ([`earn`]'s clock).
+    served_copies: AtomicU64,
+    /// What copies of allocations served pageable first forwent, ns, and since when
+    /// (the first such allocation).
+    earn_spent_ns: AtomicU64,
+    earn_since_ns: AtomicU64,
     /// The span of addresses served allocations ever had: a copy outside it is the
     /// program's own memory, and skips the allocator's lookup.
     served_lo: AtomicUsize,
@@ -168,6 +186,12 @@ impl Pinning {
             policy,
             served: RwLock::new(ServedBook::default()),
             pageable_live: AtomicUsize::new(0),
+            pageable_first: !config.keep_pinned,
+            earning: Mutex::new(std::collections::HashMap::new()),
+            earning_live: AtomicUsize::new(0),
+            served_copies: AtomicU64::new(0),
+            earn_spent_ns: AtomicU64::new(0),
+            earn_since_ns: AtomicU64::new(0),
             served_lo: AtomicUsize::new(usize::MAX),
             served_hi: AtomicUsize::new(0),
             min_saving_bytes,
@@ -246,16 +270,15 @@ impl Pinning {
             let Some(i) = PROMOTED_RANGES.releasable_of(Owner::Program) else {
                 break;
             };
-            if !COPY_GATE.try_begin_demotion() {
-                HookStats::bump(&stats.ceiling_deferred);
-                break;
-            }
             let len = PROMOTED_RANGES.get(i).reg_len as u64;
             // Forced by the ceiling, not a verdict on the promotion: not judged.
-            let demoted = self.demote_judging(i, false, stats, rec);
-            COPY_GATE.end_demotion();
-            if demoted {
-                released += len;
+            match self.give_back(i, false, Release::IfIdle, stats, rec) {
+                GaveBack::Done => released += len,
+                GaveBack::Gone => {}
+                GaveBack::Busy => {
+                    HookStats::bump(&stats.ceiling_deferred);
+                    break;
+                }
             }
         }
         if released > 0 {
@@ -322,14 +345,22 @@ impl Pinning {
         stats: &HookStats,
         rec: &Recorder,
     ) -> Result<Allocation, AllocError> {
+        // Pageable first (pinwise_core::decide::earn) from 1 MiB (smaller ones would save
+        // little memory; their copies run at latency), but not while a graph capture is
+        // open: a copy captured from it would need it registered, and registering during
+        // the capture may invalidate it.
         let af = AllocFlags::from_ask(rules::pinned_request(
             flags,
             size,
             MMAP_FROM,
             self.keep_pinned,
+            self.pageable_first
+                && size as u64 >= earn::PAGEABLE_FIRST_FROM
+                && crate::capture::none_open(),
         ));
         let pages = size.max(1).next_multiple_of(PAGE) as u64;
-        if !self.engine.has_free_block(size, af) {
+        // Room under the ceiling only for a request that will be locked now.
+        if !self.engine.serves_pageable(site, af) && !self.engine.has_free_block(size, af) {
             self.before_program_pins(pages, stats, rec);
         }
         let a = {
@@ -355,6 +386,23 @@ impl Pinning {
         }
         if !a.pinned {
             self.pageable_live.fetch_add(1, Ordering::AcqRel);
+            if af.contains(AllocFlags::EARN_PINNED) {
+                let _ = self.earn_since_ns.compare_exchange(
+                    0,
+                    pinwise_core::units::monotonic_ns(),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                );
+                let _inside = guard::Inside::enter();
+                if self
+                    .earning
+                    .lock()
+                    .insert(start, earn::Earning::default())
+                    .is_none()
+                {
+                    self.earning_live.fetch_add(1, Ordering::AcqRel);
+                }
+            }
         }
         Ok(a)
     }
@@ -390,6 +438,7 @@ impl Pinning {
         if s.pageable {
             self.pageable_live.fetch_sub(1, Ordering::AcqRel);
         }
+        self.earning_done(p);
         self.program_unpins(s.size.max(1).next_multiple_of(PAGE) as u64);
         if let Some(i) = PROMOTED_RANGES.overlapping_used(Owner::Pinwise, p, p + 1) {
             self.demote(i, stats, rec);
@@ -433,7 +482,13 @@ impl Pinning {
                 self.saw_allocator_promotion(host, stats, rec);
             }
             // Served for a pinned request: the program expects pinned semantics anyway.
-            let pinned = pinned || PROMOTED_RANGES.covering(host, span).is_some();
+            let mut pinned = pinned || PROMOTED_RANGES.covering(host, span).is_some();
+            if self.earning_live.load(Ordering::Acquire) > 0 {
+                let clock = self.served_copies.fetch_add(1, Ordering::Relaxed) + 1;
+                if !pinned {
+                    pinned = self.earn(host, bytes, direction, clock, stats, rec);
+                }
+            }
             return (state_of(pinned), false);
         }
         if let Some(i) = PROMOTED_RANGES.covering(host, span) {
@@ -499,7 +554,8 @@ impl Pinning {
         // A held registration stays: a captured copy used it, and a replay of its graph
         // would read or write memory whose registration changed under it.
         while let Some(i) = PROMOTED_RANGES.overlapping_releasable(host, end) {
-            if !self.demote(i, stats, rec) {
+            // Needed now (the driver would refuse this copy): waits for copies in flight.
+            if self.give_back(i, true, Release::Waiting, stats, rec) != GaveBack::Done {
                 break;
             }
         }
@@ -539,13 +595,15 @@ impl Pinning {
             HookStats::bump(&stats.promotion_budget_refusals);
             return false;
         }
+        // Copies from another thread that may be using the old registration finish first,
+        // and new ones wait until the union is registered (or the old one is gone).
+        let _gate = Gate::pass(Release::Waiting).expect("a waiting release always passes");
         let Some(p) = PROMOTED_RANGES.begin_demote(i) else {
             budget.release(extra);
             return false;
         };
         // SAFETY: `p.reg_start` starts a range registered by `DriverTable::register`, taken out
-        // of the table by this call only. The program's copies on it were waited for when
-        // they were issued (program buffers keep pageable memory's promise).
+        // of the table by this call only. No copy that may use it is in flight (the gate).
         let rc = unsafe { self.driver.unregister(p.reg_start, p.context) };
         PROMOTED_RANGES.finish_demote(i);
         rec.record_global(
@@ -763,6 +821,56 @@ impl Pinning {
                 .map(|(&start, s)| (start, s.size))
         };
         let Some((start, size)) = found else { return };
+        if self.register_served(start, size, true, stats, rec) {
+            HookStats::bump(&stats.promotions_on_queries);
+            tracing::debug!(
+                start,
+                size,
+                "served pageable allocation registered before a query"
+            );
+        }
+    }
+
+    /// Before a CUDA graph capture begins: every allocation served pageable for a pinned
+    /// request is registered now, since a copy captured into the graph must be from
+    /// page-locked memory and registering during the capture may invalidate it (requests
+    /// made while a capture is open are served pinned: [`Pinning::alloc`]). Counted with
+    /// the query registrations (the program's semantics need them).
+    pub fn before_capture(&self, stats: &HookStats, rec: &Recorder) {
+        if self.pageable_live.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let pageable: Vec<(usize, usize)> = {
+            let _inside = guard::Inside::enter();
+            let served = self.served.read();
+            served
+                .live
+                .iter()
+                .filter(|(_, s)| s.pageable)
+                .map(|(&start, s)| (start, s.size))
+                .collect()
+        };
+        for (start, size) in pageable {
+            if self.register_served(start, size, true, stats, rec) {
+                HookStats::bump(&stats.promotions_on_queries);
+            }
+        }
+    }
+
+    /// Registers the served pageable allocation `[start, start + size)` (its request's
+    /// pages) unless it is registered already: once, held until the program frees it.
+    /// Room is made under the ceiling first (its bytes count among the program's own
+    /// already). `required`: the program's semantics need it (a query, a capture): then
+    /// it goes over the budget if it must, counted; else a budget without room keeps it
+    /// pageable. Returns whether this call registered it.
+    fn register_served(
+        &self,
+        start: usize,
+        size: usize,
+        required: bool,
+        stats: &HookStats,
+        rec: &Recorder,
+    ) -> bool {
         if PROMOTED_RANGES
             .overlapping_used(Owner::Pinwise, start, start + 1)
             .is_some()
@@ -771,7 +879,7 @@ impl Pinning {
                 .lookup(start as *const u8)
                 .is_some_and(|(_, pinned)| pinned)
         {
-            return;
+            return false;
         }
         // The pages of the program's request: what plain CUDA would have locked for it (the
         // program's own bytes count them already; the rest of the mapping stays pageable).
@@ -783,11 +891,14 @@ impl Pinning {
             rec,
         );
         if !budget.try_reserve_request(reg_len as u64) {
+            if !required {
+                HookStats::bump(&stats.promotion_budget_refusals);
+                return false;
+            }
             // The program's semantics need it pinned: go over the budget, and say so.
             HookStats::bump(&stats.required_outside_budget);
             budget.charge(reg_len as u64);
         }
-        let budgeted = true;
         let Some(e) = PROMOTED_RANGES.claim(Promoted {
             owner: Owner::Pinwise,
             user_start: start,
@@ -796,10 +907,10 @@ impl Pinning {
             reg_len,
             context: self.driver.current_context(),
             counter: 0,
-            budgeted,
+            budgeted: true,
         }) else {
             budget.release(reg_len as u64);
-            return;
+            return false;
         };
         // SAFETY: an anonymous mapping of at least `reg_len` bytes the allocator made for this live
         // allocation; it is unregistered (here, on cuMemFreeHost) before it is released.
@@ -812,17 +923,12 @@ impl Pinning {
                 start,
                 size,
                 error = %self.driver.error_text(rc),
-                "registering a served allocation before a pointer query failed"
+                "registering a served pageable allocation failed"
             );
-            return;
+            return false;
         }
         PROMOTED_RANGES.activate(e);
-        HookStats::bump(&stats.promotions_on_queries);
-        tracing::debug!(
-            start,
-            size,
-            "served pageable allocation registered before a query"
-        );
+        self.earning_done(start);
         let stamp = rec.stamp();
         rec.record(
             stamp,
@@ -834,6 +940,79 @@ impl Pinning {
             None,
             0,
         );
+        true
+    }
+
+    /// A served allocation no longer earns its registration (registered, or freed).
+    fn earning_done(&self, start: usize) {
+        if self.earning_live.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let _inside = guard::Inside::enter();
+        if self.earning.lock().remove(&start).is_some() {
+            self.earning_live.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// A copy of `bytes` in `direction` on the served allocation holding `host`, served
+    /// pageable for a pinned request and still unregistered, at copy clock `clock`: notes
+    /// what it would have saved, and registers the allocation where
+    /// [`earn::register_now`] says so. Returns whether it is registered now.
+    #[cold]
+    fn earn(
+        &self,
+        host: usize,
+        bytes: usize,
+        direction: Direction,
+        clock: u64,
+        stats: &HookStats,
+        rec: &Recorder,
+    ) -> bool {
+        let saving = rules::promotion_saving_ns(&self.policy, direction, bytes as u64);
+        if saving <= 0.0 {
+            return false;
+        }
+        let Some((start, size, _)) = self.served_containing(host) else {
+            return false;
+        };
+        let spent = self
+            .earn_spent_ns
+            .fetch_add(saving as u64, Ordering::AcqRel)
+            .saturating_add(saving as u64);
+        let elapsed = pinwise_core::units::monotonic_ns()
+            .saturating_sub(self.earn_since_ns.load(Ordering::Acquire));
+        let reg_len = size.max(1).next_multiple_of(PAGE) as u64;
+        let budget = self.engine.budget();
+        let threshold = rules::promotion_threshold_ns(
+            &self.policy,
+            reg_len,
+            budget.reserved().saturating_add(reg_len),
+            budget.cap(),
+        );
+        let credit = promotions_saved_ns();
+        let verdict = {
+            let _inside = guard::Inside::enter();
+            let mut earning = self.earning.lock();
+            let Some(e) = earning.get_mut(&start) else {
+                return false;
+            };
+            e.note(clock, saving);
+            earn::register_now(e, threshold, spent as f64, elapsed as f64, credit as f64)
+        };
+        let Some(why) = verdict else {
+            return false;
+        };
+        if !self.register_served(start, size, false, stats, rec) {
+            return false;
+        }
+        HookStats::bump(&stats.promotions_by_allocator);
+        tracing::debug!(
+            start,
+            size,
+            ?why,
+            "served pageable allocation earned its registration"
+        );
+        true
     }
 
     /// Before the program registers `[start, start + len)`: pinwise's own registrations of
@@ -854,18 +1033,35 @@ impl Pinning {
         self.before_program_pins(l as u64, stats, rec);
     }
 
-    /// Unregisters promoted range `i` (from any thread, any path, `free` included: no lock
-    /// of pinwise's, and no thread-local storage but the destructor-less guard). Returns
-    /// whether this call did it.
+    /// Unregisters promoted range `i` because the program releases that memory (frees,
+    /// reallocates or unmaps it, frees the pinned request it was served for) or registers
+    /// those pages itself: at once, without the copy gate (a copy of memory the program
+    /// releases is the program's own race). From any thread, any path, `free` included: no
+    /// lock of pinwise's, and no thread-local storage but the destructor-less guard.
+    /// Returns whether this call did it.
     pub fn demote(&self, i: usize, stats: &HookStats, rec: &Recorder) -> bool {
-        self.demote_judging(i, true, stats, rec)
+        self.give_back(i, true, Release::Program, stats, rec) == GaveBack::Done
     }
 
-    /// [`Self::demote`]; `judge`: whether the copies the registration served are a verdict
-    /// on promoting it (`false` when the ceiling forced it out early).
-    fn demote_judging(&self, i: usize, judge: bool, stats: &HookStats, rec: &Recorder) -> bool {
+    /// Unregisters promoted range `i`: the one place pinwise gives back a registration it
+    /// made (a neighbour merge replaces one through the same gate). `judge`: whether the
+    /// copies the registration served are a verdict on promoting it (`false` when the
+    /// ceiling forced it out early). On pinwise's own account (`release` other than
+    /// [`Release::Program`]) it passes [`COPY_GATE`] first, so that no copy that may use the
+    /// registration is in flight while it is unregistered.
+    fn give_back(
+        &self,
+        i: usize,
+        judge: bool,
+        release: Release,
+        stats: &HookStats,
+        rec: &Recorder,
+    ) -> GaveBack {
+        let Some(_gate) = Gate::pass(release) else {
+            return GaveBack::Busy;
+        };
         let Some(p) = PROMOTED_RANGES.begin_demote(i) else {
-            return false;
+            return GaveBack::Gone;
         };
         // SAFETY: `p.reg_start` starts a range registered by `DriverTable::register`, taken out
         // of the table by this call only.
@@ -894,8 +1090,68 @@ impl Pinning {
             },
             None,
         );
-        true
+        GaveBack::Done
     }
+}
+
+/// Why a registration pinwise made is given back, which says how it meets copies in flight
+/// ([`COPY_GATE`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Release {
+    /// The program releases the memory or registers those pages itself: no gate.
+    Program,
+    /// On pinwise's own account, where it can be put off (room under the ceiling): not
+    /// while a copy is in flight.
+    IfIdle,
+    /// On pinwise's own account, needed now (a copy runs past the registration, a neighbour
+    /// merge): after the copies in flight ([`crate::promote::CopyGate::begin_demotion_waiting`]).
+    Waiting,
+}
+
+/// What [`Pinning::give_back`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GaveBack {
+    /// Unregistered it (or the driver refused, counted: it is out of the table either way).
+    Done,
+    /// Another thread took it first.
+    Gone,
+    /// Put off: a copy is in flight ([`Release::IfIdle`]).
+    Busy,
+}
+
+/// The copy gate passed for one release; ends the demotion when dropped.
+struct Gate(bool);
+
+impl Gate {
+    /// Passes [`COPY_GATE`] as `release` needs: `None` when it is put off.
+    fn pass(release: Release) -> Option<Gate> {
+        match release {
+            Release::Program => Some(Gate(false)),
+            Release::IfIdle => COPY_GATE.try_begin_demotion().then_some(Gate(true)),
+            // After a wait that ran out (counted) it goes on as before the gate.
+            Release::Waiting => Some(Gate(COPY_GATE.begin_demotion_waiting())),
+        }
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        if self.0 {
+            COPY_GATE.end_demotion();
+        }
+    }
+}
+
+/// What the program's buffers registered now have saved so far, ns: each copy that used a
+/// registration, at the saving of its buffer's latest copy. The credit against which
+/// buffers served pageable first may cost time ([`earn::over_budget`]).
+fn promotions_saved_ns() -> u64 {
+    PROMOTED_RANGES.sum_active(|p, uses| {
+        if p.owner != Owner::Program || p.counter == 0 {
+            return 0;
+        }
+        u64::from(uses).saturating_mul(COUNTERS.get(p.counter - 1).last_saving())
+    })
 }
 
 /// Most bytes between two buffers that share a page for their registrations to be merged:

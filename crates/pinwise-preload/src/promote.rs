@@ -12,8 +12,8 @@
 //!   pinning would have brought so far, so that a buffer is registered once its copies
 //!   have paid for it (the ski-rental rule the allocator uses for its own mappings).
 //!
-//! - [`CopyGate`]: keeps a registration from being given back to make room while a copy
-//!   may be using it.
+//! - [`CopyGate`]: keeps pinwise from giving back a registration it made for the program
+//!   (to make room, to release or merge it for another copy) while a copy may be using it.
 //!
 //! All are fixed-size atomics (usable in `static`s, reset in a forked child).
 
@@ -227,6 +227,19 @@ impl PromotedTable {
             .map(|(i, _)| i)
     }
 
+    /// Whether an entry being registered, registered, or being unregistered overlaps
+    /// `[addr, addr + len)` with its registered pages: a copy of that memory may reach the
+    /// driver while it is registered. Nothing to scan while nothing was ever claimed.
+    pub fn busy_overlapping(&self, addr: usize, len: usize) -> bool {
+        let end = addr.saturating_add(len);
+        self.scan().any(|(_, e)| {
+            e.state.load(Ordering::Acquire) != FREE && {
+                let rs = e.reg_start.load(Ordering::Relaxed);
+                rs < end && addr < rs + e.reg_len.load(Ordering::Relaxed)
+            }
+        })
+    }
+
     /// A registered entry whose registered range holds all of `[addr, addr + len)`.
     pub fn covering(&self, addr: usize, len: usize) -> Option<usize> {
         let end = addr.saturating_add(len.max(1));
@@ -272,6 +285,17 @@ impl PromotedTable {
         })
     }
 
+    /// The sum of `f(range, copies that used it)` over the ranges registered now.
+    pub fn sum_active(&self, mut f: impl FnMut(&Promoted, u32) -> u64) -> u64 {
+        if !self.any_active() {
+            return 0;
+        }
+        self.scan()
+            .filter(|(_, e)| e.state.load(Ordering::Acquire) == ACTIVE)
+            .map(|(_, e)| f(&e.read(), e.uses.load(Ordering::Relaxed)))
+            .fold(0u64, u64::saturating_add)
+    }
+
     /// Entry `i` was read or written by a copy captured into a CUDA graph: a replay of the
     /// graph uses the memory as it was registered then, so the registration stays until
     /// the program frees, reallocates, unmaps or registers that memory itself.
@@ -314,16 +338,21 @@ impl PromotedTable {
 /// on anyway (counted in [`CopyGate::overruns`]): a demotion is one `cuMemHostUnregister`.
 const GATE_WAIT_NS: u64 = 1_000_000_000;
 
-/// Keeps pinwise from unregistering, to make room ([`crate::pinning::Pinning::make_room`]),
-/// a buffer of the program's that a copy in flight may be reading or writing through its
-/// registration: `cuMemHostUnregister` is not documented to wait for the DMA.
+/// Keeps pinwise from unregistering, on its own account (every path through
+/// [`crate::pinning::Pinning::give_back`]: making room, releasing a registration another
+/// copy runs past, merging neighbours), a buffer of the program's that a copy in flight may
+/// be reading or writing through its registration: `cuMemHostUnregister` is not documented
+/// to wait for the DMA. The program's own release of the memory (free, unmap, its own
+/// registration of those pages) does not pass the gate: using memory it releases is the
+/// program's own race.
 ///
 /// A Dekker handshake on two counters, every access `SeqCst`: a copier raises `in_flight`
 /// and then reads `demoting`; a demoter raises `demoting` and then reads `in_flight`. So
-/// either the demoter sees the copy and gives up (the ceiling is exceeded for now, counted),
-/// or the copier sees the demotion and waits for it to finish (then the driver sees the
-/// buffer pageable, which plain CUDA copies correctly). The copier never blocks for long:
-/// it waits at most [`GATE_WAIT_NS`].
+/// either the demoter sees the copy and gives up (the ceiling is exceeded for now, counted)
+/// or tries again once it is done ([`CopyGate::begin_demotion_waiting`]), or the copier sees
+/// the demotion and waits for it to finish (then the driver sees the buffer pageable, which
+/// plain CUDA copies correctly). Neither blocks for long: each waits at most
+/// [`GATE_WAIT_NS`].
 pub struct CopyGate {
     in_flight: AtomicUsize,
     demoting: AtomicUsize,
@@ -382,12 +411,37 @@ impl CopyGate {
         false
     }
 
+    /// Claims the right to demote one registration, waiting (up to [`GATE_WAIT_NS`]) for
+    /// the copies in flight to finish: for a demotion that cannot be put off (a copy that
+    /// runs past a registration is refused by the driver unless it is given back first).
+    /// A copy issued meanwhile sees no demotion claimed and goes on; the next try waits
+    /// for it too. `false` when the copies kept the gate busy for the whole wait (counted
+    /// in [`Self::overruns`]; the caller demotes anyway, as before the gate, and must not
+    /// call [`Self::end_demotion`]).
+    pub fn begin_demotion_waiting(&self) -> bool {
+        if self.try_begin_demotion() {
+            return true;
+        }
+        let since = pinwise_core::units::monotonic_ns();
+        loop {
+            std::thread::yield_now();
+            if self.try_begin_demotion() {
+                return true;
+            }
+            if pinwise_core::units::monotonic_ns().saturating_sub(since) > GATE_WAIT_NS {
+                self.overruns.fetch_add(1, Ordering::Relaxed);
+                return false;
+            }
+        }
+    }
+
     /// The demotion [`Self::try_begin_demotion`] allowed is done.
     pub fn end_demotion(&self) {
         self.demoting.fetch_sub(1, Ordering::SeqCst);
     }
 
-    /// Copies that stopped waiting for a demotion after [`GATE_WAIT_NS`] and went on.
+    /// Copies that stopped waiting for a demotion, and demotions that stopped waiting for
+    /// copies, after [`GATE_WAIT_NS`], and went on.
     pub fn overruns(&self) -> u64 {
         self.overruns.load(Ordering::Relaxed)
     }
@@ -463,6 +517,14 @@ impl Counter {
         self.threshold_ns.store(t, Ordering::Relaxed);
         self.threshold_span.store(span, Ordering::Release);
         t
+    }
+
+    /// The saving of the last copy noted (ns; 0 before any).
+    pub fn last_saving(&self) -> u64 {
+        if self.cached_key.load(Ordering::Acquire) == 0 {
+            return 0;
+        }
+        self.cached_saving.load(Ordering::Relaxed)
     }
 
     /// `TRACKING`, `PROMOTED` or `NEVER`.
@@ -713,7 +775,14 @@ mod tests {
             "a held range is not pinwise's to give back"
         );
         assert_eq!(t.overlapping_registered(0x3fff, 0x5000), Some(i));
+        assert!(t.busy_overlapping(0x3fff, 1));
+        assert!(!t.busy_overlapping(0x4000, 0x1000));
         let p = t.begin_demote(i).unwrap();
+        assert!(
+            t.busy_overlapping(0x1000, 1),
+            "being unregistered: still busy for a copy"
+        );
+        assert_eq!(t.covering(0x1000, 1), None, "but covers no copy");
         assert_eq!(p.reg_start, 0x1000);
         assert!(t.begin_demote(i).is_none(), "one demoter only");
         assert!(!t.any_active());
@@ -811,6 +880,40 @@ mod tests {
         g.end_demotion();
         g.reset();
         assert!(g.try_begin_demotion());
+    }
+
+    #[test]
+    fn a_waiting_demotion_begins_only_after_the_copy_in_flight_is_done() {
+        use std::sync::atomic::AtomicBool;
+        use std::sync::Arc;
+        let g = Arc::new(CopyGate::new());
+        let copy = g.enter();
+        let copy_done = Arc::new(AtomicBool::new(false));
+        let demoter = {
+            let (g, copy_done) = (g.clone(), copy_done.clone());
+            std::thread::spawn(move || {
+                let began = g.begin_demotion_waiting();
+                // What the demotion saw when it was let in.
+                let saw_copy_done = copy_done.load(Ordering::SeqCst);
+                if began {
+                    g.end_demotion();
+                }
+                (began, saw_copy_done)
+            })
+        };
+        // The demoter keeps trying while the copy is in flight; a new copy meanwhile is not
+        // held up by it (it claims nothing between its tries).
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let other = g.enter();
+        drop(other);
+        copy_done.store(true, Ordering::SeqCst);
+        drop(copy);
+        let (began, saw_copy_done) = demoter.join().unwrap();
+        assert!(began, "the demotion began once the copy was done");
+        assert!(saw_copy_done, "and not before");
+        assert_eq!(g.overruns(), 0);
+        assert_eq!(g.demoting.load(Ordering::SeqCst), 0);
+        assert_eq!(g.in_flight.load(Ordering::SeqCst), 0);
     }
 
     #[test]

@@ -21,8 +21,8 @@ fn a_capture_on_promoted_buffers_succeeds_and_replays_the_same_bytes() {
     assert!(text.contains("capturing: status 1"), "{text}");
     assert_eq!(
         text.matches("same 1").count(),
-        3,
-        "every replay moved: {text}"
+        6,
+        "every replay moved both sources: {text}"
     );
     let expected = calls(&plain);
 
@@ -58,6 +58,14 @@ fn a_capture_on_promoted_buffers_succeeds_and_replays_the_same_bytes() {
             "{mode}: a registration was given back: {p}"
         );
         assert_eq!(p["promotion_failures"], 0, "{mode}: {p}");
+        if mode == "adaptive" {
+            // The 1 MiB and 2 MiB pinned requests were served pageable first, and registered
+            // before the capture began (not during it, which may invalidate it), within the
+            // budget.
+            assert_eq!(p["served_pageable"], 2, "{mode}: {p}");
+            assert_eq!(p["promotions_on_queries"], 2, "{mode}: {p}");
+            assert_eq!(p["required_outside_budget"], 0, "{mode}: {p}");
+        }
         let h = &run.history;
         assert_eq!(
             transfers(h, Direction::HtoD),
@@ -67,7 +75,7 @@ fn a_capture_on_promoted_buffers_succeeds_and_replays_the_same_bytes() {
         assert_eq!(transfers(h, Direction::DtoH), expected["dtoh"], "{mode}");
         let stderr = String::from_utf8_lossy(&run.out.stderr);
         assert!(
-            stderr.contains("2 asynchronous copies were captured into CUDA graphs"),
+            stderr.contains("3 asynchronous copies were captured into CUDA graphs"),
             "{mode}: the summary says so: {stderr}"
         );
     }

@@ -51,6 +51,10 @@ impl AllocFlags {
     /// earlier allocations turning out cold), so that a first use is never slower than
     /// plain CUDA. Within the budget like any other pinned block.
     pub const PREFER_PINNED: AllocFlags = AllocFlags(4);
+    /// With [`AllocFlags::PREFER_PINNED`]: without evidence either way, serve it pageable
+    /// and leave its registration to the caller, whom its copies must convince
+    /// ([`pinwise_core::decide::earn`]); the engine does not promote it itself.
+    pub const EARN_PINNED: AllocFlags = AllocFlags(8);
 
     /// Whether all bits of `other` are set.
     pub const fn contains(self, other: AllocFlags) -> bool {
@@ -63,6 +67,7 @@ impl AllocFlags {
             require_pinned: self.contains(AllocFlags::REQUIRE_PINNED),
             never_pin: self.contains(AllocFlags::NEVER_PIN),
             prefer_pinned: self.contains(AllocFlags::PREFER_PINNED),
+            earn_pinned: self.contains(AllocFlags::EARN_PINNED),
         }
     }
 
@@ -77,6 +82,9 @@ impl AllocFlags {
         }
         if ask.prefer_pinned {
             bits |= AllocFlags::PREFER_PINNED.0;
+        }
+        if ask.earn_pinned {
+            bits |= AllocFlags::EARN_PINNED.0;
         }
         AllocFlags(bits)
     }

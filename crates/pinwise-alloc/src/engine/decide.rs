@@ -143,6 +143,33 @@ impl Engine {
             && rules::spare_block_pays(&self.policy, graded as u64, expected).pin
     }
 
+    /// Whether a program's request with `flags` from `site` will be served pageable for want
+    /// of evidence (a site without history for a request that earns pinning, or a site
+    /// proved cold), as far as can be told before serving it: its caller need not make room
+    /// for it under a pinned ceiling. `false` when unsure (the request is not a program's
+    /// preferring pinned memory, or use mode, where a profile's advice may pin it).
+    pub fn serves_pageable(&self, site: Site, flags: AllocFlags) -> bool {
+        let ask = flags.ask();
+        if ask.require_pinned || ask.never_pin || !ask.prefer_pinned {
+            return false;
+        }
+        if self.mode == Mode::Use && self.advice.is_some() {
+            return false;
+        }
+        let sites = self.sites.lock();
+        let Some(state) = sites.get(&site) else {
+            return ask.earn_pinned;
+        };
+        let guess = state.predictor.predict();
+        if guess.hot {
+            false
+        } else if guess.source != PredictionSource::NoHistory {
+            true
+        } else {
+            ask.earn_pinned
+        }
+    }
+
     /// Whether pinning a `graded`-byte block for `expected` transfers pays *now*
     /// ([`rules::pays_now`], on the pool's, the cache's and the budget's state now),
     /// credited with `reuse` allocations like this one.

@@ -377,7 +377,10 @@ impl Engine {
             planned,
             spare,
             promotion: AtomicU8::new(
-                if origin == Origin::Mapping && !flags.contains(AllocFlags::NEVER_PIN) {
+                if origin == Origin::Mapping
+                    && !flags.contains(AllocFlags::NEVER_PIN)
+                    && !flags.contains(AllocFlags::EARN_PINNED)
+                {
                     PAGEABLE
                 } else {
                     NO_PROMOTION

@@ -32,6 +32,10 @@ pub struct Ask {
     /// The program asked for pinned memory (a `cuMemHostAlloc` without special flags):
     /// pinned unless the evidence says otherwise.
     pub prefer_pinned: bool,
+    /// With `prefer_pinned`: without evidence either way (no site history), serve it
+    /// pageable and let its copies earn it a registration ([`crate::decide::earn`]); the
+    /// caller registers it (not the allocator's own promotion).
+    pub earn_pinned: bool,
 }
 
 /// The default smallest request served from the node's pinned pool (see [`from_node_pool`]).
@@ -59,13 +63,21 @@ pub fn from_node_pool(cuda_flags: u32, size: usize, min_bytes: u64) -> bool {
 /// required pinned when its flags need pinned semantics (mapped, portable,
 /// write-combined), when it is smaller than `pooled_below` (a block of an existing pinned
 /// segment costs nothing), or when the user keeps every pinned request pinned
-/// (`keep_pinned`); otherwise preferred pinned.
-pub fn pinned_request(cuda_flags: u32, size: usize, pooled_below: usize, keep_pinned: bool) -> Ask {
+/// (`keep_pinned`); otherwise preferred pinned, and served pageable first where
+/// `pageable_first` (no graph capture is open: [`crate::decide::earn`]).
+pub fn pinned_request(
+    cuda_flags: u32,
+    size: usize,
+    pooled_below: usize,
+    keep_pinned: bool,
+    pageable_first: bool,
+) -> Ask {
     let required = cuda_flags != 0 || size < pooled_below || keep_pinned;
     Ask {
         require_pinned: required,
         never_pin: false,
         prefer_pinned: !required,
+        earn_pinned: !required && pageable_first,
     }
 }
 
@@ -114,6 +126,9 @@ pub enum Basis {
     /// The program asked for pinned memory and the site's history does not say cold (no
     /// history, or hot): as plain CUDA.
     ProgramAskedPinned,
+    /// The program asked for pinned memory, its site has no history, and its own copies
+    /// are to earn it a registration ([`crate::decide::earn`]).
+    EarnsPinning,
     /// The program asked for pinned memory, but the site's allocations turned out cold.
     ProgramAskedButCold,
     /// No history at this site yet: pageable until copies prove it hot (promotion).
@@ -182,10 +197,14 @@ pub fn serve(
         Some(Advised::Unknown) | None => {}
     }
     if ask.prefer_pinned {
-        return if guess.hot || !guess.has_history {
+        return if guess.hot {
             Serve::new(true, Basis::ProgramAskedPinned)
-        } else {
+        } else if guess.has_history {
             or_spare(spare_block, Basis::ProgramAskedButCold)
+        } else if ask.earn_pinned {
+            Serve::new(false, Basis::EarnsPinning)
+        } else {
+            Serve::new(true, Basis::ProgramAskedPinned)
         };
     }
     if !guess.has_history {
@@ -523,7 +542,7 @@ mod tests {
 
     #[test]
     fn a_programs_pinned_request_stays_pinned_unless_proved_cold() {
-        let ask = pinned_request(0, 64 << 20, 1 << 20, false);
+        let ask = pinned_request(0, 64 << 20, 1 << 20, false, false);
         assert!(ask.prefer_pinned && !ask.require_pinned);
         assert_eq!(
             serve(ask, None, never, never, GUESS_NONE, never, never),
@@ -554,10 +573,37 @@ mod tests {
             ),
             Serve::new(true, Basis::PinnedAndReused)
         );
-        // Flags, small sizes and keep-pinned require pinned memory.
-        assert!(pinned_request(2, 64 << 20, 1 << 20, false).require_pinned);
-        assert!(pinned_request(0, 4096, 1 << 20, false).require_pinned);
-        assert!(pinned_request(0, 64 << 20, 1 << 20, true).require_pinned);
+        // Flags, small sizes and keep-pinned require pinned memory, pageable first or not.
+        for first in [false, true] {
+            assert!(pinned_request(2, 64 << 20, 1 << 20, false, first).require_pinned);
+            assert!(pinned_request(0, 4096, 1 << 20, false, first).require_pinned);
+            let kept = pinned_request(0, 64 << 20, 1 << 20, true, first);
+            assert!(kept.require_pinned && !kept.earn_pinned);
+        }
+    }
+
+    #[test]
+    fn pageable_first_serves_a_request_without_evidence_pageable_and_follows_the_history() {
+        let ask = pinned_request(0, 64 << 20, 1 << 20, false, true);
+        assert!(ask.prefer_pinned && ask.earn_pinned && !ask.require_pinned);
+        assert_eq!(
+            serve(ask, None, never, never, GUESS_NONE, never, never),
+            Serve::new(false, Basis::EarnsPinning)
+        );
+        assert_eq!(
+            serve(ask, None, never, never, GUESS_HOT, never, never),
+            Serve::new(true, Basis::ProgramAskedPinned),
+            "a site whose buffers proved hot gets pinned memory at once"
+        );
+        assert_eq!(
+            serve(ask, None, never, never, GUESS_COLD, never, never),
+            Serve::new(false, Basis::ProgramAskedButCold)
+        );
+        assert_eq!(
+            serve(ask, Some(Advised::Pin), never, never, GUESS_NONE, never, never),
+            Serve::new(true, Basis::AdvisedPin),
+            "a profile's advice comes first"
+        );
     }
 
     #[test]

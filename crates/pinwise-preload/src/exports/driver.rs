@@ -571,11 +571,12 @@ export_with_caller!(cuDevicePrimaryCtxReset_v2 => primary_reset_v2, 1);
 
 macro_rules! capture_begin {
     ($name:ident, $h:expr) => {
-        #[doc = concat!("`", stringify!($name), "`: counted in `crate::capture`.")]
+        #[doc = concat!("`", stringify!($name), "`: counted in `crate::capture`, after pinwise's pageable-served pinned requests are registered.")]
         #[no_mangle]
         pub unsafe extern "C" fn $name(stream: CUstream) -> CUresult {
             let f = real_or_return!($h, pfn::cuStreamBeginCapture);
             // SAFETY: CUDA's contract for the argument, passed on.
+            crate::hooks::alloc::before_capture_begin();
             crate::capture::begin(|| unsafe { f(stream) })
         }
     };
@@ -587,6 +588,7 @@ macro_rules! capture_begin_mode {
         pub unsafe extern "C" fn $name(stream: CUstream, mode: c_uint) -> CUresult {
             let f = real_or_return!($h, pfn::cuStreamBeginCapture_v2);
             // SAFETY: CUDA's contract for the arguments, passed on.
+            crate::hooks::alloc::before_capture_begin();
             crate::capture::begin(|| unsafe { f(stream, mode) })
         }
     };
@@ -605,6 +607,7 @@ macro_rules! capture_begin_to_graph {
         ) -> CUresult {
             let f = real_or_return!($h, pfn::cuStreamBeginCaptureToGraph);
             // SAFETY: CUDA's contract for the arguments, passed on.
+            crate::hooks::alloc::before_capture_begin();
             crate::capture::begin(|| unsafe { f(stream, graph, deps, edges, n, mode) })
         }
     };

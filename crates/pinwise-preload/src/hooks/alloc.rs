@@ -286,6 +286,18 @@ pub fn host_unregister(
     rc
 }
 
+/// Before a stream capture begins (`cuStreamBeginCapture*`): the allocations pinwise served
+/// pageable for pinned requests are registered, as a copy captured into the graph needs
+/// ([`crate::pinning::Pinning::before_capture`]).
+pub fn before_capture_begin() {
+    let Some(st) = driver_active() else {
+        return;
+    };
+    if let Some(pinning) = st.pinning() {
+        guarded(|| pinning.before_capture(&st.stats, &st.recorder));
+    }
+}
+
 /// Before `free(p)` or `realloc(p, ..)`: unregisters pinwise's registrations inside the
 /// block. Cost while nothing is promoted: one atomic load (the caller checks
 /// [`crate::promote::PromotedTable::any_active`] first).

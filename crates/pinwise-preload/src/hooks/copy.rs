@@ -185,8 +185,12 @@ pub(super) struct Noted {
     /// The stream to wait on after issuing the copy: an asynchronous copy on the program's
     /// own pageable memory that pinwise registered.
     finish_on: Option<usize>,
-    /// The host side lies in the program's memory that pinwise registered: the copy holds
-    /// [`COPY_GATE`] from before it is issued until it is done.
+    /// The host side lies in memory pinwise registered for the program, or overlaps a
+    /// registration of pinwise's being made or given back (the driver may still see it
+    /// registered when the copy reaches it): the copy holds [`COPY_GATE`] from before it is
+    /// issued until it is done, so no registration is given back under it (and one being
+    /// given back now is finished first). Left open: a registration both made and given
+    /// back by other threads while this copy runs.
     on_program_registration: bool,
 }
 
@@ -228,11 +232,13 @@ pub(super) fn note(st: &State, c: &HostCopy, learn: bool) -> Noted {
         Some(s) if program_registered => Some(s.0 as usize),
         _ => None,
     };
+    let gate = program_registered
+        || (c.host != 0 && PROMOTED_RANGES.busy_overlapping(c.host, c.span.max(1)));
     Noted {
         host_state,
         stream,
         finish_on,
-        on_program_registration: program_registered,
+        on_program_registration: gate,
     }
 }
 

@@ -10,6 +10,11 @@
  * - `mixed`: a PyTorch-like loop (bench/gpu/frameworks/torch_mixed.py, smaller): 8 pinned
  *   and 8 pageable 4 MiB buffers uploaded round robin (asynchronously) for 200 steps, plus
  *   four cold 16 MiB pinned buffers uploaded and downloaded every 100 steps.
+ * - `cold`: torch_mixed's shape at its sizes: 8 pinned and 8 pageable 4 MiB buffers uploaded
+ *   round robin (asynchronously) for 200 steps of 20 ms (a step's compute, slept), plus four
+ *   cold 64 MiB pinned buffers (offloaded state) uploaded and downloaded every 100 steps.
+ *   Pinned requests served pageable first must end with the hot ones registered once each
+ *   and the cold ones pageable (pinwise_core::decide::earn).
  * - `regrow`: the program frees a 32 MiB pinned buffer and then asks for a 48 MiB one
  *   (plain CUDA holds 48 MiB at most; a pool that keeps the freed one holds 80).
  * - `register`: the program registers its own 16 MiB buffer (cuMemHostRegister) and uploads
@@ -29,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../../../../fixtures/include/cuda_driver_min.h"
 
@@ -119,6 +125,42 @@ static void mixed(void) {
     for (int k = 0; k < 4; k++) CHECK(cuMemFreeHost(cold[k]));
 }
 
+static void cold(void) {
+    unsigned char *pin[8], *pag[8], *off[4];
+    for (int k = 0; k < 8; k++) pin[k] = pinned(4 * MIB);
+    for (int k = 0; k < 8; k++) pag[k] = pageable(4 * MIB);
+    for (int k = 0; k < 4; k++) off[k] = pinned(64 * MIB);
+    CUstream s;
+    CHECK(cuStreamCreate(&s, 0));
+    struct timespec compute = {0, 20 * 1000 * 1000};
+    for (int step = 0; step < 200; step++) {
+        pin[step % 8][step] ^= 1;
+        pag[step % 8][step] ^= 1;
+        CHECK(cuMemcpyHtoDAsync_v2(dev, pin[step % 8], 4 * MIB, s));
+        CHECK(cuMemcpyHtoDAsync_v2(dev + 4 * MIB, pag[step % 8], 4 * MIB, s));
+        CHECK(cuMemcpyDtoHAsync_v2(pin[(step + 1) % 8], dev + 4 * MIB, 4096, s));
+        CHECK(cuStreamSynchronize(s));
+        mix(pin[(step + 1) % 8], 4096);
+        nanosleep(&compute, NULL);
+        if (step % 100 == 99) {
+            for (int k = 0; k < 4; k++) {
+                off[k][step] ^= 1;
+                CHECK(cuMemcpyHtoDAsync_v2(dev + 8 * MIB, off[k], 64 * MIB, s));
+                CHECK(cuMemcpyDtoHAsync_v2(off[k], dev + 8 * MIB, 64 * MIB, s));
+            }
+            CHECK(cuStreamSynchronize(s));
+            for (int k = 0; k < 4; k++) mix(off[k], 64 * MIB);
+        }
+    }
+    CHECK(cuStreamDestroy_v2(s));
+    for (int k = 0; k < 8; k++) {
+        mix(pin[k], 4 * MIB);
+        CHECK(cuMemFreeHost(pin[k]));
+        free(pag[k]);
+    }
+    for (int k = 0; k < 4; k++) CHECK(cuMemFreeHost(off[k]));
+}
+
 static void regrow(void) {
     unsigned char *a = pinned(32 * MIB);
     for (int i = 0; i < 4; i++) round_trip(a, a, 32 * MIB, i);
@@ -174,15 +216,16 @@ int main(int argc, char **argv) {
     CHECK(cuDeviceGet(&d, 0));
     CHECK(cuDevicePrimaryCtxRetain(&ctx, d));
     CHECK(cuCtxSetCurrent(ctx));
-    CHECK(cuMemAlloc_v2(&dev, 64 * MIB));
+    CHECK(cuMemAlloc_v2(&dev, 128 * MIB));
     if (!strcmp(pattern, "pool")) pool();
     else if (!strcmp(pattern, "mixed")) mixed();
+    else if (!strcmp(pattern, "cold")) cold();
     else if (!strcmp(pattern, "regrow")) regrow();
     else if (!strcmp(pattern, "register")) registered();
     else if (!strcmp(pattern, "hot")) hot();
     else if (!strcmp(pattern, "late")) late();
     else {
-        fprintf(stderr, "usage: peak_pinned pool|mixed|regrow|register|hot|late\n");
+        fprintf(stderr, "usage: peak_pinned pool|mixed|cold|regrow|register|hot|late\n");
         return 2;
     }
     CHECK(cuMemFree_v2(dev));

@@ -12,6 +12,9 @@
  *    the capture) and frees it (registration given back during the capture); the capturing
  *    thread, in relaxed mode, frees pinned allocations used on the capturing stream and
  *    allocates another. None of this may invalidate the capture.
+ *    The capture also uploads a 2 MiB pinned allocation (cuMemAllocHost, made before it
+ *    and never copied before: pinwise serves such a request pageable first, and must
+ *    register it before the capture begins, since a captured copy needs page-locked memory).
  * 3. The graph is replayed three times with new contents; each replay must move them.
  * stdout carries what a run under pinwise must reproduce byte for byte; stderr the calls. */
 #include <pthread.h>
@@ -117,6 +120,9 @@ int main(void) {
     CUstreamCaptureStatus status = 99;
     fill(src, N, 40);
     memset(dst, 0xEE, N);
+    const size_t M2 = 2 << 20;
+    unsigned char *staged = NULL, *check = malloc(M2);
+    CHECK(cuMemAllocHost_v2((void **)&staged, M2));
     CHECK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
     CHECK(cuStreamIsCapturing(s, &status));
     printf("capturing: status %u\n", status);
@@ -124,6 +130,8 @@ int main(void) {
     n_htod++;
     CHECK(cuMemcpyDtoHAsync_v2(dst, dev, N, s));
     n_dtoh++;
+    CHECK(cuMemcpyHtoDAsync_v2(dev_side, staged, M2, s));
+    n_htod++;
     pthread_t t;
     void *side_sum = NULL;
     pthread_create(&t, NULL, elsewhere, NULL);
@@ -147,17 +155,23 @@ int main(void) {
     CHECK(cuGraphInstantiateWithFlags(&exec, graph, 0));
     for (int r = 0; r < 3; r++) {
         fill(src, N, 100 + r);
+        fill(staged, M2, 150 + r);
         memset(dst, 0, N);
         CHECK(cuGraphLaunch(exec, s));
         CHECK(cuStreamSynchronize(s));
         printf("replay %d: %016llx same %d\n", r, (unsigned long long)fnv(dst, N),
                memcmp(src, dst, N) == 0);
+        CHECK(cuMemcpyDtoH_v2(check, dev_side, M2));
+        n_dtoh++;
+        printf("replay %d: staged same %d\n", r, memcmp(staged, check, M2) == 0);
     }
     CHECK(cuGraphExecDestroy(exec));
     CHECK(cuGraphDestroy(graph));
     CHECK(cuMemFreeHost(small));
+    CHECK(cuMemFreeHost(staged));
+    free(check);
     free(src);
     free(dst);
-    fprintf(stderr, "calls: htod=%lu dtoh=%lu captured=2\n", n_htod, n_dtoh);
+    fprintf(stderr, "calls: htod=%lu dtoh=%lu captured=3\n", n_htod, n_dtoh);
     return 0;
 }
