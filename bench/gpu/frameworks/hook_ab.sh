@@ -8,7 +8,8 @@
 # Env: REPEATS (default 5), PROGS (default "torch_mixed.py torch_hot_pageable.py"), MODE
 # (default adaptive), GAP (1, default: also gap_ab.sh with GAPS="0 200", KIND=pinned and the
 # same REPEATS; 0: not), OUT (default ./bench-out). Needs target/release/pinwise (any build:
-# `--preload` picks the library). Writes $OUT/hook_ab/{runs.tsv,summary.md}.
+# `--preload` picks the library). Writes $OUT/hook_ab/{runs.tsv,summary.md,gap.md,gap_ab.tsv}
+# and raw.tgz (each run's statistics and stderr): five files, for the device tool's limit.
 set -u
 cd "$(dirname "$0")/../../.."
 ROOT=$PWD
@@ -17,7 +18,8 @@ REPEATS=${REPEATS:-5}
 PROGS=${PROGS:-torch_mixed.py torch_hot_pageable.py}
 MODE=${MODE:-adaptive}
 D=${OUT:-$ROOT/bench-out}/hook_ab
-mkdir -p "$D"
+W=$(mktemp -d /tmp/hook_ab.XXXXXX)
+mkdir -p "$D" "$W/raw"
 export PYTHONUNBUFFERED=1 PATH=/usr/local/cuda/bin:$PATH
 names=(); libs=(); envs=()
 for a in "$@"; do
@@ -35,11 +37,11 @@ for ((r = 1; r <= REPEATS; r++)); do
     for k in "${!names[@]}"; do
       # Rotate the builds' order each round.
       i=$(( (k + r) % ${#names[@]} ))
-      b=$(basename "$p" .py); s=$D/$b.${names[$i]}.$r.stats.json
+      b=$(basename "$p" .py); s=$W/raw/$b.${names[$i]}.$r.stats.json
       IFS=, read -r -a extra <<< "${envs[$i]}"
       t0=$(date +%s.%N)
       env "${extra[@]}" timeout 240 "$PW" run --mode "$MODE" --preload "${libs[$i]}" \
-        --stats-json "$s" -- python3 "$prog" > "$D/last.out" 2> "$D/last.err"
+        --stats-json "$s" -- python3 "$prog" > "$W/raw/$b.${names[$i]}.$r.out" 2> "$W/raw/$b.${names[$i]}.$r.err"
       rc=$?
       t1=$(date +%s.%N)
       python3 - "$s" "$p" "${names[$i]}" "$r" "$rc" "$t0" "$t1" >> "$tsv" <<'PY'
@@ -107,5 +109,8 @@ PY
 cat "$D/summary.md"
 if [[ ${GAP:-1} == 1 ]]; then
   echo
-  OUT=$D KIND=${KIND:-pinned} GAPS=${GAPS:-0 200} REPEATS=$REPEATS bash "$ROOT/bench/gpu/preload/gap_ab.sh" "$@" | tee "$D/gap.md"
+  OUT=$W/gap KIND=${KIND:-pinned} GAPS=${GAPS:-0 200} REPEATS=$REPEATS bash "$ROOT/bench/gpu/preload/gap_ab.sh" "$@" | tee "$D/gap.md"
+  cp "$W/gap/gap_ab.tsv" "$D/" 2>/dev/null
 fi
+tar -czf "$D/raw.tgz" -C "$W" raw
+rm -rf "$W"
