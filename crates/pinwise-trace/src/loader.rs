@@ -658,7 +658,9 @@ impl Probes {
             let Some(&offset) = offsets.get(spec.symbol) else {
                 continue;
             };
-            let (entry, ret) = spec.programs(self.fingerprint);
+            let Some((entry, ret)) = spec.programs(self.fingerprint) else {
+                continue;
+            };
             let progs = [(entry, false)].into_iter().chain(ret.map(|r| (r, true)));
             for key in progs {
                 match groups.iter_mut().find(|(k, _)| *k == key) {
