@@ -7,7 +7,8 @@
  * first.
  *
  * Host buffers (cuMemAllocHost, 64 KiB each, in this order): S (the source), then R0..R4,
- * one per kind of completion, then U. Device buffers d0..d4, dU.
+ * one per kind of completion, then U, then W. Device buffers d0..d4, dU, dW.
+ *   First, S -> dW and W <- dW async on sW, stream-synchronized.
  *   Round 0: S -> dk, then Rk <- dk async, completed by kind k:
  *     0 cuStreamSynchronize(s0)      1 cuCtxSynchronize (download on the legacy stream, 0)
  *     2 cuEventRecord(e2, s2) + cuEventSynchronize(e2)
@@ -15,7 +16,14 @@
  *     4 cuStreamQuery(s4) until CUDA_SUCCESS
  *   Round 1: the same downloads again (same bytes: redundant).
  *   Round 2: S changes, S -> dk, downloads again (new bytes: not redundant).
- *   Each Rk: 3 downloads, 1 redundant. S: 11 uploads (S -> dU included), none redundant.
+ *   Each Rk: 3 downloads, 1 redundant.
+ *   Then the calls that must NOT be taken for W's completion: S (changed) -> dW, and with
+ *   async copies delayed by 200 ms: cuEventRecord(eW, sW) BEFORE W <- dW async on sW, then
+ *   cuEventSynchronize(eW) (returns at once), cuStreamSynchronize(s0) (another stream),
+ *   cuStreamQuery(sW) (not ready); only then
+ *   cuStreamSynchronize(sW). W: 2 downloads, none redundant (a tracer that hashed W at one
+ *   of the first calls would find the first download's bytes still there: "redundant").
+ *   S: 12 uploads (S -> dU and S -> dW twice included), none redundant.
  *   Last, U <- dU async on stream sU, never synchronized before the program ends: unknown.
  * After each completion a pause (the program computing) lets `pinwise run`'s drain thread
  * (10 ms period) hash and apply the download before the next copy.
@@ -83,6 +91,7 @@ static void poll_until_done(CUresult (*query)(void *), void *what) {
 static CUresult query_event(void *e) { return cuEventQuery((CUevent)e); }
 static CUresult query_stream(void *s) { return cuStreamQuery((CUstream)s); }
 
+
 int main(void) {
     CUdevice d;
     CUcontext ctx;
@@ -90,20 +99,30 @@ int main(void) {
     CHECK(cuDeviceGet(&d, 0));
     CHECK(cuDevicePrimaryCtxRetain(&ctx, d));
     CHECK(cuCtxSetCurrent(ctx));
-    CUstream s[KINDS], sU;
-    CUevent e2, e3;
+    CUstream s[KINDS], sU, sW;
+    CUevent e2, e3, eW;
     for (int k = 0; k < KINDS; k++) CHECK(cuStreamCreate(&s[k], 0));
     CHECK(cuStreamCreate(&sU, 0));
+    CHECK(cuStreamCreate(&sW, 0));
+    CHECK(cuEventCreate(&eW, 0));
     CHECK(cuEventCreate(&e2, 0));
     CHECK(cuEventCreate(&e3, 0));
-    unsigned char *src = host(1), *r[KINDS], *u;
+    unsigned char *src = host(1), *r[KINDS], *u, *w;
     for (int k = 0; k < KINDS; k++) r[k] = host(10 + k);
     u = host(20);
-    CUdeviceptr dk[KINDS], dU;
+    w = host(30);
+    CUdeviceptr dk[KINDS], dU, dW;
     for (int k = 0; k < KINDS; k++) CHECK(cuMemAlloc_v2(&dk[k], K64));
     CHECK(cuMemAlloc_v2(&dU, K64));
+    CHECK(cuMemAlloc_v2(&dW, K64));
     pinwise_standin_set_async_delay_us(20 * 1000);
     uint64_t h = 0xcbf29ce484222325ULL;
+
+    CHECK(cuMemcpyHtoD_v2(dW, src, K64));
+    CHECK(cuMemcpyDtoHAsync_v2(w, dW, K64, sW));
+    CHECK(cuStreamSynchronize(sW));
+    h = fnv(w, K64, h);
+    usleep(100 * 1000);
 
     for (int round = 0; round < 3; round++) {
         if (round == 2) src[7] ^= 0x5a;
@@ -137,6 +156,20 @@ int main(void) {
             usleep(100 * 1000);
         }
     }
+
+    CHECK(cuMemcpyHtoD_v2(dW, src, K64));
+    pinwise_standin_set_async_delay_us(200 * 1000);
+    CHECK(cuEventRecord(eW, sW));
+    CHECK(cuMemcpyDtoHAsync_v2(w, dW, K64, sW));
+    CHECK(cuEventSynchronize(eW));
+    CHECK(cuStreamSynchronize(s[0]));
+    if (cuStreamQuery(sW) != CUDA_ERROR_NOT_READY) {
+        fprintf(stderr, "W's download was done too soon for this test\n");
+        exit(3);
+    }
+    CHECK(cuStreamSynchronize(sW));
+    h = fnv(w, K64, h);
+    usleep(100 * 1000);
 
     CHECK(cuMemcpyHtoD_v2(dU, src, K64));
     pinwise_standin_set_async_delay_us(300 * 1000);
