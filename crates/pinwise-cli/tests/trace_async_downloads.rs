@@ -90,7 +90,11 @@ fn asynchronous_downloads_are_fingerprinted_at_the_call_that_completes_them() {
             "{what}: {st:?}"
         );
         let stat = |k: &str| h.source_stats().get(k).copied();
-        assert_eq!(stat("tracer.fingerprint_async_downloads"), Some(17), "{what}");
+        assert_eq!(
+            stat("tracer.fingerprint_async_downloads"),
+            Some(17),
+            "{what}"
+        );
         assert_eq!(
             stat("tracer.fingerprint_async_downloads_unknown"),
             Some(1),

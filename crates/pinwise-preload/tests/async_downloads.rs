@@ -139,5 +139,9 @@ fn downloads_completed_by_each_kind_of_call_are_fingerprinted_as_the_tracer_does
     let w = bufs[7].expect("W's downloads");
     assert_eq!((w.downloads, w.redundant_downloads), (2, 0), "W");
     let st = h.fingerprint_stats();
-    assert_eq!((st.uploads, st.downloads, st.skipped), (13, 17, 1), "{st:?}");
+    assert_eq!(
+        (st.uploads, st.downloads, st.skipped),
+        (13, 17, 1),
+        "{st:?}"
+    );
 }

@@ -159,7 +159,11 @@ mod tests {
         // The last host byte.
         a.touch(7, 0x10ff, 0, 1);
         assert_eq!((a.pending(), a.unknown()), (0, 1));
-        assert_eq!(a.finish(1, 10), None, "a touched download gets no fingerprint");
+        assert_eq!(
+            a.finish(1, 10),
+            None,
+            "a touched download gets no fingerprint"
+        );
         // The device range (a device-to-device copy).
         a.start(1, dl(7, 0x1000, 0xd000, 0x100, 11));
         a.touch(7, 0, 0xd080, 0x10);

@@ -48,9 +48,7 @@ impl UprobeSpec {
     /// `None` for one probed only with `--fingerprint` (an empty `entry`) when not.
     pub fn programs(&self, fingerprint: bool) -> Option<(&'static str, Option<&'static str>)> {
         match self.with_fingerprint {
-            Some((entry, ret)) if fingerprint => {
-                Some((entry, (!ret.is_empty()).then_some(ret)))
-            }
+            Some((entry, ret)) if fingerprint => Some((entry, (!ret.is_empty()).then_some(ret))),
             _ if self.entry.is_empty() => None,
             _ => Some((self.entry, self.ret)),
         }
@@ -430,7 +428,11 @@ pub const UPROBES: &[UprobeSpec] = &[
     ),
     driver_sync("cuEventSynchronize", f::PW_FN_cuEventSynchronize),
     driver_sync("cuEventQuery", f::PW_FN_cuEventQuery),
-    driver_fp_entry("cuEventDestroy_v2", "event_destroy", f::PW_FN_cuEventDestroy_v2),
+    driver_fp_entry(
+        "cuEventDestroy_v2",
+        "event_destroy",
+        f::PW_FN_cuEventDestroy_v2,
+    ),
     driver_fp_entry(
         "cuStreamDestroy_v2",
         "stream_destroy",

@@ -9,9 +9,9 @@ use crate::skel::main::types as c;
 pub use c::{
     pw_copy_event as CopyRecord, pw_copy_fp_event as CopyFpRecord,
     pw_copy_stack_event as CopyStackRecord, pw_fault_event as FaultRecord, pw_fp as FpRecord,
-    pw_header as Header, pw_late_fp_event as LateFpRecord, pw_pin_event as PinRecord, pw_proc_event as ProcRecord,
-    pw_py_stack as PyStackRecord, pw_range_event as RangeRecord, pw_release_event as ReleaseRecord,
-    pw_unwind_event as UnwindRecord,
+    pw_header as Header, pw_late_fp_event as LateFpRecord, pw_pin_event as PinRecord,
+    pw_proc_event as ProcRecord, pw_py_stack as PyStackRecord, pw_range_event as RangeRecord,
+    pw_release_event as ReleaseRecord, pw_unwind_event as UnwindRecord,
 };
 
 /// One decoded ring-buffer record.
