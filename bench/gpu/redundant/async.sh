@@ -15,9 +15,12 @@
 # What it does (about 6 minutes; no new runs past $BUDGET_S seconds, default 480):
 #   1. torch_async.py plain (its checksum), under `pinwise run --fingerprint full -o` and
 #      under `pinwise trace --fingerprint full` and `--fingerprint sampled
-#      --fingerprint-check 0`: same checksum, and the report has a pinned buffer with STEPS
-#      downloads of which STEPS-1 redundant (the constant result) and one with STEPS
-#      downloads none redundant (the changing one);
+#      --fingerprint-check 0`: same checksum; the 4 MiB pinned buffer (downloads completed
+#      by torch.cuda.synchronize(), cuCtxSynchronize) and the 2 MiB one (completed by
+#      current_stream().synchronize(), cuStreamSynchronize) each reported with STEPS-1
+#      redundant downloads of STEPS and "fetch it once" (two checks per run: a failure of
+#      one says which kind of completion the tracer did not take on this driver), and
+#      >= 2*STEPS+STEPS downloads fingerprinted;
 #   2. async_cost.c: SIZE 0 (cuStreamSynchronize of an idle stream alone), 4 KiB, 1 MiB and
 #      64 MiB (cuMemcpyDtoHAsync into pinned memory + cuStreamSynchronize), plain, under
 #      `pinwise run --fingerprint off|sampled|full` and under `pinwise trace` without
@@ -82,8 +85,10 @@ import json, sys
 r = json.load(open(sys.argv[1]))["redundant"]
 steps = int(sys.argv[2])
 allocs = r["allocations"]
-const = [a for a in allocs if a["redundancy"]["downloads"] >= steps
-         and a["redundancy"]["redundant_downloads"] == steps - 1]
+def found(size):
+    return [a for a in allocs if a["size"] == size and a["redundancy"]["downloads"] >= steps
+            and a["redundancy"]["redundant_downloads"] == steps - 1
+            and "fetch it once" in a["advice"]]
 print("mode", r["mode"], "uploads", r["uploads"], "downloads", r["downloads"],
       "redundant_downloads", r["redundant_downloads"], "bytes", r["redundant_download_bytes"],
       "wasted_ms %.3f" % (r["wasted_ns"] / 1e6), "skipped", r["skipped"])
@@ -91,11 +96,13 @@ for a in allocs[:6]:
     print("  size", a["size"], a["redundancy"], "wasted_ms %.3f" % (a["wasted_ns"] / 1e6), a["advice"])
 # The changing result's buffer has no redundant download, so it is not listed among the
 # allocations with waste: its downloads show in the total instead.
-ok = bool(const) and "fetch it once" in const[0]["advice"] and r["downloads"] >= 2 * steps
-print("OK" if ok else "NOT OK")
+print("CTX", "OK" if found(4 << 20) and r["downloads"] >= 3 * steps else "NOT OK")
+print("STREAM", "OK" if found(2 << 20) else "NOT OK")
 PYEOF
-  check $(grep -qx OK "$dir/$name.check.txt" && echo 1 || echo 0) \
-    "$name: the constant result's buffer has $((STEPS - 1)) redundant downloads of $STEPS, advice, >= $((2 * STEPS)) downloads fingerprinted"
+  check $(grep -qx "CTX OK" "$dir/$name.check.txt" && echo 1 || echo 0) \
+    "$name: the 4 MiB buffer (torch.cuda.synchronize) has $((STEPS - 1)) redundant downloads of $STEPS and advice; >= $((3 * STEPS)) downloads fingerprinted"
+  check $(grep -qx "STREAM OK" "$dir/$name.check.txt" && echo 1 || echo 0) \
+    "$name: the 2 MiB buffer (current_stream().synchronize) has $((STEPS - 1)) redundant downloads of $STEPS and advice"
   sed -n '/REDUNDANT TRANSFERS/,/^SOURCE/p' "$dir/$name.report.txt" | head -30 > "$dir/$name.section.txt"
 }
 one_case run-full "$PW" run --fingerprint full -o "$dir/run-full.bin" -- "$PY" "$SRC/torch_async.py" "$STEPS"

@@ -1041,6 +1041,9 @@ struct {
 struct sync_entry {
 	__u64 arg0;
 	__u64 arg1;
+	/* The call (its cookie): a return of another call (one probed call made inside
+	 * another, whose entry kept nothing) does not take these arguments for its own. */
+	__u64 func;
 };
 
 struct {
@@ -1234,7 +1237,7 @@ int BPF_KPROBE(sync_entry, __u64 arg0, __u64 arg1)
 	    func != PW_FN_cuEventRecordWithFlags && func != PW_FN_cuEventRecordWithFlags_ptsz &&
 	    !dl_any_pending())
 		return 0;
-	struct sync_entry e = { .arg0 = arg0, .arg1 = arg1 };
+	struct sync_entry e = { .arg0 = arg0, .arg1 = arg1, .func = func };
 	bpf_map_update_elem(&sync_calls, &pid_tgid, &e, BPF_ANY);
 	return 0;
 }
@@ -1247,11 +1250,13 @@ int sync_return(struct pt_regs *ctx)
 	if (!p)
 		return 0;
 	struct sync_entry e = *p;
+	__u16 func = bpf_get_attach_cookie(ctx);
+	if (e.func != func)
+		return 0;
 	bpf_map_delete_elem(&sync_calls, &pid_tgid);
 	/* CUDA_SUCCESS: the stream or event is complete, the record made. */
 	if (PT_REGS_RC(ctx) != 0)
 		return 0;
-	__u16 func = bpf_get_attach_cookie(ctx);
 	struct dl_match m = {
 		.tgid = pid_tgid >> 32,
 		.tid = (__u32)pid_tgid,
