@@ -5,8 +5,8 @@
 //! copies): each kind of completion finds its buffer's one redundant download of three; a
 //! download that an event recorded before it, another stream's synchronization and a query
 //! answering "not ready" must not complete is hashed only at its own stream's
-//! synchronization (else its stale bytes would be called redundant); one never synchronized
-//! is unknown. The same counts as `pinwise run` reports for the program
+//! synchronization (else its stale bytes would be called redundant); one captured into a
+//! graph (it does not run) and one never synchronized are unknown. The same counts as `pinwise run` reports for the program
 //! (`crates/pinwise-preload/tests/async_downloads.rs`). Against the libcuda stand-in (a TEST
 //! FIXTURE). Needs root for BPF.
 
@@ -58,15 +58,15 @@ fn asynchronous_downloads_are_fingerprinted_at_the_call_that_completes_them() {
         );
         assert_eq!(output.stdout, plain.stdout, "{what}: the program's results");
         let h = load_history(&out).unwrap();
-        // S, R0..R4, U, W: the 64 KiB host buffers, in allocation order.
+        // S, R0..R4, U, W, C: the 64 KiB host buffers, in allocation order.
         let bufs: Vec<Option<Redundancy>> = h
             .allocations()
             .filter(|a| a.size() == K64 && a.kind().pinned_from_start())
             .map(|a| a.redundancy().copied())
             .collect();
-        assert_eq!(bufs.len(), 8, "{what}: S, R0..R4, U, W");
+        assert_eq!(bufs.len(), 9, "{what}: S, R0..R4, U, W, C");
         let s = bufs[0].expect("S's uploads");
-        assert_eq!((s.uploads, s.redundant_uploads), (13, 0), "{what}: S");
+        assert_eq!((s.uploads, s.redundant_uploads), (15, 0), "{what}: S");
         for (k, r) in bufs[1..6].iter().enumerate() {
             let r = r.unwrap_or_else(|| panic!("{what}: R{k} fingerprinted"));
             assert_eq!(
@@ -83,21 +83,24 @@ fn asynchronous_downloads_are_fingerprinted_at_the_call_that_completes_them() {
         assert!(bufs[6].is_none(), "{what}: U never completed: no verdict");
         let w = bufs[7].expect("W's downloads");
         assert_eq!((w.downloads, w.redundant_downloads), (2, 0), "{what}: W");
+        // C's second download was captured into a graph: it did not run (unknown).
+        let c = bufs[8].expect("C's downloads");
+        assert_eq!((c.downloads, c.redundant_downloads), (1, 0), "{what}: C");
         let st = h.fingerprint_stats();
         assert_eq!(
             (st.uploads, st.downloads, st.skipped),
-            (13, 17, 1),
+            (15, 18, 2),
             "{what}: {st:?}"
         );
         let stat = |k: &str| h.source_stats().get(k).copied();
         assert_eq!(
             stat("tracer.fingerprint_async_downloads"),
-            Some(17),
+            Some(18),
             "{what}"
         );
         assert_eq!(
             stat("tracer.fingerprint_async_downloads_unknown"),
-            Some(1),
+            Some(2),
             "{what}"
         );
     }

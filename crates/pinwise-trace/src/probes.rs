@@ -427,6 +427,26 @@ pub const UPROBES: &[UprobeSpec] = &[
         f::PW_FN_cuEventRecordWithFlags_ptsz,
     ),
     driver_sync("cuEventSynchronize", f::PW_FN_cuEventSynchronize),
+    driver_sync("cuStreamBeginCapture", f::PW_FN_cuStreamBeginCapture),
+    driver_sync(
+        "cuStreamBeginCapture_ptsz",
+        f::PW_FN_cuStreamBeginCapture_ptsz,
+    ),
+    driver_sync("cuStreamBeginCapture_v2", f::PW_FN_cuStreamBeginCapture_v2),
+    driver_sync(
+        "cuStreamBeginCapture_v2_ptsz",
+        f::PW_FN_cuStreamBeginCapture_v2_ptsz,
+    ),
+    driver_sync(
+        "cuStreamBeginCaptureToGraph",
+        f::PW_FN_cuStreamBeginCaptureToGraph,
+    ),
+    driver_sync(
+        "cuStreamBeginCaptureToGraph_ptsz",
+        f::PW_FN_cuStreamBeginCaptureToGraph_ptsz,
+    ),
+    driver_sync("cuStreamEndCapture", f::PW_FN_cuStreamEndCapture),
+    driver_sync("cuStreamEndCapture_ptsz", f::PW_FN_cuStreamEndCapture_ptsz),
     driver_sync("cuEventQuery", f::PW_FN_cuEventQuery),
     driver_fp_entry(
         "cuEventDestroy_v2",

@@ -7,7 +7,7 @@
  * first.
  *
  * Host buffers (cuMemAllocHost, 64 KiB each, in this order): S (the source), then R0..R4,
- * one per kind of completion, then U, then W. Device buffers d0..d4, dU, dW.
+ * one per kind of completion, then U, then W, then C. Device buffers d0..d4, dU, dW, dC.
  *   First, S -> dW and W <- dW async on sW, stream-synchronized.
  *   Round 0: S -> dk, then Rk <- dk async, completed by kind k:
  *     0 cuStreamSynchronize(s0)      1 cuCtxSynchronize (download on the legacy stream, 0)
@@ -23,8 +23,14 @@
  *   cuStreamQuery(sW) (not ready); only then
  *   cuStreamSynchronize(sW). W: 2 downloads, none redundant (a tracer that hashed W at one
  *   of the first calls would find the first download's bytes still there: "redundant").
- *   S: 12 uploads (S -> dU and S -> dW twice included), none redundant.
+ *   Then C: S -> dC, C <- dC async on sC, stream-synchronized (fingerprinted); S changes,
+ *   S -> dC, and C <- dC async on sC while sC is being captured into a graph (the copy does
+ *   not run: it is a graph node), the capture ended, cuStreamSynchronize(sC) (returns at
+ *   once: nothing ran, C still holds the first bytes). That second download must be
+ *   unknown (a tracer that hashed it at the sync would call it redundant). C: 1 download.
+ *   S: 15 uploads (10 to d0..d4, 2 each to dW and dC, 1 to dU), none redundant.
  *   Last, U <- dU async on stream sU, never synchronized before the program ends: unknown.
+ *   Unknown downloads: U's and C's captured one.
  * After each completion a pause (the program computing) lets `pinwise run`'s drain thread
  * (10 ms period) hash and apply the download before the next copy.
  * stdout carries a checksum of what came back, the same with or without pinwise. */
@@ -99,22 +105,25 @@ int main(void) {
     CHECK(cuDeviceGet(&d, 0));
     CHECK(cuDevicePrimaryCtxRetain(&ctx, d));
     CHECK(cuCtxSetCurrent(ctx));
-    CUstream s[KINDS], sU, sW;
+    CUstream s[KINDS], sU, sW, sC;
     CUevent e2, e3, eW;
     for (int k = 0; k < KINDS; k++) CHECK(cuStreamCreate(&s[k], 0));
     CHECK(cuStreamCreate(&sU, 0));
     CHECK(cuStreamCreate(&sW, 0));
+    CHECK(cuStreamCreate(&sC, 0));
     CHECK(cuEventCreate(&eW, 0));
     CHECK(cuEventCreate(&e2, 0));
     CHECK(cuEventCreate(&e3, 0));
-    unsigned char *src = host(1), *r[KINDS], *u, *w;
+    unsigned char *src = host(1), *r[KINDS], *u, *w, *c;
     for (int k = 0; k < KINDS; k++) r[k] = host(10 + k);
     u = host(20);
     w = host(30);
-    CUdeviceptr dk[KINDS], dU, dW;
+    c = host(40);
+    CUdeviceptr dk[KINDS], dU, dW, dC;
     for (int k = 0; k < KINDS; k++) CHECK(cuMemAlloc_v2(&dk[k], K64));
     CHECK(cuMemAlloc_v2(&dU, K64));
     CHECK(cuMemAlloc_v2(&dW, K64));
+    CHECK(cuMemAlloc_v2(&dC, K64));
     pinwise_standin_set_async_delay_us(20 * 1000);
     uint64_t h = 0xcbf29ce484222325ULL;
 
@@ -169,6 +178,23 @@ int main(void) {
     }
     CHECK(cuStreamSynchronize(sW));
     h = fnv(w, K64, h);
+    usleep(100 * 1000);
+
+    pinwise_standin_set_async_delay_us(20 * 1000);
+    CHECK(cuMemcpyHtoD_v2(dC, src, K64));
+    CHECK(cuMemcpyDtoHAsync_v2(c, dC, K64, sC));
+    CHECK(cuStreamSynchronize(sC));
+    h = fnv(c, K64, h);
+    usleep(100 * 1000);
+    src[9] ^= 0x33;
+    CHECK(cuMemcpyHtoD_v2(dC, src, K64));
+    CUgraph g;
+    CHECK(cuStreamBeginCapture_v2(sC, CU_STREAM_CAPTURE_MODE_RELAXED));
+    CHECK(cuMemcpyDtoHAsync_v2(c, dC, K64, sC));
+    CHECK(cuStreamEndCapture(sC, &g));
+    CHECK(cuStreamSynchronize(sC));
+    h = fnv(c, K64, h);
+    CHECK(cuGraphDestroy(g));
     usleep(100 * 1000);
 
     CHECK(cuMemcpyHtoD_v2(dU, src, K64));

@@ -954,6 +954,10 @@ int BPF_KPROBE(copy_dtoh_async, __u64 dst, __u64 src, __u64 n, __u64 stream)
  *   after it (cuEventRecord and WithFlags, their _ptsz forms);
  * - cuCtxSynchronize (cudaDeviceSynchronize) on the thread that issued it, for a download
  *   on the legacy or per-thread default stream.
+ * While a stream of the process is being captured into a graph (cuStreamBeginCapture* to
+ * cuStreamEndCapture*: `captures`), its downloads are not remembered (a captured copy runs
+ * when the graph is launched; work joins a capture through events) and event records are
+ * forgotten, not noted (a captured record marks nothing).
  * The default streams are per context (and the per-thread one per thread), and BPF does not
  * know the current context: a download on a default stream (handle 0, CU_STREAM_LEGACY 1,
  * CU_STREAM_PER_THREAD 2; 0 means 2 in the _ptsz forms) completes only by a call of the
@@ -996,10 +1000,12 @@ struct {
 
 /* [0]: a sequence for downloads, event records and context generations; [1]: at least the
  * number of entries in async_dls (incremented before an insertion, decremented after a
- * deletion), so that a sync call of a process with nothing pending costs a lookup. */
+ * deletion), so that a sync call of a process with nothing pending costs a lookup; [2]: set
+ * when a capture could not be noted (capture_counts full): every process counts as
+ * capturing from then on. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 2);
+	__uint(max_entries, 3);
 	__type(key, __u32);
 	__type(value, __u64);
 } dl_counters SEC(".maps");
@@ -1053,9 +1059,41 @@ struct {
 	__type(value, struct sync_entry);
 } sync_calls SEC(".maps");
 
+/* Streams being captured, by (tgid, stream as resolved by dl_stream), and how many each
+ * process has (the count changes only with an insertion or a deletion that succeeded). */
+struct cap_key {
+	__u32 tgid;
+	__u32 _pad0;
+	__u64 stream;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct cap_key);
+	__type(value, __u8);
+} captures SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32); /* tgid */
+	__type(value, __u64);
+} capture_counts SEC(".maps");
+
+/* Whether process `tgid` captures some stream now (or its capture could not be noted). */
 static __always_inline __u64 *dl_counter(__u32 i)
 {
 	return bpf_map_lookup_elem(&dl_counters, &i);
+}
+
+static __always_inline int capturing(__u32 tgid)
+{
+	__u64 *lost = dl_counter(2);
+	if (!lost || *lost)
+		return 1;
+	__u64 *n = bpf_map_lookup_elem(&capture_counts, &tgid);
+	return n && *n > 0;
 }
 
 static __always_inline __u64 dl_next_seq(void)
@@ -1084,7 +1122,11 @@ static __always_inline __u64 dl_stream(__u64 stream, __u16 func)
 		return stream;
 	int ptsz = func == PW_FN_cuMemcpyDtoHAsync_v2_ptsz ||
 		   func == PW_FN_cuStreamSynchronize_ptsz || func == PW_FN_cuStreamQuery_ptsz ||
-		   func == PW_FN_cuEventRecord_ptsz || func == PW_FN_cuEventRecordWithFlags_ptsz;
+		   func == PW_FN_cuEventRecord_ptsz || func == PW_FN_cuEventRecordWithFlags_ptsz ||
+		   func == PW_FN_cuStreamBeginCapture_ptsz ||
+		   func == PW_FN_cuStreamBeginCapture_v2_ptsz ||
+		   func == PW_FN_cuStreamBeginCaptureToGraph_ptsz ||
+		   func == PW_FN_cuStreamEndCapture_ptsz;
 	return ptsz ? 2 : 1;
 }
 
@@ -1126,7 +1168,9 @@ int copy_dtoh_async_fp_return(struct pt_regs *ctx)
 	bpf_map_delete_elem(&dtoh_calls, &pid_tgid);
 	__u16 func = bpf_get_attach_cookie(ctx);
 	int how = 0;
-	if (PT_REGS_RC(ctx) == 0) {
+	if (PT_REGS_RC(ctx) == 0 && capturing(pid_tgid >> 32)) {
+		how = PW_FP_UNTRACKED;
+	} else if (PT_REGS_RC(ctx) == 0) {
 		struct dl_key key = {
 			.tgid = pid_tgid >> 32,
 			.tid = (__u32)pid_tgid,
@@ -1161,8 +1205,8 @@ int copy_dtoh_async_fp_return(struct pt_regs *ctx)
 #define DL_STREAM 0
 #define DL_CTX 1
 #define DL_DROP 2
-/* Downloads hashed by one call at most (the rest stay pending for a later call). */
-#define DL_MAX_PER_CALL 64
+/* A call hashes every download it completed (at most PW_MAX_ASYNC_DLS): the work is the
+ * same as if each had been a synchronous download. */
 
 struct dl_match {
 	__u64 stream;
@@ -1172,7 +1216,6 @@ struct dl_match {
 	__u32 tid;
 	__u32 mode;
 	__u32 any_stream;
-	__u32 done;
 	__u16 func;
 	__u16 _pad0;
 };
@@ -1195,19 +1238,18 @@ static long dl_visit(void *map, struct dl_key *key, struct dl_pending *p,
 	}
 	if (!fits)
 		return 0;
-	if (m->mode != DL_DROP) {
-		if (m->done >= DL_MAX_PER_CALL)
-			return 1;
-		struct pw_late_fp_event *ev = reserve(sizeof(*ev));
-		if (!ev)
-			return 1; /* stays pending */
+	/* With the ring buffer full, a completed download is given up, not kept: by a later
+	 * call the program may have written its buffer. */
+	struct pw_late_fp_event *ev = 0;
+	if (m->mode != DL_DROP)
+		ev = reserve(sizeof(*ev));
+	if (ev) {
 		fill_header(&ev->h, PW_EV_LATE_FP, m->func);
 		ev->copy_ts_ns = key->ts_ns;
 		ev->copy_tid = key->tid;
 		ev->_pad0 = 0;
 		read_fp(&ev->fp, p->dst, p->bytes, p->src);
 		submit(ev, 0);
-		m->done += 1;
 	}
 	if (bpf_map_delete_elem(&async_dls, key) == 0) {
 		__u64 *count = dl_counter(1);
@@ -1232,10 +1274,12 @@ int BPF_KPROBE(sync_entry, __u64 arg0, __u64 arg1)
 	if (!is_traced(pid_tgid >> 32))
 		return 0;
 	__u16 func = bpf_get_attach_cookie(ctx);
-	/* Only event records matter when nothing is pending. */
-	if (func != PW_FN_cuEventRecord && func != PW_FN_cuEventRecord_ptsz &&
-	    func != PW_FN_cuEventRecordWithFlags && func != PW_FN_cuEventRecordWithFlags_ptsz &&
-	    !dl_any_pending())
+	/* Only event records and captures matter when nothing is pending. */
+	int always = func == PW_FN_cuEventRecord || func == PW_FN_cuEventRecord_ptsz ||
+		     func == PW_FN_cuEventRecordWithFlags ||
+		     func == PW_FN_cuEventRecordWithFlags_ptsz ||
+		     (func >= PW_FN_cuStreamBeginCapture && func <= PW_FN_cuStreamEndCapture_ptsz);
+	if (!always && !dl_any_pending())
 		return 0;
 	struct sync_entry e = { .arg0 = arg0, .arg1 = arg1, .func = func };
 	bpf_map_update_elem(&sync_calls, &pid_tgid, &e, BPF_ANY);
@@ -1254,9 +1298,38 @@ int sync_return(struct pt_regs *ctx)
 	if (e.func != func)
 		return 0;
 	bpf_map_delete_elem(&sync_calls, &pid_tgid);
-	/* CUDA_SUCCESS: the stream or event is complete, the record made. */
+	if (func == PW_FN_cuStreamEndCapture || func == PW_FN_cuStreamEndCapture_ptsz) {
+		/* Whatever it returned, the capture is over. */
+		struct cap_key k = { .tgid = pid_tgid >> 32, .stream = dl_stream(e.arg0, func) };
+		__u32 tgid = k.tgid;
+		__u64 *n = bpf_map_lookup_elem(&capture_counts, &tgid);
+		if (bpf_map_delete_elem(&captures, &k) == 0 && n && *n > 0)
+			__sync_fetch_and_add(n, -1);
+		return 0;
+	}
+	/* CUDA_SUCCESS: the stream or event is complete, the record made, the capture begun. */
 	if (PT_REGS_RC(ctx) != 0)
 		return 0;
+	if (func >= PW_FN_cuStreamBeginCapture && func <= PW_FN_cuStreamBeginCaptureToGraph_ptsz) {
+		struct cap_key k = { .tgid = pid_tgid >> 32, .stream = dl_stream(e.arg0, func) };
+		__u32 tgid = k.tgid;
+		__u64 zero = 0;
+		bpf_map_update_elem(&capture_counts, &tgid, &zero, BPF_NOEXIST);
+		__u64 *n = bpf_map_lookup_elem(&capture_counts, &tgid);
+		__u8 one = 1;
+		if (!n) {
+			__u64 *lost = dl_counter(2);
+			if (lost)
+				*lost = 1;
+			return 0;
+		}
+		if (bpf_map_update_elem(&captures, &k, &one, BPF_NOEXIST) == 0 ||
+		    bpf_map_lookup_elem(&captures, &k) == 0)
+			/* Counted once per stream; a capture that cannot be keyed (map full) is
+			 * counted without a key, so the count never drops to 0 for this process. */
+			__sync_fetch_and_add(n, 1);
+		return 0;
+	}
 	struct dl_match m = {
 		.tgid = pid_tgid >> 32,
 		.tid = (__u32)pid_tgid,
@@ -1270,6 +1343,12 @@ int sync_return(struct pt_regs *ctx)
 	case PW_FN_cuEventRecordWithFlags:
 	case PW_FN_cuEventRecordWithFlags_ptsz: {
 		struct ev_key k = { .tgid = m.tgid, .event = e.arg0 };
+		if (capturing(m.tgid)) {
+			/* Perhaps a captured record: the event completes nothing until recorded
+			 * again outside a capture. */
+			bpf_map_delete_elem(&ev_records, &k);
+			return 0;
+		}
 		struct ev_record r = {
 			.stream = dl_stream(e.arg1, func),
 			.seq = dl_next_seq(),
@@ -2255,6 +2334,7 @@ int on_exit(struct tp_sched_process_exit *ctx)
 	};
 	dl_complete(&m);
 	bpf_map_delete_elem(&traced_tgids, &tgid);
+	bpf_map_delete_elem(&capture_counts, &tgid);
 	count_hit(PW_FN_sched_process_exit);
 	struct pw_proc_event *p = reserve(sizeof(*p));
 	if (!p)

@@ -206,6 +206,14 @@ enum pw_func {
 	PW_FN_cuDevicePrimaryCtxRelease_v2,
 	PW_FN_cuDevicePrimaryCtxReset,
 	PW_FN_cuDevicePrimaryCtxReset_v2,
+	PW_FN_cuStreamBeginCapture,
+	PW_FN_cuStreamBeginCapture_ptsz,
+	PW_FN_cuStreamBeginCapture_v2,
+	PW_FN_cuStreamBeginCapture_v2_ptsz,
+	PW_FN_cuStreamBeginCaptureToGraph,
+	PW_FN_cuStreamBeginCaptureToGraph_ptsz,
+	PW_FN_cuStreamEndCapture,
+	PW_FN_cuStreamEndCapture_ptsz,
 	PW_FN_COUNT,
 };
 
