@@ -44,6 +44,22 @@ pub struct UprobeSpec {
 }
 
 impl UprobeSpec {
+    /// Whether its `--fingerprint` programs serve asynchronous downloads only (the download
+    /// itself, and the stream, event and context calls that tell when it completed).
+    pub fn for_async_downloads(&self) -> bool {
+        matches!(
+            self.with_fingerprint,
+            Some((
+                "copy_dtoh_async_fp_entry"
+                    | "sync_entry"
+                    | "event_destroy"
+                    | "stream_destroy"
+                    | "ctx_change",
+                _
+            ))
+        )
+    }
+
     /// The entry program and the return program (if any) attached to this entry point;
     /// `None` for one probed only with `--fingerprint` (an empty `entry`) when not.
     pub fn programs(&self, fingerprint: bool) -> Option<(&'static str, Option<&'static str>)> {
@@ -545,6 +561,40 @@ pub fn func_name(func: u32) -> &'static str {
 mod tests {
     use super::*;
     use std::collections::HashSet;
+
+    #[test]
+    fn entry_points_probed_only_with_fingerprints_serve_asynchronous_downloads() {
+        let mut async_only = 0;
+        for p in UPROBES {
+            if p.programs(false).is_none() {
+                // Without --fingerprint nothing is attached; with it but without
+                // asynchronous downloads (the agent), nothing either.
+                assert!(p.for_async_downloads(), "{}", p.symbol);
+                assert!(p.programs(true).is_some(), "{}", p.symbol);
+                async_only += 1;
+            }
+        }
+        assert!(async_only >= 20, "the stream, event and context calls");
+        let dtoh_async = UPROBES
+            .iter()
+            .find(|p| p.symbol == "cuMemcpyDtoHAsync_v2")
+            .unwrap();
+        assert!(dtoh_async.for_async_downloads());
+        assert_eq!(dtoh_async.programs(false), Some(("copy_dtoh_async", None)));
+        let sync = UPROBES
+            .iter()
+            .find(|p| p.symbol == "cuStreamSynchronize")
+            .unwrap();
+        assert_eq!(
+            sync.programs(true),
+            Some(("sync_entry", Some("sync_return")))
+        );
+        let destroy = UPROBES
+            .iter()
+            .find(|p| p.symbol == "cuStreamDestroy_v2")
+            .unwrap();
+        assert_eq!(destroy.programs(true), Some(("stream_destroy", None)));
+    }
 
     #[test]
     fn every_function_id_is_used_once_and_named() {
