@@ -1096,6 +1096,36 @@ static __always_inline int capturing(__u32 tgid)
 	return n && *n > 0;
 }
 
+/* Stream `stream` of process `tgid` is (about to be) captured. */
+static __always_inline void capture_begins(__u32 tgid, __u64 stream)
+{
+	struct cap_key k = { .tgid = tgid, .stream = stream };
+	__u64 zero = 0;
+	bpf_map_update_elem(&capture_counts, &tgid, &zero, BPF_NOEXIST);
+	__u64 *n = bpf_map_lookup_elem(&capture_counts, &tgid);
+	if (!n) {
+		__u64 *lost = dl_counter(2);
+		if (lost)
+			*lost = 1;
+		return;
+	}
+	__u8 one = 1;
+	/* Counted once per stream; a capture that cannot be keyed (map full) is counted
+	 * without a key, so the count never drops to 0 for this process. */
+	if (bpf_map_update_elem(&captures, &k, &one, BPF_NOEXIST) == 0 ||
+	    bpf_map_lookup_elem(&captures, &k) == 0)
+		__sync_fetch_and_add(n, 1);
+}
+
+/* The capture of stream `stream` of process `tgid` ended (or never began). */
+static __always_inline void capture_ends(__u32 tgid, __u64 stream)
+{
+	struct cap_key k = { .tgid = tgid, .stream = stream };
+	__u64 *n = bpf_map_lookup_elem(&capture_counts, &tgid);
+	if (bpf_map_delete_elem(&captures, &k) == 0 && n && *n > 0)
+		__sync_fetch_and_add(n, -1);
+}
+
 static __always_inline __u64 dl_next_seq(void)
 {
 	__u64 *c = dl_counter(0);
@@ -1112,6 +1142,21 @@ static __always_inline __u64 thread_gen(__u64 pid_tgid)
 {
 	__u64 *g = bpf_map_lookup_elem(&ctx_gens, &pid_tgid);
 	return g ? *g : 0;
+}
+
+/* The generation a download of this thread is remembered with: never 0 (a thread seen
+ * first gets a fresh one), so that a later thread with the same id (its entry deleted at
+ * the first one's exit) never completes it by a call at generation 0. 0 when none could be
+ * noted (the download is then not remembered). */
+static __always_inline __u64 download_gen(__u64 pid_tgid)
+{
+	__u64 g = thread_gen(pid_tgid);
+	if (g)
+		return g;
+	g = dl_next_seq();
+	if (g == 0 || bpf_map_update_elem(&ctx_gens, &pid_tgid, &g, BPF_NOEXIST))
+		return 0;
+	return g;
 }
 
 /* The stream a call names: 0 is the legacy stream (1), or the per-thread one (2) in the
@@ -1168,7 +1213,8 @@ int copy_dtoh_async_fp_return(struct pt_regs *ctx)
 	bpf_map_delete_elem(&dtoh_calls, &pid_tgid);
 	__u16 func = bpf_get_attach_cookie(ctx);
 	int how = 0;
-	if (PT_REGS_RC(ctx) == 0 && capturing(pid_tgid >> 32)) {
+	__u64 gen = 0;
+	if (PT_REGS_RC(ctx) == 0 && (capturing(pid_tgid >> 32) || !(gen = download_gen(pid_tgid)))) {
 		how = PW_FP_UNTRACKED;
 	} else if (PT_REGS_RC(ctx) == 0) {
 		struct dl_key key = {
@@ -1182,7 +1228,7 @@ int copy_dtoh_async_fp_return(struct pt_regs *ctx)
 			.bytes = entry.bytes,
 			.stream = dl_stream(entry.stream, func),
 			.seq = dl_next_seq(),
-			.gen = thread_gen(pid_tgid),
+			.gen = gen,
 		};
 		__u64 *count = dl_counter(1);
 		how = PW_FP_UNTRACKED;
@@ -1283,6 +1329,10 @@ int BPF_KPROBE(sync_entry, __u64 arg0, __u64 arg1)
 		return 0;
 	struct sync_entry e = { .arg0 = arg0, .arg1 = arg1, .func = func };
 	bpf_map_update_elem(&sync_calls, &pid_tgid, &e, BPF_ANY);
+	if (func >= PW_FN_cuStreamBeginCapture && func <= PW_FN_cuStreamBeginCaptureToGraph_ptsz)
+		/* Noted before the capture begins (another thread's copy captured the moment it
+		 * began is seen as captured); taken back at the return if it failed. */
+		capture_begins(pid_tgid >> 32, dl_stream(arg0, func));
 	return 0;
 }
 
@@ -1298,38 +1348,17 @@ int sync_return(struct pt_regs *ctx)
 	if (e.func != func)
 		return 0;
 	bpf_map_delete_elem(&sync_calls, &pid_tgid);
-	if (func == PW_FN_cuStreamEndCapture || func == PW_FN_cuStreamEndCapture_ptsz) {
-		/* Whatever it returned, the capture is over. */
-		struct cap_key k = { .tgid = pid_tgid >> 32, .stream = dl_stream(e.arg0, func) };
-		__u32 tgid = k.tgid;
-		__u64 *n = bpf_map_lookup_elem(&capture_counts, &tgid);
-		if (bpf_map_delete_elem(&captures, &k) == 0 && n && *n > 0)
-			__sync_fetch_and_add(n, -1);
+	/* Whatever cuStreamEndCapture returned, the capture is over; a failed begin began
+	 * none. */
+	if (func == PW_FN_cuStreamEndCapture || func == PW_FN_cuStreamEndCapture_ptsz ||
+	    (func >= PW_FN_cuStreamBeginCapture &&
+	     func <= PW_FN_cuStreamBeginCaptureToGraph_ptsz && PT_REGS_RC(ctx) != 0)) {
+		capture_ends(pid_tgid >> 32, dl_stream(e.arg0, func));
 		return 0;
 	}
 	/* CUDA_SUCCESS: the stream or event is complete, the record made, the capture begun. */
 	if (PT_REGS_RC(ctx) != 0)
 		return 0;
-	if (func >= PW_FN_cuStreamBeginCapture && func <= PW_FN_cuStreamBeginCaptureToGraph_ptsz) {
-		struct cap_key k = { .tgid = pid_tgid >> 32, .stream = dl_stream(e.arg0, func) };
-		__u32 tgid = k.tgid;
-		__u64 zero = 0;
-		bpf_map_update_elem(&capture_counts, &tgid, &zero, BPF_NOEXIST);
-		__u64 *n = bpf_map_lookup_elem(&capture_counts, &tgid);
-		__u8 one = 1;
-		if (!n) {
-			__u64 *lost = dl_counter(2);
-			if (lost)
-				*lost = 1;
-			return 0;
-		}
-		if (bpf_map_update_elem(&captures, &k, &one, BPF_NOEXIST) == 0 ||
-		    bpf_map_lookup_elem(&captures, &k) == 0)
-			/* Counted once per stream; a capture that cannot be keyed (map full) is
-			 * counted without a key, so the count never drops to 0 for this process. */
-			__sync_fetch_and_add(n, 1);
-		return 0;
-	}
 	struct dl_match m = {
 		.tgid = pid_tgid >> 32,
 		.tid = (__u32)pid_tgid,
