@@ -420,6 +420,9 @@ impl Agent {
                 alloc_stacks: false,
                 copy_stack_every: 0,
                 fingerprint: config.fingerprint,
+                // Late fingerprints would need a history; the summaries count uploads and
+                // synchronous downloads.
+                fingerprint_async: false,
                 ..BpfConfig::default()
             },
             poll_interval: Duration::from_millis(50),

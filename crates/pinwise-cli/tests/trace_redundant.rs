@@ -15,24 +15,22 @@ use std::path::Path;
 
 use pinwise_core::fingerprint::{FingerprintMode, Redundancy, FULL_OVER_CAP_STAT};
 use pinwise_core::{load_history, MemHistory};
-use pinwise_testkit::{compile_c, require_bpf, StandinLibs};
+use pinwise_testkit::{compile_c, in_allocation_order, require_bpf, StandinLibs};
 
 const MIB: u64 = 1 << 20;
 const K64: u64 = 64 << 10;
 
 /// The redundancy summaries of the program's seven host buffers (A, B, C, D, E, S, R).
 fn buffers(h: &MemHistory) -> Vec<Option<Redundancy>> {
-    let sizes = [MIB, MIB, 300, K64, K64, K64, K64];
-    let mut want = sizes.iter().peekable();
-    let mut got = Vec::new();
-    for a in h.allocations() {
-        if a.kind().pinned_from_start() && want.peek() == Some(&&a.size()) {
-            want.next();
-            got.push(a.redundancy().copied());
-        }
-    }
-    assert_eq!(got.len(), 7, "the seven host buffers");
-    got
+    let items = h
+        .allocations()
+        .filter(|a| a.kind().pinned_from_start())
+        .map(|a| (a.size(), a.redundancy().copied()));
+    in_allocation_order(
+        items,
+        &[MIB, MIB, 300, K64, K64, K64, K64],
+        "A, B, C, D, E, S, R",
+    )
 }
 
 /// (uploads, redundant uploads, downloads, redundant downloads) of a buffer.

@@ -198,8 +198,8 @@ pub struct FingerprintStats {
     pub uploads: u64,
     /// Device-to-host copies fingerprinted.
     pub downloads: u64,
-    /// Copies a source could not fingerprint (pitched copies, asynchronous downloads, reads
-    /// that failed).
+    /// Copies a source could not fingerprint (pitched copies, asynchronous downloads whose
+    /// completion was not seen or that a later copy touched first, reads that failed).
     pub skipped: u64,
     /// Copies fingerprinted in full.
     pub full_hashes: u64,

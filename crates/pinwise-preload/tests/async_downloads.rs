@@ -107,3 +107,47 @@ fn a_download_pending_when_its_context_ends_is_given_up_before() {
         Some(1)
     );
 }
+
+/// `programs/async_sync_kinds.c` (downloads completed by stream, context and event
+/// synchronization and by queries; one whose completion other calls must not be taken for;
+/// one captured into a graph; one never synchronized): the counts `pinwise trace --fingerprint` must report too
+/// (`crates/pinwise-cli/tests/trace_async_downloads.rs`).
+#[test]
+fn downloads_completed_by_each_kind_of_call_are_fingerprinted_as_the_tracer_does() {
+    let s = Setup::new();
+    let exe = s.build_driver("async_sync_kinds.c", &[]);
+    let plain = s.run_plain(&exe, &[]);
+    assert_ok(&plain, "plain run");
+    let run = s.run_recorded(&exe, &["--fingerprint", "full"], "kinds-full.bin");
+    assert_same_stdout(&run.out, &plain, "full");
+    let h = &run.history;
+    let bufs: Vec<Option<Redundancy>> = h
+        .allocations()
+        .filter(|a| a.size() == K64 && a.kind().pinned_from_start())
+        .map(|a| a.redundancy().copied())
+        .collect();
+    assert_eq!(bufs.len(), 9, "S, R0..R4, U, W, C");
+    for (k, r) in bufs[1..6].iter().enumerate() {
+        let r = r.unwrap_or_else(|| panic!("R{k} fingerprinted"));
+        assert_eq!(
+            (r.downloads, r.redundant_downloads, r.first_download),
+            (3, 1, Some((2, 1))),
+            "R{k}"
+        );
+    }
+    assert!(bufs[6].is_none(), "U never completed: no verdict");
+    let w = bufs[7].expect("W's downloads");
+    assert_eq!((w.downloads, w.redundant_downloads), (2, 0), "W");
+    let c = bufs[8].expect("C's downloads");
+    assert_eq!(
+        (c.downloads, c.redundant_downloads),
+        (1, 0),
+        "C: the captured one unknown"
+    );
+    let st = h.fingerprint_stats();
+    assert_eq!(
+        (st.uploads, st.downloads, st.skipped),
+        (15, 18, 2),
+        "{st:?}"
+    );
+}

@@ -10,6 +10,7 @@ mod common;
 use common::*;
 use pinwise_core::fingerprint::{FingerprintMode, Redundancy};
 use pinwise_core::MemHistory;
+use pinwise_testkit::in_allocation_order;
 
 const MIB: u64 = 1 << 20;
 const K64: u64 = 64 << 10;
@@ -17,17 +18,12 @@ const K64: u64 = 64 << 10;
 /// The redundancy summaries of the program's seven host buffers (A, B, C, D, E, S, R), in
 /// allocation order.
 fn buffers(h: &MemHistory) -> Vec<Option<Redundancy>> {
-    let sizes = [MIB, MIB, 300, K64, K64, K64, K64];
-    let mut out = Vec::new();
-    let mut want = sizes.iter().peekable();
-    for a in h.allocations() {
-        if want.peek() == Some(&&a.size()) {
-            want.next();
-            out.push(a.redundancy().copied());
-        }
-    }
-    assert_eq!(out.len(), 7, "the seven host buffers are in the history");
-    out
+    let items = h.allocations().map(|a| (a.size(), a.redundancy().copied()));
+    in_allocation_order(
+        items,
+        &[MIB, MIB, 300, K64, K64, K64, K64],
+        "A, B, C, D, E, S, R",
+    )
 }
 
 /// (uploads, redundant uploads, downloads, redundant downloads) of a buffer.

@@ -23,8 +23,10 @@ pub struct RedundantTransfers {
     pub uploads: u64,
     /// Downloads fingerprinted.
     pub downloads: u64,
-    /// Copies that could not be fingerprinted (pitched copies, asynchronous downloads in a
-    /// trace, or in `run` ones touched or not reached before they could be hashed).
+    /// Copies that could not be fingerprinted (pitched copies; asynchronous downloads that
+    /// a later copy touched, or whose completion was not seen, before they could be hashed:
+    /// in `run` by its own event, in a trace by a sync call or query of their stream,
+    /// event or context).
     pub skipped: u64,
     /// Copies that were to be hashed in full but were larger than the source's cap
     /// (`pinwise trace --fingerprint-full-max`): fingerprinted by their sampled lines only.
@@ -306,10 +308,12 @@ fn note(
         ),
         FingerprintMode::Full => format!(
             "fingerprints: full (every byte of every copy hashed: by `pinwise run` in the copy \
-             hook, by `pinwise trace` in BPF at the copy's entry, a copy with a page that \
-             could not be read counted as skipped, never redundant; exact up to 64-bit hash \
-             collisions); {rates}.{cap} Only copies are seen: a kernel that writes a device \
-             range between two identical uploads makes the second one needed."
+             hook, by `pinwise trace` in BPF at the copy's entry, an asynchronous download's \
+             when a sync call or query says it completed; a copy with a page that could not \
+             be read, or an asynchronous download whose completion was not seen, counted as \
+             skipped, never redundant; exact up to 64-bit hash collisions); {rates}.{cap} \
+             Only copies are seen: a kernel that writes a device range between two \
+             identical uploads makes the second one needed."
         ),
     }
 }

@@ -11,7 +11,10 @@
 //!   [`fixtures_include_dir`] holds `cuda_driver_min.h`, the CUDA driver declarations they use.
 //! - [`locked_memory_bytes`] and [`proc_status_kib`]: read `/proc/self/status`.
 
+pub mod buffers;
 pub mod fuzz;
+
+pub use buffers::in_allocation_order;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};

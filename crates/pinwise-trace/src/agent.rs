@@ -657,6 +657,14 @@ impl TracerAgent {
                 pinwise_core::fingerprint::FULL_CAP_BYTES_STAT,
                 bpf.fingerprint_full_max_bytes,
             );
+            h.set_source_stat(
+                "tracer.fingerprint_async_downloads",
+                s.translate.async_downloads_fingerprinted,
+            );
+            h.set_source_stat(
+                "tracer.fingerprint_async_downloads_unknown",
+                s.translate.async_downloads_unknown,
+            );
             let st = h.redundancy_mut().stats_mut();
             let (mode, ppm) = if bpf.fingerprint_full {
                 (FingerprintMode::Full, 1_000_000)
@@ -668,7 +676,7 @@ impl TracerAgent {
             };
             st.mode = mode.code();
             st.check_ppm = ppm;
-            st.skipped = s.translate.fingerprint_reads_failed;
+            st.skipped = s.translate.fingerprint_reads_failed + s.translate.async_downloads_unknown;
         }
         if s.cuda_standin {
             self.history
@@ -1011,6 +1019,12 @@ fn event_loop(
                         }
                         news.push((n, ts));
                     }
+                    if translator.has_late() {
+                        // An asynchronous download's fingerprint: compared after the
+                        // events before it, and before those after it.
+                        feed(shared, history, &mut events);
+                        apply_late(shared, history, &mut translator);
+                    }
                 }
                 Err(e) => {
                     decode_errors += 1;
@@ -1102,6 +1116,29 @@ fn feed(shared: &SharedState, history: &SharedHistory, events: &mut Vec<Event>) 
     }
     drop(slot);
     events.clear();
+}
+
+/// Gives the history the late fingerprints of asynchronous downloads (see
+/// [`crate::async_dl`]); without a history (a sink only) they are dropped, unknown.
+fn apply_late(shared: &SharedState, history: &SharedHistory, translator: &mut Translator) {
+    let late = translator.take_late();
+    let feed_history = shared.sink.lock().feed_history;
+    let mut h = feed_history.then(|| history.write());
+    for l in late {
+        let d = l.download;
+        let compared = h.as_mut().is_some_and(|h| {
+            h.observe_late_fingerprint(
+                d.pid,
+                d.host,
+                d.device,
+                d.bytes,
+                pinwise_core::Direction::DtoH,
+                d.ts,
+                l.fingerprint,
+            )
+        });
+        translator.late_applied(compared);
+    }
 }
 
 /// Tells the sink of a process's enrollment, fork or exec.

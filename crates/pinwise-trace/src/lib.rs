@@ -29,6 +29,7 @@
 //!
 //! Tracing needs root, or CAP_BPF with CAP_PERFMON.
 pub mod agent;
+pub mod async_dl;
 pub mod caps;
 pub mod error;
 pub mod libs;

@@ -84,6 +84,11 @@ pub struct BpfConfig {
     /// [`crate::translate::TranslateStats::fingerprint_full_over_cap`]): the hash runs in
     /// the copying thread's probe, which waits for it.
     pub fingerprint_full_max_bytes: u64,
+    /// With `fingerprint`: asynchronous downloads are fingerprinted too, when a stream,
+    /// event or context call guarantees they completed (probes on those calls; see
+    /// [`crate::async_dl`]). A consumer that does not feed a history (`pinwise agent`) gains
+    /// nothing from them and leaves them off.
+    pub fingerprint_async: bool,
 }
 
 /// The default [`BpfConfig::fingerprint_full_max_bytes`]: 256 MiB.
@@ -107,6 +112,7 @@ impl Default for BpfConfig {
             fingerprint_full: false,
             fingerprint_check_ppm: 0,
             fingerprint_full_max_bytes: FULL_HASH_MAX_BYTES,
+            fingerprint_async: true,
         }
     }
 }
@@ -222,6 +228,9 @@ pub struct Probes {
     /// Copies are fingerprinted (`--fingerprint`): entry points with
     /// [`UprobeSpec::with_fingerprint`] get those programs instead.
     fingerprint: bool,
+    /// With `fingerprint`, also the entry points for asynchronous downloads
+    /// ([`UprobeSpec::for_async_downloads`]).
+    fingerprint_async: bool,
 }
 
 fn open(bytes: &[u8], name: &str) -> Result<OpenObject, TraceError> {
@@ -430,6 +439,7 @@ impl Probes {
             multi,
             cuda_standin: false,
             fingerprint: config.fingerprint,
+            fingerprint_async: config.fingerprint_async,
         };
 
         let mut tracepoints: Vec<(&str, &str, &str)> = TRACEPOINTS.to_vec();
@@ -658,7 +668,11 @@ impl Probes {
             let Some(&offset) = offsets.get(spec.symbol) else {
                 continue;
             };
-            let (entry, ret) = spec.programs(self.fingerprint);
+            let fingerprint =
+                self.fingerprint && (self.fingerprint_async || !spec.for_async_downloads());
+            let Some((entry, ret)) = spec.programs(fingerprint) else {
+                continue;
+            };
             let progs = [(entry, false)].into_iter().chain(ret.map(|r| (r, true)));
             for key in progs {
                 match groups.iter_mut().find(|(k, _)| *k == key) {

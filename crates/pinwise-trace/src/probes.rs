@@ -37,18 +37,36 @@ pub struct UprobeSpec {
     pub ret: Option<&'static str>,
     /// Function id (`enum pw_func`), passed as the attach cookie.
     pub func: u32,
-    /// The entry and return programs used instead when copies are fingerprinted
+    /// The entry and return programs (`""`: none) used instead when copies are fingerprinted
     /// (`--fingerprint`): a synchronous download is reported at its return, when its bytes
-    /// are in the host buffer.
+    /// are in the host buffer; stream, event and context calls are probed only then.
     pub with_fingerprint: Option<(&'static str, &'static str)>,
 }
 
 impl UprobeSpec {
-    /// The entry program and the return program (if any) attached to this entry point.
-    pub fn programs(&self, fingerprint: bool) -> (&'static str, Option<&'static str>) {
+    /// Whether its `--fingerprint` programs serve asynchronous downloads only (the download
+    /// itself, and the stream, event and context calls that tell when it completed).
+    pub fn for_async_downloads(&self) -> bool {
+        matches!(
+            self.with_fingerprint,
+            Some((
+                "copy_dtoh_async_fp_entry"
+                    | "sync_entry"
+                    | "event_destroy"
+                    | "stream_destroy"
+                    | "ctx_change",
+                _
+            ))
+        )
+    }
+
+    /// The entry program and the return program (if any) attached to this entry point;
+    /// `None` for one probed only with `--fingerprint` (an empty `entry`) when not.
+    pub fn programs(&self, fingerprint: bool) -> Option<(&'static str, Option<&'static str>)> {
         match self.with_fingerprint {
-            Some((entry, ret)) if fingerprint => (entry, Some(ret)),
-            _ => (self.entry, self.ret),
+            Some((entry, ret)) if fingerprint => Some((entry, (!ret.is_empty()).then_some(ret))),
+            _ if self.entry.is_empty() => None,
+            _ => Some((self.entry, self.ret)),
         }
     }
 }
@@ -70,6 +88,33 @@ const fn driver_dtoh(symbol: &'static str, func: f) -> UprobeSpec {
     UprobeSpec {
         with_fingerprint: Some(("copy_dtoh_fp_entry", "copy_dtoh_fp_return")),
         ..driver(symbol, "copy_dtoh", func)
+    }
+}
+
+/// An asynchronous download: `copy_dtoh_async`, or with `--fingerprint` the programs that
+/// report it at its return and remember it until it completes.
+const fn driver_dtoh_async(symbol: &'static str, func: f) -> UprobeSpec {
+    UprobeSpec {
+        with_fingerprint: Some(("copy_dtoh_async_fp_entry", "copy_dtoh_async_fp_return")),
+        ..driver(symbol, "copy_dtoh_async", func)
+    }
+}
+
+/// A stream, event or context call that tells when asynchronous downloads completed,
+/// probed only with `--fingerprint`: `sync_entry` and `sync_return`.
+const fn driver_sync(symbol: &'static str, func: f) -> UprobeSpec {
+    UprobeSpec {
+        with_fingerprint: Some(("sync_entry", "sync_return")),
+        ..driver(symbol, "", func)
+    }
+}
+
+/// A call whose entry alone matters to asynchronous downloads, probed only with
+/// `--fingerprint`.
+const fn driver_fp_entry(symbol: &'static str, entry: &'static str, func: f) -> UprobeSpec {
+    UprobeSpec {
+        with_fingerprint: Some((entry, "")),
+        ..driver(symbol, "", func)
     }
 }
 
@@ -240,14 +285,9 @@ pub const UPROBES: &[UprobeSpec] = &[
     ),
     driver_dtoh("cuMemcpyDtoH_v2", f::PW_FN_cuMemcpyDtoH_v2),
     driver_dtoh("cuMemcpyDtoH_v2_ptds", f::PW_FN_cuMemcpyDtoH_v2_ptds),
-    driver(
-        "cuMemcpyDtoHAsync_v2",
-        "copy_dtoh_async",
-        f::PW_FN_cuMemcpyDtoHAsync_v2,
-    ),
-    driver(
+    driver_dtoh_async("cuMemcpyDtoHAsync_v2", f::PW_FN_cuMemcpyDtoHAsync_v2),
+    driver_dtoh_async(
         "cuMemcpyDtoHAsync_v2_ptsz",
-        "copy_dtoh_async",
         f::PW_FN_cuMemcpyDtoHAsync_v2_ptsz,
     ),
     driver("cuMemcpy", "copy_unified", f::PW_FN_cuMemcpy),
@@ -385,6 +425,87 @@ pub const UPROBES: &[UprobeSpec] = &[
         "dev_free",
         f::PW_FN_cuMemFreeAsync_ptsz,
     ),
+    // With `--fingerprint`: when asynchronous downloads completed (see "asynchronous
+    // downloads" in pinwise.bpf.c).
+    driver_sync("cuStreamSynchronize", f::PW_FN_cuStreamSynchronize),
+    driver_sync(
+        "cuStreamSynchronize_ptsz",
+        f::PW_FN_cuStreamSynchronize_ptsz,
+    ),
+    driver_sync("cuStreamQuery", f::PW_FN_cuStreamQuery),
+    driver_sync("cuStreamQuery_ptsz", f::PW_FN_cuStreamQuery_ptsz),
+    driver_sync("cuCtxSynchronize", f::PW_FN_cuCtxSynchronize),
+    driver_sync("cuEventRecord", f::PW_FN_cuEventRecord),
+    driver_sync("cuEventRecord_ptsz", f::PW_FN_cuEventRecord_ptsz),
+    driver_sync("cuEventRecordWithFlags", f::PW_FN_cuEventRecordWithFlags),
+    driver_sync(
+        "cuEventRecordWithFlags_ptsz",
+        f::PW_FN_cuEventRecordWithFlags_ptsz,
+    ),
+    driver_sync("cuEventSynchronize", f::PW_FN_cuEventSynchronize),
+    driver_sync("cuStreamBeginCapture", f::PW_FN_cuStreamBeginCapture),
+    driver_sync(
+        "cuStreamBeginCapture_ptsz",
+        f::PW_FN_cuStreamBeginCapture_ptsz,
+    ),
+    driver_sync("cuStreamBeginCapture_v2", f::PW_FN_cuStreamBeginCapture_v2),
+    driver_sync(
+        "cuStreamBeginCapture_v2_ptsz",
+        f::PW_FN_cuStreamBeginCapture_v2_ptsz,
+    ),
+    driver_sync(
+        "cuStreamBeginCaptureToGraph",
+        f::PW_FN_cuStreamBeginCaptureToGraph,
+    ),
+    driver_sync(
+        "cuStreamBeginCaptureToGraph_ptsz",
+        f::PW_FN_cuStreamBeginCaptureToGraph_ptsz,
+    ),
+    driver_sync("cuStreamEndCapture", f::PW_FN_cuStreamEndCapture),
+    driver_sync("cuStreamEndCapture_ptsz", f::PW_FN_cuStreamEndCapture_ptsz),
+    driver_sync("cuEventQuery", f::PW_FN_cuEventQuery),
+    driver_fp_entry(
+        "cuEventDestroy_v2",
+        "event_destroy",
+        f::PW_FN_cuEventDestroy_v2,
+    ),
+    driver_fp_entry(
+        "cuStreamDestroy_v2",
+        "stream_destroy",
+        f::PW_FN_cuStreamDestroy_v2,
+    ),
+    driver_fp_entry("cuCtxSetCurrent", "ctx_change", f::PW_FN_cuCtxSetCurrent),
+    driver_fp_entry(
+        "cuCtxPushCurrent_v2",
+        "ctx_change",
+        f::PW_FN_cuCtxPushCurrent_v2,
+    ),
+    driver_fp_entry(
+        "cuCtxPopCurrent_v2",
+        "ctx_change",
+        f::PW_FN_cuCtxPopCurrent_v2,
+    ),
+    driver_fp_entry("cuCtxDestroy_v2", "ctx_change", f::PW_FN_cuCtxDestroy_v2),
+    driver_fp_entry(
+        "cuDevicePrimaryCtxRelease",
+        "ctx_change",
+        f::PW_FN_cuDevicePrimaryCtxRelease,
+    ),
+    driver_fp_entry(
+        "cuDevicePrimaryCtxRelease_v2",
+        "ctx_change",
+        f::PW_FN_cuDevicePrimaryCtxRelease_v2,
+    ),
+    driver_fp_entry(
+        "cuDevicePrimaryCtxReset",
+        "ctx_change",
+        f::PW_FN_cuDevicePrimaryCtxReset,
+    ),
+    driver_fp_entry(
+        "cuDevicePrimaryCtxReset_v2",
+        "ctx_change",
+        f::PW_FN_cuDevicePrimaryCtxReset_v2,
+    ),
     // Runtime: the application's call site of host allocations.
     runtime("cudaMallocHost", f::PW_FN_cudaMallocHost),
     runtime("cudaHostAlloc", f::PW_FN_cudaHostAlloc),
@@ -440,6 +561,40 @@ pub fn func_name(func: u32) -> &'static str {
 mod tests {
     use super::*;
     use std::collections::HashSet;
+
+    #[test]
+    fn entry_points_probed_only_with_fingerprints_serve_asynchronous_downloads() {
+        let mut async_only = 0;
+        for p in UPROBES {
+            if p.programs(false).is_none() {
+                // Without --fingerprint nothing is attached; with it but without
+                // asynchronous downloads (the agent), nothing either.
+                assert!(p.for_async_downloads(), "{}", p.symbol);
+                assert!(p.programs(true).is_some(), "{}", p.symbol);
+                async_only += 1;
+            }
+        }
+        assert!(async_only >= 20, "the stream, event and context calls");
+        let dtoh_async = UPROBES
+            .iter()
+            .find(|p| p.symbol == "cuMemcpyDtoHAsync_v2")
+            .unwrap();
+        assert!(dtoh_async.for_async_downloads());
+        assert_eq!(dtoh_async.programs(false), Some(("copy_dtoh_async", None)));
+        let sync = UPROBES
+            .iter()
+            .find(|p| p.symbol == "cuStreamSynchronize")
+            .unwrap();
+        assert_eq!(
+            sync.programs(true),
+            Some(("sync_entry", Some("sync_return")))
+        );
+        let destroy = UPROBES
+            .iter()
+            .find(|p| p.symbol == "cuStreamDestroy_v2")
+            .unwrap();
+        assert_eq!(destroy.programs(true), Some(("stream_destroy", None)));
+    }
 
     #[test]
     fn every_function_id_is_used_once_and_named() {

@@ -9,9 +9,9 @@ use crate::skel::main::types as c;
 pub use c::{
     pw_copy_event as CopyRecord, pw_copy_fp_event as CopyFpRecord,
     pw_copy_stack_event as CopyStackRecord, pw_fault_event as FaultRecord, pw_fp as FpRecord,
-    pw_header as Header, pw_pin_event as PinRecord, pw_proc_event as ProcRecord,
-    pw_py_stack as PyStackRecord, pw_range_event as RangeRecord, pw_release_event as ReleaseRecord,
-    pw_unwind_event as UnwindRecord,
+    pw_header as Header, pw_late_fp_event as LateFpRecord, pw_pin_event as PinRecord,
+    pw_proc_event as ProcRecord, pw_py_stack as PyStackRecord, pw_range_event as RangeRecord,
+    pw_release_event as ReleaseRecord, pw_unwind_event as UnwindRecord,
 };
 
 /// One decoded ring-buffer record.
@@ -23,6 +23,8 @@ pub enum RawEvent {
     CopyStack(Box<CopyStackRecord>),
     /// A host-to-device copy with the fingerprint lines of its source.
     CopyFp(Box<CopyFpRecord>),
+    /// The fingerprint of an asynchronous download, once a call guaranteed it completed.
+    LateFp(Box<LateFpRecord>),
     /// A host allocation, registration, device allocation or mmap (with a stack window).
     Range(Box<RangeRecord>),
     /// A host free, unregistration, device free or munmap.
@@ -44,6 +46,7 @@ impl RawEvent {
             RawEvent::Copy(r) => &r.h,
             RawEvent::CopyStack(r) => &r.copy.h,
             RawEvent::CopyFp(r) => &r.copy.h,
+            RawEvent::LateFp(r) => &r.h,
             RawEvent::Range(r) => &r.h,
             RawEvent::Release(r) => &r.h,
             RawEvent::Pin(r) => &r.h,
@@ -89,6 +92,8 @@ unsafe impl Plain for CopyStackRecord {}
 // SAFETY: as above.
 unsafe impl Plain for CopyFpRecord {}
 // SAFETY: as above.
+unsafe impl Plain for LateFpRecord {}
+// SAFETY: as above.
 unsafe impl Plain for RangeRecord {}
 // SAFETY: as above.
 unsafe impl Plain for ReleaseRecord {}
@@ -129,6 +134,7 @@ pub fn decode(bytes: &[u8]) -> Result<RawEvent, DecodeError> {
             RawEvent::CopyStack(Box::new(read(bytes, k)?))
         }
         _ if k == kind(c::pw_kind::PW_EV_COPY_FP) => RawEvent::CopyFp(Box::new(read(bytes, k)?)),
+        _ if k == kind(c::pw_kind::PW_EV_LATE_FP) => RawEvent::LateFp(Box::new(read(bytes, k)?)),
         _ if k == kind(c::pw_kind::PW_EV_HOST_ALLOC)
             || k == kind(c::pw_kind::PW_EV_HOST_REGISTER)
             || k == kind(c::pw_kind::PW_EV_DEV_ALLOC)
@@ -191,6 +197,8 @@ pub mod kinds {
     pub const COPY_STACK: u16 = k::PW_EV_COPY_STACK.0 as u16;
     /// See `PW_EV_COPY_FP`.
     pub const COPY_FP: u16 = k::PW_EV_COPY_FP.0 as u16;
+    /// See `PW_EV_LATE_FP`.
+    pub const LATE_FP: u16 = k::PW_EV_LATE_FP.0 as u16;
     /// See `PW_EV_PIN_PAGES`.
     pub const PIN_PAGES: u16 = k::PW_EV_PIN_PAGES.0 as u16;
     /// See `PW_EV_UNPIN_PAGES`.
@@ -352,6 +360,8 @@ mod tests {
             std::mem::size_of::<CopyFpRecord>(),
             std::mem::size_of::<CopyRecord>() + fp
         );
+        // Header, copy_ts_ns, copy_tid, _pad0, fp.
+        assert_eq!(std::mem::size_of::<LateFpRecord>(), 24 + 8 + 8 + fp);
         assert_eq!(std::mem::size_of::<ReleaseRecord>(), 24 + 3 * 8);
     }
 }

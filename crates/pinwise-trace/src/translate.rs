@@ -22,6 +22,7 @@ use pinwise_core::{
     StackId, StackTable,
 };
 
+use crate::async_dl::{AsyncDownloads, PendingDownload};
 use crate::python::PythonProcess;
 use crate::raw::{kinds, memtypes, py_status, site_sources, Header, PyStackRecord, RawEvent};
 use crate::sites::{ExactAddr, SiteResolver};
@@ -102,6 +103,12 @@ pub struct TranslateStats {
     /// ([`crate::loader::BpfConfig::fingerprint_full_max_bytes`]): fingerprinted by their
     /// sampled lines only.
     pub fingerprint_full_over_cap: u64,
+    /// Asynchronous downloads given their fingerprint late (once a call guaranteed they
+    /// completed; see [`crate::async_dl`]) and compared by the history.
+    pub async_downloads_fingerprinted: u64,
+    /// Asynchronous downloads left unknown (see [`crate::async_dl`]): never called
+    /// redundant; counted with the skipped copies.
+    pub async_downloads_unknown: u64,
 }
 
 #[derive(Debug, Default)]
@@ -166,7 +173,22 @@ pub struct Translator {
     /// Registers and stack for the next allocation of a thread (`--dwarf-stacks`), by tid.
     pending_unwind: HashMap<u32, Box<crate::raw::UnwindRecord>>,
     unwinder: crate::unwind::StackUnwinder,
+    /// Asynchronous downloads waiting for their late fingerprint.
+    async_dls: AsyncDownloads,
+    /// Late fingerprints ready for the history (see [`Translator::take_late`]).
+    late: Vec<LateFingerprint>,
     stats: TranslateStats,
+}
+
+/// The fingerprint of an asynchronous download, known after its transfer event was made:
+/// the history compares it with [`pinwise_core::MemHistory::observe_late_fingerprint`],
+/// once every event translated before it was ingested.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LateFingerprint {
+    /// The download.
+    pub download: PendingDownload,
+    /// Its host bytes' fingerprint.
+    pub fingerprint: pinwise_core::fingerprint::Fingerprint,
 }
 
 impl Translator {
@@ -181,6 +203,8 @@ impl Translator {
             python_named: HashMap::new(),
             pending_unwind: HashMap::new(),
             unwinder: crate::unwind::StackUnwinder::default(),
+            async_dls: AsyncDownloads::default(),
+            late: Vec::new(),
             stats: TranslateStats::default(),
         }
     }
@@ -344,7 +368,31 @@ impl Translator {
 
     /// Counters so far.
     pub fn stats(&self) -> TranslateStats {
-        self.stats
+        let mut s = self.stats;
+        s.async_downloads_unknown = self.async_dls.unknown();
+        s
+    }
+
+    /// The late fingerprints translated since the last call. The caller gives them to the
+    /// history after every event translated before them, and before any translated after
+    /// them (it feeds the events first), then says how each went ([`Translator::late_applied`]).
+    pub fn take_late(&mut self) -> Vec<LateFingerprint> {
+        std::mem::take(&mut self.late)
+    }
+
+    /// Whether late fingerprints wait for [`Translator::take_late`].
+    pub fn has_late(&self) -> bool {
+        !self.late.is_empty()
+    }
+
+    /// Whether the history compared a late fingerprint (`false`: its host memory was gone
+    /// or reused; the download is unknown).
+    pub fn late_applied(&mut self, compared: bool) {
+        if compared {
+            self.stats.async_downloads_fingerprinted += 1;
+        } else {
+            self.async_dls.not_fingerprinted();
+        }
     }
 
     /// Emits every held event (at the end of a trace).
@@ -352,6 +400,8 @@ impl Translator {
         let mut held: Vec<Event> = self.held.drain().flat_map(|(_, v)| v).collect();
         held.sort_by_key(|e| e.ts_ns);
         out.extend(held);
+        // Downloads whose completion was never seen.
+        self.async_dls.give_up_all();
     }
 
     fn ranges(&mut self, pid: u32) -> &mut ProcessRanges {
@@ -431,6 +481,10 @@ impl Translator {
             }
             RawEvent::CopyFp(c) => {
                 self.copy(&c.copy, None, Some(&c.fp), out);
+                None
+            }
+            RawEvent::LateFp(l) => {
+                self.late_fp(l);
                 None
             }
             RawEvent::Unwind(u) => {
@@ -579,6 +633,7 @@ impl Translator {
                 kinds::PROC_EXEC => {
                     // A new address space: read it now, while the process surely lives.
                     self.ranges.remove(&pid);
+                    self.async_dls.process_ended(pid);
                     self.sites.forget(pid);
                     self.sites.refresh(pid);
                     Some(ProcessNews::Exec(pid))
@@ -589,6 +644,7 @@ impl Translator {
                 }
                 kinds::PROC_EXIT => {
                     self.ranges.remove(&pid);
+                    self.async_dls.process_ended(pid);
                     self.unwinder.forget(pid);
                     Some(ProcessNews::Exited(pid))
                 }
@@ -653,6 +709,8 @@ impl Translator {
         if host != 0 {
             self.report_preattach(pid, c.h.tid, host, out);
         }
+        // Pending asynchronous downloads this copy touches are unknown from now on.
+        self.async_dls.touch(pid, host, device, c.bytes);
         let mut e = Event::new(
             c.h.ts_ns,
             pid,
@@ -692,9 +750,45 @@ impl Translator {
                 }
             }
             Some(f) if f.state == 2 => self.stats.fingerprint_reads_failed += 1,
+            Some(f) if f.state == FP_PENDING && direction == Direction::DtoH => {
+                self.async_dls.start(
+                    c.h.tid,
+                    PendingDownload {
+                        pid,
+                        host,
+                        device,
+                        bytes: c.bytes,
+                        ts: c.h.ts_ns,
+                    },
+                );
+            }
+            Some(f) if f.state == FP_PENDING || f.state == FP_UNTRACKED => {
+                self.async_dls.untracked()
+            }
             _ => {}
         }
         out.push(e);
+    }
+
+    /// The late fingerprint of an asynchronous download (see [`crate::async_dl`]).
+    fn late_fp(&mut self, l: &crate::raw::LateFpRecord) {
+        let Some(download) = self.async_dls.finish(l.copy_tid, l.copy_ts_ns) else {
+            return;
+        };
+        let f = &l.fp;
+        if f.state != 1 || f.full_state == FULL_FAILED {
+            self.async_dls.not_fingerprinted();
+            return;
+        }
+        if f.full_state == FULL_OVER_CAP {
+            self.stats.fingerprint_full_over_cap += 1;
+        }
+        let mut fingerprint = fingerprint_of(download.bytes, &f.lines);
+        fingerprint.full = (f.full_state == FULL_DONE).then_some(f.full);
+        self.late.push(LateFingerprint {
+            download,
+            fingerprint,
+        });
     }
 
     /// The call chain unwound with `.eh_frame` from the registers and stack BPF sent just
@@ -866,6 +960,10 @@ impl Translator {
     }
 }
 
+/// `pw_fp.state` (pinwise_events.h): an asynchronous download remembered until it completes.
+const FP_PENDING: u32 = 3;
+/// `pw_fp.state`: an asynchronous download that could not be remembered (unknown).
+const FP_UNTRACKED: u32 = 4;
 /// `pw_fp.full_state` (pinwise_events.h): BPF hashed every byte into `pw_fp.full`.
 const FULL_DONE: u32 = 1;
 /// `pw_fp.full_state`: a chunk of the full hash could not be read; the content is unknown.

@@ -126,9 +126,11 @@ pub struct TraceArgs {
     /// `sampled` (what a bare `--fingerprint` means) reads 8 cache lines spread over the
     /// buffer (a change between them goes unseen); `full` hashes every byte too, in the
     /// copying thread's probe (4 KiB reads; copies above --fingerprint-full-max are
-    /// sampled only, and counted); `off` nothing. Asynchronous downloads are not
-    /// fingerprinted: their bytes arrive later. Each synchronous download then costs a
-    /// return probe too. A bare `--fingerprint` right before the command needs `--` between
+    /// sampled only, and counted); `off` nothing. Asynchronous downloads (their bytes arrive
+    /// later) are hashed at the return of the stream, event or context sync call (or query
+    /// answering success) that completed them; those whose completion is not seen are
+    /// counted as skipped. Each download then costs a return probe too, and each sync call
+    /// two probes. A bare `--fingerprint` right before the command needs `--` between
     /// them (`--fingerprint -- ./app`), else the command is read as the mode.
     #[arg(
         long,

@@ -758,6 +758,8 @@ struct copy_entry {
 	__u64 dst;
 	__u64 src;
 	__u64 bytes;
+	/* Asynchronous downloads: the stream as passed. */
+	__u64 stream;
 };
 
 static __always_inline void at_entry(struct pw_copy_event *e, const struct copy_entry *entry)
@@ -768,9 +770,24 @@ static __always_inline void at_entry(struct pw_copy_event *e, const struct copy_
 	}
 }
 
+/* The fingerprint part of a copy record: `how` 0, none; 1, the lines (and the full hash
+ * when wanted) read at `fp_at`; PW_FP_PENDING or PW_FP_UNTRACKED, that state alone (an
+ * asynchronous download, whose bytes are not there yet). */
+static __always_inline void fill_fp(struct pw_fp *fp, int how, __u64 fp_at, __u64 bytes,
+				    __u64 device)
+{
+	if (how == 1) {
+		read_fp(fp, fp_at, bytes, device);
+		return;
+	}
+	fp->state = how;
+	fp->full_state = PW_FP_FULL_NONE;
+	fp->full = 0;
+}
+
 /* Reports a copy of a traced process whose hit is counted already. `fp`: with the
  * fingerprint lines read at `fp_at` (the copy's host side: an upload's source, a
- * synchronous download's destination). `entry`: for a copy reported at its return (a
+ * synchronous download's destination), see fill_fp. `entry`: for a copy reported at its return (a
  * synchronous download, fingerprinted once its bytes are in place), the time and call
  * site of its entry; NULL at the entry itself. */
 static __always_inline int send_copy_fp(struct pt_regs *ctx, __u16 func, __u64 dst, __u64 src,
@@ -787,11 +804,7 @@ static __always_inline int send_copy_fp(struct pt_regs *ctx, __u16 func, __u64 d
 		at_entry(&s->copy, entry);
 		s->_pad0 = 0;
 		s->nframes = user_frames(ctx, s->frames);
-		s->fp.state = 0;
-		s->fp.full_state = PW_FP_FULL_NONE;
-		s->fp.full = 0;
-		if (fp)
-			read_fp(&s->fp, fp_at, bytes, fp_at == src ? dst : src);
+		fill_fp(&s->fp, fp, fp_at, bytes, fp_at == src ? dst : src);
 		submit(s, py_capture(&s->py));
 		return 0;
 	}
@@ -802,7 +815,7 @@ static __always_inline int send_copy_fp(struct pt_regs *ctx, __u16 func, __u64 d
 		fill_copy(&f->copy, ctx, PW_EV_COPY_FP, func, dst, src, bytes, stream, dst_type,
 			  src_type, is_async);
 		at_entry(&f->copy, entry);
-		read_fp(&f->fp, fp_at, bytes, fp_at == src ? dst : src);
+		fill_fp(&f->fp, fp, fp_at, bytes, fp_at == src ? dst : src);
 		submit(f, 0);
 		return 0;
 	}
@@ -927,6 +940,535 @@ SEC("uprobe")
 int BPF_KPROBE(copy_dtoh_async, __u64 dst, __u64 src, __u64 n, __u64 stream)
 {
 	return emit_copy(ctx, dst, src, n, stream, PW_MEM_HOST, PW_MEM_DEVICE, 1);
+}
+
+/* ---- asynchronous downloads (`--fingerprint`) ----
+ * An asynchronous download's bytes reach the host buffer when its stream gets to it, after
+ * the call returned. With `--fingerprint` the loader attaches copy_dtoh_async_fp_entry and
+ * _return to cuMemcpyDtoHAsync_v2 (and _ptsz): a download the driver accepted is reported
+ * at its return with PW_FP_PENDING and kept in `async_dls` (PW_FP_UNTRACKED when that map
+ * is full: unknown). Its bytes are hashed, and a PW_EV_LATE_FP record sent, at the return of
+ * a call that guarantees it completed:
+ * - cuStreamSynchronize or cuStreamQuery (CUDA_SUCCESS) of its stream;
+ * - cuEventSynchronize or cuEventQuery (CUDA_SUCCESS) of an event recorded on its stream
+ *   after it (cuEventRecord and WithFlags, their _ptsz forms);
+ * - cuCtxSynchronize (cudaDeviceSynchronize) on the thread that issued it, for a download
+ *   on the legacy or per-thread default stream.
+ * While a stream of the process is being captured into a graph (cuStreamBeginCapture* to
+ * cuStreamEndCapture*: `captures`), its downloads are not remembered (a captured copy runs
+ * when the graph is launched; work joins a capture through events) and event records are
+ * forgotten, not noted (a captured record marks nothing).
+ * The default streams are per context (and the per-thread one per thread), and BPF does not
+ * know the current context: a download on a default stream (handle 0, CU_STREAM_LEGACY 1,
+ * CU_STREAM_PER_THREAD 2; 0 means 2 in the _ptsz forms) completes only by a call of the
+ * thread that issued it, with no cuCtxSetCurrent / cuCtxPushCurrent / cuCtxPopCurrent of
+ * that thread in between (`ctx_gens`). An explicit stream handle is one stream of the
+ * process until cuStreamDestroy, which gives up (drops) the downloads pending on it, as
+ * cuCtxDestroy and the primary context's release or reset give up all of the process's.
+ * Dropped ones, and those never completed by a probed call (a program that polls another
+ * way, or a download still in flight at exit), get no PW_EV_LATE_FP: user space counts them
+ * unknown. User space also leaves unknown a download whose host or device range a later
+ * copy touched before its PW_EV_LATE_FP arrived (its host bytes may be that copy's). */
+
+/* Asynchronous downloads pending, by their copy record (thread, timestamp). */
+struct dl_key {
+	__u32 tgid;
+	__u32 tid;
+	__u64 ts_ns;
+};
+
+struct dl_pending {
+	__u64 dst;
+	__u64 src;
+	__u64 bytes;
+	/* The stream, with 0 resolved to 1 or 2 (dl_stream). */
+	__u64 stream;
+	/* Its place in the order of downloads and event records (dl_next_seq). */
+	__u64 seq;
+	/* The issuing thread's context generation (ctx_gens) then. */
+	__u64 gen;
+};
+
+#define PW_MAX_ASYNC_DLS 1024
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, PW_MAX_ASYNC_DLS);
+	__type(key, struct dl_key);
+	__type(value, struct dl_pending);
+} async_dls SEC(".maps");
+
+/* [0]: a sequence for downloads, event records and context generations; [1]: at least the
+ * number of entries in async_dls (incremented before an insertion, decremented after a
+ * deletion), so that a sync call of a process with nothing pending costs a lookup; [2]: set
+ * when a capture could not be noted (capture_counts full): every process counts as
+ * capturing from then on. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 3);
+	__type(key, __u32);
+	__type(value, __u64);
+} dl_counters SEC(".maps");
+
+/* A thread's context generation: changed by each cuCtxSetCurrent/Push/Pop it makes. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u64); /* pid_tgid */
+	__type(value, __u64);
+} ctx_gens SEC(".maps");
+
+/* An event's last record: on which stream, by which thread and generation, and the
+ * sequence then (downloads before it on that stream are complete once it is). */
+struct ev_key {
+	__u32 tgid;
+	__u32 _pad0;
+	__u64 event;
+};
+
+struct ev_record {
+	__u64 stream;
+	__u64 seq;
+	__u64 gen;
+	__u32 tid;
+	__u32 _pad0;
+};
+
+/* LRU: the records of events a process never destroyed go; an event without its record
+ * completes nothing. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, struct ev_key);
+	__type(value, struct ev_record);
+} ev_records SEC(".maps");
+
+/* A stream, event or context call between its entry and its return: its arguments. */
+struct sync_entry {
+	__u64 arg0;
+	__u64 arg1;
+	/* The call (its cookie): a return of another call (one probed call made inside
+	 * another, whose entry kept nothing) does not take these arguments for its own. */
+	__u64 func;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u64); /* pid_tgid */
+	__type(value, struct sync_entry);
+} sync_calls SEC(".maps");
+
+/* Streams being captured, by (tgid, stream as resolved by dl_stream), and how many each
+ * process has (the count changes only with an insertion or a deletion that succeeded). */
+struct cap_key {
+	__u32 tgid;
+	__u32 _pad0;
+	__u64 stream;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct cap_key);
+	__type(value, __u8);
+} captures SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32); /* tgid */
+	__type(value, __u64);
+} capture_counts SEC(".maps");
+
+/* Whether process `tgid` captures some stream now (or its capture could not be noted). */
+static __always_inline __u64 *dl_counter(__u32 i)
+{
+	return bpf_map_lookup_elem(&dl_counters, &i);
+}
+
+static __always_inline int capturing(__u32 tgid)
+{
+	__u64 *lost = dl_counter(2);
+	if (!lost || *lost)
+		return 1;
+	__u64 *n = bpf_map_lookup_elem(&capture_counts, &tgid);
+	return n && *n > 0;
+}
+
+/* Stream `stream` of process `tgid` is (about to be) captured. */
+static __always_inline void capture_begins(__u32 tgid, __u64 stream)
+{
+	struct cap_key k = { .tgid = tgid, .stream = stream };
+	__u64 zero = 0;
+	bpf_map_update_elem(&capture_counts, &tgid, &zero, BPF_NOEXIST);
+	__u64 *n = bpf_map_lookup_elem(&capture_counts, &tgid);
+	if (!n) {
+		__u64 *lost = dl_counter(2);
+		if (lost)
+			*lost = 1;
+		return;
+	}
+	__u8 one = 1;
+	/* Counted once per stream; a capture that cannot be keyed (map full) is counted
+	 * without a key, so the count never drops to 0 for this process. */
+	if (bpf_map_update_elem(&captures, &k, &one, BPF_NOEXIST) == 0 ||
+	    bpf_map_lookup_elem(&captures, &k) == 0)
+		__sync_fetch_and_add(n, 1);
+}
+
+/* The capture of stream `stream` of process `tgid` ended (or never began). */
+static __always_inline void capture_ends(__u32 tgid, __u64 stream)
+{
+	struct cap_key k = { .tgid = tgid, .stream = stream };
+	__u64 *n = bpf_map_lookup_elem(&capture_counts, &tgid);
+	if (bpf_map_delete_elem(&captures, &k) == 0 && n && *n > 0)
+		__sync_fetch_and_add(n, -1);
+}
+
+static __always_inline __u64 dl_next_seq(void)
+{
+	__u64 *c = dl_counter(0);
+	return c ? __sync_fetch_and_add(c, 1) + 1 : 0;
+}
+
+static __always_inline int dl_any_pending(void)
+{
+	__u64 *c = dl_counter(1);
+	return c && *c > 0;
+}
+
+static __always_inline __u64 thread_gen(__u64 pid_tgid)
+{
+	__u64 *g = bpf_map_lookup_elem(&ctx_gens, &pid_tgid);
+	return g ? *g : 0;
+}
+
+/* The generation a download of this thread is remembered with: never 0 (a thread seen
+ * first gets a fresh one), so that a later thread with the same id (its entry deleted at
+ * the first one's exit) never completes it by a call at generation 0. 0 when none could be
+ * noted (the download is then not remembered). */
+static __always_inline __u64 download_gen(__u64 pid_tgid)
+{
+	__u64 g = thread_gen(pid_tgid);
+	if (g)
+		return g;
+	g = dl_next_seq();
+	if (g == 0 || bpf_map_update_elem(&ctx_gens, &pid_tgid, &g, BPF_NOEXIST))
+		return 0;
+	return g;
+}
+
+/* The stream a call names: 0 is the legacy stream (1), or the per-thread one (2) in the
+ * _ptsz forms. */
+static __always_inline __u64 dl_stream(__u64 stream, __u16 func)
+{
+	if (stream != 0)
+		return stream;
+	int ptsz = func == PW_FN_cuMemcpyDtoHAsync_v2_ptsz ||
+		   func == PW_FN_cuStreamSynchronize_ptsz || func == PW_FN_cuStreamQuery_ptsz ||
+		   func == PW_FN_cuEventRecord_ptsz || func == PW_FN_cuEventRecordWithFlags_ptsz ||
+		   func == PW_FN_cuStreamBeginCapture_ptsz ||
+		   func == PW_FN_cuStreamBeginCapture_v2_ptsz ||
+		   func == PW_FN_cuStreamBeginCaptureToGraph_ptsz ||
+		   func == PW_FN_cuStreamEndCapture_ptsz;
+	return ptsz ? 2 : 1;
+}
+
+/* cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s) and _ptsz, with
+ * `--fingerprint`: the entry counts the hit and keeps the arguments (as
+ * copy_dtoh_fp_entry). */
+SEC("uprobe")
+int BPF_KPROBE(copy_dtoh_async_fp_entry, __u64 dst, __u64 src, __u64 n, __u64 stream)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if (!cuda_traced(pid_tgid >> 32))
+		return 0;
+	__u16 func = bpf_get_attach_cookie(ctx);
+	count_hit(func);
+	struct copy_entry entry = {
+		.ts_ns = bpf_ktime_get_ns(),
+		.call_site = entry_return_address(ctx),
+		.dst = dst,
+		.src = src,
+		.bytes = n,
+		.stream = stream,
+	};
+	if (n == 0 || bpf_map_update_elem(&dtoh_calls, &pid_tgid, &entry, BPF_NOEXIST))
+		return send_copy_fp(ctx, func, dst, src, n, stream, PW_MEM_HOST, PW_MEM_DEVICE, 1,
+				    PW_FP_UNTRACKED, dst, NULL);
+	return 0;
+}
+
+/* The return: a download the driver accepted is remembered as pending (or, the map full,
+ * reported untracked); a failed one is reported without a fingerprint. */
+SEC("uretprobe")
+int copy_dtoh_async_fp_return(struct pt_regs *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct copy_entry *e = bpf_map_lookup_elem(&dtoh_calls, &pid_tgid);
+	if (!e)
+		return 0;
+	struct copy_entry entry = *e;
+	bpf_map_delete_elem(&dtoh_calls, &pid_tgid);
+	__u16 func = bpf_get_attach_cookie(ctx);
+	int how = 0;
+	__u64 gen = 0;
+	if (PT_REGS_RC(ctx) == 0 && (capturing(pid_tgid >> 32) || !(gen = download_gen(pid_tgid)))) {
+		how = PW_FP_UNTRACKED;
+	} else if (PT_REGS_RC(ctx) == 0) {
+		struct dl_key key = {
+			.tgid = pid_tgid >> 32,
+			.tid = (__u32)pid_tgid,
+			.ts_ns = entry.ts_ns,
+		};
+		struct dl_pending p = {
+			.dst = entry.dst,
+			.src = entry.src,
+			.bytes = entry.bytes,
+			.stream = dl_stream(entry.stream, func),
+			.seq = dl_next_seq(),
+			.gen = gen,
+		};
+		__u64 *count = dl_counter(1);
+		how = PW_FP_UNTRACKED;
+		if (count) {
+			__sync_fetch_and_add(count, 1);
+			if (bpf_map_update_elem(&async_dls, &key, &p, BPF_NOEXIST) == 0)
+				how = PW_FP_PENDING;
+			else
+				__sync_fetch_and_add(count, -1);
+		}
+	}
+	return send_copy_fp(ctx, func, entry.dst, entry.src, entry.bytes, entry.stream,
+			    PW_MEM_HOST, PW_MEM_DEVICE, 1, how, entry.dst, &entry);
+}
+
+/* What completes (or gives up) pending downloads: mode DL_STREAM, those of the process on
+ * `stream` with seq <= max_seq (on a default stream, of thread `tid` at generation `gen`
+ * only); DL_CTX, those of thread `tid` at generation `gen` on a default stream; DL_DROP,
+ * all of the process's (any_stream) or those on `stream`, without a fingerprint. */
+#define DL_STREAM 0
+#define DL_CTX 1
+#define DL_DROP 2
+/* A call hashes every download it completed (at most PW_MAX_ASYNC_DLS): the work is the
+ * same as if each had been a synchronous download. */
+
+struct dl_match {
+	__u64 stream;
+	__u64 max_seq;
+	__u64 gen;
+	__u32 tgid;
+	__u32 tid;
+	__u32 mode;
+	__u32 any_stream;
+	__u16 func;
+	__u16 _pad0;
+};
+
+static long dl_visit(void *map, struct dl_key *key, struct dl_pending *p,
+		     struct dl_match *m)
+{
+	if (key->tgid != m->tgid)
+		return 0;
+	int fits;
+	if (m->mode == DL_DROP) {
+		fits = m->any_stream || p->stream == m->stream;
+	} else {
+		int dflt = p->stream <= 2;
+		if (m->mode == DL_CTX)
+			fits = dflt && key->tid == m->tid && p->gen == m->gen;
+		else
+			fits = p->stream == m->stream && p->seq <= m->max_seq &&
+			       (!dflt || (key->tid == m->tid && p->gen == m->gen));
+	}
+	if (!fits)
+		return 0;
+	/* With the ring buffer full, a completed download is given up, not kept: by a later
+	 * call the program may have written its buffer. */
+	struct pw_late_fp_event *ev = 0;
+	if (m->mode != DL_DROP)
+		ev = reserve(sizeof(*ev));
+	if (ev) {
+		fill_header(&ev->h, PW_EV_LATE_FP, m->func);
+		ev->copy_ts_ns = key->ts_ns;
+		ev->copy_tid = key->tid;
+		ev->_pad0 = 0;
+		read_fp(&ev->fp, p->dst, p->bytes, p->src);
+		submit(ev, 0);
+	}
+	if (bpf_map_delete_elem(&async_dls, key) == 0) {
+		__u64 *count = dl_counter(1);
+		if (count)
+			__sync_fetch_and_add(count, -1);
+	}
+	return 0;
+}
+
+static __always_inline void dl_complete(struct dl_match *m)
+{
+	if (!dl_any_pending())
+		return;
+	bpf_for_each_map_elem(&async_dls, dl_visit, m, 0);
+}
+
+/* Entry of the stream, event and context calls: the arguments, for the return. */
+SEC("uprobe")
+int BPF_KPROBE(sync_entry, __u64 arg0, __u64 arg1)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if (!is_traced(pid_tgid >> 32))
+		return 0;
+	__u16 func = bpf_get_attach_cookie(ctx);
+	/* Only event records and captures matter when nothing is pending. */
+	int always = func == PW_FN_cuEventRecord || func == PW_FN_cuEventRecord_ptsz ||
+		     func == PW_FN_cuEventRecordWithFlags ||
+		     func == PW_FN_cuEventRecordWithFlags_ptsz ||
+		     (func >= PW_FN_cuStreamBeginCapture && func <= PW_FN_cuStreamEndCapture_ptsz);
+	if (!always && !dl_any_pending())
+		return 0;
+	struct sync_entry e = { .arg0 = arg0, .arg1 = arg1, .func = func };
+	bpf_map_update_elem(&sync_calls, &pid_tgid, &e, BPF_ANY);
+	if (func >= PW_FN_cuStreamBeginCapture && func <= PW_FN_cuStreamBeginCaptureToGraph_ptsz)
+		/* Noted before the capture begins (another thread's copy captured the moment it
+		 * began is seen as captured); taken back at the return if it failed. */
+		capture_begins(pid_tgid >> 32, dl_stream(arg0, func));
+	return 0;
+}
+
+SEC("uretprobe")
+int sync_return(struct pt_regs *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct sync_entry *p = bpf_map_lookup_elem(&sync_calls, &pid_tgid);
+	if (!p)
+		return 0;
+	struct sync_entry e = *p;
+	__u16 func = bpf_get_attach_cookie(ctx);
+	if (e.func != func)
+		return 0;
+	bpf_map_delete_elem(&sync_calls, &pid_tgid);
+	/* Whatever cuStreamEndCapture returned, the capture is over; a failed begin began
+	 * none. */
+	if (func == PW_FN_cuStreamEndCapture || func == PW_FN_cuStreamEndCapture_ptsz ||
+	    (func >= PW_FN_cuStreamBeginCapture &&
+	     func <= PW_FN_cuStreamBeginCaptureToGraph_ptsz && PT_REGS_RC(ctx) != 0)) {
+		capture_ends(pid_tgid >> 32, dl_stream(e.arg0, func));
+		return 0;
+	}
+	/* CUDA_SUCCESS: the stream or event is complete, the record made, the capture begun. */
+	if (PT_REGS_RC(ctx) != 0)
+		return 0;
+	struct dl_match m = {
+		.tgid = pid_tgid >> 32,
+		.tid = (__u32)pid_tgid,
+		.gen = thread_gen(pid_tgid),
+		.max_seq = ~0ULL,
+		.func = func,
+	};
+	switch (func) {
+	case PW_FN_cuEventRecord:
+	case PW_FN_cuEventRecord_ptsz:
+	case PW_FN_cuEventRecordWithFlags:
+	case PW_FN_cuEventRecordWithFlags_ptsz: {
+		struct ev_key k = { .tgid = m.tgid, .event = e.arg0 };
+		if (capturing(m.tgid)) {
+			/* Perhaps a captured record: the event completes nothing until recorded
+			 * again outside a capture. */
+			bpf_map_delete_elem(&ev_records, &k);
+			return 0;
+		}
+		struct ev_record r = {
+			.stream = dl_stream(e.arg1, func),
+			.seq = dl_next_seq(),
+			.gen = m.gen,
+			.tid = m.tid,
+		};
+		bpf_map_update_elem(&ev_records, &k, &r, BPF_ANY);
+		return 0;
+	}
+	case PW_FN_cuEventSynchronize:
+	case PW_FN_cuEventQuery: {
+		struct ev_key k = { .tgid = m.tgid, .event = e.arg0 };
+		struct ev_record *r = bpf_map_lookup_elem(&ev_records, &k);
+		if (!r)
+			return 0;
+		m.mode = DL_STREAM;
+		m.stream = r->stream;
+		m.max_seq = r->seq;
+		m.gen = r->gen;
+		m.tid = r->tid;
+		break;
+	}
+	case PW_FN_cuCtxSynchronize:
+		m.mode = DL_CTX;
+		break;
+	default:
+		/* cuStreamSynchronize, cuStreamQuery and their _ptsz forms. */
+		m.mode = DL_STREAM;
+		m.stream = dl_stream(e.arg0, func);
+		break;
+	}
+	dl_complete(&m);
+	return 0;
+}
+
+/* cuEventDestroy_v2(CUevent): its record is forgotten (the handle may come back). */
+SEC("uprobe")
+int BPF_KPROBE(event_destroy, __u64 event)
+{
+	__u32 tgid = current_tgid();
+	if (!is_traced(tgid))
+		return 0;
+	struct ev_key k = { .tgid = tgid, .event = event };
+	bpf_map_delete_elem(&ev_records, &k);
+	return 0;
+}
+
+/* cuStreamDestroy_v2(CUstream): downloads pending on it are given up (its work goes on,
+ * and its handle may be a new stream's). */
+SEC("uprobe")
+int BPF_KPROBE(stream_destroy, __u64 stream)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if (!is_traced(pid_tgid >> 32))
+		return 0;
+	struct dl_match m = {
+		.tgid = pid_tgid >> 32,
+		.mode = DL_DROP,
+		.stream = stream,
+	};
+	/* Its default-stream handles name no stream to destroy; be safe all the same. */
+	m.any_stream = stream <= 2;
+	dl_complete(&m);
+	return 0;
+}
+
+/* cuCtxSetCurrent, cuCtxPushCurrent_v2, cuCtxPopCurrent_v2: the thread's default streams
+ * may be another context's from now on (a new generation); cuCtxDestroy_v2 and the primary
+ * context's release and reset (entry): also every pending download of the process is given
+ * up (it may have been that context's). */
+SEC("uprobe")
+int ctx_change(struct pt_regs *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if (!is_traced(pid_tgid >> 32))
+		return 0;
+	__u64 gen = dl_next_seq();
+	__u16 func = bpf_get_attach_cookie(ctx);
+	/* A change that cannot be noted (map full) gives up the process's pending downloads
+	 * too: one issued before it must not be completed by a call after it. */
+	int noted = bpf_map_update_elem(&ctx_gens, &pid_tgid, &gen, BPF_ANY) == 0;
+	if (noted && (func == PW_FN_cuCtxSetCurrent || func == PW_FN_cuCtxPushCurrent_v2 ||
+		      func == PW_FN_cuCtxPopCurrent_v2))
+		return 0;
+	struct dl_match m = {
+		.tgid = pid_tgid >> 32,
+		.mode = DL_DROP,
+		.any_stream = 1,
+	};
+	dl_complete(&m);
+	return 0;
 }
 
 /* cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) and _ptds: direction from the
@@ -1809,9 +2351,19 @@ int on_exit(struct tp_sched_process_exit *ctx)
 	bpf_map_delete_elem(&pending, &pid_tgid);
 	bpf_map_delete_elem(&mmap_calls, &pid_tgid);
 	bpf_map_delete_elem(&dtoh_calls, &pid_tgid);
+	bpf_map_delete_elem(&sync_calls, &pid_tgid);
+	bpf_map_delete_elem(&ctx_gens, &pid_tgid);
 	if (!ctx->group_dead)
 		return 0;
+	/* Its pending downloads go (user space counts them unknown at the exit record). */
+	struct dl_match m = {
+		.tgid = tgid,
+		.mode = DL_DROP,
+		.any_stream = 1,
+	};
+	dl_complete(&m);
 	bpf_map_delete_elem(&traced_tgids, &tgid);
+	bpf_map_delete_elem(&capture_counts, &tgid);
 	count_hit(PW_FN_sched_process_exit);
 	struct pw_proc_event *p = reserve(sizeof(*p));
 	if (!p)
@@ -1839,6 +2391,13 @@ int on_exec(struct tp_sched_process_exec *ctx)
 	if (!is_traced(current_tgid()))
 		return 0;
 	count_hit(PW_FN_sched_process_exec);
+	/* A new program: the old one's pending downloads go (unknown in user space). */
+	struct dl_match m = {
+		.tgid = current_tgid(),
+		.mode = DL_DROP,
+		.any_stream = 1,
+	};
+	dl_complete(&m);
 	struct pw_proc_event *p = reserve(sizeof(*p));
 	if (!p)
 		return 0;

@@ -78,6 +78,9 @@ enum pw_kind {
 	/* A host-to-device copy with the sampled lines of its source (struct
 	 * pw_copy_fp_event), instead of PW_EV_COPY, with `--fingerprint`. */
 	PW_EV_COPY_FP = 22,
+	/* The fingerprint of an asynchronous download, made when a call that guarantees the
+	 * download completed returned (struct pw_late_fp_event), with `--fingerprint`. */
+	PW_EV_LATE_FP = 23,
 };
 
 /*
@@ -180,6 +183,37 @@ enum pw_func {
 	PW_FN_mi_realloc_aligned,
 	PW_FN_mi_posix_memalign,
 	PW_FN_mi_aligned_alloc,
+	/* Stream, event and context calls, probed with `--fingerprint` only: they tell when
+	 * asynchronous downloads completed (see "asynchronous downloads" in pinwise.bpf.c). */
+	PW_FN_cuStreamSynchronize,
+	PW_FN_cuStreamSynchronize_ptsz,
+	PW_FN_cuStreamQuery,
+	PW_FN_cuStreamQuery_ptsz,
+	PW_FN_cuCtxSynchronize,
+	PW_FN_cuEventRecord,
+	PW_FN_cuEventRecord_ptsz,
+	PW_FN_cuEventRecordWithFlags,
+	PW_FN_cuEventRecordWithFlags_ptsz,
+	PW_FN_cuEventSynchronize,
+	PW_FN_cuEventQuery,
+	PW_FN_cuEventDestroy_v2,
+	PW_FN_cuStreamDestroy_v2,
+	PW_FN_cuCtxSetCurrent,
+	PW_FN_cuCtxPushCurrent_v2,
+	PW_FN_cuCtxPopCurrent_v2,
+	PW_FN_cuCtxDestroy_v2,
+	PW_FN_cuDevicePrimaryCtxRelease,
+	PW_FN_cuDevicePrimaryCtxRelease_v2,
+	PW_FN_cuDevicePrimaryCtxReset,
+	PW_FN_cuDevicePrimaryCtxReset_v2,
+	PW_FN_cuStreamBeginCapture,
+	PW_FN_cuStreamBeginCapture_ptsz,
+	PW_FN_cuStreamBeginCapture_v2,
+	PW_FN_cuStreamBeginCapture_v2_ptsz,
+	PW_FN_cuStreamBeginCaptureToGraph,
+	PW_FN_cuStreamBeginCaptureToGraph_ptsz,
+	PW_FN_cuStreamEndCapture,
+	PW_FN_cuStreamEndCapture_ptsz,
 	PW_FN_COUNT,
 };
 
@@ -362,7 +396,11 @@ struct pw_range_event {
 #define PW_FP_LINES 8
 #define PW_FP_LINE 64
 struct pw_fp {
-	/* 0: not attempted; 1: every line read; 2: a read failed (a page not present). */
+	/* 0: not attempted; 1: every line read; 2: a read failed (a page not present);
+	 * PW_FP_PENDING: an asynchronous download whose bytes are not there yet, remembered
+	 * until a call guarantees it completed (a PW_EV_LATE_FP record then carries its
+	 * fingerprint); PW_FP_UNTRACKED: such a download that could not be remembered (too many
+	 * pending): its content stays unknown. */
 	__u32 state;
 	/* The hash of every byte (`--fingerprint full`, or a copy chosen for the check in
 	 * sampled mode): PW_FP_FULL_NONE, _DONE (in `full`), _FAILED (a page could not be read:
@@ -378,10 +416,23 @@ struct pw_fp {
 #define PW_FP_FULL_DONE 1
 #define PW_FP_FULL_FAILED 2
 #define PW_FP_FULL_OVER_CAP 3
+#define PW_FP_PENDING 3
+#define PW_FP_UNTRACKED 4
 
 /* A host-to-device copy with its fingerprint lines. */
 struct pw_copy_fp_event {
 	struct pw_copy_event copy;
+	struct pw_fp fp;
+};
+
+/* The fingerprint of an asynchronous download (PW_EV_LATE_FP), read from its host buffer at
+ * the return of a call that guarantees the download completed (h: that call). */
+struct pw_late_fp_event {
+	struct pw_header h;
+	/* The download's own copy record: its timestamp (h.ts_ns) and thread. */
+	__u64 copy_ts_ns;
+	__u32 copy_tid;
+	__u32 _pad0;
 	struct pw_fp fp;
 };
 
@@ -473,6 +524,7 @@ struct pw_abi {
 	struct pw_range_event range;
 	struct pw_copy_stack_event copy_stack;
 	struct pw_copy_fp_event copy_fp;
+	struct pw_late_fp_event late_fp;
 	struct pw_release_event release;
 	struct pw_pin_event pin;
 	struct pw_fault_event fault;

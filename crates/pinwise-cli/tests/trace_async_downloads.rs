@@ -1,0 +1,107 @@
+//! `pinwise trace --fingerprint`: asynchronous downloads are fingerprinted when a call that
+//! guarantees their completion returns (stream, context and event synchronization, stream
+//! and event queries answering CUDA_SUCCESS), on
+//! `crates/pinwise-preload/tests/programs/async_sync_kinds.c` (whose comment lists the
+//! copies): each kind of completion finds its buffer's one redundant download of three; a
+//! download that an event recorded before it, another stream's synchronization and a query
+//! answering "not ready" must not complete is hashed only at its own stream's
+//! synchronization (else its stale bytes would be called redundant); one captured into a
+//! graph (it does not run) and one never synchronized are unknown. The same counts as `pinwise run` reports for the program
+//! (`crates/pinwise-preload/tests/async_downloads.rs`). Against the libcuda stand-in (a TEST
+//! FIXTURE). Needs root for BPF.
+
+use std::path::Path;
+
+use pinwise_core::fingerprint::Redundancy;
+use pinwise_core::load_history;
+use pinwise_testkit::{compile_c, require_bpf, StandinLibs};
+
+const K64: u64 = 64 << 10;
+
+#[test]
+fn asynchronous_downloads_are_fingerprinted_at_the_call_that_completes_them() {
+    let name = "asynchronous_downloads_are_fingerprinted_at_the_call_that_completes_them";
+    if !require_bpf(name) {
+        return;
+    }
+    let libs = StandinLibs::new();
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("async_sync_kinds");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../pinwise-preload/tests/programs/async_sync_kinds.c");
+    compile_c(&src, &exe, &libs.cuda_link_args());
+    let plain = libs.command(&exe).output().unwrap();
+    assert!(plain.status.success(), "plain run");
+    for (i, flags) in [
+        &["--fingerprint", "full"][..],
+        &["--fingerprint", "sampled", "--fingerprint-check", "0"][..],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let what = format!("{flags:?}");
+        let out = dir.path().join(format!("t{i}.bin"));
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_pinwise"))
+            .env("LD_LIBRARY_PATH", libs.ld_library_path())
+            .arg("trace")
+            .args(flags)
+            .arg("-o")
+            .arg(&out)
+            .arg("--")
+            .arg(&exe)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{what}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert_eq!(output.stdout, plain.stdout, "{what}: the program's results");
+        let h = load_history(&out).unwrap();
+        // S, R0..R4, U, W, C: the 64 KiB host buffers, in allocation order.
+        let bufs: Vec<Option<Redundancy>> = h
+            .allocations()
+            .filter(|a| a.size() == K64 && a.kind().pinned_from_start())
+            .map(|a| a.redundancy().copied())
+            .collect();
+        assert_eq!(bufs.len(), 9, "{what}: S, R0..R4, U, W, C");
+        let s = bufs[0].expect("S's uploads");
+        assert_eq!((s.uploads, s.redundant_uploads), (15, 0), "{what}: S");
+        for (k, r) in bufs[1..6].iter().enumerate() {
+            let r = r.unwrap_or_else(|| panic!("{what}: R{k} fingerprinted"));
+            assert_eq!(
+                (
+                    r.downloads,
+                    r.redundant_downloads,
+                    r.redundant_download_bytes,
+                    r.first_download
+                ),
+                (3, 1, K64, Some((2, 1))),
+                "{what}: R{k}"
+            );
+        }
+        assert!(bufs[6].is_none(), "{what}: U never completed: no verdict");
+        let w = bufs[7].expect("W's downloads");
+        assert_eq!((w.downloads, w.redundant_downloads), (2, 0), "{what}: W");
+        // C's second download was captured into a graph: it did not run (unknown).
+        let c = bufs[8].expect("C's downloads");
+        assert_eq!((c.downloads, c.redundant_downloads), (1, 0), "{what}: C");
+        let st = h.fingerprint_stats();
+        assert_eq!(
+            (st.uploads, st.downloads, st.skipped),
+            (15, 18, 2),
+            "{what}: {st:?}"
+        );
+        let stat = |k: &str| h.source_stats().get(k).copied();
+        assert_eq!(
+            stat("tracer.fingerprint_async_downloads"),
+            Some(18),
+            "{what}"
+        );
+        assert_eq!(
+            stat("tracer.fingerprint_async_downloads_unknown"),
+            Some(2),
+            "{what}"
+        );
+    }
+}
