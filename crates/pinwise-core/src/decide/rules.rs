@@ -600,7 +600,15 @@ mod tests {
             Serve::new(false, Basis::ProgramAskedButCold)
         );
         assert_eq!(
-            serve(ask, Some(Advised::Pin), never, never, GUESS_NONE, never, never),
+            serve(
+                ask,
+                Some(Advised::Pin),
+                never,
+                never,
+                GUESS_NONE,
+                never,
+                never
+            ),
             Serve::new(true, Basis::AdvisedPin),
             "a profile's advice comes first"
         );
