@@ -31,6 +31,8 @@ pub mod env {
     pub const DUMP_SIGNAL: &str = "PINWISE_DUMP_SIGNAL";
     /// Serve every pinned request pinned.
     pub const KEEP_PINNED: &str = "PINWISE_KEEP_PINNED";
+    /// Serve a program's pinned requests without evidence pageable first (opt-in).
+    pub const PAGEABLE_FIRST: &str = "PINWISE_PAGEABLE_FIRST";
     /// Register hot pageable buffers of the program.
     pub const PROMOTE_PAGEABLE: &str = "PINWISE_PROMOTE_PAGEABLE";
     /// Hand out driver wrappers through `dlsym`/`cuGetProcAddress`.
@@ -113,6 +115,12 @@ pub struct Config {
     pub dump_signal: Option<i32>,
     /// Serve every pinned request pinned.
     pub keep_pinned: bool,
+    /// Serve a program's pinned requests of 1 MiB or more without evidence pageable first,
+    /// registered once their own copies show them hot (`pinwise_core::decide::earn`). Off by
+    /// default: a kernel that reads pinned memory through its host pointer (all pinned
+    /// memory is device-accessible under unified addressing) would fault on a buffer served
+    /// pageable, and a cold buffer's copies run at pageable speed.
+    pub pageable_first: bool,
     /// Register hot pageable buffers of the program in place.
     pub promote_pageable: bool,
     /// Hand out driver wrappers through `dlsym` and `cuGetProcAddress`.
@@ -160,6 +168,7 @@ impl Config {
         };
         let disabled = flag(env::DISABLE, false);
         let keep_pinned = flag(env::KEEP_PINNED, false);
+        let pageable_first = flag(env::PAGEABLE_FIRST, false);
         let promote_pageable = flag(env::PROMOTE_PAGEABLE, true);
         let driver_hooks = flag(env::DRIVER_HOOKS, true);
         // Read when the library is loaded (crate::malloc); checked here to report them.
@@ -279,6 +288,7 @@ impl Config {
             log_level,
             dump_signal,
             keep_pinned,
+            pageable_first,
             promote_pageable,
             driver_hooks,
             launcher_pid,

@@ -2,7 +2,9 @@
 //!
 //! - Pinned requests go to pinwise-alloc's [`Engine`]: a pooled pinned block, or (for a
 //!   request the profile advises pageable, or whose call site's earlier allocations turned
-//!   out cold) pageable memory. Without such evidence a request of 1 MiB or more is served
+//!   out cold) pageable memory. Without such evidence it is served pinned, unless
+//!   `PINWISE_PAGEABLE_FIRST` is set (opt-in: a kernel that reads pinned memory through its
+//!   host pointer would fault on a pageable buffer); then a request of 1 MiB or more is served
 //!   pageable first, and registered in place once its own copies show it hot, or once the
 //!   buffers kept pageable cost more than the slowdown bound allows
 //!   ([`pinwise_core::decide::earn`], `Pinning::earn`): a framework asks for pinned memory
@@ -111,7 +113,7 @@ pub struct Pinning {
     /// look them up).
     pageable_live: AtomicUsize,
     /// Whether a program's pinned request without evidence is served pageable first
-    /// ([`earn`]; not under `PINWISE_KEEP_PINNED`).
+    /// ([`earn`]; only under `PINWISE_PAGEABLE_FIRST`, never under `PINWISE_KEEP_PINNED`).
     pageable_first: bool,
     /// Those served pageable first and not yet registered: what their copies showed.
     earning: Mutex<std::collections::HashMap<usize, earn::Earning>>,
@@ -186,7 +188,7 @@ impl Pinning {
             policy,
             served: RwLock::new(ServedBook::default()),
             pageable_live: AtomicUsize::new(0),
-            pageable_first: !config.keep_pinned,
+            pageable_first: config.pageable_first && !config.keep_pinned,
             earning: Mutex::new(std::collections::HashMap::new()),
             earning_live: AtomicUsize::new(0),
             served_copies: AtomicU64::new(0),

@@ -129,11 +129,8 @@ fn pinned_buffers_come_from_the_pool_and_copies_are_byte_exact() {
         !pool.connection_lost && pool.service_clients_max >= 1,
         "{pool:?}"
     );
-    // The pool's buffers served pinned (as CUDA would), the 1 MiB one pageable first
-    // (pinwise_core::decide::earn, as without --pool), and every copy recorded, on the
-    // pool's buffers too.
-    assert_eq!(run.process()["served_pinned"], 2, "{}", run.process());
-    assert_eq!(run.process()["served_pageable"], 1, "{}", run.process());
+    // Served pinned (as CUDA would), and every copy recorded, on the pool's buffers too.
+    assert_eq!(run.process()["served_pinned"], 3, "{}", run.process());
     assert_eq!(big_pinned_allocations(&run.history), 2);
     assert_eq!(
         common::transfers(&run.history, pinwise_core::Direction::HtoD),
@@ -245,9 +242,9 @@ fn without_a_service_the_run_is_plain_and_the_fallback_counted() {
         reason.contains("no pinwise pool at") && reason.contains("nobody.sock"),
         "{reason}"
     );
-    // Served in-process as without --pool: pageable first (pinwise_core::decide::earn).
-    assert_eq!(run.process()["served_pageable"], 3, "{}", run.process());
-    assert_eq!(big_pinned_allocations(&run.history), 0);
+    // Served in-process, pinned, as without --pool.
+    assert_eq!(run.process()["served_pinned"], 3, "{}", run.process());
+    assert_eq!(big_pinned_allocations(&run.history), 2);
 }
 
 /// Waits for `path` to exist.

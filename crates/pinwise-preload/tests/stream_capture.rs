@@ -33,7 +33,17 @@ fn a_capture_on_promoted_buffers_succeeds_and_replays_the_same_bytes() {
             &exe,
             // The program pins memory itself: its hot buffers are registered beside it
             // only within a budget given (pinwise_core::decide::ceiling).
-            &["--mode", mode, "--profile", profile, "--budget", "1G"],
+            // `--pageable-first`: the program's 1 MiB and 2 MiB pinned requests are served
+            // pageable first, so the registration before the capture is tested too.
+            &[
+                "--mode",
+                mode,
+                "--profile",
+                profile,
+                "--budget",
+                "1G",
+                "--pageable-first",
+            ],
             &format!("capture-{mode}.bin"),
         );
         assert_eq!(

@@ -92,6 +92,13 @@ pub struct RunArgs {
     #[arg(long)]
     pub keep_pinned: bool,
 
+    /// Serve the program's pinned requests of 1 MiB or more pageable first (adaptive and
+    /// profile modes), registered in place once their own copies show them hot: cold pinned
+    /// buffers stay pageable. Opt-in: a kernel that reads pinned memory through its host
+    /// pointer faults on a buffer served pageable, and cold buffers copy at pageable speed.
+    #[arg(long, conflicts_with = "keep_pinned")]
+    pub pageable_first: bool,
+
     /// Never register the program's own pageable buffers.
     #[arg(long)]
     pub no_promote: bool,
@@ -347,6 +354,10 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     command.env(
         "PINWISE_KEEP_PINNED",
         if args.keep_pinned { "1" } else { "0" },
+    );
+    command.env(
+        "PINWISE_PAGEABLE_FIRST",
+        if args.pageable_first { "1" } else { "0" },
     );
     command.env(
         "PINWISE_PROMOTE_PAGEABLE",

@@ -36,7 +36,9 @@
 //! its bursts, however much one burst moves. Within one run the rule is never worse than
 //! twice the best choice in hindsight.
 //!
-//! **Never slower than plain by more than [`SLOWDOWN_BOUND`].** Keeping buffers pageable
+//! **Bounded, as the cost model estimates it, by [`SLOWDOWN_BOUND`]** (an estimate from the
+//! cost model, not a measured bound: on the H100 torch_mixed's cold copies ran 3.7× slower
+//! than pinned, `bench/results/gpu-frameworks.md`, sixth session). Keeping buffers pageable
 //! costs time; the savings they forgo are summed for the process (`spent`). While `spent`
 //! exceeds [`SLOWDOWN_BOUND`] of the time since the first such buffer was served, plus what
 //! pinwise's own promotions saved meanwhile (`credit`), the buffer being copied is
@@ -48,13 +50,16 @@
 //! budget runs out (each once). Buffers moved more rarely, or steps longer, keep more of
 //! them pageable.
 //!
-//! **Semantics.** A buffer served pageable for a pinned request behaves as pinned memory
-//! wherever the program could tell: it is registered before a pointer query about it is
+//! **Semantics, and why this is opt-in** (`PINWISE_PAGEABLE_FIRST`). A buffer served pageable
+//! for a pinned request behaves as pinned memory wherever pinwise can see the program use
+//! it: it is registered before a pointer query about it is
 //! answered, before a CUDA graph capture begins (a copy captured into a graph must be from
 //! page-locked memory, and registering during a capture may invalidate it), and requests
 //! made while a capture is open are served pinned. An asynchronous copy from pageable
 //! memory is done, or staged, when the call returns: a stronger promise than pinned
-//! memory's, so the program's results cannot change. A registration is made once and held
+//! memory's. What pinwise cannot see is a kernel reading the buffer through its host
+//! pointer: under unified addressing all pinned memory is device-accessible that way, and
+//! such a kernel faults on a buffer served pageable. A registration is made once and held
 //! until the program frees the buffer.
 
 use crate::decide::rules::pays_to_promote;
