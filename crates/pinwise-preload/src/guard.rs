@@ -85,6 +85,8 @@ fn thread_pointer() -> usize {
         std::arch::asm!("mov {}, qword ptr fs:[0]", out(reg) tp, options(nostack, readonly, preserves_flags))
     };
     #[cfg(target_arch = "aarch64")]
+    // SAFETY: reads TPIDR_EL0, the thread pointer register; no memory access, no other
+    // effect.
     unsafe {
         std::arch::asm!("mrs {}, tpidr_el0", out(reg) tp, options(nostack, nomem, preserves_flags))
     };
@@ -106,8 +108,10 @@ pub fn learn_static_tls(preloaded: bool) {
     }
 }
 
-/// Whether this library was loaded through `LD_PRELOAD` (an entry of it names a file of
-/// this library's name).
+/// Whether this library was loaded through `LD_PRELOAD`: an entry of it is exactly the path
+/// the loader knows this object by. (The loader loads one path once: a `dlopen` of that path
+/// returns this same, preloaded object. Another copy of the library, under another path, is
+/// not taken for it; nor is an entry without a slash, which the loader searched for.)
 pub fn preloaded() -> bool {
     // SAFETY: an all-zero Dl_info is valid (null pointers); it is an out-parameter.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
@@ -125,18 +129,16 @@ pub fn preloaded() -> bool {
     }
     // SAFETY: a NUL-terminated string of the environment.
     let list = unsafe { std::ffi::CStr::from_ptr(list) }.to_bytes();
-    names_file(list, own)
+    names_path(list, own)
 }
 
 /// Whether `LD_PRELOAD`'s value `list` (entries separated by spaces or colons) has an entry
-/// with the file name of `own` (a path).
-fn names_file(list: &[u8], own: &[u8]) -> bool {
-    let base = |p: &[u8]| p.rsplit(|b| *b == b'/').next().unwrap_or(p).to_vec();
-    let own = base(own);
-    !own.is_empty()
+/// that is exactly the path `own`, which has a slash.
+fn names_path(list: &[u8], own: &[u8]) -> bool {
+    own.contains(&b'/')
         && list
             .split(|b| *b == b' ' || *b == b':')
-            .any(|e| !e.is_empty() && base(e) == own)
+            .any(|e| !e.is_empty() && e == own)
 }
 
 /// The offset of a thread-local at `at` from the thread pointer `tp`, if it is close
@@ -308,13 +310,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_preload_list_is_matched_by_file_name() {
+    fn the_preload_list_is_matched_by_the_exact_path() {
         let own = b"/opt/pinwise/lib/libpinwise_preload.so";
-        assert!(names_file(b"/x/libpinwise_preload.so", own));
-        assert!(names_file(b"liba.so:/y/libpinwise_preload.so libb.so", own));
-        assert!(!names_file(b"/x/libpinwise_preload.so.bak", own));
-        assert!(!names_file(b"", own));
-        assert!(!names_file(b"::", b""));
+        assert!(names_path(b"/opt/pinwise/lib/libpinwise_preload.so", own));
+        assert!(names_path(
+            b"liba.so:/opt/pinwise/lib/libpinwise_preload.so libb.so",
+            own
+        ));
+        // Another copy of the library under the same file name is not this object.
+        assert!(!names_path(b"/x/libpinwise_preload.so", own));
+        assert!(!names_path(b"libpinwise_preload.so", own));
+        assert!(!names_path(
+            b"/opt/pinwise/lib/libpinwise_preload.so.bak",
+            own
+        ));
+        assert!(!names_path(b"", own));
+        assert!(!names_path(b"::", b""));
+        assert!(!names_path(
+            b"libpinwise_preload.so",
+            b"libpinwise_preload.so"
+        ));
     }
 
     #[test]
@@ -343,6 +358,8 @@ mod tests {
         .unwrap();
         assert_eq!(other, 0, "another thread's own, initialized state");
         assert_eq!(THREAD.with(|t| t.sample_tick.get()), 41);
+        // Back to the loader's lookup: the other tests of this binary see what they saw.
+        TLS_OFFSET.store(0, Ordering::Relaxed);
     }
 
     #[test]

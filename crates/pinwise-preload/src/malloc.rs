@@ -188,7 +188,7 @@ pub fn record_alloc(caller: usize, ptr: *mut c_void, size: usize) -> bool {
                     Remembered::Miss(key) => (st.recorder.capture_stack(caller, key), true),
                 };
                 let took = pinwise_core::units::monotonic_ns().saturating_sub(t0);
-                crate::stack_budget::spent(took);
+                crate::stack_budget::spent(took, walked);
                 STACK_NS.fetch_add(took, Ordering::Relaxed);
                 if walked {
                     STACK_CAPTURES.fetch_add(1, Ordering::Relaxed);

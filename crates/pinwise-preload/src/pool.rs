@@ -14,8 +14,9 @@
 //!   every later answer at most 20 s (a hung service is given up, not waited for).
 //! - **Copies** whose host side lies in a pool buffer (one-dimensional host-to-device and
 //!   device-to-host) go to the service: the device allocation's CUDA IPC handle is sent
-//!   once (`DeviceCache`), the copy's stream is synchronized first (the whole context for
-//!   the synchronous forms), and the service answers when the bytes arrived. So an
+//!   once (`DeviceCache`), the whole context is synchronized first (the work a copy is
+//!   ordered after may be on another stream: the legacy default stream and blocking streams
+//!   wait for each other), and the service answers when the bytes arrived. So an
 //!   **asynchronous copy on a pool buffer is synchronous**: done when the call returns
 //!   (`async_made_sync` counts them).
 //! - **Every failure falls back** to what the program would get without the pool, and is
@@ -423,20 +424,23 @@ impl PoolUse {
                 s
             }
         });
-        // The copy must come after the work issued before it: its stream (or, for the
-        // synchronous forms, the context) is waited for. A stream being captured cannot
-        // be (nor could the copy be captured): registered here instead.
-        let synced = match stream {
-            Some(s) => {
-                if p.driver.capture_of(s) != StreamCapture::None {
-                    return self.fall_back(st, start);
-                }
-                p.driver.synchronize(s)
+        // The copy must come after the work issued before it. Its own stream is not
+        // enough: an operation on the legacy default stream waits for every blocking
+        // stream, and a blocking stream (the per-thread default one included) for the
+        // legacy stream, so the work the copy is ordered after may be on another stream.
+        // The whole context is waited for (the synchronous forms' rule too). A stream being
+        // captured cannot be waited for (nor could the copy be captured), and waiting for
+        // the context would break a capture open on another stream: registered here
+        // instead.
+        if let Some(s) = stream {
+            if p.driver.capture_of(s) != StreamCapture::None {
+                return self.fall_back(st, start);
             }
-            // Waiting for the whole context would break a capture open on another stream.
-            None if !crate::capture::none_open() => return self.fall_back(st, start),
-            None => p.driver.relaxed(ctx_synchronize),
-        };
+        }
+        if !crate::capture::none_open() {
+            return self.fall_back(st, start);
+        }
+        let synced = p.driver.relaxed(ctx_synchronize);
         if synced != CUDA_SUCCESS {
             // The program's stream is in error: its own CUDA answers the copy.
             return self.fall_back(st, start);
@@ -497,6 +501,11 @@ impl PoolUse {
 
     /// The counters, asking the service for its client count if the connection is free.
     fn stats(&self) -> PoolUseStats {
+        // Never waits for the connection: another thread may be in a service call (up to
+        // the call timeout), and these figures are written at exit and at each flush. When
+        // it is busy, the connection is up and the service's own figures are the last ones
+        // noted.
+        let mut connected = self.c.buffers.load(Ordering::Relaxed) > 0;
         if let Some(mut conn) = self.conn.try_lock() {
             if let Conn::Up { client, .. } = &mut *conn {
                 let _inside = Inside::enter();
@@ -510,9 +519,10 @@ impl PoolUse {
                     Err(e) => self.lost(&mut conn, &e),
                 }
             }
+            connected |= matches!(*conn, Conn::Up { .. });
+        } else {
+            connected = true;
         }
-        let connected = matches!(*self.conn.lock(), Conn::Up { .. })
-            || self.c.buffers.load(Ordering::Relaxed) > 0;
         let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let c = &self.c;
         PoolUseStats {

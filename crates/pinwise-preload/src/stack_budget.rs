@@ -60,12 +60,19 @@ impl Bucket {
         self.tokens_ns > 0
     }
 
-    /// Pays for a capture that took `took_ns`.
+    /// Pays for a capture (a walk) that took `took_ns`: one of the free ones while any is
+    /// left.
     pub fn spend(&mut self, took_ns: u64) {
         if self.free_left > 0 {
             self.free_left -= 1;
             return;
         }
+        self.charge(took_ns);
+    }
+
+    /// Pays for a memo lookup that took `took_ns` (no walk): always from the time left,
+    /// never one of the free walks, which stay for call sites not seen yet.
+    pub fn charge(&mut self, took_ns: u64) {
         self.tokens_ns = self
             .tokens_ns
             .saturating_sub(took_ns.min(i64::MAX as u64) as i64);
@@ -89,11 +96,15 @@ pub fn may_capture(now_ns: u64) -> bool {
         .unwrap_or(false)
 }
 
-/// Notes a capture that took `took_ns`.
-pub fn spent(took_ns: u64) {
+/// Notes a capture (a walk, `walked`) or a memo lookup that took `took_ns`.
+pub fn spent(took_ns: u64, walked: bool) {
     let _ = BUCKET.try_with(|b| {
         let mut x = b.get();
-        x.spend(took_ns);
+        if walked {
+            x.spend(took_ns);
+        } else {
+            x.charge(took_ns);
+        }
         b.set(x);
     });
 }
@@ -101,6 +112,20 @@ pub fn spent(took_ns: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn memo_lookups_leave_the_free_walks_for_new_call_sites() {
+        let mut b = Bucket::FULL;
+        assert!(b.may_capture(1));
+        for _ in 0..100 {
+            b.charge(1_000);
+        }
+        assert_eq!(b.free_left, FREE_CAPTURES, "lookups took no free walk");
+        assert_eq!(b.tokens_ns, BURST_NS as i64 - 100_000, "they paid in time");
+        b.spend(5_000_000);
+        assert_eq!(b.free_left, FREE_CAPTURES - 1, "a walk takes a free one");
+        assert_eq!(b.tokens_ns, BURST_NS as i64 - 100_000);
+    }
 
     /// Captures of `took` ns attempted every `every` ns for `for_ns`: the share of the
     /// time they took, percent, and how many were made.
@@ -144,10 +169,10 @@ mod tests {
         std::thread::spawn(|| {
             for _ in 0..FREE_CAPTURES {
                 assert!(may_capture(5));
-                spent(u64::MAX);
+                spent(u64::MAX, true);
             }
             assert!(may_capture(5));
-            spent(BURST_NS + 1_000);
+            spent(BURST_NS + 1_000, true);
             assert!(!may_capture(6), "overdrawn");
             // It takes 200 µs of time to earn each µs of capture.
             assert!(!may_capture(6 + 1_001 * 199));

@@ -442,8 +442,10 @@ fn a_python_line_that_allocates_in_a_loop_has_its_stack_remembered() {
     assert_ok(&out, "under pinwise");
     assert_same_stdout(&out, &plain, "python");
     let h = history(&hist);
-    // Per function: records, records with a stack, the lines their stacks name.
+    // Per function: records, records with a stack, the lines their stacks name, and the
+    // lines of `main` they were called from.
     let mut by_function: BTreeMap<&str, (usize, usize, BTreeSet<u32>)> = BTreeMap::new();
+    let mut callers: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
     for a in h.allocations() {
         let function = match a.size() {
             100_001 => "loop_line",
@@ -463,12 +465,20 @@ fn a_python_line_that_allocates_in_a_loop_has_its_stack_remembered() {
         assert_eq!(&*first.function, function, "{stack:?}");
         e.1 += 1;
         e.2.insert(first.line);
+        let caller = stack
+            .iter()
+            .find_map(|f| match f {
+                Frame::Python(p) if &*p.function == "main" => Some(p.line),
+                _ => None,
+            })
+            .expect("called from main");
+        callers.entry(function).or_default().insert(caller);
     }
     let stats = h.source_stats();
     assert_eq!(by_function["loop_line"].0, 101, "{by_function:?}");
     assert_eq!(by_function["other_line"].0, 100, "{by_function:?}");
-    assert_eq!(by_function["loop_line"].2, BTreeSet::from([6]));
-    assert_eq!(by_function["other_line"].2, BTreeSet::from([10]));
+    assert_eq!(by_function["loop_line"].2, BTreeSet::from([9]));
+    assert_eq!(by_function["other_line"].2, BTreeSet::from([13]));
     // Two lines under three Python stacks (`loop_line` is called from two lines of
     // `main`): three walks for the loops' 201 allocations at most; without the memo the
     // thread's free captures and burst would walk dozens of them. The interpreter's own
@@ -477,6 +487,15 @@ fn a_python_line_that_allocates_in_a_loop_has_its_stack_remembered() {
     assert!(stats["preload.stack_captures"] <= others + 3, "{stats:?}");
     let with_stack = by_function["loop_line"].1 + by_function["other_line"].1;
     assert!(with_stack >= 3, "{by_function:?}");
+    // The outer frames are remembered too: `loop_line` from the loop's line and from the
+    // last call's (two memo keys), `other_line` from its loop's.
+    assert_eq!(
+        callers["loop_line"],
+        BTreeSet::from([19, 25]),
+        "{callers:?}"
+    );
+    assert_eq!(callers["other_line"], BTreeSet::from([21]), "{callers:?}");
+    assert!(stats["preload.stack_memo_hits"] > 0, "{stats:?}");
     // Every loop allocation with a stack beyond the (at most three) walked ones had it from
     // the memo (start-up allocations may have memo hits too).
     assert!(

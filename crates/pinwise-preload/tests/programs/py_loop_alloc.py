@@ -2,6 +2,9 @@
 # on another line of another function (`other_line`), then once more in `loop_line`: a loop
 # that allocates on the same line again and again, as a training step does. Prints the
 # total length.
+import time
+
+
 def loop_line():
     return bytearray(100_000)
 
@@ -16,6 +19,9 @@ def main():
         total += len(loop_line())
     for _ in range(100):
         total += len(other_line())
+    # A pause, so that the thread's capture budget (which the lookups above drew on) is
+    # not empty for this new call path (a walk, under another memo key).
+    time.sleep(1.0)
     total += len(loop_line())
     print(total)
 
