@@ -164,10 +164,12 @@ pub fn runtime_before_query(ptr: *const c_void) {
 /// `cudaHostGetFlags` for an allocation pinwise served: the flags the program asked for.
 pub fn served_flags(ptr: *const c_void) -> Option<c_uint> {
     let st = active()?;
-    let flags = match st.pinning()?.served_containing(ptr as usize) {
-        Some((_, _, flags)) => flags,
-        None => crate::pool::flags_of(ptr as usize)?,
-    };
+    // A pool buffer's flags even when pinning never started in this process.
+    let flags = st
+        .pinning()
+        .and_then(|pn| pn.served_containing(ptr as usize))
+        .map(|(_, _, flags)| flags)
+        .or_else(|| crate::pool::flags_of(ptr as usize))?;
     HookStats::bump(&st.stats.queries_answered);
     Some(flags)
 }
