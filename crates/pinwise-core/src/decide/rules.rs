@@ -596,8 +596,9 @@ mod tests {
             "a site whose buffers proved hot gets pinned memory at once"
         );
         assert_eq!(
-            serve(ask, None, never, never, GUESS_COLD, never, never),
-            Serve::new(false, Basis::ProgramAskedButCold)
+            serve(ask, None, never, never, GUESS_COLD, never, || false),
+            Serve::new(false, Basis::ProgramAskedButCold),
+            "a site proved cold: pageable (from a spare pool block when there is one)"
         );
         assert_eq!(
             serve(
