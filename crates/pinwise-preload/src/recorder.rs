@@ -146,13 +146,9 @@ impl StackMemo {
     }
 
     /// Stacks remembered now.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.0.len()
-    }
-
-    /// Whether nothing is remembered.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
     }
 }
 

@@ -365,6 +365,7 @@ impl HookStats {
             ceiling_releases: r(&h.ceiling_releases),
             ceiling_deferred: r(&h.ceiling_deferred),
             copy_gate_overruns: crate::promote::COPY_GATE.overruns(),
+            copy_gate_waits: crate::promote::COPY_GATE.waits(),
             runtime_only: r(&h.runtime_only),
             wrapped_by_dlsym: r(&WRAPPED_BY_DLSYM),
             wrapped_by_proc_address: r(&WRAPPED_BY_PROC_ADDRESS),

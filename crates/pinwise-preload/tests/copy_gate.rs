@@ -92,3 +92,46 @@ fn a_registration_pinwise_gives_back_is_never_taken_from_a_copy_in_flight() {
     assert_eq!(p["promotion_failures"], 0, "{p}");
     assert_eq!(p["failed_copies"], 0, "{p}");
 }
+
+#[test]
+fn a_copy_of_other_memory_never_waits_on_the_gate_nor_holds_a_release_up() {
+    let s = Setup::new();
+    let exe = s.build_driver("gate_race.c", &["-ldl", "-pthread"]);
+    let base = plain(&s, &exe, &["apart"]);
+    let summary_path = s.path("apart.json");
+    let mut c = s.libs.command(pinwise());
+    c.args(["run", "--no-malloc-hooks", "--force", "--stats-json"])
+        .arg(&summary_path)
+        .arg("--")
+        .arg(&exe)
+        .arg("apart")
+        .current_dir(s.dir.path());
+    clean_env(&mut c);
+    c.env("PINWISE_STANDIN_COPY_DELAY_US", DELAY_US);
+    let out = c.output().expect("run pinwise");
+    assert_ok(&out, "pinwise run apart");
+    assert_eq!(
+        line(&out, "sum "),
+        line(&base, "sum "),
+        "the bytes that arrived"
+    );
+    let p = &summary(&summary_path)["processes"][0];
+    eprintln!("{p}");
+    assert_eq!(in_use(&out), 0, "{p}");
+    assert!(
+        p["promotions_on_transfers"].as_u64() >= Some(2),
+        "both hot buffers were registered: {p}"
+    );
+    assert!(
+        p["demotions"].as_u64() >= Some(1),
+        "the main thread's edge copies made pinwise give its buffer back: {p}"
+    );
+    // Every release ran while the other thread's copies of its own buffer were in flight
+    // (each stays in flight for DELAY_US); a process-wide gate would have held each up.
+    assert_eq!(
+        p["copy_gate_waits"], 0,
+        "a copy or a release waited on the gate for memory it does not share: {p}"
+    );
+    assert_eq!(p["copy_gate_overruns"], 0, "{p}");
+    assert_eq!(p["failed_copies"], 0, "{p}");
+}

@@ -72,7 +72,7 @@ pub fn copy(
     let _in_flight = noted
         .as_ref()
         .filter(|(_, n)| n.on_program_registration)
-        .map(|_| COPY_GATE.enter());
+        .map(|(c, _)| COPY_GATE.enter(c.host, c.host.saturating_add(c.span.max(1))));
     let before = if timing != Timing::No && noted.is_some() {
         let t = cycles::now();
         if described_at != 0 {
