@@ -184,10 +184,20 @@ pub fn hook_bucket_range(i: usize) -> (u64, u64) {
         let lo = i as u64 * HOOK_BUCKET_TICKS;
         return (lo, lo + HOOK_BUCKET_TICKS);
     }
-    let at =
-        |k: usize| (HOOK_LINEAR_TICKS as f64 * (k as f64 / STEPS_PER_DOUBLING).exp2()).round() as u64;
+    let at = |k: usize| {
+        (HOOK_LINEAR_TICKS as f64 * (k as f64 / STEPS_PER_DOUBLING).exp2()).round() as u64
+    };
     let k = i - LINEAR_BUCKETS;
     (at(k), at(k + 1))
+}
+
+/// Removes the hook times from `s` (they do not compare: see [`HookStats::process_stats`]).
+fn leave_out_hook_times(s: &mut ProcessStats) {
+    s.hook_ns_mean = None;
+    s.hook_ns_median = None;
+    s.hook_ns_net_median = None;
+    s.clock_read_ns = None;
+    s.hook_stages = HookStages::default();
 }
 
 /// What the recorded copies were, counted as they reach the history (by the drain, so the
@@ -321,8 +331,15 @@ impl HookStats {
 
     /// The hooks' counters and the recorded copies as a statistics record (other fields
     /// default).
+    /// When the program made the CPU's counter fault while it ran
+    /// ([`crate::cycles::counter_stopped`]) the samples mix counter ticks and nanoseconds:
+    /// the hook times are left out (their count stays).
     pub fn process_stats(&self, copies: &Tally) -> ProcessStats {
-        self.process_stats_at(copies, self.ns_per_tick())
+        let mut s = self.process_stats_at(copies, self.ns_per_tick());
+        if crate::cycles::counter_stopped() {
+            leave_out_hook_times(&mut s);
+        }
+        s
     }
 
     /// [`HookStats::process_stats`] with the counter's rate given.
@@ -421,7 +438,10 @@ mod tests {
         assert!(last_hi > 100_000, "the histogram reaches {last_hi} ticks");
         for ticks in [0, 3, 4, 511, 512, 513, 1022, 1_500, 10_000, 99_999] {
             let (lo, hi) = hook_bucket_range(hook_bucket(ticks));
-            assert!(lo <= ticks && ticks < hi + 1, "{ticks} in bucket {lo}..{hi}");
+            assert!(
+                lo <= ticks && ticks < hi + 1,
+                "{ticks} in bucket {lo}..{hi}"
+            );
         }
         assert_eq!(hook_bucket(u64::MAX), HOOK_BUCKETS - 1);
     }

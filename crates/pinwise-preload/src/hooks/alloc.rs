@@ -35,6 +35,8 @@ pub unsafe fn host_alloc(
     if pp.is_null() || size == 0 {
         return forward();
     }
+    // Pinwise's allocator times what it does with the standard library's clock.
+    let _counter = crate::cycles::CounterReadable::here();
     let site_addr = allocation_site(st, caller);
     HookStats::bump(&st.stats.host_allocs);
     // While a context ends, requests go to CUDA as without pinwise: memory pinwise would
@@ -149,6 +151,7 @@ pub fn host_free(caller: usize, p: *mut c_void, forward: impl FnOnce() -> CUresu
     if p.is_null() {
         return forward();
     }
+    let _counter = crate::cycles::CounterReadable::here();
     let site_addr = allocation_site(st, caller);
     HookStats::bump(&st.stats.host_frees);
     if crate::pool::touches(p as usize, 1) {
