@@ -49,19 +49,12 @@ pub unsafe fn host_alloc(
             // SAFETY: `pp` is non-null and writable (checked above; CUDA's contract).
             unsafe { *pp = ptr as *mut c_void };
             HookStats::bump(&st.stats.served_pinned);
-            let stack = st.recorder.stack_from(site_addr);
-            let stamp = st.recorder.stamp();
-            st.recorder.record_with_stack(
-                stamp,
-                EventKind::Alloc {
-                    start: ptr as u64,
-                    size: size as u64,
-                    kind: HostMemKind::PinnedAlloc,
-                    flags: flags | pinwise_core::pool_use::ALLOC_FLAG_POOL,
-                },
-                None,
+            record_pinned_alloc(
+                st,
                 site_addr,
-                stack,
+                ptr,
+                size,
+                flags | pinwise_core::pool_use::ALLOC_FLAG_POOL,
             );
             return CUDA_SUCCESS;
         }
@@ -125,22 +118,34 @@ pub unsafe fn host_alloc(
         if let Some(pinning) = st.pinning() {
             guarded(|| pinning.outside_locked(p as usize, size));
         }
-        let stack = st.recorder.stack_from(site_addr);
-        let stamp = st.recorder.stamp();
-        st.recorder.record_with_stack(
-            stamp,
-            EventKind::Alloc {
-                start: p as u64,
-                size: size as u64,
-                kind: HostMemKind::PinnedAlloc,
-                flags,
-            },
-            None,
-            site_addr,
-            stack,
-        );
+        record_pinned_alloc(st, site_addr, p as usize, size, flags);
     }
     rc
+}
+
+/// Records a pinned allocation of `size` bytes at `start` made from `site_addr`, with its
+/// stack (captured before the event's timestamp is taken).
+pub(super) fn record_pinned_alloc(
+    st: &State,
+    site_addr: usize,
+    start: usize,
+    size: usize,
+    flags: c_uint,
+) {
+    let stack = st.recorder.stack_from(site_addr);
+    let stamp = st.recorder.stamp();
+    st.recorder.record_with_stack(
+        stamp,
+        EventKind::Alloc {
+            start: start as u64,
+            size: size as u64,
+            kind: HostMemKind::PinnedAlloc,
+            flags,
+        },
+        None,
+        site_addr,
+        stack,
+    );
 }
 
 /// `cuMemFreeHost` from `caller`.
