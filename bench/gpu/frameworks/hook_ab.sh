@@ -21,14 +21,8 @@ D=${OUT:-$ROOT/bench-out}/hook_ab
 W=$(mktemp -d /tmp/hook_ab.XXXXXX)
 mkdir -p "$D" "$W/raw"
 export PYTHONUNBUFFERED=1 PATH=/usr/local/cuda/bin:$PATH
-names=(); libs=(); envs=()
-for a in "$@"; do
-  names+=("${a%%=*}")
-  spec=${a#*=}
-  libs+=("$(realpath "${spec%%,*}")")
-  if [[ $spec == *,* ]]; then envs+=("${spec#*,}"); else envs+=(""); fi
-done
-((${#names[@]})) || { echo "usage: hook_ab.sh NAME=LIB.so[,VAR=VALUE...] ..." >&2; exit 2; }
+source "$ROOT/bench/gpu/lib/builds.sh"
+parse_builds "$@" || { echo "usage: hook_ab.sh NAME=LIB.so[,VAR=VALUE...] ..." >&2; exit 2; }
 tsv=$D/runs.tsv
 : > "$tsv"
 for ((r = 1; r <= REPEATS; r++)); do
@@ -44,30 +38,9 @@ for ((r = 1; r <= REPEATS; r++)); do
         --stats-json "$s" -- python3 "$prog" > "$W/raw/$b.${names[$i]}.$r.out" 2> "$W/raw/$b.${names[$i]}.$r.err"
       rc=$?
       t1=$(date +%s.%N)
-      python3 - "$s" "$p" "${names[$i]}" "$r" "$rc" "$t0" "$t1" >> "$tsv" <<'PY'
-import json, sys
-path, prog, name, r, rc, t0, t1 = sys.argv[1:]
-def find(o, k):
-    if isinstance(o, dict):
-        if k in o: return o[k]
-        for v in o.values():
-            x = find(v, k)
-            if x is not None: return x
-    if isinstance(o, list):
-        for v in o:
-            x = find(v, k)
-            if x is not None: return x
-    return None
-try:
-    s = json.load(open(path))
-except Exception:
-    s = {}
-st = find(s, "hook_stages") or {}
-row = [prog, name, r, rc, f"{float(t1) - float(t0):.2f}"]
-row += [find(s, k) for k in ["hook_ns_net_median", "hook_ns_median", "hook_samples", "clock_read_ns"]]
-row += [st.get("describe_ns"), st.get("decide_ns"), st.get("record_ns")]
-print(*["-" if x is None else x for x in row], sep="\t")
-PY
+      stats_keys "$s" "$p" "${names[$i]}" "$r" "$rc" "$(awk "BEGIN { printf \"%.2f\", $t1 - $t0 }")" -- \
+        hook_ns_net_median hook_ns_median hook_samples clock_read_ns \
+        hook_stages.describe_ns hook_stages.decide_ns hook_stages.record_ns >> "$tsv"
     done
   done
 done

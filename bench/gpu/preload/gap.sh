@@ -7,10 +7,8 @@ set -uo pipefail
 cd "$(dirname "$0")/../../.."
 OUT=${OUT:-$(mktemp -d)}
 REPEATS=${REPEATS:-3}
-mkdir -p "$OUT/lib"
-libcuda=$(ldconfig -p | awk '/libcuda\.so\.1 / {print $NF; exit}')
-ln -sf "$libcuda" "$OUT/lib/libcuda.so"
-gcc -O2 -I fixtures/include -o "$OUT/gap_copies" bench/gpu/preload/gap_copies.c -L"$OUT/lib" -lcuda -Wl,-rpath,"$OUT/lib" || exit 2
+source bench/gpu/preload/gap_build.sh
+build_gap_copies "$OUT" || exit 2
 for r in $(seq "$REPEATS"); do
   for kind in pinned pageable; do
     for gap in 0 20 200 2000; do
@@ -19,18 +17,9 @@ for r in $(seq "$REPEATS"); do
       target/release/pinwise run --force --stats-json "$s" -- "$OUT/gap_copies" $kind $gap $n > /dev/null 2> "$OUT/gap-$kind-$gap-$r.err"
       python3 - "$s" "$kind" "$gap" "$r" <<'PY'
 import json, sys
+sys.path.insert(0, "bench/gpu/lib")
+from stats_keys import find
 s = json.load(open(sys.argv[1]))
-def find(o, k):
-    if isinstance(o, dict):
-        if k in o: return o[k]
-        for v in o.values():
-            x = find(v, k)
-            if x is not None: return x
-    if isinstance(o, list):
-        for v in o:
-            x = find(v, k)
-            if x is not None: return x
-    return None
 print("gap", sys.argv[2], sys.argv[3], sys.argv[4], "net", find(s, "hook_ns_net_median"), "clock", find(s, "clock_read_ns"), "stages", json.dumps(find(s, "hook_stages")))
 PY
     done

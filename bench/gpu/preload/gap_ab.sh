@@ -19,24 +19,10 @@ OUT=${OUT:-$ROOT/bench-out}
 REPEATS=${REPEATS:-10}
 GAPS=${GAPS:-0 20 200}
 KIND=${KIND:-pinned}
-mkdir -p "$OUT/lib"
-if [[ -n ${CUDA_LIB_DIR:-} ]]; then
-  libdir=$(realpath "$CUDA_LIB_DIR")
-else
-  libcuda=$(ldconfig -p | awk '/libcuda\.so\.1 / {print $NF; exit}')
-  ln -sf "$libcuda" "$OUT/lib/libcuda.so"
-  libdir="$OUT/lib"
-fi
-gcc -O2 -I fixtures/include -o "$OUT/gap_copies" bench/gpu/preload/gap_copies.c -L"$libdir" -lcuda -Wl,-rpath,"$libdir"
-names=()
-libs=()
-envs=()
-for a in "$@"; do
-  names+=("${a%%=*}")
-  spec=${a#*=}
-  libs+=("$(realpath "${spec%%,*}")")
-  if [[ $spec == *,* ]]; then envs+=("${spec#*,}"); else envs+=(""); fi
-done
+source "$ROOT/bench/gpu/preload/gap_build.sh"
+build_gap_copies "$OUT" "${CUDA_LIB_DIR:-}"
+source "$ROOT/bench/gpu/lib/builds.sh"
+parse_builds "$@" || { echo "usage: gap_ab.sh NAME=LIB.so[,VAR=VALUE...] ..." >&2; exit 2; }
 tsv="$OUT/gap_ab.tsv"
 : > "$tsv"
 for ((r = 1; r <= REPEATS; r++)); do
@@ -47,26 +33,11 @@ for ((r = 1; r <= REPEATS; r++)); do
       IFS=, read -r -a extra <<< "${envs[$i]}"
       env "${extra[@]}" LD_PRELOAD="${libs[$i]}" PINWISE_MODE=adaptive PINWISE_STATS_DIR="$sd" \
         "$OUT/gap_copies" "$KIND" "$gap" "$n" "${NBUF:-1}" "${EVICT_KIB:-0}" "${EVICT_STRIDE:-64}" > /dev/null
-      python3 - "$sd" "${names[$i]}" "$gap" "$r" >> "$tsv" <<'PY'
-import glob, json, sys
-d, name, gap, r = sys.argv[1:]
-def find(o, k):
-    if isinstance(o, dict):
-        if k in o: return o[k]
-        for v in o.values():
-            x = find(v, k)
-            if x is not None: return x
-    if isinstance(o, list):
-        for v in o:
-            x = find(v, k)
-            if x is not None: return x
-    return None
-for f in glob.glob(f"{d}/*.json"):
-    s = json.load(open(f))
-    st = find(s, "hook_stages") or {}
-    print(name, gap, r, find(s, "hook_ns_net_median"), find(s, "hook_ns_median"),
-          st.get("describe_ns"), st.get("decide_ns"), st.get("record_ns"), sep="\t")
-PY
+      for f in "$sd"/*.json; do
+        [[ -e $f ]] || continue
+        stats_keys "$f" "${names[$i]}" "$gap" "$r" -- hook_ns_net_median hook_ns_median \
+          hook_stages.describe_ns hook_stages.decide_ns hook_stages.record_ns >> "$tsv"
+      done
       rm -rf "$sd"
     done
   done

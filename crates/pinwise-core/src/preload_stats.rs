@@ -172,6 +172,9 @@ pub struct ProcessStats {
     /// Copies on a registration pinwise made for the program that waited the longest
     /// allowed (1 s) for a demotion under way and then went on anyway: expected 0.
     pub copy_gate_overruns: u64,
+    /// Copies that waited for a demotion of pages they overlap, and demotions that waited
+    /// for copies of their pages (however briefly; copies of other memory do not meet).
+    pub copy_gate_waits: u64,
 }
 
 /// Medians (ns, the middle of a histogram bucket; `None`: no sample) of the parts of a
@@ -357,6 +360,7 @@ mod tests {
         "ceiling_releases",
         "ceiling_deferred",
         "copy_gate_overruns",
+        "copy_gate_waits",
     ];
 
     /// Keys of a serialized object, in order (no JSON map type keeps the order here).

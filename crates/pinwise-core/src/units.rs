@@ -60,11 +60,23 @@ pub enum UnitError {
     DurationNotPositive(String),
 }
 
+/// Whether [`monotonic_ns`] makes the system call instead of the vDSO read
+/// ([`use_system_call_clock`]).
+static SYSTEM_CALL_CLOCK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// From now on [`monotonic_ns`] asks the kernel (`syscall(SYS_clock_gettime)`, a few hundred
+/// ns) instead of reading the vDSO: for a process that makes the CPU's time-stamp counter
+/// fault (`prctl(PR_SET_TSC, PR_TSC_SIGSEGV)`), where the vDSO's read, which uses that
+/// counter, faults too.
+pub fn use_system_call_clock() {
+    SYSTEM_CALL_CLOCK.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
 /// `CLOCK_MONOTONIC` now, in nanoseconds: pinwise's one clock (that of the kernel's
 /// `bpf_ktime_get_ns()`, which stamps the tracer's events). glibc's `clock_gettime`, a vDSO
 /// read: no system call, no allocation and no panic path, so hooks may call it (rustix's
 /// own backend sets its vDSO up on first use, which may allocate and panics where the
-/// system call is refused).
+/// system call is refused). The system call after [`use_system_call_clock`].
 #[inline]
 #[allow(unsafe_code)]
 pub fn monotonic_ns() -> u64 {
@@ -72,8 +84,19 @@ pub fn monotonic_ns() -> u64 {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    let rc = if SYSTEM_CALL_CLOCK.load(std::sync::atomic::Ordering::Relaxed) {
+        // SAFETY: as below, through the system call (no vDSO).
+        unsafe {
+            libc::syscall(
+                libc::SYS_clock_gettime,
+                libc::CLOCK_MONOTONIC,
+                &mut ts as *mut libc::timespec,
+            ) as libc::c_int
+        }
+    } else {
+        // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) }
+    };
     if rc != 0 {
         return 0;
     }
@@ -223,6 +246,16 @@ fn three_figures(v: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_system_call_clock_reads_the_same_clock() {
+        let a = monotonic_ns();
+        use_system_call_clock();
+        let b = monotonic_ns();
+        SYSTEM_CALL_CLOCK.store(false, std::sync::atomic::Ordering::SeqCst);
+        let c = monotonic_ns();
+        assert!(a > 0 && a <= b && b <= c, "{a} {b} {c}");
+    }
 
     #[test]
     fn the_clock_is_clock_monotonic_and_moves_forward() {

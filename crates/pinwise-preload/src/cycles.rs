@@ -6,8 +6,20 @@
 //! `CLOCK_MONOTONIC` between the state's creation and the statistics' writing
 //! ([`ns_per_tick`]).
 //!
-//! A process that made the counter fault (`prctl(PR_SET_TSC, PR_TSC_SIGSEGV)`) before
-//! pinwise started gets `CLOCK_MONOTONIC` instead ([`choose`]).
+//! On x86-64 a process may make `rdtsc` fault (`prctl(PR_SET_TSC, PR_TSC_SIGSEGV)`: SIGSEGV
+//! in the calling thread and the threads it starts later). pinwise must never be what
+//! crashes it:
+//! - set before pinwise was loaded: [`choose`] asks `PR_GET_TSC` and reads
+//!   `CLOCK_MONOTONIC` instead, through the system call (in practice such a process does not get this far: glibc's
+//!   dynamic loader reads the counter before any preload runs);
+//! - set by the program while it runs: the `prctl` export (`exports/prctl.rs`) calls
+//!   [`stop_counter`] before the mode reaches the kernel, so no hook reads the counter in a
+//!   thread where it faults (the mode is per thread and is set by the calling thread, which
+//!   is in `prctl`, not in a hook), and pinwise's clock ([`monotonic_ns`]) makes the system
+//!   call from then on: the vDSO's `clock_gettime` reads the same counter and faults too.
+//!   The hook times sampled until then are ticks and those
+//!   after nanoseconds: the statistics leave the hook times out ([`counter_stopped`]). A
+//!   `prctl` made as a raw `syscall(SYS_prctl, ...)` is not seen.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -15,11 +27,114 @@ use pinwise_core::units::monotonic_ns;
 
 /// Whether [`now`] reads the CPU's counter (else `CLOCK_MONOTONIC`).
 static USE_COUNTER: AtomicBool = AtomicBool::new(false);
+/// Whether the counter was given up while the process ran ([`stop_counter`]).
+static STOPPED: AtomicBool = AtomicBool::new(false);
 
 /// Decides once, at load, what [`now`] reads: the CPU's counter unless this process made it
 /// fault.
 pub fn choose() {
-    USE_COUNTER.store(counter_readable(), Ordering::Relaxed);
+    let readable = counter_readable();
+    if !readable {
+        // The vDSO's clock reads the same counter.
+        pinwise_core::units::use_system_call_clock();
+    }
+    USE_COUNTER.store(
+        readable && !STOPPED.load(Ordering::SeqCst),
+        Ordering::SeqCst,
+    );
+}
+
+/// The program is about to make the counter fault (`PR_SET_TSC` to anything but
+/// `PR_TSC_ENABLE`): [`now`] reads `CLOCK_MONOTONIC` from now on.
+pub fn stop_counter() {
+    // The vDSO's clock reads the same counter: the clock, too, through the kernel.
+    pinwise_core::units::use_system_call_clock();
+    STOPPED.store(true, Ordering::SeqCst);
+    USE_COUNTER.store(false, Ordering::SeqCst);
+}
+
+/// Whether [`now`] changed from counter ticks to nanoseconds while the process ran: times
+/// taken with it before and after do not compare.
+pub fn counter_stopped() -> bool {
+    STOPPED.load(Ordering::Relaxed)
+}
+
+/// Makes the CPU's counter readable on this thread while it lives, after the program made
+/// it fault ([`counter_stopped`]; nothing otherwise: one relaxed load): pinwise's own code
+/// that reads the time through the standard library or a crate (the vDSO's
+/// `clock_gettime`, which reads that counter: the allocator's timings, temporary file
+/// names) runs with it, and the program's mode is put back when the guard is dropped.
+#[must_use = "the counter is readable only while the guard lives"]
+pub struct CounterReadable(Option<libc::c_ulong>);
+
+impl CounterReadable {
+    /// See [`CounterReadable`].
+    #[inline]
+    pub fn here() -> CounterReadable {
+        if !counter_stopped() {
+            return CounterReadable(None);
+        }
+        CounterReadable(enable_here())
+    }
+}
+
+impl Drop for CounterReadable {
+    fn drop(&mut self) {
+        if let Some(mode) = self.0 {
+            set_mode(mode);
+        }
+    }
+}
+
+/// Enables the counter for this thread (a thread of pinwise's own, started by a thread of
+/// the program's that made it fault, inherits the mode). Returns the mode it had, if it
+/// was not enabled.
+pub fn enable_here() -> Option<libc::c_ulong> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let mut mode: libc::c_int = 0;
+        // SAFETY: PR_GET_TSC writes one int through the pointer, alive for the call. The
+        // system call itself: pinwise's own `prctl` export is not for its own calls.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_prctl,
+                libc::PR_GET_TSC,
+                &mut mode as *mut libc::c_int,
+            )
+        };
+        if rc != 0 || mode == libc::PR_TSC_ENABLE {
+            return None;
+        }
+        set_mode(libc::PR_TSC_ENABLE as libc::c_ulong);
+        Some(mode as libc::c_ulong)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        None
+    }
+}
+
+fn set_mode(mode: libc::c_ulong) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: PR_SET_TSC takes the mode by value; it changes this thread only.
+    unsafe {
+        libc::syscall(libc::SYS_prctl, libc::PR_SET_TSC, mode);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = mode;
+}
+
+/// Whether `prctl(option, arg2, ...)` would make the counter fault.
+pub fn makes_counter_fault(option: libc::c_int, arg2: libc::c_ulong) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        option == libc::PR_SET_TSC && arg2 != libc::PR_TSC_ENABLE as libc::c_ulong
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (option, arg2);
+        false
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -125,6 +240,23 @@ mod tests {
         assert_eq!(ns_per_tick(b, a, 0), None, "backwards");
         let still = Anchor { ticks: 1_000, ..b };
         assert_eq!(ns_per_tick(a, still, 0), None, "the counter stood still");
+    }
+
+    #[test]
+    fn only_setting_the_counter_to_fault_stops_it() {
+        assert!(makes_counter_fault(
+            libc::PR_SET_TSC,
+            libc::PR_TSC_SIGSEGV as libc::c_ulong
+        ));
+        assert!(!makes_counter_fault(
+            libc::PR_SET_TSC,
+            libc::PR_TSC_ENABLE as libc::c_ulong
+        ));
+        assert!(!makes_counter_fault(
+            libc::PR_GET_TSC,
+            libc::PR_TSC_SIGSEGV as libc::c_ulong
+        ));
+        assert!(!makes_counter_fault(libc::PR_SET_NAME, 0));
     }
 
     #[test]

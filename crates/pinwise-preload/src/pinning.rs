@@ -599,11 +599,16 @@ impl Pinning {
         }
         // Copies from another thread that may be using the old registration finish first,
         // and new ones wait until the union is registered (or the old one is gone).
-        let _gate = Gate::pass(Release::Waiting).expect("a waiting release always passes");
+        // Per range: the old registration's pages and the union's.
+        let lo = old.reg_start.min(plan.reg_start);
+        let hi = (old.reg_start + old.reg_len).max(plan.reg_start + plan.reg_len);
+        let _gate = Gate::pass(Release::Waiting, lo, hi - lo);
         let Some(p) = PROMOTED_RANGES.begin_demote(i) else {
             budget.release(extra);
             return false;
         };
+        let _also = ((p.reg_start, p.reg_len) != (old.reg_start, old.reg_len))
+            .then(|| Gate::pass(Release::Waiting, p.reg_start, p.reg_len));
         // SAFETY: `p.reg_start` starts a range registered by `DriverTable::register`, taken out
         // of the table by this call only. No copy that may use it is in flight (the gate).
         let rc = unsafe { self.driver.unregister(p.reg_start, p.context) };
@@ -1059,12 +1064,18 @@ impl Pinning {
         stats: &HookStats,
         rec: &Recorder,
     ) -> GaveBack {
-        let Some(_gate) = Gate::pass(release) else {
+        let seen = PROMOTED_RANGES.get(i);
+        let Some(_gate) = Gate::pass(release, seen.reg_start, seen.reg_len) else {
             return GaveBack::Busy;
         };
         let Some(p) = PROMOTED_RANGES.begin_demote(i) else {
             return GaveBack::Gone;
         };
+        // The entry was given back and claimed for other pages between the two reads: the
+        // gate covers those too (waiting: the entry is already out of the table).
+        let _also = (release != Release::Program
+            && (p.reg_start, p.reg_len) != (seen.reg_start, seen.reg_len))
+            .then(|| Gate::pass(Release::Waiting, p.reg_start, p.reg_len));
         // SAFETY: `p.reg_start` starts a range registered by `DriverTable::register`, taken out
         // of the table by this call only.
         let rc = unsafe { self.driver.unregister(p.reg_start, p.context) };
@@ -1121,25 +1132,26 @@ enum GaveBack {
     Busy,
 }
 
-/// The copy gate passed for one release; ends the demotion when dropped.
-struct Gate(bool);
-
-impl Gate {
-    /// Passes [`COPY_GATE`] as `release` needs: `None` when it is put off.
-    fn pass(release: Release) -> Option<Gate> {
-        match release {
-            Release::Program => Some(Gate(false)),
-            Release::IfIdle => COPY_GATE.try_begin_demotion().then_some(Gate(true)),
-            // After a wait that ran out (counted) it goes on as before the gate.
-            Release::Waiting => Some(Gate(COPY_GATE.begin_demotion_waiting())),
-        }
-    }
+/// The copy gate passed for one release of some pages; ends the demotion when dropped
+/// (`None` inside: no gate, the program's own release or a wait that ran out).
+struct Gate {
+    _held: Option<crate::promote::Demotion<'static>>,
 }
 
-impl Drop for Gate {
-    fn drop(&mut self) {
-        if self.0 {
-            COPY_GATE.end_demotion();
+impl Gate {
+    /// Passes [`COPY_GATE`] for pages `[start, start + len)` as `release` needs: `None`
+    /// when it is put off. Only copies of those pages meet it.
+    fn pass(release: Release, start: usize, len: usize) -> Option<Gate> {
+        let end = start.saturating_add(len.max(1));
+        match release {
+            Release::Program => Some(Gate { _held: None }),
+            Release::IfIdle => COPY_GATE
+                .try_begin_demotion(start, end)
+                .map(|d| Gate { _held: Some(d) }),
+            // After a wait that ran out (counted) it goes on as before the gate.
+            Release::Waiting => Some(Gate {
+                _held: COPY_GATE.begin_demotion_waiting(start, end),
+            }),
         }
     }
 }

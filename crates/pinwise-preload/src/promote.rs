@@ -334,9 +334,125 @@ impl PromotedTable {
     }
 }
 
-/// How long [`CopyGate::enter`] waits for a demotion under way before it lets the copy go
-/// on anyway (counted in [`CopyGate::overruns`]): a demotion is one `cuMemHostUnregister`.
+/// How long a copy waits for an overlapping demotion, and a demotion for the overlapping
+/// copies in flight, before it goes on anyway (counted in [`CopyGate::overruns`]): a
+/// demotion is one `cuMemHostUnregister`.
 const GATE_WAIT_NS: u64 = 1_000_000_000;
+
+/// Copies in flight the gate tells apart by range; more at once count as spanning the
+/// whole address space (conservative: every demotion waits for them).
+const COPY_SLOTS: usize = 128;
+/// Demotions under way the gate tells apart by range; more at once count as spanning the
+/// whole address space (every copy that may use a registration waits for them).
+const DEMOTION_SLOTS: usize = 16;
+
+/// One published range `[start, end)`; `end == 0`: none.
+struct RangeSlot {
+    claimed: AtomicBool,
+    start: AtomicUsize,
+    end: AtomicUsize,
+}
+
+impl RangeSlot {
+    const fn new() -> Self {
+        RangeSlot {
+            claimed: AtomicBool::new(false),
+            start: AtomicUsize::new(0),
+            end: AtomicUsize::new(0),
+        }
+    }
+}
+
+/// Where a published range lies: its slot, or the overflow count (all slots taken).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Published {
+    Slot(usize),
+    Everything,
+}
+
+/// Ranges published by the threads of one side of the gate (copies, or demotions), in a
+/// fixed array of slots; one published when all are taken counts as the whole address
+/// space. Every access to what the other side reads is `SeqCst` (see [`CopyGate`]).
+struct RangeSet<const N: usize> {
+    slots: [RangeSlot; N],
+    /// Ranges published now, slots or not: a reader with none to see skips the scan.
+    published: AtomicUsize,
+    /// Ranges published without a slot (each spans everything).
+    everything: AtomicUsize,
+}
+
+impl<const N: usize> RangeSet<N> {
+    const fn new() -> Self {
+        RangeSet {
+            slots: [const { RangeSlot::new() }; N],
+            published: AtomicUsize::new(0),
+            everything: AtomicUsize::new(0),
+        }
+    }
+
+    /// Publishes `[start, end)` (`end > start`), probing from slot `hint`.
+    fn publish(&self, start: usize, end: usize, hint: usize) -> Published {
+        self.published.fetch_add(1, Ordering::SeqCst);
+        for k in 0..N {
+            let i = (hint + k) % N;
+            let slot = &self.slots[i];
+            if slot
+                .claimed
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                // `start` before `end`: a reader that sees this `end` sees this `start`.
+                slot.start.store(start, Ordering::SeqCst);
+                slot.end
+                    .store(end.max(start.saturating_add(1)), Ordering::SeqCst);
+                return Published::Slot(i);
+            }
+        }
+        self.everything.fetch_add(1, Ordering::SeqCst);
+        Published::Everything
+    }
+
+    fn withdraw(&self, p: Published) {
+        match p {
+            Published::Slot(i) => {
+                let slot = &self.slots[i];
+                slot.end.store(0, Ordering::SeqCst);
+                slot.claimed.store(false, Ordering::Release);
+            }
+            Published::Everything => {
+                self.everything.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        self.published.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Whether a published range overlaps `[start, end)`. A slot withdrawn and published
+    /// again while it is read may be seen with the new start and the old end: the range it
+    /// stood for is no longer published, and the new one's publisher reads the other side
+    /// itself after publishing.
+    fn overlaps(&self, start: usize, end: usize) -> bool {
+        if self.published.load(Ordering::SeqCst) == 0 {
+            return false;
+        }
+        if self.everything.load(Ordering::SeqCst) > 0 {
+            return true;
+        }
+        let end = end.max(start.saturating_add(1));
+        self.slots.iter().any(|slot| {
+            let e = slot.end.load(Ordering::SeqCst);
+            e != 0 && start < e && slot.start.load(Ordering::SeqCst) < end
+        })
+    }
+
+    fn reset(&self) {
+        for slot in &self.slots {
+            slot.end.store(0, Ordering::SeqCst);
+            slot.claimed.store(false, Ordering::SeqCst);
+        }
+        self.everything.store(0, Ordering::SeqCst);
+        self.published.store(0, Ordering::SeqCst);
+    }
+}
 
 /// Keeps pinwise from unregistering, on its own account (every path through
 /// [`crate::pinning::Pinning::give_back`]: making room, releasing a registration another
@@ -346,16 +462,23 @@ const GATE_WAIT_NS: u64 = 1_000_000_000;
 /// registration of those pages) does not pass the gate: using memory it releases is the
 /// program's own race.
 ///
-/// A Dekker handshake on two counters, every access `SeqCst`: a copier raises `in_flight`
-/// and then reads `demoting`; a demoter raises `demoting` and then reads `in_flight`. So
-/// either the demoter sees the copy and gives up (the ceiling is exceeded for now, counted)
-/// or tries again once it is done ([`CopyGate::begin_demotion_waiting`]), or the copier sees
-/// the demotion and waits for it to finish (then the driver sees the buffer pageable, which
-/// plain CUDA copies correctly). Neither blocks for long: each waits at most
-/// [`GATE_WAIT_NS`].
+/// Per range: a copy publishes its host range, a demotion the registered pages it gives
+/// back, and each meets only the other side's ranges that overlap its own; a copy of other
+/// memory neither waits for a demotion nor holds one up. A Dekker handshake, every access
+/// `SeqCst`: a copier publishes its range and then reads the demotions'; a demoter
+/// publishes its range and then reads the copies'. So of a copy and a demotion that
+/// overlap, either the demoter sees the copy and gives up (the ceiling is exceeded for now,
+/// counted) or waits for it to finish ([`CopyGate::begin_demotion_waiting`]), or the
+/// copier sees the demotion, withdraws its range and waits for the demotion to finish
+/// (then the driver sees the buffer pageable, which plain CUDA copies correctly). A
+/// waiting demotion stays published, so copies of its pages that arrive meanwhile wait
+/// behind it instead of starving it. Neither blocks for long: each waits at most
+/// [`GATE_WAIT_NS`], and every wait is counted ([`CopyGate::waits`]).
 pub struct CopyGate {
-    in_flight: AtomicUsize,
-    demoting: AtomicUsize,
+    copies: RangeSet<COPY_SLOTS>,
+    demotions: RangeSet<DEMOTION_SLOTS>,
+    copy_waits: AtomicU64,
+    demotion_waits: AtomicU64,
     overruns: AtomicU64,
 }
 
@@ -364,11 +487,21 @@ pub static COPY_GATE: CopyGate = CopyGate::new();
 
 /// A copy in flight ([`CopyGate::enter`]); dropping it ends the copy.
 #[must_use = "the copy is in flight only while the guard lives"]
-pub struct InFlight<'a>(&'a CopyGate);
+pub struct InFlight<'a>(&'a CopyGate, Published);
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+        self.0.copies.withdraw(self.1);
+    }
+}
+
+/// A demotion the gate let in ([`CopyGate::try_begin_demotion`]); dropping it ends it.
+#[must_use = "the demotion is let in only while the guard lives"]
+pub struct Demotion<'a>(&'a CopyGate, Published);
+
+impl Drop for Demotion<'_> {
+    fn drop(&mut self) {
+        self.0.demotions.withdraw(self.1);
     }
 }
 
@@ -376,68 +509,85 @@ impl CopyGate {
     /// No copy in flight, no demotion under way.
     pub const fn new() -> Self {
         Self {
-            in_flight: AtomicUsize::new(0),
-            demoting: AtomicUsize::new(0),
+            copies: RangeSet::new(),
+            demotions: RangeSet::new(),
+            copy_waits: AtomicU64::new(0),
+            demotion_waits: AtomicU64::new(0),
             overruns: AtomicU64::new(0),
         }
     }
 
-    /// A copy that may use a registration pinwise made for the program is about to be
-    /// issued: waits (up to [`GATE_WAIT_NS`]) for a demotion under way, and keeps new ones
-    /// off until the guard is dropped.
-    pub fn enter(&self) -> InFlight<'_> {
-        self.in_flight.fetch_add(1, Ordering::SeqCst);
-        if self.demoting.load(Ordering::SeqCst) > 0 {
-            let since = pinwise_core::units::monotonic_ns();
-            while self.demoting.load(Ordering::SeqCst) > 0 {
+    /// A copy of host memory `[start, end)` that may use a registration pinwise made for
+    /// the program is about to be issued: waits (up to [`GATE_WAIT_NS`]) for a demotion of
+    /// pages it overlaps, and keeps new ones off those pages until the guard is dropped.
+    /// While it waits its range is withdrawn, so that a demotion waiting for the copies in
+    /// flight is not held up by copies that arrive after it.
+    pub fn enter(&self, start: usize, end: usize) -> InFlight<'_> {
+        let mut published = self.copies.publish(start, end, start >> 12);
+        if !self.demotions.overlaps(start, end) {
+            return InFlight(self, published);
+        }
+        self.copy_waits.fetch_add(1, Ordering::Relaxed);
+        let since = pinwise_core::units::monotonic_ns();
+        loop {
+            self.copies.withdraw(published);
+            while self.demotions.overlaps(start, end) {
                 if pinwise_core::units::monotonic_ns().saturating_sub(since) > GATE_WAIT_NS {
                     self.overruns.fetch_add(1, Ordering::Relaxed);
-                    break;
+                    return InFlight(self, self.copies.publish(start, end, start >> 12));
                 }
                 std::thread::yield_now();
             }
+            published = self.copies.publish(start, end, start >> 12);
+            if !self.demotions.overlaps(start, end) {
+                return InFlight(self, published);
+            }
         }
-        InFlight(self)
     }
 
-    /// Claims the right to demote one registration: `false` (and nothing claimed) while a
-    /// copy is in flight. A `true` must be followed by [`Self::end_demotion`].
-    pub fn try_begin_demotion(&self) -> bool {
-        self.demoting.fetch_add(1, Ordering::SeqCst);
-        if self.in_flight.load(Ordering::SeqCst) == 0 {
-            return true;
+    /// Claims the right to unregister pages `[start, end)`: `None` (and nothing claimed)
+    /// while a copy that overlaps them is in flight.
+    pub fn try_begin_demotion(&self, start: usize, end: usize) -> Option<Demotion<'_>> {
+        let published = self.demotions.publish(start, end, start >> 12);
+        if !self.copies.overlaps(start, end) {
+            return Some(Demotion(self, published));
         }
-        self.demoting.fetch_sub(1, Ordering::SeqCst);
-        false
+        self.demotions.withdraw(published);
+        None
     }
 
-    /// Claims the right to demote one registration, waiting (up to [`GATE_WAIT_NS`]) for
-    /// the copies in flight to finish: for a demotion that cannot be put off (a copy that
-    /// runs past a registration is refused by the driver unless it is given back first).
-    /// A copy issued meanwhile sees no demotion claimed and goes on; the next try waits
-    /// for it too. `false` when the copies kept the gate busy for the whole wait (counted
-    /// in [`Self::overruns`]; the caller demotes anyway, as before the gate, and must not
-    /// call [`Self::end_demotion`]).
-    pub fn begin_demotion_waiting(&self) -> bool {
-        if self.try_begin_demotion() {
-            return true;
+    /// Claims the right to unregister pages `[start, end)`, waiting (up to
+    /// [`GATE_WAIT_NS`]) for the copies in flight that overlap them to finish: for a
+    /// demotion that cannot be put off (a copy that runs past a registration is refused by
+    /// the driver unless it is given back first). Copies of other memory neither hold it
+    /// up nor are held up; copies of those pages that arrive meanwhile wait for it (so a
+    /// stream of them cannot starve it). `None` when the copies in flight kept those pages
+    /// busy for the whole wait (counted in [`Self::overruns`]; the caller demotes anyway,
+    /// as before the gate).
+    pub fn begin_demotion_waiting(&self, start: usize, end: usize) -> Option<Demotion<'_>> {
+        let published = self.demotions.publish(start, end, start >> 12);
+        if !self.copies.overlaps(start, end) {
+            return Some(Demotion(self, published));
         }
+        self.demotion_waits.fetch_add(1, Ordering::Relaxed);
         let since = pinwise_core::units::monotonic_ns();
         loop {
             std::thread::yield_now();
-            if self.try_begin_demotion() {
-                return true;
+            if !self.copies.overlaps(start, end) {
+                return Some(Demotion(self, published));
             }
             if pinwise_core::units::monotonic_ns().saturating_sub(since) > GATE_WAIT_NS {
                 self.overruns.fetch_add(1, Ordering::Relaxed);
-                return false;
+                self.demotions.withdraw(published);
+                return None;
             }
         }
     }
 
-    /// The demotion [`Self::try_begin_demotion`] allowed is done.
-    pub fn end_demotion(&self) {
-        self.demoting.fetch_sub(1, Ordering::SeqCst);
+    /// Copies that waited for an overlapping demotion, and demotions that waited for
+    /// overlapping copies (however briefly).
+    pub fn waits(&self) -> u64 {
+        self.copy_waits.load(Ordering::Relaxed) + self.demotion_waits.load(Ordering::Relaxed)
     }
 
     /// Copies that stopped waiting for a demotion, and demotions that stopped waiting for
@@ -449,8 +599,8 @@ impl CopyGate {
     /// Forgets copies and demotions under way (a forked child: only the forking thread
     /// lives on, and it is in none).
     pub fn reset(&self) {
-        self.in_flight.store(0, Ordering::SeqCst);
-        self.demoting.store(0, Ordering::SeqCst);
+        self.copies.reset();
+        self.demotions.reset();
     }
 }
 
@@ -843,81 +993,187 @@ mod tests {
         assert_eq!(c.refused(), refused as u64);
     }
 
+    /// Pages `[A, A + 1 MiB)` and, far from them, `[B, B + 1 MiB)`.
+    const A: usize = 0x7f00_0000_0000;
+    const B: usize = 0x7f40_0000_0000;
+    const MB: usize = 1 << 20;
+
     #[test]
-    fn the_gate_refuses_a_demotion_while_a_copy_is_in_flight_and_allows_one_after() {
+    fn the_gate_refuses_a_demotion_while_an_overlapping_copy_is_in_flight_and_allows_one_after() {
         let g = CopyGate::new();
-        assert!(g.try_begin_demotion(), "no copy in flight");
-        g.end_demotion();
-        let copy = g.enter();
-        assert!(!g.try_begin_demotion(), "a copy is in flight");
-        assert_eq!(
-            g.demoting.load(Ordering::SeqCst),
-            0,
+        drop(g.try_begin_demotion(A, A + MB).expect("no copy in flight"));
+        let copy = g.enter(A + 4096, A + 8192);
+        assert!(
+            g.try_begin_demotion(A, A + MB).is_none(),
+            "a copy is in flight"
+        );
+        assert!(
+            !g.demotions.overlaps(0, usize::MAX),
             "a refused demotion claims nothing"
         );
-        let other = g.enter();
+        let other = g.enter(A + MB - 1, A + 2 * MB);
         drop(copy);
-        assert!(!g.try_begin_demotion(), "another copy is still in flight");
+        assert!(
+            g.try_begin_demotion(A, A + MB).is_none(),
+            "another copy of those pages is still in flight"
+        );
+        drop(g.try_begin_demotion(B, B + MB).expect("not of these pages"));
         drop(other);
-        assert_eq!(g.in_flight.load(Ordering::SeqCst), 0);
-        assert!(g.try_begin_demotion());
-        g.end_demotion();
-        assert_eq!(g.overruns(), 0);
+        assert!(!g.copies.overlaps(0, usize::MAX), "every copy let go");
+        drop(g.try_begin_demotion(A, A + MB).expect("no copy left"));
+        assert_eq!((g.overruns(), g.waits()), (0, 0));
     }
 
     #[test]
-    fn a_copy_waits_for_a_demotion_under_way_but_not_forever() {
+    fn a_copy_waits_for_an_overlapping_demotion_under_way_but_not_forever() {
         let g = CopyGate::new();
-        assert!(g.try_begin_demotion());
+        let demotion = g.try_begin_demotion(A, A + MB).unwrap();
         let t0 = pinwise_core::units::monotonic_ns();
-        let copy = g.enter();
+        let copy = g.enter(A, A + 64);
         assert!(
             pinwise_core::units::monotonic_ns() - t0 >= GATE_WAIT_NS,
             "it waited for the demotion"
         );
         assert_eq!(g.overruns(), 1, "and counted that it gave up");
+        assert_eq!(g.waits(), 1);
         drop(copy);
-        g.end_demotion();
+        drop(demotion);
         g.reset();
-        assert!(g.try_begin_demotion());
+        drop(g.try_begin_demotion(A, A + MB).unwrap());
     }
 
     #[test]
-    fn a_waiting_demotion_begins_only_after_the_copy_in_flight_is_done() {
+    fn a_copy_of_other_memory_neither_waits_for_a_demotion_nor_holds_one_up() {
+        use std::sync::Arc;
+        let g = Arc::new(CopyGate::new());
+        // A demotion of A's pages under way on another thread...
+        let (began_tx, began_rx) = std::sync::mpsc::channel();
+        let (end_tx, end_rx) = std::sync::mpsc::channel::<()>();
+        let demoter = {
+            let g = g.clone();
+            std::thread::spawn(move || {
+                let demotion = g.try_begin_demotion(A, A + MB);
+                let began = demotion.is_some();
+                began_tx.send(began).unwrap();
+                end_rx.recv().unwrap();
+                drop(demotion);
+            })
+        };
+        assert!(began_rx.recv().unwrap(), "no copy was in flight");
+        assert!(g.demotions.overlaps(A, A + 1), "the demotion is under way");
+        // ...and a copy of B's pages on this one: it does not wait.
+        let copy = g.enter(B, B + MB);
+        assert_eq!(g.waits(), 0, "the copy of other memory waited");
+        assert_eq!(g.overruns(), 0);
+        end_tx.send(()).unwrap();
+        demoter.join().unwrap();
+        // While it is in flight, the next demotion of A's pages goes at once.
+        let next = g
+            .begin_demotion_waiting(A, A + MB)
+            .expect("a copy of other memory does not hold a demotion up");
+        assert_eq!(
+            g.waits(),
+            0,
+            "the demotion waited for a copy of other memory"
+        );
+        drop(next);
+        // An overlapping copy does hold it up: the demoter on another thread waits (counted)
+        // and goes once the copy is done.
+        let overlapping = g.enter(A + MB - 64, A + MB + 64);
+        let demoter = {
+            let g = g.clone();
+            std::thread::spawn(move || g.begin_demotion_waiting(A, A + MB).is_some())
+        };
+        while g.waits() == 0 {
+            std::thread::yield_now();
+        }
+        drop(overlapping);
+        assert!(demoter.join().unwrap(), "it began once the copy was done");
+        assert_eq!(g.waits(), 1);
+        assert_eq!(g.overruns(), 0);
+        drop(copy);
+        assert!(!g.copies.overlaps(0, usize::MAX));
+        assert!(!g.demotions.overlaps(0, usize::MAX));
+    }
+
+    #[test]
+    fn more_copies_than_slots_count_as_everything() {
+        let g = CopyGate::new();
+        let copies: Vec<_> = (0..COPY_SLOTS + 1)
+            .map(|k| g.enter(B + k * MB, B + k * MB + 64))
+            .collect();
+        assert!(
+            g.try_begin_demotion(A, A + MB).is_none(),
+            "a copy without a slot may be anywhere"
+        );
+        drop(copies);
+        drop(g.try_begin_demotion(A, A + MB).unwrap());
+        let demotions: Vec<_> = (0..DEMOTION_SLOTS + 1)
+            .map(|k| g.try_begin_demotion(B + k * MB, B + k * MB + 64).unwrap())
+            .collect();
+        assert!(g.demotions.overlaps(A, A + 1), "nor may a demotion");
+        drop(demotions);
+        assert!(!g.demotions.overlaps(0, usize::MAX));
+    }
+
+    #[test]
+    fn a_waiting_demotion_begins_only_after_the_copy_in_flight_is_done_and_new_copies_queue_behind_it(
+    ) {
         use std::sync::atomic::AtomicBool;
         use std::sync::Arc;
         let g = Arc::new(CopyGate::new());
-        let copy = g.enter();
+        let copy = g.enter(A, A + MB);
         let copy_done = Arc::new(AtomicBool::new(false));
+        let demotion_done = Arc::new(AtomicBool::new(false));
         let demoter = {
-            let (g, copy_done) = (g.clone(), copy_done.clone());
+            let (g, copy_done, demotion_done) =
+                (g.clone(), copy_done.clone(), demotion_done.clone());
             std::thread::spawn(move || {
-                let began = g.begin_demotion_waiting();
+                let began = g.begin_demotion_waiting(A, A + MB);
                 // What the demotion saw when it was let in.
-                let saw_copy_done = copy_done.load(Ordering::SeqCst);
-                if began {
-                    g.end_demotion();
+                let saw = (began.is_some(), copy_done.load(Ordering::SeqCst));
+                // Until it ends, no copy of its pages is let in.
+                while g.waits() < 2 {
+                    std::thread::yield_now();
                 }
-                (began, saw_copy_done)
+                demotion_done.store(true, Ordering::SeqCst);
+                drop(began);
+                saw
             })
         };
-        // The demoter keeps trying while the copy is in flight; a new copy meanwhile is not
-        // held up by it (it claims nothing between its tries).
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        let other = g.enter();
-        drop(other);
+        while g.waits() == 0 {
+            std::thread::yield_now();
+        }
+        // A copy of those pages issued while the demotion waits queues behind it.
+        let late = {
+            let (g, demotion_done) = (g.clone(), demotion_done.clone());
+            std::thread::spawn(move || {
+                let c = g.enter(A + 64, A + 128);
+                let after = demotion_done.load(Ordering::SeqCst);
+                drop(c);
+                after
+            })
+        };
+        while g.waits() < 2 {
+            std::thread::yield_now();
+        }
         copy_done.store(true, Ordering::SeqCst);
         drop(copy);
         let (began, saw_copy_done) = demoter.join().unwrap();
         assert!(began, "the demotion began once the copy was done");
         assert!(saw_copy_done, "and not before");
+        assert!(
+            late.join().unwrap(),
+            "the late copy went after the demotion"
+        );
+        assert_eq!(g.waits(), 2);
         assert_eq!(g.overruns(), 0);
-        assert_eq!(g.demoting.load(Ordering::SeqCst), 0);
-        assert_eq!(g.in_flight.load(Ordering::SeqCst), 0);
+        assert!(!g.demotions.overlaps(0, usize::MAX));
+        assert!(!g.copies.overlaps(0, usize::MAX));
     }
 
     #[test]
-    fn no_demotion_runs_while_a_guard_is_alive() {
+    fn no_demotion_runs_while_an_overlapping_guard_is_alive() {
         use std::sync::atomic::AtomicBool;
         use std::sync::Arc;
         let g = Arc::new(CopyGate::new());
@@ -933,41 +1189,47 @@ mod tests {
                 overlaps.clone(),
             );
             std::thread::spawn(move || {
-                for _ in 0..20_000 {
-                    let guard = g.enter();
-                    copying.store(true, Ordering::SeqCst);
-                    if demoting.load(Ordering::SeqCst) {
-                        overlaps.fetch_add(1, Ordering::SeqCst);
+                for k in 0..20_000 {
+                    // Alternately the demoted pages and memory next to them.
+                    let at = if k % 2 == 0 { A + MB - 8 } else { A + MB };
+                    let guard = g.enter(at, at + 64);
+                    let shared = k % 2 == 0;
+                    if shared {
+                        copying.store(true, Ordering::SeqCst);
+                        if demoting.load(Ordering::SeqCst) {
+                            overlaps.fetch_add(1, Ordering::SeqCst);
+                        }
                     }
                     std::hint::spin_loop();
-                    copying.store(false, Ordering::SeqCst);
+                    if shared {
+                        copying.store(false, Ordering::SeqCst);
+                    }
                     drop(guard);
                 }
             })
         };
         for _ in 0..20_000 {
-            if g.try_begin_demotion() {
+            if let Some(d) = g.try_begin_demotion(A, A + MB) {
                 demoting.store(true, Ordering::SeqCst);
                 if copying.load(Ordering::SeqCst) {
                     overlaps.fetch_add(1, Ordering::SeqCst);
                 }
                 std::hint::spin_loop();
                 demoting.store(false, Ordering::SeqCst);
-                g.end_demotion();
+                drop(d);
             }
         }
         copier.join().unwrap();
         assert_eq!(
             overlaps.load(Ordering::SeqCst),
             0,
-            "a demotion overlapped a copy"
+            "a demotion overlapped a copy of its pages"
         );
-        assert_eq!(g.in_flight.load(Ordering::SeqCst), 0, "every guard let go");
-        assert_eq!(g.demoting.load(Ordering::SeqCst), 0);
+        assert!(!g.copies.overlaps(0, usize::MAX), "every guard let go");
+        assert!(!g.demotions.overlaps(0, usize::MAX));
         assert!(
-            g.try_begin_demotion(),
+            g.try_begin_demotion(A, A + MB).is_some(),
             "with no copy left, a demotion may run"
         );
-        g.end_demotion();
     }
 }

@@ -117,9 +117,40 @@ struct Collector {
 /// Entries of the call-site cache.
 const SITE_CACHE: usize = 256;
 
-/// Remembered stacks at most; the memo starts afresh when full (a program with more
-/// distinct allocating lines than this pays walks again, within the capture budget).
+/// Remembered stacks at most; when full, the least recently used one makes room (a
+/// program with more distinct allocating lines than this pays walks again for its cold
+/// ones, within the capture budget, while its hot lines stay remembered).
 const STACK_MEMO_CAP: usize = 4096;
+
+/// Stacks remembered by key (see [`Recorder::remembered_stack`]): at most `cap`, the least
+/// recently used one evicted for a new one. A hit moves its key to the front without
+/// allocating; an insertion into a full memo reuses the evicted entry's node.
+pub struct StackMemo(lru::LruCache<Box<[usize]>, StackId>);
+
+impl StackMemo {
+    /// An empty memo of at most `cap` stacks (at least one).
+    pub fn new(cap: usize) -> StackMemo {
+        StackMemo(lru::LruCache::new(
+            std::num::NonZeroUsize::new(cap).unwrap_or(std::num::NonZeroUsize::MIN),
+        ))
+    }
+
+    /// The stack remembered under `key`, now the most recently used.
+    pub fn get(&mut self, key: &[usize]) -> Option<StackId> {
+        self.0.get(key).copied()
+    }
+
+    /// Remembers `id` under `key`, evicting the least recently used stack when full.
+    pub fn insert(&mut self, key: Box<[usize]>, id: StackId) {
+        self.0.put(key, id);
+    }
+
+    /// Stacks remembered now.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+}
 
 /// What [`Recorder::remembered_stack`] found.
 pub enum Remembered {
@@ -154,7 +185,7 @@ pub struct Recorder {
     interpreter_module: std::sync::OnceLock<pinwise_core::ModuleId>,
     interpreter_lookups: std::sync::atomic::AtomicU32,
     /// Stacks already captured in a Python process (see [`Recorder::remembered_stack`]).
-    stack_memo: Mutex<std::collections::HashMap<Box<[usize]>, StackId>>,
+    stack_memo: Mutex<StackMemo>,
     history: Mutex<MemHistory>,
     collector: Mutex<Collector>,
     finished: AtomicBool,
@@ -178,7 +209,7 @@ impl Recorder {
             )),
             interpreter_module: std::sync::OnceLock::new(),
             interpreter_lookups: std::sync::atomic::AtomicU32::new(0),
-            stack_memo: Mutex::new(std::collections::HashMap::new()),
+            stack_memo: Mutex::new(StackMemo::new(STACK_MEMO_CAP)),
             history: Mutex::new(MemHistory::with_tables(
                 HistoryConfig::default(),
                 modules,
@@ -251,7 +282,7 @@ impl Recorder {
         }
         let key = key.into_boxed_slice();
         match self.stack_memo.lock().get(&key) {
-            Some(&id) => Remembered::Hit(id),
+            Some(id) => Remembered::Hit(id),
             None => Remembered::Miss(Some(Box::new(StackKey { key, raw }))),
         }
     }
@@ -290,11 +321,7 @@ impl Recorder {
         let frames = merge_frames(native, python, |m| interpreter.map(|i| i == m));
         let id = self.stacks.intern(&frames)?;
         if let Some(k) = key {
-            let mut memo = self.stack_memo.lock();
-            if memo.len() >= STACK_MEMO_CAP {
-                memo.clear();
-            }
-            memo.insert(k.key, id);
+            self.stack_memo.lock().insert(k.key, id);
         }
         Some(id)
     }
@@ -574,6 +601,41 @@ pub(crate) fn merge_frames(
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicU8;
+
+    #[test]
+    fn a_hot_stack_survives_heavy_churn_of_cold_ones_and_the_memo_stays_bounded() {
+        let id = |i: usize| StackId::from_index(i).unwrap();
+        let key = |i: usize| -> Box<[usize]> { vec![0x4000 + i, i, 7].into_boxed_slice() };
+        let mut memo = StackMemo::new(64);
+        memo.insert(key(0), id(0));
+        // 100 memos' worth of cold keys, each seen once; the hot key is looked up after
+        // every 16 of them (a loop allocating on one line among many one-off lines).
+        for i in 1..=6_400 {
+            memo.insert(key(i), id(i));
+            assert!(
+                memo.len() <= 64,
+                "the memo grew past its bound: {}",
+                memo.len()
+            );
+            if i % 16 == 0 {
+                assert_eq!(
+                    memo.get(&key(0)),
+                    Some(id(0)),
+                    "the hot key was evicted at {i}"
+                );
+            }
+        }
+        assert_eq!(memo.len(), 64, "full, not cleared");
+        // The most recent cold keys are there; the oldest were evicted, one at a time.
+        assert_eq!(memo.get(&key(6_400)), Some(id(6_400)));
+        assert_eq!(memo.get(&key(1)), None);
+        // Without lookups a key ages out like any other.
+        for i in 10_000..10_064 {
+            memo.insert(key(i), id(i));
+        }
+        assert_eq!(memo.get(&key(0)), None);
+        assert_eq!(memo.len(), 64);
+    }
 
     #[test]
     fn python_frames_replace_the_interpreters_native_frames_and_keep_room() {

@@ -180,6 +180,9 @@ extern "C" fn at_exit() {
 /// Drains everything and writes the outputs (or, if pinwise was never needed, the idle
 /// statistics). Runs on a thread of its own (see [`at_exit`]).
 extern "C" fn final_outputs(_: *mut libc::c_void) -> *mut libc::c_void {
+    // A thread of its own, whose counter pinwise's code may read (it inherited the mode of
+    // the thread that exits).
+    let _ = crate::cycles::enable_here();
     let Some(st) = current() else {
         write_idle_stats();
         return std::ptr::null_mut();
@@ -407,6 +410,9 @@ impl State {
 
     fn drain_loop(&'static self) {
         let _inside = Inside::enter();
+        // Pinwise's own thread: the CPU's counter readable even if the thread that started
+        // it had made it fault.
+        let _ = crate::cycles::enable_here();
         block_all_signals();
         let generation = GENERATION.load(Ordering::Acquire);
         loop {
@@ -538,6 +544,14 @@ impl State {
             _ => OutputStats::default(),
         };
         stats.problems = self.problems.lock().clone();
+        if crate::cycles::counter_stopped() {
+            stats.problems.push(
+                "the program made the CPU's time-stamp counter fault (prctl PR_SET_TSC): the \
+                 hooks timed themselves with the clock from then on, and no hook times are \
+                 given (the samples mix counter ticks and nanoseconds)"
+                    .to_string(),
+            );
+        }
         if let Some(dir) = &self.config.stats_dir {
             let path = dir.join(format!("{}.json", self.pid));
             let written = serde_json::to_vec_pretty(&stats)

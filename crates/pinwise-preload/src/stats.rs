@@ -156,38 +156,48 @@ impl TimeHistogram {
     }
 }
 
-/// Width of the hook-time buckets below [`HOOK_LINEAR_NS`], ticks (about 1.5 ns at a
+/// Width of the hook-time buckets below [`HOOK_LINEAR_TICKS`], ticks (about 1.5 ns at a
 /// 2.6 GHz counter, 4 ns where the counter is the clock).
-pub const HOOK_BUCKET_NS: u64 = 4;
-/// Below this many ticks the buckets are [`HOOK_BUCKET_NS`] wide; above it each is
+pub const HOOK_BUCKET_TICKS: u64 = 4;
+/// Below this many ticks the buckets are [`HOOK_BUCKET_TICKS`] wide; above it each is
 /// 2^(1/16) times wider than the last (about 4.4 %), up to 2^17 ticks (50 µs at 2.6 GHz);
 /// the last bucket holds the rest.
-pub const HOOK_LINEAR_NS: u64 = 512;
+pub const HOOK_LINEAR_TICKS: u64 = 512;
 /// Buckets of the hook-time histogram.
 pub const HOOK_BUCKETS: usize = 256;
-const LINEAR_BUCKETS: usize = (HOOK_LINEAR_NS / HOOK_BUCKET_NS) as usize;
+const LINEAR_BUCKETS: usize = (HOOK_LINEAR_TICKS / HOOK_BUCKET_TICKS) as usize;
 const STEPS_PER_DOUBLING: f64 = 16.0;
 
-/// The bucket of a sample of `ns` nanoseconds.
-pub fn hook_bucket(ns: u64) -> usize {
-    if ns < HOOK_LINEAR_NS {
-        return (ns / HOOK_BUCKET_NS) as usize;
+/// The bucket of a sample of `ticks` ticks of the hooks' counter ([`crate::cycles`]).
+pub fn hook_bucket(ticks: u64) -> usize {
+    if ticks < HOOK_LINEAR_TICKS {
+        return (ticks / HOOK_BUCKET_TICKS) as usize;
     }
-    let k = ((ns as f64 / HOOK_LINEAR_NS as f64).log2() * STEPS_PER_DOUBLING) as usize;
+    let k = ((ticks as f64 / HOOK_LINEAR_TICKS as f64).log2() * STEPS_PER_DOUBLING) as usize;
     (LINEAR_BUCKETS + k).min(HOOK_BUCKETS - 1)
 }
 
-/// The times bucket `i` holds: `[lo, hi)` ns (the last one is open-ended: `hi` is its
-/// lower bound's next step).
+/// The times bucket `i` holds: `[lo, hi)` ticks (the last one is open-ended: `hi` is its
+/// lower bound's next step). Nanoseconds only after [`HookStats::ns_per_tick`].
 pub fn hook_bucket_range(i: usize) -> (u64, u64) {
     if i < LINEAR_BUCKETS {
-        let lo = i as u64 * HOOK_BUCKET_NS;
-        return (lo, lo + HOOK_BUCKET_NS);
+        let lo = i as u64 * HOOK_BUCKET_TICKS;
+        return (lo, lo + HOOK_BUCKET_TICKS);
     }
-    let at =
-        |k: usize| (HOOK_LINEAR_NS as f64 * (k as f64 / STEPS_PER_DOUBLING).exp2()).round() as u64;
+    let at = |k: usize| {
+        (HOOK_LINEAR_TICKS as f64 * (k as f64 / STEPS_PER_DOUBLING).exp2()).round() as u64
+    };
     let k = i - LINEAR_BUCKETS;
     (at(k), at(k + 1))
+}
+
+/// Removes the hook times from `s` (they do not compare: see [`HookStats::process_stats`]).
+fn leave_out_hook_times(s: &mut ProcessStats) {
+    s.hook_ns_mean = None;
+    s.hook_ns_median = None;
+    s.hook_ns_net_median = None;
+    s.clock_read_ns = None;
+    s.hook_stages = HookStages::default();
 }
 
 /// What the recorded copies were, counted as they reach the history (by the drain, so the
@@ -321,8 +331,15 @@ impl HookStats {
 
     /// The hooks' counters and the recorded copies as a statistics record (other fields
     /// default).
+    /// When the program made the CPU's counter fault while it ran
+    /// ([`crate::cycles::counter_stopped`]) the samples mix counter ticks and nanoseconds:
+    /// the hook times are left out (their count stays).
     pub fn process_stats(&self, copies: &Tally) -> ProcessStats {
-        self.process_stats_at(copies, self.ns_per_tick())
+        let mut s = self.process_stats_at(copies, self.ns_per_tick());
+        if crate::cycles::counter_stopped() {
+            leave_out_hook_times(&mut s);
+        }
+        s
     }
 
     /// [`HookStats::process_stats`] with the counter's rate given.
@@ -365,6 +382,7 @@ impl HookStats {
             ceiling_releases: r(&h.ceiling_releases),
             ceiling_deferred: r(&h.ceiling_deferred),
             copy_gate_overruns: crate::promote::COPY_GATE.overruns(),
+            copy_gate_waits: crate::promote::COPY_GATE.waits(),
             runtime_only: r(&h.runtime_only),
             wrapped_by_dlsym: r(&WRAPPED_BY_DLSYM),
             wrapped_by_proc_address: r(&WRAPPED_BY_PROC_ADDRESS),
@@ -417,10 +435,13 @@ mod tests {
             );
             last_hi = hi;
         }
-        assert!(last_hi > 100_000, "the histogram reaches {last_hi} ns");
-        for ns in [0, 3, 4, 511, 512, 513, 1022, 1_500, 10_000, 99_999] {
-            let (lo, hi) = hook_bucket_range(hook_bucket(ns));
-            assert!(lo <= ns && ns < hi + 1, "{ns} in bucket {lo}..{hi}");
+        assert!(last_hi > 100_000, "the histogram reaches {last_hi} ticks");
+        for ticks in [0, 3, 4, 511, 512, 513, 1022, 1_500, 10_000, 99_999] {
+            let (lo, hi) = hook_bucket_range(hook_bucket(ticks));
+            assert!(
+                lo <= ticks && ticks < hi + 1,
+                "{ticks} in bucket {lo}..{hi}"
+            );
         }
         assert_eq!(hook_bucket(u64::MAX), HOOK_BUCKETS - 1);
     }

@@ -38,6 +38,28 @@ fn plain(s: &Setup, exe: &Path, args: &[&str]) -> Output {
     out
 }
 
+/// `pinwise run --no-malloc-hooks` of `exe args` with each copy from registered memory in
+/// flight for [`DELAY_US`]: it must succeed and the bytes that arrived must be `base`'s.
+/// Its output and its process's statistics.
+fn gated(s: &Setup, exe: &Path, args: &[&str], base: &Output) -> (Output, serde_json::Value) {
+    let summary_path = s.path("gate.json");
+    let mut c = s.libs.command(pinwise());
+    c.args(["run", "--no-malloc-hooks", "--force", "--stats-json"])
+        .arg(&summary_path)
+        .arg("--")
+        .arg(exe)
+        .args(args)
+        .current_dir(s.dir.path());
+    clean_env(&mut c);
+    c.env("PINWISE_STANDIN_COPY_DELAY_US", DELAY_US);
+    let out = c.output().expect("run pinwise");
+    assert_ok(&out, &format!("pinwise run {args:?}"));
+    assert_eq!(line(&out, "sum "), line(base, "sum "), "the bytes that arrived");
+    let p = summary(&summary_path)["processes"][0].clone();
+    eprintln!("{p}");
+    (out, p)
+}
+
 #[test]
 fn a_registration_pinwise_gives_back_is_never_taken_from_a_copy_in_flight() {
     let s = Setup::new();
@@ -52,24 +74,7 @@ fn a_registration_pinwise_gives_back_is_never_taken_from_a_copy_in_flight() {
 
     let base = plain(&s, &exe, &[]);
     assert_eq!(in_use(&base), 0, "plain: nothing registered");
-    let summary_path = s.path("gate.json");
-    let mut c = s.libs.command(pinwise());
-    c.args(["run", "--no-malloc-hooks", "--force", "--stats-json"])
-        .arg(&summary_path)
-        .arg("--")
-        .arg(&exe)
-        .current_dir(s.dir.path());
-    clean_env(&mut c);
-    c.env("PINWISE_STANDIN_COPY_DELAY_US", DELAY_US);
-    let out = c.output().expect("run pinwise");
-    assert_ok(&out, "pinwise run");
-    assert_eq!(
-        line(&out, "sum "),
-        line(&base, "sum "),
-        "the bytes that arrived"
-    );
-    let p = &summary(&summary_path)["processes"][0];
-    eprintln!("{p}");
+    let (out, p) = gated(&s, &exe, &[], &base);
     assert_eq!(
         in_use(&out),
         0,
@@ -90,5 +95,30 @@ fn a_registration_pinwise_gives_back_is_never_taken_from_a_copy_in_flight() {
     );
     assert_eq!(p["copy_gate_overruns"], 0, "no wait ran out: {p}");
     assert_eq!(p["promotion_failures"], 0, "{p}");
+    assert_eq!(p["failed_copies"], 0, "{p}");
+}
+
+#[test]
+fn a_copy_of_other_memory_never_waits_on_the_gate_nor_holds_a_release_up() {
+    let s = Setup::new();
+    let exe = s.build_driver("gate_race.c", &["-ldl", "-pthread"]);
+    let base = plain(&s, &exe, &["apart"]);
+    let (out, p) = gated(&s, &exe, &["apart"], &base);
+    assert_eq!(in_use(&out), 0, "{p}");
+    assert!(
+        p["promotions_on_transfers"].as_u64() >= Some(2),
+        "both hot buffers were registered: {p}"
+    );
+    assert!(
+        p["demotions"].as_u64() >= Some(1),
+        "the main thread's edge copies made pinwise give its buffer back: {p}"
+    );
+    // The releases ran while the other thread kept copying its own buffer (each copy in
+    // flight for DELAY_US): a process-wide gate would have made them wait.
+    assert_eq!(
+        p["copy_gate_waits"], 0,
+        "a copy or a release waited on the gate for memory it does not share: {p}"
+    );
+    assert_eq!(p["copy_gate_overruns"], 0, "{p}");
     assert_eq!(p["failed_copies"], 0, "{p}");
 }

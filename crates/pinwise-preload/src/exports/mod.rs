@@ -11,6 +11,7 @@ mod driver;
 mod exit;
 mod libc_hooks;
 mod malloc_hooks;
+mod prctl;
 mod runtime;
 
 /// The register that carries the caller's return address into an implementation taking

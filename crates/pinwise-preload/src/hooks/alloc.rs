@@ -35,6 +35,8 @@ pub unsafe fn host_alloc(
     if pp.is_null() || size == 0 {
         return forward();
     }
+    // Pinwise's allocator times what it does with the standard library's clock.
+    let _counter = crate::cycles::CounterReadable::here();
     let site_addr = allocation_site(st, caller);
     HookStats::bump(&st.stats.host_allocs);
     // While a context ends, requests go to CUDA as without pinwise: memory pinwise would
@@ -47,19 +49,12 @@ pub unsafe fn host_alloc(
             // SAFETY: `pp` is non-null and writable (checked above; CUDA's contract).
             unsafe { *pp = ptr as *mut c_void };
             HookStats::bump(&st.stats.served_pinned);
-            let stack = st.recorder.stack_from(site_addr);
-            let stamp = st.recorder.stamp();
-            st.recorder.record_with_stack(
-                stamp,
-                EventKind::Alloc {
-                    start: ptr as u64,
-                    size: size as u64,
-                    kind: HostMemKind::PinnedAlloc,
-                    flags: flags | pinwise_core::pool_use::ALLOC_FLAG_POOL,
-                },
-                None,
+            record_pinned_alloc(
+                st,
                 site_addr,
-                stack,
+                ptr,
+                size,
+                flags | pinwise_core::pool_use::ALLOC_FLAG_POOL,
             );
             return CUDA_SUCCESS;
         }
@@ -123,22 +118,34 @@ pub unsafe fn host_alloc(
         if let Some(pinning) = st.pinning() {
             guarded(|| pinning.outside_locked(p as usize, size));
         }
-        let stack = st.recorder.stack_from(site_addr);
-        let stamp = st.recorder.stamp();
-        st.recorder.record_with_stack(
-            stamp,
-            EventKind::Alloc {
-                start: p as u64,
-                size: size as u64,
-                kind: HostMemKind::PinnedAlloc,
-                flags,
-            },
-            None,
-            site_addr,
-            stack,
-        );
+        record_pinned_alloc(st, site_addr, p as usize, size, flags);
     }
     rc
+}
+
+/// Records a pinned allocation of `size` bytes at `start` made from `site_addr`, with its
+/// stack (captured before the event's timestamp is taken).
+pub(super) fn record_pinned_alloc(
+    st: &State,
+    site_addr: usize,
+    start: usize,
+    size: usize,
+    flags: c_uint,
+) {
+    let stack = st.recorder.stack_from(site_addr);
+    let stamp = st.recorder.stamp();
+    st.recorder.record_with_stack(
+        stamp,
+        EventKind::Alloc {
+            start: start as u64,
+            size: size as u64,
+            kind: HostMemKind::PinnedAlloc,
+            flags,
+        },
+        None,
+        site_addr,
+        stack,
+    );
 }
 
 /// `cuMemFreeHost` from `caller`.
@@ -149,6 +156,7 @@ pub fn host_free(caller: usize, p: *mut c_void, forward: impl FnOnce() -> CUresu
     if p.is_null() {
         return forward();
     }
+    let _counter = crate::cycles::CounterReadable::here();
     let site_addr = allocation_site(st, caller);
     HookStats::bump(&st.stats.host_frees);
     if crate::pool::touches(p as usize, 1) {

@@ -51,6 +51,7 @@ pub fn copy(
     };
     let mut described_at = 0;
     let mut pooled = None;
+    let counter = cycles::CounterReadable::here();
     let noted = guarded(|| {
         describe(st).and_then(|c| {
             if crate::pool::touches(c.host, c.span) {
@@ -64,6 +65,8 @@ pub fn copy(
         })
     })
     .flatten();
+    // The program's mode back for its own copy.
+    drop(counter);
     if let Some(c) = pooled {
         return pooled_copy(st, &c, site_addr, forward);
     }
@@ -72,7 +75,7 @@ pub fn copy(
     let _in_flight = noted
         .as_ref()
         .filter(|(_, n)| n.on_program_registration)
-        .map(|_| COPY_GATE.enter());
+        .map(|(c, _)| COPY_GATE.enter(c.host, c.host.saturating_add(c.span.max(1))));
     let before = if timing != Timing::No && noted.is_some() {
         let t = cycles::now();
         if described_at != 0 {
@@ -102,7 +105,10 @@ pub fn copy(
     } else {
         0
     };
-    guarded(|| record_transfer(st, &c, &noted, site_addr));
+    {
+        let _counter = cycles::CounterReadable::here();
+        guarded(|| record_transfer(st, &c, &noted, site_addr));
+    }
     match timing {
         Timing::No => {}
         Timing::Stages => st

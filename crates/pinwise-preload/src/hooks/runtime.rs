@@ -3,7 +3,7 @@
 
 use std::ffi::{c_int, c_uint, c_void};
 
-use pinwise_core::{EventKind, HostMemKind};
+use pinwise_core::EventKind;
 use pinwise_cuda::sys::{CUDA_ERROR_INVALID_VALUE, CUDA_SUCCESS};
 
 use super::alloc::host_free;
@@ -60,20 +60,7 @@ pub fn observe_alloc(st: &State, caller: usize, p: *mut c_void, size: usize, fla
     }
     HookStats::bump(&st.stats.host_allocs);
     HookStats::bump(&st.stats.forwarded);
-    let stack = st.recorder.stack_from(caller);
-    let stamp = st.recorder.stamp();
-    st.recorder.record_with_stack(
-        stamp,
-        EventKind::Alloc {
-            start: p as u64,
-            size: size as u64,
-            kind: HostMemKind::PinnedAlloc,
-            flags,
-        },
-        None,
-        caller,
-        stack,
-    );
+    super::alloc::record_pinned_alloc(st, caller, p as usize, size, flags);
 }
 
 /// Records an event the runtime caused without a driver hook seeing it.

@@ -10,20 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef int cudaError_t;
-typedef void *cudaStream_t;
-cudaError_t cudaMalloc(void **p, size_t n);
-cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, cudaStream_t s);
-cudaError_t cudaStreamCreate(cudaStream_t *s);
-cudaError_t cudaStreamSynchronize(cudaStream_t s);
-
-#define CHECK(call)                                                           \
-    do {                                                                      \
-        if ((call) != 0) {                                                    \
-            fprintf(stderr, "%s:%d: %s failed\n", __FILE__, __LINE__, #call); \
-            exit(2);                                                          \
-        }                                                                     \
-    } while (0)
+#define STANDIN_RUNTIME
+#include "standin_cuda.h"
 
 int main(void) {
     const size_t n = 8 << 20;

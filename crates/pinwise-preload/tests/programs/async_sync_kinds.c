@@ -39,30 +39,9 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "../../../../fixtures/include/cuda_driver_min.h"
-
-typedef struct CUevent_st *CUevent;
-CUresult cuEventCreate(CUevent *e, unsigned int flags);
-CUresult cuEventRecord(CUevent e, CUstream s);
-CUresult cuEventQuery(CUevent e);
-CUresult cuEventSynchronize(CUevent e);
-CUresult cuEventDestroy_v2(CUevent e);
-CUresult cuStreamQuery(CUstream s);
-CUresult cuCtxSynchronize(void);
-
-/* The stand-in's knob (fixtures/cuda-standin/src/lib.rs). */
-extern void pinwise_standin_set_async_delay_us(uint64_t delay_us);
+#include "standin_cuda.h"
 
 #define CUDA_ERROR_NOT_READY 600
-
-#define CHECK(call)                                                                   \
-    do {                                                                              \
-        CUresult e_ = (call);                                                         \
-        if (e_ != 0) {                                                                \
-            fprintf(stderr, "%s:%d: %s failed: %d\n", __FILE__, __LINE__, #call, e_); \
-            exit(2);                                                                  \
-        }                                                                             \
-    } while (0)
 
 #define K64 (64u << 10)
 #define KINDS 5
@@ -96,7 +75,6 @@ static void poll_until_done(CUresult (*query)(void *), void *what) {
 }
 static CUresult query_event(void *e) { return cuEventQuery((CUevent)e); }
 static CUresult query_stream(void *s) { return cuStreamQuery((CUstream)s); }
-
 
 int main(void) {
     CUdevice d;

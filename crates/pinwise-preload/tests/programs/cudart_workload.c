@@ -11,30 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef int cudaError_t;
-typedef void *cudaStream_t;
-enum { H2D = 1, D2H = 2 };
-cudaError_t cudaMallocHost(void **p, size_t n);
-cudaError_t cudaHostAlloc(void **p, size_t n, unsigned flags);
-cudaError_t cudaFreeHost(void *p);
-cudaError_t cudaMalloc(void **p, size_t n);
-cudaError_t cudaFree(void *p);
-cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, int kind);
-cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, cudaStream_t s);
-cudaError_t cudaStreamCreate(cudaStream_t *s);
-cudaError_t cudaStreamSynchronize(cudaStream_t s);
-cudaError_t cudaStreamDestroy(cudaStream_t s);
-const char *cudaGetErrorName(cudaError_t e);
-
-#define CHECK(call)                                                                   \
-    do {                                                                              \
-        cudaError_t e_ = (call);                                                      \
-        if (e_ != 0) {                                                                \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call,      \
-                    cudaGetErrorName(e_));                                            \
-            exit(2);                                                                  \
-        }                                                                             \
-    } while (0)
+#define STANDIN_RUNTIME
+#include "standin_cuda.h"
 
 static unsigned long n_alloc, n_free, n_htod, n_dtoh;
 

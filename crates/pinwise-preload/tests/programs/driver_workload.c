@@ -15,18 +15,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "../../../../fixtures/include/cuda_driver_min.h"
-
-#define CHECK(call)                                                                   \
-    do {                                                                              \
-        CUresult e_ = (call);                                                         \
-        if (e_ != 0) {                                                                \
-            const char *n_ = "?";                                                     \
-            cuGetErrorName(e_, &n_);                                                  \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, n_); \
-            exit(2);                                                                  \
-        }                                                                             \
-    } while (0)
+#include "standin_cuda.h"
 
 static unsigned long n_alloc, n_free, n_htod, n_dtoh, n_reg;
 static CUcontext ctx;

@@ -27,9 +27,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../../../fixtures/include/cuda_driver_min.h"
-
-CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
+#include "standin_cuda.h"
 
 #define WORKERS 16
 #define STAGING 4

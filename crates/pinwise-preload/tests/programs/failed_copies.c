@@ -12,17 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../../../fixtures/include/cuda_driver_min.h"
+#include "standin_cuda.h"
 
 #define N (64 * 1024)
-#define CHECK(call)                                                         \
-    do {                                                                    \
-        CUresult e_ = (call);                                               \
-        if (e_ != 0) {                                                      \
-            fprintf(stderr, "%s:%d: %s failed: %d\n", __FILE__, __LINE__, #call, e_); \
-            exit(2);                                                        \
-        }                                                                   \
-    } while (0)
 
 int main(void) {
     CUcontext ctx;

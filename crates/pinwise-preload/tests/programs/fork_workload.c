@@ -13,20 +13,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-typedef int cudaError_t;
-cudaError_t cudaMallocHost(void **p, size_t n);
-cudaError_t cudaFreeHost(void *p);
-cudaError_t cudaMalloc(void **p, size_t n);
-cudaError_t cudaFree(void *p);
-cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, int kind);
-
-#define CHECK(call)                                                        \
-    do {                                                                   \
-        if ((call) != 0) {                                                 \
-            fprintf(stderr, "%s:%d: %s failed\n", __FILE__, __LINE__, #call); \
-            exit(2);                                                       \
-        }                                                                  \
-    } while (0)
+#define STANDIN_RUNTIME
+#include "standin_cuda.h"
 
 static unsigned long n_alloc, n_free, n_htod, n_dtoh;
 

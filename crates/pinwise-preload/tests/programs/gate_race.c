@@ -15,6 +15,11 @@
  * other thread copies from them (its own race: the stand-in must count it, which shows the
  * count works).
  *
+ * argv[1] == "apart": the other thread uploads a second hot buffer of its own instead, while
+ * the main thread alone uploads the first (making pinwise register it again) and its edge
+ * (making pinwise give it back): no copy ever overlaps a registration being given back, so
+ * the gate is never waited on (it is per range).
+ *
  * stdout: `sum HASH` of what arrived on the device, then `unregistered_in_use N`. */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -24,18 +29,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../../../fixtures/include/cuda_driver_min.h"
-
-#define CHECK(call)                                                                   \
-    do {                                                                              \
-        CUresult e_ = (call);                                                         \
-        if (e_ != 0) {                                                                \
-            const char *n_ = "?";                                                     \
-            cuGetErrorName(e_, &n_);                                                  \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, n_); \
-            exit(2);                                                                  \
-        }                                                                             \
-    } while (0)
+#include "standin_cuda.h"
 
 #define MIB ((size_t)1 << 20)
 #define HOT (8 * MIB)
@@ -44,7 +38,7 @@
 #define ROUNDS 40
 
 static CUcontext ctx;
-static CUdeviceptr dev_a, dev_b;
+static CUdeviceptr dev_a, dev_b, dev_c;
 static unsigned char *buf, *src;
 static size_t src_len;
 static volatile int go;
@@ -69,6 +63,7 @@ static uint64_t device_hash(CUdeviceptr d, size_t n) {
 
 int main(int argc, char **argv) {
     int own = argc > 1 && !strcmp(argv[1], "own");
+    int apart = argc > 1 && !strcmp(argv[1], "apart");
     CUdevice d;
     CHECK(cuInit(0));
     CHECK(cuDeviceGet(&d, 0));
@@ -76,6 +71,7 @@ int main(int argc, char **argv) {
     CHECK(cuCtxSetCurrent(ctx));
     CHECK(cuMemAlloc_v2(&dev_a, WHOLE));
     CHECK(cuMemAlloc_v2(&dev_b, WHOLE));
+    CHECK(cuMemAlloc_v2(&dev_c, WHOLE));
     buf = malloc(WHOLE);
     for (size_t i = 0; i < WHOLE; i++) buf[i] = (unsigned char)(i * 13 >> 4);
     /* The hot buffer: page-aligned, with pageable bytes of the same block before it. */
@@ -85,6 +81,14 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 6; i++) CHECK(cuMemcpyHtoD_v2(dev_a, hot, HOT));
     src = hot;
     src_len = own ? HOT - MIB : HOT;
+    unsigned char *other = NULL;
+    if (apart) {
+        /* The other thread's buffer, hot too. */
+        other = malloc(WHOLE);
+        for (size_t i = 0; i < WHOLE; i++) other[i] = (unsigned char)(i * 7 >> 3);
+        src = (unsigned char *)(((uintptr_t)other + 8192) & ~(uintptr_t)4095);
+        for (int i = 0; i < 6; i++) CHECK(cuMemcpyHtoD_v2(dev_a, src, HOT));
+    }
     pthread_t t;
     pthread_create(&t, NULL, copier, NULL);
     __atomic_store_n(&go, 1, __ATOMIC_RELEASE);
@@ -93,14 +97,19 @@ int main(int argc, char **argv) {
             CHECK(cuMemHostRegister_v2(hot, HOT - MIB, 0));
             CHECK(cuMemcpyHtoD_v2(dev_b, hot, HOT - MIB));
             CHECK(cuMemHostUnregister(hot));
+        } else if (apart) {
+            CHECK(cuMemcpyHtoD_v2(dev_b, hot - EDGE / 2, EDGE));
+            /* Hot again: pinwise registers it again (this thread's copies only). */
+            for (int j = 0; j < 6; j++) CHECK(cuMemcpyHtoD_v2(dev_c, hot, HOT));
         } else {
             CHECK(cuMemcpyHtoD_v2(dev_b, hot - EDGE / 2, EDGE));
         }
-        usleep(3000); /* let the other thread register it again */
+        if (!apart) usleep(3000); /* let the other thread register it again */
     }
     pthread_join(t, NULL);
-    printf("sum %016llx %016llx\n", (unsigned long long)device_hash(dev_a, src_len),
-           (unsigned long long)device_hash(dev_b, own ? HOT - MIB : EDGE));
+    printf("sum %016llx %016llx %016llx\n", (unsigned long long)device_hash(dev_a, src_len),
+           (unsigned long long)device_hash(dev_b, own ? HOT - MIB : EDGE),
+           (unsigned long long)(apart ? device_hash(dev_c, HOT) : 0));
     CUresult (*in_use)(uint64_t *) =
         (CUresult(*)(uint64_t *))dlsym(RTLD_DEFAULT, "pinwise_standin_unregistered_in_use");
     uint64_t n = 0;
@@ -110,5 +119,6 @@ int main(int argc, char **argv) {
     }
     printf("unregistered_in_use %llu\n", (unsigned long long)n);
     free(buf);
+    free(other);
     return 0;
 }

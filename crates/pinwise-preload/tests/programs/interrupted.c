@@ -11,11 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
-typedef int cudaError_t;
-enum { H2D = 1 };
-cudaError_t cudaMallocHost(void **p, size_t n);
-cudaError_t cudaMalloc(void **p, size_t n);
-cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, int kind);
+#define STANDIN_RUNTIME
+#include "standin_cuda.h"
 
 static void on_term(int sig) {
     (void)sig;

@@ -36,18 +36,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../../../../fixtures/include/cuda_driver_min.h"
-
-#define CHECK(call)                                                                   \
-    do {                                                                              \
-        CUresult e_ = (call);                                                         \
-        if (e_ != 0) {                                                                \
-            const char *n_ = "?";                                                     \
-            cuGetErrorName(e_, &n_);                                                  \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, n_); \
-            exit(2);                                                                  \
-        }                                                                             \
-    } while (0)
+#include "standin_cuda.h"
 
 #define MIB ((size_t)1 << 20)
 

@@ -23,16 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../../../fixtures/include/cuda_driver_min.h"
-
-#define CHECK(call)                                                                   \
-    do {                                                                              \
-        CUresult e_ = (call);                                                         \
-        if (e_ != 0) {                                                                \
-            fprintf(stderr, "%s:%d: %s failed: %d\n", __FILE__, __LINE__, #call, e_); \
-            exit(2);                                                                  \
-        }                                                                             \
-    } while (0)
+#include "standin_cuda.h"
 
 #define MIB (1u << 20)
 #define K64 (64u << 10)

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../../../fixtures/include/cuda_driver_min.h"
+#include "standin_cuda.h"
 
 /* The "static runtime". */
 __attribute__((noinline)) int cudaMallocHost(void **p, size_t n) {

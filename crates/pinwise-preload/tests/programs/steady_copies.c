@@ -10,11 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
-typedef int cudaError_t;
-enum { H2D = 1 };
-cudaError_t cudaMallocHost(void **p, size_t n);
-cudaError_t cudaMalloc(void **p, size_t n);
-cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, int kind);
+#define STANDIN_RUNTIME
+#include "standin_cuda.h"
 
 int main(int argc, char **argv) {
     long pause_us = argc > 1 ? atol(argv[1]) : 2000;
