@@ -177,6 +177,36 @@ pub struct MatrixRow {
     pub hot_working_set: u64,
 }
 
+/// The page size pinning locks memory in.
+const PAGE: u64 = pinwise_core::decide::grade::PAGE as u64;
+
+/// The least page-locked memory that holds a shape's hot buffers at one size: pinning locks
+/// whole pages, so a hot working set that is not a whole number of pages cannot be held
+/// within [`PINNED_TARGET`] of its bytes by any allocator that pins it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageFloor {
+    /// Bytes of the hot buffers (the hot working set).
+    pub hot: u64,
+    /// Whole pages that hold them, buffers sharing pages: the least any allocator can lock.
+    pub least: u64,
+    /// Whole pages with a page-aligned block per buffer (pinwise's pool blocks, and what
+    /// `cuMemHostAlloc` locks per buffer).
+    pub per_buffer: u64,
+}
+
+impl PageFloor {
+    /// The floor of `config`'s shape at `size`.
+    pub fn of(config: &BenchConfig, size: usize) -> PageFloor {
+        let sizes = (0..config.hot_buffers).map(|r| config.role_size(size, r) as u64);
+        let hot: u64 = sizes.clone().sum();
+        PageFloor {
+            hot,
+            least: hot.next_multiple_of(PAGE),
+            per_buffer: sizes.map(|b| b.max(1).next_multiple_of(PAGE)).sum(),
+        }
+    }
+}
+
 /// A finished (or partial) matrix.
 #[derive(Debug, Clone)]
 pub struct MatrixReport {
@@ -530,6 +560,40 @@ pub fn markdown(report: &MatrixReport, s: &MatrixSummary, command: &str, date: &
             ratio_cell(w.pinned, PINNED_TARGET),
         );
     }
+    let coarse: Vec<String> = s
+        .cells
+        .iter()
+        .filter_map(|cell| {
+            let p = PageFloor::of(&c.bench_config(&cell.shape), cell.size);
+            (p.least as f64 > PINNED_TARGET * p.hot as f64).then(|| {
+                format!(
+                    "- {} {}: hot set {} B; at least {} B ({:.3}×) with the buffers sharing pages, \
+                     {} B ({:.3}×) with a page-aligned block each (smart: {})",
+                    format_size_exact(cell.size as u64),
+                    cell.shape.name(),
+                    p.hot,
+                    p.least,
+                    p.least as f64 / p.hot as f64,
+                    p.per_buffer,
+                    p.per_buffer as f64 / p.hot as f64,
+                    cell.smart_pinned_ratio
+                        .map_or_else(|| "—".into(), |r| format!("{r:.3}×")),
+                )
+            })
+        })
+        .collect();
+    if !coarse.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nPinning locks whole pages ({} B): where the hot working set is not a whole number \
+             of pages, no allocator that pins it can hold it within {PINNED_TARGET}× (the \
+             pinned bound cannot be met in these cells):\n",
+            PAGE
+        );
+        for line in &coarse {
+            let _ = writeln!(out, "{line}");
+        }
+    }
     if !report.skipped.is_empty() {
         let _ = writeln!(
             out,
@@ -703,6 +767,62 @@ mod tests {
         assert!(its.iter().any(|s| s[9] == 0));
     }
 
+    /// The issue's 1.6 at 4 KiB (h4 c8 r16 mixed): 4,096 + 2,048 + 1,024 + 3,072 B of hot
+    /// buffers (10,240 B) need 3 pages at least (1.2×), 4 with a page-aligned block each
+    /// (1.6×); a hot set of whole pages has no such floor.
+    #[test]
+    fn pinning_locks_whole_pages() {
+        let c = MatrixConfig::standard(Policy::new(CostModel::builtin()));
+        let mixed = c.bench_config(&shape(4, 8, 16, true));
+        let p = PageFloor::of(&mixed, 4 * KIB);
+        assert_eq!((p.hot, p.least, p.per_buffer), (10_240, 12_288, 16_384));
+        let two = PageFloor::of(&c.bench_config(&shape(2, 4, 2, true)), 4 * KIB);
+        assert_eq!((two.hot, two.least, two.per_buffer), (6_144, 8_192, 8_192));
+        let whole = PageFloor::of(&mixed, 16 * KIB);
+        assert_eq!(
+            (whole.hot, whole.least, whole.per_buffer),
+            (40_960, 40_960, 40_960)
+        );
+        let plain = PageFloor::of(&c.bench_config(&shape(3, 5, 4, false)), 4 * KIB);
+        assert_eq!(
+            (plain.hot, plain.least, plain.per_buffer),
+            (12_288, 12_288, 12_288)
+        );
+    }
+
+    /// The report says where the pinned bound cannot be met, with the numbers.
+    #[test]
+    fn the_report_names_cells_whose_hot_set_is_not_whole_pages() {
+        let mut config = MatrixConfig::quick(Policy::new(CostModel::builtin()));
+        let mixed = shape(4, 8, 16, true);
+        config.shapes = vec![mixed];
+        let size = 4 * KIB;
+        let rows = vec![
+            row(mixed, size, StrategyKind::Pageable, 0, 1.0, 0),
+            row(mixed, size, StrategyKind::Smart, 0, 1.0, 16_384),
+        ];
+        let report = MatrixReport {
+            config,
+            rows,
+            device: "mock".into(),
+            fixture: true,
+            calibration: "built-in".into(),
+            wall_s: 1.0,
+            estimate_s: 1.0,
+            skipped: vec![],
+        };
+        let s = MatrixSummary::of(&report);
+        let md = markdown(&report, &s, "test", "today");
+        assert!(md.contains("Pinning locks whole pages (4096 B)"), "{md}");
+        assert!(
+            md.contains(
+                "- 4 KiB h4 c8 r16 mixed: hot set 10240 B; at least 12288 B (1.200×) with the \
+                 buffers sharing pages, 16384 B (1.600×) with a page-aligned block each"
+            ),
+            "{md}"
+        );
+    }
+
     fn row(
         shape: Shape,
         size: usize,
@@ -787,6 +907,10 @@ mod tests {
         assert!((r - 1.0).abs() < 1e-9);
         let md = markdown(&report, &s, "test", "today");
         assert!(md.contains("TEST FIXTURE RUN"));
+        assert!(
+            !md.contains("Pinning locks whole pages"),
+            "1 MiB buffers: {md}"
+        );
         assert!(md.contains("1.100 (h3 c5 r4) **missed**"), "{md}");
         assert!(
             md.contains("4 MiB h3 c5 r4: left out by the time budget's plan"),

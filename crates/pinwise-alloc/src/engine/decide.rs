@@ -2,8 +2,10 @@
 //! ([`pinwise_core::decide::rules::serve`]): the caller's flags, a profile's advice (use
 //! mode, where it matches and has not been proved wrong), the call site's pattern-history
 //! predictor, the pool's free blocks, and what pinning would cost now
-//! ([`Engine::pin_pays_now`], priced by [`pinwise_core::decide::pricing`]). Outcomes train
-//! the predictor ([`Engine::learn_outcome`]).
+//! ([`Engine::pin_pays_now`], priced by [`pinwise_core::decide::pricing`]), with what the
+//! site's hot allocations lost on pageable memory so far (`SiteState::forgone`, the ski
+//! rental of [`rules::pays_now`]). Outcomes train the predictor and that account
+//! ([`Engine::learn_outcome`]).
 
 use std::sync::atomic::Ordering;
 
@@ -30,6 +32,10 @@ pub(super) struct SiteState {
     hot_streak: u32,
     /// Transfers (by direction, with bytes) of the last allocation that had any.
     last_mix: PredictedTransfers,
+    /// The copies the site's hot allocations made on pageable memory since it last had a
+    /// pinned block (reset by a cold outcome, a hot pinned one, or a new block bought with
+    /// it): what not pinning has already cost it ([`rules::pays_now`]'s ski rental).
+    forgone: PredictedTransfers,
     /// Use mode: advised-pin allocations that turned out hot / cold.
     advice_right: u32,
     advice_wrong: u32,
@@ -57,6 +63,7 @@ impl Engine {
             predictor: SitePredictor::new(self.history_bits),
             hot_streak: 0,
             last_mix: PredictedTransfers::none(),
+            forgone: PredictedTransfers::none(),
             advice_right: 0,
             advice_wrong: 0,
         });
@@ -82,6 +89,7 @@ impl Engine {
         // The site's last observed mix of directions and sizes, scaled to the guess.
         let expected = pricing::scaled(&state.last_mix, guess.expected_transfers as f64);
         let reuse = state.hot_streak.clamp(1, self.max_reuse_credit) as f64;
+        let forgone = state.forgone;
         drop(sites);
         if matches!(advice, Some((_, Advised::Unknown))) {
             self.counters
@@ -97,19 +105,28 @@ impl Engine {
                     .is_some_and(|(a, _)| a.pinned_and_reused(&tag, size))
             },
             || {
-                hot_in_this_run
-                    && self.pool.lock().has_fit(
+                hot_in_this_run && {
+                    let pool = self.pool.lock();
+                    pool.has_fit(
                         graded,
-                        super::serve::fit_limit(graded, super::is_request(flags)),
+                        self.carve_limit(&pool, graded, super::is_request(flags)),
                     )
+                }
             },
             SiteGuess {
                 hot: guess.hot,
                 has_history: guess.source != PredictionSource::NoHistory,
             },
-            || self.pin_pays_now(graded, &expected, reuse),
+            || self.pin_pays_now(graded, &expected, reuse, &forgone),
             || self.spare_block_for(graded, &expected),
         );
+        if s.basis == Basis::PaysNow && forgone.total() > 0.0 {
+            // The site has (or has just bought) a pinned block: its loss is settled, and
+            // does not buy a second block.
+            if let Some(state) = self.sites.lock().get_mut(&site) {
+                state.forgone = PredictedTransfers::none();
+            }
+        }
         let planned = match s.basis {
             Basis::AdvisedPin => Planned::Pin,
             Basis::AdvisedPageable | Basis::SpareBlock
@@ -172,20 +189,26 @@ impl Engine {
 
     /// Whether pinning a `graded`-byte block for `expected` transfers pays *now*
     /// ([`rules::pays_now`], on the pool's, the cache's and the budget's state now),
-    /// credited with `reuse` allocations like this one.
+    /// credited with `reuse` allocations like this one, or bought with what the site has
+    /// `forgone` already.
     pub(super) fn pin_pays_now(
         &self,
         graded: usize,
         expected: &PredictedTransfers,
         reuse: f64,
+        forgone: &PredictedTransfers,
     ) -> bool {
-        let pool_has_free = self.pool.lock().has_free(graded);
+        let pool_has_free = {
+            let pool = self.pool.lock();
+            pool.has_fit(graded, self.carve_limit(&pool, graded, false))
+        };
         let segment = graded.max(self.min_segment);
         let cache_has_fit = !pool_has_free && self.pageable.lock().has_fit(segment);
         let d = rules::pays_now(
             &self.policy,
             expected,
             reuse,
+            forgone,
             &rules::PinNow {
                 graded: graded as u64,
                 segment: segment as u64,
@@ -216,6 +239,11 @@ impl Engine {
                 state.last_mix = seen;
             }
             state.hot_streak = if hot { state.hot_streak + 1 } else { 0 };
+            state.forgone = if hot && !live.is_pinned() {
+                state.forgone.plus(&seen)
+            } else {
+                PredictedTransfers::none()
+            };
             match live.planned {
                 Planned::Pin if hot => state.advice_right += 1,
                 Planned::Pin => state.advice_wrong += 1,

@@ -13,9 +13,14 @@
 //!    saving against what pinning would cost *now*, as
 //!    [`pinwise_core::decide::pricing::price`] prices it (nothing when a pooled block is
 //!    free; registering a warm mapping when the pageable cache has one; else fresh memory
-//!    the cheaper way; plus holding it),
+//!    the cheaper way; plus holding it); a hot site also buys a block once the copies its
+//!    hot allocations made on pageable memory would have paid for it (ski rental per call
+//!    site, [`pinwise_core::decide::rules::pays_now`]),
 //! 3. serves it from the pinned pool (within the budget) or the pageable path; any failure
-//!    to pin falls back to pageable memory and is counted.
+//!    to pin falls back to pageable memory and is counted. A pinned block is a free block
+//!    of its grade, or a new segment; a larger idle block is carved for pinwise's own
+//!    allocation only where it is spare (`carve_limit`), never taken from a hot buffer of
+//!    another size that will want it back.
 //!
 //! Transfers are learned through [`Engine::note_transfer`]. A pageable mapping whose
 //! transfers have already saved what registering it costs is registered in place
@@ -674,9 +679,8 @@ impl Engine {
         let request = is_request(flags);
         let len = ceiling::block_size(size, request);
         self.reclaim_pending();
-        self.pool
-            .lock()
-            .has_fit(len, serve::fit_limit(len, request))
+        let pool = self.pool.lock();
+        pool.has_fit(len, self.carve_limit(&pool, len, request))
     }
 
     /// Unpins idle pool segments (entirely free), largest first, until at least `want` bytes

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::Ordering;
 
-use pinwise_core::decide::pricing;
+use pinwise_core::decide::{pricing, rules};
 use pinwise_core::{EventKind, PinMethod};
 
 use super::{Engine, Live, Origin, PinRefusal, NO_PROMOTION, PAGEABLE, PROMOTED, PROMOTING};
@@ -12,7 +12,7 @@ use crate::backend::{EventHandle, StreamHandle};
 use crate::error::AllocError;
 use crate::grade::PAGE;
 use crate::pageable::{self, touch_pages, MMAP_FROM};
-use crate::pool::{Segment, SegmentOrigin};
+use crate::pool::{PinnedPool, Segment, SegmentOrigin};
 
 impl Engine {
     /// Registers a live pageable mapping in place, within the budget.
@@ -83,11 +83,12 @@ impl Engine {
         request: bool,
     ) -> Result<(usize, usize, Origin), PinRefusal> {
         self.reclaim_pending();
-        if let Some(addr) = self
-            .pool
-            .lock()
-            .take_fit(graded, fit_limit(graded, request))
-        {
+        let taken = {
+            let mut pool = self.pool.lock();
+            let limit = self.carve_limit(&pool, graded, request);
+            pool.take_fit(graded, limit)
+        };
+        if let Some(addr) = taken {
             self.counters.pool_hits.fetch_add(1, Ordering::Relaxed);
             return Ok((addr, graded, Origin::PoolBlock));
         }
@@ -472,6 +473,34 @@ pub(super) fn fit_limit(len: usize, request: bool) -> usize {
         crate::grade::graded_size(len)
     } else {
         usize::MAX
+    }
+}
+
+impl Engine {
+    /// The largest free block a `graded`-byte block may be taken from now (under the pool's
+    /// lock, `pool`): a block of its own grade; or, for pinwise's own allocation (not a
+    /// program's `request`) when none is free, a larger idle block carved, but only where
+    /// that block is spare ([`rules::is_spare`] on the pool's demand). A larger idle block
+    /// that is not spare belongs to allocations that will want it back (a hot buffer of
+    /// another size between its free and its next allocation): carving it would serve this
+    /// one by taking the other's block, which then misses, so that two sites take turns
+    /// (issue 13: a 4 KiB site carving a 12 KiB site's block every iteration).
+    pub(super) fn carve_limit(&self, pool: &PinnedPool, graded: usize, request: bool) -> usize {
+        let exact = fit_limit(graded, true);
+        if request || pool.has_fit(graded, exact) {
+            return exact;
+        }
+        let idle = rules::IdleBlock {
+            fits: pool.has_free(graded),
+            pool_bytes: pool.segment_bytes() as u64,
+            demand_peak: self.demand.peak(),
+            lent: self.demand.lent(),
+        };
+        if rules::is_spare(&idle, graded as u64) {
+            usize::MAX
+        } else {
+            exact
+        }
     }
 }
 

@@ -45,6 +45,15 @@ impl PredictedTransfers {
         self
     }
 
+    /// These transfers and `other`'s together.
+    pub fn plus(mut self, other: &PredictedTransfers) -> Self {
+        for i in 0..4 {
+            self.count[i] += other.count[i];
+            self.bytes[i] += other.bytes[i];
+        }
+        self
+    }
+
     /// What a past allocation's counters predict (the same again).
     pub fn from_counters(c: &TransferCounters) -> Self {
         let mut p = Self::default();
