@@ -6,51 +6,72 @@
 #   bash bench/gpu/attribution/malloc_ab.sh NAME=LIB.so [NAME=LIB.so ...]
 #   e.g. bash bench/gpu/attribution/malloc_ab.sh before=/tmp/old.so after=target/release/libpinwise_preload.so
 #
-# Env: REPEATS (default 7) rounds, each running plain then every library once, in the
-# default configuration (hooks on, stacks on); EXTRA_ENV (e.g. "PINWISE_STACKS=0") is set
-# for the library runs. Prints per phase and configuration the median of the runs' medians,
-# its min-max over the runs, and the median's difference to plain. Raw rows go to
-# $OUT/malloc_ab.tsv (OUT defaults to ./bench-out). PIN_CPU (e.g. 3) holds every run to that
-# one CPU (taskset): less noise from the scheduler on a shared host. The second table pairs
-# each round's library run with that round's plain run: the median of the per-round
-# differences and its 95 % bootstrap interval.
+# Env: REPEATS (default 7) rounds, each running plain, then (PLAIN_MT=1, the default)
+# plain_mt, then every library once, in the default configuration (hooks on, stacks on);
+# EXTRA_ENV (e.g. "PINWISE_STACKS=0") is set for the library runs. plain_mt is the plain
+# program with one idle thread started first (MALLOC_COST_THREADS=1): glibc's malloc locks
+# its arena only in a process with several threads, which pinwise's drain thread makes any
+# process after its first tracked allocation and which every CUDA program is anyway.
+# PIN_CPU (e.g. 3) holds every run to that one CPU (taskset): less noise from the scheduler.
+#
+# Prints (and writes to $OUT/malloc_ab.md; raw rows in $OUT/malloc_ab.tsv; OUT defaults to
+# ./bench-out) per phase and configuration the median of the runs' medians, its min-max over
+# the runs and its difference to plain; then each round's run paired with that round's
+# plain run: the median of the per-round differences and its 95 % bootstrap interval
+# (bench/lib/median_ci.py); with PLAIN_MT=1 the same paired with plain_mt.
 set -eu
 cd "$(dirname "$0")/../../.."
 ROOT=$PWD
 OUT=${OUT:-$ROOT/bench-out}
 REPEATS=${REPEATS:-7}
+PLAIN_MT=${PLAIN_MT:-1}
 mkdir -p "$OUT"
 exe="$OUT/malloc_cost"
-cc -O2 -o "$exe" "$ROOT/bench/gpu/attribution/malloc_cost.c"
+cc -O2 -pthread -o "$exe" "$ROOT/bench/gpu/attribution/malloc_cost.c"
 names=(plain)
 libs=("")
 for a in "$@"; do
   names+=("${a%%=*}")
   libs+=("$(realpath "${a#*=}")")
 done
+if [[ $PLAIN_MT == 1 ]]; then
+  names+=(plain_mt)
+  libs+=("")
+fi
 tsv="$OUT/malloc_ab.tsv"
 : > "$tsv"
 for ((r = 1; r <= REPEATS; r++)); do
-  for i in "${!names[@]}"; do
+  # plain first, plain_mt (last in the tables) second, then the libraries.
+  order=(0)
+  [[ $PLAIN_MT == 1 ]] && order+=($((${#names[@]} - 1)))
+  for ((i = 1; i <= $#; i++)); do order+=("$i"); done
+  for i in "${order[@]}"; do
     if [[ -z ${libs[$i]} ]]; then
-      ${PIN_CPU:+taskset -c "$PIN_CPU"} env -u LD_PRELOAD "$exe"
+      threads=0
+      [[ ${names[$i]} == plain_mt ]] && threads=1
+      ${PIN_CPU:+taskset -c "$PIN_CPU"} env -u LD_PRELOAD MALLOC_COST_THREADS=$threads "$exe"
     else
       # shellcheck disable=SC2086
       ${PIN_CPU:+taskset -c "$PIN_CPU"} env LD_PRELOAD="${libs[$i]}" ${EXTRA_ENV:-} "$exe"
-    fi | awk -v c="${names[$i]}" -v r="$r" '{print c "\t" r "\t" $1 "\t" $2}' >> "$tsv"
+    fi | awk -v c="${names[$i]}" -v r="$r" '{print c "\t" r "\t" $1 "\t" $2 "\t" $6}' >> "$tsv"
   done
 done
+{
 echo "malloc_cost.c, ns per malloc+free pair: median over $REPEATS interleaved runs of each run's median (min-max of the runs), [difference of the medians to plain]"
-echo "machine: $(hostname), $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(date -u +%Y-%m-%dT%H:%MZ); EXTRA_ENV='${EXTRA_ENV:-}' PIN_CPU='${PIN_CPU:-}'"
-python3 - "$tsv" "${names[@]}" <<'PY'
+echo "machine: $(hostname), $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(ldd --version | head -1 | sed 's/.* //'), $(date -u +%Y-%m-%dT%H:%MZ); EXTRA_ENV='${EXTRA_ENV:-}' PIN_CPU='${PIN_CPU:-}'"
+PYTHONPATH="$ROOT/bench/lib" python3 - "$tsv" "${names[@]}" <<'PY'
 import random, sys, statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
+from median_ci import median_interval
 tsv, names = sys.argv[1], sys.argv[2:]
 v = defaultdict(list)
 by_round = defaultdict(dict)
+offsets = defaultdict(Counter)
 phases = []
 for line in open(tsv):
-    c, r, p, x = line.split("\t")
+    c, r, p, x, *rest = line.rstrip("\n").split("\t")
+    if rest and rest[0]:
+        offsets[(p, c)][int(rest[0])] += 1
     v[(p, c)].append(float(x))
     by_round[(p, c)][r] = float(x)
     if p not in phases:
@@ -70,21 +91,46 @@ for p in phases:
             cell += f" [{m - base:+.1f}]"
         row.append(cell)
     print(f"| {p} | " + " | ".join(row) + " |")
-print()
-print("paired: median over rounds of (library - plain of the same round), ns per pair [95 % bootstrap interval]")
-print("| phase | " + " | ".join(names[1:]) + " |")
-print("|---" * len(names) + "|")
-rnd = random.Random(1)
-for p in phases:
-    if p == "tracked_first":
-        continue
-    row = []
-    for c in names[1:]:
-        ds = [x - by_round[(p, "plain")][r] for r, x in by_round[(p, c)].items() if r in by_round[(p, "plain")]]
-        if not ds:
-            row.append("-")
+
+
+def paired(base, cols, rnd):
+    print()
+    print(f"paired: median over rounds of (configuration - {base} of the same round), ns per pair [95 % bootstrap interval]")
+    print("| phase | " + " | ".join(cols) + " |")
+    print("|---" * (len(cols) + 1) + "|")
+    for p in phases:
+        if p == "tracked_first":
             continue
-        meds = sorted(statistics.median(rnd.choices(ds, k=len(ds))) for _ in range(2000))
-        row.append(f"{statistics.median(ds):+.1f} [{meds[50]:+.1f}, {meds[1949]:+.1f}]")
-    print(f"| {p} | " + " | ".join(row) + " |")
+        row = []
+        for c in cols:
+            ds = [x - by_round[(p, base)][r] for r, x in by_round[(p, c)].items() if r in by_round[(p, base)]]
+            if not ds:
+                row.append("-")
+                continue
+            lo, hi = median_interval(ds, n=2000, rnd=rnd)
+            row.append(f"{statistics.median(ds):+.1f} [{lo:+.1f}, {hi:+.1f}]")
+        print(f"| {p} | " + " | ".join(row) + " |")
+
+
+paired("plain", names[1:], random.Random(1))
+if "plain_mt" in names:
+    paired("plain_mt", [c for c in names[1:] if c != "plain_mt"], random.Random(2))
+if offsets:
+    print()
+    print("heap layout: the phase's last block's address modulo 4096, the most common over rounds (rounds with it / rounds); different offsets mean glibc serves the same calls from a different layout")
+    print("| phase | " + " | ".join(names) + " |")
+    print("|---" * (len(names) + 1) + "|")
+    for p in phases:
+        if p == "tracked_first":
+            continue
+        row = []
+        for c in names:
+            o = offsets[(p, c)]
+            if not o:
+                row.append("-")
+                continue
+            off, k = o.most_common(1)[0]
+            row.append(f"{off} ({k}/{sum(o.values())})")
+        print(f"| {p} | " + " | ".join(row) + " |")
 PY
+} | tee "$OUT/malloc_ab.md"

@@ -1,8 +1,10 @@
 /* The cost pinwise-preload's malloc-family hooks add (no CUDA involved: it runs the same on
  * the dev VM and on the GPU machine).
  *
- * Phases, each printed as `name<TAB>median ns<TAB>p10<TAB>p90<TAB>per` (per malloc+free pair,
- * median over BATCHES batches of PAIRS pairs each):
+ * Phases, each printed as `name<TAB>median ns<TAB>p10<TAB>p90<TAB>per<TAB>offset` (per
+ * malloc+free pair, median over BATCHES batches of PAIRS pairs each; offset: the last block's
+ * address modulo 4096, which tells two runs' heap layouts apart: glibc's calloc clears and
+ * posix_memalign splits at different speeds depending on it):
  *   small64_cold, small4k_cold    malloc(64) / malloc(4096) + free, before any tracked
  *                                 allocation (pinwise has no state in the process yet)
  *   tracked_first                 one 1 MiB malloc + free (creates pinwise's state)
@@ -17,9 +19,18 @@
  *   linked4k_live                 the same while a 1 MiB block of that allocator is live
  *                                 (recorded: its free must be found, so mi_free checks)
  * Run it plainly, and with LD_PRELOAD=libpinwise_preload.so (PINWISE_MALLOC_HOOKS=0/1,
- * PINWISE_STACKS=0/1): the difference is the hooks' cost. */
+ * PINWISE_STACKS=0/1): the difference is the hooks' cost.
+ *
+ * MALLOC_COST_THREADS=N starts N idle threads first. glibc's malloc takes its arena's lock
+ * (atomic instructions) only once the process has a second thread; blocks above tcache's
+ * 1032 bytes (the 4 KiB phases) and every posix_memalign pay it. pinwise's state starts a
+ * thread of its own (the drain thread) with the first tracked allocation, and any CUDA
+ * program runs several threads (the driver's): a plain run with one idle thread is the
+ * baseline that separates the hooks' own cost from that of glibc's multi-threaded mode. */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <stdint.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +51,7 @@ static int cmp(const void *a, const void *b) {
 }
 
 static volatile uintptr_t sink;
+static uintptr_t last_block;
 
 typedef void (*pair_fn)(size_t);
 
@@ -47,12 +59,14 @@ static void pair_malloc(size_t n) {
     char *p = malloc(n);
     p[0] = 1;
     sink += (uintptr_t)p;
+    last_block = (uintptr_t)p;
     free(p);
 }
 
 static void pair_calloc(size_t n) {
     char *p = calloc(1, n);
     sink += (uintptr_t)p + (uintptr_t)p[0];
+    last_block = (uintptr_t)p;
     free(p);
 }
 
@@ -60,6 +74,7 @@ static void pair_memalign(size_t n) {
     void *p = NULL;
     if (posix_memalign(&p, 64, n) != 0) abort();
     sink += (uintptr_t)p;
+    last_block = (uintptr_t)p;
     free(p);
 }
 
@@ -82,6 +97,7 @@ static void pair_linked(size_t n) {
     char *p = mi_malloc(n);
     p[0] = 1;
     sink += (uintptr_t)p;
+    last_block = (uintptr_t)p;
     mi_free(p);
 }
 
@@ -93,11 +109,21 @@ static void phase(const char *name, pair_fn f, size_t n, int batches, int pairs)
         t[b] = (now_ns() - t0) / pairs;
     }
     qsort(t, batches, sizeof t[0], cmp);
-    printf("%s\t%.2f\t%.2f\t%.2f\tpair\n", name, t[batches / 2], t[batches / 10],
-           t[batches * 9 / 10]);
+    printf("%s\t%.2f\t%.2f\t%.2f\tpair\t%u\n", name, t[batches / 2], t[batches / 10],
+           t[batches * 9 / 10], (unsigned)(last_block % 4096));
+}
+
+static void *idle_thread(void *arg) {
+    for (;;) pause();
+    return arg;
 }
 
 int main(void) {
+    const char *threads = getenv("MALLOC_COST_THREADS");
+    for (int i = threads ? atoi(threads) : 0; i > 0; i--) {
+        pthread_t t;
+        if (pthread_create(&t, NULL, idle_thread, NULL) != 0) abort();
+    }
     /* Warm the allocator's caches. */
     for (int i = 0; i < 100000; i++) pair_malloc(64);
     phase("small64_cold", pair_malloc, 64, BATCHES, PAIRS);

@@ -9,11 +9,13 @@ so > 1 always means slower under pinwise.
 Writes DIR/paired.md and DIR/paired.csv too."""
 import csv
 import os
-import random
 import re
 import statistics
 import sys
 from collections import defaultdict
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "lib"))
+from median_ci import median_interval  # noqa: E402
 
 d = sys.argv[1]
 want = sys.argv[2:]
@@ -30,13 +32,6 @@ for name, run, rep, rc, wall in runs:
     if m:
         for k, v in re.findall(r"(\w+)=([0-9.]+)", m.group(1)):
             val[(name, k)][(run, rep)] = float(v)
-
-
-def boot(xs, n=4000, seed=1):
-    """95 % percentile-bootstrap interval of the median of xs."""
-    rnd = random.Random(seed)
-    meds = sorted(statistics.median(rnd.choices(xs, k=len(xs))) for _ in range(n))
-    return meds[int(0.025 * n)], meds[int(0.975 * n) - 1]
 
 
 rows = []
@@ -56,7 +51,7 @@ for (name, metric), v in sorted(val.items()):
         if len(ratios) < 3:
             continue
         med = statistics.median(ratios)
-        lo, hi = boot(ratios)
+        lo, hi = median_interval(ratios)
         verdict = "within 2 %" if hi <= 1.02 else ("slower" if lo > 1.02 else "not decided")
         rows.append([name, metric, mode, len(ratios), round(med, 4), round(lo, 4), round(hi, 4),
                      round(min(ratios), 4), round(max(ratios), 4), verdict])

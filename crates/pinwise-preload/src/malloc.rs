@@ -12,12 +12,26 @@
 //! thread spends at most 0.5 % of its time on them ([`crate::stack_budget`]), and
 //! allocations beyond that are recorded with their call site alone.
 //!
-//! An allocation below the threshold costs the trampoline, one atomic load and a compare
-//! on top of the real function. A `free` costs one more atomic load while nothing has been
-//! recorded in the process; after that, a call of the real `malloc_usable_size` (the block
-//! is tracked if it holds at least the threshold: a block that holds more than was asked
-//! gives, at worst, a free the history counts as unmatched). Measured in
-//! `bench/results/preload-malloc-hooks.md`.
+//! The untracked path (an allocation below the threshold, a free of a block that is not
+//! tracked) reads one cache line of this library ([`HOT`]: the threshold, the free gate
+//! and the next definitions of the hottest functions) and tail-calls the real function: no
+//! thread-local storage, no atomic read-modify-write, no call of its own.
+//!
+//! - An allocation compares its size with the threshold before anything else.
+//! - A `free` (or `realloc`'s old block) reads the free gate ([`free_may_be_tracked`]): while
+//!   no allocation has been recorded in the process it says "not tracked" from that one
+//!   word; after that, on glibc's heap, it reads the block's chunk size (the word before
+//!   the block, which glibc's `free` reads next anyway) and only a chunk of at least the
+//!   threshold goes further (to the real `malloc_usable_size`, on the out-of-line path).
+//!   On another allocator's heap every free goes further once something was recorded.
+//!   It also reads pinning's count of registered ranges (one word elsewhere).
+//!
+//! What is left on top of the real call: the export's trampoline (`mov` of the return
+//! address, `jmp`), two or three loads, compares, and the indirect tail call. Measured in
+//! `bench/results/preload-malloc-hooks.md`; glibc's own cost also changes with the number
+//! of threads in the process (its arena lock: pinwise's state starts a thread) and with
+//! the heap's layout (pinwise's own allocations move the program's blocks), which that file
+//! separates from the hooks'.
 //!
 //! # Safety
 //!
@@ -35,7 +49,7 @@
 
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use pinwise_core::{EventKind, HostMemKind};
 
@@ -46,9 +60,47 @@ use crate::state::{self, State};
 /// The default threshold: allocations of at least 64 KiB are recorded.
 pub const DEFAULT_MIN_TRACKED: usize = 64 << 10;
 
-/// Allocations of at least this many bytes are recorded (`usize::MAX`: none, the hooks
-/// only forward). Set when the library is loaded.
-static MIN_TRACKED: AtomicUsize = AtomicUsize::new(usize::MAX);
+/// The words the untracked path of every hooked call reads, on one cache line of their
+/// own (nothing else written there while the program runs).
+#[repr(C, align(64))]
+pub struct Hot {
+    /// Allocations of at least this many bytes are recorded (`usize::MAX`: none, the hooks
+    /// only forward). Set when the library is loaded.
+    min: AtomicUsize,
+    /// The free gate: see [`free_may_be_tracked`].
+    free_min: AtomicUsize,
+    /// The next `malloc` (`exports::libc_hooks::next` fills these slots).
+    pub real_malloc: AtomicUsize,
+    /// The next `free`.
+    pub real_free: AtomicUsize,
+    /// The next `calloc`.
+    pub real_calloc: AtomicUsize,
+    /// The next `realloc`.
+    pub real_realloc: AtomicUsize,
+    /// The next `posix_memalign`.
+    pub real_posix_memalign: AtomicUsize,
+    /// The next `aligned_alloc`.
+    pub real_aligned_alloc: AtomicUsize,
+}
+
+const _: () = assert!(std::mem::size_of::<Hot>() == 64);
+
+/// The process's hot words.
+pub static HOT: Hot = Hot {
+    min: AtomicUsize::new(usize::MAX),
+    free_min: AtomicUsize::new(usize::MAX),
+    real_malloc: AtomicUsize::new(0),
+    real_free: AtomicUsize::new(0),
+    real_calloc: AtomicUsize::new(0),
+    real_realloc: AtomicUsize::new(0),
+    real_posix_memalign: AtomicUsize::new(0),
+    real_aligned_alloc: AtomicUsize::new(0),
+};
+
+/// Whether the next `free` is glibc's own (`free` is an alias of `__libc_free` there): its
+/// blocks then carry glibc's chunk header, whose size word tells a small block from a
+/// tracked one without a call. Set when the library is loaded.
+static GLIBC_HEAP: AtomicBool = AtomicBool::new(false);
 /// This library's own code: `[start, end)` (calls from there are pinwise's own).
 static OWN_START: AtomicUsize = AtomicUsize::new(0);
 static OWN_END: AtomicUsize = AtomicUsize::new(0);
@@ -71,13 +123,80 @@ pub static STACK_MEMO_HITS: AtomicU64 = AtomicU64::new(0);
 /// The threshold in force (`usize::MAX`: malloc tracking is off).
 #[inline]
 pub fn min_tracked() -> usize {
-    MIN_TRACKED.load(Ordering::Relaxed)
+    HOT.min.load(Ordering::Relaxed)
 }
 
 /// The address of the threshold's word, for code that compares with it directly (the
 /// linked allocators' relays, [`crate::inline_patch::Bypass`]).
 pub fn min_tracked_word() -> u64 {
-    MIN_TRACKED.as_ptr() as u64
+    HOT.min.as_ptr() as u64
+}
+
+/// The free gate's value once a block has been recorded with threshold `min`: the chunk
+/// size from which a free on glibc's heap is looked at, 0 (every free is) on another heap,
+/// `usize::MAX` (none is) while tracking is off.
+pub fn armed_gate(min: usize, glibc_heap: bool) -> usize {
+    match (min, glibc_heap) {
+        (usize::MAX, _) => usize::MAX,
+        (min, true) => min,
+        (_, false) => 0,
+    }
+}
+
+/// Whether a free of `p` must be looked at further (`p` may be a tracked block of the
+/// malloc family); false only when it certainly is not: null, nothing recorded yet in the
+/// process (the gate is `usize::MAX`), or, on glibc's heap, a chunk smaller than the
+/// threshold (a block of `n` bytes lies in a chunk of more than `n`). A false "maybe" only
+/// costs the out-of-line path's time.
+///
+/// # Safety
+/// `p` is null or a live block of the next allocator being freed or reallocated (the
+/// caller's contract with `free`/`realloc`), not a block of [`boot`].
+#[inline(always)]
+pub unsafe fn free_may_be_tracked(p: *mut c_void) -> bool {
+    // SAFETY: the caller's contract; the gate is the process's.
+    unsafe { passes_gate(HOT.free_min.load(Ordering::Relaxed), p) }
+}
+
+/// [`free_may_be_tracked`] with the gate's value given.
+///
+/// # Safety
+/// As [`free_may_be_tracked`]; a gate other than 0 and `usize::MAX` only with a block of
+/// glibc's heap (its word before the block is read).
+#[inline(always)]
+unsafe fn passes_gate(gate: usize, p: *mut c_void) -> bool {
+    // SAFETY: the caller's contract: a non-zero gate below `usize::MAX` is only armed on
+    // glibc's heap, whose blocks all have their chunk's size (flags in the low 3 bits) in
+    // the word before them: glibc's `free` reads it first too.
+    !p.is_null()
+        && gate != usize::MAX
+        && (gate == 0 || unsafe { (p as *const usize).sub(1).read() } & !7 >= gate)
+}
+
+/// The free gate's value now (see [`free_may_be_tracked`]).
+pub fn free_gate() -> usize {
+    HOT.free_min.load(Ordering::Relaxed)
+}
+
+/// Arms the free gate (a block is about to be handed out as tracked).
+#[inline]
+fn arm_free_gate() {
+    if HOT.free_min.load(Ordering::Relaxed) == usize::MAX {
+        let gate = armed_gate(min_tracked(), GLIBC_HEAP.load(Ordering::Relaxed));
+        HOT.free_min.store(gate, Ordering::Relaxed);
+    }
+}
+
+/// Says whether the next allocator is glibc's (its `free` is `__libc_free`); when the
+/// library is loaded, before any allocation is tracked.
+pub fn set_glibc_heap(yes: bool) {
+    GLIBC_HEAP.store(yes, Ordering::Relaxed);
+}
+
+/// Whether the next allocator is glibc's (see [`set_glibc_heap`]).
+#[inline]
+pub fn glibc_heap() -> bool {
+    GLIBC_HEAP.load(Ordering::Relaxed)
 }
 
 /// Whether an allocation of `size` bytes is recorded.
@@ -105,13 +224,22 @@ pub fn configure(min_tracked: Option<&str>, hooks: Option<bool>, stacks: Option<
     let on = hooks.unwrap_or(true);
     crate::unwind::set_stacks_enabled(stacks.unwrap_or(true));
     find_own_text();
-    MIN_TRACKED.store(if on { min } else { usize::MAX }, Ordering::Release);
+    let min = if on { min } else { usize::MAX };
+    HOT.min.store(min, Ordering::Release);
+    // Blocks recorded under the old threshold (only a test configures twice) keep their
+    // frees looked at: the gate only goes down.
+    let gate = HOT.free_min.load(Ordering::Relaxed);
+    if gate != usize::MAX {
+        HOT.free_min
+            .store(gate.min(armed_gate(min, glibc_heap())), Ordering::Relaxed);
+    }
 }
 
 /// Turns malloc tracking off for the rest of the process (a forked child keeps it: the
 /// state it creates is its own).
 pub fn turn_off() {
-    MIN_TRACKED.store(usize::MAX, Ordering::Release);
+    HOT.min.store(usize::MAX, Ordering::Release);
+    HOT.free_min.store(usize::MAX, Ordering::Relaxed);
 }
 
 fn is_own(addr: usize) -> bool {
@@ -176,6 +304,8 @@ pub fn record_alloc(caller: usize, ptr: *mut c_void, size: usize) -> bool {
     };
     let mut recorded = false;
     let _inside = Inside::enter();
+    // Before the block can reach the program (and so another thread's free of it).
+    arm_free_gate();
     guarded(|| {
         let stack = if stacks_enabled() {
             let t0 = pinwise_core::units::monotonic_ns();
@@ -342,7 +472,7 @@ pub mod boot {
     /// Whether `p` is a block of the arena.
     #[inline]
     pub fn contains(p: usize) -> bool {
-        p >= base() && p < base() + SIZE
+        p.wrapping_sub(base()) < SIZE
     }
 
     /// `size` bytes aligned to `align` (a power of two), zeroed (the arena is never
@@ -417,8 +547,135 @@ mod tests {
         configure(None, Some(false), None);
         assert_eq!(min_tracked(), usize::MAX);
         assert!(!is_tracked_size(usize::MAX - 1));
+        // The free gate (the only test that changes the process's): closed until a block
+        // is recorded, armed at the threshold on glibc's heap, only lowered by a new
+        // threshold, closed again when tracking is turned off.
+        set_glibc_heap(true);
+        configure(Some("128K"), None, Some(false));
+        assert_eq!(free_gate(), usize::MAX, "nothing recorded yet");
+        arm_free_gate();
+        assert_eq!(free_gate(), 128 << 10);
+        configure(Some("1M"), None, Some(false));
+        assert_eq!(
+            free_gate(),
+            128 << 10,
+            "blocks of the old threshold stay looked at"
+        );
+        configure(Some("4K"), None, Some(false));
+        assert_eq!(free_gate(), 4 << 10);
+        turn_off();
+        assert_eq!(free_gate(), usize::MAX);
+        assert_eq!(min_tracked(), usize::MAX);
+        set_glibc_heap(false);
+        configure(Some("128K"), None, Some(false));
+        arm_free_gate();
+        assert_eq!(free_gate(), 0, "another heap: every free looked at");
+        turn_off();
+        configure(None, Some(false), None);
         // This library's code was found (the test binary's, here).
         assert!(is_own(find_own_text as *const () as usize));
         assert!(!is_own(0x10));
+    }
+
+    #[test]
+    fn the_gates_values_follow_the_threshold_and_the_heap() {
+        assert_eq!(armed_gate(64 << 10, true), 64 << 10);
+        assert_eq!(armed_gate(64 << 10, false), 0);
+        assert_eq!(armed_gate(usize::MAX, true), usize::MAX);
+        assert_eq!(armed_gate(usize::MAX, false), usize::MAX);
+    }
+
+    #[test]
+    fn a_closed_or_open_gate_reads_no_memory_and_null_never_passes() {
+        // An address whose word before is unmapped: a read would crash the test.
+        let bad = 0x18 as *mut c_void;
+        // SAFETY: gates 0 and MAX read nothing (what this test checks); null is never read.
+        unsafe {
+            assert!(!passes_gate(usize::MAX, bad));
+            assert!(passes_gate(0, bad));
+            assert!(!passes_gate(0, std::ptr::null_mut()));
+            assert!(!passes_gate(64 << 10, std::ptr::null_mut()));
+        }
+    }
+
+    extern "C" {
+        /// glibc's `valloc` (not in the `libc` crate).
+        fn valloc(size: usize) -> *mut c_void;
+    }
+
+    /// One of glibc's allocation functions, by number, for `size` bytes.
+    fn glibc_alloc(which: u64, size: usize) -> *mut c_void {
+        // SAFETY: glibc's allocation functions with valid arguments; every block is freed
+        // by the caller.
+        unsafe {
+            match which % 7 {
+                0 => libc::malloc(size),
+                1 => libc::calloc(1, size),
+                2 => {
+                    let mut p = std::ptr::null_mut();
+                    if libc::posix_memalign(&mut p, 64, size) != 0 {
+                        return std::ptr::null_mut();
+                    }
+                    p
+                }
+                3 => libc::memalign(4096, size),
+                4 => libc::aligned_alloc(256, size.next_multiple_of(256)),
+                5 => valloc(size),
+                _ => {
+                    // A block grown by realloc from a small one.
+                    let p = libc::malloc(16);
+                    libc::realloc(p, size)
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn on_glibcs_heap_a_block_of_at_least_the_threshold_always_passes_the_gate() {
+        // The test binary's allocator is glibc's (Rust's `System` is malloc).
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut small_passed = 0;
+        for _ in 0..4000 {
+            let min = [
+                4 << 10,
+                64 << 10,
+                1 << 20,
+                1 + (next() % (256 << 10)) as usize,
+            ][(next() % 4) as usize];
+            let gate = armed_gate(min, true);
+            // Sizes around the threshold and far from it (mmapped chunks too).
+            let size = match next() % 3 {
+                0 => min.saturating_sub(64) + (next() % 128) as usize,
+                1 => 1 + (next() % (4 << 20)) as usize,
+                _ => 1 + (next() % 512) as usize,
+            };
+            let which = next();
+            let p = glibc_alloc(which, size);
+            assert!(!p.is_null(), "glibc gave no block of {size} bytes");
+            // SAFETY: a live block of glibc's heap.
+            let passes = unsafe { passes_gate(gate, p) };
+            if size >= min {
+                assert!(
+                    passes,
+                    "a {size}-byte block (function {}) with threshold {min} would be missed",
+                    which % 7
+                );
+            } else if size + 64 <= min && passes {
+                // Not wrong (a false "maybe" only costs time), but not what keeps it cheap.
+                small_passed += 1;
+            }
+            // SAFETY: the block is glibc's, freed once.
+            unsafe { libc::free(p) };
+        }
+        assert_eq!(
+            small_passed, 0,
+            "blocks well below the threshold went the slow way"
+        );
     }
 }

@@ -1,9 +1,11 @@
 //! `free`, `realloc`, `reallocarray` and `munmap`: so that a range pinwise registered
 //! inside the program's memory is unregistered before the memory goes away, and so that
-//! frees (and moves) of tracked blocks are recorded ([`crate::malloc`]). While nothing is
-//! registered and nothing recorded they cost two atomic loads; they never allocate, lock
-//! or touch thread-local storage themselves on that path. Blocks of the bootstrap arena
-//! ([`crate::malloc::boot`]) never reach the real functions.
+//! frees (and moves) of tracked blocks are recorded ([`crate::malloc`]). A call that has
+//! nothing to do (no range registered, the block not tracked: [`free_may_be_tracked`], and
+//! for `realloc` a new size below the threshold) reads two words of the hot line and
+//! pinning's count, and tail-calls the real function; the rest is out of line. They never
+//! allocate, lock or touch thread-local storage themselves on that path. Blocks of the
+//! bootstrap arena ([`crate::malloc::boot`]) never reach the real functions.
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -11,12 +13,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use super::export_with_caller;
 use super::malloc_hooks::usable_size;
 use crate::hooks::alloc::{before_free, before_munmap};
-use crate::malloc::{after_release, before_release, boot, is_tracked_size, record_alloc};
+use crate::malloc::{
+    after_release, before_release, boot, free_may_be_tracked, glibc_heap, is_tracked_size,
+    record_alloc, HOT,
+};
 use crate::pinning::PROMOTED_RANGES;
 
-/// The real functions, found on first use.
-static REAL_FREE: AtomicUsize = AtomicUsize::new(0);
-static REAL_REALLOC: AtomicUsize = AtomicUsize::new(0);
+/// The real functions, found on first use (`free`'s and `realloc`'s are on the hot line,
+/// [`HOT`]).
 static REAL_REALLOCARRAY: AtomicUsize = AtomicUsize::new(0);
 static REAL_MUNMAP: AtomicUsize = AtomicUsize::new(0);
 
@@ -27,11 +31,14 @@ extern "C" {
     fn __libc_realloc(p: *mut c_void, n: usize) -> *mut c_void;
 }
 
+/// A slot's value while its function is being looked up (0: not looked up yet, or not
+/// found; above: the function).
+const LOOKING_UP: usize = 1;
+
 /// The next definition of `name` after this library, cached in `slot`; 0 while it is being
 /// looked up on this path (the caller then uses glibc's own function).
 #[inline]
 pub(super) fn next(slot: &AtomicUsize, name: &std::ffi::CStr) -> usize {
-    const LOOKING_UP: usize = 1;
     let a = slot.load(Ordering::Acquire);
     if a > LOOKING_UP {
         return a;
@@ -49,18 +56,13 @@ pub(super) fn next(slot: &AtomicUsize, name: &std::ffi::CStr) -> usize {
     found
 }
 
-/// Whether the next `free` is glibc's own (`free` is an alias of `__libc_free` there): its
-/// blocks then carry glibc's chunk header, whose size word tells a small block from a
-/// tracked one without a call.
-static GLIBC_HEAP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
 /// The usable size of a block being freed, or 0 when it is certainly below `min` (read from
 /// glibc's chunk header when the heap is glibc's: a chunk's size bounds the usable size
 /// from above; else, and for blocks that may be tracked, the allocator's
 /// `malloc_usable_size`).
 #[inline]
 fn usable_size_for_free(p: *mut c_void, min: usize) -> usize {
-    if GLIBC_HEAP.load(Ordering::Relaxed) {
+    if glibc_heap() {
         // SAFETY: `p` is a live block of glibc's heap being freed (free's contract): the
         // word before it is its chunk's size (with flags in the low 3 bits), which glibc's
         // free reads first too.
@@ -75,12 +77,9 @@ fn usable_size_for_free(p: *mut c_void, min: usize) -> usize {
 /// Looks the real functions up now (when the library is loaded), so that later calls never
 /// take the lookup path.
 pub fn resolve_now() {
-    let f = next(&REAL_FREE, c"free");
-    GLIBC_HEAP.store(
-        f != 0 && f == __libc_free as *const () as usize,
-        Ordering::Relaxed,
-    );
-    next(&REAL_REALLOC, c"realloc");
+    let f = next(&HOT.real_free, c"free");
+    crate::malloc::set_glibc_heap(f != 0 && f == __libc_free as *const () as usize);
+    next(&HOT.real_realloc, c"realloc");
     next(&REAL_REALLOCARRAY, c"reallocarray");
     next(&REAL_MUNMAP, c"munmap");
     super::malloc_hooks::resolve_now();
@@ -105,6 +104,29 @@ pub fn hooks_effective() -> bool {
 /// # Safety
 /// As `free(3)`.
 unsafe extern "C" fn free_imp(p: *mut c_void, caller: usize) {
+    let f = HOT.real_free.load(Ordering::Acquire);
+    // SAFETY (of `free_may_be_tracked`): `p` is null or a live block being freed, not one
+    // of the arena (tested before it).
+    if f <= LOOKING_UP
+        || boot::contains(p as usize)
+        || (!p.is_null() && PROMOTED_RANGES.any_active())
+        || unsafe { free_may_be_tracked(p) }
+    {
+        // SAFETY: the caller's pointer.
+        return unsafe { free_slow(p, caller) };
+    }
+    // SAFETY: the next `free`, with the caller's pointer (a tail call).
+    unsafe { std::mem::transmute::<usize, unsafe extern "C" fn(*mut c_void)>(f)(p) }
+}
+
+/// `free` with something to do: a block of the arena, a range to unregister, a free to
+/// record, or the real function still being looked up.
+///
+/// # Safety
+/// As `free(3)`.
+#[cold]
+#[inline(never)]
+unsafe fn free_slow(p: *mut c_void, caller: usize) {
     if boot::contains(p as usize) {
         return;
     }
@@ -112,7 +134,7 @@ unsafe extern "C" fn free_imp(p: *mut c_void, caller: usize) {
         before_free(p as usize);
     }
     let release = before_release(caller, p, usable_size_for_free);
-    match next(&REAL_FREE, c"free") {
+    match next(&HOT.real_free, c"free") {
         // SAFETY: glibc's free, with the caller's pointer (free's contract).
         0 => unsafe { __libc_free(p) },
         // SAFETY: the next `free`, with the caller's pointer.
@@ -145,6 +167,33 @@ unsafe fn realloc_boot_block(p: *mut c_void, n: usize, caller: usize) -> *mut c_
 /// # Safety
 /// As `realloc(3)`.
 unsafe extern "C" fn realloc_imp(p: *mut c_void, n: usize, caller: usize) -> *mut c_void {
+    let f = HOT.real_realloc.load(Ordering::Acquire);
+    // SAFETY (of `free_may_be_tracked`): `p` is null or a live block being reallocated,
+    // not one of the arena (tested before it).
+    if f <= LOOKING_UP
+        || is_tracked_size(n)
+        || boot::contains(p as usize)
+        || (!p.is_null() && PROMOTED_RANGES.any_active())
+        || unsafe { free_may_be_tracked(p) }
+    {
+        // SAFETY: the caller's arguments.
+        return unsafe { realloc_slow(p, n, caller) };
+    }
+    // SAFETY: the next `realloc`, with the caller's arguments (a tail call).
+    unsafe {
+        std::mem::transmute::<usize, unsafe extern "C" fn(*mut c_void, usize) -> *mut c_void>(f)(
+            p, n,
+        )
+    }
+}
+
+/// `realloc` with something to do (see [`free_slow`]; or a new block to record).
+///
+/// # Safety
+/// As `realloc(3)`.
+#[cold]
+#[inline(never)]
+unsafe fn realloc_slow(p: *mut c_void, n: usize, caller: usize) -> *mut c_void {
     if boot::contains(p as usize) {
         // SAFETY: a block of the arena.
         return unsafe { realloc_boot_block(p, n, caller) };
@@ -153,7 +202,7 @@ unsafe extern "C" fn realloc_imp(p: *mut c_void, n: usize, caller: usize) -> *mu
         before_free(p as usize);
     }
     let release = before_release(caller, p, usable_size_for_free);
-    let q = match next(&REAL_REALLOC, c"realloc") {
+    let q = match next(&HOT.real_realloc, c"realloc") {
         // SAFETY: glibc's realloc, with the caller's arguments.
         0 => unsafe { __libc_realloc(p, n) },
         // SAFETY: the next `realloc`, with the caller's arguments.

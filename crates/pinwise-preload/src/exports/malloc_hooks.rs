@@ -10,22 +10,19 @@ use std::sync::atomic::AtomicUsize;
 
 use super::export_with_caller;
 use super::libc_hooks::next;
-use crate::malloc::{boot, is_tracked_size, record_alloc};
+use crate::malloc::{boot, is_tracked_size, record_alloc, HOT};
 
-static REAL_MALLOC: AtomicUsize = AtomicUsize::new(0);
-static REAL_CALLOC: AtomicUsize = AtomicUsize::new(0);
-static REAL_POSIX_MEMALIGN: AtomicUsize = AtomicUsize::new(0);
-static REAL_ALIGNED_ALLOC: AtomicUsize = AtomicUsize::new(0);
+// The hottest functions' slots are on the hot line (`HOT`); these less used ones are not.
 static REAL_MEMALIGN: AtomicUsize = AtomicUsize::new(0);
 static REAL_VALLOC: AtomicUsize = AtomicUsize::new(0);
 static REAL_MALLOC_USABLE_SIZE: AtomicUsize = AtomicUsize::new(0);
 
 /// Looks the real functions up now (when the library is loaded, before tracking starts).
 pub fn resolve_now() {
-    next(&REAL_MALLOC, c"malloc");
-    next(&REAL_CALLOC, c"calloc");
-    next(&REAL_POSIX_MEMALIGN, c"posix_memalign");
-    next(&REAL_ALIGNED_ALLOC, c"aligned_alloc");
+    next(&HOT.real_malloc, c"malloc");
+    next(&HOT.real_calloc, c"calloc");
+    next(&HOT.real_posix_memalign, c"posix_memalign");
+    next(&HOT.real_aligned_alloc, c"aligned_alloc");
     next(&REAL_MEMALIGN, c"memalign");
     next(&REAL_VALLOC, c"valloc");
     next(&REAL_MALLOC_USABLE_SIZE, c"malloc_usable_size");
@@ -79,7 +76,7 @@ fn tracked(caller: usize, p: *mut c_void, size: usize) -> *mut c_void {
 /// # Safety
 /// As `malloc(3)`.
 unsafe extern "C" fn malloc_imp(size: usize, caller: usize) -> *mut c_void {
-    match next(&REAL_MALLOC, c"malloc") {
+    match next(&HOT.real_malloc, c"malloc") {
         0 => boot::alloc(size, 16) as *mut c_void,
         f => {
             // SAFETY: the next `malloc`.
@@ -113,7 +110,7 @@ pub(super) unsafe fn malloc_for_realloc(size: usize, caller: usize) -> *mut c_vo
 /// # Safety
 /// As `calloc(3)`.
 unsafe extern "C" fn calloc_imp(n: usize, size: usize, caller: usize) -> *mut c_void {
-    match next(&REAL_CALLOC, c"calloc") {
+    match next(&HOT.real_calloc, c"calloc") {
         // The arena is never reused: its blocks are zero.
         0 => n
             .checked_mul(size)
@@ -147,7 +144,7 @@ unsafe extern "C" fn posix_memalign_imp(
     size: usize,
     caller: usize,
 ) -> c_int {
-    match next(&REAL_POSIX_MEMALIGN, c"posix_memalign") {
+    match next(&HOT.real_posix_memalign, c"posix_memalign") {
         0 => {
             if !align.is_power_of_two() || !align.is_multiple_of(std::mem::size_of::<usize>()) {
                 return libc::EINVAL;
@@ -220,7 +217,15 @@ unsafe fn aligned(
 /// As `aligned_alloc(3)`.
 unsafe extern "C" fn aligned_alloc_imp(align: usize, size: usize, caller: usize) -> *mut c_void {
     // SAFETY: the caller's arguments, passed on.
-    unsafe { aligned(&REAL_ALIGNED_ALLOC, c"aligned_alloc", align, size, caller) }
+    unsafe {
+        aligned(
+            &HOT.real_aligned_alloc,
+            c"aligned_alloc",
+            align,
+            size,
+            caller,
+        )
+    }
 }
 export_with_caller!(aligned_alloc => aligned_alloc_imp, 2);
 
@@ -242,10 +247,16 @@ unsafe extern "C" fn valloc_imp(size: usize, caller: usize) -> *mut c_void {
     match next(&REAL_VALLOC, c"valloc") {
         0 => boot::alloc(size, 4096) as *mut c_void,
         f => {
-            // SAFETY: the next `valloc`, with the caller's argument.
-            let p = unsafe {
-                std::mem::transmute::<usize, unsafe extern "C" fn(usize) -> *mut c_void>(f)(size)
+            // SAFETY: the next `valloc`.
+            let real = unsafe {
+                std::mem::transmute::<usize, unsafe extern "C" fn(usize) -> *mut c_void>(f)
             };
+            if !is_tracked_size(size) {
+                // SAFETY: the next `valloc`, with the caller's argument.
+                return unsafe { real(size) };
+            }
+            // SAFETY: as above.
+            let p = unsafe { real(size) };
             tracked(caller, p, size)
         }
     }
