@@ -26,7 +26,11 @@
  * 1032 bytes (the 4 KiB phases) and every posix_memalign pay it. pinwise's state starts a
  * thread of its own (the drain thread) with the first tracked allocation, and any CUDA
  * program runs several threads (the driver's): a plain run with one idle thread is the
- * baseline that separates the hooks' own cost from that of glibc's multi-threaded mode. */
+ * baseline that separates the hooks' own cost from that of glibc's multi-threaded mode.
+ *
+ * MALLOC_COST_PAD=N keeps one malloc(N) block live from the start: it moves every later
+ * block, which shows how much the phases depend on the heap's layout alone (pinwise's own
+ * allocations before main move the program's blocks too). */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdint.h>
@@ -119,6 +123,8 @@ static void *idle_thread(void *arg) {
 }
 
 int main(void) {
+    const char *pad = getenv("MALLOC_COST_PAD");
+    if (pad && atoi(pad) > 0) sink += (uintptr_t)malloc((size_t)atoi(pad));
     const char *threads = getenv("MALLOC_COST_THREADS");
     for (int i = threads ? atoi(threads) : 0; i > 0; i--) {
         pthread_t t;

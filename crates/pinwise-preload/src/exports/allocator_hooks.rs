@@ -140,11 +140,13 @@ unsafe fn realloc_detour(
     q
 }
 
-/// The detour of a freeing entry point.
+/// The detour of a freeing entry point. Returns the original's return register (a free
+/// returns nothing; its caller ignores it), so that the untracked case is a tail call.
 ///
 /// # Safety
 /// Entered from the patched entry point `i` with its caller's arguments.
-unsafe extern "C" fn free_detour(a0: usize, a1: usize, a2: usize, caller: usize, i: usize) {
+#[inline(always)]
+unsafe fn free_detour(a0: usize, a1: usize, a2: usize, caller: usize, i: usize) -> usize {
     // SAFETY: the original of entry point `i`, set before it was patched.
     let f = unsafe { std::mem::transmute::<usize, Original3>(original(i)) };
     // A block never tracked (most frees): one probe of the set, then the original,
@@ -154,7 +156,7 @@ unsafe extern "C" fn free_detour(a0: usize, a1: usize, a2: usize, caller: usize,
         unsafe { free_tracked(f, a0, a1, a2, caller) }
     } else {
         // SAFETY: as above.
-        unsafe { f(a0, a1, a2) };
+        unsafe { f(a0, a1, a2) }
     }
 }
 
@@ -164,13 +166,20 @@ unsafe extern "C" fn free_detour(a0: usize, a1: usize, a2: usize, caller: usize,
 /// `f` is the original, `(a0, a1, a2)` the caller's arguments.
 #[cold]
 #[inline(never)]
-unsafe fn free_tracked(f: Original3, a0: usize, a1: usize, a2: usize, caller: usize) {
+unsafe extern "C" fn free_tracked(
+    f: Original3,
+    a0: usize,
+    a1: usize,
+    a2: usize,
+    caller: usize,
+) -> usize {
     let release = releasing(caller, a0);
     // SAFETY: the caller's contract.
     unsafe { f(a0, a1, a2) };
     if let Some(r) = release {
         after_release(r, a0 as *mut c_void, true);
     }
+    0
 }
 
 /// The detour of `posix_memalign(out, align, size)`.
@@ -214,10 +223,7 @@ unsafe extern "C" fn posix_memalign_detour(
 unsafe fn detour(a0: usize, a1: usize, a2: usize, caller: usize, i: usize) -> usize {
     // SAFETY (all three): the caller's contract.
     match ENTRY_POINTS[i].1 {
-        Kind::Free => {
-            unsafe { free_detour(a0, a1, a2, caller, i) };
-            0
-        }
+        Kind::Free => unsafe { free_detour(a0, a1, a2, caller, i) },
         Kind::PosixMemalign => unsafe {
             posix_memalign_detour(a0, a1, a2, caller, i) as u32 as usize
         },

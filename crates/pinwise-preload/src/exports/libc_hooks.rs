@@ -33,7 +33,7 @@ extern "C" {
 
 /// A slot's value while its function is being looked up (0: not looked up yet, or not
 /// found; above: the function).
-const LOOKING_UP: usize = 1;
+pub(super) const LOOKING_UP: usize = 1;
 
 /// The next definition of `name` after this library, cached in `slot`; 0 while it is being
 /// looked up on this path (the caller then uses glibc's own function).
@@ -126,7 +126,7 @@ unsafe extern "C" fn free_imp(p: *mut c_void, caller: usize) {
 /// As `free(3)`.
 #[cold]
 #[inline(never)]
-unsafe fn free_slow(p: *mut c_void, caller: usize) {
+unsafe extern "C" fn free_slow(p: *mut c_void, caller: usize) {
     if boot::contains(p as usize) {
         return;
     }
@@ -193,7 +193,7 @@ unsafe extern "C" fn realloc_imp(p: *mut c_void, n: usize, caller: usize) -> *mu
 /// As `realloc(3)`.
 #[cold]
 #[inline(never)]
-unsafe fn realloc_slow(p: *mut c_void, n: usize, caller: usize) -> *mut c_void {
+unsafe extern "C" fn realloc_slow(p: *mut c_void, n: usize, caller: usize) -> *mut c_void {
     if boot::contains(p as usize) {
         // SAFETY: a block of the arena.
         return unsafe { realloc_boot_block(p, n, caller) };

@@ -6,10 +6,10 @@
 //! come from [`crate::malloc::boot`].
 
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::export_with_caller;
-use super::libc_hooks::next;
+use super::libc_hooks::{next, LOOKING_UP};
 use crate::malloc::{boot, is_tracked_size, record_alloc, HOT};
 
 // The hottest functions' slots are on the hot line (`HOT`); these less used ones are not.
@@ -71,30 +71,53 @@ fn tracked(caller: usize, p: *mut c_void, size: usize) -> *mut c_void {
     p
 }
 
+/// The next definition in `slot` when a call of `size` bytes only forwards to it: found,
+/// and `size` below the threshold (two loads of the hot line). Each export tail-calls it
+/// then, and calls its out-of-line `_slow` function (the lookup, the arena, recording)
+/// otherwise: two separate calls in tail position, so that the compiler cannot merge them
+/// into one call followed by the size test, which would make the untracked path save
+/// registers, call and return.
+#[inline(always)]
+fn forward_only(slot: &AtomicUsize, size: usize) -> Option<usize> {
+    let f = slot.load(Ordering::Acquire);
+    (f > LOOKING_UP && !is_tracked_size(size)).then_some(f)
+}
+
 /// `malloc`.
 ///
 /// # Safety
 /// As `malloc(3)`.
 unsafe extern "C" fn malloc_imp(size: usize, caller: usize) -> *mut c_void {
+    if let Some(f) = forward_only(&HOT.real_malloc, size) {
+        // SAFETY: the next `malloc`, with the caller's argument.
+        return unsafe { std::mem::transmute::<usize, MallocFn>(f)(size) };
+    }
+    // SAFETY: the caller's arguments.
+    unsafe { malloc_slow(size, caller) }
+}
+export_with_caller!(malloc => malloc_imp, 1);
+
+type MallocFn = unsafe extern "C" fn(usize) -> *mut c_void;
+type CallocFn = unsafe extern "C" fn(usize, usize) -> *mut c_void;
+type AlignedFn = unsafe extern "C" fn(usize, usize) -> *mut c_void;
+type PosixMemalignFn = unsafe extern "C" fn(*mut *mut c_void, usize, usize) -> c_int;
+
+/// `malloc` off the untracked path.
+///
+/// # Safety
+/// As `malloc(3)`.
+#[cold]
+#[inline(never)]
+unsafe extern "C" fn malloc_slow(size: usize, caller: usize) -> *mut c_void {
     match next(&HOT.real_malloc, c"malloc") {
         0 => boot::alloc(size, 16) as *mut c_void,
         f => {
-            // SAFETY: the next `malloc`.
-            let real = unsafe {
-                std::mem::transmute::<usize, unsafe extern "C" fn(usize) -> *mut c_void>(f)
-            };
-            // The size first: below the threshold the real function is tail-called.
-            if !is_tracked_size(size) {
-                // SAFETY: the next `malloc`, with the caller's argument.
-                return unsafe { real(size) };
-            }
-            // SAFETY: as above.
-            let p = unsafe { real(size) };
+            // SAFETY: the next `malloc`, with the caller's argument.
+            let p = unsafe { std::mem::transmute::<usize, MallocFn>(f)(size) };
             tracked(caller, p, size)
         }
     }
 }
-export_with_caller!(malloc => malloc_imp, 1);
 
 /// `malloc` for a `realloc` that moves a block out of the bootstrap arena.
 ///
@@ -102,7 +125,7 @@ export_with_caller!(malloc => malloc_imp, 1);
 /// As `malloc(3)`.
 pub(super) unsafe fn malloc_for_realloc(size: usize, caller: usize) -> *mut c_void {
     // SAFETY: as `malloc`.
-    unsafe { malloc_imp(size, caller) }
+    unsafe { malloc_slow(size, caller) }
 }
 
 /// `calloc`.
@@ -110,35 +133,65 @@ pub(super) unsafe fn malloc_for_realloc(size: usize, caller: usize) -> *mut c_vo
 /// # Safety
 /// As `calloc(3)`.
 unsafe extern "C" fn calloc_imp(n: usize, size: usize, caller: usize) -> *mut c_void {
+    // An overflowing product fails the call: nothing to record either.
+    if let Some(f) = forward_only(&HOT.real_calloc, n.checked_mul(size).unwrap_or(0)) {
+        // SAFETY: the next `calloc`, with the caller's arguments.
+        return unsafe { std::mem::transmute::<usize, CallocFn>(f)(n, size) };
+    }
+    // SAFETY: the caller's arguments.
+    unsafe { calloc_slow(n, size, caller) }
+}
+export_with_caller!(calloc => calloc_imp, 2);
+
+/// `calloc` off the untracked path.
+///
+/// # Safety
+/// As `calloc(3)`.
+#[cold]
+#[inline(never)]
+unsafe extern "C" fn calloc_slow(n: usize, size: usize, caller: usize) -> *mut c_void {
     match next(&HOT.real_calloc, c"calloc") {
         // The arena is never reused: its blocks are zero.
         0 => n
             .checked_mul(size)
             .map_or(std::ptr::null_mut(), |b| boot::alloc(b, 16)) as *mut c_void,
         f => {
-            // SAFETY: the next `calloc`.
-            let real = unsafe {
-                std::mem::transmute::<usize, unsafe extern "C" fn(usize, usize) -> *mut c_void>(f)
-            };
+            // SAFETY: the next `calloc`, with the caller's arguments.
+            let p = unsafe { std::mem::transmute::<usize, CallocFn>(f)(n, size) };
             match n.checked_mul(size) {
-                Some(bytes) if is_tracked_size(bytes) => {
-                    // SAFETY: the next `calloc`, with the caller's arguments.
-                    let p = unsafe { real(n, size) };
-                    tracked(caller, p, bytes)
-                }
-                // SAFETY: as above (below the threshold, or an overflow calloc refuses).
-                _ => unsafe { real(n, size) },
+                Some(bytes) => tracked(caller, p, bytes),
+                None => p,
             }
         }
     }
 }
-export_with_caller!(calloc => calloc_imp, 2);
 
 /// `posix_memalign`.
 ///
 /// # Safety
 /// As `posix_memalign(3)`: `out` is writable.
 unsafe extern "C" fn posix_memalign_imp(
+    out: *mut *mut c_void,
+    align: usize,
+    size: usize,
+    caller: usize,
+) -> c_int {
+    if let Some(f) = forward_only(&HOT.real_posix_memalign, size) {
+        // SAFETY: the next `posix_memalign`, with the caller's arguments.
+        return unsafe { std::mem::transmute::<usize, PosixMemalignFn>(f)(out, align, size) };
+    }
+    // SAFETY: the caller's arguments.
+    unsafe { posix_memalign_slow(out, align, size, caller) }
+}
+export_with_caller!(posix_memalign => posix_memalign_imp, 3);
+
+/// `posix_memalign` off the untracked path.
+///
+/// # Safety
+/// As `posix_memalign(3)`: `out` is writable.
+#[cold]
+#[inline(never)]
+unsafe extern "C" fn posix_memalign_slow(
     out: *mut *mut c_void,
     align: usize,
     size: usize,
@@ -158,20 +211,9 @@ unsafe extern "C" fn posix_memalign_imp(
             0
         }
         f => {
-            // SAFETY: the next `posix_memalign`.
-            let real = unsafe {
-                std::mem::transmute::<
-                    usize,
-                    unsafe extern "C" fn(*mut *mut c_void, usize, usize) -> c_int,
-                >(f)
-            };
-            if !is_tracked_size(size) {
-                // SAFETY: the next `posix_memalign`, with the caller's arguments.
-                return unsafe { real(out, align, size) };
-            }
-            // SAFETY: as above.
-            let rc = unsafe { real(out, align, size) };
-            if rc == 0 {
+            // SAFETY: the next `posix_memalign`, with the caller's arguments.
+            let rc = unsafe { std::mem::transmute::<usize, PosixMemalignFn>(f)(out, align, size) };
+            if rc == 0 && is_tracked_size(size) {
                 // SAFETY: on success the allocator wrote the block to `out`.
                 let _ = record_alloc(caller, unsafe { *out }, size);
             }
@@ -179,13 +221,14 @@ unsafe extern "C" fn posix_memalign_imp(
         }
     }
 }
-export_with_caller!(posix_memalign => posix_memalign_imp, 3);
 
-/// An aligned allocation through `slot` (`aligned_alloc`, `memalign`).
+/// An aligned allocation through `slot` (`aligned_alloc`, `memalign`) off the untracked
+/// path.
 ///
 /// # Safety
 /// As `aligned_alloc(3)`.
-unsafe fn aligned(
+#[inline(always)]
+unsafe fn aligned_slow(
     slot: &AtomicUsize,
     name: &std::ffi::CStr,
     align: usize,
@@ -196,16 +239,8 @@ unsafe fn aligned(
         0 if align.is_power_of_two() => boot::alloc(size, align) as *mut c_void,
         0 => std::ptr::null_mut(),
         f => {
-            // SAFETY: the next definition of `name`.
-            let real = unsafe {
-                std::mem::transmute::<usize, unsafe extern "C" fn(usize, usize) -> *mut c_void>(f)
-            };
-            if !is_tracked_size(size) {
-                // SAFETY: the next definition of `name`, with the caller's arguments.
-                return unsafe { real(align, size) };
-            }
-            // SAFETY: as above.
-            let p = unsafe { real(align, size) };
+            // SAFETY: the next definition of `name`, with the caller's arguments.
+            let p = unsafe { std::mem::transmute::<usize, AlignedFn>(f)(align, size) };
             tracked(caller, p, size)
         }
     }
@@ -216,9 +251,24 @@ unsafe fn aligned(
 /// # Safety
 /// As `aligned_alloc(3)`.
 unsafe extern "C" fn aligned_alloc_imp(align: usize, size: usize, caller: usize) -> *mut c_void {
+    if let Some(f) = forward_only(&HOT.real_aligned_alloc, size) {
+        // SAFETY: the next `aligned_alloc`, with the caller's arguments.
+        return unsafe { std::mem::transmute::<usize, AlignedFn>(f)(align, size) };
+    }
+    // SAFETY: the caller's arguments.
+    unsafe { aligned_alloc_slow(align, size, caller) }
+}
+
+/// `aligned_alloc` off the untracked path.
+///
+/// # Safety
+/// As `aligned_alloc(3)`.
+#[cold]
+#[inline(never)]
+unsafe extern "C" fn aligned_alloc_slow(align: usize, size: usize, caller: usize) -> *mut c_void {
     // SAFETY: the caller's arguments, passed on.
     unsafe {
-        aligned(
+        aligned_slow(
             &HOT.real_aligned_alloc,
             c"aligned_alloc",
             align,
@@ -234,8 +284,23 @@ export_with_caller!(aligned_alloc => aligned_alloc_imp, 2);
 /// # Safety
 /// As `memalign(3)`.
 unsafe extern "C" fn memalign_imp(align: usize, size: usize, caller: usize) -> *mut c_void {
+    if let Some(f) = forward_only(&REAL_MEMALIGN, size) {
+        // SAFETY: the next `memalign`, with the caller's arguments.
+        return unsafe { std::mem::transmute::<usize, AlignedFn>(f)(align, size) };
+    }
+    // SAFETY: the caller's arguments.
+    unsafe { memalign_slow(align, size, caller) }
+}
+
+/// `memalign` off the untracked path.
+///
+/// # Safety
+/// As `memalign(3)`.
+#[cold]
+#[inline(never)]
+unsafe extern "C" fn memalign_slow(align: usize, size: usize, caller: usize) -> *mut c_void {
     // SAFETY: the caller's arguments, passed on.
-    unsafe { aligned(&REAL_MEMALIGN, c"memalign", align, size, caller) }
+    unsafe { aligned_slow(&REAL_MEMALIGN, c"memalign", align, size, caller) }
 }
 export_with_caller!(memalign => memalign_imp, 2);
 
@@ -244,19 +309,26 @@ export_with_caller!(memalign => memalign_imp, 2);
 /// # Safety
 /// As `valloc(3)`.
 unsafe extern "C" fn valloc_imp(size: usize, caller: usize) -> *mut c_void {
+    if let Some(f) = forward_only(&REAL_VALLOC, size) {
+        // SAFETY: the next `valloc`, with the caller's argument.
+        return unsafe { std::mem::transmute::<usize, MallocFn>(f)(size) };
+    }
+    // SAFETY: the caller's arguments.
+    unsafe { valloc_slow(size, caller) }
+}
+
+/// `valloc` off the untracked path.
+///
+/// # Safety
+/// As `valloc(3)`.
+#[cold]
+#[inline(never)]
+unsafe extern "C" fn valloc_slow(size: usize, caller: usize) -> *mut c_void {
     match next(&REAL_VALLOC, c"valloc") {
         0 => boot::alloc(size, 4096) as *mut c_void,
         f => {
-            // SAFETY: the next `valloc`.
-            let real = unsafe {
-                std::mem::transmute::<usize, unsafe extern "C" fn(usize) -> *mut c_void>(f)
-            };
-            if !is_tracked_size(size) {
-                // SAFETY: the next `valloc`, with the caller's argument.
-                return unsafe { real(size) };
-            }
-            // SAFETY: as above.
-            let p = unsafe { real(size) };
+            // SAFETY: the next `valloc`, with the caller's argument.
+            let p = unsafe { std::mem::transmute::<usize, MallocFn>(f)(size) };
             tracked(caller, p, size)
         }
     }
