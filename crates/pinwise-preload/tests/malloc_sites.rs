@@ -720,3 +720,64 @@ fn rust_programs_on_jemalloc_and_mimalloc_have_exact_records_sites_and_stacks() 
         );
     }
 }
+
+/// Every function of the malloc family and its edge cases (`free(NULL)`, `realloc(NULL,
+/// n)`, `realloc(p, 0)`, a tracked block shrunk below the threshold, a small one grown above
+/// it, a tracked block freed by another thread, small blocks coming and going while tracked
+/// ones are live, failed calls): the program's output is unchanged, every block of at
+/// least the threshold has exactly one record, freed, and every free matched one (the
+/// hooks' cheap "not tracked" test on `free` and `realloc` never misses a tracked block,
+/// and records no free of an untracked one).
+#[test]
+fn every_function_of_the_malloc_family_and_its_edge_cases_are_recorded_exactly() {
+    let s = Setup::new();
+    let exe = s.build_cudart(
+        "malloc_edges.c",
+        &["-fno-optimize-sibling-calls", "-pthread"],
+    );
+    let plain = s.run_plain(&exe, &[]);
+    assert_ok(&plain, "plain");
+    assert!(
+        String::from_utf8_lossy(&plain.stdout).contains("overflow 1 einval 1"),
+        "{plain:?}"
+    );
+    let run = s.run_recorded(&exe, &["--min-tracked", "64K"], "edges.bin");
+    assert_same_stdout(&run.out, &plain, "under pinwise");
+    let h = &run.history;
+    let freed = AllocState::Freed;
+    let one = |size: u64, htod: u64| vec![(1, size, freed, htod, 0)];
+    let want: BySite = [
+        ("f_malloc", one(100 << 10, 1)),
+        ("f_calloc", one(100 << 10, 0)),
+        ("f_realloc_null", one(100 << 10, 0)),
+        ("f_posix_memalign", one(100 << 10, 0)),
+        ("f_aligned_alloc", one(128 << 10, 0)),
+        ("f_memalign", one(100 << 10, 0)),
+        ("f_valloc", one(100 << 10, 0)),
+        ("f_reallocarray", one(100 << 10, 0)),
+        ("f_grow", one(200 << 10, 0)),
+        ("f_zeroed_away", one(100 << 10, 0)),
+        ("f_thread_block", one(100 << 10, 0)),
+    ]
+    .into_iter()
+    .map(|(f, v)| (f.to_string(), v))
+    .collect();
+    let got = pageable_by_function(h, |f| f.starts_with("f_"));
+    assert_eq!(got, want);
+    assert_eq!(calls(&plain)["tracked"], want.len() as u64);
+    // No block of the program's was recorded from another site (the small ones, the
+    // failed calls), and every recorded free matched a recorded allocation.
+    let from_main: Vec<_> = h
+        .allocations()
+        .filter(|a| {
+            a.kind() == AllocKind::Pageable
+                && a.tag().call_no > 0
+                && site_function(h, a).is_some_and(|f| f == "main")
+        })
+        .map(|a| a.size())
+        .collect();
+    assert!(from_main.is_empty(), "{from_main:?}");
+    assert_eq!(h.stats().unmatched_frees, 0, "{:?}", h.stats());
+    let src = run.process();
+    assert_eq!(src["events_lost"], 0, "{src}");
+}
