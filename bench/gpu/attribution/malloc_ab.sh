@@ -53,7 +53,7 @@ for ((r = 1; r <= REPEATS; r++)); do
     else
       # shellcheck disable=SC2086
       ${PIN_CPU:+taskset -c "$PIN_CPU"} env LD_PRELOAD="${libs[$i]}" ${EXTRA_ENV:-} "$exe"
-    fi | awk -v c="${names[$i]}" -v r="$r" '{print c "\t" r "\t" $1 "\t" $2 "\t" $6}' >> "$tsv"
+    fi | awk -v c="${names[$i]}" -v r="$r" '{print c "\t" r "\t" $1 "\t" $2 "\t" $6 "\t" $7}' >> "$tsv"
   done
 done
 {
@@ -67,11 +67,14 @@ tsv, names = sys.argv[1], sys.argv[2:]
 v = defaultdict(list)
 by_round = defaultdict(dict)
 offsets = defaultdict(Counter)
+threads = defaultdict(Counter)
 phases = []
 for line in open(tsv):
     c, r, p, x, *rest = line.rstrip("\n").split("\t")
     if rest and rest[0]:
         offsets[(p, c)][int(rest[0])] += 1
+    if len(rest) > 1 and rest[1]:
+        threads[(p, c)][int(rest[1])] += 1
     v[(p, c)].append(float(x))
     by_round[(p, c)][r] = float(x)
     if p not in phases:
@@ -115,9 +118,11 @@ def paired(base, cols, rnd):
 paired("plain", names[1:], random.Random(1))
 if "plain_mt" in names:
     paired("plain_mt", [c for c in names[1:] if c != "plain_mt"], random.Random(2))
-if offsets:
+def most_common(title, table):
+    if not table:
+        return
     print()
-    print("heap layout: the phase's last block's address modulo 4096, the most common over rounds (rounds with it / rounds); different offsets mean glibc serves the same calls from a different layout")
+    print(title)
     print("| phase | " + " | ".join(names) + " |")
     print("|---" * (len(names) + 1) + "|")
     for p in phases:
@@ -125,12 +130,16 @@ if offsets:
             continue
         row = []
         for c in names:
-            o = offsets[(p, c)]
+            o = table[(p, c)]
             if not o:
                 row.append("-")
                 continue
-            off, k = o.most_common(1)[0]
-            row.append(f"{off} ({k}/{sum(o.values())})")
+            x, k = o.most_common(1)[0]
+            row.append(f"{x} ({k}/{sum(o.values())})")
         print(f"| {p} | " + " | ".join(row) + " |")
+
+
+most_common("heap layout: the phase's last block's address modulo 4096, the most common over rounds (rounds with it / rounds); different offsets mean glibc serves the same calls from a different layout", offsets)
+most_common("threads in the process after the phase, the most common over rounds (rounds with it / rounds); glibc's malloc locks its arena once there are two", threads)
 PY
 } | tee "$OUT/malloc_ab.md"

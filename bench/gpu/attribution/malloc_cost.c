@@ -1,10 +1,11 @@
 /* The cost pinwise-preload's malloc-family hooks add (no CUDA involved: it runs the same on
  * the dev VM and on the GPU machine).
  *
- * Phases, each printed as `name<TAB>median ns<TAB>p10<TAB>p90<TAB>per<TAB>offset` (per
- * malloc+free pair, median over BATCHES batches of PAIRS pairs each; offset: the last block's
- * address modulo 4096, which tells two runs' heap layouts apart: glibc's calloc clears and
- * posix_memalign splits at different speeds depending on it):
+ * Phases, each printed as `name<TAB>median ns<TAB>p10<TAB>p90<TAB>per<TAB>offset<TAB>threads`
+ * (per malloc+free pair, median over BATCHES batches of PAIRS pairs each; offset: the last
+ * block's address modulo 4096, which tells two runs' heap layouts apart: glibc's calloc
+ * clears and posix_memalign splits at different speeds depending on it; threads: the
+ * process's threads after the phase, from /proc/self/task):
  *   small64_cold, small4k_cold    malloc(64) / malloc(4096) + free, before any tracked
  *                                 allocation (pinwise has no state in the process yet)
  *   tracked_first                 one 1 MiB malloc + free (creates pinwise's state)
@@ -32,6 +33,7 @@
  * block, which shows how much the phases depend on the heap's layout alone (pinwise's own
  * allocations before main move the program's blocks too). */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <unistd.h>
@@ -105,6 +107,16 @@ static void pair_linked(size_t n) {
     mi_free(p);
 }
 
+/* The process's threads now (0 when /proc cannot be read). */
+static int threads_now(void) {
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return 0;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
 static void phase(const char *name, pair_fn f, size_t n, int batches, int pairs) {
     static double t[BATCHES];
     for (int b = 0; b < batches; b++) {
@@ -113,8 +125,8 @@ static void phase(const char *name, pair_fn f, size_t n, int batches, int pairs)
         t[b] = (now_ns() - t0) / pairs;
     }
     qsort(t, batches, sizeof t[0], cmp);
-    printf("%s\t%.2f\t%.2f\t%.2f\tpair\t%u\n", name, t[batches / 2], t[batches / 10],
-           t[batches * 9 / 10], (unsigned)(last_block % 4096));
+    printf("%s\t%.2f\t%.2f\t%.2f\tpair\t%u\t%d\n", name, t[batches / 2], t[batches / 10],
+           t[batches * 9 / 10], (unsigned)(last_block % 4096), threads_now());
 }
 
 static void *idle_thread(void *arg) {
