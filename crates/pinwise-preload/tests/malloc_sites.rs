@@ -735,13 +735,47 @@ fn every_function_of_the_malloc_family_and_its_edge_cases_are_recorded_exactly()
         "malloc_edges.c",
         &["-fno-optimize-sibling-calls", "-pthread"],
     );
-    let plain = s.run_plain(&exe, &[]);
+    check_malloc_edges(&s, &exe);
+}
+
+/// The same when the next `free` after pinwise's is not glibc's (a library the program
+/// links defines `free`, as tcmalloc or a preloaded jemalloc would): pinwise cannot read
+/// glibc's chunk header then, and asks the allocator's `malloc_usable_size` instead.
+#[test]
+fn the_edge_cases_are_recorded_exactly_over_another_libraries_free() {
+    let s = Setup::new();
+    let shim = s.path("libfree_shim.so");
+    pinwise_testkit::compile_c_source(
+        "/* A library defining free (over glibc's own), loaded after the preload. */\n\
+         #include <stddef.h>\n\
+         extern void __libc_free(void *);\n\
+         static volatile size_t frees;\n\
+         void free(void *p) { frees++; __libc_free(p); }\n",
+        &shim,
+        &["-shared", "-fPIC"],
+    );
+    let dir = shim.parent().unwrap().display().to_string();
+    let exe = s.build_cudart(
+        "malloc_edges.c",
+        &[
+            "-fno-optimize-sibling-calls",
+            "-pthread",
+            &format!("-L{dir}"),
+            "-lfree_shim",
+            &format!("-Wl,-rpath,{dir}"),
+        ],
+    );
+    check_malloc_edges(&s, &exe);
+}
+
+fn check_malloc_edges(s: &Setup, exe: &std::path::Path) {
+    let plain = s.run_plain(exe, &[]);
     assert_ok(&plain, "plain");
     assert!(
         String::from_utf8_lossy(&plain.stdout).contains("overflow 1 einval 1"),
         "{plain:?}"
     );
-    let run = s.run_recorded(&exe, &["--min-tracked", "64K"], "edges.bin");
+    let run = s.run_recorded(exe, &["--min-tracked", "64K"], "edges.bin");
     assert_same_stdout(&run.out, &plain, "under pinwise");
     let h = &run.history;
     let freed = AllocState::Freed;
