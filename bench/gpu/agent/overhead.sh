@@ -20,9 +20,7 @@
 set -u
 cd "$(dirname "$0")/../../.."
 ROOT=$PWD
-if [[ -d .device-carry ]]; then mkdir -p target/release && cp -a .device-carry/. target/release/; fi
-PW=${PINWISE:-$ROOT/target/release/pinwise}
-[[ -x $PW ]] || { echo "no $PW (bench/gpu/pack.sh makes it)" >&2; exit 2; }
+source bench/gpu/lib/carry.sh
 [[ $(id -u) -eq 0 ]] || { echo "run as root" >&2; exit 2; }
 mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null
 export PYTHONUNBUFFERED=1 PATH=/usr/local/cuda/bin:$PATH

@@ -28,9 +28,7 @@
 set -u
 cd "$(dirname "$0")/../../.."
 ROOT=$PWD
-if [[ -d .device-carry ]]; then mkdir -p target/release && cp -a .device-carry/. target/release/; fi
-PW=${PINWISE:-$ROOT/target/release/pinwise}
-[[ -x $PW ]] || { echo "no $PW (bench/gpu/pack.sh makes it)" >&2; exit 2; }
+source bench/gpu/lib/carry.sh
 FINAL=${OUT:-$ROOT/bench-out}
 D=$FINAL/pool; rm -rf "$D"; mkdir -p "$D"
 PROCS=${PROCS:-4}; SIZE=${SIZE:-8G}; CHUNK=${CHUNK:-1G}; REPEATS=${REPEATS:-5}; LAT_COPIES=${LAT_COPIES:-5000}

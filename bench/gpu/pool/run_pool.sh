@@ -28,9 +28,7 @@
 set -u
 cd "$(dirname "$0")/../../.."
 ROOT=$PWD
-if [[ -d .device-carry ]]; then mkdir -p target/release && cp -a .device-carry/. target/release/; fi
-PW=${PINWISE:-$ROOT/target/release/pinwise}
-[[ -x $PW ]] || { echo "no $PW (bench/gpu/pack.sh makes it)" >&2; exit 2; }
+source bench/gpu/lib/carry.sh
 FINAL=${OUT:-$ROOT/bench-out}
 D=$FINAL/run-pool; rm -rf "$D"; mkdir -p "$D"
 PROCS=${PROCS:-4}; SIZE_MIB=${SIZE_MIB:-2048}; CHUNK_MIB=${CHUNK_MIB:-256}; ROUNDS=${ROUNDS:-3}

@@ -124,31 +124,38 @@ const STACK_MEMO_CAP: usize = 4096;
 
 /// Stacks remembered by key (see [`Recorder::remembered_stack`]): at most `cap`, the least
 /// recently used one evicted for a new one. A hit moves its key to the front without
-/// allocating; an insertion into a full memo reuses the evicted entry's node.
-pub struct StackMemo(lru::LruCache<Box<[usize]>, StackId>);
+/// allocating; the memo allocates as it grows, not up front.
+pub struct StackMemo {
+    map: lru::LruCache<Box<[usize]>, StackId>,
+    cap: usize,
+}
 
 impl StackMemo {
     /// An empty memo of at most `cap` stacks (at least one).
     pub fn new(cap: usize) -> StackMemo {
-        StackMemo(lru::LruCache::new(
-            std::num::NonZeroUsize::new(cap).unwrap_or(std::num::NonZeroUsize::MIN),
-        ))
+        StackMemo {
+            map: lru::LruCache::unbounded(),
+            cap: cap.max(1),
+        }
     }
 
     /// The stack remembered under `key`, now the most recently used.
     pub fn get(&mut self, key: &[usize]) -> Option<StackId> {
-        self.0.get(key).copied()
+        self.map.get(key).copied()
     }
 
     /// Remembers `id` under `key`, evicting the least recently used stack when full.
     pub fn insert(&mut self, key: Box<[usize]>, id: StackId) {
-        self.0.put(key, id);
+        if self.map.len() >= self.cap && !self.map.contains(&key) {
+            self.map.pop_lru();
+        }
+        self.map.put(key, id);
     }
 
     /// Stacks remembered now.
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.0.len()
+        self.map.len()
     }
 }
 

@@ -90,7 +90,6 @@ pub mod tss;
 pub mod user;
 pub mod walk;
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::OnceLock;
@@ -308,7 +307,8 @@ pub struct Resolver {
     cache: CodeCache,
 }
 
-/// The most code objects a [`Resolver`] or [`CodeCache`] keeps (it starts over when full).
+/// The most code objects a [`Resolver`] or [`CodeCache`] keeps (the least recently used one
+/// makes room).
 pub const RESOLVER_CAPACITY: usize = 1 << 16;
 
 impl Resolver {
@@ -370,23 +370,62 @@ impl Resolver {
     }
 }
 
-/// The most frames a [`FrameMemo`] keeps (it starts over when full).
+/// The most frames a [`FrameMemo`] keeps (the least recently used one makes room).
 pub const FRAME_MEMO_CAPACITY: usize = 1 << 14;
 
 /// Frames already named, by (code object address, instruction offset), each with the
 /// fingerprint its code object had (see [`Resolver::resolve_stack_memo`]).
 #[derive(Debug, Clone)]
 pub struct FrameMemo<T> {
-    frames: HashMap<(usize, i32), ([u64; 5], T)>,
+    frames: Bounded<(usize, i32), ([u64; 5], T)>,
     stale: u64,
 }
 
 impl<T> Default for FrameMemo<T> {
     fn default() -> Self {
         FrameMemo {
-            frames: HashMap::new(),
+            frames: Bounded::new(FRAME_MEMO_CAPACITY),
             stale: 0,
         }
+    }
+}
+
+/// A map of at most `cap` entries: inserting into a full one evicts the least recently
+/// used entry (a lookup counts as a use), so hot entries stay however many cold ones pass
+/// through. Allocates as it grows, not up front.
+#[derive(Debug, Clone)]
+struct Bounded<K: std::hash::Hash + Eq, V> {
+    map: lru::LruCache<K, V>,
+    cap: usize,
+}
+
+impl<K: std::hash::Hash + Eq, V> Bounded<K, V> {
+    fn new(cap: usize) -> Self {
+        Bounded {
+            map: lru::LruCache::unbounded(),
+            cap: cap.max(1),
+        }
+    }
+
+    /// The value under `k`, now the most recently used.
+    fn get(&mut self, k: &K) -> Option<&V> {
+        self.map.get(k)
+    }
+
+    /// Puts `v` under `k`, evicting the least recently used entry when full.
+    fn insert(&mut self, k: K, v: V) {
+        if self.map.len() >= self.cap && !self.map.contains(&k) {
+            self.map.pop_lru();
+        }
+        self.map.put(k, v);
+    }
+
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.map.is_empty()
     }
 }
 
@@ -416,10 +455,19 @@ impl<T> FrameMemo<T> {
 /// through any [`mem::Memory`] (this process, or another one: the tracer). Every lookup
 /// re-reads the object's header and takes the cached strings only if it is still the same
 /// live code object (see the crate docs on staleness).
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Clone)]
 pub struct CodeCache {
-    cache: HashMap<usize, CodeInfo>,
+    cache: Bounded<usize, CodeInfo>,
     stale: u64,
+}
+
+impl Default for CodeCache {
+    fn default() -> Self {
+        CodeCache {
+            cache: Bounded::new(RESOLVER_CAPACITY),
+            stale: 0,
+        }
+    }
 }
 
 impl CodeCache {
@@ -537,9 +585,6 @@ impl CodeCache {
                 .or_else(|| self.read(mem, layout, types, raw));
             let Some(frame) = frame else { continue };
             let t = make(frame);
-            if memo.frames.len() >= FRAME_MEMO_CAPACITY {
-                memo.frames.clear();
-            }
             memo.frames.insert(key, (fp, t.clone()));
             out.push(t);
         }
@@ -592,9 +637,6 @@ impl CodeCache {
     ) -> Option<PyFrame> {
         let info = resolve::read_code(mem, layout, types, raw.code)?;
         let frame = info.frame(layout, raw.instr_offset);
-        if self.cache.len() >= RESOLVER_CAPACITY {
-            self.cache.clear();
-        }
         self.cache.insert(raw.code, info);
         Some(frame)
     }
@@ -618,6 +660,26 @@ impl CodeCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bounded_map_keeps_its_hot_entries_through_churn_and_stays_bounded() {
+        let mut m: Bounded<usize, usize> = Bounded::new(32);
+        m.insert(0, 100);
+        for k in 1..=3_200 {
+            m.insert(k, k);
+            assert!(m.len() <= 32, "grew to {}", m.len());
+            if k % 8 == 0 {
+                assert_eq!(m.get(&0), Some(&100), "the hot entry was evicted at {k}");
+            }
+        }
+        assert_eq!(m.len(), 32);
+        assert_eq!(m.get(&3_200), Some(&3_200));
+        assert_eq!(m.get(&1), None, "the oldest cold entry made room");
+        // Putting an entry that is there again evicts nothing.
+        m.insert(3_200, 7);
+        assert_eq!((m.len(), m.get(&0)), (32, Some(&100)));
+        assert!(!m.is_empty());
+    }
 
     #[test]
     fn outside_python_everything_is_none_and_nothing_faults() {

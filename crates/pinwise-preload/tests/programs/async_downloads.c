@@ -34,19 +34,11 @@ static unsigned char *host(unsigned seed) {
     return b;
 }
 
-static uint64_t fnv(const unsigned char *p, size_t n, uint64_t h) {
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ULL;
-    return h;
-}
-
 int main(int argc, char **argv) {
     CUdevice d;
-    CUcontext ctx;
     CUstream s;
-    CHECK(cuInit(0));
+    standin_primary_context();
     CHECK(cuDeviceGet(&d, 0));
-    CHECK(cuDevicePrimaryCtxRetain(&ctx, d));
-    CHECK(cuCtxSetCurrent(ctx));
     CHECK(cuStreamCreate(&s, 0));
     unsigned char *src = host(1), *r = host(2), *q = host(3);
     CUdeviceptr dR, dQ;
@@ -70,7 +62,7 @@ int main(int argc, char **argv) {
         }
         CHECK(cuMemcpyDtoHAsync_v2(r, dR, K64, s));
         CHECK(cuStreamSynchronize(s));
-        h = fnv(r, K64, h);
+        h = fnv1a(r, K64, h);
         usleep(300 * 1000);
     }
 
@@ -79,11 +71,11 @@ int main(int argc, char **argv) {
     CHECK(cuMemcpyHtoDAsync_v2(dQ, q, K64, s));
     CHECK(cuStreamSynchronize(s));
     pinwise_standin_set_async_delay_us(0);
-    h = fnv(q, K64, h);
+    h = fnv1a(q, K64, h);
     usleep(300 * 1000);
     CHECK(cuMemcpyDtoHAsync_v2(q, dR, K64, s));
     CHECK(cuStreamSynchronize(s));
-    h = fnv(q, K64, h);
+    h = fnv1a(q, K64, h);
     usleep(300 * 1000);
 
     printf("checksum %016llx\n", (unsigned long long)h);

@@ -54,11 +54,6 @@ static unsigned char *host(unsigned seed) {
     return b;
 }
 
-static uint64_t fnv(const unsigned char *p, size_t n, uint64_t h) {
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ULL;
-    return h;
-}
-
 /* Waits for a query to say CUDA_SUCCESS; counts the CUDA_ERROR_NOT_READY answers. */
 static int not_ready;
 static void poll_until_done(CUresult (*query)(void *), void *what) {
@@ -77,12 +72,7 @@ static CUresult query_event(void *e) { return cuEventQuery((CUevent)e); }
 static CUresult query_stream(void *s) { return cuStreamQuery((CUstream)s); }
 
 int main(void) {
-    CUdevice d;
-    CUcontext ctx;
-    CHECK(cuInit(0));
-    CHECK(cuDeviceGet(&d, 0));
-    CHECK(cuDevicePrimaryCtxRetain(&ctx, d));
-    CHECK(cuCtxSetCurrent(ctx));
+    standin_primary_context();
     CUstream s[KINDS], sU, sW, sC;
     CUevent e2, e3, eW;
     for (int k = 0; k < KINDS; k++) CHECK(cuStreamCreate(&s[k], 0));
@@ -108,7 +98,7 @@ int main(void) {
     CHECK(cuMemcpyHtoD_v2(dW, src, K64));
     CHECK(cuMemcpyDtoHAsync_v2(w, dW, K64, sW));
     CHECK(cuStreamSynchronize(sW));
-    h = fnv(w, K64, h);
+    h = fnv1a(w, K64, h);
     usleep(100 * 1000);
 
     for (int round = 0; round < 3; round++) {
@@ -139,7 +129,7 @@ int main(void) {
                 poll_until_done(query_stream, s[4]);
                 break;
             }
-            h = fnv(r[k], K64, h);
+            h = fnv1a(r[k], K64, h);
             usleep(100 * 1000);
         }
     }
@@ -155,14 +145,14 @@ int main(void) {
         exit(3);
     }
     CHECK(cuStreamSynchronize(sW));
-    h = fnv(w, K64, h);
+    h = fnv1a(w, K64, h);
     usleep(100 * 1000);
 
     pinwise_standin_set_async_delay_us(20 * 1000);
     CHECK(cuMemcpyHtoD_v2(dC, src, K64));
     CHECK(cuMemcpyDtoHAsync_v2(c, dC, K64, sC));
     CHECK(cuStreamSynchronize(sC));
-    h = fnv(c, K64, h);
+    h = fnv1a(c, K64, h);
     usleep(100 * 1000);
     src[9] ^= 0x33;
     CHECK(cuMemcpyHtoD_v2(dC, src, K64));
@@ -171,7 +161,7 @@ int main(void) {
     CHECK(cuMemcpyDtoHAsync_v2(c, dC, K64, sC));
     CHECK(cuStreamEndCapture(sC, &g));
     CHECK(cuStreamSynchronize(sC));
-    h = fnv(c, K64, h);
+    h = fnv1a(c, K64, h);
     CHECK(cuGraphDestroy(g));
     usleep(100 * 1000);
 

@@ -16,11 +16,6 @@
 
 static unsigned long n_alloc, n_free, n_htod, n_dtoh;
 
-static uint64_t fnv(const unsigned char *p, size_t n, uint64_t h) {
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ULL;
-    return h;
-}
-
 /* Copies `buf` to the device and back `rounds` times, changing it on the host between
  * rounds; returns the checksum of what came back. */
 static uint64_t rounds(unsigned char *buf, size_t n, void *dev, int rounds, cudaStream_t s) {
@@ -42,7 +37,7 @@ static uint64_t rounds(unsigned char *buf, size_t n, void *dev, int rounds, cuda
             CHECK(cudaMemcpy(buf, dev, n, D2H));
         }
         n_dtoh++;
-        h = fnv(buf, n, h);
+        h = fnv1a(buf, n, h);
     }
     return h;
 }
@@ -108,7 +103,7 @@ int main(int argc, char **argv) {
     memset(cold_pageable, 0, 4096);
     CHECK(cudaMemcpy(cold_pageable, dev, 4096, 4));
     n_dtoh++;
-    printf("default-kind %016llx\n", (unsigned long long)fnv(cold_pageable, 4096, 0xcbf29ce484222325ULL));
+    printf("default-kind %016llx\n", (unsigned long long)fnv1a(cold_pageable, 4096, 0xcbf29ce484222325ULL));
     free(cold_pageable);
 
     CHECK(cudaStreamDestroy(s));

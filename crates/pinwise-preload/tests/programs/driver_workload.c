@@ -21,11 +21,6 @@ static unsigned long n_alloc, n_free, n_htod, n_dtoh, n_reg;
 static CUcontext ctx;
 static CUdeviceptr dev;
 
-static uint64_t fnv(const unsigned char *p, size_t n, uint64_t h) {
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ULL;
-    return h;
-}
-
 static void fill(unsigned char *p, size_t n, unsigned seed) {
     for (size_t i = 0; i < n; i++) p[i] = (unsigned char)((i * 29 + seed) >> 2);
 }
@@ -39,7 +34,7 @@ static uint64_t rounds(unsigned char *buf, size_t n, int r_count) {
         memset(buf, 0, n);
         CHECK(cuMemcpyDtoH_v2(buf, dev, n));
         n_dtoh++;
-        h = fnv(buf, n, h);
+        h = fnv1a(buf, n, h);
     }
     return h;
 }
@@ -73,11 +68,7 @@ static void *free_elsewhere(void *p) {
 
 int main(void) {
     const size_t big = 4 << 20;
-    int d;
-    CHECK(cuInit(0));
-    CHECK(cuDeviceGet(&d, 0));
-    CHECK(cuDevicePrimaryCtxRetain(&ctx, d));
-    CHECK(cuCtxSetCurrent(ctx));
+    ctx = standin_primary_context();
     CHECK(cuMemAlloc_v2(&dev, 16 << 20));
 
     for (int i = 0; i < 3; i++) {
@@ -160,7 +151,7 @@ int main(void) {
         CHECK(dtoh_async_ptsz(pg, dev, big, 0 /* the per-thread default stream */));
         CHECK(cuStreamSynchronize((CUstream)2 /* CU_STREAM_PER_THREAD */));
         n_dtoh++;
-        h = fnv(pg, big, h);
+        h = fnv1a(pg, big, h);
     }
     printf("proc-address %016llx\n", (unsigned long long)h);
 
@@ -190,7 +181,7 @@ int main(void) {
     back.WidthInBytes = width; back.Height = height;
     CHECK(cuMemcpy2D_v2(&back));
     n_dtoh++;
-    printf("2d %016llx\n", (unsigned long long)fnv(pitched, pitch * height, 0xcbf29ce484222325ULL));
+    printf("2d %016llx\n", (unsigned long long)fnv1a(pitched, pitch * height, 0xcbf29ce484222325ULL));
     free(pitched);
 
     /* Unified copies with a hot mmap'd buffer, then unmapped. */
@@ -203,7 +194,7 @@ int main(void) {
         CHECK(cuMemcpy((CUdeviceptr)(uintptr_t)m, dev, big));
         n_dtoh++;
     }
-    printf("unified %016llx\n", (unsigned long long)fnv(m, big, 0xcbf29ce484222325ULL));
+    printf("unified %016llx\n", (unsigned long long)fnv1a(m, big, 0xcbf29ce484222325ULL));
     munmap(m, big);
 
     /* The program's own registration of a hot buffer. */

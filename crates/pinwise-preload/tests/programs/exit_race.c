@@ -70,11 +70,6 @@ static void *proc(const char *name) {
     return f;
 }
 
-static uint64_t fnv(const unsigned char *p, size_t n, uint64_t h) {
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ULL;
-    return h;
-}
-
 /* What a worker owns: a stream and staging buffers copied on it asynchronously. */
 struct worker {
     int id;
@@ -190,7 +185,7 @@ int main(int argc, char **argv) {
             memset(p, 0, STAGE_BYTES);
             if (p_dtoh_async(p, dev, STAGE_BYTES, client_streams[s])) return 2;
             if (p_stream_sync(client_streams[s])) return 2;
-            h = fnv(p, STAGE_BYTES, h);
+            h = fnv1a(p, STAGE_BYTES, h);
         }
     }
     if (p_host_alloc(&client_late_free, STAGE_BYTES, 0) || !client_late_free) return 2;

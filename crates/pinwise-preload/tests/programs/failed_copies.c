@@ -17,14 +17,9 @@
 #define N (64 * 1024)
 
 int main(void) {
-    CUcontext ctx;
-    int device;
     CUdeviceptr dev;
     CUstream stream;
-    CHECK(cuInit(0));
-    CHECK(cuDeviceGet(&device, 0));
-    CHECK(cuDevicePrimaryCtxRetain(&ctx, device));
-    CHECK(cuCtxSetCurrent(ctx));
+    standin_primary_context();
     CHECK(cuMemAlloc_v2(&dev, N));
     CHECK(cuStreamCreate(&stream, 0));
     /* Twice the device buffer, so that a copy of all of it runs past the device buffer. */

@@ -18,11 +18,6 @@
 
 static unsigned long n_alloc, n_free, n_htod, n_dtoh;
 
-static uint64_t fnv(const unsigned char *p, size_t n, uint64_t h) {
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ULL;
-    return h;
-}
-
 static uint64_t rounds(unsigned char *buf, size_t n, void *dev, int count) {
     uint64_t h = 0xcbf29ce484222325ULL;
     for (int r = 0; r < count; r++) {
@@ -32,7 +27,7 @@ static uint64_t rounds(unsigned char *buf, size_t n, void *dev, int count) {
         memset(buf, 0, n);
         CHECK(cudaMemcpy(buf, dev, n, 2));
         n_dtoh++;
-        h = fnv(buf, n, h);
+        h = fnv1a(buf, n, h);
     }
     return h;
 }
@@ -65,7 +60,7 @@ int main(int argc, char **argv) {
     pid_t reader = fork();
     if (reader == 0) {
         /* No CUDA here. */
-        uint64_t h = fnv(pinned, n, fnv(pageable, n, 0xcbf29ce484222325ULL));
+        uint64_t h = fnv1a(pinned, n, fnv1a(pageable, n, 0xcbf29ce484222325ULL));
         free(pageable);
         printf("reader %016llx\n", (unsigned long long)h);
         fflush(stdout);

@@ -64,11 +64,7 @@ static uint64_t device_hash(CUdeviceptr d, size_t n) {
 int main(int argc, char **argv) {
     int own = argc > 1 && !strcmp(argv[1], "own");
     int apart = argc > 1 && !strcmp(argv[1], "apart");
-    CUdevice d;
-    CHECK(cuInit(0));
-    CHECK(cuDeviceGet(&d, 0));
-    CHECK(cuDevicePrimaryCtxRetain(&ctx, d));
-    CHECK(cuCtxSetCurrent(ctx));
+    ctx = standin_primary_context();
     CHECK(cuMemAlloc_v2(&dev_a, WHOLE));
     CHECK(cuMemAlloc_v2(&dev_b, WHOLE));
     CHECK(cuMemAlloc_v2(&dev_c, WHOLE));

@@ -199,12 +199,7 @@ static void late(void) {
 
 int main(int argc, char **argv) {
     const char *pattern = argc > 1 ? argv[1] : "";
-    CUdevice d;
-    CUcontext ctx;
-    CHECK(cuInit(0));
-    CHECK(cuDeviceGet(&d, 0));
-    CHECK(cuDevicePrimaryCtxRetain(&ctx, d));
-    CHECK(cuCtxSetCurrent(ctx));
+    standin_primary_context();
     CHECK(cuMemAlloc_v2(&dev, 128 * MIB));
     if (!strcmp(pattern, "pool")) pool();
     else if (!strcmp(pattern, "mixed")) mixed();

@@ -40,15 +40,10 @@ static void wait_for_go(void) {
 }
 
 int main(void) {
-    CUdevice d;
-    CUcontext ctx;
     CUdeviceptr dev, dev2;
     CUstream s;
     unsigned char *a, *b, *c;
-    CHECK(cuInit(0));
-    CHECK(cuDeviceGet(&d, 0));
-    CHECK(cuDevicePrimaryCtxRetain(&ctx, d));
-    CHECK(cuCtxSetCurrent(ctx));
+    standin_primary_context();
     CHECK(cuMemAlloc_v2(&dev, BIG));
     CHECK(cuMemAlloc_v2(&dev2, BIG));
     CHECK(cuStreamCreate(&s, 0));

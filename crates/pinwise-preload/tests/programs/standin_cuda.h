@@ -3,7 +3,7 @@
  * time against the CUDA stand-ins (TEST FIXTURES: fixtures/cuda-standin, cudart-standin)
  * or a real libcuda: the driver API's declarations (fixtures/include/cuda_driver_min.h and
  * the few more some programs call), the runtime API's that the cudart programs call, the
- * libcuda stand-in's test controls, and CHECK.
+ * libcuda stand-in's test controls, CHECK, and two helpers (fnv1a, standin_primary_context).
  *
  * CHECK(call) exits with status 2, saying where, when `call` returns non-zero. It names the
  * error with the driver's cuGetErrorName, or with cudaGetErrorName in a program that
@@ -53,6 +53,12 @@ const char *cudaGetErrorName(cudaError_t e);
  * asynchronous copies stay in flight. */
 void pinwise_standin_set_async_delay_us(uint64_t delay_us);
 
+/* FNV-1a of `n` bytes, continuing from `h` (0xcbf29ce484222325 to start). */
+static inline uint64_t fnv1a(const unsigned char *p, size_t n, uint64_t h) {
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ULL;
+    return h;
+}
+
 #pragma weak cuGetErrorName
 #pragma weak cudaGetErrorName
 
@@ -76,5 +82,16 @@ static inline const char *standin_error_name(long long e) {
             exit(2);                                                                   \
         }                                                                              \
     } while (0)
+
+/* Initializes the driver and makes device 0's primary context current; returns it. */
+static inline CUcontext standin_primary_context(void) {
+    CUdevice d;
+    CUcontext ctx;
+    CHECK(cuInit(0));
+    CHECK(cuDeviceGet(&d, 0));
+    CHECK(cuDevicePrimaryCtxRetain(&ctx, d));
+    CHECK(cuCtxSetCurrent(ctx));
+    return ctx;
+}
 
 #endif

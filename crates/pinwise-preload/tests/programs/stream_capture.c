@@ -64,12 +64,8 @@ static void *elsewhere(void *arg) {
 }
 
 int main(void) {
-    int d;
     CUstream s;
-    CHECK(cuInit(0));
-    CHECK(cuDeviceGet(&d, 0));
-    CHECK(cuDevicePrimaryCtxRetain(&ctx, d));
-    CHECK(cuCtxSetCurrent(ctx));
+    ctx = standin_primary_context();
     CHECK(cuMemAlloc_v2(&dev, N));
     CHECK(cuMemAlloc_v2(&dev_side, N));
     CHECK(cuStreamCreate(&s, 0));        /* blocking, like the streams PyTorch captures on */

@@ -41,11 +41,7 @@ static void *thread_copies(void *arg) {
 }
 
 int main(void) {
-    CUdevice d;
-    CHECK(cuInit(0));
-    CHECK(cuDeviceGet(&d, 0));
-    CHECK(cuDevicePrimaryCtxRetain(&ctx, d));
-    CHECK(cuCtxSetCurrent(ctx));
+    ctx = standin_primary_context();
     CHECK(cuMemAlloc_v2(&dev, N));
     host = malloc(2 * N);
     memset(host, 7, 2 * N);
