@@ -298,10 +298,11 @@ pub struct PinNow {
 ///   allocations made on pageable memory since it last had a pinned block (ski rental at
 ///   the call site: keep renting until the rent paid would have bought the block, then buy
 ///   it). This bounds learning where one allocation's copies save far less than a block
-///   costs (a 64 KiB buffer copied once each way per iteration saves about 24 us on an
-///   H100, against about 210 us for registering a block): the site is pinned after about
-///   price / saving-per-allocation allocations, never worse than twice the best choice in
-///   hindsight, where the prediction alone (capped credit) would never pin it.
+///   costs (a 64 KiB buffer copied once each way per iteration saves about 23 us on an
+///   H100, against about 212 us for registering, unregistering and holding a block): the
+///   site is pinned after about price / saving-per-allocation allocations, never worse
+///   than twice the best choice in hindsight, where the prediction alone (capped credit)
+///   would never pin it.
 ///
 /// A refusal for the budget says [`crate::Reason::BudgetFull`].
 pub fn pays_now(
