@@ -875,6 +875,46 @@ mod tests {
                 }
             }
 
+            /// Ski rental at the call site: a new block bought with what the site lost
+            /// costs no more than that loss's saving (it pays back), never exceeds the
+            /// budget, and more loss never turns a purchase into a refusal; without a loss,
+            /// the decision is the prediction's alone.
+            #[test]
+            fn what_a_site_lost_buys_a_block_only_when_it_paid_for_it(
+                expected in transfers(),
+                lost in transfers(),
+                more in 0.0f64..64.0,
+                reuse in 1.0f64..8.0,
+                graded in 1u64..(64 << 20),
+                cache_has_fit: bool,
+                reserved in 0u64..(1 << 31),
+            ) {
+                let p = policy();
+                let graded = graded.next_multiple_of(4096);
+                let now = PinNow {
+                    graded,
+                    segment: graded,
+                    pool_has_free: false,
+                    cache_has_fit,
+                    reserved,
+                    cap: 1 << 31,
+                };
+                let none = PredictedTransfers::none();
+                let predicted = pays_now(&p, &expected, reuse, &none, &now);
+                let d = pays_now(&p, &expected, reuse, &lost, &now);
+                if d.pin {
+                    prop_assert!(reserved + graded <= 1 << 31);
+                    prop_assert!(d.saving_ns > d.cost_ns, "{:?}", d);
+                }
+                if predicted.pin {
+                    prop_assert!(d.pin, "a loss never takes a purchase away");
+                }
+                let bigger = lost.plus(&pricing::scaled(&lost, lost.total() * more));
+                if d.pin {
+                    prop_assert!(pays_now(&p, &expected, reuse, &bigger, &now).pin);
+                }
+            }
+
             /// `serve` only says SpareBlock where a spare block was offered, and only for
             /// requests that would otherwise be pageable with a history behind them.
             #[test]
