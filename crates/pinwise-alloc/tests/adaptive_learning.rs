@@ -196,8 +196,9 @@ fn learning_bound(model: &CostModel, len: usize, round_trips: usize, limit: u32)
 /// The case (bench/results/gpu-alloc-matrix.md, sixth session): on the H100, one
 /// 64 KiB buffer copied once each way per iteration (h1 c0 r1) was never pinned without a
 /// profile (2.0x the caching pool, which pins it once). Each allocation's copies save about
-/// 24 us pinned; a block costs about 210 us to register, unregister and hold; the
-/// prediction credits a block with at most 8 reuses (8 x 24 < 210), so it never paid. Now
+/// 23 us on registered memory; a block costs about 212 us to register, unregister and
+/// hold; the prediction credits a block with at most 8 reuses (8 x 23 < 212), so it never
+/// paid (bench/results/alloc-adaptive-analysis.md). Now
 /// the site's lost copies buy its block: pinned from its 11th allocation (10 pay for
 /// learning), once, and never given back or registered again.
 #[test]

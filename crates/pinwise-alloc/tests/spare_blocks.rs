@@ -192,3 +192,85 @@ proptest! {
         }
     }
 }
+
+/// One iteration of two hot buffers of different sizes, the smaller allocated first (each
+/// at its own site, 16 copies each), then both freed. Returns whether each was pinned.
+fn two_sizes(e: &Engine, small: usize, large: usize) -> (bool, bool) {
+    let a = e.alloc(small, site(2), AllocFlags::NONE).unwrap();
+    let b = e.alloc(large, site(3), AllocFlags::NONE).unwrap();
+    for (x, len) in [(&a, small), (&b, large)] {
+        for k in 0..16 {
+            let d = if k % 2 == 0 {
+                Direction::HtoD
+            } else {
+                Direction::DtoH
+            };
+            e.note_transfer(x.ptr, len, d, None).unwrap();
+        }
+    }
+    // SAFETY: allocated above, freed once.
+    unsafe {
+        e.free(a.ptr).unwrap();
+        e.free(b.ptr).unwrap();
+    }
+    (a.pinned, b.pinned)
+}
+
+/// A larger idle block is carved for another size only where it is spare: in a loop, the
+/// large hot buffer's block, idle between its free and its next allocation, is not carved
+/// for the small hot buffer allocated before it (both would then take turns missing); the
+/// small one gets a block of its own, once, and both stay pinned. Once the large buffer's
+/// phase has ended (two windows of the demand's peak), its idle block is spare, and a second
+/// small buffer live at once is carved from it without the pool growing.
+#[test]
+fn a_hot_blocks_idle_neighbour_size_is_not_carved_unless_spare() {
+    let e = engine();
+    // Below the size of mappings (64 KiB): heap memory, never promoted in place, so a
+    // block comes only from the pool.
+    let (small, large) = (16 << 10, 48 << 10);
+    // The large site learns first (alone), so its block is the pool's only one.
+    for _ in 0..64 {
+        let a = e.alloc(large, site(3), AllocFlags::NONE).unwrap();
+        for _ in 0..16 {
+            e.note_transfer(a.ptr, large, Direction::HtoD, None)
+                .unwrap();
+        }
+        // SAFETY: allocated above, freed once.
+        unsafe { e.free(a.ptr).unwrap() };
+    }
+    assert_eq!(e.stats().pool_bytes, large as u64);
+    let mut last = (false, false);
+    let mut churned = 0;
+    for _ in 0..256 {
+        let now = two_sizes(&e, small, large);
+        churned += (last.1 && !now.1) as u32 + (last.0 && !now.0) as u32;
+        last = now;
+    }
+    assert_eq!(last, (true, true));
+    assert_eq!(churned, 0, "neither took the other's block");
+    let s = e.stats();
+    assert_eq!(s.pool_bytes, (small + large) as u64, "one block each");
+    assert_eq!(s.pins_alloc + s.pins_register, 2, "each obtained once");
+    // The large site stops; after two windows its idle block is spare.
+    for _ in 0..(2 * WINDOW as usize + 8) {
+        let a = e.alloc(small, site(2), AllocFlags::NONE).unwrap();
+        for _ in 0..16 {
+            e.note_transfer(a.ptr, small, Direction::HtoD, None)
+                .unwrap();
+        }
+        // SAFETY: allocated above, freed once.
+        unsafe { e.free(a.ptr).unwrap() };
+    }
+    // A second small buffer live at once: its block is carved from the spare large one.
+    let a = e.alloc(small, site(2), AllocFlags::NONE).unwrap();
+    let b = e.alloc(small, site(2), AllocFlags::NONE).unwrap();
+    assert!(a.pinned && b.pinned, "the second from the spare block");
+    let after = e.stats();
+    assert_eq!(after.pool_bytes, s.pool_bytes, "no growth");
+    assert_eq!(after.pins_alloc + after.pins_register, 2);
+    // SAFETY: allocated above, freed once.
+    unsafe {
+        e.free(a.ptr).unwrap();
+        e.free(b.ptr).unwrap();
+    }
+}
