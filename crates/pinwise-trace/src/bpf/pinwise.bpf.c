@@ -1340,6 +1340,19 @@ static __always_inline void dl_complete(struct dl_match *m)
 	bpf_for_each_map_elem(&async_dls, dl_visit, m, 0);
 }
 
+/* Gives up (no fingerprint) process `tgid`'s pending downloads on `stream`, or all of them
+ * (`any_stream`). */
+static __always_inline void dl_drop(__u32 tgid, __u64 stream, __u32 any_stream)
+{
+	struct dl_match m = {
+		.tgid = tgid,
+		.mode = DL_DROP,
+		.stream = stream,
+		.any_stream = any_stream,
+	};
+	dl_complete(&m);
+}
+
 /* Entry of the stream, event and context calls: the arguments, for the return. */
 SEC("uprobe")
 int BPF_KPROBE(sync_entry, __u64 arg0, __u64 arg1)
@@ -1471,14 +1484,8 @@ int BPF_KPROBE(stream_destroy, __u64 stream)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	if (!is_traced(pid_tgid >> 32))
 		return 0;
-	struct dl_match m = {
-		.tgid = pid_tgid >> 32,
-		.mode = DL_DROP,
-		.stream = stream,
-	};
 	/* Its default-stream handles name no stream to destroy; be safe all the same. */
-	m.any_stream = stream <= 2;
-	dl_complete(&m);
+	dl_drop(pid_tgid >> 32, stream, stream <= 2);
 	return 0;
 }
 
@@ -1513,12 +1520,7 @@ int ctx_change(struct pt_regs *ctx)
 	int noted = bpf_map_update_elem(&ctx_gens, &pid_tgid, &t, BPF_ANY) == 0;
 	if (noted && (names || func == PW_FN_cuCtxPopCurrent_v2))
 		return 0;
-	struct dl_match m = {
-		.tgid = pid_tgid >> 32,
-		.mode = DL_DROP,
-		.any_stream = 1,
-	};
-	dl_complete(&m);
+	dl_drop(pid_tgid >> 32, 0, 1);
 	return 0;
 }
 
@@ -2407,12 +2409,7 @@ int on_exit(struct tp_sched_process_exit *ctx)
 	if (!ctx->group_dead)
 		return 0;
 	/* Its pending downloads go (user space counts them unknown at the exit record). */
-	struct dl_match m = {
-		.tgid = tgid,
-		.mode = DL_DROP,
-		.any_stream = 1,
-	};
-	dl_complete(&m);
+	dl_drop(tgid, 0, 1);
 	bpf_map_delete_elem(&traced_tgids, &tgid);
 	bpf_map_delete_elem(&capture_counts, &tgid);
 	count_hit(PW_FN_sched_process_exit);
@@ -2443,12 +2440,7 @@ int on_exec(struct tp_sched_process_exec *ctx)
 		return 0;
 	count_hit(PW_FN_sched_process_exec);
 	/* A new program: the old one's pending downloads go (unknown in user space). */
-	struct dl_match m = {
-		.tgid = current_tgid(),
-		.mode = DL_DROP,
-		.any_stream = 1,
-	};
-	dl_complete(&m);
+	dl_drop(current_tgid(), 0, 1);
 	struct pw_proc_event *p = reserve(sizeof(*p));
 	if (!p)
 		return 0;
