@@ -193,7 +193,11 @@ fn downloads_touched_right_after_they_completed_are_fingerprinted() {
         }
         let l = bufs[3].expect("L's downloads");
         assert_eq!(
-            (l.downloads, l.redundant_downloads, l.redundant_download_bytes),
+            (
+                l.downloads,
+                l.redundant_downloads,
+                l.redundant_download_bytes
+            ),
             (12, 11, 11 * K64),
             "{mode}: L"
         );
