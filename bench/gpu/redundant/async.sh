@@ -33,8 +33,11 @@
 #      how many each variant got); per variant the median over rounds of each run's median
 #      ns per iteration, and the range over rounds, wall and calling-thread CPU.
 #      run sampled - run off at 4 KiB is the preload's per-download event (the 8-line hash
-#      is well under a microsecond there); trace - trace none at SIZE 0 is a sync call's
-#      probes with nothing pending.
+#      is well under a microsecond there). Each download goes into the buffer the previous
+#      one filled, so its hook settles the previous one (asks its event, hashes it): in
+#      `run` the hash lands on the calling thread, like the tracer's at the sync's return
+#      (run full - run off at 64 MiB is mostly that hash). trace - trace none at SIZE 0 is
+#      a sync call's probes with nothing pending.
 # Works in $WORK (default a new folder under /tmp) and leaves two files under $OUT:
 # redundant-async-results.md and redundant-async.tar.gz (every run's output, histories,
 # reports; the cost runs' trace files left out). Exit status 0 when every check passed.
