@@ -1368,6 +1368,12 @@ int BPF_KPROBE(sync_entry, __u64 arg0, __u64 arg1)
 		     (func >= PW_FN_cuStreamBeginCapture && func <= PW_FN_cuStreamEndCapture_ptsz);
 	if (!always && !dl_any_pending())
 		return 0;
+	/* A driver whose cuCtxSynchronize calls its exported cuCtxSynchronize_v2 (with the
+	 * current context's handle, perhaps one this thread's calls never named): the outer
+	 * call, which synchronizes the current context, decides. */
+	struct sync_entry *outer = bpf_map_lookup_elem(&sync_calls, &pid_tgid);
+	if (func == PW_FN_cuCtxSynchronize_v2 && outer && outer->func == PW_FN_cuCtxSynchronize)
+		return 0;
 	struct sync_entry e = { .arg0 = arg0, .arg1 = arg1, .func = func };
 	bpf_map_update_elem(&sync_calls, &pid_tgid, &e, BPF_ANY);
 	if (func >= PW_FN_cuStreamBeginCapture && func <= PW_FN_cuStreamBeginCaptureToGraph_ptsz)
