@@ -23,21 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../../../../fixtures/include/cuda_driver_min.h"
-
-CUresult cuCtxGetCurrent(CUcontext *pctx);
-CUresult cuCtxSynchronize_v2(CUcontext ctx);
-/* The stand-in's knob (fixtures/cuda-standin/src/lib.rs). */
-extern void pinwise_standin_set_async_delay_us(uint64_t delay_us);
-
-#define CHECK(call)                                                                   \
-    do {                                                                              \
-        CUresult e_ = (call);                                                         \
-        if (e_ != 0) {                                                                \
-            fprintf(stderr, "%s:%d: %s failed: %d\n", __FILE__, __LINE__, #call, e_); \
-            exit(2);                                                                  \
-        }                                                                             \
-    } while (0)
+#include "standin_cuda.h"
 
 #define K64 (64u << 10)
 #define STEPS 12
