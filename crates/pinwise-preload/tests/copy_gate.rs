@@ -54,7 +54,11 @@ fn gated(s: &Setup, exe: &Path, args: &[&str], base: &Output) -> (Output, serde_
     c.env("PINWISE_STANDIN_COPY_DELAY_US", DELAY_US);
     let out = c.output().expect("run pinwise");
     assert_ok(&out, &format!("pinwise run {args:?}"));
-    assert_eq!(line(&out, "sum "), line(base, "sum "), "the bytes that arrived");
+    assert_eq!(
+        line(&out, "sum "),
+        line(base, "sum "),
+        "the bytes that arrived"
+    );
     let p = summary(&summary_path)["processes"][0].clone();
     eprintln!("{p}");
     (out, p)
