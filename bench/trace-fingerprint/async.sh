@@ -11,25 +11,10 @@
 #
 #   PINWISE=target/debug/pinwise ROUNDS=5 bash bench/trace-fingerprint/async.sh
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
-PINWISE=${PINWISE:-$root/target/release/pinwise}
 ROUNDS=${ROUNDS:-5}
 SIZES=${SIZES:-0 4096 1048576}
-out=$(mktemp -d /tmp/pinwise-async-bench.XXXXXX)
-trap 'rm -rf "$out"' EXIT
-if [[ -n "${LIBCUDA_DIR:-}" ]]; then
-	libdir=$LIBCUDA_DIR
-else
-	standin=$(ls "$root"/target/release/libpinwise_standin_cuda.so 2>/dev/null ||
-		ls "$root"/target/debug/libpinwise_standin_cuda.so)
-	libdir=$out/lib
-	mkdir -p "$libdir"
-	ln -sf "$standin" "$libdir/libcuda.so.1"
-	ln -sf "$standin" "$libdir/libcuda.so"
-fi
-cc -O2 -o "$out/async_cost" "$root/bench/gpu/redundant/async_cost.c" -L"$libdir" -lcuda \
-	-Wl,-rpath,"$libdir"
+source "$(dirname "$0")/common.sh"
+cc_cost async_cost
 for ((r = 1; r <= ROUNDS; r++)); do
 	for size in $SIZES; do
 		for mode in none sampled full; do

@@ -12,25 +12,10 @@
 #   bash bench/trace-fingerprint/run.sh        # prints a markdown table
 #   PINWISE=target/debug/pinwise ROUNDS=5 SCALE=0.5 bash bench/trace-fingerprint/run.sh
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
-PINWISE=${PINWISE:-$root/target/release/pinwise}
 ROUNDS=${ROUNDS:-3}
 SCALE=${SCALE:-1}
-out=$(mktemp -d /tmp/pinwise-fp-bench.XXXXXX)
-trap 'rm -rf "$out"' EXIT
-if [[ -n "${LIBCUDA_DIR:-}" ]]; then
-	libdir=$LIBCUDA_DIR
-else
-	standin=$(ls "$root"/target/release/libpinwise_standin_cuda.so 2>/dev/null ||
-		ls "$root"/target/debug/libpinwise_standin_cuda.so)
-	libdir=$out/lib
-	mkdir -p "$libdir"
-	ln -sf "$standin" "$libdir/libcuda.so.1"
-	ln -sf "$standin" "$libdir/libcuda.so"
-fi
-gcc -O2 -o "$out/fp_cost" "$root/bench/gpu/redundant/fp_cost.c" -L"$libdir" -lcuda \
-	-Wl,-rpath,"$libdir"
+source "$(dirname "$0")/common.sh"
+cc_cost fp_cost
 export LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || true
 

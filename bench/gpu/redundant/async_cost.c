@@ -11,32 +11,7 @@
  * <TAB>median_cpu_ns` per iteration (CPU: the calling thread's, CLOCK_THREAD_CPUTIME_ID,
  * which includes uprobes and their BPF programs). One byte of the device buffer changes
  * before each round (a synchronous upload, outside the timed loop). */
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <time.h>
-
-#include "../../../fixtures/include/cuda_driver_min.h"
-
-#define CHECK(call)                                                                   \
-    do {                                                                              \
-        CUresult e_ = (call);                                                         \
-        if (e_ != 0) {                                                                \
-            fprintf(stderr, "%s:%d: %s failed: %d\n", __FILE__, __LINE__, #call, e_); \
-            exit(2);                                                                  \
-        }                                                                             \
-    } while (0)
-
-static uint64_t clock_ns(clockid_t c) {
-    struct timespec t;
-    clock_gettime(c, &t);
-    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
-}
-
-static int cmp(const void *a, const void *b) {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
+#include "cost_common.h"
 
 int main(int argc, char **argv) {
     if (argc < 2) {

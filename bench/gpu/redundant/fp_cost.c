@@ -12,35 +12,10 @@
  * BPF program, which run in the thread, but not the time the thread waited for a CPU, so it
  * is steadier than the wall time on a loaded machine). Linked with -lcuda; declarations
  * from fixtures/include/cuda_driver_min.h. */
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-#include "../../../fixtures/include/cuda_driver_min.h"
-
-#define CHECK(call)                                                                   \
-    do {                                                                              \
-        CUresult e_ = (call);                                                         \
-        if (e_ != 0) {                                                                \
-            fprintf(stderr, "%s:%d: %s failed: %d\n", __FILE__, __LINE__, #call, e_); \
-            exit(2);                                                                  \
-        }                                                                             \
-    } while (0)
-
-static uint64_t clock_ns(clockid_t c) {
-    struct timespec t;
-    clock_gettime(c, &t);
-    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
-}
+#include "cost_common.h"
 
 static uint64_t now_ns(void) { return clock_ns(CLOCK_MONOTONIC); }
-
-static int cmp(const void *a, const void *b) {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
 
 static void bench(const char *kind, unsigned char *src, CUdeviceptr dev, size_t size, int n) {
     uint64_t per[7], cpu[7];

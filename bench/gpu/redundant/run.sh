@@ -28,41 +28,10 @@
 # Writes everything under $OUT/redundant/ (results.md, every run's output, histories and
 # reports). Exit status 0 when every check passed.
 set -u
-cd "$(dirname "$0")/../../.."
-ROOT=$PWD
-OUT=${OUT:-$ROOT/bench-out}
-dir="$OUT/redundant"
-mkdir -p "$dir"
-PW="$ROOT/target/release/pinwise"
-LIB="$ROOT/target/release/libpinwise_preload.so"
-SRC="$ROOT/bench/gpu/redundant"
-PY=${PYTHON:-/opt/torch/.venv/bin/python}
-[[ -x $PY ]] || PY=python3
-CUDA=${CUDA:-/usr/local/cuda}
-BUDGET_S=${BUDGET_S:-480}
+source "$(dirname "$0")/common.sh"
 REPEATS=${REPEATS:-3}
-STEPS=${STEPS:-30}
-START=$(date +%s)
-status=0
-
-if [[ ! -x $PW || ! -f $LIB ]]; then
-  echo "SUMMARY: missing $PW or $LIB (cargo build --release -p pinwise-cli -p pinwise-preload)"
-  exit 2
-fi
-mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null
-{
-  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "host: $(hostname)"
-  echo "kernel: $(uname -r)"
-  nvidia-smi --query-gpu=name,pci.bus_id,driver_version --format=csv,noheader 2>&1 || true
-  "$PY" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1
-  echo "pinwise: $("$PW" --version 2>&1)"
-} > "$dir/machine.txt"
-over_budget() { (( $(date +%s) - START > BUDGET_S )); }
-checks=()
-check() { # OK? MESSAGE
-  if [[ $1 == 1 ]]; then checks+=("PASS $2"); else checks+=("FAIL $2"); status=1; fi
-}
+dir="$OUT/redundant"
+setup_dir "$dir"
 
 # ---- 1. the PyTorch loop ----
 timeout 300 "$PY" "$SRC/torch_constant.py" "$STEPS" > "$dir/plain.out" 2> "$dir/plain.err"
@@ -161,5 +130,5 @@ for name in ["run-sampled", "run-full", "trace", "trace-full"]:
 PYEOF
 printf '%s\n' "${checks[@]}" >> "$dir/results.md"
 cat "$dir/results.md"
-echo "SUMMARY: $(printf '%s\n' "${checks[@]}" | grep -c '^PASS') passed, $(printf '%s\n' "${checks[@]}" | grep -c '^FAIL') failed"
+summary
 exit $status

@@ -10,10 +10,16 @@ that does (from a fresh batch), and fetches them with non-blocking device-to-hos
   `torch.cuda.current_stream().synchronize()` (cudaStreamSynchronize);
 - a quarter of it (1 MiB) with `.to('cpu', non_blocking=True)` (a new host tensor each step,
   from PyTorch's pinned caching allocator), then `torch.cuda.synchronize()`.
+The results are computed into device tensors allocated once (`out=`), so every step's
+download reads the same device range: a download is redundant when it brings the same bytes
+as the previous download of that device range into the same host bytes (pinwise-core's
+definition; with a fresh `table_dev * 2` each step, PyTorch's caching allocator hands out a
+few different addresses in the first steps, and those downloads are rightly not redundant).
 pinwise should report the 4 MiB and the 2 MiB buffers' downloads as redundant ("fetch it
-once") from the second step on, and the changing result's as not redundant: `pinwise trace
---fingerprint` hashes them when the synchronization returns, `pinwise run` when its own
-event says the copy is done.
+once") from the second step on, each `.to('cpu')` host buffer's from its second download on,
+and the changing result's as not redundant: `pinwise trace --fingerprint` hashes them when
+the synchronization returns, `pinwise run` when its own event says the copy is done (or the
+next copy touching the buffer asks it).
 
     python torch_async.py [STEPS]
 prints `checksum <value>` (the same with or without pinwise) and `steps N`.
@@ -32,11 +38,13 @@ def main() -> None:
     const_host = torch.empty(n, pin_memory=True)  # 4 MiB, completed by a device sync
     fresh_host = torch.empty(n, pin_memory=True)  # 4 MiB, new bytes every step
     half_host = torch.empty(n // 2, pin_memory=True)  # 2 MiB, completed by a stream sync
+    const_dev = torch.empty(n, device=dev)
+    fresh_dev = torch.empty(n, device=dev)
     acc = 0.0
     for _ in range(steps):
         batch_dev = torch.randn(n, generator=gen).to(dev)
-        const_dev = table_dev * 2  # the same bytes every step
-        fresh_dev = table_dev * batch_dev  # new bytes every step
+        torch.mul(table_dev, 2, out=const_dev)  # the same bytes every step
+        torch.mul(table_dev, batch_dev, out=fresh_dev)  # new bytes every step
         const_host.copy_(const_dev, non_blocking=True)
         fresh_host.copy_(fresh_dev, non_blocking=True)
         torch.cuda.synchronize()

@@ -105,3 +105,66 @@ fn asynchronous_downloads_are_fingerprinted_at_the_call_that_completes_them() {
         );
     }
 }
+
+/// `crates/pinwise-preload/tests/programs/async_redownload.c`: downloads on the legacy
+/// stream completed by CUDA 13's `cuCtxSynchronize_v2`, of NULL and of the current context
+/// by handle (cudart 13's `cudaDeviceSynchronize`: `cuCtxGetCurrent`, then
+/// `cuCtxSynchronize_v2` of that), and a loop re-downloading into one buffer with a stream
+/// synchronization each step and no pause: every download fingerprinted, none skipped, the
+/// same counts as `pinwise run` reports (`crates/pinwise-preload/tests/async_downloads.rs`).
+#[test]
+fn downloads_completed_by_cuda_13s_context_synchronization_are_fingerprinted() {
+    let name = "downloads_completed_by_cuda_13s_context_synchronization_are_fingerprinted";
+    if !require_bpf(name) {
+        return;
+    }
+    let libs = StandinLibs::new();
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("async_redownload");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../pinwise-preload/tests/programs/async_redownload.c");
+    compile_c(&src, &exe, &libs.cuda_link_args());
+    let plain = libs.command(&exe).output().unwrap();
+    assert!(plain.status.success(), "plain run");
+    let out = dir.path().join("t.bin");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_pinwise"))
+        .env("LD_LIBRARY_PATH", libs.ld_library_path())
+        .args(["trace", "--fingerprint", "full", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(output.stdout, plain.stdout, "the program's results");
+    let h = load_history(&out).unwrap();
+    // S, A, B, L: the 64 KiB host buffers, in allocation order.
+    let bufs: Vec<Option<Redundancy>> = h
+        .allocations()
+        .filter(|a| a.size() == K64 && a.kind().pinned_from_start())
+        .map(|a| a.redundancy().copied())
+        .collect();
+    assert_eq!(bufs.len(), 4, "S, A, B, L");
+    for (name, r) in [("A", bufs[1]), ("B", bufs[2])] {
+        let r = r.unwrap_or_else(|| panic!("{name} fingerprinted"));
+        assert_eq!(
+            (r.downloads, r.redundant_downloads, r.first_download),
+            (3, 1, Some((2, 1))),
+            "{name}"
+        );
+    }
+    let l = bufs[3].expect("L's downloads");
+    assert_eq!((l.downloads, l.redundant_downloads), (12, 11), "L");
+    let st = h.fingerprint_stats();
+    assert_eq!((st.uploads, st.downloads, st.skipped), (5, 18, 0), "{st:?}");
+    assert_eq!(
+        h.source_stats()
+            .get("tracer.fingerprint_async_downloads_unknown")
+            .copied(),
+        Some(0)
+    );
+}

@@ -15,12 +15,20 @@
 //! hash (up to about 10 ms, the drain thread's period) the program may write the host
 //! buffer (it usually synchronizes, then reads or reuses it): the hash is then of what the
 //! program wrote, not of what was downloaded. And the history must compare the copies that
-//! touch the same ranges in their order. So a pending (or hashed but not yet applied)
-//! download whose host range or device range is touched by a later copy, of any direction,
-//! before it is applied gets no fingerprint: it is counted as skipped (unknown), never
-//! compared. A CPU write to the buffer without a copy is not seen: that is the remaining,
-//! documented, race (a download could then be called a repeat of the previous one wrongly
-//! only if the program wrote exactly the bytes the previous download brought).
+//! touch the same ranges in their order. So when a later copy, of any direction, touches a
+//! pending download's host or device range, its hook first settles the download, before the
+//! copy is issued ([`settle`]): one whose bytes are hashed already keeps its fingerprint;
+//! one whose event says it completed (`cuEventQuery`, which does not block) is hashed there
+//! and then, on the copying thread (a fast loop that downloads into the same buffer again
+//! right after each synchronization gets every download fingerprinted); one still in
+//! flight gets no fingerprint: it is counted as skipped (unknown), never compared. After the
+//! copy ([`touch`]), a download touched by it whose fingerprint was not settled before it
+//! was issued is unknown as well (its hash may have read the copy's bytes). The history
+//! takes a settled fingerprint before any later event ([`apply_before`]), so it compares
+//! the copies in their order. A CPU write to the buffer without a copy is not seen: that is
+//! the remaining, documented, race (a download could then be called a repeat of the
+//! previous one wrongly only if the program wrote exactly the bytes the previous download
+//! brought).
 //!
 //! Also skipped (counted): a stream being captured into a graph (an event recorded there
 //! would become part of the graph), an event that cannot be created or recorded, more than
@@ -59,6 +67,9 @@ struct Pending {
     pid: u32,
     /// The fingerprint, once the stream reached the copy and the bytes were hashed.
     fingerprint: Option<Fingerprint>,
+    /// The fingerprint was taken before a copy touching this download was issued (by
+    /// [`settle`], or found there): such a copy leaves it alone.
+    settled: bool,
 }
 
 impl Pending {
@@ -80,6 +91,9 @@ static STUCK: AtomicBool = AtomicBool::new(false);
 static INGESTED: AtomicU64 = AtomicU64::new(0);
 /// How many entries `PENDING` holds (read without the lock on every copy).
 static COUNT: AtomicUsize = AtomicUsize::new(0);
+/// At most the smallest timestamp of a hashed entry (`u64::MAX`: none), read without the
+/// lock for every event the history ingests ([`apply_before`]).
+static MIN_HASHED_TS: AtomicU64 = AtomicU64::new(u64::MAX);
 /// Asynchronous downloads fingerprinted (given to the history).
 static FINGERPRINTED: AtomicU64 = AtomicU64::new(0);
 /// Asynchronous downloads that got no fingerprint (see the module documentation).
@@ -100,17 +114,101 @@ fn unknown(backend: Option<&PreloadBackend>, p: Pending) {
     }
 }
 
-/// Called by the copy hook for every copy it records (with fingerprints on), before the copy
-/// itself is started as pending: a pending download whose host or device range the copy
-/// touches becomes unknown.
-pub fn touch(st: &State, c: &HostCopy) {
+/// Called by a copy hook (with fingerprints on) before it issues copy `c`: every pending
+/// download whose host or device range `c` touches is settled now. One hashed already is
+/// kept; one whose event says the stream reached it is hashed here; one still in flight (or
+/// whose event cannot be asked) becomes unknown, since `c` may change its bytes before they
+/// are read. Never waits for a stream.
+pub fn settle(st: &State, c: &HostCopy) {
+    if COUNT.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    let touches = |p: &Pending| p.overlaps(c.host as u64, c.span as u64, c.device, c.bytes as u64);
+    // (id, host, device, bytes) of the downloads to hash here.
+    let mut to_hash = Vec::new();
+    {
+        let backend = st.pinning().map(|pin| PreloadBackend::new(pin.driver));
+        let mut v = PENDING.lock();
+        let mut i = 0;
+        while i < v.len() {
+            if !touches(&v[i]) {
+                i += 1;
+                continue;
+            }
+            let reached = match (v[i].fingerprint.is_some(), v[i].event, backend.as_ref()) {
+                (true, ..) => {
+                    v[i].settled = true;
+                    i += 1;
+                    continue;
+                }
+                // The drain thread saw it complete and is hashing it now.
+                (false, None, _) => true,
+                (false, Some(event), Some(b)) => match b.event_completed(event) {
+                    Ok(true) => {
+                        b.destroy_event(event);
+                        v[i].event = None;
+                        true
+                    }
+                    _ => false,
+                },
+                (false, Some(_), None) => false,
+            };
+            if reached {
+                let p = &v[i];
+                to_hash.push((p.id, p.host, p.device, p.bytes));
+                i += 1;
+            } else {
+                let p = v.swap_remove(i);
+                unknown(backend.as_ref(), p);
+            }
+        }
+        COUNT.store(v.len(), Ordering::Release);
+    }
+    for (id, host, device, bytes) in to_hash {
+        let fp = crate::fingerprint::of_host(st, host as usize, device, bytes as usize);
+        store_hash(id, fp, true);
+    }
+}
+
+/// Gives entry `id` (if still pending) the fingerprint `fp` just taken, unless it has one
+/// already (taken earlier, so before whatever the later one may have read). `settled`: taken
+/// before a touching copy is issued ([`settle`]). `None` (not hashed: `of_host` counted it
+/// as skipped already, and counting it as unknown too would count it twice): dropped.
+fn store_hash(id: u64, fp: Option<Fingerprint>, settled: bool) {
+    let mut v = PENDING.lock();
+    // Gone: a copy touched it meanwhile (counted there).
+    let Some(i) = v.iter().position(|p| p.id == id) else {
+        return;
+    };
+    match (fp, v[i].fingerprint.is_some()) {
+        (_, true) => v[i].settled |= settled,
+        (Some(fp), false) => {
+            v[i].fingerprint = Some(fp);
+            v[i].settled = settled;
+            MIN_HASHED_TS.fetch_min(v[i].ts, Ordering::AcqRel);
+        }
+        (None, false) => {
+            v.swap_remove(i);
+        }
+    }
+    COUNT.store(v.len(), Ordering::Release);
+}
+
+/// Called by the copy hook for every copy it records (with fingerprints on), after the copy
+/// was issued and before it is itself started as pending: a pending download whose host or
+/// device range the copy touches becomes unknown, unless its fingerprint was settled before
+/// the copy was issued (`settled`: this copy's hook called [`settle`] first; a copy the
+/// runtime made without a hook seeing it was not, and leaves no download known).
+pub fn touch(st: &State, c: &HostCopy, settled: bool) {
     if COUNT.load(Ordering::Acquire) == 0 {
         return;
     }
     let mut v = PENDING.lock();
     let mut i = 0;
     while i < v.len() {
-        if v[i].overlaps(c.host as u64, c.span as u64, c.device, c.bytes as u64) {
+        if v[i].overlaps(c.host as u64, c.span as u64, c.device, c.bytes as u64)
+            && !(settled && v[i].settled)
+        {
             let p = v.swap_remove(i);
             let backend = st.pinning().map(|pin| PreloadBackend::new(pin.driver));
             unknown(backend.as_ref(), p);
@@ -149,6 +247,7 @@ pub fn start(st: &State, c: &HostCopy, stream: Option<StreamHandle>, ts: u64) ->
             ts,
             pid: std::process::id(),
             fingerprint: None,
+            settled: false,
         });
         COUNT.store(v.len(), Ordering::Release);
         Some(())
@@ -199,20 +298,7 @@ pub fn poll(st: &State, last: bool) {
     }
     for (id, host, device, bytes) in reached {
         let fp = crate::fingerprint::of_host(st, host as usize, device, bytes as usize);
-        let mut v = PENDING.lock();
-        // Gone: a copy touched it meanwhile (counted there).
-        let Some(i) = v.iter().position(|p| p.id == id) else {
-            continue;
-        };
-        match fp {
-            Some(fp) => v[i].fingerprint = Some(fp),
-            None => {
-                // Not hashed: `of_host` counted it as skipped already (counting it as
-                // unknown too would count it twice in the fingerprint statistics).
-                v.swap_remove(i);
-            }
-        }
-        COUNT.store(v.len(), Ordering::Release);
+        store_hash(id, fp, false);
     }
 }
 
@@ -248,6 +334,7 @@ pub fn forget_in_child() {
         None => STUCK.store(true, Ordering::Release),
     }
     COUNT.store(0, Ordering::Release);
+    MIN_HASHED_TS.store(u64::MAX, Ordering::Release);
 }
 
 /// The drain tells that the history ingested every event up to timestamp `ts`.
@@ -273,12 +360,30 @@ pub fn apply(h: &mut MemHistory) {
     if COUNT.load(Ordering::Acquire) == 0 {
         return;
     }
-    let ingested = INGESTED.load(Ordering::Acquire);
+    apply_up_to(h, INGESTED.load(Ordering::Acquire));
+}
+
+/// Called by the history's ingestion before each event, stamped `ts`: the hashed downloads
+/// stamped before it are compared first (their own transfer events came before it), so
+/// that a download settled by a later copy's hook ([`settle`]) is compared before that
+/// copy. One atomic load when nothing hashed waits.
+pub fn apply_before(h: &mut MemHistory, ts: u64) {
+    if COUNT.load(Ordering::Acquire) != 0 && ts > MIN_HASHED_TS.load(Ordering::Acquire) {
+        apply_up_to(h, ts - 1);
+    }
+}
+
+fn apply_up_to(h: &mut MemHistory, ingested: u64) {
     let mut v = PENDING.lock();
     let mut i = 0;
+    let mut min_left = u64::MAX;
     while i < v.len() {
-        let ready = v[i].fingerprint.is_some() && v[i].ts <= ingested;
-        if !ready {
+        if v[i].fingerprint.is_none() {
+            i += 1;
+            continue;
+        }
+        if v[i].ts > ingested {
+            min_left = min_left.min(v[i].ts);
             i += 1;
             continue;
         }
@@ -290,6 +395,8 @@ pub fn apply(h: &mut MemHistory) {
             UNKNOWN.fetch_add(1, Ordering::Relaxed);
         }
     }
+    // Under the lock, which every writer of a fingerprint holds: none is missed.
+    MIN_HASHED_TS.store(min_left, Ordering::Release);
     COUNT.store(v.len(), Ordering::Release);
 }
 
@@ -307,6 +414,7 @@ mod tests {
             ts: 0,
             pid: 1,
             fingerprint: None,
+            settled: false,
         }
     }
 

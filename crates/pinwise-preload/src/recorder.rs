@@ -545,6 +545,9 @@ impl Recorder {
         };
         let mut last_ts = 0;
         for raw in ready.drain(..) {
+            // An asynchronous download hashed before this event's copy was issued is
+            // compared before it (see `async_fp::settle`).
+            crate::async_fp::apply_before(&mut h, raw.event.ts_ns);
             h.ingest(&raw.event);
             last_ts = raw.event.ts_ns;
         }

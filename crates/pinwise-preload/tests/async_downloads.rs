@@ -151,3 +151,72 @@ fn downloads_completed_by_each_kind_of_call_are_fingerprinted_as_the_tracer_does
         "{st:?}"
     );
 }
+
+/// `programs/async_redownload.c`: downloads completed by CUDA 13's `cuCtxSynchronize_v2`
+/// (NULL, and the current context by handle, as cudart 13's `cudaDeviceSynchronize` does)
+/// and a loop that downloads into the same buffer again right after each synchronization,
+/// with no pause: a later copy touches each download's ranges before the drain thread
+/// (10 ms period) got to it, so the copy hook asks the download's event and hashes it there
+/// when it completed. Every download is fingerprinted, none skipped; the counts
+/// `pinwise trace --fingerprint` must report too
+/// (`crates/pinwise-cli/tests/trace_async_downloads.rs`).
+#[test]
+fn downloads_touched_right_after_they_completed_are_fingerprinted() {
+    let s = Setup::new();
+    let exe = s.build_driver("async_redownload.c", &[]);
+    let plain = s.run_plain(&exe, &[]);
+    assert_ok(&plain, "plain run");
+    for mode in ["full", "sampled"] {
+        let run = s.run_recorded(
+            &exe,
+            &["--fingerprint", mode, "--fingerprint-check", "0"],
+            &format!("redownload-{mode}.bin"),
+        );
+        assert_same_stdout(&run.out, &plain, mode);
+        let h = &run.history;
+        // S, A, B, L: the 64 KiB host buffers, in allocation order.
+        let bufs: Vec<Option<Redundancy>> = h
+            .allocations()
+            .filter(|a| a.size() == K64 && a.kind().pinned_from_start())
+            .map(|a| a.redundancy().copied())
+            .collect();
+        assert_eq!(bufs.len(), 4, "{mode}: S, A, B, L");
+        let src = bufs[0].expect("S's uploads");
+        assert_eq!((src.uploads, src.redundant_uploads), (5, 0), "{mode}: S");
+        for (name, r) in [("A", bufs[1]), ("B", bufs[2])] {
+            let r = r.unwrap_or_else(|| panic!("{mode}: {name} fingerprinted"));
+            assert_eq!(
+                (r.downloads, r.redundant_downloads, r.first_download),
+                (3, 1, Some((2, 1))),
+                "{mode}: {name}"
+            );
+        }
+        let l = bufs[3].expect("L's downloads");
+        assert_eq!(
+            (
+                l.downloads,
+                l.redundant_downloads,
+                l.redundant_download_bytes
+            ),
+            (12, 11, 11 * K64),
+            "{mode}: L"
+        );
+        let st = h.fingerprint_stats();
+        assert_eq!(
+            (st.uploads, st.downloads, st.skipped),
+            (5, 18, 0),
+            "{mode}: {st:?}"
+        );
+        let stat = |k: &str| h.source_stats().get(k).copied();
+        assert_eq!(
+            stat("preload.fingerprint_async_downloads"),
+            Some(18),
+            "{mode}"
+        );
+        assert_eq!(
+            stat("preload.fingerprint_async_downloads_unknown"),
+            Some(0),
+            "{mode}"
+        );
+    }
+}

@@ -435,6 +435,9 @@ pub const UPROBES: &[UprobeSpec] = &[
     driver_sync("cuStreamQuery", f::PW_FN_cuStreamQuery),
     driver_sync("cuStreamQuery_ptsz", f::PW_FN_cuStreamQuery_ptsz),
     driver_sync("cuCtxSynchronize", f::PW_FN_cuCtxSynchronize),
+    // CUDA 13 (cudart 13's cudaDeviceSynchronize); absent from older drivers, where it is
+    // not attached.
+    driver_sync("cuCtxSynchronize_v2", f::PW_FN_cuCtxSynchronize_v2),
     driver_sync("cuEventRecord", f::PW_FN_cuEventRecord),
     driver_sync("cuEventRecord_ptsz", f::PW_FN_cuEventRecord_ptsz),
     driver_sync("cuEventRecordWithFlags", f::PW_FN_cuEventRecordWithFlags),

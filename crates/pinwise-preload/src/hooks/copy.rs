@@ -54,6 +54,11 @@ pub fn copy(
     let counter = cycles::CounterReadable::here();
     let noted = guarded(|| {
         describe(st).and_then(|c| {
+            if st.config.fingerprint != pinwise_core::fingerprint::FingerprintMode::Off {
+                // Pending asynchronous downloads this copy touches: hashed now if their
+                // stream reached them, before this copy can change their bytes.
+                crate::async_fp::settle(st, &c);
+            }
             if crate::pool::touches(c.host, c.span) {
                 pooled = Some(c);
                 return None;
@@ -107,7 +112,7 @@ pub fn copy(
     };
     {
         let _counter = cycles::CounterReadable::here();
-        guarded(|| record_transfer(st, &c, &noted, site_addr));
+        guarded(|| record_transfer(st, &c, &noted, site_addr, true));
     }
     match timing {
         Timing::No => {}
@@ -178,7 +183,7 @@ fn pooled_copy(
         finish_on: None,
         on_program_registration: false,
     };
-    guarded(|| record_transfer(st, c, &noted, site_addr));
+    guarded(|| record_transfer(st, c, &noted, site_addr, true));
     rc
 }
 
@@ -248,12 +253,20 @@ pub(super) fn note(st: &State, c: &HostCopy, learn: bool) -> Noted {
     }
 }
 
-/// Records a copy the driver accepted, timestamped when it returned.
-pub(super) fn record_transfer(st: &State, c: &HostCopy, noted: &Noted, site_addr: usize) {
+/// Records a copy the driver accepted, timestamped when it returned. `settled`: its hook
+/// called [`crate::async_fp::settle`] before issuing it.
+pub(super) fn record_transfer(
+    st: &State,
+    c: &HostCopy,
+    noted: &Noted,
+    site_addr: usize,
+    settled: bool,
+) {
     let fingerprint = crate::fingerprint::of_copy(st, c);
     if st.config.fingerprint != pinwise_core::fingerprint::FingerprintMode::Off {
-        // An asynchronous download whose ranges this copy touches gets no fingerprint.
-        crate::async_fp::touch(st, c);
+        // An asynchronous download whose ranges this copy touches gets no fingerprint,
+        // unless it was settled before the copy was issued.
+        crate::async_fp::touch(st, c, settled);
     }
     let stamp = st.recorder.stamp();
     if crate::fingerprint::is_async_download(st, c) {

@@ -74,7 +74,7 @@ pub fn observe_copy(st: &State, caller: usize, c: Option<HostCopy>) {
     if let Some(c) = c {
         // The copy already happened (no driver hook saw it): record it, learn nothing.
         let noted = note(st, &c, false);
-        record_transfer(st, &c, &noted, caller);
+        record_transfer(st, &c, &noted, caller, false);
     }
 }
 

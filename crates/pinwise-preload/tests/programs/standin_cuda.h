@@ -28,6 +28,9 @@ CUresult cuEventSynchronize(CUevent e);
 CUresult cuEventDestroy_v2(CUevent e);
 CUresult cuStreamQuery(CUstream s);
 CUresult cuCtxSynchronize(void);
+CUresult cuCtxGetCurrent(CUcontext *pctx);
+/* CUDA 13's (cudart 13's cudaDeviceSynchronize calls it): NULL is the current context. */
+CUresult cuCtxSynchronize_v2(CUcontext ctx);
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
 #define cuDevicePrimaryCtxRelease cuDevicePrimaryCtxRelease_v2
 

@@ -868,6 +868,40 @@ struct {
 	__type(value, struct copy_entry);
 } dtoh_calls SEC(".maps");
 
+/* The entry of a download reported at its return: counts the hit and keeps the arguments
+ * in dtoh_calls for the return. 0 when kept; -1 when the caller must report the copy at
+ * once, without a fingerprint: an empty one, or the arguments could not be kept
+ * (BPF_NOEXIST: a download of this thread already waiting for its return, a nested call
+ * or one whose return never came, keeps its entry, so no copy is lost). */
+static __always_inline int keep_dtoh_call(struct pt_regs *ctx, __u64 pid_tgid, __u16 func,
+					  __u64 dst, __u64 src, __u64 n, __u64 stream)
+{
+	count_hit(func);
+	struct copy_entry entry = {
+		.ts_ns = bpf_ktime_get_ns(),
+		.call_site = entry_return_address(ctx),
+		.dst = dst,
+		.src = src,
+		.bytes = n,
+		.stream = stream,
+	};
+	if (n == 0 || bpf_map_update_elem(&dtoh_calls, &pid_tgid, &entry, BPF_NOEXIST))
+		return -1;
+	return 0;
+}
+
+/* The return of a download kept by keep_dtoh_call: its entry, taken out of dtoh_calls
+ * into `out`. 0 when there was none (the entry was not kept, or the thread ended). */
+static __always_inline int take_dtoh_call(__u64 pid_tgid, struct copy_entry *out)
+{
+	struct copy_entry *e = bpf_map_lookup_elem(&dtoh_calls, &pid_tgid);
+	if (!e)
+		return 0;
+	*out = *e;
+	bpf_map_delete_elem(&dtoh_calls, &pid_tgid);
+	return 1;
+}
+
 /* cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) and _ptds */
 SEC("uprobe")
 int BPF_KPROBE(copy_htod, __u64 dst, __u64 src, __u64 n)
@@ -903,18 +937,7 @@ int BPF_KPROBE(copy_dtoh_fp_entry, __u64 dst, __u64 src, __u64 n)
 	if (!cuda_traced(pid_tgid >> 32))
 		return 0;
 	__u16 func = bpf_get_attach_cookie(ctx);
-	count_hit(func);
-	struct copy_entry entry = {
-		.ts_ns = bpf_ktime_get_ns(),
-		.call_site = entry_return_address(ctx),
-		.dst = dst,
-		.src = src,
-		.bytes = n,
-	};
-	/* BPF_NOEXIST: a download of this thread already waiting for its return (a nested
-	 * call, or one whose return never came: the thread died in the copy) keeps its entry,
-	 * and this one is reported at once, without a fingerprint, so no copy is lost. */
-	if (n == 0 || bpf_map_update_elem(&dtoh_calls, &pid_tgid, &entry, BPF_NOEXIST))
+	if (keep_dtoh_call(ctx, pid_tgid, func, dst, src, n, 0))
 		return send_copy(ctx, func, dst, src, n, 0, PW_MEM_HOST, PW_MEM_DEVICE, 0);
 	return 0;
 }
@@ -923,11 +946,9 @@ SEC("uretprobe")
 int copy_dtoh_fp_return(struct pt_regs *ctx)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	struct copy_entry *e = bpf_map_lookup_elem(&dtoh_calls, &pid_tgid);
-	if (!e)
+	struct copy_entry entry;
+	if (!take_dtoh_call(pid_tgid, &entry))
 		return 0;
-	struct copy_entry entry = *e;
-	bpf_map_delete_elem(&dtoh_calls, &pid_tgid);
 	__u16 func = bpf_get_attach_cookie(ctx);
 	/* A failed copy wrote nothing worth a fingerprint (CUDA_SUCCESS is 0). */
 	int ok = PT_REGS_RC(ctx) == 0;
@@ -952,8 +973,10 @@ int BPF_KPROBE(copy_dtoh_async, __u64 dst, __u64 src, __u64 n, __u64 stream)
  * - cuStreamSynchronize or cuStreamQuery (CUDA_SUCCESS) of its stream;
  * - cuEventSynchronize or cuEventQuery (CUDA_SUCCESS) of an event recorded on its stream
  *   after it (cuEventRecord and WithFlags, their _ptsz forms);
- * - cuCtxSynchronize (cudaDeviceSynchronize) on the thread that issued it, for a download
- *   on the legacy or per-thread default stream.
+ * - cuCtxSynchronize, or cuCtxSynchronize_v2 (CUDA 13's, which cudart 13's
+ *   cudaDeviceSynchronize calls) of the current context (NULL, or the handle this thread
+ *   made current by cuCtxSetCurrent / cuCtxPushCurrent_v2), on the thread that issued it,
+ *   for a download on the legacy or per-thread default stream.
  * While a stream of the process is being captured into a graph (cuStreamBeginCapture* to
  * cuStreamEndCapture*: `captures`), its downloads are not remembered (a captured copy runs
  * when the graph is launched; work joins a capture through events) and event records are
@@ -1010,12 +1033,19 @@ struct {
 	__type(value, __u64);
 } dl_counters SEC(".maps");
 
-/* A thread's context generation: changed by each cuCtxSetCurrent/Push/Pop it makes. */
+/* A thread's context generation, changed by each cuCtxSetCurrent/Push/Pop it makes, and
+ * its current context at that generation when a call named it (cuCtxSetCurrent's and
+ * cuCtxPushCurrent_v2's argument; 0: not known, as after a pop). */
+struct thread_ctx {
+	__u64 gen;
+	__u64 ctx;
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 8192);
 	__type(key, __u64); /* pid_tgid */
-	__type(value, __u64);
+	__type(value, struct thread_ctx);
 } ctx_gens SEC(".maps");
 
 /* An event's last record: on which stream, by which thread and generation, and the
@@ -1140,8 +1170,16 @@ static __always_inline int dl_any_pending(void)
 
 static __always_inline __u64 thread_gen(__u64 pid_tgid)
 {
-	__u64 *g = bpf_map_lookup_elem(&ctx_gens, &pid_tgid);
-	return g ? *g : 0;
+	struct thread_ctx *t = bpf_map_lookup_elem(&ctx_gens, &pid_tgid);
+	return t ? t->gen : 0;
+}
+
+/* Whether `ctx` is the context current on this thread at generation `gen`, as far as the
+ * calls seen tell. */
+static __always_inline int thread_ctx_is(__u64 pid_tgid, __u64 gen, __u64 ctx)
+{
+	struct thread_ctx *t = bpf_map_lookup_elem(&ctx_gens, &pid_tgid);
+	return t && t->gen == gen && t->ctx != 0 && t->ctx == ctx;
 }
 
 /* The generation a download of this thread is remembered with: never 0 (a thread seen
@@ -1154,7 +1192,8 @@ static __always_inline __u64 download_gen(__u64 pid_tgid)
 	if (g)
 		return g;
 	g = dl_next_seq();
-	if (g == 0 || bpf_map_update_elem(&ctx_gens, &pid_tgid, &g, BPF_NOEXIST))
+	struct thread_ctx t = { .gen = g };
+	if (g == 0 || bpf_map_update_elem(&ctx_gens, &pid_tgid, &t, BPF_NOEXIST))
 		return 0;
 	return g;
 }
@@ -1185,16 +1224,7 @@ int BPF_KPROBE(copy_dtoh_async_fp_entry, __u64 dst, __u64 src, __u64 n, __u64 st
 	if (!cuda_traced(pid_tgid >> 32))
 		return 0;
 	__u16 func = bpf_get_attach_cookie(ctx);
-	count_hit(func);
-	struct copy_entry entry = {
-		.ts_ns = bpf_ktime_get_ns(),
-		.call_site = entry_return_address(ctx),
-		.dst = dst,
-		.src = src,
-		.bytes = n,
-		.stream = stream,
-	};
-	if (n == 0 || bpf_map_update_elem(&dtoh_calls, &pid_tgid, &entry, BPF_NOEXIST))
+	if (keep_dtoh_call(ctx, pid_tgid, func, dst, src, n, stream))
 		return send_copy_fp(ctx, func, dst, src, n, stream, PW_MEM_HOST, PW_MEM_DEVICE, 1,
 				    PW_FP_UNTRACKED, dst, NULL);
 	return 0;
@@ -1206,11 +1236,9 @@ SEC("uretprobe")
 int copy_dtoh_async_fp_return(struct pt_regs *ctx)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	struct copy_entry *e = bpf_map_lookup_elem(&dtoh_calls, &pid_tgid);
-	if (!e)
+	struct copy_entry entry;
+	if (!take_dtoh_call(pid_tgid, &entry))
 		return 0;
-	struct copy_entry entry = *e;
-	bpf_map_delete_elem(&dtoh_calls, &pid_tgid);
 	__u16 func = bpf_get_attach_cookie(ctx);
 	int how = 0;
 	__u64 gen = 0;
@@ -1312,6 +1340,19 @@ static __always_inline void dl_complete(struct dl_match *m)
 	bpf_for_each_map_elem(&async_dls, dl_visit, m, 0);
 }
 
+/* Gives up (no fingerprint) process `tgid`'s pending downloads on `stream`, or all of them
+ * (`any_stream`). */
+static __always_inline void dl_drop(__u32 tgid, __u64 stream, __u32 any_stream)
+{
+	struct dl_match m = {
+		.tgid = tgid,
+		.mode = DL_DROP,
+		.stream = stream,
+		.any_stream = any_stream,
+	};
+	dl_complete(&m);
+}
+
 /* Entry of the stream, event and context calls: the arguments, for the return. */
 SEC("uprobe")
 int BPF_KPROBE(sync_entry, __u64 arg0, __u64 arg1)
@@ -1326,6 +1367,12 @@ int BPF_KPROBE(sync_entry, __u64 arg0, __u64 arg1)
 		     func == PW_FN_cuEventRecordWithFlags_ptsz ||
 		     (func >= PW_FN_cuStreamBeginCapture && func <= PW_FN_cuStreamEndCapture_ptsz);
 	if (!always && !dl_any_pending())
+		return 0;
+	/* A driver whose cuCtxSynchronize calls its exported cuCtxSynchronize_v2 (with the
+	 * current context's handle, perhaps one this thread's calls never named): the outer
+	 * call, which synchronizes the current context, decides. */
+	struct sync_entry *outer = bpf_map_lookup_elem(&sync_calls, &pid_tgid);
+	if (func == PW_FN_cuCtxSynchronize_v2 && outer && outer->func == PW_FN_cuCtxSynchronize)
 		return 0;
 	struct sync_entry e = { .arg0 = arg0, .arg1 = arg1, .func = func };
 	bpf_map_update_elem(&sync_calls, &pid_tgid, &e, BPF_ANY);
@@ -1403,6 +1450,16 @@ int sync_return(struct pt_regs *ctx)
 	case PW_FN_cuCtxSynchronize:
 		m.mode = DL_CTX;
 		break;
+	case PW_FN_cuCtxSynchronize_v2:
+		/* cuCtxSynchronize_v2(CUcontext ctx) (CUDA 13; cudart 13's cudaDeviceSynchronize
+		 * calls it with the context cuCtxGetCurrent just gave): NULL is the current
+		 * context, as cuCtxSynchronize; another handle completes this thread's
+		 * default-stream downloads only when it is the context this thread made current
+		 * at their generation (else it may be another context's work that finished). */
+		if (e.arg0 != 0 && !thread_ctx_is(pid_tgid, m.gen, e.arg0))
+			return 0;
+		m.mode = DL_CTX;
+		break;
 	default:
 		/* cuStreamSynchronize, cuStreamQuery and their _ptsz forms. */
 		m.mode = DL_STREAM;
@@ -1433,14 +1490,8 @@ int BPF_KPROBE(stream_destroy, __u64 stream)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	if (!is_traced(pid_tgid >> 32))
 		return 0;
-	struct dl_match m = {
-		.tgid = pid_tgid >> 32,
-		.mode = DL_DROP,
-		.stream = stream,
-	};
 	/* Its default-stream handles name no stream to destroy; be safe all the same. */
-	m.any_stream = stream <= 2;
-	dl_complete(&m);
+	dl_drop(pid_tgid >> 32, stream, stream <= 2);
 	return 0;
 }
 
@@ -1454,20 +1505,28 @@ int ctx_change(struct pt_regs *ctx)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	if (!is_traced(pid_tgid >> 32))
 		return 0;
-	__u64 gen = dl_next_seq();
 	__u16 func = bpf_get_attach_cookie(ctx);
+	int names = func == PW_FN_cuCtxSetCurrent || func == PW_FN_cuCtxPushCurrent_v2;
+	__u64 named = names ? PT_REGS_PARM1(ctx) : 0;
+	/* Making current the context already known current changes no default stream: the
+	 * generation stays (a runtime that sets its device again and again completes its
+	 * downloads all the same). */
+	struct thread_ctx *was = bpf_map_lookup_elem(&ctx_gens, &pid_tgid);
+	if (named != 0 && was && was->ctx == named)
+		return 0;
+	/* The context made current, noted at the entry: a cuCtxSetCurrent that then fails
+	 * with a context that exists fails only when the driver does not work at all (not
+	 * initialized, deinitialized), and then no synchronization succeeds either. */
+	struct thread_ctx t = {
+		.gen = dl_next_seq(),
+		.ctx = named,
+	};
 	/* A change that cannot be noted (map full) gives up the process's pending downloads
 	 * too: one issued before it must not be completed by a call after it. */
-	int noted = bpf_map_update_elem(&ctx_gens, &pid_tgid, &gen, BPF_ANY) == 0;
-	if (noted && (func == PW_FN_cuCtxSetCurrent || func == PW_FN_cuCtxPushCurrent_v2 ||
-		      func == PW_FN_cuCtxPopCurrent_v2))
+	int noted = bpf_map_update_elem(&ctx_gens, &pid_tgid, &t, BPF_ANY) == 0;
+	if (noted && (names || func == PW_FN_cuCtxPopCurrent_v2))
 		return 0;
-	struct dl_match m = {
-		.tgid = pid_tgid >> 32,
-		.mode = DL_DROP,
-		.any_stream = 1,
-	};
-	dl_complete(&m);
+	dl_drop(pid_tgid >> 32, 0, 1);
 	return 0;
 }
 
@@ -2356,12 +2415,7 @@ int on_exit(struct tp_sched_process_exit *ctx)
 	if (!ctx->group_dead)
 		return 0;
 	/* Its pending downloads go (user space counts them unknown at the exit record). */
-	struct dl_match m = {
-		.tgid = tgid,
-		.mode = DL_DROP,
-		.any_stream = 1,
-	};
-	dl_complete(&m);
+	dl_drop(tgid, 0, 1);
 	bpf_map_delete_elem(&traced_tgids, &tgid);
 	bpf_map_delete_elem(&capture_counts, &tgid);
 	count_hit(PW_FN_sched_process_exit);
@@ -2392,12 +2446,7 @@ int on_exec(struct tp_sched_process_exec *ctx)
 		return 0;
 	count_hit(PW_FN_sched_process_exec);
 	/* A new program: the old one's pending downloads go (unknown in user space). */
-	struct dl_match m = {
-		.tgid = current_tgid(),
-		.mode = DL_DROP,
-		.any_stream = 1,
-	};
-	dl_complete(&m);
+	dl_drop(current_tgid(), 0, 1);
 	struct pw_proc_event *p = reserve(sizeof(*p));
 	if (!p)
 		return 0;

@@ -214,6 +214,9 @@ enum pw_func {
 	PW_FN_cuStreamBeginCaptureToGraph_ptsz,
 	PW_FN_cuStreamEndCapture,
 	PW_FN_cuStreamEndCapture_ptsz,
+	/* CUDA 13's cuCtxSynchronize_v2(CUcontext) (cudart 13's cudaDeviceSynchronize), after
+	 * the capture calls so that their ids (ranges in pinwise.bpf.c) stay as they are. */
+	PW_FN_cuCtxSynchronize_v2,
 	PW_FN_COUNT,
 };
 
