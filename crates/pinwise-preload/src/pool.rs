@@ -572,13 +572,9 @@ pub fn route(st: &State, c: &HostCopy) -> Route {
 
 /// Before a pointer query about `ptr`: a pool buffer is registered here first, so the
 /// driver answers as plain CUDA would about pinned memory (counted as a fallback).
+/// (The runtime's own queries inside its copies never get here: `hooks::query` leaves
+/// them out.)
 pub fn before_query(st: &State, ptr: usize) {
-    // The runtime's own queries inside a copy it is making (a statically linked cudart
-    // asks about its copies' host sides) are not the program's: the copy itself goes to
-    // the service, as pinning's `before_query` leaves them too.
-    if crate::guard::in_runtime_copy() {
-        return;
-    }
     if let Some(p) = with_buffers() {
         if let Some(start) = p.entry_at(ptr, 1) {
             p.go_here(st, start);

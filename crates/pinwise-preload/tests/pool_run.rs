@@ -99,16 +99,28 @@ fn enough_locked_memory(test: &str) -> bool {
     pinwise_testkit::require_locked_memory(test, 64 << 20)
 }
 
-#[test]
-fn pinned_buffers_come_from_the_pool_and_copies_are_byte_exact() {
-    if !enough_locked_memory("pinned_buffers_come_from_the_pool_and_copies_are_byte_exact") {
-        return;
+/// A test's start: enough locked memory (else it skips visibly: `None`), a scratch
+/// directory, `pool_workload.c` built, its plain output (checked to succeed) and a
+/// running service.
+fn start(test: &str) -> Option<(Setup, PathBuf, std::process::Output, Service)> {
+    if !enough_locked_memory(test) {
+        return None;
     }
     let setup = Setup::new();
     let program = setup.build_driver("pool_workload.c", &[]);
     let plain = setup.run_plain(&program, &[]);
     assert_ok(&plain, "plain");
     let service = Service::start(&setup);
+    Some((setup, program, plain, service))
+}
+
+#[test]
+fn pinned_buffers_come_from_the_pool_and_copies_are_byte_exact() {
+    let Some((setup, program, plain, service)) =
+        start("pinned_buffers_come_from_the_pool_and_copies_are_byte_exact")
+    else {
+        return;
+    };
     let run = setup.run_recorded(&program, &[&service.pool_arg()], "pooled.bin");
     assert_same_stdout(&run.out, &plain, "--pool with a service");
     let pool = pool_stats(run.process());
@@ -184,7 +196,7 @@ fn pinned_buffers_come_from_the_pool_and_copies_are_byte_exact() {
     };
     let text = report("text");
     assert!(
-        text.contains("PINNED POOL") && text.contains("2 pinned requests were served"),
+        text.contains("PINNED POOL") && text.contains("2 requests served from the node's pool"),
         "{text}"
     );
     let json: serde_json::Value = serde_json::from_str(&report("json")).unwrap();
@@ -265,16 +277,11 @@ fn wait_for(path: &Path, child: &mut Child) {
 
 #[test]
 fn a_service_killed_mid_run_leaves_the_program_correct_and_the_fallback_counted() {
-    if !enough_locked_memory(
-        "a_service_killed_mid_run_leaves_the_program_correct_and_the_fallback_counted",
-    ) {
+    let Some((setup, program, plain, mut service)) =
+        start("a_service_killed_mid_run_leaves_the_program_correct_and_the_fallback_counted")
+    else {
         return;
-    }
-    let setup = Setup::new();
-    let program = setup.build_driver("pool_workload.c", &[]);
-    let plain = setup.run_plain(&program, &[]);
-    assert_ok(&plain, "plain");
-    let mut service = Service::start(&setup);
+    };
     let (ready, go) = (setup.path("ready"), setup.path("go"));
     let summary = setup.path("killed-summary.json");
     let mut c = setup.libs.command(pinwise());
@@ -353,12 +360,11 @@ fn run_both_with_env(
 
 #[test]
 fn device_memory_without_an_ipc_handle_falls_back_to_pinning_here() {
-    if !enough_locked_memory("device_memory_without_an_ipc_handle_falls_back_to_pinning_here") {
+    let Some((setup, program, _plain, service)) =
+        start("device_memory_without_an_ipc_handle_falls_back_to_pinning_here")
+    else {
         return;
-    }
-    let setup = Setup::new();
-    let program = setup.build_driver("pool_workload.c", &[]);
-    let service = Service::start(&setup);
+    };
     // The stand-in refuses cuIpcGetMemHandle, as CUDA does for VMM and cudaMallocAsync memory.
     let (out, plain, pool) = run_both_with_env(
         &setup,
@@ -378,14 +384,11 @@ fn device_memory_without_an_ipc_handle_falls_back_to_pinning_here() {
 
 #[test]
 fn a_pointer_query_registers_the_pool_buffer_here_and_is_answered_as_plain_cuda() {
-    if !enough_locked_memory(
-        "a_pointer_query_registers_the_pool_buffer_here_and_is_answered_as_plain_cuda",
-    ) {
+    let Some((setup, program, _plain, service)) =
+        start("a_pointer_query_registers_the_pool_buffer_here_and_is_answered_as_plain_cuda")
+    else {
         return;
-    }
-    let setup = Setup::new();
-    let program = setup.build_driver("pool_workload.c", &[]);
-    let service = Service::start(&setup);
+    };
     let (out, plain, pool) = run_both_with_env(
         &setup,
         &program,
@@ -410,12 +413,11 @@ fn a_pointer_query_registers_the_pool_buffer_here_and_is_answered_as_plain_cuda(
 
 #[test]
 fn asynchronous_copies_on_pool_buffers_keep_their_stream_order() {
-    if !enough_locked_memory("asynchronous_copies_on_pool_buffers_keep_their_stream_order") {
+    let Some((setup, program, _plain, service)) =
+        start("asynchronous_copies_on_pool_buffers_keep_their_stream_order")
+    else {
         return;
-    }
-    let setup = Setup::new();
-    let program = setup.build_driver("pool_workload.c", &[]);
-    let service = Service::start(&setup);
+    };
     // The stand-in runs each queued asynchronous copy 3 ms late: the small buffer's upload
     // (in-process) is still queued when the download into a pool buffer is issued, so the
     // service's copy must wait for the stream, or it reads the device range too early.
@@ -470,14 +472,11 @@ fn every_pinned_request_through_the_pool_leaves_the_workloads_output_unchanged()
 
 #[test]
 fn a_service_that_does_not_answer_holds_the_program_up_about_a_second() {
-    if !enough_locked_memory("a_service_that_does_not_answer_holds_the_program_up_about_a_second") {
+    let Some((setup, program, plain, service)) =
+        start("a_service_that_does_not_answer_holds_the_program_up_about_a_second")
+    else {
         return;
-    }
-    let setup = Setup::new();
-    let program = setup.build_driver("pool_workload.c", &[]);
-    let plain = setup.run_plain(&program, &[]);
-    assert_ok(&plain, "plain");
-    let service = Service::start(&setup);
+    };
     // Stopped: the kernel still accepts the connection, nobody answers it.
     // SAFETY: kill(2) on our own child's pid.
     assert_eq!(
