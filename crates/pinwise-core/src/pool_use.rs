@@ -87,6 +87,12 @@ pub struct PoolUseStats {
     pub ipc_failures: u64,
     /// Requests the service refused (budget, capacity, a CUDA failure in the service).
     pub refusals: u64,
+    /// Copies the service did not start by their deadline (it never will: made here
+    /// instead; the connection was given up).
+    pub copies_not_started: u64,
+    /// Copies the service started and did not finish within the limit (made here
+    /// instead; the connection was given up).
+    pub copies_stuck: u64,
     /// Whether the connection broke while the program ran (the service exited or hung).
     pub connection_lost: bool,
     /// The most clients the service said it had (asked at connection and when the
@@ -116,7 +122,7 @@ macro_rules! field {
 }
 
 /// The counters a history keeps (the first, `buffers`, marks a run with `--pool`).
-const FIELDS: [Field; 12] = [
+const FIELDS: [Field; 14] = [
     field!(buffers),
     field!(bytes),
     field!(bytes_peak),
@@ -127,6 +133,8 @@ const FIELDS: [Field; 12] = [
     field!(buffers_registered_here),
     field!(copies_here),
     field!(ipc_failures),
+    field!(copies_not_started),
+    field!(copies_stuck),
     field!(service_clients_max),
     field!(service_deduplicated_bytes),
 ];
@@ -182,6 +190,8 @@ impl PoolUseStats {
             t.copies_here += p.copies_here;
             t.ipc_failures += p.ipc_failures;
             t.refusals += p.refusals;
+            t.copies_not_started += p.copies_not_started;
+            t.copies_stuck += p.copies_stuck;
             t.service_clients_max = t.service_clients_max.max(p.service_clients_max);
             t.service_deduplicated_bytes = t
                 .service_deduplicated_bytes
@@ -205,7 +215,8 @@ impl PoolUseStats {
              saved node-wide by shared buffers; service clients up to {}); {} copies done by \
              the service ({}; {} asynchronous ones made synchronous); fallbacks: {} requests \
              pinned in-process, {} pool buffers registered here ({} copies), {} left \
-             pageable, {} device allocations without an IPC handle, {} refusals",
+             pageable, {} device allocations without an IPC handle, {} refusals, {} copies \
+             the service did not start in time, {} it started and did not finish in time",
             self.buffers,
             format_size(self.bytes),
             format_size(self.bytes_peak),
@@ -221,6 +232,8 @@ impl PoolUseStats {
             self.buffers_left_pageable,
             self.ipc_failures,
             self.refusals,
+            self.copies_not_started,
+            self.copies_stuck,
         );
         if let Some(r) = &self.unavailable_reason {
             s.push_str(&format!(
@@ -352,6 +365,7 @@ mod tests {
         let map: BTreeMap<String, u64> = s.source_stats().into_iter().collect();
         assert_eq!(map.len(), FIELDS.len());
         assert_eq!(map["pool.copies_here"], 108);
+        assert_eq!(map["pool.copies_stuck"], 111);
         assert_eq!(PoolUseStats::from_source_stats(&map), Some(s));
     }
 

@@ -362,6 +362,18 @@ impl PoolClient {
             .store(nanos(started), Ordering::Relaxed);
     }
 
+    /// The connection's descriptor, for a forked child to close (a child must never use
+    /// its parent's connection, and the service sees the connection close only when
+    /// every process holding it has closed it). Not for sending or receiving.
+    pub fn socket_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        self.conn
+            .sock
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_raw_fd()
+    }
+
     /// The most bytes this client may hold in pinned buffers.
     pub fn client_budget(&self) -> u64 {
         self.client_budget

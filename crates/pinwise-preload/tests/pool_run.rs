@@ -496,3 +496,42 @@ fn a_service_that_does_not_answer_holds_the_program_up_about_a_second() {
     // and below the 20 s a call may wait once connected (which must not be what happened).
     assert!(took < Duration::from_secs(15), "took {took:?}");
 }
+
+#[test]
+fn a_forked_child_never_keeps_the_parents_pool_connection() {
+    let Some((setup, program, plain, service)) =
+        start("a_forked_child_never_keeps_the_parents_pool_connection")
+    else {
+        return;
+    };
+    // The program forks a child that outlives it; the child holds every descriptor the
+    // parent had when it forked, the pool connection's among them unless pinwise closes it
+    // there.
+    let hold = setup.path("hold");
+    let (out, _, pool) = run_both_with_env(
+        &setup,
+        &program,
+        &service.pool_arg(),
+        &[("POOL_FORK_HOLD", hold.to_str().unwrap())],
+    );
+    assert_same_stdout(&out, &plain, "--pool, a forked child");
+    assert_eq!(pool.buffers, 2, "{pool:?}");
+    assert_eq!(pool.copies, ROUNDS * POOL_COPIES_PER_ROUND, "{pool:?}");
+    // The parent has exited, its child lives on: the service must see the parent's
+    // connection closed (its device openings released); the one client left is the
+    // status query itself.
+    let t0 = Instant::now();
+    let last = loop {
+        let s = service.status().expect("the service answers");
+        if (s["clients"] == 1 && s["devices"] == 0) || t0.elapsed() > Duration::from_secs(10) {
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    std::fs::write(&hold, b"").unwrap();
+    assert_eq!(
+        (&last["clients"], &last["devices"], &last["buffers"]),
+        (&1.into(), &0.into(), &0.into()),
+        "the child kept the parent's connection: {last}"
+    );
+}

@@ -8,10 +8,15 @@
  *
  * POOL_READY and POOL_GO (paths, optional): after round 2 the program creates POOL_READY
  * and waits (at most 30 s) until POOL_GO exists, so that a test can stop the pool service
- * in the middle of the run. */
+ * in the middle of the run.
+ *
+ * POOL_FORK_HOLD (a path, optional): once the buffers exist (and the pool connection with
+ * them), the program forks a child that outlives it: the child lets go of stdout and
+ * stderr and waits (at most 30 s) until the path exists. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <fcntl.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -50,6 +55,22 @@ int main(void) {
     CHECK(cuMemAllocHost_v2((void **)&a, BIG));
     CHECK(cuMemHostAlloc((void **)&b, BIG, 0));
     CHECK(cuMemAllocHost_v2((void **)&c, SMALL));
+    const char *hold = getenv("POOL_FORK_HOLD");
+    if (hold) {
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid < 0) {
+            perror("fork");
+            exit(2);
+        }
+        if (pid == 0) {
+            int null = open("/dev/null", O_RDWR);
+            dup2(null, 1);
+            dup2(null, 2);
+            for (int i = 0; i < 3000 && access(hold, F_OK) != 0; i++) usleep(10000);
+            _exit(0);
+        }
+    }
     if (getenv("POOL_QUERY")) {
         /* A pointer query about the second big buffer: plain CUDA knows it as pinned. */
         unsigned int flags = 99;
