@@ -535,3 +535,45 @@ fn a_forked_child_never_keeps_the_parents_pool_connection() {
         "the child kept the parent's connection: {last}"
     );
 }
+
+#[test]
+fn registering_one_pool_buffer_here_holds_up_no_copy_on_another() {
+    if !enough_locked_memory("registering_one_pool_buffer_here_holds_up_no_copy_on_another") {
+        return;
+    }
+    let setup = Setup::new();
+    let program = setup.build_driver("pool_workload.c", &["-lpthread"]);
+    let service = Service::start(&setup);
+    // A query about the second buffer registers it here; the stand-in holds that
+    // registration until the program, having copied on the first buffer, opens the gate
+    // (or fails it after 10 s). A table lock held across the registration would hold the
+    // copy up until the registration failed.
+    let gate = setup.path("gate");
+    let gate_env = format!("{}:{BIG}", gate.display());
+    let (out, plain, pool) = run_both_with_env(
+        &setup,
+        &program,
+        &service.pool_arg(),
+        &[
+            ("POOL_GATE", gate.to_str().unwrap()),
+            ("PINWISE_STANDIN_REGISTER_GATE", &gate_env),
+        ],
+    );
+    assert!(
+        String::from_utf8_lossy(&plain.stdout).contains("gated flags 0"),
+        "{}",
+        String::from_utf8_lossy(&plain.stdout)
+    );
+    assert_same_stdout(&out, &plain, "--pool, a registration held open");
+    assert!(
+        setup.path("gate.waiting").exists(),
+        "the registration was held open"
+    );
+    assert_eq!(
+        (pool.buffers_registered_here, pool.buffers_left_pageable),
+        (1, 0),
+        "the registration completed once the copy on the other buffer was done: {pool:?}"
+    );
+    // The gated copy and the rounds' copies on the first buffer went to the service.
+    assert_eq!(pool.copies, 2 + ROUNDS * 2, "{pool:?}");
+}
