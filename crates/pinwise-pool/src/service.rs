@@ -678,11 +678,17 @@ impl Session {
         }
         // `Started` first, the clock after: a client that looked for `Started` after its
         // deadline and found none can rely on this check failing.
-        if let Err(e) = wire::send(sock, &proto::encode(&Response::Started), None) {
+        let sent = wire::send(sock, &proto::encode(&Response::Started), None);
+        let now = monotonic_ns();
+        let late = r.deadline_ns.filter(|&d| now > d);
+        if let Err(e) = sent {
+            // The client is gone (or gave up and shut the connection down): no copy.
+            if late.is_some() {
+                self.shared.expired.fetch_add(1, Ordering::Relaxed);
+            }
             return error(ErrorKind::Failed, format!("answering: {e}"));
         }
-        let now = monotonic_ns();
-        if let Some(deadline) = r.deadline_ns.filter(|&d| now > d) {
+        if let Some(deadline) = late {
             self.shared.expired.fetch_add(1, Ordering::Relaxed);
             return error(
                 ErrorKind::Expired,

@@ -281,8 +281,10 @@ impl PoolUse {
             // No forked child closes it from now on (it may be closed and its number
             // reused once the buffers are freed).
             CONN_FD.store(-1, Ordering::SeqCst);
-            devices.clear();
+            // Shut down first: closing the device openings then fails at once instead of
+            // waiting for a service that does not answer.
             client.shutdown();
+            devices.clear();
         }
         *conn = Conn::Down;
         self.c.connection_lost.store(true, Ordering::Relaxed);

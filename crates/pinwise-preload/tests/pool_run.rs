@@ -275,15 +275,16 @@ fn wait_for(path: &Path, child: &mut Child) {
     }
 }
 
-#[test]
-fn a_service_killed_mid_run_leaves_the_program_correct_and_the_fallback_counted() {
-    let Some((setup, program, plain, mut service)) =
-        start("a_service_killed_mid_run_leaves_the_program_correct_and_the_fallback_counted")
-    else {
-        return;
-    };
+/// `pinwise run --pool` of the program, which after round 2 waits for `to_service` to be
+/// done to the service; the run's output and the program's pool statistics.
+fn run_and_meanwhile(
+    setup: &Setup,
+    program: &Path,
+    service: &mut Service,
+    to_service: impl FnOnce(&mut Service),
+) -> (std::process::Output, PoolUseStats) {
     let (ready, go) = (setup.path("ready"), setup.path("go"));
-    let summary = setup.path("killed-summary.json");
+    let summary = setup.path("meanwhile-summary.json");
     let mut c = setup.libs.command(pinwise());
     c.args([
         "run",
@@ -293,7 +294,7 @@ fn a_service_killed_mid_run_leaves_the_program_correct_and_the_fallback_counted(
     ])
     .arg(&summary)
     .arg("--")
-    .arg(&program)
+    .arg(program)
     .current_dir(setup.dir.path())
     .stdout(Stdio::piped())
     .stderr(Stdio::piped());
@@ -301,13 +302,23 @@ fn a_service_killed_mid_run_leaves_the_program_correct_and_the_fallback_counted(
     c.env("POOL_READY", &ready).env("POOL_GO", &go);
     let mut child = c.spawn().unwrap();
     wait_for(&ready, &mut child);
-    service.kill();
+    to_service(service);
     std::fs::write(&go, b"").unwrap();
     let out = child.wait_with_output().unwrap();
-    assert_ok(&out, "--pool, service killed");
+    assert_ok(&out, "--pool, the service interfered with");
+    let pool = pool_stats(&common::summary(&summary)["processes"][0]);
+    (out, pool)
+}
+
+#[test]
+fn a_service_killed_mid_run_leaves_the_program_correct_and_the_fallback_counted() {
+    let Some((setup, program, plain, mut service)) =
+        start("a_service_killed_mid_run_leaves_the_program_correct_and_the_fallback_counted")
+    else {
+        return;
+    };
+    let (out, pool) = run_and_meanwhile(&setup, &program, &mut service, Service::kill);
     assert_same_stdout(&out, &plain, "--pool, service killed mid-run");
-    let summary = common::summary(&summary);
-    let pool = pool_stats(&summary["processes"][0]);
     assert!(pool.connection_lost, "{pool:?}");
     assert_eq!(pool.buffers, 2, "{pool:?}");
     // Two rounds through the service, the rest in-process on the buffers registered here.
@@ -319,6 +330,47 @@ fn a_service_killed_mid_run_leaves_the_program_correct_and_the_fallback_counted(
         "{pool:?}"
     );
     assert!(pool.unavailable_reason.is_some(), "{pool:?}");
+}
+
+#[test]
+fn a_copy_the_stopped_service_did_not_start_in_time_is_made_here_and_never_by_it() {
+    let Some((setup, program, plain, mut service)) =
+        start("a_copy_the_stopped_service_did_not_start_in_time_is_made_here_and_never_by_it")
+    else {
+        return;
+    };
+    let pid = service.child.id() as i32;
+    // Stopped after round 2: round 3's first copy waits for its start (5 s), falls back
+    // here, and the service, resumed later, finds the request past its deadline.
+    // SAFETY: kill(2) on our own child's pid.
+    let (out, pool) = run_and_meanwhile(&setup, &program, &mut service, |_| {
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    });
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    assert_same_stdout(&out, &plain, "--pool, service stopped mid-run");
+    assert_eq!(pool.copies_not_started, 1, "{pool:?}");
+    assert!(pool.connection_lost, "{pool:?}");
+    assert_eq!(pool.copies, 2 * POOL_COPIES_PER_ROUND, "{pool:?}");
+    assert_eq!(
+        pool.copies_here,
+        (ROUNDS - 2) * POOL_COPIES_PER_ROUND,
+        "{pool:?}"
+    );
+    // The resumed service read the late request and did not copy.
+    let t0 = Instant::now();
+    let s = loop {
+        let s = service.status().expect("the service answers again");
+        if s["expired_copies"] == 1 || t0.elapsed() > Duration::from_secs(10) {
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(
+        (&s["expired_copies"], &s["copies"]),
+        (&1.into(), &(2 * POOL_COPIES_PER_ROUND).into()),
+        "{s}"
+    );
 }
 
 /// `pinwise run --no-malloc-hooks <pool_arg> --stats-json S -- program` and the plain run,
