@@ -11,7 +11,18 @@
 //!   are the program's memory at the program's addresses, not a buffer pinwise could hand
 //!   out from elsewhere.
 //! - **The connection** is made at the first request that qualifies, waiting at most 1 s;
-//!   every later answer at most 20 s (a hung service is given up, not waited for).
+//!   every later answer at most 20 s (a hung service is given up, not waited for). Its
+//!   socket is close-on-exec.
+//! - **A copy** has a deadline to start (5 s) and two answers (see `pinwise_pool::proto`):
+//!   the service answers `Started` and then never starts a copy past its deadline. A copy not
+//!   started in time is made here (`copies_not_started`), safely: the service will never make
+//!   it; the connection is given up (it is out of step). A started copy is waited for, up to
+//!   120 s: the service ends itself when a copy of its runs past 60 s (its copy limit; that
+//!   ends the copy with its CUDA context), and a service that dies closes the connection, so
+//!   the copy is then made here (`copies_stuck` past 120 s: only a frozen service, for
+//!   instance one stopped by a signal, gets there; its GPU copy, already queued, has long
+//!   finished by then, unless the service was frozen between its clock check and queueing
+//!   the copy, the one window this bound does not close).
 //! - **Copies** whose host side lies in a pool buffer (one-dimensional host-to-device and
 //!   device-to-host) go to the service: the device allocation's CUDA IPC handle is sent
 //!   once (`DeviceCache`), the whole context is synchronized first (the work a copy is
@@ -29,8 +40,16 @@
 //!   process's CUDA from then on. The buffer's bytes stay where they are (the mapping
 //!   outlives the service), so nothing is lost.
 //! - The buffers are `MADV_DONTFORK`, like CUDA's pinned memory: a forked child never
-//!   shares them (it would write into its parent's memory), and a forked child does not
-//!   use the parent's connection (the pool is off in it).
+//!   shares them (it would write into its parent's memory). A forked child never uses the
+//!   parent's connection: the fork generation (`recorder::GENERATION`, bumped by the
+//!   `pthread_atfork` child handler) makes the parent's pool invisible to it, the handler
+//!   closes the inherited socket (so the service sees the parent's connection close when
+//!   the parent does), and the child connects on its own if it asks for pinned memory.
+//! - **Locks**: the buffer table is locked only to look a buffer up (entries are shared,
+//!   `Arc`): registering a buffer here (a fallback) holds only that buffer's own lock, and a
+//!   service call holds the connection, never the table, so copies and queries on other
+//!   buffers go on. A buffer freed while a call still uses it stays mapped until that call
+//!   lets go.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
