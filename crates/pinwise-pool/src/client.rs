@@ -75,12 +75,13 @@ pub enum PoolError {
     Cuda(#[from] CudaError),
     /// The service did not start a copy by its deadline, and never will (see
     /// [`crate::proto`]): the caller may make the copy itself. The connection is out of
-    /// step: drop it.
+    /// step, and shut down: every later call on it fails at once.
     #[error("the pinwise pool did not start the copy within {0:?}; it never will")]
     NotStarted(std::time::Duration),
     /// The service started a copy and neither finished it nor went away within the limit
     /// ([`PoolClient::set_copy_timeouts`]): the bytes are in doubt until the service's own
-    /// copy limit ends it (see [`crate::ServiceConfig::copy_limit`]). Drop the connection.
+    /// copy limit ends it (see [`crate::ServiceConfig::copy_limit`]). The connection is shut
+    /// down, as for [`PoolError::NotStarted`].
     #[error("the pinwise pool started a copy and did not finish it within {0:?}")]
     Stuck(std::time::Duration),
 }
@@ -144,6 +145,12 @@ fn recv_until(sock: BorrowedFd<'_>, until: Option<u64>) -> Result<Got> {
     }
 }
 
+/// Shuts a connection down both ways: every later call on it fails at once (and the
+/// service frees what the client held).
+fn out_of_step(sock: BorrowedFd<'_>) {
+    let _ = rustix::net::shutdown(sock, rustix::net::Shutdown::Both);
+}
+
 fn reply(bytes: &[u8]) -> Result<Response> {
     match proto::decode(bytes).map_err(PoolError::Protocol)? {
         Response::Error { kind, message } => Err(PoolError::Refused { kind, message }),
@@ -164,18 +171,38 @@ impl Conn {
     /// the bytes arrived; [`PoolError::NotStarted`] when the service did not start it by
     /// its deadline (and never will); [`PoolError::Stuck`] when a started copy outlived the
     /// limit; a refusal or failure of a copy that was not made or that ended.
-    fn copy_call(&self, mut req: Request) -> Result<()> {
+    fn copy_call(&self, req: Request) -> Result<()> {
         let sock = self.sock.lock().unwrap_or_else(|e| e.into_inner());
-        let start_wait = duration(self.start_wait_ns.load(Ordering::Relaxed));
-        let started_limit = duration(self.started_limit_ns.load(Ordering::Relaxed));
+        let r = Conn::copy_on(
+            sock.as_fd(),
+            req,
+            &self.start_wait_ns,
+            &self.started_limit_ns,
+        );
+        if let Err(PoolError::NotStarted(_) | PoolError::Stuck(_) | PoolError::Connection(_)) = &r {
+            // Answers still to come (a late `Started`, `Expired`, `Done`) must never be taken
+            // for a later request's: a `Done` read for another copy would be a wrong byte.
+            out_of_step(sock.as_fd());
+        }
+        r
+    }
+
+    fn copy_on(
+        sock: BorrowedFd<'_>,
+        mut req: Request,
+        start_wait_ns: &AtomicU64,
+        started_limit_ns: &AtomicU64,
+    ) -> Result<()> {
+        let start_wait = duration(start_wait_ns.load(Ordering::Relaxed));
+        let started_limit = duration(started_limit_ns.load(Ordering::Relaxed));
         let deadline = start_wait.map(|w| monotonic_ns().saturating_add(nanos(Some(w))));
         if let Request::Copy { deadline_ns, .. } = &mut req {
             *deadline_ns = deadline;
         }
-        wire::send(sock.as_fd(), &proto::encode(&req), None)
+        wire::send(sock, &proto::encode(&req), None)
             .map_err(|e| PoolError::Connection(format!("sending: {e}")))?;
         let closed = || PoolError::Connection("the pool closed the connection".into());
-        match recv_until(sock.as_fd(), deadline)? {
+        match recv_until(sock, deadline)? {
             Got::Message(bytes) => match reply(&bytes)? {
                 Response::Started => {}
                 other => return Err(PoolError::Protocol(format!("{other:?} to copy"))),
@@ -184,7 +211,7 @@ impl Conn {
             Got::Nothing => return Err(PoolError::NotStarted(start_wait.unwrap_or_default())),
         }
         let until = started_limit.map(|l| monotonic_ns().saturating_add(nanos(Some(l))));
-        match recv_until(sock.as_fd(), until)? {
+        match recv_until(sock, until)? {
             Got::Message(bytes) => match reply(&bytes)? {
                 Response::Done => Ok(()),
                 other => Err(PoolError::Protocol(format!("{other:?} to a started copy"))),
@@ -200,7 +227,12 @@ impl Conn {
         wire::send(sock.as_fd(), &proto::encode(req), None)
             .map_err(|e| PoolError::Connection(format!("sending: {e}")))?;
         let (bytes, fd) = wire::recv(sock.as_fd())
-            .map_err(|e| PoolError::Connection(format!("receiving: {e}")))?
+            .map_err(|e| {
+                // Timed out or broken: the reply may still come, and would be taken for the
+                // next request's.
+                out_of_step(sock.as_fd());
+                PoolError::Connection(format!("receiving: {e}"))
+            })?
             .ok_or_else(|| PoolError::Connection("the pool closed the connection".into()))?;
         let reply: Response = proto::decode(&bytes).map_err(PoolError::Protocol)?;
         match reply {
@@ -734,6 +766,23 @@ mod tests {
             took >= Duration::from_millis(100) && took < Duration::from_millis(800),
             "{took:?}"
         );
+    }
+
+    #[test]
+    fn after_a_copy_not_started_the_late_answers_are_never_taken_for_another_copys() {
+        let c = scripted(|s, _| {
+            std::thread::sleep(Duration::from_millis(300));
+            let _ = wire::send(s.as_fd(), &proto::encode(&Response::Started), None);
+            let _ = wire::send(s.as_fd(), &proto::encode(&Response::Done), None);
+            std::thread::sleep(Duration::from_secs(2));
+        });
+        timeouts(&c, Duration::from_millis(100), Duration::from_secs(10));
+        let err = c.copy_call(copy()).unwrap_err();
+        assert!(matches!(err, PoolError::NotStarted(_)), "{err}");
+        std::thread::sleep(Duration::from_millis(400));
+        // The late `Started` and `Done` were for the first copy: this one was never made.
+        let err = c.copy_call(copy()).unwrap_err();
+        assert!(matches!(err, PoolError::Connection(_)), "{err}");
     }
 
     #[test]
