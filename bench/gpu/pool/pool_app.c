@@ -7,7 +7,9 @@
  *   pool_app SIZE_MIB CHUNK_MIB ROUNDS SEED [GO_FILE]
  *
  * With GO_FILE, it says "ready" on stderr once set up and waits (at most 120 s) until the
- * file exists, so that the script can measure memory with every process set up. stdout: one
+ * file exists, so that the script can measure memory with every process set up. With the
+ * environment variable POOL_APP_PAUSE (a path), it says "paused" on stderr after the first
+ * round and waits (at most 120 s) until that path exists. stdout: one
  * JSON line (checksum, GPU memory cuMemGetInfo says the pinned allocation took, times). Built
  * by run_pool.sh with gcc against the machine's libcuda (declarations:
  * fixtures/include/cuda_driver_min.h). */
@@ -98,6 +100,11 @@ int main(int argc, char **argv) {
         for (size_t c = 0; c < n; c++)
             CHECK(cuMemcpyDtoHAsync_v2(h + ((c + 1) % n) * chunk, dev + c * chunk, chunk, s));
         CHECK(cuStreamSynchronize(s));
+        const char *pause = getenv("POOL_APP_PAUSE");
+        if (r == 0 && pause) {
+            fprintf(stderr, "paused\n");
+            for (int i = 0; i < 12000 && access(pause, F_OK) != 0; i++) usleep(10000);
+        }
     }
     double copy_s = now() - tc;
     uint64_t sum = hash(host, size / 8);

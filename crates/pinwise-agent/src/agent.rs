@@ -259,6 +259,7 @@ const POOL_CONNECT_TIMEOUT: Duration = Duration::from_millis(200);
 const POOL_ANSWER_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The pool's accounting at `socket`, `None` when no service answers there (in time).
+/// Its client count leaves out the agent's own connection, made to ask.
 pub fn pool_stats(socket: &std::path::Path) -> Option<pinwise_pool::Stats> {
     pinwise_pool::PoolClient::connect_with_timeouts(
         socket,
@@ -267,6 +268,13 @@ pub fn pool_stats(socket: &std::path::Path) -> Option<pinwise_pool::Stats> {
     )
     .and_then(|c| c.stats())
     .ok()
+    .map(without_the_asker)
+}
+
+/// The service counts the connection that asked for its accounting among its clients.
+fn without_the_asker(mut s: pinwise_pool::Stats) -> pinwise_pool::Stats {
+    s.clients = s.clients.saturating_sub(1);
+    s
 }
 
 impl SnapshotSource {

@@ -371,7 +371,7 @@ pub const FAMILIES: &[Desc] = &[
     desc("pinwise_tracer_uprobes", "Uprobes attached.", Gauge, false, "1"),
     desc("pinwise_agent_resident_memory_bytes", "Resident memory of the agent's process.", Gauge, false, "By"),
     desc("pinwise_pool_up", "Whether the node's pinned pool (pinwise pool serve) answered (with --pool).", Gauge, false, "1"),
-    desc("pinwise_pool_clients", "Processes connected to the node's pinned pool.", Gauge, false, "1"),
+    desc("pinwise_pool_clients", "Processes connected to the node's pinned pool (the agent's own query not counted).", Gauge, false, "1"),
     desc("pinwise_pool_pinned_bytes", "Pinned host memory the node's pinned pool holds for its clients (pinned and mapped on the GPU once, by the service).", Gauge, false, "By"),
     desc("pinwise_pool_deduplicated_bytes", "Bytes of the pool's named buffers held by more than one client beyond their first: what those clients would otherwise pin again.", Gauge, false, "By"),
     desc("pinwise_pool_gpu_pagetable_saved_estimated_bytes", "GPU page-table memory the pool saves on the node (its deduplicated bytes at 8 bytes per 4 KiB page, measured: bench/results/gpu-pagetable.md).", Gauge, false, "By"),

@@ -114,6 +114,7 @@ fn a_c_program_copies_through_the_pool_byte_exact() {
             client_budget: 32 << 20,
             allow_uids: vec![],
             huge_pages: false,
+            copy_limit: pinwise_pool::DEFAULT_COPY_LIMIT,
         },
         ctx,
     )

@@ -78,6 +78,10 @@ fn serve_then_status_reports_the_accounting() {
         (64 << 20, 16 << 20)
     );
     assert_eq!(
+        from_agent.clients, 0,
+        "the agent's own connection is not a client of the pool"
+    );
+    assert_eq!(
         pinwise_agent::agent::pool_stats(&sock),
         None,
         "a pool that went away is None"
@@ -92,4 +96,27 @@ fn serve_then_status_reports_the_accounting() {
     assert_eq!(stats["client_budget"], 16 << 20);
     assert_eq!(stats["clients"], 1, "the status connection itself");
     assert_eq!(stats["buffers"], 0);
+}
+
+#[test]
+fn pool_min_takes_the_variables_grammar_and_names_a_bad_value() {
+    for bad in ["0", "25%", "8Q"] {
+        let o = pinwise()
+            .args([
+                "run",
+                "--pool=/nonexistent/pool.sock",
+                "--pool-min",
+                bad,
+                "--",
+                "true",
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{bad}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("--pool-min") && err.contains(&format!("`{bad}`")),
+            "{bad}: {err}"
+        );
+    }
 }

@@ -26,6 +26,28 @@ pub const ALLOC_FLAG_POOL: u32 = 1 << 30;
 /// The prefix of the pool's source statistics in a history.
 pub const SOURCE_PREFIX: &str = "pool.";
 
+/// Why a pool threshold (`--pool-min`, `PINWISE_POOL_MIN`) was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PoolMinError {
+    /// Not a size.
+    #[error("the pool threshold: {0}")]
+    Size(#[from] crate::units::UnitError),
+    /// Zero bytes.
+    #[error("the pool threshold `{0}` is 0 bytes: give at least 1 (8M is the default)")]
+    Zero(String),
+}
+
+/// The smallest pinned request `pinwise run --pool` serves from the pool, from `--pool-min`
+/// or `PINWISE_POOL_MIN` (one grammar for both): a size in [`crate::units::parse_size`]'s
+/// grammar (`8MiB`, `8M`, `8388608`), at least 1 byte. A percentage is refused (a
+/// threshold is not a share of RAM).
+pub fn parse_min_bytes(text: &str) -> Result<u64, PoolMinError> {
+    match crate::units::parse_size(text)? {
+        0 => Err(PoolMinError::Zero(text.to_string())),
+        n => Ok(n),
+    }
+}
+
 /// What one process got from the pool (all zero without `--pool`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
@@ -65,6 +87,12 @@ pub struct PoolUseStats {
     pub ipc_failures: u64,
     /// Requests the service refused (budget, capacity, a CUDA failure in the service).
     pub refusals: u64,
+    /// Copies the service did not start by their deadline (it never will: made here
+    /// instead; the connection was given up).
+    pub copies_not_started: u64,
+    /// Copies the service started and did not finish within the limit (made here
+    /// instead; the connection was given up).
+    pub copies_stuck: u64,
     /// Whether the connection broke while the program ran (the service exited or hung).
     pub connection_lost: bool,
     /// The most clients the service said it had (asked at connection and when the
@@ -75,43 +103,48 @@ pub struct PoolUseStats {
     pub service_deduplicated_bytes: u64,
 }
 
-/// Names of the source statistics, each `pool.<name>`.
-const NAMES: [&str; 12] = [
-    "buffers",
-    "bytes",
-    "bytes_peak",
-    "alloc_fallbacks",
-    "copies",
-    "copy_bytes",
-    "async_made_sync",
-    "buffers_registered_here",
-    "copies_here",
-    "ipc_failures",
-    "service_clients_max",
-    "service_deduplicated_bytes",
+/// One counter kept in a history as the source statistic `pool.<name>`.
+struct Field {
+    name: &'static str,
+    get: fn(&PoolUseStats) -> u64,
+    set: fn(&mut PoolUseStats, u64),
+}
+
+/// A [`Field`] for the counter `PoolUseStats::$f`, named after it.
+macro_rules! field {
+    ($f:ident) => {
+        Field {
+            name: stringify!($f),
+            get: |s| s.$f,
+            set: |s, v| s.$f = v,
+        }
+    };
+}
+
+/// The counters a history keeps (the first, `buffers`, marks a run with `--pool`).
+const FIELDS: [Field; 14] = [
+    field!(buffers),
+    field!(bytes),
+    field!(bytes_peak),
+    field!(alloc_fallbacks),
+    field!(copies),
+    field!(copy_bytes),
+    field!(async_made_sync),
+    field!(buffers_registered_here),
+    field!(copies_here),
+    field!(ipc_failures),
+    field!(copies_not_started),
+    field!(copies_stuck),
+    field!(service_clients_max),
+    field!(service_deduplicated_bytes),
 ];
 
 impl PoolUseStats {
     /// The counters as `(name, value)` source statistics for a history.
     pub fn source_stats(&self) -> Vec<(String, u64)> {
-        let v = [
-            self.buffers,
-            self.bytes,
-            self.bytes_peak,
-            self.alloc_fallbacks,
-            self.copies,
-            self.copy_bytes,
-            self.async_made_sync,
-            self.buffers_registered_here,
-            self.copies_here,
-            self.ipc_failures,
-            self.service_clients_max,
-            self.service_deduplicated_bytes,
-        ];
-        NAMES
+        FIELDS
             .iter()
-            .zip(v)
-            .map(|(n, v)| (format!("{SOURCE_PREFIX}{n}"), v))
+            .map(|f| (format!("{SOURCE_PREFIX}{}", f.name), (f.get)(self)))
             .collect()
     }
 
@@ -119,25 +152,16 @@ impl PoolUseStats {
     /// Histories merged from several processes add up (peaks too: an upper bound).
     pub fn from_source_stats(stats: &BTreeMap<String, u64>) -> Option<PoolUseStats> {
         let get = |n: &str| stats.get(&format!("{SOURCE_PREFIX}{n}")).copied();
-        get("buffers")?;
-        let g = |n: &str| get(n).unwrap_or(0);
-        Some(PoolUseStats {
+        get(FIELDS[0].name)?;
+        let mut s = PoolUseStats {
             configured: true,
-            connected: g("buffers") > 0 || g("service_clients_max") > 0,
-            buffers: g("buffers"),
-            bytes: g("bytes"),
-            bytes_peak: g("bytes_peak"),
-            alloc_fallbacks: g("alloc_fallbacks"),
-            copies: g("copies"),
-            copy_bytes: g("copy_bytes"),
-            async_made_sync: g("async_made_sync"),
-            buffers_registered_here: g("buffers_registered_here"),
-            copies_here: g("copies_here"),
-            ipc_failures: g("ipc_failures"),
-            service_clients_max: g("service_clients_max"),
-            service_deduplicated_bytes: g("service_deduplicated_bytes"),
             ..PoolUseStats::default()
-        })
+        };
+        for f in &FIELDS {
+            (f.set)(&mut s, get(f.name).unwrap_or(0));
+        }
+        s.connected = s.buffers > 0 || s.service_clients_max > 0;
+        Some(s)
     }
 
     /// Several processes' figures added up (`None`: none used `--pool`). Peaks are added
@@ -166,6 +190,8 @@ impl PoolUseStats {
             t.copies_here += p.copies_here;
             t.ipc_failures += p.ipc_failures;
             t.refusals += p.refusals;
+            t.copies_not_started += p.copies_not_started;
+            t.copies_stuck += p.copies_stuck;
             t.service_clients_max = t.service_clients_max.max(p.service_clients_max);
             t.service_deduplicated_bytes = t
                 .service_deduplicated_bytes
@@ -174,16 +200,23 @@ impl PoolUseStats {
         t
     }
 
-    /// One line for people: what the pool served, its page-table estimate, the fallbacks.
+    /// One line for people, for the run's summary: `pinned pool: ` and [`Self::prose`].
     pub fn summary_line(&self) -> String {
+        format!("pinned pool: {}", self.prose())
+    }
+
+    /// What the pool served, its page-table estimate and the fallbacks, for people: the
+    /// one wording of the run's summary and of `pinwise report`.
+    pub fn prose(&self) -> String {
         use crate::units::format_size;
         let mut s = format!(
-            "pinned pool: {} requests served from the node's pool ({}, peak {}; GPU page \
-             tables for them est. {} kept once by the service instead of here, {} saved \
-             node-wide by shared buffers; service clients up to {}); {} copies done by the \
-             service ({}; {} asynchronous ones made synchronous); fallbacks: {} requests \
-             pinned in-process, {} pool buffers registered here ({} copies), {} left pageable, \
-             {} device allocations without an IPC handle, {} refusals",
+            "{} requests served from the node's pool ({}, peak {}; GPU page tables for them \
+             est. {} kept once by the service instead of here, at 8 bytes per 4 KiB page, {} \
+             saved node-wide by shared buffers; service clients up to {}); {} copies done by \
+             the service ({}; {} asynchronous ones made synchronous); fallbacks: {} requests \
+             pinned in-process, {} pool buffers registered here ({} copies), {} left \
+             pageable, {} device allocations without an IPC handle, {} refusals, {} copies \
+             the service did not start in time, {} it started and did not finish in time",
             self.buffers,
             format_size(self.bytes),
             format_size(self.bytes_peak),
@@ -199,6 +232,8 @@ impl PoolUseStats {
             self.buffers_left_pageable,
             self.ipc_failures,
             self.refusals,
+            self.copies_not_started,
+            self.copies_stuck,
         );
         if let Some(r) = &self.unavailable_reason {
             s.push_str(&format!(
@@ -298,6 +333,40 @@ mod tests {
             "{line}"
         );
         assert!(!line.contains("  "), "{line}");
+    }
+
+    #[test]
+    fn the_pool_threshold_reads_sizes_and_names_a_bad_value() {
+        for (text, bytes) in [
+            ("8MiB", 8 << 20),
+            ("8M", 8 << 20),
+            ("8388608", 8 << 20),
+            ("1", 1),
+        ] {
+            assert_eq!(parse_min_bytes(text), Ok(bytes), "{text}");
+        }
+        for bad in ["8Q", "lots", "25%", "0", "-1"] {
+            let e = parse_min_bytes(bad).unwrap_err().to_string();
+            assert!(e.contains(&format!("`{bad}`")), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn every_counter_a_history_keeps_round_trips_by_its_own_name() {
+        // Each field's value distinct: a getter or setter naming another field shows.
+        let mut s = PoolUseStats {
+            configured: true,
+            connected: true,
+            ..PoolUseStats::default()
+        };
+        for (i, f) in FIELDS.iter().enumerate() {
+            (f.set)(&mut s, 100 + i as u64);
+        }
+        let map: BTreeMap<String, u64> = s.source_stats().into_iter().collect();
+        assert_eq!(map.len(), FIELDS.len());
+        assert_eq!(map["pool.copies_here"], 108);
+        assert_eq!(map["pool.copies_stuck"], 111);
+        assert_eq!(PoolUseStats::from_source_stats(&map), Some(s));
     }
 
     #[test]

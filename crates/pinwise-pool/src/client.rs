@@ -5,9 +5,13 @@
 //! pool (pin in-process). Nothing here retries behind the caller's back, and a copy that
 //! failed has not been reported done.
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use pinwise_core::units::monotonic_ns;
 
 use pinwise_cuda::{Context, CudaError, DevicePtr, IpcMemHandle};
 
@@ -69,7 +73,24 @@ pub enum PoolError {
     /// CUDA failed in this process (getting an IPC handle).
     #[error(transparent)]
     Cuda(#[from] CudaError),
+    /// The service did not start a copy by its deadline, and never will (see
+    /// [`crate::proto`]): the caller may make the copy itself. The connection is out of
+    /// step, and shut down: every later call on it fails at once.
+    #[error("the pinwise pool did not start the copy within {0:?}; it never will")]
+    NotStarted(std::time::Duration),
+    /// The service started a copy and neither finished it nor went away within the limit
+    /// ([`PoolClient::set_copy_timeouts`]): the bytes are in doubt until the service's own
+    /// copy limit ends it (see [`crate::ServiceConfig::copy_limit`]). The connection is shut
+    /// down, as for [`PoolError::NotStarted`].
+    #[error("the pinwise pool started a copy and did not finish it within {0:?}")]
+    Stuck(std::time::Duration),
 }
+
+/// How long a client with call timeouts ([`PoolClient::connect_with_timeouts`]) waits for a
+/// copy the service has started, by default: longer than the service's default copy limit
+/// ([`crate::DEFAULT_COPY_LIMIT`]), after which a service that is still running ends itself
+/// (and with it the copy), so that a copy reported stuck here is one of a frozen service.
+pub const DEFAULT_STARTED_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// Shorthand.
 pub type Result<T, E = PoolError> = std::result::Result<T, E>;
@@ -77,16 +98,141 @@ pub type Result<T, E = PoolError> = std::result::Result<T, E>;
 #[derive(Debug)]
 struct Conn {
     sock: Mutex<OwnedFd>,
+    /// How long a copy may wait for the service to start it, ns (0: no limit).
+    start_wait_ns: AtomicU64,
+    /// How long a started copy may take, ns (0: no limit).
+    started_limit_ns: AtomicU64,
+}
+
+fn nanos(d: Option<Duration>) -> u64 {
+    d.map_or(0, |d| {
+        u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1)
+    })
+}
+
+fn duration(ns: u64) -> Option<Duration> {
+    (ns != 0).then(|| Duration::from_nanos(ns))
+}
+
+/// What waiting for a message until a time gave.
+enum Got {
+    Message(Vec<u8>),
+    Closed,
+    Nothing,
+}
+
+/// Receives one message on `sock`, waiting until `until` (`CLOCK_MONOTONIC` ns; `None`: no
+/// limit) has passed on the clock, and then looking once more without waiting.
+fn recv_until(sock: BorrowedFd<'_>, until: Option<u64>) -> Result<Got> {
+    let gone = |e: rustix::io::Errno| PoolError::Connection(format!("receiving: {e}"));
+    loop {
+        // Zero once the clock is past `until` (strictly: the service copies at `until`).
+        let left = until.map(|u| u.saturating_add(1).saturating_sub(monotonic_ns()));
+        if left != Some(0) {
+            // Up to the deadline (a wake-up a little early goes round again).
+            let wait = left.map(|ns| Duration::from_nanos(ns) + Duration::from_micros(50));
+            if !wire::wait_readable(sock, wait).map_err(gone)? {
+                continue;
+            }
+        }
+        match wire::try_recv(sock) {
+            Ok(Some((bytes, _))) => return Ok(Got::Message(bytes)),
+            Ok(None) => return Ok(Got::Closed),
+            Err(rustix::io::Errno::AGAIN) if left == Some(0) => return Ok(Got::Nothing),
+            Err(rustix::io::Errno::AGAIN) => continue,
+            Err(e) => return Err(gone(e)),
+        }
+    }
+}
+
+/// Shuts a connection down both ways: every later call on it fails at once (and the
+/// service frees what the client held).
+fn out_of_step(sock: BorrowedFd<'_>) {
+    let _ = rustix::net::shutdown(sock, rustix::net::Shutdown::Both);
+}
+
+fn reply(bytes: &[u8]) -> Result<Response> {
+    match proto::decode(bytes).map_err(PoolError::Protocol)? {
+        Response::Error { kind, message } => Err(PoolError::Refused { kind, message }),
+        r => Ok(r),
+    }
 }
 
 impl Conn {
+    fn new(sock: OwnedFd) -> Conn {
+        Conn {
+            sock: Mutex::new(sock),
+            start_wait_ns: AtomicU64::new(0),
+            started_limit_ns: AtomicU64::new(0),
+        }
+    }
+
+    /// Sends a copy request and waits for its answers (see [`crate::proto`]): `Ok` once
+    /// the bytes arrived; [`PoolError::NotStarted`] when the service did not start it by
+    /// its deadline (and never will); [`PoolError::Stuck`] when a started copy outlived the
+    /// limit; a refusal or failure of a copy that was not made or that ended.
+    fn copy_call(&self, req: Request) -> Result<()> {
+        let sock = self.sock.lock().unwrap_or_else(|e| e.into_inner());
+        let r = Conn::copy_on(
+            sock.as_fd(),
+            req,
+            &self.start_wait_ns,
+            &self.started_limit_ns,
+        );
+        if let Err(PoolError::NotStarted(_) | PoolError::Stuck(_) | PoolError::Connection(_)) = &r {
+            // Answers still to come (a late `Started`, `Expired`, `Done`) must never be taken
+            // for a later request's: a `Done` read for another copy would be a wrong byte.
+            out_of_step(sock.as_fd());
+        }
+        r
+    }
+
+    fn copy_on(
+        sock: BorrowedFd<'_>,
+        mut req: Request,
+        start_wait_ns: &AtomicU64,
+        started_limit_ns: &AtomicU64,
+    ) -> Result<()> {
+        let start_wait = duration(start_wait_ns.load(Ordering::Relaxed));
+        let started_limit = duration(started_limit_ns.load(Ordering::Relaxed));
+        let deadline = start_wait.map(|w| monotonic_ns().saturating_add(nanos(Some(w))));
+        if let Request::Copy { deadline_ns, .. } = &mut req {
+            *deadline_ns = deadline;
+        }
+        wire::send(sock, &proto::encode(&req), None)
+            .map_err(|e| PoolError::Connection(format!("sending: {e}")))?;
+        let closed = || PoolError::Connection("the pool closed the connection".into());
+        match recv_until(sock, deadline)? {
+            Got::Message(bytes) => match reply(&bytes)? {
+                Response::Started => {}
+                other => return Err(PoolError::Protocol(format!("{other:?} to copy"))),
+            },
+            Got::Closed => return Err(closed()),
+            Got::Nothing => return Err(PoolError::NotStarted(start_wait.unwrap_or_default())),
+        }
+        let until = started_limit.map(|l| monotonic_ns().saturating_add(nanos(Some(l))));
+        match recv_until(sock, until)? {
+            Got::Message(bytes) => match reply(&bytes)? {
+                Response::Done => Ok(()),
+                other => Err(PoolError::Protocol(format!("{other:?} to a started copy"))),
+            },
+            Got::Closed => Err(closed()),
+            Got::Nothing => Err(PoolError::Stuck(started_limit.unwrap_or_default())),
+        }
+    }
+
     /// Sends a request and waits for its reply (one at a time per connection).
     fn call(&self, req: &Request) -> Result<(Response, Option<OwnedFd>)> {
         let sock = self.sock.lock().unwrap_or_else(|e| e.into_inner());
         wire::send(sock.as_fd(), &proto::encode(req), None)
             .map_err(|e| PoolError::Connection(format!("sending: {e}")))?;
         let (bytes, fd) = wire::recv(sock.as_fd())
-            .map_err(|e| PoolError::Connection(format!("receiving: {e}")))?
+            .map_err(|e| {
+                // Timed out or broken: the reply may still come, and would be taken for the
+                // next request's.
+                out_of_step(sock.as_fd());
+                PoolError::Connection(format!("receiving: {e}"))
+            })?
             .ok_or_else(|| PoolError::Connection("the pool closed the connection".into()))?;
         let reply: Response = proto::decode(&bytes).map_err(PoolError::Protocol)?;
         match reply {
@@ -199,13 +345,14 @@ impl PoolClient {
             wire::set_timeouts(sock.as_fd(), call)
                 .map_err(|e| PoolError::Connection(format!("setting timeouts: {e}")))?;
         }
+        if call.is_some() {
+            client.set_copy_timeouts(call, Some(DEFAULT_STARTED_LIMIT));
+        }
         Ok(client)
     }
 
     fn hello(sock: OwnedFd) -> Result<PoolClient> {
-        let conn = Arc::new(Conn {
-            sock: Mutex::new(sock),
-        });
+        let conn = Arc::new(Conn::new(sock));
         match conn.call(&Request::Hello { version: VERSION })? {
             (Response::Hello { client_budget, .. }, _) => Ok(PoolClient {
                 conn,
@@ -230,6 +377,33 @@ impl PoolClient {
         let sock = self.conn.sock.lock().unwrap_or_else(|e| e.into_inner());
         wire::set_timeouts(sock.as_fd(), timeout)
             .map_err(|e| PoolError::Connection(format!("setting timeouts: {e}")))
+    }
+
+    /// How long each later copy waits for the service to start it (`start`: the copy's
+    /// deadline is now plus this) and, once started, for it to finish (`started`); `None`:
+    /// no limit. A copy not started in time is [`PoolError::NotStarted`] (the service will
+    /// never make it: safe to make it another way); one started and unfinished in time is
+    /// [`PoolError::Stuck`]. [`PoolClient::connect_with_timeouts`] sets the call timeout
+    /// and [`DEFAULT_STARTED_LIMIT`]; [`PoolClient::connect`] none.
+    pub fn set_copy_timeouts(&self, start: Option<Duration>, started: Option<Duration>) {
+        self.conn
+            .start_wait_ns
+            .store(nanos(start), Ordering::Relaxed);
+        self.conn
+            .started_limit_ns
+            .store(nanos(started), Ordering::Relaxed);
+    }
+
+    /// The connection's descriptor, for a forked child to close (a child must never use
+    /// its parent's connection, and the service sees the connection close only when
+    /// every process holding it has closed it). Not for sending or receiving.
+    pub fn socket_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        self.conn
+            .sock
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_raw_fd()
     }
 
     /// The most bytes this client may hold in pinned buffers.
@@ -394,17 +568,15 @@ impl PoolClient {
                         at.0, device.base.0, device.len
                     ),
                 })?;
-        match self.conn.call(&Request::Copy {
+        self.conn.copy_call(Request::Copy {
             dir,
             buffer: buffer.id,
             buffer_offset: buffer_offset as u64,
             device: device.id,
             device_offset,
             len: len as u64,
-        })? {
-            (Response::Done, _) => Ok(()),
-            (other, _) => Err(PoolError::Protocol(format!("{other:?} to copy"))),
-        }
+            deadline_ns: None,
+        })
     }
 
     /// The pool's accounting (all clients).
@@ -509,4 +681,149 @@ fn check_shared_file(fd: std::os::fd::BorrowedFd<'_>, len: usize) -> Result<()> 
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    /// A connection whose other end is a scripted service (`script` gets the socket after
+    /// reading the copy request).
+    fn scripted(script: impl FnOnce(OwnedFd, Request) + Send + 'static) -> Conn {
+        let (a, b) = rustix::net::socketpair(
+            rustix::net::AddressFamily::UNIX,
+            rustix::net::SocketType::SEQPACKET,
+            rustix::net::SocketFlags::CLOEXEC,
+            None,
+        )
+        .unwrap();
+        std::thread::spawn(move || {
+            let (bytes, _) = wire::recv(b.as_fd()).unwrap().unwrap();
+            let req: Request = proto::decode(&bytes).unwrap();
+            script(b, req)
+        });
+        Conn::new(a)
+    }
+
+    fn answer(sock: &OwnedFd, r: &Response) {
+        wire::send(sock.as_fd(), &proto::encode(r), None).unwrap();
+    }
+
+    fn copy() -> Request {
+        Request::Copy {
+            dir: Direction::HostToDevice,
+            buffer: 1,
+            buffer_offset: 0,
+            device: 2,
+            device_offset: 0,
+            len: 8,
+            deadline_ns: None,
+        }
+    }
+
+    fn timeouts(c: &Conn, start: Duration, started: Duration) {
+        c.start_wait_ns.store(nanos(Some(start)), Ordering::Relaxed);
+        c.started_limit_ns
+            .store(nanos(Some(started)), Ordering::Relaxed);
+    }
+
+    #[test]
+    fn a_started_copy_is_waited_for_past_the_start_deadline() {
+        // The copy takes longer than the wait for its start: the client must not give up
+        // (and make the copy itself) while the service's copy may still land.
+        let c = scripted(|s, req| {
+            let Request::Copy { deadline_ns, .. } = req else {
+                panic!("{req:?}")
+            };
+            assert!(
+                deadline_ns.is_some_and(|d| d > monotonic_ns()),
+                "a deadline to come"
+            );
+            answer(&s, &Response::Started);
+            std::thread::sleep(Duration::from_millis(400));
+            answer(&s, &Response::Done);
+        });
+        timeouts(&c, Duration::from_millis(100), Duration::from_secs(10));
+        let t0 = Instant::now();
+        c.copy_call(copy()).expect("done");
+        assert!(t0.elapsed() >= Duration::from_millis(400));
+    }
+
+    #[test]
+    fn no_start_by_the_deadline_is_not_started_and_bounded() {
+        let c = scripted(|s, _| {
+            std::thread::sleep(Duration::from_millis(800));
+            // What a service would send after the deadline (then `Expired`, no copy).
+            let _ = wire::send(s.as_fd(), &proto::encode(&Response::Started), None);
+        });
+        timeouts(&c, Duration::from_millis(100), Duration::from_secs(10));
+        let t0 = Instant::now();
+        let err = c.copy_call(copy()).unwrap_err();
+        assert!(matches!(err, PoolError::NotStarted(_)), "{err}");
+        let took = t0.elapsed();
+        assert!(
+            took >= Duration::from_millis(100) && took < Duration::from_millis(800),
+            "{took:?}"
+        );
+    }
+
+    #[test]
+    fn after_a_copy_not_started_the_late_answers_are_never_taken_for_another_copys() {
+        let c = scripted(|s, _| {
+            std::thread::sleep(Duration::from_millis(300));
+            let _ = wire::send(s.as_fd(), &proto::encode(&Response::Started), None);
+            let _ = wire::send(s.as_fd(), &proto::encode(&Response::Done), None);
+            std::thread::sleep(Duration::from_secs(2));
+        });
+        timeouts(&c, Duration::from_millis(100), Duration::from_secs(10));
+        let err = c.copy_call(copy()).unwrap_err();
+        assert!(matches!(err, PoolError::NotStarted(_)), "{err}");
+        std::thread::sleep(Duration::from_millis(400));
+        // The late `Started` and `Done` were for the first copy: this one was never made.
+        let err = c.copy_call(copy()).unwrap_err();
+        assert!(matches!(err, PoolError::Connection(_)), "{err}");
+    }
+
+    #[test]
+    fn a_refusal_before_the_start_is_the_answer_and_a_started_copy_is_bounded() {
+        let c = scripted(|s, _| {
+            answer(
+                &s,
+                &Response::Error {
+                    kind: ErrorKind::NotFound,
+                    message: "no buffer 1".into(),
+                },
+            )
+        });
+        timeouts(&c, Duration::from_secs(5), Duration::from_secs(5));
+        let err = c.copy_call(copy()).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                PoolError::Refused {
+                    kind: ErrorKind::NotFound,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        // Started, then silence: given up at the limit, as stuck.
+        let c = scripted(|s, _| {
+            answer(&s, &Response::Started);
+            std::thread::sleep(Duration::from_secs(2));
+            drop(s);
+        });
+        timeouts(&c, Duration::from_secs(5), Duration::from_millis(200));
+        let err = c.copy_call(copy()).unwrap_err();
+        assert!(matches!(err, PoolError::Stuck(_)), "{err}");
+        // Started, then the service dies: the connection closed.
+        let c = scripted(|s, _| {
+            answer(&s, &Response::Started);
+            drop(s);
+        });
+        timeouts(&c, Duration::from_secs(5), Duration::from_secs(5));
+        let err = c.copy_call(copy()).unwrap_err();
+        assert!(matches!(err, PoolError::Connection(_)), "{err}");
+    }
 }

@@ -17,6 +17,10 @@
 //!    allocation (`cuIpcGetMemHandle`); the service opens it (`cuIpcOpenMemHandle`);
 //! 4. [`PoolClient::copy_to_device`] / [`PoolClient::copy_from_device`]: the service copies
 //!    between the buffer and the client's device memory and answers when the bytes arrived.
+//!    A copy has a deadline to start and two answers (`Started`, then `Done`: see
+//!    [`proto`]), so that a client that stopped waiting can never be overtaken by the
+//!    service's late copy; a started copy is bounded by the service's copy limit
+//!    ([`ServiceConfig::copy_limit`]: past it the service ends itself).
 //!
 //! Budgets: a capacity for the pool and a budget per client (connection). A client that
 //! exits or dies (its socket closes) frees everything it held. The service's absence, a
@@ -36,9 +40,10 @@ pub mod wire;
 
 pub use client::{
     default_socket, DeviceCache, PoolBuffer, PoolClient, PoolDevice, PoolError, Result,
-    DEFAULT_SOCKET, SOCKET_ENV,
+    DEFAULT_SOCKET, DEFAULT_STARTED_LIMIT, SOCKET_ENV,
 };
 pub use proto::{ErrorKind, Stats};
 pub use service::{
-    Service, ServiceConfig, ServiceError, MAX_BUFFERS_PER_CLIENT, MAX_DEVICES_PER_CLIENT,
+    Service, ServiceConfig, ServiceError, DEFAULT_COPY_LIMIT, MAX_BUFFERS_PER_CLIENT,
+    MAX_DEVICES_PER_CLIENT,
 };

@@ -1,11 +1,23 @@
 //! The wire protocol: one JSON message per `SOCK_SEQPACKET` datagram, a request from the
-//! client and exactly one response from the service. A `Buffer` response carries the
-//! buffer's memfd as `SCM_RIGHTS` ancillary data.
+//! client and exactly one response from the service, except for a copy. A `Buffer` response
+//! carries the buffer's memfd as `SCM_RIGHTS` ancillary data.
+//!
+//! **A copy has two answers**, so that a client that gives up waiting can never be overtaken
+//! by the service's late copy. The request carries a deadline (`CLOCK_MONOTONIC`, one clock
+//! for the whole node). The service checks the request; a refusal is its only answer (nothing
+//! copied). Otherwise it answers [`Response::Started`] *first*, then reads the clock: past
+//! the deadline it answers [`ErrorKind::Expired`] and copies nothing; else it copies and
+//! answers [`Response::Done`] (or a failure). The client waits for `Started` until the
+//! deadline has passed on the clock, then looks once more without waiting: a `Started`
+//! queued by then means the copy may run, and the client waits for the final answer; none
+//! means any `Started` still to come was sent after the deadline, so the service's clock
+//! check that follows it fails and it will never copy: the client may redo the copy itself
+//! (it drops the connection, which is out of step).
 
 use serde::{Deserialize, Serialize};
 
 /// The protocol version both sides must speak.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// The largest datagram either side sends or accepts.
 pub const MAX_MESSAGE: usize = 16 * 1024;
 
@@ -68,6 +80,10 @@ pub enum Request {
         device_offset: u64,
         /// Bytes to copy.
         len: u64,
+        /// The latest `CLOCK_MONOTONIC` time (ns) at which the service may start the copy
+        /// (`None`: any time). See the module documentation.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        deadline_ns: Option<u64>,
     },
     /// The service's accounting.
     Stats,
@@ -89,6 +105,8 @@ pub enum ErrorKind {
     Version,
     /// CUDA or the operating system failed in the service.
     Failed,
+    /// A copy's deadline passed before the service could start it: nothing was copied.
+    Expired,
 }
 
 /// The service's accounting, as `Stats` answers it.
@@ -114,6 +132,10 @@ pub struct Stats {
     pub copies: u64,
     /// Bytes copied since start.
     pub copied_bytes: u64,
+    /// Copies not made because their deadline had passed when the service came to them
+    /// (the client made them itself).
+    #[serde(default)]
+    pub expired_copies: u64,
     /// The service's capacity (bytes, all clients).
     pub capacity: u64,
     /// Each client's budget (bytes).
@@ -149,6 +171,9 @@ pub enum Response {
         /// Its size, bytes.
         len: u64,
     },
+    /// A copy passed the service's checks and will be made unless its deadline has passed
+    /// (the final answer follows).
+    Started,
     /// Done.
     Done,
     /// Accounting.
@@ -206,6 +231,7 @@ mod tests {
                 device: 1,
                 device_offset: 8,
                 len: 99,
+                deadline_ns: Some(12345),
             },
         ];
         for r in reqs {

@@ -7,11 +7,14 @@
 //! segments unregistered and unmapped, its bytes given back to the ledger.
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use pinwise_core::units::monotonic_ns;
 
 use pinwise_cuda::sys::CU_STREAM_NON_BLOCKING;
 use pinwise_cuda::{Context, HostRegistration, IpcMapping, IpcMemHandle, Stream};
@@ -34,7 +37,16 @@ pub struct ServiceConfig {
     pub allow_uids: Vec<u32>,
     /// Try 2 MiB huge pages (hugetlbfs memfds) before 4 KiB pages.
     pub huge_pages: bool,
+    /// The longest a copy may take once started ([`DEFAULT_COPY_LIMIT`]): a copy still
+    /// running after it means a GPU that cannot finish it, and the service ends itself
+    /// (abort), which ends its CUDA context and the copy with it; its clients see the
+    /// connection close and make their copies themselves. A client waits longer than this
+    /// for a started copy ([`crate::client::DEFAULT_STARTED_LIMIT`]).
+    pub copy_limit: Duration,
 }
+
+/// The default of [`ServiceConfig::copy_limit`] (a copy of 64 GiB at 2 GB/s takes 32 s).
+pub const DEFAULT_COPY_LIMIT: Duration = Duration::from_secs(60);
 
 /// Errors starting the service.
 #[derive(Debug, thiserror::Error)]
@@ -77,6 +89,10 @@ struct Shared {
     copies: AtomicU64,
     copied_bytes: AtomicU64,
     next_client: AtomicU64,
+    /// Copies under way: client, and when each started (`CLOCK_MONOTONIC` ns).
+    in_flight: Mutex<HashMap<ClientId, u64>>,
+    /// Copies refused because their deadline had passed.
+    expired: AtomicU64,
 }
 
 impl Shared {
@@ -107,6 +123,7 @@ impl Shared {
             deduplicated_bytes,
             copies: self.copies.load(Ordering::Relaxed),
             copied_bytes: self.copied_bytes.load(Ordering::Relaxed),
+            expired_copies: self.expired.load(Ordering::Relaxed),
             capacity: t.ledger.capacity(),
             client_budget: t.ledger.client_budget(),
         }
@@ -196,6 +213,8 @@ impl Service {
                 copies: AtomicU64::new(0),
                 copied_bytes: AtomicU64::new(0),
                 next_client: AtomicU64::new(1),
+                in_flight: Mutex::new(HashMap::new()),
+                expired: AtomicU64::new(0),
             }),
         })
     }
@@ -205,8 +224,13 @@ impl Service {
         self.shared.stats()
     }
 
-    /// Serves connections until accepting fails (a thread per connection).
+    /// Serves connections until accepting fails (a thread per connection, and a watchdog
+    /// over the copies: [`ServiceConfig::copy_limit`]).
     pub fn run(self) -> std::io::Result<()> {
+        let shared = self.shared.clone();
+        std::thread::Builder::new()
+            .name("pinwise-pool-watchdog".into())
+            .spawn(move || watchdog(&shared))?;
         loop {
             let sock = match wire::accept(self.listener.as_fd()) {
                 Ok(s) => s,
@@ -220,6 +244,31 @@ impl Service {
             if let Err(e) = spawned {
                 tracing::warn!("cannot start a thread for a pool client: {e}");
             }
+        }
+    }
+}
+
+/// Ends the service when a copy has run past the copy limit (see
+/// [`ServiceConfig::copy_limit`]): the copy cannot be cancelled otherwise, and a client
+/// must never be left to wonder whether its bytes will still change.
+fn watchdog(shared: &Shared) {
+    let limit = shared.config.copy_limit;
+    let limit_ns = u64::try_from(limit.as_nanos()).unwrap_or(u64::MAX);
+    let tick = (limit / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    loop {
+        std::thread::sleep(tick);
+        let now = monotonic_ns();
+        let stuck = lock(&shared.in_flight)
+            .iter()
+            .find(|(_, &t0)| now.saturating_sub(t0) > limit_ns)
+            .map(|(&c, _)| c);
+        if let Some(client) = stuck {
+            tracing::error!(
+                "pool: a copy for client {client} has run for more than {limit:?}; the GPU \
+                 cannot finish it: ending the service (its clients make their copies themselves)"
+            );
+            eprintln!("pinwise pool: a copy ran past the copy limit ({limit:?}); aborting");
+            std::process::abort();
         }
     }
 }
@@ -358,7 +407,7 @@ fn serve_client(shared: Arc<Shared>, sock: OwnedFd) {
                 None,
             ),
             Ok(_) if !greeted => (error(ErrorKind::BadRequest, "say hello first"), None),
-            Ok(req) => session.handle(req),
+            Ok(req) => session.handle(req, sock.as_fd()),
         };
         let fd_ref = fd
             .and_then(|b| session.buffers.get(&b))
@@ -374,7 +423,8 @@ fn serve_client(shared: Arc<Shared>, sock: OwnedFd) {
 
 impl Session {
     /// Answers one request; the second value names a buffer whose memfd goes with the reply.
-    fn handle(&mut self, req: Request) -> (Response, Option<u64>) {
+    /// A copy's first answer (`Started`) is sent on `sock` from here.
+    fn handle(&mut self, req: Request, sock: BorrowedFd<'_>) -> (Response, Option<u64>) {
         match req {
             Request::Hello { .. } => (Response::Done, None),
             Request::Stats => (Response::Stats(self.shared.stats()), None),
@@ -413,10 +463,19 @@ impl Session {
                 device,
                 device_offset,
                 len,
-            } => (
-                self.copy(dir, buffer, buffer_offset, device, device_offset, len),
-                None,
-            ),
+                deadline_ns,
+            } => {
+                let copy = CopyRequest {
+                    dir,
+                    buffer,
+                    buffer_offset,
+                    device,
+                    device_offset,
+                    len,
+                    deadline_ns,
+                };
+                (self.copy(&copy, sock), None)
+            }
         }
     }
 
@@ -586,30 +645,27 @@ impl Session {
         }
     }
 
-    fn copy(
-        &mut self,
-        dir: Direction,
-        buffer: u64,
-        buffer_offset: u64,
-        device: u64,
-        device_offset: u64,
-        len: u64,
-    ) -> Response {
-        let Some(b) = self.buffers.get(&buffer) else {
-            return not_found("buffer", buffer);
+    /// A copy (see [`crate::proto`]): checked; `Started` sent; refused past its deadline;
+    /// else made, and its final answer returned.
+    fn copy(&mut self, r: &CopyRequest, sock: BorrowedFd<'_>) -> Response {
+        let len = r.len;
+        let Some(b) = self.buffers.get(&r.buffer) else {
+            return not_found("buffer", r.buffer);
         };
-        let Some(d) = self.devices.get(&device) else {
-            return not_found("device", device);
+        let Some(d) = self.devices.get(&r.device) else {
+            return not_found("device", r.device);
         };
         let fits =
             |off: u64, size: usize| off.checked_add(len).is_some_and(|end| end <= size as u64);
-        if len == 0 || !fits(buffer_offset, b.segment.len()) || !fits(device_offset, d.len()) {
+        if len == 0 || !fits(r.buffer_offset, b.segment.len()) || !fits(r.device_offset, d.len()) {
             return error(
                 ErrorKind::BadRequest,
                 format!(
-                    "copy of {len} bytes at buffer offset {buffer_offset} (buffer {} bytes), \
-                     device offset {device_offset} (allocation {} bytes)",
+                    "copy of {len} bytes at buffer offset {} (buffer {} bytes), device offset \
+                     {} (allocation {} bytes)",
+                    r.buffer_offset,
                     b.segment.len(),
+                    r.device_offset,
                     d.len()
                 ),
             );
@@ -620,22 +676,47 @@ impl Session {
                 Err(e) => return error(ErrorKind::Failed, format!("creating a stream: {e}")),
             }
         }
+        // `Started` first, the clock after: a client that looked for `Started` after its
+        // deadline and found none can rely on this check failing.
+        let sent = wire::send(sock, &proto::encode(&Response::Started), None);
+        let now = monotonic_ns();
+        let late = r.deadline_ns.filter(|&d| now > d);
+        if let Err(e) = sent {
+            // The client is gone (or gave up and shut the connection down): no copy.
+            if late.is_some() {
+                self.shared.expired.fetch_add(1, Ordering::Relaxed);
+            }
+            return error(ErrorKind::Failed, format!("answering: {e}"));
+        }
+        if let Some(deadline) = late {
+            self.shared.expired.fetch_add(1, Ordering::Relaxed);
+            return error(
+                ErrorKind::Expired,
+                format!(
+                    "the copy's deadline passed {} us before it could start: not copied",
+                    (now - deadline) / 1000
+                ),
+            );
+        }
         let stream = self.stream.as_ref().expect("created above");
         // SAFETY: in bounds (checked above): the host range is this client's registered
         // segment, mapped while `b` lives; the device range is inside the client's allocation
         // opened in our context. The stream is synchronized before either can go away.
-        let host = unsafe { b.registration.as_mut_ptr().add(buffer_offset as usize) };
-        let dev = d.ptr().offset(device_offset as usize);
+        let host = unsafe { b.registration.as_mut_ptr().add(r.buffer_offset as usize) };
+        let dev = d.ptr().offset(r.device_offset as usize);
         let len_us = len as usize;
         let ctx = &self.shared.ctx;
+        lock(&self.shared.in_flight).insert(self.id, now);
         // SAFETY: see above; the copy completes (synchronize) before this returns.
         let queued = unsafe {
-            match dir {
+            match r.dir {
                 Direction::HostToDevice => ctx.copy_htod_async(dev, host, len_us, stream),
                 Direction::DeviceToHost => ctx.copy_dtoh_async(host, dev, len_us, stream),
             }
         };
-        match queued.and_then(|()| stream.synchronize()) {
+        let done = queued.and_then(|()| stream.synchronize());
+        lock(&self.shared.in_flight).remove(&self.id);
+        match done {
             Ok(()) => {
                 self.shared.copies.fetch_add(1, Ordering::Relaxed);
                 self.shared.copied_bytes.fetch_add(len, Ordering::Relaxed);
@@ -644,6 +725,17 @@ impl Session {
             Err(e) => error(ErrorKind::Failed, format!("copy: {e}")),
         }
     }
+}
+
+/// A copy request's fields.
+struct CopyRequest {
+    dir: Direction,
+    buffer: u64,
+    buffer_offset: u64,
+    device: u64,
+    device_offset: u64,
+    len: u64,
+    deadline_ns: Option<u64>,
 }
 
 fn not_found(what: &str, id: u64) -> Response {

@@ -114,6 +114,39 @@ pub fn send(
 /// peer has closed the connection. A truncated message is `EMSGSIZE`; descriptors beyond
 /// the first are closed.
 pub fn recv(sock: BorrowedFd<'_>) -> rustix::io::Result<Option<(Vec<u8>, Option<OwnedFd>)>> {
+    recv_with(sock, RecvFlags::empty())
+}
+
+/// [`recv`] without waiting: `EAGAIN` when no message is queued.
+pub fn try_recv(sock: BorrowedFd<'_>) -> rustix::io::Result<Option<(Vec<u8>, Option<OwnedFd>)>> {
+    recv_with(sock, RecvFlags::DONTWAIT)
+}
+
+/// Waits until a message (or the peer's close) can be received or `timeout` passed
+/// (`None`: no limit); whether one can.
+pub fn wait_readable(
+    sock: BorrowedFd<'_>,
+    timeout: Option<std::time::Duration>,
+) -> rustix::io::Result<bool> {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let ts = timeout.map(|t| Timespec {
+        tv_sec: t.as_secs() as i64,
+        tv_nsec: i64::from(t.subsec_nanos()),
+    });
+    let mut fds = [PollFd::new(&sock, PollFlags::IN)];
+    loop {
+        match poll(&mut fds, ts.as_ref()) {
+            Err(Errno::INTR) => continue,
+            Ok(n) => return Ok(n > 0),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn recv_with(
+    sock: BorrowedFd<'_>,
+    flags: RecvFlags,
+) -> rustix::io::Result<Option<(Vec<u8>, Option<OwnedFd>)>> {
     let mut buf = vec![0u8; MAX_MESSAGE];
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
@@ -122,7 +155,7 @@ pub fn recv(sock: BorrowedFd<'_>) -> rustix::io::Result<Option<(Vec<u8>, Option<
             sock,
             &mut [IoSliceMut::new(&mut buf)],
             &mut control,
-            RecvFlags::CMSG_CLOEXEC,
+            RecvFlags::CMSG_CLOEXEC | flags,
         ) {
             Err(Errno::INTR) => continue,
             other => break other?,

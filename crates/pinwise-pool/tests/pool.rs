@@ -48,6 +48,10 @@ fn service(socket: &Path) {
         client_budget: env_u64("POOL_BUDGET", 64 * MIB as u64),
         allow_uids: vec![],
         huge_pages: false,
+        copy_limit: Duration::from_millis(env_u64(
+            "POOL_COPY_LIMIT_MS",
+            pinwise_pool::DEFAULT_COPY_LIMIT.as_millis() as u64,
+        )),
     };
     let service = Service::bind(config, ctx).expect("bind");
     println!("POOL:ready");
@@ -97,6 +101,47 @@ fn client(socket: &Path) {
             "an attached buffer shows other bytes"
         );
         println!("POOL:attached");
+    }
+    if mode == "late" {
+        // A deadline that has passed when the service reads the request: never copied,
+        // whichever answer the client saw first.
+        let before = {
+            let mut b = vec![0u8; len];
+            dev.copy_to_host(&mut b).unwrap();
+            b
+        };
+        pool.set_copy_timeouts(Some(Duration::from_nanos(1)), None);
+        match pool.copy_to_device(&buf, 0, &pdev, dev.ptr(), len) {
+            Err(PoolError::NotStarted(_))
+            | Err(PoolError::Refused {
+                kind: ErrorKind::Expired,
+                ..
+            }) => {}
+            other => panic!("a copy past its deadline: {other:?}"),
+        }
+        // Long enough for a late copy to land, were one made.
+        std::thread::sleep(Duration::from_millis(300));
+        let mut after = vec![0u8; len];
+        dev.copy_to_host(&mut after).unwrap();
+        assert!(
+            after == before,
+            "a copy past its deadline changed the device"
+        );
+        assert!(
+            before != data,
+            "the pattern must differ from the device's bytes"
+        );
+        println!("POOL:late ok");
+        return;
+    }
+    if mode == "stuck" {
+        // The service's copy outlives its copy limit: the service ends itself, and the
+        // client sees the connection close (never a copy reported done).
+        match pool.copy_to_device(&buf, 0, &pdev, dev.ptr(), len) {
+            Err(PoolError::Connection(_)) => println!("POOL:gone ok"),
+            other => panic!("a copy past the service's limit: {other:?}"),
+        }
+        return;
     }
     if mode == "copy_forever" {
         println!("POOL:copying");
@@ -560,6 +605,7 @@ fn another_user_cannot_use_the_pool_or_map_a_clients_buffer() {
             device: 2,
             device_offset: 0,
             len: 8,
+            deadline_ns: None,
         },
     ] {
         match call(&req) {
@@ -633,6 +679,7 @@ fn a_second_service_on_the_same_socket_is_refused() {
         client_budget: MIB as u64,
         allow_uids: vec![],
         huge_pages: false,
+        copy_limit: pinwise_pool::DEFAULT_COPY_LIMIT,
     };
     let err = Service::bind(config, ctx).unwrap_err();
     assert!(err.to_string().contains("already serves"), "{err}");
@@ -655,4 +702,53 @@ fn a_client_holds_at_most_the_buffer_limit() {
     drop(bufs);
     assert_eq!(pool.stats().unwrap().buffers, 0);
     pool.alloc(1).unwrap();
+}
+
+#[test]
+fn a_copy_past_its_deadline_is_never_made() {
+    let Some(f) = start("a_copy_past_its_deadline_is_never_made", &[]) else {
+        return;
+    };
+    let observer = PoolClient::connect(&f.socket).unwrap();
+    let c = Proc::spawn(
+        &f.libs,
+        &f.socket,
+        "client",
+        &[("POOL_MODE", "late".into())],
+    );
+    assert_eq!(c.line(60), "late ok");
+    c.wait_ok();
+    let s = observer.stats().unwrap();
+    assert_eq!((s.expired_copies, s.copies), (1, 0), "{s:?}");
+}
+
+#[test]
+fn a_copy_past_the_services_copy_limit_ends_the_service_and_the_client_sees_it() {
+    // Each service copy takes 3 s; the copy limit is 300 ms.
+    let Some(mut f) = start(
+        "a_copy_past_the_services_copy_limit_ends_the_service_and_the_client_sees_it",
+        &[
+            ("PINWISE_STANDIN_ASYNC_DELAY_US", "3000000".into()),
+            ("POOL_COPY_LIMIT_MS", "300".into()),
+        ],
+    ) else {
+        return;
+    };
+    let t0 = Instant::now();
+    let c = Proc::spawn(
+        &f.libs,
+        &f.socket,
+        "client",
+        &[("POOL_MODE", "stuck".into())],
+    );
+    assert_eq!(c.line(60), "gone ok");
+    c.wait_ok();
+    assert!(
+        t0.elapsed() < Duration::from_secs(30),
+        "took {:?}",
+        t0.elapsed()
+    );
+    let status = f.service.child.wait().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(libc::SIGABRT), "{status:?}");
 }

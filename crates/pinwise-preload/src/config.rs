@@ -263,8 +263,8 @@ impl Config {
         };
         let pool_min_bytes = match set(env::POOL_MIN) {
             None => DEFAULT_POOL_MIN,
-            Some(v) => match pinwise_core::units::parse_size_or_ram_percent(&v) {
-                Ok(b) => b.max(1),
+            Some(v) => match pinwise_core::pool_use::parse_min_bytes(&v) {
+                Ok(b) => b,
                 Err(e) => {
                     problems.push(format!(
                         "{}: {e}; serving pinned requests of at least 8 MiB from the pool",
@@ -392,6 +392,26 @@ mod tests {
         assert_eq!(c.log, LogTarget::Off);
         assert!(c.problems.is_empty());
         assert_eq!(c.budget_bytes, None);
+    }
+
+    #[test]
+    fn the_pool_threshold_takes_the_cli_grammar_and_names_a_bad_value() {
+        for (v, bytes) in [("8MiB", 8 << 20), ("16M", 16 << 20), ("4096", 4096)] {
+            let c = config(&[(env::POOL_MIN, v)]);
+            assert_eq!((c.pool_min_bytes, c.problems.len()), (bytes, 0), "{v}");
+        }
+        // `--pool-min` refuses these; so does the variable, saying which value it refused.
+        for bad in ["25%", "0", "8Q"] {
+            let c = config(&[(env::POOL_MIN, bad)]);
+            assert_eq!(c.pool_min_bytes, DEFAULT_POOL_MIN, "{bad}");
+            assert!(
+                c.problems
+                    .iter()
+                    .any(|p| p.contains("PINWISE_POOL_MIN") && p.contains(&format!("`{bad}`"))),
+                "{bad}: {:?}",
+                c.problems
+            );
+        }
     }
 
     #[test]

@@ -62,7 +62,7 @@
 //! | `PINWISE_FINGERPRINT` | `off` (default), `sampled` or `full`: fingerprint the bytes of host-device copies to find redundant transfers (see `fingerprint`) |
 //! | `PINWISE_FINGERPRINT_CHECK` | in sampled mode, the fraction of copies also hashed in full to measure the sampled fingerprint's error (`0.0625` default; copies above 4 MiB only with `1`) |
 //! | `PINWISE_POOL` | the socket of the node's pinned pool (`pinwise pool serve`): large pinned requests are served from it and their copies done by the service (see `pool`); unset: no pool |
-//! | `PINWISE_POOL_MIN` | pinned requests of at least this size go to the pool (`8M` default; the size grammar of `PINWISE_BUDGET`) |
+//! | `PINWISE_POOL_MIN` | pinned requests of at least this size go to the pool (`8M` default; a size such as `8MiB`, `8M`, `8388608`, at least 1 byte: the grammar of `--pool-min`, `pinwise_core::pool_use::parse_min_bytes`) |
 //! | `PINWISE_DISABLE` | `1`: forward everything, record nothing |
 //! | `PINWISE_LAUNCHER_PID` | set by `pinwise run`: its children write the main output paths |
 //!

@@ -812,10 +812,10 @@ impl Pinning {
     }
 
     /// Before a pointer query about `ptr` reaches the driver: a served allocation still
-    /// pageable is registered, so the answer is the one plain CUDA would give. Queries the
-    /// runtime makes inside a copy are its own business and promote nothing.
+    /// pageable is registered, so the answer is the one plain CUDA would give. (Queries the
+    /// runtime makes inside a copy never get here: `hooks::query` leaves them out.)
     pub fn before_query(&self, ptr: usize, stats: &HookStats, rec: &Recorder) {
-        if self.pageable_live.load(Ordering::Acquire) == 0 || guard::in_runtime_copy() {
+        if self.pageable_live.load(Ordering::Acquire) == 0 {
             return;
         }
         let found = {

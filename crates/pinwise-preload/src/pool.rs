@@ -11,7 +11,18 @@
 //!   are the program's memory at the program's addresses, not a buffer pinwise could hand
 //!   out from elsewhere.
 //! - **The connection** is made at the first request that qualifies, waiting at most 1 s;
-//!   every later answer at most 20 s (a hung service is given up, not waited for).
+//!   every later answer at most 20 s (a hung service is given up, not waited for). Its
+//!   socket is close-on-exec.
+//! - **A copy** has a deadline to start (5 s) and two answers (see `pinwise_pool::proto`):
+//!   the service answers `Started` and then never starts a copy past its deadline. A copy not
+//!   started in time is made here (`copies_not_started`), safely: the service will never make
+//!   it; the connection is given up (it is out of step). A started copy is waited for, up to
+//!   120 s: the service ends itself when a copy of its runs past 60 s (its copy limit; that
+//!   ends the copy with its CUDA context), and a service that dies closes the connection, so
+//!   the copy is then made here (`copies_stuck` past 120 s: only a frozen service, for
+//!   instance one stopped by a signal, gets there; its GPU copy, already queued, has long
+//!   finished by then, unless the service was frozen between its clock check and queueing
+//!   the copy, the one window this bound does not close).
 //! - **Copies** whose host side lies in a pool buffer (one-dimensional host-to-device and
 //!   device-to-host) go to the service: the device allocation's CUDA IPC handle is sent
 //!   once (`DeviceCache`), the whole context is synchronized first (the work a copy is
@@ -29,13 +40,21 @@
 //!   process's CUDA from then on. The buffer's bytes stay where they are (the mapping
 //!   outlives the service), so nothing is lost.
 //! - The buffers are `MADV_DONTFORK`, like CUDA's pinned memory: a forked child never
-//!   shares them (it would write into its parent's memory), and a forked child does not
-//!   use the parent's connection (the pool is off in it).
+//!   shares them (it would write into its parent's memory). A forked child never uses the
+//!   parent's connection: the fork generation (`recorder::GENERATION`, bumped by the
+//!   `pthread_atfork` child handler) makes the parent's pool invisible to it, the handler
+//!   closes the inherited socket (so the service sees the parent's connection close when
+//!   the parent does), and the child connects on its own if it asks for pinned memory.
+//! - **Locks**: the buffer table is locked only to look a buffer up (entries are shared,
+//!   `Arc`): registering a buffer here (a fallback) holds only that buffer's own lock, and a
+//!   service call holds the connection, never the table, so copies and queries on other
+//!   buffers go on. A buffer freed while a call still uses it stays mapped until that call
+//!   lets go.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
@@ -51,12 +70,19 @@ use pinwise_pool::{DeviceCache, PoolBuffer, PoolClient, PoolError};
 use crate::backend::StreamCapture;
 use crate::decode::HostCopy;
 use crate::guard::Inside;
+use crate::recorder::GENERATION;
 use crate::state::State;
 
 /// How long connecting and the service's welcome may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-/// How long any later answer may take (a copy of tens of GiB takes seconds).
+/// How long any later answer may take (an allocation the service pins may take seconds).
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a copy waits for the service to start it (its deadline): the service starts a
+/// copy as soon as it reads the request, so only a stopped or hung service misses it.
+pub const COPY_START_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a copy the service started may take (a copy of tens of GiB takes seconds):
+/// longer than the service's own copy limit, past which a running service ends itself.
+pub const STARTED_COPY_LIMIT: Duration = pinwise_pool::DEFAULT_STARTED_LIMIT;
 /// How long the statistics written at exit wait for the service's accounting.
 pub const STATS_TIMEOUT: Duration = Duration::from_millis(500);
 
@@ -75,16 +101,22 @@ enum Here {
     Registered { context: usize },
     /// Registering it here failed as well: copies go to this CUDA as pageable copies.
     Pageable,
+    /// Freed by the program (a copy still holding the entry goes to this CUDA as it is).
+    Freed,
 }
 
-/// One pool buffer handed to the program.
+/// One pool buffer handed to the program. Shared (`Arc`) between the table and the calls
+/// working on it, so that no table lock is held across a registration or a service call:
+/// its mapping lives until the last of them lets go.
 struct Entry {
     buf: PoolBuffer,
     /// Bytes the program asked for.
     size: usize,
     /// The flags it asked with.
     flags: u32,
-    here: Here,
+    /// Where its copies go; locked while it is registered here or unregistered (only this
+    /// buffer's calls wait for that).
+    here: Mutex<Here>,
 }
 
 /// The connection, tried once.
@@ -124,6 +156,8 @@ struct Counters {
     copies_here: AtomicU64,
     ipc_failures: AtomicU64,
     refusals: AtomicU64,
+    copies_not_started: AtomicU64,
+    copies_stuck: AtomicU64,
     connection_lost: AtomicBool,
     service_clients_max: AtomicU64,
     service_deduplicated_bytes: AtomicU64,
@@ -137,12 +171,13 @@ fn bump(c: &AtomicU64) {
 pub struct PoolUse {
     socket: PathBuf,
     min_bytes: u64,
-    /// The process that may use it (a forked child may not: the connection is the parent's).
-    pid: u32,
+    /// The fork generation ([`GENERATION`]) it belongs to: a forked child never uses its
+    /// parent's (the connection is the parent's), it makes its own.
+    generation: u64,
     conn: Mutex<Conn>,
     /// Why the pool is not used (first reason).
     reason: Mutex<Option<String>>,
-    buffers: RwLock<BTreeMap<usize, Entry>>,
+    buffers: RwLock<BTreeMap<usize, Arc<Entry>>>,
     /// Live buffers, and the span of addresses they ever had (a copy outside is not
     /// looked up).
     live: AtomicUsize,
@@ -151,33 +186,71 @@ pub struct PoolUse {
     c: Counters,
 }
 
-static POOL: OnceLock<Option<PoolUse>> = OnceLock::new();
+/// This process's pool (null: none made yet). A leaked `Box`: never freed (a forked
+/// child leaves its parent's alone: its locks may be held by threads the child lacks).
+static POOL: AtomicPtr<PoolUse> = AtomicPtr::new(std::ptr::null_mut());
+/// The descriptor of the live connection (-1: none), for a forked child to close: the
+/// service must see the parent's connection close when the parent does.
+static CONN_FD: AtomicI32 = AtomicI32::new(-1);
 
-/// The pool, when `--pool` configured one and this is the process that connects to it.
-pub fn get(st: &State) -> Option<&'static PoolUse> {
-    let p = POOL
-        .get_or_init(|| {
-            st.config.pool_socket.clone().map(|socket| PoolUse {
-                socket,
-                min_bytes: st.config.pool_min_bytes,
-                pid: std::process::id(),
-                conn: Mutex::new(Conn::NotTried),
-                reason: Mutex::new(None),
-                buffers: RwLock::new(BTreeMap::new()),
-                live: AtomicUsize::new(0),
-                lo: AtomicUsize::new(usize::MAX),
-                hi: AtomicUsize::new(0),
-                c: Counters::default(),
-            })
-        })
-        .as_ref()?;
-    (p.pid == std::process::id()).then_some(p)
+/// The pool of this process, if made, and of this fork generation.
+#[inline]
+fn current() -> Option<&'static PoolUse> {
+    // SAFETY: a non-null pointer is a leaked `Box<PoolUse>`, valid for the process's life.
+    let p = unsafe { POOL.load(Ordering::Acquire).as_ref()? };
+    (p.generation == GENERATION.load(Ordering::Acquire)).then_some(p)
 }
 
-/// The pool if one exists already and has live buffers (cheap: for the copy hooks).
+/// The pool, when `--pool` configured one (made on first use; in a forked child a fresh
+/// one, which connects on its own when it needs to).
+pub fn get(st: &State) -> Option<&'static PoolUse> {
+    if let Some(p) = current() {
+        return Some(p);
+    }
+    let socket = st.config.pool_socket.clone()?;
+    let seen = POOL.load(Ordering::Acquire);
+    let fresh = Box::into_raw(Box::new(PoolUse {
+        socket,
+        min_bytes: st.config.pool_min_bytes,
+        generation: GENERATION.load(Ordering::Acquire),
+        conn: Mutex::new(Conn::NotTried),
+        reason: Mutex::new(None),
+        buffers: RwLock::new(BTreeMap::new()),
+        live: AtomicUsize::new(0),
+        lo: AtomicUsize::new(usize::MAX),
+        hi: AtomicUsize::new(0),
+        c: Counters::default(),
+    }));
+    if POOL
+        .compare_exchange(seen, fresh, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        // Another thread made it first: ours never connected, so it can go.
+        // SAFETY: `fresh` came from `Box::into_raw` above and was never shared.
+        drop(unsafe { Box::from_raw(fresh) });
+    }
+    current()
+}
+
+/// In a forked child (`pthread_atfork`; async-signal-safe: atomics and `close`): the
+/// parent's pool is left alone, leaked, and its connection's descriptor closed here, so
+/// that the service sees the connection close when the parent closes it. A child that
+/// asks for pinned memory makes its own connection ([`get`]).
+pub fn forget_in_child() {
+    POOL.store(std::ptr::null_mut(), Ordering::Release);
+    let fd = CONN_FD.swap(-1, Ordering::AcqRel);
+    if fd >= 0 {
+        // SAFETY: the parent's connection, inherited; nothing in the child uses it (the
+        // parent's pool is never touched here again).
+        unsafe { libc::close(fd) };
+    }
+}
+
+/// The pool if one exists already and has live buffers (cheap: for the copy hooks; two
+/// atomic loads, no system call).
+#[inline]
 fn with_buffers() -> Option<&'static PoolUse> {
-    let p = POOL.get()?.as_ref()?;
-    (p.live.load(Ordering::Acquire) != 0 && p.pid == std::process::id()).then_some(p)
+    current().filter(|p| p.live.load(Ordering::Acquire) != 0)
 }
 
 /// Whether `[host, host + span)` may touch a pool buffer (one atomic load while none is
@@ -194,27 +267,26 @@ pub fn touches(host: usize, span: usize) -> bool {
 
 /// The flags the program asked for, if `ptr` lies in a pool buffer.
 pub fn flags_of(ptr: usize) -> Option<u32> {
-    let p = with_buffers()?;
-    let start = p.entry_at(ptr, 1)?;
-    p.buffers.read().get(&start).map(|e| e.flags)
+    with_buffers()?.entry_at(ptr, 1).map(|(_, e)| e.flags)
 }
 
 /// The start and size of the pool buffer holding `ptr`, as the program asked for it.
 pub fn range_of(ptr: usize) -> Option<(usize, usize)> {
-    let p = with_buffers()?;
-    let start = p.entry_at(ptr, 1)?;
-    p.buffers.read().get(&start).map(|e| (start, e.size))
+    with_buffers()?
+        .entry_at(ptr, 1)
+        .map(|(start, e)| (start, e.size))
 }
 
 impl PoolUse {
-    /// The start of the buffer whose mapping overlaps `[host, host + span)`.
-    fn entry_at(&self, host: usize, span: usize) -> Option<usize> {
+    /// The buffer whose mapping overlaps `[host, host + span)`, and its start (the table
+    /// is locked only to look it up).
+    fn entry_at(&self, host: usize, span: usize) -> Option<(usize, Arc<Entry>)> {
         let end = host.saturating_add(span.max(1));
         let b = self.buffers.read();
         b.range(..end)
             .next_back()
             .filter(|(&start, e)| start + e.buf.len() > host)
-            .map(|(&start, _)| start)
+            .map(|(&start, e)| (start, e.clone()))
     }
 
     fn give_up(&self, why: String) {
@@ -225,8 +297,13 @@ impl PoolUse {
     /// run. `conn` is the locked connection.
     fn lost(&self, conn: &mut Conn, e: &PoolError) {
         if let Conn::Up { client, devices } = conn {
-            devices.clear();
+            // No forked child closes it from now on (it may be closed and its number
+            // reused once the buffers are freed).
+            CONN_FD.store(-1, Ordering::SeqCst);
+            // Shut down first: closing the device openings then fails at once instead of
+            // waiting for a service that does not answer.
             client.shutdown();
+            devices.clear();
         }
         *conn = Conn::Down;
         self.c.connection_lost.store(true, Ordering::Relaxed);
@@ -243,9 +320,11 @@ impl PoolUse {
                 Some(CALL_TIMEOUT),
             ) {
                 Ok(client) => {
+                    client.set_copy_timeouts(Some(COPY_START_TIMEOUT), Some(STARTED_COPY_LIMIT));
                     if let Ok(s) = client.stats() {
                         self.note_service(&s);
                     }
+                    CONN_FD.store(client.socket_fd(), Ordering::SeqCst);
                     *conn = Conn::Up {
                         client,
                         devices: DeviceCache::default(),
@@ -296,21 +375,19 @@ impl PoolUse {
                 return None;
             }
         };
+        drop(conn);
         let start = buf.as_slice().as_ptr() as usize;
         let len = buf.len();
         // SAFETY: the buffer's own mapping, `len` bytes; DONTFORK changes only what a
         // forked child inherits.
         unsafe { libc::madvise(start as *mut libc::c_void, len, libc::MADV_DONTFORK) };
-        drop(conn);
-        self.buffers.write().insert(
-            start,
-            Entry {
-                buf,
-                size,
-                flags,
-                here: Here::No,
-            },
-        );
+        let entry = Arc::new(Entry {
+            buf,
+            size,
+            flags,
+            here: Mutex::new(Here::No),
+        });
+        self.buffers.write().insert(start, entry);
         self.lo.fetch_min(start, Ordering::AcqRel);
         self.hi.fetch_max(start + len, Ordering::AcqRel);
         self.live.fetch_add(1, Ordering::AcqRel);
@@ -321,23 +398,22 @@ impl PoolUse {
         Some(start)
     }
 
-    /// Registers pool buffer `start` in this process (fallback): its copies go to this
-    /// process's CUDA from now on. Returns whether it is pinned here.
-    fn go_here(&self, st: &State, start: usize) -> bool {
-        let mut b = self.buffers.write();
-        let Some(e) = b.get_mut(&start) else {
-            return false;
-        };
-        match e.here {
+    /// Registers pool buffer `e` (at `start`) in this process (fallback): its copies go to
+    /// this process's CUDA from now on. Returns whether it is pinned here. Only `e`'s own
+    /// lock is held while registering: copies and queries on other buffers go on.
+    fn go_here(&self, st: &State, start: usize, e: &Entry) -> bool {
+        let mut here = e.here.lock();
+        match *here {
             Here::Registered { .. } => return true,
-            Here::Pageable => return false,
+            Here::Pageable | Here::Freed => return false,
             Here::No => {}
         }
         let len = e.buf.len();
         let registered = st.pinning_or_start().and_then(|p| {
             p.before_program_pins(len as u64, &st.stats, &st.recorder);
-            // SAFETY: the buffer's own mapping of `len` bytes, unmapped only after it is
-            // unregistered ([`free`]).
+            // SAFETY: the buffer's own mapping of `len` bytes, mapped while `e` lives and
+            // unregistered before the table lets go of it ([`PoolUse::free`], which waits
+            // for this lock).
             let rc = unsafe { p.driver.register(start, len) };
             if rc != CUDA_SUCCESS {
                 tracing::info!(
@@ -349,7 +425,7 @@ impl PoolUse {
             p.outside_locked(start, len);
             Some(p.driver.current_context())
         });
-        e.here = match registered {
+        *here = match registered {
             Some(context) => {
                 bump(&self.c.buffers_registered_here);
                 Here::Registered { context }
@@ -362,18 +438,24 @@ impl PoolUse {
         registered.is_some()
     }
 
-    /// Frees pool buffer `start` (unregistering it here first if it was registered).
+    /// Frees pool buffer `start` (unregistering it here first if it was registered). The
+    /// buffer goes back to the pool when the last call using it lets go.
     fn free(&self, st: &State, start: usize) -> bool {
         let Some(e) = self.buffers.write().remove(&start) else {
             return false;
         };
         let len = e.buf.len();
-        if let (Here::Registered { context }, Some(p)) = (e.here, st.pinning()) {
-            let taken = p.outside_releasing(start);
-            // SAFETY: registered by `go_here` at this start, unregistered once (the entry
-            // is out of the table).
-            let rc = unsafe { p.driver.unregister(start, context) };
-            p.outside_released(start, taken, rc == CUDA_SUCCESS);
+        {
+            // Waits for a registration of this buffer under way.
+            let mut here = e.here.lock();
+            if let (Here::Registered { context }, Some(p)) = (*here, st.pinning()) {
+                let taken = p.outside_releasing(start);
+                // SAFETY: registered by `go_here` at this start, unregistered once (the
+                // state is `Freed` from now on).
+                let rc = unsafe { p.driver.unregister(start, context) };
+                p.outside_released(start, taken, rc == CUDA_SUCCESS);
+            }
+            *here = Here::Freed;
         }
         self.live.fetch_sub(1, Ordering::AcqRel);
         let _ = self
@@ -382,9 +464,8 @@ impl PoolUse {
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 Some(n.saturating_sub(len as u64))
             });
-        // The free request goes out on the connection (serialized with the copies); a
-        // connection given up fails it at once (the service freed it already).
-        let _conn = self.conn.lock();
+        // The last holder's drop unmaps it and sends the free request on the connection
+        // (a connection given up fails it at once: the service freed it already).
         let _inside = Inside::enter();
         drop(e);
         true
@@ -392,30 +473,37 @@ impl PoolUse {
 
     /// Routes copy `c` (which [`touches`] a pool buffer).
     fn route(&self, st: &State, c: &HostCopy) -> Route {
-        let Some(start) = self.entry_at(c.host, c.span) else {
+        let Some((start, e)) = self.entry_at(c.host, c.span) else {
             return Route::NotPool;
         };
-        let (len, here) = match self.buffers.read().get(&start) {
-            Some(e) => (e.buf.len(), e.here),
-            None => return Route::NotPool,
-        };
+        let r = self.route_on(st, c, start, &e);
+        // The last holder of a buffer freed meanwhile unmaps it and tells the service.
+        let _inside = Inside::enter();
+        drop(e);
+        r
+    }
+
+    /// Routes copy `c` on pool buffer `e` (at `start`).
+    fn route_on(&self, st: &State, c: &HostCopy, start: usize, e: &Entry) -> Route {
+        let here = *e.here.lock();
         match here {
             Here::Registered { .. } => return self.here(true),
-            Here::Pageable => return self.here(false),
+            Here::Pageable | Here::Freed => return self.here(false),
             Here::No => {}
         }
         if c.direction == Direction::HtoH {
             // Host memory to host memory: nothing for the service or the GPU to do.
             return self.here(false);
         }
+        let len = e.buf.len();
         let inside = c.host >= start && c.host + c.span <= start + len;
         let linear = c.bytes == c.span && c.device != 0;
         let dir_ok = matches!(c.direction, Direction::HtoD | Direction::DtoH);
         if !(inside && linear && dir_ok) {
-            return self.fall_back(st, start);
+            return self.fall_back(st, start, e);
         }
         let Some(p) = st.pinning_or_start() else {
-            return self.fall_back(st, start);
+            return self.fall_back(st, start, e);
         };
         let stream = c.stream.map(|s| {
             if c.per_thread && s == 0 {
@@ -434,26 +522,22 @@ impl PoolUse {
         // instead.
         if let Some(s) = stream {
             if p.driver.capture_of(s) != StreamCapture::None {
-                return self.fall_back(st, start);
+                return self.fall_back(st, start, e);
             }
         }
         if !crate::capture::none_open() {
-            return self.fall_back(st, start);
+            return self.fall_back(st, start, e);
         }
         let synced = p.driver.relaxed(ctx_synchronize);
         if synced != CUDA_SUCCESS {
             // The program's stream is in error: its own CUDA answers the copy.
-            return self.fall_back(st, start);
+            return self.fall_back(st, start, e);
         }
         let _inside = Inside::enter();
         let mut conn = self.conn.lock();
         let Conn::Up { client, devices } = &mut *conn else {
             drop(conn);
-            return self.fall_back(st, start);
-        };
-        let b = self.buffers.read();
-        let Some(e) = b.get(&start) else {
-            return Route::NotPool;
+            return self.fall_back(st, start, e);
         };
         let offset = c.host - start;
         let done = devices
@@ -464,9 +548,9 @@ impl PoolUse {
                 }
                 _ => client.copy_from_device(&e.buf, offset, dev, DevicePtr(c.device), c.bytes),
             });
-        drop(b);
         match done {
             Ok(()) => {
+                drop(conn);
                 bump(&self.c.copies);
                 self.c
                     .copy_bytes
@@ -476,15 +560,27 @@ impl PoolUse {
                 }
                 Route::Done
             }
-            Err(e) => {
-                match &e {
+            Err(err) => {
+                // Every failure here leaves no copy of the service's to come: refused or
+                // failed (ended), not started by its deadline (never will be: see
+                // pinwise_pool::proto), the service gone, or stuck past the limit (see the
+                // module documentation). The copy is made here.
+                match &err {
                     PoolError::Cuda(_) => bump(&self.c.ipc_failures),
                     PoolError::Refused { .. } => bump(&self.c.refusals),
-                    _ => self.lost(&mut conn, &e),
+                    PoolError::NotStarted(_) => {
+                        bump(&self.c.copies_not_started);
+                        self.lost(&mut conn, &err);
+                    }
+                    PoolError::Stuck(_) => {
+                        bump(&self.c.copies_stuck);
+                        self.lost(&mut conn, &err);
+                    }
+                    _ => self.lost(&mut conn, &err),
                 }
-                tracing::debug!("pinwise pool: a copy fell back: {e}");
+                tracing::debug!("pinwise pool: a copy fell back: {err}");
                 drop(conn);
-                self.fall_back(st, start)
+                self.fall_back(st, start, e)
             }
         }
     }
@@ -494,8 +590,8 @@ impl PoolUse {
         Route::Here { pinned }
     }
 
-    fn fall_back(&self, st: &State, start: usize) -> Route {
-        let pinned = self.go_here(st, start);
+    fn fall_back(&self, st: &State, start: usize, e: &Entry) -> Route {
+        let pinned = self.go_here(st, start, e);
         self.here(pinned)
     }
 
@@ -541,6 +637,8 @@ impl PoolUse {
             copies_here: r(&c.copies_here),
             ipc_failures: r(&c.ipc_failures),
             refusals: r(&c.refusals),
+            copies_not_started: r(&c.copies_not_started),
+            copies_stuck: r(&c.copies_stuck),
             connection_lost: c.connection_lost.load(Ordering::Relaxed),
             service_clients_max: r(&c.service_clients_max),
             service_deduplicated_bytes: r(&c.service_deduplicated_bytes),
@@ -572,24 +670,22 @@ pub fn route(st: &State, c: &HostCopy) -> Route {
 
 /// Before a pointer query about `ptr`: a pool buffer is registered here first, so the
 /// driver answers as plain CUDA would about pinned memory (counted as a fallback).
+/// (The runtime's own queries inside its copies never get here: `hooks::query` leaves
+/// them out.)
 pub fn before_query(st: &State, ptr: usize) {
-    // The runtime's own queries inside a copy it is making (a statically linked cudart
-    // asks about its copies' host sides) are not the program's: the copy itself goes to
-    // the service, as pinning's `before_query` leaves them too.
-    if crate::guard::in_runtime_copy() {
-        return;
-    }
     if let Some(p) = with_buffers() {
-        if let Some(start) = p.entry_at(ptr, 1) {
-            p.go_here(st, start);
+        if let Some((start, e)) = p.entry_at(ptr, 1) {
+            p.go_here(st, start, &e);
+            let _inside = Inside::enter();
+            drop(e);
         }
     }
 }
 
-/// What the pool did in this process (`None`: no `--pool`).
+/// What the pool did in this process (`None`: no `--pool`, or a forked child that never
+/// used it).
 pub fn stats() -> Option<PoolUseStats> {
-    let p = POOL.get()?.as_ref()?;
-    (p.pid == std::process::id()).then(|| p.stats())
+    current().map(PoolUse::stats)
 }
 
 /// A driver function of the program's libcuda, resolved once (`0`: absent).

@@ -164,6 +164,7 @@ extern "C" fn in_forked_child() {
     crate::promote::COPY_GATE.reset();
     crate::capture::forget_all();
     crate::async_fp::forget_in_child();
+    crate::pool::forget_in_child();
 }
 
 /// The exit handler. Registered with `atexit` from the library's constructor, so with

@@ -99,16 +99,28 @@ fn enough_locked_memory(test: &str) -> bool {
     pinwise_testkit::require_locked_memory(test, 64 << 20)
 }
 
-#[test]
-fn pinned_buffers_come_from_the_pool_and_copies_are_byte_exact() {
-    if !enough_locked_memory("pinned_buffers_come_from_the_pool_and_copies_are_byte_exact") {
-        return;
+/// A test's start: enough locked memory (else it skips visibly: `None`), a scratch
+/// directory, `pool_workload.c` built, its plain output (checked to succeed) and a
+/// running service.
+fn start(test: &str) -> Option<(Setup, PathBuf, std::process::Output, Service)> {
+    if !enough_locked_memory(test) {
+        return None;
     }
     let setup = Setup::new();
     let program = setup.build_driver("pool_workload.c", &[]);
     let plain = setup.run_plain(&program, &[]);
     assert_ok(&plain, "plain");
     let service = Service::start(&setup);
+    Some((setup, program, plain, service))
+}
+
+#[test]
+fn pinned_buffers_come_from_the_pool_and_copies_are_byte_exact() {
+    let Some((setup, program, plain, service)) =
+        start("pinned_buffers_come_from_the_pool_and_copies_are_byte_exact")
+    else {
+        return;
+    };
     let run = setup.run_recorded(&program, &[&service.pool_arg()], "pooled.bin");
     assert_same_stdout(&run.out, &plain, "--pool with a service");
     let pool = pool_stats(run.process());
@@ -184,7 +196,7 @@ fn pinned_buffers_come_from_the_pool_and_copies_are_byte_exact() {
     };
     let text = report("text");
     assert!(
-        text.contains("PINNED POOL") && text.contains("2 pinned requests were served"),
+        text.contains("PINNED POOL") && text.contains("2 requests served from the node's pool"),
         "{text}"
     );
     let json: serde_json::Value = serde_json::from_str(&report("json")).unwrap();
@@ -263,20 +275,16 @@ fn wait_for(path: &Path, child: &mut Child) {
     }
 }
 
-#[test]
-fn a_service_killed_mid_run_leaves_the_program_correct_and_the_fallback_counted() {
-    if !enough_locked_memory(
-        "a_service_killed_mid_run_leaves_the_program_correct_and_the_fallback_counted",
-    ) {
-        return;
-    }
-    let setup = Setup::new();
-    let program = setup.build_driver("pool_workload.c", &[]);
-    let plain = setup.run_plain(&program, &[]);
-    assert_ok(&plain, "plain");
-    let mut service = Service::start(&setup);
+/// `pinwise run --pool` of the program, which after round 2 waits for `to_service` to be
+/// done to the service; the run's output and the program's pool statistics.
+fn run_and_meanwhile(
+    setup: &Setup,
+    program: &Path,
+    service: &mut Service,
+    to_service: impl FnOnce(&mut Service),
+) -> (std::process::Output, PoolUseStats) {
     let (ready, go) = (setup.path("ready"), setup.path("go"));
-    let summary = setup.path("killed-summary.json");
+    let summary = setup.path("meanwhile-summary.json");
     let mut c = setup.libs.command(pinwise());
     c.args([
         "run",
@@ -286,7 +294,7 @@ fn a_service_killed_mid_run_leaves_the_program_correct_and_the_fallback_counted(
     ])
     .arg(&summary)
     .arg("--")
-    .arg(&program)
+    .arg(program)
     .current_dir(setup.dir.path())
     .stdout(Stdio::piped())
     .stderr(Stdio::piped());
@@ -294,13 +302,23 @@ fn a_service_killed_mid_run_leaves_the_program_correct_and_the_fallback_counted(
     c.env("POOL_READY", &ready).env("POOL_GO", &go);
     let mut child = c.spawn().unwrap();
     wait_for(&ready, &mut child);
-    service.kill();
+    to_service(service);
     std::fs::write(&go, b"").unwrap();
     let out = child.wait_with_output().unwrap();
-    assert_ok(&out, "--pool, service killed");
+    assert_ok(&out, "--pool, the service interfered with");
+    let pool = pool_stats(&common::summary(&summary)["processes"][0]);
+    (out, pool)
+}
+
+#[test]
+fn a_service_killed_mid_run_leaves_the_program_correct_and_the_fallback_counted() {
+    let Some((setup, program, plain, mut service)) =
+        start("a_service_killed_mid_run_leaves_the_program_correct_and_the_fallback_counted")
+    else {
+        return;
+    };
+    let (out, pool) = run_and_meanwhile(&setup, &program, &mut service, Service::kill);
     assert_same_stdout(&out, &plain, "--pool, service killed mid-run");
-    let summary = common::summary(&summary);
-    let pool = pool_stats(&summary["processes"][0]);
     assert!(pool.connection_lost, "{pool:?}");
     assert_eq!(pool.buffers, 2, "{pool:?}");
     // Two rounds through the service, the rest in-process on the buffers registered here.
@@ -312,6 +330,47 @@ fn a_service_killed_mid_run_leaves_the_program_correct_and_the_fallback_counted(
         "{pool:?}"
     );
     assert!(pool.unavailable_reason.is_some(), "{pool:?}");
+}
+
+#[test]
+fn a_copy_the_stopped_service_did_not_start_in_time_is_made_here_and_never_by_it() {
+    let Some((setup, program, plain, mut service)) =
+        start("a_copy_the_stopped_service_did_not_start_in_time_is_made_here_and_never_by_it")
+    else {
+        return;
+    };
+    let pid = service.child.id() as i32;
+    // Stopped after round 2: round 3's first copy waits for its start (5 s), falls back
+    // here, and the service, resumed later, finds the request past its deadline.
+    // SAFETY: kill(2) on our own child's pid.
+    let (out, pool) = run_and_meanwhile(&setup, &program, &mut service, |_| {
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    });
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    assert_same_stdout(&out, &plain, "--pool, service stopped mid-run");
+    assert_eq!(pool.copies_not_started, 1, "{pool:?}");
+    assert!(pool.connection_lost, "{pool:?}");
+    assert_eq!(pool.copies, 2 * POOL_COPIES_PER_ROUND, "{pool:?}");
+    assert_eq!(
+        pool.copies_here,
+        (ROUNDS - 2) * POOL_COPIES_PER_ROUND,
+        "{pool:?}"
+    );
+    // The resumed service read the late request and did not copy.
+    let t0 = Instant::now();
+    let s = loop {
+        let s = service.status().expect("the service answers again");
+        if s["expired_copies"] == 1 || t0.elapsed() > Duration::from_secs(10) {
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(
+        (&s["expired_copies"], &s["copies"]),
+        (&1.into(), &(2 * POOL_COPIES_PER_ROUND).into()),
+        "{s}"
+    );
 }
 
 /// `pinwise run --no-malloc-hooks <pool_arg> --stats-json S -- program` and the plain run,
@@ -353,12 +412,11 @@ fn run_both_with_env(
 
 #[test]
 fn device_memory_without_an_ipc_handle_falls_back_to_pinning_here() {
-    if !enough_locked_memory("device_memory_without_an_ipc_handle_falls_back_to_pinning_here") {
+    let Some((setup, program, _plain, service)) =
+        start("device_memory_without_an_ipc_handle_falls_back_to_pinning_here")
+    else {
         return;
-    }
-    let setup = Setup::new();
-    let program = setup.build_driver("pool_workload.c", &[]);
-    let service = Service::start(&setup);
+    };
     // The stand-in refuses cuIpcGetMemHandle, as CUDA does for VMM and cudaMallocAsync memory.
     let (out, plain, pool) = run_both_with_env(
         &setup,
@@ -378,14 +436,11 @@ fn device_memory_without_an_ipc_handle_falls_back_to_pinning_here() {
 
 #[test]
 fn a_pointer_query_registers_the_pool_buffer_here_and_is_answered_as_plain_cuda() {
-    if !enough_locked_memory(
-        "a_pointer_query_registers_the_pool_buffer_here_and_is_answered_as_plain_cuda",
-    ) {
+    let Some((setup, program, _plain, service)) =
+        start("a_pointer_query_registers_the_pool_buffer_here_and_is_answered_as_plain_cuda")
+    else {
         return;
-    }
-    let setup = Setup::new();
-    let program = setup.build_driver("pool_workload.c", &[]);
-    let service = Service::start(&setup);
+    };
     let (out, plain, pool) = run_both_with_env(
         &setup,
         &program,
@@ -410,12 +465,11 @@ fn a_pointer_query_registers_the_pool_buffer_here_and_is_answered_as_plain_cuda(
 
 #[test]
 fn asynchronous_copies_on_pool_buffers_keep_their_stream_order() {
-    if !enough_locked_memory("asynchronous_copies_on_pool_buffers_keep_their_stream_order") {
+    let Some((setup, program, _plain, service)) =
+        start("asynchronous_copies_on_pool_buffers_keep_their_stream_order")
+    else {
         return;
-    }
-    let setup = Setup::new();
-    let program = setup.build_driver("pool_workload.c", &[]);
-    let service = Service::start(&setup);
+    };
     // The stand-in runs each queued asynchronous copy 3 ms late: the small buffer's upload
     // (in-process) is still queued when the download into a pool buffer is issued, so the
     // service's copy must wait for the stream, or it reads the device range too early.
@@ -470,14 +524,11 @@ fn every_pinned_request_through_the_pool_leaves_the_workloads_output_unchanged()
 
 #[test]
 fn a_service_that_does_not_answer_holds_the_program_up_about_a_second() {
-    if !enough_locked_memory("a_service_that_does_not_answer_holds_the_program_up_about_a_second") {
+    let Some((setup, program, plain, service)) =
+        start("a_service_that_does_not_answer_holds_the_program_up_about_a_second")
+    else {
         return;
-    }
-    let setup = Setup::new();
-    let program = setup.build_driver("pool_workload.c", &[]);
-    let plain = setup.run_plain(&program, &[]);
-    assert_ok(&plain, "plain");
-    let service = Service::start(&setup);
+    };
     // Stopped: the kernel still accepts the connection, nobody answers it.
     // SAFETY: kill(2) on our own child's pid.
     assert_eq!(
@@ -496,4 +547,85 @@ fn a_service_that_does_not_answer_holds_the_program_up_about_a_second() {
     // One connect attempt, given up after its 1 s limit; generous for a loaded machine,
     // and below the 20 s a call may wait once connected (which must not be what happened).
     assert!(took < Duration::from_secs(15), "took {took:?}");
+}
+
+#[test]
+fn a_forked_child_never_keeps_the_parents_pool_connection() {
+    let Some((setup, program, plain, service)) =
+        start("a_forked_child_never_keeps_the_parents_pool_connection")
+    else {
+        return;
+    };
+    // The program forks a child that outlives it; the child holds every descriptor the
+    // parent had when it forked, the pool connection's among them unless pinwise closes it
+    // there.
+    let hold = setup.path("hold");
+    let (out, _, pool) = run_both_with_env(
+        &setup,
+        &program,
+        &service.pool_arg(),
+        &[("POOL_FORK_HOLD", hold.to_str().unwrap())],
+    );
+    assert_same_stdout(&out, &plain, "--pool, a forked child");
+    assert_eq!(pool.buffers, 2, "{pool:?}");
+    assert_eq!(pool.copies, ROUNDS * POOL_COPIES_PER_ROUND, "{pool:?}");
+    // The parent has exited, its child lives on: the service must see the parent's
+    // connection closed (its device openings released); the one client left is the
+    // status query itself.
+    let t0 = Instant::now();
+    let last = loop {
+        let s = service.status().expect("the service answers");
+        if (s["clients"] == 1 && s["devices"] == 0) || t0.elapsed() > Duration::from_secs(10) {
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    std::fs::write(&hold, b"").unwrap();
+    assert_eq!(
+        (&last["clients"], &last["devices"], &last["buffers"]),
+        (&1.into(), &0.into(), &0.into()),
+        "the child kept the parent's connection: {last}"
+    );
+}
+
+#[test]
+fn registering_one_pool_buffer_here_holds_up_no_copy_on_another() {
+    if !enough_locked_memory("registering_one_pool_buffer_here_holds_up_no_copy_on_another") {
+        return;
+    }
+    let setup = Setup::new();
+    let program = setup.build_driver("pool_workload.c", &["-lpthread"]);
+    let service = Service::start(&setup);
+    // A query about the second buffer registers it here; the stand-in holds that
+    // registration until the program, having copied on the first buffer, opens the gate
+    // (or fails it after 10 s). A table lock held across the registration would hold the
+    // copy up until the registration failed.
+    let gate = setup.path("gate");
+    let gate_env = format!("{}:{BIG}", gate.display());
+    let (out, plain, pool) = run_both_with_env(
+        &setup,
+        &program,
+        &service.pool_arg(),
+        &[
+            ("POOL_GATE", gate.to_str().unwrap()),
+            ("PINWISE_STANDIN_REGISTER_GATE", &gate_env),
+        ],
+    );
+    assert!(
+        String::from_utf8_lossy(&plain.stdout).contains("gated flags 0"),
+        "{}",
+        String::from_utf8_lossy(&plain.stdout)
+    );
+    assert_same_stdout(&out, &plain, "--pool, a registration held open");
+    assert!(
+        setup.path("gate.waiting").exists(),
+        "the registration was held open"
+    );
+    assert_eq!(
+        (pool.buffers_registered_here, pool.buffers_left_pageable),
+        (1, 0),
+        "the registration completed once the copy on the other buffer was done: {pool:?}"
+    );
+    // The gated copy and the rounds' copies on the first buffer went to the service.
+    assert_eq!(pool.copies, 2 + ROUNDS * 2, "{pool:?}");
 }

@@ -2,7 +2,6 @@
 //! served, the copies the service did, the fallbacks, and the GPU page-table memory
 //! estimated at core's measured figure ([`pinwise_core::pagetable`]).
 
-use crate::units::format_size;
 use pinwise_core::pool_use::PoolUseStats;
 use pinwise_core::MemHistory;
 use serde::Serialize;
@@ -20,7 +19,7 @@ pub struct PoolSection {
     /// Estimated GPU page-table memory saved on the node (buffers shared by several
     /// clients).
     pub gpu_pagetable_bytes_saved_estimate: u64,
-    /// For people.
+    /// For people (the run summary's wording: [`PoolUseStats::prose`]).
     pub note: String,
 }
 
@@ -29,26 +28,7 @@ pub fn analyse(history: &MemHistory) -> Option<PoolSection> {
     let stats = PoolUseStats::from_source_stats(history.source_stats())?;
     let moved = stats.pagetable_bytes_moved();
     let saved = stats.pagetable_bytes_saved();
-    let note = format!(
-        "{} pinned requests were served from the node's pinned pool ({} at the peak): their \
-         pages are pinned and mapped on the GPU by the pool's service, once, not by the \
-         program (est. {} of GPU page tables kept by the service instead, at 8 bytes per 4 KiB \
-         page; {} saved on the node by buffers several processes share). The service did {} \
-         copies ({}); {} asynchronous ones became synchronous. Fallbacks to in-process \
-         pinning: {} requests, {} buffers registered in the program ({} copies; {} device \
-         allocations had no IPC handle).",
-        stats.buffers,
-        format_size(stats.bytes_peak),
-        format_size(moved),
-        format_size(saved),
-        stats.copies,
-        format_size(stats.copy_bytes),
-        stats.async_made_sync,
-        stats.alloc_fallbacks,
-        stats.buffers_registered_here,
-        stats.copies_here,
-        stats.ipc_failures,
-    );
+    let note = stats.prose();
     Some(PoolSection {
         pinned_bytes_via_pool_peak: stats.bytes_peak,
         gpu_pagetable_bytes_moved_estimate: moved,
@@ -82,13 +62,12 @@ mod tests {
         assert_eq!(p.gpu_pagetable_bytes_moved_estimate, 4 << 20);
         assert_eq!(p.gpu_pagetable_bytes_saved_estimate, 0);
         assert!(
-            p.note.starts_with("2 pinned requests were served"),
+            p.note.starts_with("2 requests served from the node's pool"),
             "{}",
             p.note
         );
         assert!(
-            p.note
-                .contains("Fallbacks to in-process pinning: 1 requests"),
+            p.note.contains("fallbacks: 1 requests pinned in-process"),
             "{}",
             p.note
         );

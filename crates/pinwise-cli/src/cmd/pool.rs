@@ -92,6 +92,7 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         client_budget: args.client_budget.unwrap_or(args.capacity),
         allow_uids: args.allow_uid,
         huge_pages: !args.no_huge_pages,
+        copy_limit: pinwise_pool::DEFAULT_COPY_LIMIT,
     };
     let service = Service::bind(config, ctx)?;
     eprintln!(

@@ -112,9 +112,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "SOCKET", num_args = 0..=1, require_equals = true, default_missing_value = "")]
     pub pool: Option<PathBuf>,
 
-    /// With --pool: the smallest pinned request served from the pool (`8M`, `64M`).
+    /// With --pool: the smallest pinned request served from the pool (`8MiB`, `8M`,
+    /// `8388608`; the grammar of PINWISE_POOL_MIN).
     #[arg(long, value_name = "SIZE", default_value = "8M", value_parser = parse_pool_min)]
-    pub pool_min: String,
+    pub pool_min: u64,
 
     /// Record malloc-family allocations of at least this size (`64K`, `1M`, `4096`) as
     /// pageable allocations with their call site and stack.
@@ -184,11 +185,10 @@ pub struct RunArgs {
     pub command: Vec<OsString>,
 }
 
-/// A size (`8M`, `1G`, `4096`).
-fn parse_pool_min(v: &str) -> Result<String, String> {
-    pinwise_core::units::parse_size(v)
-        .map(|_| v.to_string())
-        .map_err(|e| e.to_string())
+/// The pool threshold: the preload's grammar for `PINWISE_POOL_MIN`
+/// ([`pinwise_core::pool_use::parse_min_bytes`]).
+fn parse_pool_min(v: &str) -> Result<u64, String> {
+    pinwise_core::pool_use::parse_min_bytes(v).map_err(|e| e.to_string())
 }
 
 /// The socket `--pool` names: its value, else the pool's default.
@@ -343,7 +343,9 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         ),
         (
             "PINWISE_POOL_MIN",
-            args.pool.as_ref().map(|_| OsString::from(&args.pool_min)),
+            args.pool
+                .as_ref()
+                .map(|_| OsString::from(args.pool_min.to_string())),
         ),
     ] {
         match value {

@@ -15,8 +15,16 @@ use crate::pinning::PROMOTED_RANGES;
 use crate::state::{self, State};
 use crate::stats::HookStats;
 
-/// Before a query about `ptr`: a served pageable allocation is registered first.
+/// Before a query about `ptr`: a served pageable allocation, or a pool buffer, is
+/// registered first, so that the driver answers as plain CUDA would.
+///
+/// The runtime's own queries inside a copy it is making (a statically linked cudart asks
+/// about its copies' host sides) are not the program's: they register nothing (the copy
+/// itself is pinwise's business: a pool buffer's copy goes to the service).
 fn before_query(st: &State, ptr: usize) {
+    if crate::guard::in_runtime_copy() {
+        return;
+    }
     // A pool buffer is registered here first (`pinwise run --pool`).
     guarded(|| crate::pool::before_query(st, ptr));
     if let Some(p) = st.pinning() {

@@ -8,10 +8,22 @@
  *
  * POOL_READY and POOL_GO (paths, optional): after round 2 the program creates POOL_READY
  * and waits (at most 30 s) until POOL_GO exists, so that a test can stop the pool service
- * in the middle of the run. */
+ * in the middle of the run.
+ *
+ * POOL_FORK_HOLD (a path, optional): once the buffers exist (and the pool connection with
+ * them), the program forks a child that outlives it: the child lets go of stdout and
+ * stderr and waits (at most 30 s) until the path exists.
+ *
+ * POOL_GATE (a path, with the stand-in's PINWISE_STANDIN_REGISTER_GATE=<path>:16777216; build
+ * with -lpthread): before the rounds, a second thread asks cuMemHostGetFlags about the
+ * second big buffer (under pinwise: registered there first, and the stand-in holds that
+ * registration until <path> exists); once it is held (or the query answered), this thread
+ * copies the first big buffer up and down, then opens the gate. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -39,6 +51,46 @@ static void wait_for_go(void) {
     for (int i = 0; i < 3000 && access(go, F_OK) != 0; i++) usleep(10000);
 }
 
+struct query {
+    CUcontext ctx;
+    unsigned char *p;
+    unsigned int flags;
+    volatile int done;
+};
+
+static void *query_flags(void *arg) {
+    struct query *q = arg;
+    CHECK(cuCtxSetCurrent(q->ctx));
+    CHECK(cuMemHostGetFlags(&q->flags, q->p));
+    __atomic_store_n(&q->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* POOL_GATE: a copy on one pool buffer while another's registration is held open. */
+static void gated(CUcontext ctx, CUdeviceptr dev, unsigned char *a, unsigned char *b) {
+    const char *gate = getenv("POOL_GATE");
+    char waiting[4096];
+    snprintf(waiting, sizeof waiting, "%s.waiting", gate);
+    unlink(gate);
+    unlink(waiting);
+    struct query q = {ctx, b + 4096, 99, 0};
+    pthread_t t;
+    if (pthread_create(&t, NULL, query_flags, &q) != 0) exit(2);
+    for (int i = 0; i < 3000 && access(waiting, F_OK) != 0 &&
+                    !__atomic_load_n(&q.done, __ATOMIC_ACQUIRE);
+         i++)
+        usleep(10000);
+    fill(a, BIG, 77);
+    CHECK(cuMemcpyHtoD_v2(dev, a, BIG));
+    memset(a, 0, BIG);
+    CHECK(cuMemcpyDtoH_v2(a, dev, BIG));
+    printf("gated copy %016llx\n", (unsigned long long)fnv(a, BIG));
+    FILE *f = fopen(gate, "w");
+    if (f) fclose(f);
+    pthread_join(t, NULL);
+    printf("gated flags %u\n", q.flags);
+}
+
 int main(void) {
     CUdeviceptr dev, dev2;
     CUstream s;
@@ -50,12 +102,29 @@ int main(void) {
     CHECK(cuMemAllocHost_v2((void **)&a, BIG));
     CHECK(cuMemHostAlloc((void **)&b, BIG, 0));
     CHECK(cuMemAllocHost_v2((void **)&c, SMALL));
+    const char *hold = getenv("POOL_FORK_HOLD");
+    if (hold) {
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid < 0) {
+            perror("fork");
+            exit(2);
+        }
+        if (pid == 0) {
+            int null = open("/dev/null", O_RDWR);
+            dup2(null, 1);
+            dup2(null, 2);
+            for (int i = 0; i < 3000 && access(hold, F_OK) != 0; i++) usleep(10000);
+            _exit(0);
+        }
+    }
     if (getenv("POOL_QUERY")) {
         /* A pointer query about the second big buffer: plain CUDA knows it as pinned. */
         unsigned int flags = 99;
         CHECK(cuMemHostGetFlags(&flags, b + 4096));
         printf("flags %u\n", flags);
     }
+    if (getenv("POOL_GATE")) gated(ctx, dev, a, b);
     for (unsigned r = 0; r < ROUNDS; r++) {
         fill(a, BIG, r);
         fill(c, SMALL, r + 100);
