@@ -170,7 +170,8 @@ pub struct ProcessStats {
     /// capture was open.
     pub ceiling_deferred: u64,
     /// Copies on a registration pinwise made for the program that waited the longest
-    /// allowed (1 s) for a demotion under way and then went on anyway: expected 0.
+    /// allowed (1 s) for a demotion of their pages, and demotions that waited as long for
+    /// copies of theirs, and then went on anyway: expected 0.
     pub copy_gate_overruns: u64,
     /// Copies that waited for a demotion of pages they overlap, and demotions that waited
     /// for copies of their pages (however briefly; copies of other memory do not meet).
