@@ -95,7 +95,7 @@ int main(void) {
     CUdeviceptr dev, dev2;
     CUstream s;
     unsigned char *a, *b, *c;
-    standin_primary_context();
+    CUcontext ctx = standin_primary_context();
     CHECK(cuMemAlloc_v2(&dev, BIG));
     CHECK(cuMemAlloc_v2(&dev2, BIG));
     CHECK(cuStreamCreate(&s, 0));
