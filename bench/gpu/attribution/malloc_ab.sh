@@ -15,6 +15,9 @@
 # its arena only in a process with several threads, which pinwise's drain thread makes any
 # process after its first tracked allocation and which every CUDA program is anyway.
 # PIN_CPU (e.g. 3) holds every run to that one CPU (taskset): less noise from the scheduler.
+# CC_EXTRA (e.g. "-L/tmp/x -lfree_shim -Wl,-rpath,/tmp/x") is added to the benchmark's
+# compile command: for linking a library that defines `free` itself, after which pinwise
+# treats the heap as another allocator's.
 #
 # Prints (and writes to $OUT/malloc_ab.md; raw rows in $OUT/malloc_ab.tsv; OUT defaults to
 # ./bench-out) per phase and configuration the median of the runs' medians, its min-max over
@@ -29,7 +32,8 @@ REPEATS=${REPEATS:-7}
 PLAIN_MT=${PLAIN_MT:-1}
 mkdir -p "$OUT"
 exe="$OUT/malloc_cost"
-cc -O2 -pthread -o "$exe" "$ROOT/bench/gpu/attribution/malloc_cost.c"
+# shellcheck disable=SC2086
+cc -O2 -pthread -o "$exe" "$ROOT/bench/gpu/attribution/malloc_cost.c" ${CC_EXTRA:-}
 source "$ROOT/bench/gpu/lib/builds.sh"
 parse_builds "$@" || { echo "usage: malloc_ab.sh NAME=LIB.so[,VAR=VALUE...] ..." >&2; exit 2; }
 names=(plain "${names[@]}")
@@ -61,7 +65,7 @@ for ((r = 1; r <= REPEATS; r++)); do
 done
 {
 echo "malloc_cost.c, ns per malloc+free pair: median over $REPEATS interleaved runs of each run's median (min-max of the runs), [difference of the medians to plain]"
-echo "machine: $(hostname), $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), glibc $(ldd --version | head -1 | sed 's/.* //'), $(date -u +%Y-%m-%dT%H:%MZ); EXTRA_ENV='${EXTRA_ENV:-}' PIN_CPU='${PIN_CPU:-}'"
+echo "machine: $(hostname), $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), glibc $(ldd --version | head -1 | sed 's/.* //'), $(date -u +%Y-%m-%dT%H:%MZ); EXTRA_ENV='${EXTRA_ENV:-}' PIN_CPU='${PIN_CPU:-}' CC_EXTRA='${CC_EXTRA:-}'"
 for k in "${!names[@]}"; do
   [[ -n ${libs[$k]} ]] && echo "build ${names[$k]}: ${libs[$k]} ${envs[$k]} (sha256 $(sha256sum "${libs[$k]}" | cut -c1-12))"
 done
