@@ -3,8 +3,10 @@
 # no CUDA involved), plain and under each given build of libpinwise_preload.so, interleaved:
 # for comparing two builds of the library on one machine (the dev VM or the GPU machine).
 #
-#   bash bench/gpu/attribution/malloc_ab.sh NAME=LIB.so [NAME=LIB.so ...]
+#   bash bench/gpu/attribution/malloc_ab.sh NAME=LIB.so[,VAR=VALUE...] [NAME=LIB.so ...]
 #   e.g. bash bench/gpu/attribution/malloc_ab.sh before=/tmp/old.so after=target/release/libpinwise_preload.so
+#        (`off=LIB.so,PINWISE_MALLOC_HOOKS=0`: that build's runs with that environment;
+#        bench/gpu/lib/builds.sh)
 #
 # Env: REPEATS (default 7) rounds, each running plain, then (PLAIN_MT=1, the default)
 # plain_mt, then every library once, in the default configuration (hooks on, stacks on);
@@ -13,6 +15,9 @@
 # its arena only in a process with several threads, which pinwise's drain thread makes any
 # process after its first tracked allocation and which every CUDA program is anyway.
 # PIN_CPU (e.g. 3) holds every run to that one CPU (taskset): less noise from the scheduler.
+# CC_EXTRA (e.g. "-L/tmp/x -lfree_shim -Wl,-rpath,/tmp/x") is added to the benchmark's
+# compile command: for linking a library that defines `free` itself, after which pinwise
+# treats the heap as another allocator's.
 #
 # Prints (and writes to $OUT/malloc_ab.md; raw rows in $OUT/malloc_ab.tsv; OUT defaults to
 # ./bench-out) per phase and configuration the median of the runs' medians, its min-max over
@@ -27,16 +32,17 @@ REPEATS=${REPEATS:-7}
 PLAIN_MT=${PLAIN_MT:-1}
 mkdir -p "$OUT"
 exe="$OUT/malloc_cost"
-cc -O2 -pthread -o "$exe" "$ROOT/bench/gpu/attribution/malloc_cost.c"
-names=(plain)
-libs=("")
-for a in "$@"; do
-  names+=("${a%%=*}")
-  libs+=("$(realpath "${a#*=}")")
-done
+# shellcheck disable=SC2086
+cc -O2 -pthread -o "$exe" "$ROOT/bench/gpu/attribution/malloc_cost.c" ${CC_EXTRA:-}
+source "$ROOT/bench/gpu/lib/builds.sh"
+parse_builds "$@" || { echo "usage: malloc_ab.sh NAME=LIB.so[,VAR=VALUE...] ..." >&2; exit 2; }
+names=(plain "${names[@]}")
+libs=("" "${libs[@]}")
+envs=("" "${envs[@]}")
 if [[ $PLAIN_MT == 1 ]]; then
   names+=(plain_mt)
   libs+=("")
+  envs+=("")
 fi
 tsv="$OUT/malloc_ab.tsv"
 : > "$tsv"
@@ -51,14 +57,18 @@ for ((r = 1; r <= REPEATS; r++)); do
       [[ ${names[$i]} == plain_mt ]] && threads=1
       ${PIN_CPU:+taskset -c "$PIN_CPU"} env -u LD_PRELOAD MALLOC_COST_THREADS=$threads "$exe"
     else
+      IFS=, read -r -a extra <<< "${envs[$i]}"
       # shellcheck disable=SC2086
-      ${PIN_CPU:+taskset -c "$PIN_CPU"} env LD_PRELOAD="${libs[$i]}" ${EXTRA_ENV:-} "$exe"
+      ${PIN_CPU:+taskset -c "$PIN_CPU"} env LD_PRELOAD="${libs[$i]}" ${EXTRA_ENV:-} "${extra[@]}" "$exe"
     fi | awk -v c="${names[$i]}" -v r="$r" '{print c "\t" r "\t" $1 "\t" $2 "\t" $6 "\t" $7}' >> "$tsv"
   done
 done
 {
 echo "malloc_cost.c, ns per malloc+free pair: median over $REPEATS interleaved runs of each run's median (min-max of the runs), [difference of the medians to plain]"
-echo "machine: $(hostname), $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(ldd --version | head -1 | sed 's/.* //'), $(date -u +%Y-%m-%dT%H:%MZ); EXTRA_ENV='${EXTRA_ENV:-}' PIN_CPU='${PIN_CPU:-}'"
+echo "machine: $(hostname), $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), glibc $(ldd --version | head -1 | sed 's/.* //'), $(date -u +%Y-%m-%dT%H:%MZ); EXTRA_ENV='${EXTRA_ENV:-}' PIN_CPU='${PIN_CPU:-}' CC_EXTRA='${CC_EXTRA:-}'"
+for k in "${!names[@]}"; do
+  [[ -n ${libs[$k]} ]] && echo "build ${names[$k]}: ${libs[$k]} ${envs[$k]} (sha256 $(sha256sum "${libs[$k]}" | cut -c1-12))"
+done
 PYTHONPATH="$ROOT/bench/lib" python3 - "$tsv" "${names[@]}" <<'PY'
 import random, sys, statistics
 from collections import Counter, defaultdict

@@ -19,6 +19,9 @@
  *                                 which pinwise patches in place: the detour's cost
  *   linked4k_live                 the same while a 1 MiB block of that allocator is live
  *                                 (recorded: its free must be found, so mi_free checks)
+ *   linked4k_malloc_only,         mi_malloc + __libc_free, __libc_malloc + mi_free: which of
+ *   linked4k_free_only            the two patched entries costs what linked4k costs (last,
+ *                                 so that the phases before keep their heap layout)
  * Run it plainly, and with LD_PRELOAD=libpinwise_preload.so (PINWISE_MALLOC_HOOKS=0/1,
  * PINWISE_STACKS=0/1): the difference is the hooks' cost.
  *
@@ -117,6 +120,22 @@ static int threads_now(void) {
     return n;
 }
 
+static void pair_linked_malloc_only(size_t n) {
+    char *p = mi_malloc(n);
+    p[0] = 1;
+    sink += (uintptr_t)p;
+    last_block = (uintptr_t)p;
+    __libc_free(p);
+}
+
+static void pair_linked_free_only(size_t n) {
+    char *p = __libc_malloc(n);
+    p[0] = 1;
+    sink += (uintptr_t)p;
+    last_block = (uintptr_t)p;
+    mi_free(p);
+}
+
 static void phase(const char *name, pair_fn f, size_t n, int batches, int pairs) {
     static double t[BATCHES];
     for (int b = 0; b < batches; b++) {
@@ -159,5 +178,7 @@ int main(void) {
         phase("linked4k_live", pair_linked, 4096, BATCHES, PAIRS);
         mi_free(keep);
     }
+    phase("linked4k_malloc_only", pair_linked_malloc_only, 4096, BATCHES, PAIRS);
+    phase("linked4k_free_only", pair_linked_free_only, 4096, BATCHES, PAIRS);
     return 0;
 }

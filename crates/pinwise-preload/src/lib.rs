@@ -72,8 +72,9 @@
 //!
 //! # Safety inside someone else's process
 //!
-//! No allocation or lock where a hook can re-enter itself (`free`, `realloc`, `munmap` cost
-//! one atomic load while nothing is promoted and touch no thread-local storage then; giving
+//! No allocation or lock where a hook can re-enter itself (`free`, `realloc`, `munmap` read a
+//! few words of pinwise's (and, on glibc's heap once a block is tracked, the block's chunk
+//! header) while nothing is promoted, and touch no thread-local storage then; giving
 //! a registration back from them touches only pinwise's own thread-local guard, which has
 //! no destructor and so stays usable while a thread is torn down); events
 //! go to per-thread fixed-size rings drained by a background thread; initialization is lazy

@@ -54,6 +54,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use pinwise_core::{EventKind, HostMemKind};
 
 use crate::guard::{self, Inside};
+use crate::linked_alloc::LiveSet;
 use crate::recorder::{Remembered, Stamp};
 use crate::state::{self, State};
 
@@ -101,6 +102,15 @@ pub static HOT: Hot = Hot {
 /// blocks then carry glibc's chunk header, whose size word tells a small block from a
 /// tracked one without a call. Set when the library is loaded.
 static GLIBC_HEAP: AtomicBool = AtomicBool::new(false);
+
+/// On another allocator's heap (not glibc's): the tracked blocks of the exported malloc
+/// family, so that a free asks this set (one hash, one probe) instead of calling the
+/// allocator's `malloc_usable_size`.
+static FOREIGN: LiveSet<{ 1 << 16 }> = LiveSet::new();
+/// A tracked block found no room in [`FOREIGN`]: from then on, every free on another heap
+/// asks the allocator's `malloc_usable_size` (a block at least the threshold is taken as
+/// tracked, as on glibc's heap).
+static FOREIGN_FULL: AtomicBool = AtomicBool::new(false);
 /// This library's own code: `[start, end)` (calls from there are pinwise's own).
 static OWN_START: AtomicUsize = AtomicUsize::new(0);
 static OWN_END: AtomicUsize = AtomicUsize::new(0);
@@ -165,12 +175,47 @@ pub unsafe fn free_may_be_tracked(p: *mut c_void) -> bool {
 /// glibc's heap (its word before the block is read).
 #[inline(always)]
 unsafe fn passes_gate(gate: usize, p: *mut c_void) -> bool {
+    if p.is_null() || gate == usize::MAX {
+        return false;
+    }
+    if gate == 0 {
+        return foreign_may_be_tracked(p as usize);
+    }
     // SAFETY: the caller's contract: a non-zero gate below `usize::MAX` is only armed on
     // glibc's heap, whose blocks all have their chunk's size (flags in the low 3 bits) in
     // the word before them: glibc's `free` reads it first too.
-    !p.is_null()
-        && gate != usize::MAX
-        && (gate == 0 || unsafe { (p as *const usize).sub(1).read() } & !7 >= gate)
+    let chunk = unsafe { (p as *const usize).sub(1).read() } & !7;
+    chunk >= gate
+}
+
+/// On another allocator's heap: whether block `p` may be tracked (in the set, or the set
+/// overflowed).
+#[inline(always)]
+fn foreign_may_be_tracked(p: usize) -> bool {
+    FOREIGN_FULL.load(Ordering::Relaxed) || FOREIGN.contains(p)
+}
+
+/// A block of the exported malloc family was recorded (`record_alloc` returned true): on
+/// another allocator's heap it goes into the set its free asks. Before the block reaches
+/// the program.
+pub fn remember_tracked(p: *mut c_void) {
+    if !glibc_heap() && !FOREIGN.insert(p as usize) {
+        FOREIGN_FULL.store(true, Ordering::Relaxed);
+    }
+}
+
+/// On another allocator's heap, for the free (or move) of block `p` being looked at: the
+/// block's size as `before_release` wants it (`usize::MAX` for a tracked block, which leaves
+/// the set; 0 for one that is not), asking the allocator (`usable`) only once the set
+/// overflowed.
+pub fn foreign_release_size(p: *mut c_void, usable: impl FnOnce(*mut c_void) -> usize) -> usize {
+    if FOREIGN.remove(p as usize) {
+        usize::MAX
+    } else if FOREIGN_FULL.load(Ordering::Relaxed) {
+        usable(p)
+    } else {
+        0
+    }
 }
 
 /// The free gate's value now (see [`free_may_be_tracked`]).
@@ -589,10 +634,14 @@ mod tests {
     fn a_closed_or_open_gate_reads_no_memory_and_null_never_passes() {
         // An address whose word before is unmapped: a read would crash the test.
         let bad = 0x18 as *mut c_void;
-        // SAFETY: gates 0 and MAX read nothing (what this test checks); null is never read.
+        // SAFETY: gates 0 and MAX read nothing of the block (what this test checks); null
+        // is never read.
         unsafe {
             assert!(!passes_gate(usize::MAX, bad));
-            assert!(passes_gate(0, bad));
+            assert!(
+                !passes_gate(0, bad),
+                "not in the set of another heap's blocks"
+            );
             assert!(!passes_gate(0, std::ptr::null_mut()));
             assert!(!passes_gate(64 << 10, std::ptr::null_mut()));
         }
@@ -677,5 +726,33 @@ mod tests {
             small_passed, 0,
             "blocks well below the threshold went the slow way"
         );
+    }
+
+    #[test]
+    fn on_another_heap_a_tracked_block_passes_the_gate_until_its_free_is_looked_at() {
+        // Addresses no other test uses (the set is the process's).
+        let p = 0x7e57_0000_1000usize as *mut c_void;
+        let q = 0x7e57_0000_2000usize as *mut c_void;
+        // SAFETY: gate 0 reads nothing of the blocks.
+        unsafe {
+            assert!(!passes_gate(0, p));
+            FOREIGN.insert(p as usize);
+            assert!(passes_gate(0, p), "a tracked block is looked at");
+            assert!(!passes_gate(0, q), "another block is not");
+        }
+        let asked = std::cell::Cell::new(false);
+        let usable = |_| {
+            asked.set(true);
+            1 << 20
+        };
+        assert_eq!(foreign_release_size(q, usable), 0, "not tracked");
+        assert_eq!(foreign_release_size(p, usable), usize::MAX, "tracked");
+        assert!(
+            !asked.get(),
+            "the allocator is not asked while the set has room"
+        );
+        // SAFETY: as above.
+        assert!(!unsafe { passes_gate(0, p) }, "freed: out of the set");
+        assert_eq!(foreign_release_size(p, usable), 0);
     }
 }

@@ -15,7 +15,7 @@ use super::malloc_hooks::usable_size;
 use crate::hooks::alloc::{before_free, before_munmap};
 use crate::malloc::{
     after_release, before_release, boot, free_may_be_tracked, glibc_heap, is_tracked_size,
-    record_alloc, HOT,
+    record_alloc, remember_tracked, HOT,
 };
 use crate::pinning::PROMOTED_RANGES;
 
@@ -58,18 +58,20 @@ pub(super) fn next(slot: &AtomicUsize, name: &std::ffi::CStr) -> usize {
 
 /// The usable size of a block being freed, or 0 when it is certainly below `min` (read from
 /// glibc's chunk header when the heap is glibc's: a chunk's size bounds the usable size
-/// from above; else, and for blocks that may be tracked, the allocator's
-/// `malloc_usable_size`).
+/// from above; for blocks that may be tracked, the allocator's `malloc_usable_size`). On
+/// another heap: `usize::MAX` for a tracked block, 0 for another
+/// ([`crate::malloc::foreign_release_size`]).
 #[inline]
 fn usable_size_for_free(p: *mut c_void, min: usize) -> usize {
-    if glibc_heap() {
-        // SAFETY: `p` is a live block of glibc's heap being freed (free's contract): the
-        // word before it is its chunk's size (with flags in the low 3 bits), which glibc's
-        // free reads first too.
-        let chunk = unsafe { (p as *const usize).sub(1).read() } & !7;
-        if chunk < min {
-            return 0;
-        }
+    if !glibc_heap() {
+        return crate::malloc::foreign_release_size(p, usable_size);
+    }
+    // SAFETY: `p` is a live block of glibc's heap being freed (free's contract): the word
+    // before it is its chunk's size (with flags in the low 3 bits), which glibc's free
+    // reads first too.
+    let chunk = unsafe { (p as *const usize).sub(1).read() } & !7;
+    if chunk < min {
+        return 0;
     }
     usable_size(p)
 }
@@ -227,10 +229,15 @@ fn after_realloc(
     caller: usize,
 ) -> *mut c_void {
     if let Some(r) = release {
-        after_release(r, p, !(q.is_null() && n != 0));
+        let moved = !(q.is_null() && n != 0);
+        after_release(r, p, moved);
+        if !moved {
+            // A failed realloc keeps the tracked block (another heap's set gets it back).
+            remember_tracked(p);
+        }
     }
-    if !q.is_null() && is_tracked_size(n) {
-        let _ = record_alloc(caller, q, n);
+    if !q.is_null() && is_tracked_size(n) && record_alloc(caller, q, n) {
+        remember_tracked(q);
     }
     q
 }

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::export_with_caller;
 use super::libc_hooks::{next, LOOKING_UP};
-use crate::malloc::{boot, is_tracked_size, record_alloc, HOT};
+use crate::malloc::{boot, is_tracked_size, record_alloc, remember_tracked, HOT};
 
 // The hottest functions' slots are on the hot line (`HOT`); these less used ones are not.
 static REAL_MEMALIGN: AtomicUsize = AtomicUsize::new(0);
@@ -65,8 +65,8 @@ pub fn usable_size(p: *mut c_void) -> usize {
 
 #[inline]
 fn tracked(caller: usize, p: *mut c_void, size: usize) -> *mut c_void {
-    if is_tracked_size(size) {
-        let _ = record_alloc(caller, p, size);
+    if is_tracked_size(size) && record_alloc(caller, p, size) {
+        remember_tracked(p);
     }
     p
 }
@@ -215,7 +215,10 @@ unsafe extern "C" fn posix_memalign_slow(
             let rc = unsafe { std::mem::transmute::<usize, PosixMemalignFn>(f)(out, align, size) };
             if rc == 0 && is_tracked_size(size) {
                 // SAFETY: on success the allocator wrote the block to `out`.
-                let _ = record_alloc(caller, unsafe { *out }, size);
+                let p = unsafe { *out };
+                if record_alloc(caller, p, size) {
+                    remember_tracked(p);
+                }
             }
             rc
         }

@@ -15,10 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef int cudaError_t;
-cudaError_t cudaMalloc(void **p, size_t n);
-cudaError_t cudaFree(void *p);
-cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, int kind);
+#define STANDIN_RUNTIME
+#include "standin_cuda.h"
 
 #define NOINLINE __attribute__((noinline))
 #define K 1024
@@ -62,7 +60,7 @@ static void check(void *p, const char *what) {
 
 int main(void) {
     void *dev;
-    if (cudaMalloc(&dev, 256 * K) != 0) return 2;
+    CHECK(cudaMalloc(&dev, 256 * K));
     /* One block of each function, live together, then freed in another order. */
     void *b[8];
     size_t n = 100 * K;
@@ -79,7 +77,7 @@ int main(void) {
         touch(b[i], i == 4 ? 128 * K : n);
         tracked++;
     }
-    if (cudaMemcpy(dev, b[0], n, 1) != 0) return 2;
+    CHECK(cudaMemcpy(dev, b[0], n, 1));
     /* Small blocks come and go while the tracked ones are live: none is recorded. */
     for (int i = 0; i < 10000; i++) {
         void *s = malloc(16 + (size_t)(i % 64) * 64);
@@ -123,7 +121,7 @@ int main(void) {
     int overflow = big == NULL && errno == ENOMEM;
     void *bad = NULL;
     int einval = posix_memalign(&bad, 3, n) == EINVAL;
-    cudaFree(dev);
+    CHECK(cudaFree(dev));
     printf("sum %llu overflow %d einval %d\n", sum, overflow, einval);
     fprintf(stderr, "calls: tracked=%lu\n", tracked);
     return 0;
