@@ -135,8 +135,6 @@ pub(crate) struct Counters {
     pub unpin_ns: AtomicU64,
     pub fallbacks: AtomicU64,
     pub budget_refusals: AtomicU64,
-    pub transfers_pinned: AtomicU64,
-    pub transfers_pageable: AtomicU64,
     pub pageable_cache_hits: AtomicU64,
     pub pageable_released_bytes: AtomicU64,
     pub pageable_pressure_releases: AtomicU64,
@@ -154,6 +152,7 @@ impl Counters {
             .fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub fn snapshot(
         &self,
         budget: &PinBudget,
@@ -162,6 +161,7 @@ impl Counters {
         pending_blocks: u64,
         cached: u64,
         live: u64,
+        [transfers_pinned, transfers_pageable]: [u64; 2],
     ) -> AllocStats {
         let r = |c: &AtomicU64| c.load(Ordering::Relaxed);
         AllocStats {
@@ -184,8 +184,8 @@ impl Counters {
             unpin_ns: r(&self.unpin_ns),
             fallbacks: r(&self.fallbacks),
             budget_refusals: r(&self.budget_refusals),
-            transfers_pinned: r(&self.transfers_pinned),
-            transfers_pageable: r(&self.transfers_pageable),
+            transfers_pinned,
+            transfers_pageable,
             pageable_cache_hits: r(&self.pageable_cache_hits),
             pageable_cached_bytes: cached,
             pageable_released_bytes: r(&self.pageable_released_bytes),

@@ -109,26 +109,17 @@ pub struct Pinning {
     pub engine: Engine,
     policy: Arc<Policy>,
     served: RwLock<ServedBook>,
-    /// Served allocations still pageable and unregistered (0: queries and copies need not
-    /// look them up).
-    pageable_live: AtomicUsize,
+    /// What every copy reads here, on one cache line.
+    gate: CopyGate,
     /// Whether a program's pinned request without evidence is served pageable first
     /// ([`earn`]; only under `PINWISE_PAGEABLE_FIRST`, never under `PINWISE_KEEP_PINNED`).
     pageable_first: bool,
     /// Those served pageable first and not yet registered: what their copies showed.
     earning: Mutex<std::collections::HashMap<usize, earn::Earning>>,
-    /// Entries of `earning` (0: copies need not look).
-    earning_live: AtomicUsize,
-    /// Copies of served allocations while any earns its registration ([`earn`]'s clock).
-    served_copies: AtomicU64,
     /// What copies of allocations served pageable first forwent, ns, and since when
     /// (the first such allocation).
     earn_spent_ns: AtomicU64,
     earn_since_ns: AtomicU64,
-    /// The span of addresses served allocations ever had: a copy outside it is the
-    /// program's own memory, and skips the allocator's lookup.
-    served_lo: AtomicUsize,
-    served_hi: AtomicUsize,
     /// Per direction, the smallest copy that pinning makes faster (smaller ones never pay
     /// for a registration: their copies are not counted).
     min_saving_bytes: [u64; 4],
@@ -147,6 +138,24 @@ pub struct Pinning {
     pub pricing: TableSource,
     /// Problems met choosing it (a calibration file that could not be read).
     pub pricing_problems: Vec<String>,
+}
+
+/// What every copy hook reads in [`Pinning`] before it knows whether the copy concerns
+/// pinwise's allocations, and what a copy of one counts, on one cache line (the hooks run
+/// with cold caches in programs that copy sparsely: each distinct line costs a miss).
+#[repr(C, align(64))]
+struct CopyGate {
+    /// The span of addresses served allocations ever had: a copy outside it is the
+    /// program's own memory, and skips the allocator's lookup.
+    served_lo: AtomicUsize,
+    served_hi: AtomicUsize,
+    /// Served allocations still pageable and unregistered (0: queries and copies need not
+    /// look them up).
+    pageable_live: AtomicUsize,
+    /// Entries of `earning` (0: copies need not look).
+    earning_live: AtomicUsize,
+    /// Copies of served allocations while any earns its registration ([`earn`]'s clock).
+    served_copies: AtomicU64,
 }
 
 /// What a copy found about its host side, for the history.
@@ -187,15 +196,17 @@ impl Pinning {
             engine,
             policy,
             served: RwLock::new(ServedBook::default()),
-            pageable_live: AtomicUsize::new(0),
+            gate: CopyGate {
+                served_lo: AtomicUsize::new(usize::MAX),
+                served_hi: AtomicUsize::new(0),
+                pageable_live: AtomicUsize::new(0),
+                earning_live: AtomicUsize::new(0),
+                served_copies: AtomicU64::new(0),
+            },
             pageable_first: config.pageable_first && !config.keep_pinned,
             earning: Mutex::new(std::collections::HashMap::new()),
-            earning_live: AtomicUsize::new(0),
-            served_copies: AtomicU64::new(0),
             earn_spent_ns: AtomicU64::new(0),
             earn_since_ns: AtomicU64::new(0),
-            served_lo: AtomicUsize::new(usize::MAX),
-            served_hi: AtomicUsize::new(0),
             min_saving_bytes,
             keep_pinned: config.keep_pinned,
             promote_pageable: config.promote_pageable,
@@ -371,8 +382,9 @@ impl Pinning {
         };
         self.program_pins(pages);
         let start = a.ptr as usize;
-        self.served_lo.fetch_min(start, Ordering::AcqRel);
-        self.served_hi
+        self.gate.served_lo.fetch_min(start, Ordering::AcqRel);
+        self.gate
+            .served_hi
             .fetch_max(start + mapping_len(size), Ordering::AcqRel);
         {
             let mut served = self.served.write();
@@ -387,7 +399,7 @@ impl Pinning {
             served.recently_freed.retain(|&p| p != start);
         }
         if !a.pinned {
-            self.pageable_live.fetch_add(1, Ordering::AcqRel);
+            self.gate.pageable_live.fetch_add(1, Ordering::AcqRel);
             if af.contains(AllocFlags::EARN_PINNED) {
                 let _ = self.earn_since_ns.compare_exchange(
                     0,
@@ -402,7 +414,7 @@ impl Pinning {
                     .insert(start, earn::Earning::default())
                     .is_none()
                 {
-                    self.earning_live.fetch_add(1, Ordering::AcqRel);
+                    self.gate.earning_live.fetch_add(1, Ordering::AcqRel);
                 }
             }
         }
@@ -438,7 +450,7 @@ impl Pinning {
             s
         };
         if s.pageable {
-            self.pageable_live.fetch_sub(1, Ordering::AcqRel);
+            self.gate.pageable_live.fetch_sub(1, Ordering::AcqRel);
         }
         self.earning_done(p);
         self.program_unpins(s.size.max(1).next_multiple_of(PAGE) as u64);
@@ -480,13 +492,13 @@ impl Pinning {
             None
         };
         if let Some(pinned) = engine_view {
-            if pinned && self.pageable_live.load(Ordering::Acquire) > 0 {
+            if pinned && self.gate.pageable_live.load(Ordering::Acquire) > 0 {
                 self.saw_allocator_promotion(host, stats, rec);
             }
             // Served for a pinned request: the program expects pinned semantics anyway.
             let mut pinned = pinned || PROMOTED_RANGES.covering(host, span).is_some();
-            if self.earning_live.load(Ordering::Acquire) > 0 {
-                let clock = self.served_copies.fetch_add(1, Ordering::Relaxed) + 1;
+            if self.gate.earning_live.load(Ordering::Acquire) > 0 {
+                let clock = self.gate.served_copies.fetch_add(1, Ordering::Relaxed) + 1;
                 if !pinned {
                     pinned = self.earn(host, bytes, direction, clock, stats, rec);
                 }
@@ -673,8 +685,8 @@ impl Pinning {
     /// Whether `host` lies in the span of addresses served allocations ever had (outside
     /// it, it is the program's own memory and the allocator's lookup is skipped).
     fn maybe_served(&self, host: usize) -> bool {
-        host >= self.served_lo.load(Ordering::Acquire)
-            && host < self.served_hi.load(Ordering::Acquire)
+        host >= self.gate.served_lo.load(Ordering::Acquire)
+            && host < self.gate.served_hi.load(Ordering::Acquire)
     }
 
     /// Notes a copy of `[host, host + span)` issued on a stream being captured into a CUDA
@@ -796,7 +808,7 @@ impl Pinning {
                 _ => return,
             }
         }
-        self.pageable_live.fetch_sub(1, Ordering::AcqRel);
+        self.gate.pageable_live.fetch_sub(1, Ordering::AcqRel);
         HookStats::bump(&stats.promotions_by_allocator);
         let stamp = rec.stamp();
         rec.record(
@@ -815,7 +827,7 @@ impl Pinning {
     /// pageable is registered, so the answer is the one plain CUDA would give. (Queries the
     /// runtime makes inside a copy never get here: `hooks::query` leaves them out.)
     pub fn before_query(&self, ptr: usize, stats: &HookStats, rec: &Recorder) {
-        if self.pageable_live.load(Ordering::Acquire) == 0 {
+        if self.gate.pageable_live.load(Ordering::Acquire) == 0 {
             return;
         }
         let found = {
@@ -844,7 +856,7 @@ impl Pinning {
     /// made while a capture is open are served pinned: [`Pinning::alloc`]). Counted with
     /// the query registrations (the program's semantics need them).
     pub fn before_capture(&self, stats: &HookStats, rec: &Recorder) {
-        if self.pageable_live.load(Ordering::Acquire) == 0 {
+        if self.gate.pageable_live.load(Ordering::Acquire) == 0 {
             return;
         }
         let pageable: Vec<(usize, usize)> = {
@@ -952,12 +964,12 @@ impl Pinning {
 
     /// A served allocation no longer earns its registration (registered, or freed).
     fn earning_done(&self, start: usize) {
-        if self.earning_live.load(Ordering::Acquire) == 0 {
+        if self.gate.earning_live.load(Ordering::Acquire) == 0 {
             return;
         }
         let _inside = guard::Inside::enter();
         if self.earning.lock().remove(&start).is_some() {
-            self.earning_live.fetch_sub(1, Ordering::AcqRel);
+            self.gate.earning_live.fetch_sub(1, Ordering::AcqRel);
         }
     }
 

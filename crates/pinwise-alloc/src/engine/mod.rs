@@ -44,6 +44,7 @@ use rustc_hash::FxHashMap;
 mod config;
 mod decide;
 mod serve;
+mod streams;
 
 pub use config::{Advice, Advised, AllocFlags, EngineConfig, EventSink, Mode};
 use decide::SiteState;
@@ -132,6 +133,9 @@ pub(crate) struct Live {
     origin: Origin,
     /// For mappings: PAGEABLE, PROMOTING, PROMOTED or NO_PROMOTION.
     promotion: AtomicU8,
+    /// The stream of the last asynchronous copy, known to be in `async_streams`
+    /// ([`streams::LastStream`]): a copy on it skips `async_streams`' lock.
+    last_stream: streams::LastStream,
     bytes: [AtomicU64; 4],
     /// Length of the block or mapping behind it.
     block_len: usize,
@@ -145,7 +149,8 @@ pub(crate) struct Live {
 }
 
 // What a host-to-device or device-to-host copy touches (start, size, the counts, origin,
-// promotion, the byte counts of those two directions) lies on the first line.
+// promotion, the last stream, the byte counts of those two directions) lies on the first
+// line.
 const _: () = assert!(
     std::mem::align_of::<Live>() == 64
         && std::mem::offset_of!(Live, bytes) + 2 * std::mem::size_of::<AtomicU64>() <= 64
@@ -177,20 +182,33 @@ impl Live {
     }
 }
 
+/// What every copy hook on an engine allocation touches in the engine: the live map's lock
+/// (a read lock writes its word) and root, the transfer counts, and the recorder (read), on
+/// one cache line.
+#[repr(C, align(64))]
+struct Hot {
+    live: RwLock<BTreeMap<usize, Arc<Live>>>,
+    transfers_pinned: AtomicU64,
+    transfers_pageable: AtomicU64,
+    recorder: Option<Arc<dyn EventSink>>,
+}
+
+const _: () = assert!(std::mem::size_of::<Hot>() == 64);
+
 /// The smart pinning allocator's engine. See the module documentation.
 pub struct Engine {
     backend: Arc<dyn PinBackend>,
     mode: Mode,
     policy: Arc<Policy>,
     advice: Option<Arc<dyn Advice>>,
-    recorder: Option<Arc<dyn EventSink>>,
     budget: PinBudget,
     pool: Mutex<PinnedPool>,
     pageable: Mutex<PageableCache>,
     /// Whether the machine is short of memory (the pageable cache then empties).
     pressure: MemoryGauge,
     events: EventPool,
-    live: RwLock<BTreeMap<usize, Arc<Live>>>,
+    /// The live allocations, and what each copy of one counts, on one cache line.
+    hot: Hot,
     sites: Mutex<FxHashMap<Site, SiteState>>,
     /// Records of freed allocations kept for reuse (at most [`SPARE_LIVES`]): a record is
     /// cache-line aligned, and an aligned heap allocation and free per allocation cost more
@@ -244,13 +262,17 @@ impl Engine {
             mode: config.mode,
             policy: config.policy,
             advice: config.advice,
-            recorder: config.recorder,
             budget: PinBudget::new(budget),
             pool: Mutex::new(PinnedPool::new()),
             pageable: Mutex::new(PageableCache::new(cache)),
             pressure: MemoryGauge::system(config.low_memory_bytes),
             events: EventPool::new(),
-            live: RwLock::new(BTreeMap::new()),
+            hot: Hot {
+                live: RwLock::new(BTreeMap::new()),
+                transfers_pinned: AtomicU64::new(0),
+                transfers_pageable: AtomicU64::new(0),
+                recorder: config.recorder,
+            },
             sites: Mutex::new(FxHashMap::default()),
             spare_lives: Mutex::new(Vec::new()),
             resolver: InProcessSiteResolver::new(config.modules),
@@ -299,7 +321,11 @@ impl Engine {
             self.pinned_outside_pool.load(Ordering::Relaxed),
             pending,
             cached,
-            self.live.read().len() as u64,
+            self.hot.live.read().len() as u64,
+            [
+                self.hot.transfers_pinned.load(Ordering::Relaxed),
+                self.hot.transfers_pageable.load(Ordering::Relaxed),
+            ],
         )
     }
 
@@ -393,11 +419,12 @@ impl Engine {
             ),
             transfers: Default::default(),
             bytes: Default::default(),
+            last_stream: streams::LastStream::new(),
             async_streams: Mutex::new(Vec::new()),
         };
         let live = self.live_record(record);
         let pinned = live.is_pinned();
-        self.live.write().insert(start, live);
+        self.hot.live.write().insert(start, live);
         self.counters.allocations.fetch_add(1, Ordering::Relaxed);
         if pinned {
             self.counters
@@ -433,6 +460,7 @@ impl Engine {
     /// [`Engine::note_transfer`] may still be in flight: the engine waits for them).
     pub unsafe fn free(&self, ptr: *mut u8) -> Result<(), AllocError> {
         let live = self
+            .hot
             .live
             .write()
             .remove(&(ptr as usize))
@@ -472,18 +500,19 @@ impl Engine {
 
     /// Frees a live allocation the caller holds (a [`crate::HostBuffer`] being dropped).
     pub(crate) fn free_live(&self, live: &Arc<Live>) {
-        let removed = self.live.write().remove(&live.start);
+        let removed = self.hot.live.write().remove(&live.start);
         debug_assert!(removed.is_some_and(|r| Arc::ptr_eq(&r, live)));
         self.release(live);
     }
 
     pub(crate) fn live_of(&self, ptr: usize) -> Option<Arc<Live>> {
-        self.live.read().get(&ptr).cloned()
+        self.hot.live.read().get(&ptr).cloned()
     }
 
     /// The size asked for the live allocation starting at `ptr`, and whether it is pinned now.
     pub fn lookup(&self, ptr: *const u8) -> Option<(usize, bool)> {
-        self.live
+        self.hot
+            .live
             .read()
             .get(&(ptr as usize))
             .map(|l| (l.size, l.is_pinned()))
@@ -502,7 +531,7 @@ impl Engine {
         stream: Option<StreamHandle>,
     ) -> Option<bool> {
         let addr = ptr as usize;
-        let map = self.live.read();
+        let map = self.hot.live.read();
         let (_, l) = map.range(..=addr).next_back()?;
         if addr >= l.start + l.size.max(1) {
             return None;
@@ -563,10 +592,7 @@ impl Engine {
         live.transfers[d].fetch_add(1, Ordering::Relaxed);
         live.bytes[d].fetch_add(bytes as u64, Ordering::Relaxed);
         if let Some(s) = stream {
-            let mut streams = live.async_streams.lock();
-            if !streams.contains(&s) {
-                streams.push(s);
-            }
+            live.note_stream(s);
         }
     }
 
@@ -581,13 +607,9 @@ impl Engine {
         pinned: bool,
     ) {
         if pinned {
-            self.counters
-                .transfers_pinned
-                .fetch_add(1, Ordering::Relaxed);
+            self.hot.transfers_pinned.fetch_add(1, Ordering::Relaxed);
         } else {
-            self.counters
-                .transfers_pageable
-                .fetch_add(1, Ordering::Relaxed);
+            self.hot.transfers_pageable.fetch_add(1, Ordering::Relaxed);
         }
         self.emit(
             None,
@@ -615,10 +637,11 @@ impl Engine {
     /// destruction, with no engine lock held.
     pub fn forget_stream(&self, stream: StreamHandle) -> bool {
         let holders: Vec<Arc<Live>> = self
+            .hot
             .live
             .read()
             .values()
-            .filter(|l| l.async_streams.lock().contains(&stream))
+            .filter(|l| l.has_stream(stream))
             .cloned()
             .collect();
         if holders.is_empty() {
@@ -626,7 +649,7 @@ impl Engine {
         }
         let _ = self.backend.synchronize_stream(stream);
         for live in holders {
-            live.async_streams.lock().retain(|s| *s != stream);
+            live.drop_stream(stream);
         }
         true
     }
@@ -645,16 +668,10 @@ impl Engine {
         let done = self.pool.lock().reclaim(|e| pending.contains(&e));
         self.events.put_back(done);
         self.events.destroy_all(&*self.backend);
-        let lives: Vec<Arc<Live>> = self.live.read().values().cloned().collect();
+        let lives: Vec<Arc<Live>> = self.hot.live.read().values().cloned().collect();
         let mut waited: Vec<StreamHandle> = Vec::new();
         for live in lives {
-            let streams: Vec<StreamHandle> = {
-                let mut held = live.async_streams.lock();
-                let (dead, kept): (Vec<_>, Vec<_>) =
-                    held.iter().partition(|s| !is_default_stream(**s));
-                *held = kept;
-                dead
-            };
+            let streams = live.drop_streams_where(|s| !is_default_stream(s));
             for s in streams {
                 if !waited.contains(&s) {
                     let _ = self.backend.synchronize_stream(s);
@@ -714,7 +731,9 @@ impl Engine {
     }
 
     fn emit(&self, site: Option<Site>, kind: EventKind) {
-        let Some(rec) = &self.recorder else { return };
+        let Some(rec) = &self.hot.recorder else {
+            return;
+        };
         let mut ev = Event::new(
             monotonic_ns(),
             self.pid,
@@ -734,7 +753,7 @@ impl Engine {
         if self.shut_down.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        let still_live = self.live.read().len();
+        let still_live = self.hot.live.read().len();
         if still_live > 0 {
             tracing::warn!(
                 still_live,
@@ -751,7 +770,7 @@ impl Engine {
         self.events.put_back(done);
         self.trim();
         self.events.destroy_all(&*self.backend);
-        match &self.recorder {
+        match &self.hot.recorder {
             Some(r) => r.finish(),
             None => Ok(()),
         }

@@ -384,7 +384,7 @@ impl Engine {
     /// Gives back a live allocation's memory and trains its site with its outcome.
     pub(crate) fn release(&self, live: &Live) {
         let hot = self.learn_outcome(live);
-        let streams = std::mem::take(&mut *live.async_streams.lock());
+        let streams = live.take_streams();
         match live.origin {
             Origin::PoolBlock => {
                 if live.spare {
