@@ -5,7 +5,7 @@
 #   bash bench/gpu/preload/gap_ab.sh NAME=LIB.so[,VAR=VALUE...] [NAME=LIB.so[,VAR=VALUE...] ...]
 # (VAR=VALUE after a comma: environment for that build's runs only, e.g.
 # `huge=lib.so nohuge=lib.so,PINWISE_HUGE_TEXT=0` compares one build with a setting on and off.)
-# Env: REPEATS (default 10), GAPS (default "0 20 200" µs), KIND (pinned|pageable, default
+# Env: REPEATS (default 10), GAPS (default "0 20 200" µs), KIND (pinned|pinned_async|pageable, default
 # pinned), NBUF (buffers copied in turn, default 1), N (copies per run; default 3000, 1500
 # at gaps of 200 µs and more), EVICT_KIB (scratch KiB written before each copy, default 0)
 # and EVICT_STRIDE (bytes between the writes, default 64),

@@ -7,7 +7,9 @@
  * EVICT_KIB: before each copy, write one byte every STRIDE bytes (default 64: each cache
  * line; 4096: each page, which empties the TLB more than the caches) of a scratch buffer
  * that size: the program's own work pushing pinwise's lines or pages out, without a sleep.
- *   gap_copies pinned|pageable GAP_US N [NBUF [EVICT_KIB [STRIDE]]]
+ * KIND pinned_async: pinned buffers copied with cuMemcpyHtoDAsync on a stream of its own
+ * (each copy then waited for), as CuPy's and JAX's copies are: the hook's stream bookkeeping.
+ *   gap_copies pinned|pinned_async|pageable GAP_US N [NBUF [EVICT_KIB [STRIDE]]]
  * Driver API only (fixtures/include/cuda_driver_min.h). Run by gap.sh.
  */
 #include <stdio.h>
@@ -20,10 +22,11 @@
 
 int main(int argc, char **argv) {
     if (argc < 4 || argc > 7) {
-        fprintf(stderr, "usage: gap_copies pinned|pageable GAP_US N [NBUF [EVICT_KIB [STRIDE]]]\n");
+        fprintf(stderr, "usage: gap_copies pinned|pinned_async|pageable GAP_US N [NBUF [EVICT_KIB [STRIDE]]]\n");
         return 2;
     }
-    int pinned = strcmp(argv[1], "pinned") == 0;
+    int async = strcmp(argv[1], "pinned_async") == 0;
+    int pinned = async || strcmp(argv[1], "pinned") == 0;
     long gap_us = atol(argv[2]), n = atol(argv[3]);
     long nbuf = argc >= 5 ? atol(argv[4]) : 1;
     size_t evict = argc >= 6 ? (size_t)atol(argv[5]) << 10 : 0;
@@ -52,10 +55,17 @@ int main(int argc, char **argv) {
     }
     CUdeviceptr d;
     CHECK(cuMemAlloc(&d, size));
+    CUstream stream = NULL;
+    if (async) CHECK(cuStreamCreate(&stream, 0));
     struct timespec gap = { gap_us / 1000000, (gap_us % 1000000) * 1000 };
     for (long i = 0; i < n; i++) {
         for (size_t j = 0; j < evict; j += stride) scratch[j]++;
-        CHECK(cuMemcpyHtoD(d, bufs[i % nbuf], size));
+        if (async) {
+            CHECK(cuMemcpyHtoDAsync(d, bufs[i % nbuf], size, stream));
+            CHECK(cuStreamSynchronize(stream));
+        } else {
+            CHECK(cuMemcpyHtoD(d, bufs[i % nbuf], size));
+        }
         if (gap_us) nanosleep(&gap, NULL);
     }
     unsigned char back[16];
