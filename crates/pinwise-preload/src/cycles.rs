@@ -19,7 +19,14 @@
 //!   call from then on: the vDSO's `clock_gettime` reads the same counter and faults too.
 //!   The hook times sampled until then are ticks and those
 //!   after nanoseconds: the statistics leave the hook times out ([`counter_stopped`]). A
-//!   `prctl` made as a raw `syscall(SYS_prctl, ...)` is not seen.
+//!   `prctl` made as a raw `syscall(SYS_prctl, ...)` is not seen. Code of pinwise's that
+//!   reads std's clock (creating the state or the allocator, stamping events) holds
+//!   [`CounterReadable`] meanwhile, which costs two `prctl` system calls each time.
+//!
+//! What this protects: pinwise's own part. The real libcuda reads the counter itself (on
+//! the H100 machine, CUDA 13, a program that switched it off and then called CUDA died of
+//! SIGSEGV without pinwise too: `bench/results/gpu-tsc-sigsegv.md`), so only threads that
+//! make no CUDA calls after the switch keep running, with or without pinwise.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 

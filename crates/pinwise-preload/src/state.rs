@@ -129,6 +129,9 @@ pub fn get() -> Option<&'static State> {
         match INIT.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => {
                 let _inside = Inside::enter();
+                // Creating the state reads std's clock (the vDSO reads the time-stamp
+                // counter): readable here even after the program made it fault.
+                let _counter = crate::cycles::CounterReadable::here();
                 let st: &'static State = Box::leak(Box::new(State::create()));
                 STATE.store(st as *const State as *mut State, Ordering::Release);
                 INIT.store(2, Ordering::Release);
@@ -181,9 +184,10 @@ extern "C" fn at_exit() {
 /// Drains everything and writes the outputs (or, if pinwise was never needed, the idle
 /// statistics). Runs on a thread of its own (see [`at_exit`]).
 extern "C" fn final_outputs(_: *mut libc::c_void) -> *mut libc::c_void {
-    // A thread of its own, whose counter pinwise's code may read (it inherited the mode of
-    // the thread that exits).
-    let _ = crate::cycles::enable_here();
+    // Usually a thread of its own, whose counter pinwise's code may read (it inherited the
+    // mode of the thread that exits); on the exiting thread itself when no thread could be
+    // started, so the program's mode is put back at the end.
+    let _counter = crate::cycles::CounterReadable::here();
     let Some(st) = current() else {
         write_idle_stats();
         return std::ptr::null_mut();
@@ -354,6 +358,8 @@ impl State {
             return r.as_ref().ok();
         }
         let _inside = Inside::enter();
+        // Starting the allocator reads std's clock too (see `get`).
+        let _counter = crate::cycles::CounterReadable::here();
         let driver = match DriverTable::load() {
             Ok(d) => d,
             // Not loaded yet (a hook ran before cudart opened libcuda): try again later.

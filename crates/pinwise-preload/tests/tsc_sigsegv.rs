@@ -11,8 +11,14 @@ use common::*;
 
 /// `pinwise run <extra> --force --stats-json ...` of `exe`, which must run as plainly; the
 /// process's statistics.
-fn run(s: &Setup, exe: &std::path::Path, extra: &[&str], name: &str) -> serde_json::Value {
-    let plain = s.run_plain(exe, &[]);
+fn run(
+    s: &Setup,
+    exe: &std::path::Path,
+    program_args: &[&str],
+    extra: &[&str],
+    name: &str,
+) -> serde_json::Value {
+    let plain = s.run_plain(exe, program_args);
     assert_ok(&plain, "plain");
     assert!(
         String::from_utf8_lossy(&plain.stdout).contains("tsc 2"),
@@ -21,7 +27,7 @@ fn run(s: &Setup, exe: &std::path::Path, extra: &[&str], name: &str) -> serde_js
     let stats = s.path(name);
     let mut args = extra.to_vec();
     args.extend(["--force", "--stats-json", stats.to_str().unwrap()]);
-    let out = s.run_pinwise(&args, exe, &[]);
+    let out = s.run_pinwise(&args, exe, program_args);
     assert_ok(&out, &format!("pinwise run {extra:?}"));
     assert_same_stdout(&out, &plain, &format!("{extra:?}"));
     summary(&stats)["processes"][0].clone()
@@ -39,14 +45,14 @@ fn a_program_that_makes_the_counter_fault_after_start_runs_as_plainly() {
         vec!["--mode", "adaptive", "-o", history.to_str().unwrap()],
         vec!["--min-tracked", "64KiB"],
     ] {
-        let p = run(&s, &exe, &extra, "other.json");
+        let p = run(&s, &exe, &[], &extra, "other.json");
         assert!(
             p["transfers"]["HtoD"]["count"].as_u64() >= Some(604),
             "{extra:?}: {p}"
         );
     }
     assert!(history.exists(), "the history was written after the switch");
-    let p = run(&s, &exe, &[], "after.json");
+    let p = run(&s, &exe, &[], &[], "after.json");
     eprintln!("{p}");
     assert!(p["transfers"]["HtoD"]["count"].as_u64() >= Some(604), "{p}");
     assert!(
@@ -62,4 +68,24 @@ fn a_program_that_makes_the_counter_fault_after_start_runs_as_plainly() {
             .any(|m| m.as_str().is_some_and(|m| m.contains("PR_SET_TSC")))),
         "the switch is told: {p}"
     );
+}
+
+#[test]
+fn a_program_that_makes_the_counter_fault_before_pinwise_starts_runs_as_plainly() {
+    // The switch comes before the first CUDA call and the first tracked allocation: the
+    // state and the allocator are created after it (creating them reads std's clock).
+    let s = Setup::new();
+    let exe = s.build_driver("tsc_sigsegv.c", &["-pthread"]);
+    let history = s.path("first.json");
+    for extra in [
+        vec!["--mode", "adaptive", "-o", history.to_str().unwrap()],
+        vec!["--no-malloc-hooks"],
+    ] {
+        let p = run(&s, &exe, &["first"], &extra, "first-stats.json");
+        assert!(
+            p["transfers"]["HtoD"]["count"].as_u64() >= Some(604),
+            "{extra:?}: {p}"
+        );
+    }
+    assert!(history.exists(), "the history was written");
 }

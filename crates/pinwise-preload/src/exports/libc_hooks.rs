@@ -84,6 +84,7 @@ pub fn resolve_now() {
     next(&HOT.real_realloc, c"realloc");
     next(&REAL_REALLOCARRAY, c"reallocarray");
     next(&REAL_MUNMAP, c"munmap");
+    super::prctl::resolve_now();
     super::malloc_hooks::resolve_now();
 }
 

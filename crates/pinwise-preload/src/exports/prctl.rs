@@ -9,7 +9,14 @@ use super::libc_hooks::next;
 
 static REAL_PRCTL: AtomicUsize = AtomicUsize::new(0);
 
-type PrctlFn = unsafe extern "C" fn(c_int, c_ulong, c_ulong, c_ulong, c_ulong) -> c_int;
+/// glibc's `prctl`, C-variadic as declared.
+type PrctlFn = unsafe extern "C" fn(c_int, ...) -> c_int;
+
+/// Looks the next `prctl` up now, at load, so that a program's first `prctl` (perhaps in
+/// a signal handler or a vfork child) never runs `dlsym`.
+pub(super) fn resolve_now() {
+    next(&REAL_PRCTL, c"prctl");
+}
 
 /// `int prctl(int option, ...)`: glibc reads four `unsigned long` arguments after
 /// `option` whatever it is, and variadic integer arguments travel in the same registers
@@ -36,7 +43,8 @@ pub unsafe extern "C" fn prctl(
         // SAFETY: the caller's arguments, as prctl(2) takes them.
         return unsafe { libc::syscall(libc::SYS_prctl, option, arg2, arg3, arg4, arg5) } as c_int;
     }
-    // SAFETY: `real` is the next definition of `prctl`, which has this signature (see above).
+    // SAFETY: `real` is the next definition of `prctl`, C-variadic as `PrctlFn` says; the
+    // four `unsigned long`s are what glibc's reads after `option`.
     let f: PrctlFn = unsafe { std::mem::transmute::<usize, PrctlFn>(real) };
     // SAFETY: the caller's arguments, as prctl(2) takes them.
     unsafe { f(option, arg2, arg3, arg4, arg5) }

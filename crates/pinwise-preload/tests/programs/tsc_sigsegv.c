@@ -7,6 +7,9 @@
  * (A process cannot start with the counter faulting: the dynamic loader reads it first, so
  * the mode set before an exec kills the new program in ld.so, before any preload.)
  *
+ * With the argument `first`, the counter is made to fault before anything else (before
+ * pinwise's state or allocator exist: creating them must not read it).
+ *
  * stdout: `tsc MODE` (PR_GET_TSC after setting it: 2 is PR_TSC_SIGSEGV), `sum HASH`. */
 #include <pthread.h>
 #include <stdint.h>
@@ -40,13 +43,7 @@ static void *thread_copies(void *arg) {
     return NULL;
 }
 
-int main(void) {
-    ctx = standin_primary_context();
-    CHECK(cuMemAlloc_v2(&dev, N));
-    host = malloc(2 * N);
-    memset(host, 7, 2 * N);
-    /* Some copies before, as a program's start-up would make. */
-    copies();
+static int make_counter_fault(void) {
     if (prctl(PR_SET_TSC, PR_TSC_SIGSEGV, 0, 0, 0) != 0) {
         perror("prctl");
         return 3;
@@ -54,6 +51,19 @@ int main(void) {
     int mode = 0;
     prctl(PR_GET_TSC, &mode, 0, 0, 0);
     printf("tsc %d\n", mode);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    int first = argc > 1 && strcmp(argv[1], "first") == 0;
+    if (first && make_counter_fault() != 0) return 3;
+    ctx = standin_primary_context();
+    CHECK(cuMemAlloc_v2(&dev, N));
+    host = malloc(2 * N);
+    memset(host, 7, 2 * N);
+    /* Some copies before, as a program's start-up would make. */
+    copies();
+    if (!first && make_counter_fault() != 0) return 3;
     copies();
     /* Pinned requests after it too (pinwise serves them). */
     for (int i = 0; i < 4; i++) {
