@@ -337,6 +337,17 @@ fn error(kind: ErrorKind, message: impl Into<String>) -> Response {
     }
 }
 
+/// Whether the process `pid` shares the service's time namespace (where `/proc` says;
+/// assumed when it cannot be read: kernels without time namespaces, a hidden `/proc`).
+fn same_time_namespace(pid: u32) -> bool {
+    let theirs = std::fs::read_link(format!("/proc/{pid}/ns/time"));
+    let ours = std::fs::read_link("/proc/self/ns/time");
+    match (theirs, ours) {
+        (Ok(t), Ok(o)) => t == o,
+        _ => true,
+    }
+}
+
 fn serve_client(shared: Arc<Shared>, sock: OwnedFd) {
     let peer = match wire::peer(sock.as_fd()) {
         Ok(p) => p,
@@ -345,8 +356,20 @@ fn serve_client(shared: Arc<Shared>, sock: OwnedFd) {
             return;
         }
     };
-    if !shared.allowed(peer.uid) {
-        tracing::info!("pool: refused pid {} (uid {})", peer.pid, peer.uid);
+    let refusal = if !shared.allowed(peer.uid) {
+        Some(format!("uid {} may not use this pool", peer.uid))
+    } else if !same_time_namespace(peer.pid) {
+        // Copy deadlines are CLOCK_MONOTONIC readings of the client's: another time
+        // namespace's clock is offset, and a late copy could be started.
+        Some(format!(
+            "pid {} is in another time namespace than the pool's (copy deadlines compare the two processes' CLOCK_MONOTONIC)",
+            peer.pid
+        ))
+    } else {
+        None
+    };
+    if let Some(why) = refusal {
+        tracing::info!("pool: refused pid {} (uid {}): {why}", peer.pid, peer.uid);
         // Read the client's hello first: closing with unread data would reset the
         // connection, and the client would see a broken connection instead of the refusal.
         let _ = rustix::net::sockopt::set_socket_timeout(
@@ -357,10 +380,7 @@ fn serve_client(shared: Arc<Shared>, sock: OwnedFd) {
         let _ = wire::recv(sock.as_fd());
         let _ = wire::send(
             sock.as_fd(),
-            &proto::encode(&error(
-                ErrorKind::NotAllowed,
-                format!("uid {} may not use this pool", peer.uid),
-            )),
+            &proto::encode(&error(ErrorKind::NotAllowed, why)),
             None,
         );
         return;

@@ -28,6 +28,7 @@ fn role_main() {
         "service" => service(&socket),
         "client" => client(&socket),
         "other_user" => other_user(&socket),
+        "refused" => refused(&socket),
         other => panic!("unknown role {other}"),
     }
 }
@@ -208,6 +209,17 @@ fn client(socket: &Path) {
     }
 }
 
+/// Connects and expects a refusal (`POOL:refused <message>`).
+fn refused(socket: &Path) {
+    match PoolClient::connect(socket) {
+        Err(PoolError::Refused {
+            kind: ErrorKind::NotAllowed,
+            message,
+        }) => println!("POOL:refused {message}"),
+        other => panic!("expected a refusal: {other:?}"),
+    }
+}
+
 /// Run as another user: may not use the pool, nor map the held client's buffer.
 fn other_user(socket: &Path) {
     assert_ne!(
@@ -248,7 +260,7 @@ struct Proc {
 
 impl Proc {
     fn spawn(libs: &StandinLibs, socket: &Path, role: &str, env: &[(&str, String)]) -> Proc {
-        Proc::spawn_with(libs, socket, role, env, None)
+        Proc::spawn_with(libs, socket, role, env, None, &[])
     }
 
     fn spawn_with(
@@ -257,8 +269,17 @@ impl Proc {
         role: &str,
         env: &[(&str, String)],
         uid: Option<u32>,
+        launcher: &[&str],
     ) -> Proc {
-        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        // `launcher`: a command that runs the role (e.g. `unshare --time ...`), or none.
+        let mut cmd = match launcher.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(std::env::current_exe().unwrap());
+                c
+            }
+            None => Command::new(std::env::current_exe().unwrap()),
+        };
         libs.configure(&mut cmd);
         cmd.args(["--exact", "role_main", "--nocapture", "--test-threads=1"])
             .env("POOL_ROLE", role)
@@ -567,6 +588,7 @@ fn another_user_cannot_use_the_pool_or_map_a_clients_buffer() {
             ("POOL_VICTIM_RANGE", range.clone()),
         ],
         Some(NOBODY),
+        &[],
     );
     assert_eq!(
         other.line(30),
@@ -751,4 +773,49 @@ fn a_copy_past_the_services_copy_limit_ends_the_service_and_the_client_sees_it()
     let status = f.service.child.wait().unwrap();
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(status.signal(), Some(libc::SIGABRT), "{status:?}");
+}
+
+#[test]
+fn a_process_in_another_time_namespace_is_refused() {
+    // Copy deadlines are the client's CLOCK_MONOTONIC readings: a time namespace offsets
+    // that clock, so such a client could have a late copy started. Needs root and
+    // util-linux's unshare with time namespaces (Linux >= 5.6).
+    const TEST: &str = "a_process_in_another_time_namespace_is_refused";
+    if !pinwise_testkit::require_root(TEST) {
+        return;
+    }
+    let probe = Command::new("unshare")
+        .args(["--time", "--fork", "--monotonic", "1000", "true"])
+        .status();
+    if !probe.is_ok_and(|s| s.success()) {
+        eprintln!("SKIPPED {TEST}: `unshare --time` is not available here");
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true: time namespaces must be available for {TEST}"
+        );
+        return;
+    }
+    let Some(f) = start(TEST, &[]) else {
+        return;
+    };
+    let shifted = Proc::spawn_with(
+        &f.libs,
+        &f.socket,
+        "refused",
+        &[],
+        None,
+        &["unshare", "--time", "--fork", "--monotonic", "1000"],
+    );
+    let line = shifted.line(30);
+    assert!(
+        line.starts_with("refused pid ") && line.contains("another time namespace"),
+        "{line}"
+    );
+    shifted.wait_ok();
+    // Positive control: a client in the service's namespace is let in.
+    let client = Proc::spawn(&f.libs, &f.socket, "client", &[]);
+    assert!(
+        client.line(60).starts_with("ok"),
+        "a client in the same namespace works"
+    );
 }
