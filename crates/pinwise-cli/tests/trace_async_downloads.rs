@@ -13,10 +13,41 @@
 use std::path::Path;
 
 use pinwise_core::fingerprint::Redundancy;
-use pinwise_core::load_history;
+use pinwise_core::{load_history, MemHistory};
 use pinwise_testkit::{compile_c, require_bpf, StandinLibs};
 
 const K64: u64 = 64 << 10;
+
+/// The redundancy of each 64 KiB buffer the program pinned, in allocation order.
+fn pinned_64k(h: &MemHistory) -> Vec<Option<Redundancy>> {
+    h.allocations()
+        .filter(|a| a.size() == K64 && a.kind().pinned_from_start())
+        .map(|a| a.redundancy().copied())
+        .collect()
+}
+
+/// `pinwise trace FLAGS -o OUT -- EXE`, which must succeed and leave the program's stdout
+/// as `plain`'s; the history it wrote.
+fn trace(libs: &StandinLibs, exe: &Path, flags: &[&str], out: &Path, plain: &[u8]) -> MemHistory {
+    let what = format!("{flags:?}");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_pinwise"))
+        .env("LD_LIBRARY_PATH", libs.ld_library_path())
+        .arg("trace")
+        .args(flags)
+        .arg("-o")
+        .arg(out)
+        .arg("--")
+        .arg(exe)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(output.stdout, plain, "{what}: the program's results");
+    load_history(out).unwrap()
+}
 
 #[test]
 fn asynchronous_downloads_are_fingerprinted_at_the_call_that_completes_them() {
@@ -41,29 +72,9 @@ fn asynchronous_downloads_are_fingerprinted_at_the_call_that_completes_them() {
     {
         let what = format!("{flags:?}");
         let out = dir.path().join(format!("t{i}.bin"));
-        let output = std::process::Command::new(env!("CARGO_BIN_EXE_pinwise"))
-            .env("LD_LIBRARY_PATH", libs.ld_library_path())
-            .arg("trace")
-            .args(flags)
-            .arg("-o")
-            .arg(&out)
-            .arg("--")
-            .arg(&exe)
-            .output()
-            .unwrap();
-        assert!(
-            output.status.success(),
-            "{what}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        assert_eq!(output.stdout, plain.stdout, "{what}: the program's results");
-        let h = load_history(&out).unwrap();
+        let h = trace(&libs, &exe, flags, &out, &plain.stdout);
         // S, R0..R4, U, W, C: the 64 KiB host buffers, in allocation order.
-        let bufs: Vec<Option<Redundancy>> = h
-            .allocations()
-            .filter(|a| a.size() == K64 && a.kind().pinned_from_start())
-            .map(|a| a.redundancy().copied())
-            .collect();
+        let bufs = pinned_64k(&h);
         assert_eq!(bufs.len(), 9, "{what}: S, R0..R4, U, W, C");
         let s = bufs[0].expect("S's uploads");
         assert_eq!((s.uploads, s.redundant_uploads), (15, 0), "{what}: S");
@@ -127,27 +138,9 @@ fn downloads_completed_by_cuda_13s_context_synchronization_are_fingerprinted() {
     let plain = libs.command(&exe).output().unwrap();
     assert!(plain.status.success(), "plain run");
     let out = dir.path().join("t.bin");
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_pinwise"))
-        .env("LD_LIBRARY_PATH", libs.ld_library_path())
-        .args(["trace", "--fingerprint", "full", "-o"])
-        .arg(&out)
-        .arg("--")
-        .arg(&exe)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert_eq!(output.stdout, plain.stdout, "the program's results");
-    let h = load_history(&out).unwrap();
+    let h = trace(&libs, &exe, &["--fingerprint", "full"], &out, &plain.stdout);
     // S, A, B, L: the 64 KiB host buffers, in allocation order.
-    let bufs: Vec<Option<Redundancy>> = h
-        .allocations()
-        .filter(|a| a.size() == K64 && a.kind().pinned_from_start())
-        .map(|a| a.redundancy().copied())
-        .collect();
+    let bufs = pinned_64k(&h);
     assert_eq!(bufs.len(), 4, "S, A, B, L");
     for (name, r) in [("A", bufs[1]), ("B", bufs[2])] {
         let r = r.unwrap_or_else(|| panic!("{name} fingerprinted"));

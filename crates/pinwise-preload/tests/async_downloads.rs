@@ -9,8 +9,17 @@ mod common;
 
 use common::*;
 use pinwise_core::fingerprint::Redundancy;
+use pinwise_core::MemHistory;
 
 const K64: u64 = 64 << 10;
+
+/// The redundancy of each 64 KiB buffer the program pinned, in allocation order.
+fn pinned_64k(h: &MemHistory) -> Vec<Option<Redundancy>> {
+    h.allocations()
+        .filter(|a| a.size() == K64 && a.kind().pinned_from_start())
+        .map(|a| a.redundancy().copied())
+        .collect()
+}
 
 #[test]
 fn asynchronous_downloads_are_fingerprinted_late_and_a_touched_one_is_unknown() {
@@ -27,11 +36,7 @@ fn asynchronous_downloads_are_fingerprinted_late_and_a_touched_one_is_unknown() 
         assert_same_stdout(&run.out, &plain, mode);
         let h = &run.history;
         // S, R, Q: the three 64 KiB host buffers, in allocation order.
-        let bufs: Vec<Option<Redundancy>> = h
-            .allocations()
-            .filter(|a| a.size() == K64 && a.kind().pinned_from_start())
-            .map(|a| a.redundancy().copied())
-            .collect();
+        let bufs = pinned_64k(h);
         assert_eq!(bufs.len(), 3, "{mode}: S, R and Q");
         let r = bufs[1].expect("R's downloads fingerprinted");
         assert_eq!(
@@ -121,11 +126,7 @@ fn downloads_completed_by_each_kind_of_call_are_fingerprinted_as_the_tracer_does
     let run = s.run_recorded(&exe, &["--fingerprint", "full"], "kinds-full.bin");
     assert_same_stdout(&run.out, &plain, "full");
     let h = &run.history;
-    let bufs: Vec<Option<Redundancy>> = h
-        .allocations()
-        .filter(|a| a.size() == K64 && a.kind().pinned_from_start())
-        .map(|a| a.redundancy().copied())
-        .collect();
+    let bufs = pinned_64k(h);
     assert_eq!(bufs.len(), 9, "S, R0..R4, U, W, C");
     for (k, r) in bufs[1..6].iter().enumerate() {
         let r = r.unwrap_or_else(|| panic!("R{k} fingerprinted"));
@@ -175,11 +176,7 @@ fn downloads_touched_right_after_they_completed_are_fingerprinted() {
         assert_same_stdout(&run.out, &plain, mode);
         let h = &run.history;
         // S, A, B, L: the 64 KiB host buffers, in allocation order.
-        let bufs: Vec<Option<Redundancy>> = h
-            .allocations()
-            .filter(|a| a.size() == K64 && a.kind().pinned_from_start())
-            .map(|a| a.redundancy().copied())
-            .collect();
+        let bufs = pinned_64k(h);
         assert_eq!(bufs.len(), 4, "{mode}: S, A, B, L");
         let src = bufs[0].expect("S's uploads");
         assert_eq!((src.uploads, src.redundant_uploads), (5, 0), "{mode}: S");
