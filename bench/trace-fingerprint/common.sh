@@ -7,16 +7,8 @@ root=$(cd "$here/../.." && pwd)
 PINWISE=${PINWISE:-$root/target/release/pinwise}
 out=$(mktemp -d /tmp/pinwise-fp-bench.XXXXXX)
 trap 'rm -rf "$out"' EXIT
-if [[ -n "${LIBCUDA_DIR:-}" ]]; then
-	libdir=$LIBCUDA_DIR
-else
-	standin=$(ls "$root"/target/release/libpinwise_standin_cuda.so 2>/dev/null ||
-		ls "$root"/target/debug/libpinwise_standin_cuda.so)
-	libdir=$out/lib
-	mkdir -p "$libdir"
-	ln -sf "$standin" "$libdir/libcuda.so.1"
-	ln -sf "$standin" "$libdir/libcuda.so"
-fi
+source "$root/bench/lib/libcuda_dir.sh"
+libcuda_dir "$root" "$out"
 cc_cost() { # NAME
 	${CC:-cc} -O2 -o "$out/$1" "$root/bench/gpu/redundant/$1.c" -L"$libdir" -lcuda \
 		-Wl,-rpath,"$libdir"

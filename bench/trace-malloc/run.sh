@@ -17,16 +17,8 @@ ROUNDS=${ROUNDS:-3}
 ITERS=${ITERS:-2000}
 BATCHES=${BATCHES:-30}
 out=$(mktemp -d /tmp/pinwise-malloc-bench.XXXXXX)
-if [[ -n "${LIBCUDA_DIR:-}" ]]; then
-	libdir=$LIBCUDA_DIR
-else
-	standin=$(ls "$root"/target/release/libpinwise_standin_cuda.so 2>/dev/null ||
-		ls "$root"/target/debug/libpinwise_standin_cuda.so)
-	libdir=$out/lib
-	mkdir -p "$libdir"
-	ln -sf "$standin" "$libdir/libcuda.so.1"
-	ln -sf "$standin" "$libdir/libcuda.so"
-fi
+source "$root/bench/lib/libcuda_dir.sh"
+libcuda_dir "$root" "$out"
 gcc -O2 -o "$out/malloc_cost" "$here/malloc_cost.c" -L"$libdir" -lcuda -Wl,-rpath,"$libdir"
 export LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 
