@@ -22,6 +22,11 @@
  *   linked4k_malloc_only,         mi_malloc + __libc_free, __libc_malloc + mi_free: which of
  *   linked4k_free_only            the two patched entries costs what linked4k costs (last,
  *                                 so that the phases before keep their heap layout)
+ *   linked4k_again                linked4k once more, with no block of it tracked: the same
+ *                                 code path as linked4k, later (tells a path's cost from
+ *                                 the phase's place right after tracked1m)
+ *   linked4k_settled              the same after a 300 ms sleep, in which pinwise's drain
+ *                                 thread has handled tracked1m's events
  * Run it plainly, and with LD_PRELOAD=libpinwise_preload.so (PINWISE_MALLOC_HOOKS=0/1,
  * PINWISE_STACKS=0/1): the difference is the hooks' cost.
  *
@@ -180,5 +185,8 @@ int main(void) {
     }
     phase("linked4k_malloc_only", pair_linked_malloc_only, 4096, BATCHES, PAIRS);
     phase("linked4k_free_only", pair_linked_free_only, 4096, BATCHES, PAIRS);
+    phase("linked4k_again", pair_linked, 4096, BATCHES, PAIRS);
+    usleep(300000);
+    phase("linked4k_settled", pair_linked, 4096, BATCHES, PAIRS);
     return 0;
 }
