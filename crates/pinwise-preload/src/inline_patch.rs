@@ -5,8 +5,8 @@
 //!
 //! - The first instructions (at least 5 bytes) are decoded and re-encoded at the
 //!   trampoline (`iced-x86`'s block encoder: RIP-relative operands and conditional
-//!   branches are fixed for the new address), followed by an absolute jump back to the rest
-//!   of the function. Straight-line instructions, conditional branches and direct calls
+//!   branches are fixed for the new address), followed by a jump back to the rest of the
+//!   function (`jmp rel32`; an absolute jump through memory if it were out of reach). Straight-line instructions, conditional branches and direct calls
 //!   move; a jump, return or indirect call among them refuses the patch, as does a function
 //!   shorter than the 5 bytes, or one whose code branches back into the moved bytes (the
 //!   whole function, as its symbol's size gives it, is decoded to see that).
@@ -126,7 +126,14 @@ pub fn plan(entry: u64, code: &[u8], at: u64) -> Result<(Vec<u8>, usize), PatchE
     )
     .map_err(|e| PatchError::Prologue(format!("cannot re-encode: {e}")))?;
     out.extend_from_slice(&encoded.code_buffer);
-    out.extend_from_slice(&abs_jmp(entry + len as u64));
+    // The jump back: direct when in reach (the trampoline's page is mapped within reach of
+    // the function, so always in practice): nothing to load, predicted like any direct
+    // jump. Absolute through memory otherwise.
+    let back = entry + len as u64;
+    match near_jmp(at + out.len() as u64, back) {
+        Some(jmp) => out.extend_from_slice(&jmp),
+        None => out.extend_from_slice(&abs_jmp(back)),
+    }
     Ok((out, len))
 }
 
@@ -414,11 +421,28 @@ mod tests {
         let mov = d.decode();
         assert!(mov.is_ip_rel_memory_operand());
         assert_eq!(mov.ip_rel_memory_address(), entry + 11 + 0x100);
-        // Then the jump back to entry+11.
+        // Then the jump back to entry+11: direct, the trampoline being in reach.
+        let jmp = d.decode();
+        assert_eq!(jmp.code(), Code::Jmp_rel32_64);
+        assert_eq!(jmp.near_branch_target(), entry + 11);
+        assert_eq!(d.position(), bytes.len(), "nothing after the jump back");
+    }
+
+    #[test]
+    fn a_trampoline_out_of_reach_jumps_back_through_memory() {
+        // endbr64; push rbp; mov rbp, rsp; ret
+        let code = [0xf3, 0x0f, 0x1e, 0xfa, 0x55, 0x48, 0x89, 0xe5, 0xc3];
+        let entry = 0x1000u64;
+        let at = 1u64 << 40;
+        let (bytes, moved) = plan(entry, &code, at).unwrap();
+        assert_eq!(moved, 5);
+        let mut d = Decoder::with_ip(64, &bytes, at, DecoderOptions::NONE);
+        let _endbr = d.decode();
+        let _push = d.decode();
         let jmp = d.decode();
         assert_eq!(jmp.code(), Code::Jmp_rm64);
         let target = u64::from_le_bytes(bytes[bytes.len() - 8..].try_into().unwrap());
-        assert_eq!(target, entry + 11);
+        assert_eq!(target, entry + 5);
     }
 
     #[test]
