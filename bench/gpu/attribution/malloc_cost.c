@@ -1,11 +1,17 @@
 /* The cost pinwise-preload's malloc-family hooks add (no CUDA involved: it runs the same on
  * the dev VM and on the GPU machine).
  *
- * Phases, each printed as `name<TAB>median ns<TAB>p10<TAB>p90<TAB>per<TAB>offset<TAB>threads`
+ * Phases, each printed as
+ * `name<TAB>median ns<TAB>p10<TAB>p90<TAB>per<TAB>offset<TAB>threads<TAB>others_ms<TAB>binned_kib`
  * (per malloc+free pair, median over BATCHES batches of PAIRS pairs each; offset: the last
  * block's address modulo 4096, which tells two runs' heap layouts apart: glibc's calloc
  * clears and posix_memalign splits at different speeds depending on it; threads: the
- * process's threads after the phase, from /proc/self/task):
+ * process's threads after the phase, from /proc/self/task; others_ms: the CPU time the
+ * process's other threads (pinwise's drain thread) used during the phase: work there
+ * competes with the phase for the core and shows up in its figure; binned_kib: glibc's free
+ * memory outside the top chunk after the phase (mallinfo2's fordblks - keepcost, all
+ * arenas): a heap with free chunks in its bins serves a 4 KiB block by splitting one and
+ * coalescing it again on free, dearer than from the top chunk):
  *   small64_cold, small4k_cold    malloc(64) / malloc(4096) + free, before any tracked
  *                                 allocation (pinwise has no state in the process yet)
  *   tracked_first                 one 1 MiB malloc + free (creates pinwise's state)
@@ -22,11 +28,11 @@
  *   linked4k_malloc_only,         mi_malloc + __libc_free, __libc_malloc + mi_free: which of
  *   linked4k_free_only            the two patched entries costs what linked4k costs (last,
  *                                 so that the phases before keep their heap layout)
- *   linked4k_again                linked4k once more, with no block of it tracked: the same
- *                                 code path as linked4k, later (tells a path's cost from
- *                                 the phase's place right after tracked1m)
- *   linked4k_settled              the same after a 300 ms sleep, in which pinwise's drain
- *                                 thread has handled tracked1m's events
+ * Before the phases after tracked1m the program waits (up to 20 s) until the other threads
+ * are idle (less than 1 ms of CPU in 50 ms): the drain thread still handling tracked1m's
+ * 2,020 recorded allocations would otherwise be measured as the untracked path's cost.
+ * MALLOC_COST_SETTLE=0 leaves the wait out; MALLOC_COST_SKIP_TRACKED1M=1 leaves tracked1m out
+ * (the linked phases then follow a single recorded allocation, tracked_first's).
  * Run it plainly, and with LD_PRELOAD=libpinwise_preload.so (PINWISE_MALLOC_HOOKS=0/1,
  * PINWISE_STACKS=0/1): the difference is the hooks' cost.
  *
@@ -42,6 +48,7 @@
  * allocations before main move the program's blocks too). */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <unistd.h>
@@ -49,6 +56,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/syscall.h>
 
 #define BATCHES 301
 #define PAIRS 2000
@@ -141,16 +149,48 @@ static void pair_linked_free_only(size_t n) {
     mi_free(p);
 }
 
+/* CPU nanoseconds the process's other threads have used so far (each thread's CPU clock,
+ * as pthread_getcpuclockid makes it from a thread id). */
+static double others_cpu_ns(void) {
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return 0;
+    pid_t self = (pid_t)syscall(SYS_gettid);
+    double ns = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        pid_t tid = (pid_t)atoi(e->d_name);
+        if (tid == self) continue;
+        clockid_t c = (clockid_t)((~(unsigned)tid << 3) | 6); /* per-thread, scheduler clock */
+        struct timespec ts;
+        if (clock_gettime(c, &ts) == 0) ns += ts.tv_sec * 1e9 + ts.tv_nsec;
+    }
+    closedir(d);
+    return ns;
+}
+
+/* Waits until the other threads use less than 1 ms of CPU in 50 ms (at most 20 s). */
+static void settle_others(void) {
+    for (int i = 0; i < 400; i++) {
+        double a = others_cpu_ns();
+        usleep(50000);
+        if (others_cpu_ns() - a < 1e6) return;
+    }
+}
+
 static void phase(const char *name, pair_fn f, size_t n, int batches, int pairs) {
     static double t[BATCHES];
+    double others0 = others_cpu_ns();
     for (int b = 0; b < batches; b++) {
         double t0 = now_ns();
         for (int i = 0; i < pairs; i++) f(n);
         t[b] = (now_ns() - t0) / pairs;
     }
     qsort(t, batches, sizeof t[0], cmp);
-    printf("%s\t%.2f\t%.2f\t%.2f\tpair\t%u\t%d\n", name, t[batches / 2], t[batches / 10],
-           t[batches * 9 / 10], (unsigned)(last_block % 4096), threads_now());
+    double others_ms = (others_cpu_ns() - others0) / 1e6;
+    struct mallinfo2 mi = mallinfo2();
+    printf("%s\t%.2f\t%.2f\t%.2f\tpair\t%u\t%d\t%.1f\t%zu\n", name, t[batches / 2],
+           t[batches / 10], t[batches * 9 / 10], (unsigned)(last_block % 4096), threads_now(),
+           others_ms, (mi.fordblks - mi.keepcost) >> 10);
 }
 
 static void *idle_thread(void *arg) {
@@ -175,7 +215,10 @@ int main(void) {
     phase("small4k", pair_malloc, 4096, BATCHES, PAIRS);
     phase("calloc4k", pair_calloc, 4096, BATCHES, PAIRS);
     phase("memalign4k", pair_memalign, 4096, BATCHES, PAIRS);
-    phase("tracked1m", pair_malloc, 1 << 20, 101, 20);
+    const char *skip = getenv("MALLOC_COST_SKIP_TRACKED1M");
+    if (!skip || atoi(skip) == 0) phase("tracked1m", pair_malloc, 1 << 20, 101, 20);
+    const char *settle = getenv("MALLOC_COST_SETTLE");
+    if (!settle || atoi(settle) != 0) settle_others();
     phase("linked4k", pair_linked, 4096, BATCHES, PAIRS);
     {
         char *keep = mi_malloc(1 << 20);
@@ -185,8 +228,5 @@ int main(void) {
     }
     phase("linked4k_malloc_only", pair_linked_malloc_only, 4096, BATCHES, PAIRS);
     phase("linked4k_free_only", pair_linked_free_only, 4096, BATCHES, PAIRS);
-    phase("linked4k_again", pair_linked, 4096, BATCHES, PAIRS);
-    usleep(300000);
-    phase("linked4k_settled", pair_linked, 4096, BATCHES, PAIRS);
     return 0;
 }
