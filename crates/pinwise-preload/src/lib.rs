@@ -176,9 +176,16 @@
 //! | `hooks` | what every intercepted call does: `alloc`, `copy`, `query`, `procaddr`, `runtime`, `context` |
 //! | `decode` | what a copy's arguments say it copies (pure: pitched 2D/3D and descriptor decoding) |
 //! | `exports` | the exported symbols (thin: a trampoline or a call into `hooks`) |
+//! | [`own_memory`] | pinwise's own allocations: mimalloc, out of the program's malloc heap |
+//!
 // The unit tests leave out the exports (a test binary must not interpose its own `free`),
 // and the exports are what use most of the hook machinery.
 #![cfg_attr(test, allow(dead_code))]
+
+/// The allocator of pinwise's own Rust allocations: out of the program's heap
+/// ([`own_memory`]).
+#[global_allocator]
+static OWN_MEMORY: own_memory::OwnMemory = own_memory::OwnMemory;
 
 mod async_fp;
 mod backend;
@@ -196,6 +203,7 @@ mod hooks;
 pub mod inline_patch;
 pub mod linked_alloc;
 pub mod malloc;
+pub mod own_memory;
 mod persist;
 mod pinning;
 mod pool;
