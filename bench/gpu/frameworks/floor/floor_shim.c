@@ -106,8 +106,9 @@ static const struct variant V[NV] = {
 	[V_GPA_V2] = { "cuGetProcAddress_v2", "cuGetProcAddress", 12000, 0 },
 };
 
-/* Our wrappers (filled at load) and the real functions (0: not known yet). */
-static void *wrappers[NV];
+/* Our wrappers (defined below, with the exports: relocated before any code runs) and the
+ * real functions (0: not known yet). */
+static void *const wrappers[NV];
 static void *real_fn[NV];
 /* The loaded libcuda, once known. */
 static void *libcuda;
@@ -547,6 +548,25 @@ __asm__(".text\n"
 	"	jmp *floor_real_dlsym(%rip)\n"
 	".size dlsym, .-dlsym\n");
 
+/* ---------------- the wrappers' table ---------------- */
+
+static void *const wrappers[NV] = {
+	[V_HTOD] = (void *)cuMemcpyHtoD_v2, [V_HTOD_PTDS] = (void *)cuMemcpyHtoD_v2_ptds,
+	[V_DTOH] = (void *)cuMemcpyDtoH_v2, [V_DTOH_PTDS] = (void *)cuMemcpyDtoH_v2_ptds,
+	[V_HTOD_ASYNC] = (void *)cuMemcpyHtoDAsync_v2,
+	[V_HTOD_ASYNC_PTSZ] = (void *)cuMemcpyHtoDAsync_v2_ptsz,
+	[V_DTOH_ASYNC] = (void *)cuMemcpyDtoHAsync_v2,
+	[V_DTOH_ASYNC_PTSZ] = (void *)cuMemcpyDtoHAsync_v2_ptsz,
+	[V_MEMCPY] = (void *)cuMemcpy, [V_MEMCPY_PTDS] = (void *)cuMemcpy_ptds,
+	[V_MEMCPY_ASYNC] = (void *)cuMemcpyAsync,
+	[V_MEMCPY_ASYNC_PTSZ] = (void *)cuMemcpyAsync_ptsz,
+	[V_HOST_ALLOC] = (void *)cuMemHostAlloc, [V_ALLOC_HOST] = (void *)cuMemAllocHost_v2,
+	[V_FREE_HOST] = (void *)cuMemFreeHost, [V_REGISTER] = (void *)cuMemHostRegister,
+	[V_REGISTER_V2] = (void *)cuMemHostRegister_v2,
+	[V_UNREGISTER] = (void *)cuMemHostUnregister,
+	[V_GPA] = (void *)cuGetProcAddress, [V_GPA_V2] = (void *)cuGetProcAddress_v2,
+};
+
 /* ---------------- load, fork, exit ---------------- */
 
 static uint64_t env_u64(const char *name, uint64_t dflt, uint64_t max) {
@@ -569,23 +589,6 @@ static void child_after_fork(void) {
 
 __attribute__((constructor)) static void on_load(void) {
 	real_dlsym();
-	void *w[NV] = {
-		[V_HTOD] = (void *)cuMemcpyHtoD_v2, [V_HTOD_PTDS] = (void *)cuMemcpyHtoD_v2_ptds,
-		[V_DTOH] = (void *)cuMemcpyDtoH_v2, [V_DTOH_PTDS] = (void *)cuMemcpyDtoH_v2_ptds,
-		[V_HTOD_ASYNC] = (void *)cuMemcpyHtoDAsync_v2,
-		[V_HTOD_ASYNC_PTSZ] = (void *)cuMemcpyHtoDAsync_v2_ptsz,
-		[V_DTOH_ASYNC] = (void *)cuMemcpyDtoHAsync_v2,
-		[V_DTOH_ASYNC_PTSZ] = (void *)cuMemcpyDtoHAsync_v2_ptsz,
-		[V_MEMCPY] = (void *)cuMemcpy, [V_MEMCPY_PTDS] = (void *)cuMemcpy_ptds,
-		[V_MEMCPY_ASYNC] = (void *)cuMemcpyAsync,
-		[V_MEMCPY_ASYNC_PTSZ] = (void *)cuMemcpyAsync_ptsz,
-		[V_HOST_ALLOC] = (void *)cuMemHostAlloc, [V_ALLOC_HOST] = (void *)cuMemAllocHost_v2,
-		[V_FREE_HOST] = (void *)cuMemFreeHost, [V_REGISTER] = (void *)cuMemHostRegister,
-		[V_REGISTER_V2] = (void *)cuMemHostRegister_v2,
-		[V_UNREGISTER] = (void *)cuMemHostUnregister,
-		[V_GPA] = (void *)cuGetProcAddress, [V_GPA_V2] = (void *)cuGetProcAddress_v2,
-	};
-	memcpy(wrappers, w, sizeof w);
 	double x = LINEAR_TICKS;
 	for (size_t k = 0; k < sizeof M.log_lo / sizeof M.log_lo[0]; k++) {
 		M.log_lo[k] = (uint64_t)(x + 0.5);
