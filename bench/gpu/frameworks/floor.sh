@@ -9,7 +9,8 @@
 # in bench/gpu/frameworks/, or absolute paths; *.py run with python3, anything else as is),
 # REPEATS (default 5), BUDGET_S (default 300: no run starts later than this many seconds
 # after the first; the rest are listed as skipped), MODE (pinwise's, default adaptive),
-# FLOOR_PAGES (level 2's extra pages, default 8), OUT (default ./bench-out). Needs gcc and
+# FLOOR_PAGES (level 2's extra pages, default 8), VARIANTS (default "floor0 floor1 floor2
+# pinwise"), OUT (default ./bench-out). Needs gcc and
 # target/release/pinwise with its libpinwise_preload.so (bench/gpu/pack.sh carries them in
 # .device-carry/; PINWISE=path overrides). Writes $OUT/floor/{summary.md,runs.tsv,raw.tgz}
 # (raw: each run's floor line or statistics file, stdout and stderr).
@@ -23,13 +24,17 @@ BUDGET_S=${BUDGET_S:-300}
 MODE=${MODE:-adaptive}
 PAGES=${FLOOR_PAGES:-8}
 F=$ROOT/bench/gpu/frameworks/floor
+read -r -a variants <<< "${VARIANTS:-floor0 floor1 floor2 pinwise}"
+for v in "${variants[@]}"; do
+  [[ $v =~ ^(floor[012]|pinwise)$ ]] || { echo "VARIANTS: floor0, floor1, floor2 or pinwise, not '$v'" >&2; exit 2; }
+done
 D=${OUT:-$ROOT/bench-out}/floor
 W=$(mktemp -d /tmp/floor.XXXXXX)
+trap 'rm -rf "$W"' EXIT
 mkdir -p "$D" "$W/raw"
 export PYTHONUNBUFFERED=1 PATH=/usr/local/cuda/bin:$PATH
 gcc -O2 -shared -fPIC -o "$W/floor_shim.so" "$F/floor_shim.c" -ldl -lpthread || exit 2
 gcc -O2 -o "$W/cold_touch" "$F/cold_touch.c" || exit 2
-variants=(floor0 floor1 floor2 pinwise)
 tsv=$D/runs.tsv
 : > "$tsv"
 START=$SECONDS
@@ -80,4 +85,3 @@ cat "$D/summary.md"
 # Each run's result file, stdout and stderr (large stderr files left out).
 find "$W/raw" -type f -size +1M -delete
 tar -czf "$D/raw.tgz" -C "$W" raw
-rm -rf "$W"

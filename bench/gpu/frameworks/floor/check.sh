@@ -84,6 +84,25 @@ check procaddr_check "dlsym_wraps=1 procaddr_wraps=1 procaddr_rule=2 procaddr_pa
 # Python ctypes: dlsym by attribute, cuGetProcAddress_v2 answers called through CFUNCTYPE.
 check floor_check.py "dlsym_wraps>=2 procaddr_ours=2 ranges_added=1" python3 "$F/floor_check.py"
 
+# dlsym answers that are not the shim's do not change: RTLD_NEXT from the program's own
+# interposer, a handle's symbol, a missing one (dlerror), a hooked name absent from the
+# handle (pinwise-preload's test program); and a Python that loads extension modules.
+gcc -O2 -o "$W/rtld_next" "$ROOT/crates/pinwise-preload/tests/programs/rtld_next.c" -ldl
+py='import ctypes, decimal, hashlib, json, sqlite3, zlib; print(json.dumps([hashlib.sha1(b"x").hexdigest(), zlib.crc32(b"x"), str(decimal.Decimal(1) / 7), sqlite3.sqlite_version, ctypes.sizeof(ctypes.c_long)]))'
+for prog in "$W/rtld_next" "python3 -c"; do
+  if [[ $prog == python3* ]]; then plain=$(python3 -c "$py"); else plain=$("$prog"); fi
+  for level in 0 2; do
+    if [[ $prog == python3* ]]; then
+      out=$(LD_PRELOAD=$W/floor_shim.so FLOOR_LEVEL=$level python3 -c "$py" 2> "$W/err")
+    else
+      out=$(LD_PRELOAD=$W/floor_shim.so FLOOR_LEVEL=$level "$prog" 2> "$W/err")
+    fi
+    [[ $out == "$plain" ]] || fail "$prog at level $level: '$out' != '$plain'"
+    [[ ! -s $W/err ]] || fail "$prog at level $level wrote to stderr (no hook reached: no line): $(cat "$W/err")"
+  done
+  echo "ok  ${prog##*/}: same stdout under the shim, no floor line (no hook reached)"
+done
+
 "$W/cold_touch" > "$W/cold.md" || fail "cold_touch exits $?"
 [[ $(grep -c '^| K ' "$W/cold.md") == 18 ]] || fail "cold_touch: not 18 rows: $(cat "$W/cold.md")"
 echo "ok  cold_touch: 18 rows"

@@ -145,11 +145,11 @@ def main(tsv, raw):
         d = v[(p, "pinwise")]
         print(f"| {p} | {med(d['describe'])} | {med(d['decide'])} | {med(d['record'])} |")
     print()
-    print("How floor_shim reached the copies (first run of each program at level 0: dlsym wraps; "
+    print("How floor_shim reached the copies (each program's first shim run: dlsym wraps; "
           "cuGetProcAddress answers wrapped by identity + by rule + already ours; answers passed unwrapped):")
     print()
     for p in progs:
-        via = v[(p, "floor0")]["via"]
+        via = [x for var in ("floor0", "floor1", "floor2") for x in v[(p, var)]["via"]]
         print(f"- {p}: {via[0] if via else '-'}")
 
 
