@@ -114,15 +114,16 @@ OUT=$W/out REPEATS=2 BUDGET_S=120 PROGS="$W/floor_check_c $F/floor_check.py" \
 s=$W/out/floor/summary.md
 for f in summary.md runs.tsv raw.tgz; do [[ -s $W/out/floor/$f ]] || fail "floor.sh wrote no $f"; done
 [[ $(ls "$W/out/floor" | wc -l) == 3 ]] || fail "floor.sh: $(ls "$W/out/floor")"
-for p in floor_check_c floor_check.py; do
-  n=$(basename "$p" .py)
+# every variant (pinwise too) saw each program's copies: floor_check_c 800, floor_check.py 600
+for pc in floor_check_c:800 floor_check:600; do
+  n=${pc%:*} c=${pc#*:}
   for var in floor0 floor1 floor2 pinwise; do
-    grep -qE "^\| $n \| $var \| 2 \| 0 \| 0 \| [0-9]+ \([0-9]+-[0-9]+\) \|.*\| same \|$" "$s" ||
-      fail "floor.sh: no complete row for $n $var: $(grep "| $n | $var |" "$s")"
+    grep -qE "^\| $n \| $var \| 2 \| 0 \| 0 \| [0-9]+ \([0-9]+-[0-9]+\) \|.*\| $c( \([0-9]+\))? \| [0-9.]+ \| same \|$" "$s" ||
+      fail "floor.sh: no complete row with $c copies for $n $var: $(grep "| $n | $var |" "$s")"
   done
 done
 grep -q '^| K pages, a line each | 8 | 16 |' "$s" || fail "floor.sh: no cold_touch table"
-echo "ok  floor.sh: every row complete, stdout the same in all 16 runs; files: summary.md runs.tsv raw.tgz"
+echo "ok  floor.sh: every row complete with every copy seen (shim levels and pinwise), stdout the same in all 16 runs; files: summary.md runs.tsv raw.tgz"
 echo
 echo "floor.sh's summary (TEST FIXTURE: CPU stand-in, not GPU figures):"
 cat "$s"

@@ -49,9 +49,11 @@ def pinwise_stats(path):
             s = json.load(f)
     except (OSError, ValueError):
         return None
+    copies = [num(lookup(s, k)) for k in ("transfers_htod", "transfers_dtoh")]
     return {
         "median": num(lookup(s, "hook_ns_net_median")),
-        "copies": num(lookup(s, "hook_samples")),
+        "copies": sum(copies) if None not in copies else None,
+        "samples": num(lookup(s, "hook_samples")),
         "read": num(lookup(s, "clock_read_ns")),
         "describe": num(lookup(s, "hook_stages.describe_ns")),
         "decide": num(lookup(s, "hook_stages.decide_ns")),
@@ -119,7 +121,8 @@ def main(tsv, raw):
     print("Per-copy bookkeeping, ns: the median (min-max) over runs of each run's in-program median "
           "(floor_shim: `median_ns`, every copy timed; pinwise: `hook_ns_net_median`, sampled). "
           "Both include about one counter read (`read`). p10/p90: medians over runs of each run's "
-          "10th/90th percentile. copies: floor_shim's timed copies, pinwise's samples. "
+          "10th/90th percentile. copies: floor_shim's timed copies; pinwise's recorded host-device "
+          "copies (its timed samples in brackets). "
           "Δ floor0: this row's median minus floor0's.")
     print()
     print("| program | variant | runs | exit≠0 | skipped | per-copy median ns | Δ floor0 | p10 | p90 "
@@ -135,7 +138,8 @@ def main(tsv, raw):
             miss = f" ({len(d['missing'])} without figures)" if d["missing"] else ""
             print(f"| {p} | {var} | {runs[(p, var)]}{miss} | {fails[(p, var)]} | {skipped[(p, var)]} "
                   f"| {cell(d['median'])} | {delta} | {med(d['p10'])} | {med(d['p90'])} "
-                  f"| {med(d['copies'])} | {med(d['read'], '{:.1f}')} | {same} |")
+                  f"| {med(d['copies'])}{' (' + med(d['samples']) + ')' if d['samples'] else ''} "
+                  f"| {med(d['read'], '{:.1f}')} | {same} |")
     print()
     print("pinwise's stages (median over runs of each run's stage median, ns):")
     print()
