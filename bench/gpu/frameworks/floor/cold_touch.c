@@ -8,8 +8,10 @@
  * a separate buffer (pages picked at random in 64 MiB, a random line in each, madvised
  * MADV_NOHUGEPAGE; the same K pages every round, as a hook's data would be). Reported: ns
  * per read, median (p10, p90) over rounds, after taking off the median of the same
- * measurement with no read (the timer's own cost, printed). Also, as a control, K lines on
- * ONE page ("same page": a cold line on a page whose translation one read brought in).
+ * measurement with no read (the timer's own cost, printed). Also, as controls, K lines on
+ * ONE page (a cold line on a page whose translation one read brought in), and the K pages'
+ * offsets in a region advised MADV_HUGEPAGE (distinct 4 KiB pages on fewer translations, if
+ * the kernel gave huge pages: its AnonHugePages is printed).
  *
  * Env: COLD_W (MiB list, default "0 8 64"), COLD_K (default "1 4 16"), ROUNDS (default 101).
  * Output: a markdown table on stdout. x86-64 only.
@@ -28,11 +30,31 @@
 #define LINE 64
 #define REGION (64u << 20)
 #define MAX_K 64
+#define HUGE (2u << 20)
 
 static uint64_t monotonic_ns(void) {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* AnonHugePages (kB) of the mapping holding `addr`, from /proc/self/smaps (-1: unknown). */
+static long anon_huge_kb(void *addr) {
+	FILE *f = fopen("/proc/self/smaps", "r");
+	if (!f) return -1;
+	char line[512];
+	int in = 0;
+	long kb = -1;
+	while (fgets(line, sizeof line, f)) {
+		unsigned long lo, hi;
+		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2) { /* a mapping's first line */
+			in = (uintptr_t)addr >= lo && (uintptr_t)addr < hi;
+			continue;
+		}
+		if (in && sscanf(line, "AnonHugePages: %ld kB", &kb) == 1) break;
+	}
+	fclose(f);
+	return kb;
 }
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -125,6 +147,18 @@ int main(void) {
 		used[i] = pg;
 		pages[i] = region + pg * PAGE + (next_rand() % (PAGE / LINE)) * LINE;
 	}
+	/* The same page offsets in a region advised MADV_HUGEPAGE (2 MiB aligned): distinct
+	 * 4 KiB pages, fewer translations (if the kernel gave huge pages: AnonHugePages). */
+	unsigned char *huge_map = mmap(NULL, REGION + HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (huge_map == MAP_FAILED) { perror("mmap"); return 2; }
+	unsigned char *huge = (unsigned char *)(((uintptr_t)huge_map + HUGE - 1) & ~(uintptr_t)(HUGE - 1));
+	madvise(huge, REGION, MADV_HUGEPAGE);
+	void *hpages[MAX_K];
+	for (int i = 0; i < MAX_K; i++) {
+		hpages[i] = huge + ((unsigned char *)pages[i] - region);
+		*(volatile unsigned char *)hpages[i] = 0;
+	}
+	long huge_kb = anon_huge_kb(huge);
 	/* K distinct lines of one page (another page of the region), in random order. */
 	size_t one;
 	int dup;
@@ -145,16 +179,17 @@ int main(void) {
 	printf("| layout | W MiB written before | K reads | ns per read, median | p10 | p90 | timer ns (K=0) |\n");
 	printf("|---|---|---|---|---|---|---|\n");
 	double rate = 0;
-	struct row { int layout, k; long w; uint64_t med, p10, p90, base; } rows[2 * 8 * 8];
+	struct row { int layout, k; long w; uint64_t med, p10, p90, base; } rows[3 * 8 * 8];
 	int nrows = 0;
-	for (int layout = 0; layout < 2; layout++)
+	void **chains[3] = { pages, lines, hpages };
+	for (int layout = 0; layout < 3; layout++)
 		for (int iw = 0; iw < nw; iw++) {
 			size_t w = (size_t)ws[iw] << 20;
 			measure(v, rounds, w, pages[0], 0);
 			uint64_t base = v[rounds / 2];
 			for (int ik = 0; ik < nk; ik++) {
 				int k = (int)ks[ik];
-				void *start = chain(layout ? lines : pages, k);
+				void *start = chain(chains[layout], k);
 				measure(v, rounds, w, start, k);
 				rows[nrows++] = (struct row){ layout, k, ws[iw], v[rounds / 2], v[rounds / 10],
 							      v[rounds - 1 - rounds / 10], base };
@@ -166,11 +201,14 @@ int main(void) {
 		struct row *r = &rows[i];
 		double per = rate / r->k;
 		double sub = (double)r->base;
-		printf("| %s | %ld | %d | %.1f | %.1f | %.1f | %.1f |\n", r->layout ? "K lines, one page" : "K pages, a line each",
+		static const char *const names[3] = { "K pages, a line each", "K lines, one page",
+						      "K pages, a line each, THP region" };
+		printf("| %s | %ld | %d | %.1f | %.1f | %.1f | %.1f |\n", names[r->layout],
 		       r->w, r->k, ((double)r->med - sub) * per, ((double)r->p10 - sub) * per,
 		       ((double)r->p90 - sub) * per, sub * rate);
 	}
 	printf("\n%d rounds per row; %.4f ns per tick (against CLOCK_MONOTONIC); chase pages in a %u MiB "
-	       "MADV_NOHUGEPAGE region\n", rounds, rate, REGION >> 20);
+	       "MADV_NOHUGEPAGE region; the THP region's AnonHugePages: %ld kB (0: no huge pages given, "
+	       "its rows are 4 KiB pages too)\n", rounds, rate, REGION >> 20, huge_kb);
 	return 0;
 }
