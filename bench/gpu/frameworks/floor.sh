@@ -10,7 +10,8 @@
 # REPEATS (default 5), BUDGET_S (default 300: no run starts later than this many seconds
 # after the first; the rest are listed as skipped), MODE (pinwise's, default adaptive),
 # FLOOR_PAGES (level 2's extra pages, default 8), VARIANTS (default "floor0 floor1 floor2
-# pinwise"), OUT (default ./bench-out). Needs gcc and
+# pinwise"; floorL.PARTS runs level L with only some of level 1's parts, FLOOR_PARTS: e.g.
+# floor1.t the table lookup alone, floor1.r the ring alone), OUT (default ./bench-out). Needs gcc and
 # target/release/pinwise with its libpinwise_preload.so (bench/gpu/pack.sh carries them in
 # .device-carry/; PINWISE=path overrides). Writes $OUT/floor/{summary.md,runs.tsv,raw.tgz}
 # (raw: each run's floor line or statistics file, stdout and stderr).
@@ -26,7 +27,8 @@ PAGES=${FLOOR_PAGES:-8}
 F=$ROOT/bench/gpu/frameworks/floor
 read -r -a variants <<< "${VARIANTS:-floor0 floor1 floor2 pinwise}"
 for v in "${variants[@]}"; do
-  [[ $v =~ ^(floor[012]|pinwise)$ ]] || { echo "VARIANTS: floor0, floor1, floor2 or pinwise, not '$v'" >&2; exit 2; }
+  [[ $v =~ ^(floor[012](\.[tcr]+)?|pinwise)$ ]] ||
+    { echo "VARIANTS: floor0, floor1, floor2 (optionally .PARTS, e.g. floor1.r) or pinwise, not '$v'" >&2; exit 2; }
 done
 D=${OUT:-$ROOT/bench-out}/floor
 W=$(mktemp -d /tmp/floor.XXXXXX)
@@ -54,7 +56,8 @@ for ((r = 1; r <= REPEATS; r++)); do
       t0=$(date +%s.%N)
       case $v in
         floor*)
-          env LD_PRELOAD="$W/floor_shim.so${LD_PRELOAD:+:$LD_PRELOAD}" FLOOR_LEVEL=${v#floor} \
+          level=${v#floor}; parts=; [[ $level == *.* ]] && parts=${level#*.}
+          env LD_PRELOAD="$W/floor_shim.so${LD_PRELOAD:+:$LD_PRELOAD}" FLOOR_LEVEL=${level%%.*} FLOOR_PARTS="$parts" \
             FLOOR_PAGES="$PAGES" FLOOR_OUT="$base.floor" timeout 240 "${cmd[@]}" > "$base.out" 2> "$base.err"
           rc=$?; res=$b.$v.$r.floor ;;
         pinwise)

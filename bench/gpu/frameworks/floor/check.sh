@@ -84,6 +84,18 @@ check procaddr_check "dlsym_wraps=1 procaddr_wraps=1 procaddr_rule=2 procaddr_pa
 # Python ctypes: dlsym by attribute, cuGetProcAddress_v2 answers called through CFUNCTYPE.
 check floor_check.py "dlsym_wraps>=2 procaddr_ours=2 ranges_added=1" python3 "$F/floor_check.py"
 
+# FLOOR_PARTS: only the parts asked for (the counter only with c).
+for pc in t:0 c:800 r:0 tr:0; do
+  parts=${pc%:*} want=${pc#*:}
+  rm -f "$W/line"
+  LD_PRELOAD=$W/floor_shim.so FLOOR_LEVEL=1 FLOOR_PARTS=$parts FLOOR_OUT=$W/line "$W/floor_check_c" > /dev/null ||
+    fail "floor_check_c with FLOOR_PARTS=$parts exits $?"
+  line=$(cat "$W/line")
+  [[ $(field "$line" parts) == "$parts" && $(field "$line" counted) == "$want" && $(field "$line" copies) == 800 ]] ||
+    fail "FLOOR_PARTS=$parts: $line"
+done
+echo "ok  FLOOR_PARTS t, c, r, tr: the line names the parts; the counter counts only with c"
+
 # dlsym answers that are not the shim's do not change: RTLD_NEXT from the program's own
 # interposer, a handle's symbol, a missing one (dlerror), a hooked name absent from the
 # handle (pinwise-preload's test program); and a Python that loads extension modules.
@@ -110,6 +122,7 @@ echo "ok  cold_touch: 27 rows"
 # floor.sh end to end on the stand-in (pinwise: target/debug unless PINWISE is set).
 export PINWISE=${PINWISE:-$ROOT/target/debug/pinwise}
 OUT=$W/out REPEATS=2 BUDGET_S=120 PROGS="$W/floor_check_c $F/floor_check.py" \
+  VARIANTS="floor0 floor1 floor2 pinwise floor1.r" \
   bash "$ROOT/bench/gpu/frameworks/floor.sh" > "$W/floor.log" 2>&1 || fail "floor.sh exits $?: $(tail -20 "$W/floor.log")"
 s=$W/out/floor/summary.md
 for f in summary.md runs.tsv raw.tgz; do [[ -s $W/out/floor/$f ]] || fail "floor.sh wrote no $f"; done
@@ -117,13 +130,13 @@ for f in summary.md runs.tsv raw.tgz; do [[ -s $W/out/floor/$f ]] || fail "floor
 # every variant (pinwise too) saw each program's copies: floor_check_c 800, floor_check.py 600
 for pc in floor_check_c:800 floor_check:600; do
   n=${pc%:*} c=${pc#*:}
-  for var in floor0 floor1 floor2 pinwise; do
+  for var in floor0 floor1 floor2 pinwise floor1.r; do
     grep -qE "^\| $n \| $var \| 2 \| 0 \| 0 \| [0-9]+ \([0-9]+-[0-9]+\) \|.*\| $c( \([0-9]+\))? \| [0-9.]+ \| same \|$" "$s" ||
       fail "floor.sh: no complete row with $c copies for $n $var: $(grep "| $n | $var |" "$s")"
   done
 done
 grep -q '^| K pages, a line each | 8 | 16 |' "$s" || fail "floor.sh: no cold_touch table"
-echo "ok  floor.sh: every row complete with every copy seen (shim levels and pinwise), stdout the same in all 16 runs; files: summary.md runs.tsv raw.tgz"
+echo "ok  floor.sh: every row complete with every copy seen (shim levels and pinwise), stdout the same in all 20 runs; files: summary.md runs.tsv raw.tgz"
 echo
 echo "floor.sh's summary (TEST FIXTURE: CPU stand-in, not GPU figures):"
 cat "$s"

@@ -28,9 +28,11 @@
  *      timestamp) into a per-thread ring in static TLS (initial-exec);
  *   2  level 1 plus a read and a write of one line on each of FLOOR_PAGES (default 8, at
  *      most 256) more pages, each in its own heap block: a design that touches N more pages.
+ * FLOOR_PARTS (levels 1 and 2; default tcr): which of level 1's parts are done: t the table
+ * lookup, c the counter, r the ring (to see what each costs).
  * At exit (destructor) a process that reached any hook writes one line to stderr, or
  * appends it to the file FLOOR_OUT (created 0600, not through a symlink):
- *   floor level=L copies=C median_ns=M p10=.. p90=.. mean_ns=.. read_ns=.. ns_per_tick=..
+ *   floor level=L copies=C median_ns=M p10=.. p90=.. mean_ns=.. parts=.. read_ns=.. ns_per_tick=..
  *     pid=.. pages=.. counted=.. ranges=.. ranges_added=.. range_overflow=.. dlsym_wraps=..
  *     procaddr_wraps=.. procaddr_rule=.. procaddr_ours=.. procaddr_passed=..
  * copies: timed copies (every intercepted one); ticks become ns at the rate measured against
@@ -185,6 +187,7 @@ static uint64_t n_dlsym_wraps, n_procaddr_wraps, n_procaddr_rule, n_procaddr_pas
 #define LINEAR_BUCKETS (LINEAR_TICKS / BUCKET_TICKS)
 
 static struct {
+	int mode; /* the level and its parts, read by every hook before its first counter read */
 	int level;
 	uint64_t origin_ticks, origin_ns;
 	uint64_t bucket[HOOK_BUCKETS];
@@ -290,19 +293,30 @@ static inline uint64_t lookup(uintptr_t a) {
 	return 0;
 }
 
-__attribute__((noinline)) static void bookkeep(int level, uintptr_t host, uintptr_t other, size_t n,
+/* The parts of level 1 (FLOOR_PARTS: t, c, r; all by default). */
+#define PART_TABLE 0x10
+#define PART_COUNTER 0x20
+#define PART_RING 0x40
+
+/* `mode`: the level (low 4 bits) and the parts. */
+__attribute__((noinline)) static void bookkeep(int mode, uintptr_t host, uintptr_t other, size_t n,
 					       int kind, uint64_t ts) {
-	uint64_t hit = lookup(host);
-	if (!hit && other) hit = lookup(other);
-	ADD(&T.copies, 1);
-	uint64_t h = ring.head;
-	struct event *e = &ring.ev[h & (RING - 1)];
-	e->addr = host;
-	e->size = n;
-	e->kind = (uint64_t)kind | hit << 8;
-	e->ts = ts;
-	ring.head = h + 1;
-	if (level >= 2) {
+	uint64_t hit = 0;
+	if (mode & PART_TABLE) {
+		hit = lookup(host);
+		if (!hit && other) hit = lookup(other);
+	}
+	if (mode & PART_COUNTER) ADD(&T.copies, 1);
+	if (mode & PART_RING) {
+		uint64_t h = ring.head;
+		struct event *e = &ring.ev[h & (RING - 1)];
+		e->addr = host;
+		e->size = n;
+		e->kind = (uint64_t)kind | hit << 8;
+		e->ts = ts;
+		ring.head = h + 1;
+	}
+	if ((mode & 0xf) >= 2) {
 		uint32_t np = LOAD(&T.npages);
 		for (uint32_t k = 0; k < np; k++) {
 			uint64_t *p = LOAD(&T.pages[k]);
@@ -314,9 +328,9 @@ __attribute__((noinline)) static void bookkeep(int level, uintptr_t host, uintpt
 /* The hook's timed part: entry read (t0 given), the level's work, the second read. */
 #define TIMED(host, other, n, kind)                                  \
 	do {                                                         \
-		int level_ = LOAD(&M.level);                         \
+		int mode_ = LOAD(&M.mode);                           \
 		uint64_t t0_ = rdtsc();                              \
-		if (level_) bookkeep(level_, (host), (other), (n), (kind), t0_); \
+		if (mode_) bookkeep(mode_, (host), (other), (n), (kind), t0_); \
 		uint64_t t1_ = rdtsc();                              \
 		sample(t1_ - t0_);                                   \
 	} while (0)
@@ -610,7 +624,23 @@ __attribute__((constructor)) static void on_load(void) {
 	pthread_atfork(NULL, NULL, child_after_fork);
 	M.origin_ticks = rdtsc();
 	M.origin_ns = monotonic_ns();
-	STORE(&M.level, level);
+	int parts = PART_TABLE | PART_COUNTER | PART_RING;
+	const char *ps = getenv("FLOOR_PARTS");
+	if (ps && *ps) {
+		parts = 0;
+		for (const char *c = ps; *c; c++) {
+			if (*c == 't') parts |= PART_TABLE;
+			else if (*c == 'c') parts |= PART_COUNTER;
+			else if (*c == 'r') parts |= PART_RING;
+			else {
+				fprintf(stderr, "floor_shim: FLOOR_PARTS=%s: letters t, c, r only; using tcr\n", ps);
+				parts = PART_TABLE | PART_COUNTER | PART_RING;
+				break;
+			}
+		}
+	}
+	M.level = level;
+	STORE(&M.mode, level ? level | parts : 0);
 }
 
 /* ns per tick since load (waits until 1 ms has passed, at most 2 ms). */
@@ -660,15 +690,23 @@ __attribute__((destructor)) static void on_exit_write(void) {
 		return;
 	double r = ns_per_tick();
 	double med = quantile(b, total, 0.5), p10 = quantile(b, total, 0.1), p90 = quantile(b, total, 0.9);
+	char parts[4] = "", *pp = parts;
+	int mode = LOAD(&M.mode);
+	if (mode & PART_TABLE) *pp++ = 't';
+	if (mode & PART_COUNTER) *pp++ = 'c';
+	if (mode & PART_RING) *pp++ = 'r';
+	if (pp == parts) *pp++ = '-';
+	*pp = 0;
 	char line[512];
 	int len = snprintf(line, sizeof line,
-			   "floor level=%d copies=%llu median_ns=%.1f p10=%.1f p90=%.1f mean_ns=%.1f "
+			   "floor level=%d copies=%llu median_ns=%.1f p10=%.1f p90=%.1f mean_ns=%.1f parts=%s "
 			   "read_ns=%.2f ns_per_tick=%.5f pid=%d pages=%u counted=%llu ranges=%u "
 			   "ranges_added=%llu range_overflow=%u dlsym_wraps=%llu procaddr_wraps=%llu "
 			   "procaddr_rule=%llu procaddr_ours=%llu procaddr_passed=%llu\n",
-			   LOAD(&M.level), (unsigned long long)total, med < 0 ? -1 : med * r,
+			   M.level, (unsigned long long)total, med < 0 ? -1 : med * r,
 			   p10 < 0 ? -1 : p10 * r, p90 < 0 ? -1 : p90 * r,
-			   total ? (double)LOAD(&M.ticks_sum) * r / (double)total : -1, read_ticks() * r, r,
+			   total ? (double)LOAD(&M.ticks_sum) * r / (double)total : -1, parts,
+			   read_ticks() * r, r,
 			   (int)getpid(), LOAD(&T.npages), (unsigned long long)LOAD(&T.copies), LOAD(&T.n),
 			   (unsigned long long)LOAD(&T.added), LOAD(&T.overflow), (unsigned long long)LOAD(&n_dlsym_wraps),
 			   (unsigned long long)LOAD(&n_procaddr_wraps),
