@@ -66,8 +66,10 @@ for ((r = 1; r <= REPEATS; r++)); do
           rc=$?; res=$b.$v.$r.stats.json ;;
       esac
       t1=$(date +%s.%N)
-      printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$b" "$v" "$r" "$rc" \
-        "$(awk "BEGIN { printf \"%.2f\", $t1 - $t0 }")" "$(md5sum < "$base.out" | cut -c1-12)" "$res" >> "$tsv"
+      wall=$(awk "BEGIN { printf \"%.2f\", $t1 - $t0 }")
+      printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$b" "$v" "$r" "$rc" "$wall" \
+        "$(md5sum < "$base.out" | cut -c1-12)" "$res" >> "$tsv"
+      echo "round $r $b $v: exit $rc, $wall s"
     done
   done
 done
