@@ -112,6 +112,7 @@ def main(tsv, raw):
             d["p90"].append(num(kv.get("p90")))
             d["copies"].append(num(kv.get("copies")))
             d["read"].append(num(kv.get("read_ns")))
+            d["pages"].append(num(kv.get("pages")))
             via = "dlsym {} procaddr {}+{}+{} passed {}".format(
                 kv.get("dlsym_wraps"), kv.get("procaddr_wraps"), kv.get("procaddr_rule"),
                 kv.get("procaddr_ours"), kv.get("procaddr_passed"))
@@ -140,6 +141,32 @@ def main(tsv, raw):
                   f"| {cell(d['median'])} | {delta} | {med(d['p10'])} | {med(d['p90'])} "
                   f"| {med(d['copies'])}{' (' + med(d['samples']) + ')' if d['samples'] else ''} "
                   f"| {med(d['read'], '{:.1f}')} | {same} |")
+    print()
+    print("In pages: (floor2 - floor1) / FLOOR_PAGES is what one more cold page cost the hook in "
+          "that program; (pinwise - floor1) divided by it, how many such pages pinwise's figure "
+          "is above the floor. Given only where floor2 - floor1 exceeds the two rows' ranges "
+          "(max-min over runs) added together.")
+    print()
+    for p in progs:
+        f1 = [x for x in v[(p, "floor1")]["median"] if x is not None]
+        f2 = [x for x in v[(p, "floor2")]["median"] if x is not None]
+        pw = [x for x in v[(p, "pinwise")]["median"] if x is not None]
+        pages = [x for x in v[(p, "floor2")]["pages"] if x]
+        if not (f1 and f2 and pages):
+            print(f"- {p}: -")
+            continue
+        diff = statistics.median(f2) - statistics.median(f1)
+        spread = (max(f1) - min(f1)) + (max(f2) - min(f2))
+        if diff <= max(spread, 10):
+            print(f"- {p}: floor2 - floor1 = {diff:.0f} ns, within the runs' spread ({spread:.0f} ns): "
+                  "no price per page to count pinwise's gap in")
+            continue
+        per = diff / statistics.median(pages)
+        line = f"- {p}: {per:.0f} ns per extra page"
+        if pw and per > 0:
+            gap = statistics.median(pw) - statistics.median(f1)
+            line += f"; pinwise - floor1 = {gap:.0f} ns = {gap / per:.1f} pages"
+        print(line)
     print()
     print("pinwise's stages (median over runs of each run's stage median, ns):")
     print()
