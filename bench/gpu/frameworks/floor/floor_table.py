@@ -144,7 +144,7 @@ def main(tsv, raw):
     print()
     print("In pages: (floor2 - floor1) / FLOOR_PAGES is what one more cold page cost the hook in "
           "that program; (pinwise - floor1) divided by it, how many such pages pinwise's figure "
-          "is above the floor. Given only where floor2 - floor1 exceeds the two rows' ranges "
+          "is above the floor. Given only where floor2 - floor1 exceeds both 10 ns and the two rows' ranges "
           "(max-min over runs) added together.")
     print()
     for p in progs:
@@ -158,7 +158,7 @@ def main(tsv, raw):
         diff = statistics.median(f2) - statistics.median(f1)
         spread = (max(f1) - min(f1)) + (max(f2) - min(f2))
         if diff <= max(spread, 10):
-            print(f"- {p}: floor2 - floor1 = {diff:.0f} ns, within the runs' spread ({spread:.0f} ns): "
+            print(f"- {p}: floor2 - floor1 = {diff:.0f} ns, not above the runs' spread ({spread:.0f} ns) and 10 ns: "
                   "no price per page to count pinwise's gap in")
             continue
         per = diff / statistics.median(pages)
