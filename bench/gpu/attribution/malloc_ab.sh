@@ -60,7 +60,7 @@ for ((r = 1; r <= REPEATS; r++)); do
       IFS=, read -r -a extra <<< "${envs[$i]}"
       # shellcheck disable=SC2086
       ${PIN_CPU:+taskset -c "$PIN_CPU"} env LD_PRELOAD="${libs[$i]}" ${EXTRA_ENV:-} "${extra[@]}" "$exe"
-    fi | awk -v c="${names[$i]}" -v r="$r" '{print c "\t" r "\t" $1 "\t" $2 "\t" $6 "\t" $7}' >> "$tsv"
+    fi | awk -v c="${names[$i]}" -v r="$r" '{print c "\t" r "\t" $1 "\t" $2 "\t" $6 "\t" $7 "\t" $9}' >> "$tsv"
   done
 done
 {
@@ -78,6 +78,7 @@ v = defaultdict(list)
 by_round = defaultdict(dict)
 offsets = defaultdict(Counter)
 threads = defaultdict(Counter)
+binned = defaultdict(list)
 phases = []
 for line in open(tsv):
     c, r, p, x, *rest = line.rstrip("\n").split("\t")
@@ -85,6 +86,8 @@ for line in open(tsv):
         offsets[(p, c)][int(rest[0])] += 1
     if len(rest) > 1 and rest[1]:
         threads[(p, c)][int(rest[1])] += 1
+    if len(rest) > 2 and rest[2]:
+        binned[(p, c)].append(int(rest[2]))
     v[(p, c)].append(float(x))
     by_round[(p, c)][r] = float(x)
     if p not in phases:
@@ -150,6 +153,15 @@ def most_common(title, table):
 
 
 most_common("heap layout: the phase's last block's address modulo 4096, the most common over rounds (rounds with it / rounds); different offsets mean glibc serves the same calls from a different layout", offsets)
+if binned:
+    print()
+    print("glibc's free memory outside the top chunk after the phase, KiB (mallinfo2 fordblks - keepcost, all arenas; median over rounds): where it is large, glibc serves the phase's blocks by splitting and coalescing free chunks")
+    print("| phase | " + " | ".join(names) + " |")
+    print("|---" * (len(names) + 1) + "|")
+    for p in phases:
+        if p == "tracked_first":
+            continue
+        print(f"| {p} | " + " | ".join(str(statistics.median(binned[(p, c)])) if binned[(p, c)] else "-" for c in names) + " |")
 most_common("threads in the process after the phase, the most common over rounds (rounds with it / rounds); glibc's malloc locks its arena once there are two", threads)
 PY
 } | tee "$OUT/malloc_ab.md"
