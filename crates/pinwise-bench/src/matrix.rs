@@ -7,7 +7,11 @@
 //! adaptive to the best baseline, and of smart's peak pinned bytes to the hot working set.
 //!
 //! Iterations are sized by bytes and then lowered to fit a time budget
-//! ([`super::timing`]): large sizes run few iterations (one at the least).
+//! ([`super::timing`]): large sizes run few iterations (one at the least). Every run is
+//! timed over at least [`MatrixConfig::min_run_s`] (estimated from the calibration for the
+//! cell's fastest strategy): the plan lowers iterations down to that floor and leaves
+//! cells out rather than go below it; pin-each runs only the iterations that reach the
+//! floor for itself, and cells compare times per iteration ([`Cell`]).
 
 use crate::BenchError;
 use std::collections::{BTreeMap, HashMap};
@@ -85,6 +89,28 @@ pub struct MatrixConfig {
     pub budget_bytes: Option<u64>,
     /// Wall-time budget, seconds (`None`: none).
     pub time_budget_s: Option<f64>,
+    /// The least time every timed run of a cell is to last, seconds, as the calibration
+    /// estimates it for the cell's fastest strategy (0: no floor; see [`super::timing`]).
+    pub min_run_s: f64,
+}
+
+/// The default [`MatrixConfig::min_run_s`]: 100 ms, so that a scheduler hiccup of a few
+/// milliseconds on the GPU host moves a small cell's run by a few percent, not by half
+/// (the seventh session's 4 KiB h1 c8 r1 runs lasted 1.8 ms).
+pub const MIN_RUN_S: f64 = 0.1;
+
+/// The matrix's plan: iterations per cell (`[shape][size]`, 0 for a cell left out),
+/// pin-each's iterations, each cell's floor, and the estimated wall time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MatrixPlan {
+    /// Iterations of every strategy but pin-each.
+    pub iterations: Vec<Vec<usize>>,
+    /// Iterations of pin-each (at most the cell's).
+    pub pin_each: Vec<Vec<usize>>,
+    /// The fewest iterations the plan could lower each cell to.
+    pub floors: Vec<Vec<usize>>,
+    /// Estimated wall time, seconds.
+    pub estimate_s: f64,
 }
 
 impl MatrixConfig {
@@ -102,11 +128,12 @@ impl MatrixConfig {
             policy,
             budget_bytes: None,
             time_budget_s: Some(300.0),
+            min_run_s: MIN_RUN_S,
         }
     }
 
     /// For CI and a first look: 64 KiB, 1 MiB and 4 MiB, three shapes (one mixed), one
-    /// repeat, a few iterations, within a minute.
+    /// repeat, a few iterations (no minimum run time), within a minute.
     pub fn quick(policy: Policy) -> Self {
         MatrixConfig {
             sizes: vec![64 * KIB, MIB, 4 * MIB],
@@ -116,6 +143,7 @@ impl MatrixConfig {
             min_iterations: 2,
             max_iterations: 8,
             time_budget_s: Some(60.0),
+            min_run_s: 0.0,
             ..MatrixConfig::standard(policy)
         }
     }
@@ -140,13 +168,20 @@ impl MatrixConfig {
     }
 
     /// Iterations per (shape, size) (`[shape][size]`, in config order) within the time
-    /// budget, and the estimated wall time, seconds.
+    /// budget, and the estimated wall time, seconds (see [`MatrixConfig::plan`]).
     pub fn planned_iterations(&self) -> (Vec<Vec<usize>>, f64) {
+        let p = self.plan();
+        (p.iterations, p.estimate_s)
+    }
+
+    /// The plan: iterations sized by bytes, at least the floor of
+    /// [`MatrixConfig::min_run_s`], lowered to fit the time budget ([`timing::plan`]).
+    pub fn plan(&self) -> MatrixPlan {
         let mut items = Vec::new();
         for sh in &self.shapes {
             let c = self.bench_config(sh);
             for (si, &size) in self.sizes.iter().enumerate() {
-                items.push(Item::of(
+                items.push(Item::with_min_run(
                     self.policy.cost_model(),
                     sh,
                     size,
@@ -154,15 +189,24 @@ impl MatrixConfig {
                     self.repeats,
                     c.iterations(size),
                     si,
+                    self.min_run_s * 1e9,
                 ));
             }
         }
-        let (flat, est) = timing::plan(&items, self.time_budget_s);
-        let per_shape = flat
-            .chunks(self.sizes.len())
-            .map(<[usize]>::to_vec)
+        let (flat, estimate_s) = timing::plan(&items, self.time_budget_s);
+        let n = self.sizes.len().max(1);
+        let per_shape = |v: Vec<usize>| v.chunks(n).map(<[usize]>::to_vec).collect();
+        let pin_each = items
+            .iter()
+            .zip(&flat)
+            .map(|(item, &its)| item.capped_iterations(its))
             .collect();
-        (per_shape, est)
+        MatrixPlan {
+            iterations: per_shape(flat),
+            pin_each: per_shape(pin_each),
+            floors: per_shape(items.iter().map(|i| i.floor).collect()),
+            estimate_s,
+        }
     }
 }
 
@@ -238,7 +282,8 @@ pub fn run(
 ) -> Result<MatrixReport, BenchError> {
     let started = Instant::now();
     let backend = device.backend();
-    let (planned, estimate_s) = config.planned_iterations();
+    let plan = config.plan();
+    let (planned, estimate_s) = (&plan.iterations, plan.estimate_s);
     let configs: Vec<BenchConfig> = config
         .shapes
         .iter()
@@ -264,7 +309,7 @@ pub fn run(
         let roles = config
             .shapes
             .iter()
-            .zip(&planned)
+            .zip(planned)
             .filter(|(_, its)| its[si] > 0)
             .map(|(s, _)| s.hot + s.cold)
             .max()
@@ -290,6 +335,11 @@ pub fn run(
                 }
                 for repeat in 0..config.repeats {
                     for kind in interleaved(&STRATEGIES, si + hi, repeat) {
+                        let iterations = if kind == StrategyKind::PinEach {
+                            plan.pin_each[hi][si]
+                        } else {
+                            iterations
+                        };
                         progress(&Progress {
                             done,
                             total,
@@ -336,14 +386,16 @@ pub fn run(
     Ok(report(&rows, &skipped))
 }
 
-/// Medians of one (size, shape) and the ratios against its best baseline.
+/// Medians of one (size, shape) and the ratios against its best baseline. Times are over
+/// the cell's iterations: a run of fewer iterations (pin-each under a minimum run time) is
+/// scaled to them by its time per iteration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Cell {
     /// Size.
     pub size: usize,
     /// Shape.
     pub shape: Shape,
-    /// Iterations per run.
+    /// Iterations per run (the most any of its runs made).
     pub iterations: usize,
     /// Repeats.
     pub repeats: usize,
@@ -429,7 +481,11 @@ impl MatrixSummary {
                     .collect();
                 (!v.is_empty()).then(|| median(v))
             };
-            let ms = |r: &RunRow| r.total_ns as f64 / 1e6;
+            let iterations = runs.iter().map(|r| r.run.iterations).max().unwrap_or(1);
+            // Over the cell's iterations (pin-each may have run fewer).
+            let ms = |r: &RunRow| {
+                r.total_ns as f64 / 1e6 * iterations as f64 / r.iterations.max(1) as f64
+            };
             let Some(best) = STRATEGIES
                 .iter()
                 .filter(|k| k.is_baseline())
@@ -443,7 +499,7 @@ impl MatrixSummary {
             cells.push(Cell {
                 size,
                 shape: report.config.shapes[hi],
-                iterations: runs[0].run.iterations,
+                iterations,
                 repeats: runs.iter().filter(|r| r.run.strategy == best.0).count(),
                 best,
                 smart: ratio(StrategyKind::Smart),
@@ -528,7 +584,7 @@ pub fn markdown(report: &MatrixReport, s: &MatrixSummary, command: &str, date: &
         out,
         "- {} repeats, strategies interleaved, medians compared; iterations sized by bytes ({} \
          of hot copies, {}..{} per run) and lowered to fit the time budget ({}); estimated \
-         {:.0} s, wall time {:.0} s\n",
+         {:.0} s, wall time {:.0} s",
         c.repeats,
         format_size_exact(c.target_hot_bytes),
         c.min_iterations,
@@ -538,6 +594,25 @@ pub fn markdown(report: &MatrixReport, s: &MatrixSummary, command: &str, date: &
         report.estimate_s,
         report.wall_s
     );
+    if c.min_run_s > 0.0 {
+        let _ = writeln!(
+            out,
+            "- floor: every timed run is planned to last at least {:.0} ms (the calibration's \
+             estimate for the cell's fastest strategy; the time budget lowers iterations down to \
+             that floor, never below it, and leaves cells out instead); pin-each, which pays \
+             `cuMemHostAlloc` and `cuMemFreeHost` on every allocation, runs only the \
+             iterations that reach the floor for itself (at least {}) and is compared per \
+             iteration\n",
+            c.min_run_s * 1e3,
+            timing::MIN_CAPPED_ITERATIONS
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "- floor: none (every run at the planned iterations, lowered to fit the budget down \
+             to one)\n"
+        );
+    }
     let _ = writeln!(out, "## Worst over shapes, per size\n");
     let _ = writeln!(
         out,
@@ -765,6 +840,103 @@ mod tests {
             assert!(its.iter().any(|s| s[si] > 0), "size {si}: {its:?}");
         }
         assert!(its.iter().any(|s| s[9] == 0));
+    }
+
+    fn h100() -> CostModel {
+        CostModel::from_csv_str(
+            include_str!("../../pinwise-alloc/tests/data/h100-calibration.csv"),
+            "H100 calibration (bench/results/gpu-alloc-matrix/s6)",
+        )
+        .unwrap()
+    }
+
+    /// Every cell the standard matrix runs is planned to last at least the minimum run time
+    /// for its fastest strategy (pin-each aside), on the H100's calibration and the
+    /// built-in H200 table, within the time budget; pin-each runs no more than the cell.
+    /// `--quick` has no floor.
+    #[test]
+    fn every_planned_cell_runs_at_least_the_minimum() {
+        for model in [h100(), CostModel::builtin()] {
+            let c = MatrixConfig::standard(Policy::new(model.clone()));
+            assert_eq!(c.min_run_s, MIN_RUN_S);
+            let p = c.plan();
+            assert!(
+                p.estimate_s <= 300.0 * timing::BUDGET_SHARE,
+                "{}",
+                p.estimate_s
+            );
+            for (hi, sh) in c.shapes.iter().enumerate() {
+                for (si, &size) in c.sizes.iter().enumerate() {
+                    let n = p.iterations[hi][si];
+                    assert!(p.pin_each[hi][si] <= n);
+                    if n == 0 {
+                        continue;
+                    }
+                    let fastest = STRATEGIES
+                        .iter()
+                        .filter(|&&k| k != StrategyKind::PinEach)
+                        .map(|&k| {
+                            timing::estimate_run_ns(&model, sh, size, n, k)
+                                - timing::estimate_run_ns(&model, sh, size, 0, k)
+                        })
+                        .fold(f64::INFINITY, f64::min);
+                    assert!(
+                        fastest >= c.min_run_s * 1e9 * (1.0 - 1e-9),
+                        "{} {}: {n} iterations, {fastest} ns",
+                        sh.name(),
+                        size
+                    );
+                    assert!(n >= p.floors[hi][si]);
+                }
+            }
+            // The 4 KiB cells run thousands of iterations where the seventh session's ran 64.
+            assert!(
+                p.iterations.iter().all(|s| s[0] >= 200),
+                "{:?}",
+                p.iterations
+            );
+            for si in 0..c.sizes.len() {
+                assert!(p.iterations.iter().any(|s| s[si] > 0), "size {si}");
+            }
+        }
+        let q = MatrixConfig::quick(Policy::new(h100()));
+        assert_eq!(q.min_run_s, 0.0);
+        let p = q.plan();
+        assert!(p.floors.iter().flatten().all(|&f| f == 1));
+        assert_eq!(p.pin_each, p.iterations);
+        assert!(p.estimate_s <= 60.0 * timing::BUDGET_SHARE);
+    }
+
+    /// A run of fewer iterations (pin-each under the floor) is compared per iteration.
+    #[test]
+    fn cells_compare_time_per_iteration() {
+        let mut config = MatrixConfig::quick(Policy::new(CostModel::builtin()));
+        let a = DEFAULT_SHAPES[0];
+        config.shapes = vec![a];
+        let mut pe = row(a, MIB, StrategyKind::PinEach, 0, 3.0, 0);
+        pe.run.iterations = 1;
+        let rows = vec![
+            row(a, MIB, StrategyKind::Pageable, 0, 20.0, 0),
+            pe,
+            row(a, MIB, StrategyKind::Smart, 0, 13.0, 0),
+        ];
+        let report = MatrixReport {
+            config,
+            rows,
+            device: "mock".into(),
+            fixture: true,
+            calibration: "built-in".into(),
+            wall_s: 1.0,
+            estimate_s: 1.0,
+            skipped: vec![],
+        };
+        let s = MatrixSummary::of(&report);
+        let cell = &s.cells[0];
+        assert_eq!(cell.iterations, 4);
+        // Pin-each: 3 ms for 1 iteration is 12 ms over the cell's 4: the best.
+        assert_eq!(cell.best, (StrategyKind::PinEach, 12.0));
+        let (ms, r) = cell.smart.unwrap();
+        assert!((ms - 13.0).abs() < 1e-9 && (r - 13.0 / 12.0).abs() < 1e-9);
     }
 
     /// The issue's 1.6 at 4 KiB (h4 c8 r16 mixed): 4,096 + 2,048 + 1,024 + 3,072 B of hot

@@ -97,6 +97,12 @@ struct AllocArgs {
     /// estimate fits. Default 5 minutes (`--quick`: 1 minute).
     #[arg(long, value_parser = parse_time_budget)]
     time_budget: Option<std::time::Duration>,
+    /// (matrix) The least time every timed run of a cell is planned to last, as the
+    /// calibration estimates it for the cell's fastest strategy (e.g. `100ms`, `0` for
+    /// none): the time budget lowers iterations down to it, never below, and leaves cells
+    /// out instead. Default 100 ms (`--quick`: none).
+    #[arg(long, value_parser = parse_time_budget, requires = "matrix")]
+    min_run: Option<std::time::Duration>,
 }
 
 fn parse_strategy(s: &str) -> Result<StrategyKind, String> {
@@ -313,6 +319,9 @@ fn matrix(
     }
     if let Some(t) = a.time_budget {
         config.time_budget_s = budget_s(t);
+    }
+    if let Some(m) = a.min_run {
+        config.min_run_s = m.as_secs_f64();
     }
     config.budget_bytes = a.budget.map(|b| b as u64);
     let (_, estimate) = config.planned_iterations();
