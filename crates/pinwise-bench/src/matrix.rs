@@ -23,6 +23,7 @@ use pinwise_core::profile::Profile;
 use pinwise_core::units::format_size_exact;
 use pinwise_core::Policy;
 
+use super::bounds::BoundFloor;
 use super::timing::{self, Item, Shape};
 use super::{interleaved, run_one, BenchConfig, BenchDevice, Progress, RunRow, StrategyKind};
 use pinwise_alloc::backend::DevicePtr;
@@ -407,6 +408,22 @@ pub struct Cell {
     pub adaptive: Option<(f64, f64)>,
     /// Smart's median peak pinned bytes / the hot working set.
     pub smart_pinned_ratio: Option<f64>,
+    /// The least time any allocator reaches within the pinned bound against the best other
+    /// strategy, predicted from the run's calibration ([`BoundFloor`]).
+    pub bound: BoundFloor,
+}
+
+impl Cell {
+    /// Whether smart's bounds (time within [`SMART_TARGET`], pinned within
+    /// [`PINNED_TARGET`]) can both hold here, as the calibration predicts.
+    pub fn smart_bounds_can_hold(&self) -> bool {
+        !self.bound.conflicts(SMART_TARGET)
+    }
+
+    /// As [`Cell::smart_bounds_can_hold`], for adaptive ([`ADAPTIVE_TARGET`]).
+    pub fn adaptive_bounds_can_hold(&self) -> bool {
+        !self.bound.conflicts(ADAPTIVE_TARGET)
+    }
 }
 
 /// The worst over shapes at one size.
@@ -422,6 +439,11 @@ pub struct Worst {
     pub adaptive: Option<(f64, Shape)>,
     /// Smart's worst pinned ratio and where.
     pub pinned: Option<(f64, Shape)>,
+    /// Smart's worst ratio over the cells where both its bounds can hold
+    /// ([`Cell::smart_bounds_can_hold`]), and where.
+    pub smart_feasible: Option<(f64, Shape)>,
+    /// Adaptive's worst ratio over the cells where both its bounds can hold.
+    pub adaptive_feasible: Option<(f64, Shape)>,
 }
 
 /// The summary of a matrix.
@@ -496,9 +518,25 @@ impl MatrixSummary {
             };
             let ratio = |k| med(k, &ms).map(|m| (m, m / best.1.max(1e-9)));
             let hot_set = runs[0].hot_working_set.max(1) as f64;
+            let shape = report.config.shapes[hi];
+            let bench = report.config.bench_config(&shape);
+            // The program's writes per iteration, as this run measured them (median over the
+            // cell's runs; 0 where not measured).
+            let fill = median(
+                runs.iter()
+                    .map(|r| r.run.fill_ns as f64 / r.run.iterations.max(1) as f64)
+                    .collect(),
+            );
+            let bound = BoundFloor::of(
+                report.config.policy.cost_model(),
+                &shape,
+                iterations,
+                |r| bench.role_size(size, r),
+                Some(fill).filter(|f| f.is_finite()),
+            );
             cells.push(Cell {
                 size,
-                shape: report.config.shapes[hi],
+                shape,
                 iterations,
                 repeats: runs.iter().filter(|r| r.run.strategy == best.0).count(),
                 best,
@@ -506,6 +544,7 @@ impl MatrixSummary {
                 adaptive: ratio(StrategyKind::Adaptive),
                 smart_pinned_ratio: med(StrategyKind::Smart, &|r| r.peak_pinned as f64)
                     .map(|p| p / hot_set),
+                bound,
             });
         }
         let mut worst: Vec<Worst> = Vec::new();
@@ -517,15 +556,23 @@ impl MatrixSummary {
                     smart: None,
                     adaptive: None,
                     pinned: None,
+                    smart_feasible: None,
+                    adaptive_feasible: None,
                 });
             }
             let w = worst.last_mut().expect("pushed above");
             w.shapes += 1;
             if let Some((_, r)) = c.smart {
                 w.smart = worse(w.smart, r, c.shape);
+                if c.smart_bounds_can_hold() {
+                    w.smart_feasible = worse(w.smart_feasible, r, c.shape);
+                }
             }
             if let Some((_, r)) = c.adaptive {
                 w.adaptive = worse(w.adaptive, r, c.shape);
+                if c.adaptive_bounds_can_hold() {
+                    w.adaptive_feasible = worse(w.adaptive_feasible, r, c.shape);
+                }
             }
             if let Some(r) = c.smart_pinned_ratio {
                 w.pinned = worse(w.pinned, r, c.shape);
@@ -621,19 +668,63 @@ pub fn markdown(report: &MatrixReport, s: &MatrixSummary, command: &str, date: &
     );
     let _ = writeln!(
         out,
-        "| size | shapes | smart / best (worst shape) | adaptive / best (worst shape) | smart pinned / hot set (worst shape) |"
+        "The last two columns are the worst over the cells where both bounds can hold (the time \
+         bound and the pinned bound), as this run's calibration predicts; the cells left out \
+         of them are listed under the table, with the arithmetic.\n"
     );
-    let _ = writeln!(out, "|---|---|---|---|---|");
+    let _ = writeln!(
+        out,
+        "| size | shapes | smart / best (worst shape) | adaptive / best (worst shape) | smart pinned / hot set (worst shape) | smart / best where both bounds can hold | adaptive / best where both bounds can hold |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|");
     for w in &s.worst {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} |",
             format_size_exact(w.size as u64),
             w.shapes,
             ratio_cell(w.smart, SMART_TARGET),
             ratio_cell(w.adaptive, ADAPTIVE_TARGET),
             ratio_cell(w.pinned, PINNED_TARGET),
+            ratio_cell(w.smart_feasible, SMART_TARGET),
+            ratio_cell(w.adaptive_feasible, ADAPTIVE_TARGET),
         );
+    }
+    let conflicts: Vec<String> = s
+        .cells
+        .iter()
+        .filter(|cell| !cell.smart_bounds_can_hold())
+        .map(|cell| {
+            let r = cell.bound.ratio();
+            let which = if cell.adaptive_bounds_can_hold() {
+                format!("smart (> {SMART_TARGET}; adaptive's {ADAPTIVE_TARGET} can hold)")
+            } else {
+                format!("smart and adaptive (> {ADAPTIVE_TARGET})")
+            };
+            format!(
+                "- {} {}: {which}: floor / best {r:.3}; {}",
+                format_size_exact(cell.size as u64),
+                cell.shape.name(),
+                cell.bound.explain()
+            )
+        })
+        .collect();
+    if !conflicts.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nWhere the two bounds cannot both hold (predicted from this run's calibration at \
+             the cell's iterations): the least time any allocator reaches with peak pinned ≤ \
+             {PINNED_TARGET}× the hot working set (each buffer pinned whole or not, pages \
+             shared, obtained once the cheaper way; buffers not pinned copy at pageable speed) \
+             is above the target × the best other strategy's predicted time. Per iteration in \
+             us; the program's writes, the same for every strategy, as this run measured them \
+             (median over the cell's runs), or at {} GB/s where not measured (generous: time \
+             all strategies share brings every ratio nearer 1):\n",
+            timing::FILL_BYTES_PER_NS
+        );
+        for line in &conflicts {
+            let _ = writeln!(out, "{line}");
+        }
     }
     let coarse: Vec<String> = s
         .cells
@@ -686,14 +777,14 @@ pub fn markdown(report: &MatrixReport, s: &MatrixSummary, command: &str, date: &
     let _ = writeln!(out, "\n## Every cell\n");
     let _ = writeln!(
         out,
-        "| size | shape | iterations | best | best ms | smart ms | smart / best | adaptive ms | adaptive / best | smart pinned / hot set |"
+        "| size | shape | iterations | best | best ms | smart ms | smart / best | adaptive ms | adaptive / best | smart pinned / hot set | floor within the pinned bound / best (predicted) |"
     );
-    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|");
     let num = |v: Option<f64>, prec: usize| v.map_or_else(|| "—".into(), |x| format!("{x:.prec$}"));
     for cell in &s.cells {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {:.2} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {:.2} | {} | {} | {} | {} | {} | {:.3} |",
             format_size_exact(cell.size as u64),
             cell.shape.name(),
             cell.iterations,
@@ -704,6 +795,7 @@ pub fn markdown(report: &MatrixReport, s: &MatrixSummary, command: &str, date: &
             num(cell.adaptive.map(|x| x.0), 2),
             num(cell.adaptive.map(|x| x.1), 3),
             num(cell.smart_pinned_ratio, 3),
+            cell.bound.ratio(),
         );
     }
     out
@@ -723,12 +815,12 @@ pub fn runs_csv(report: &MatrixReport) -> String {
             ""
         }
     );
-    out.push_str("hot,cold,round_trips,mixed,size_bytes,strategy,repeat,iterations,total_ms,hot_ms,peak_pinned_bytes,hot_working_set_bytes,pinned_allocations,allocations,teardown_ms,fixture\n");
+    out.push_str("hot,cold,round_trips,mixed,size_bytes,strategy,repeat,iterations,total_ms,hot_ms,peak_pinned_bytes,hot_working_set_bytes,pinned_allocations,allocations,teardown_ms,fill_ms,fixture\n");
     for r in &report.rows {
         let run = &r.run;
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{},{},{},{:.3},{:.3},{},{},{},{},{:.3},{}",
+            "{},{},{},{},{},{},{},{},{:.3},{:.3},{},{},{},{},{:.3},{:.3},{}",
             r.shape.hot,
             r.shape.cold,
             r.shape.round_trips,
@@ -744,6 +836,7 @@ pub fn runs_csv(report: &MatrixReport) -> String {
             run.pinned_allocations,
             run.allocations,
             run.teardown_ns as f64 / 1e6,
+            run.fill_ns as f64 / 1e6,
             report.fixture
         );
     }
@@ -753,7 +846,7 @@ pub fn runs_csv(report: &MatrixReport) -> String {
 /// The worst ratios per size as CSV.
 pub fn worst_csv(report: &MatrixReport, s: &MatrixSummary) -> String {
     let mut out = String::new();
-    out.push_str("size_bytes,shapes,smart_worst_ratio,smart_worst_shape,adaptive_worst_ratio,adaptive_worst_shape,smart_worst_pinned_ratio,smart_worst_pinned_shape,fixture\n");
+    out.push_str("size_bytes,shapes,smart_worst_ratio,smart_worst_shape,adaptive_worst_ratio,adaptive_worst_shape,smart_worst_pinned_ratio,smart_worst_pinned_shape,smart_worst_ratio_where_bounds_can_hold,smart_worst_shape_where_bounds_can_hold,adaptive_worst_ratio_where_bounds_can_hold,adaptive_worst_shape_where_bounds_can_hold,fixture\n");
     let part = |w: Option<(f64, Shape)>| {
         w.map_or_else(
             || ",".to_string(),
@@ -763,12 +856,14 @@ pub fn worst_csv(report: &MatrixReport, s: &MatrixSummary) -> String {
     for w in &s.worst {
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{}",
             w.size,
             w.shapes,
             part(w.smart),
             part(w.adaptive),
             part(w.pinned),
+            part(w.smart_feasible),
+            part(w.adaptive_feasible),
             report.fixture
         );
     }
@@ -907,6 +1002,82 @@ mod tests {
         assert!(p.estimate_s <= 60.0 * timing::BUDGET_SHARE);
     }
 
+    /// The verdict keeps the raw worst ratio and its "missed"; the second pair of columns
+    /// leaves out the cells where the calibration predicts both bounds cannot hold, and
+    /// those are listed with the arithmetic (per iteration, with the run's measured writes).
+    #[test]
+    fn cells_where_both_bounds_cannot_hold_are_listed_and_left_out_of_the_second_verdict() {
+        let mut config = MatrixConfig::quick(Policy::new(h100()));
+        let (a, b) = (shape(1, 8, 1, false), shape(4, 0, 16, false));
+        config.shapes = vec![a, b];
+        let size = 256 * KIB;
+        let its = 4096;
+        let mut rows = Vec::new();
+        for (sh, smart_ms) in [(a, 110.0), (b, 102.0)] {
+            for (k, ms) in [
+                (StrategyKind::Pageable, 200.0),
+                (StrategyKind::CachingPool, 100.0),
+                (StrategyKind::Smart, smart_ms),
+                (StrategyKind::Adaptive, smart_ms),
+            ] {
+                let mut r = row(sh, size, k, 0, ms, (sh.hot * size) as u64);
+                r.run.iterations = its;
+                // The program's writes: 40 us an iteration.
+                r.run.fill_ns = its as u64 * 40_000;
+                rows.push(r);
+            }
+        }
+        let report = MatrixReport {
+            config,
+            rows,
+            device: "mock".into(),
+            fixture: true,
+            calibration: "H100".into(),
+            wall_s: 1.0,
+            estimate_s: 1.0,
+            skipped: vec![],
+        };
+        let s = MatrixSummary::of(&report);
+        let (ca, cb) = (&s.cells[0], &s.cells[1]);
+        assert!(ca.bound.fill_measured && (ca.bound.fill_ns - 40e3).abs() < 1e-6);
+        assert!(!ca.smart_bounds_can_hold() && !ca.adaptive_bounds_can_hold());
+        assert!(cb.smart_bounds_can_hold() && cb.adaptive_bounds_can_hold());
+        let w = &s.worst[0];
+        let (raw, raw_shape) = w.smart.unwrap();
+        assert!((raw - 1.1).abs() < 1e-9 && raw_shape == a);
+        let (ok, ok_shape) = w.smart_feasible.unwrap();
+        assert!((ok - 1.02).abs() < 1e-9 && ok_shape == b);
+        let md = markdown(&report, &s, "test", "today");
+        assert!(
+            md.contains("| 256 KiB | 2 | 1.100 (h1 c8 r1) **missed** |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| 1.020 (h4 c0 r16) met | 1.020 (h4 c0 r16) met |"),
+            "{md}"
+        );
+        let line = md
+            .lines()
+            .find(|l| l.starts_with("- 256 KiB h1 c8 r1: smart and adaptive (> 1.05)"))
+            .unwrap_or_else(|| panic!("{md}"));
+        assert!(
+            line.contains(&format!("floor / best = {:.3}", ca.bound.ratio()))
+                && line.contains("writes 40.0 us (measured)")
+                && line.contains("cold0 pageable 46.7 us")
+                && line.contains("cold0 pinned 13.9 us"),
+            "{line}"
+        );
+        assert!(!md.contains("- 256 KiB h4 c0 r16:"), "{md}");
+        let csv = worst_csv(&report, &s);
+        assert!(
+            csv.lines()
+                .nth(1)
+                .unwrap()
+                .contains(",1.0200,h4 c0 r16,1.0200,h4 c0 r16,true"),
+            "{csv}"
+        );
+    }
+
     /// A run of fewer iterations (pin-each under the floor) is compared per iteration.
     #[test]
     fn cells_compare_time_per_iteration() {
@@ -1017,6 +1188,7 @@ mod tests {
                 pinned_allocations: 0,
                 allocations: 0,
                 teardown_ns: 0,
+                fill_ns: 0,
             },
             hot_working_set: (shape.hot * size) as u64,
         }

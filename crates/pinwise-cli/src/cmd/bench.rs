@@ -358,12 +358,14 @@ fn matrix(
         println!("TEST FIXTURE RUN on {} -- not GPU figures", report.device);
     }
     println!(
-        "{:>8} {:>6}  {:>26}  {:>26}  {:>26}",
+        "{:>8} {:>6}  {:>26}  {:>26}  {:>26}  {:>26}  {:>26}",
         "size",
         "shapes",
         "smart/best (worst shape)",
         "adaptive/best (worst)",
-        "pinned/hot set (worst)"
+        "pinned/hot set (worst)",
+        "smart, both bounds can hold",
+        "adaptive, both can hold"
     );
     let cell = |w: Option<(f64, bench::timing::Shape)>| {
         w.map_or_else(
@@ -373,12 +375,14 @@ fn matrix(
     };
     for w in &s.worst {
         println!(
-            "{:>8} {:>6}  {:>26}  {:>26}  {:>26}",
+            "{:>8} {:>6}  {:>26}  {:>26}  {:>26}  {:>26}  {:>26}",
             format_size_exact(w.size as u64),
             w.shapes,
             cell(w.smart),
             cell(w.adaptive),
-            cell(w.pinned)
+            cell(w.pinned),
+            cell(w.smart_feasible),
+            cell(w.adaptive_feasible)
         );
     }
     for (size, sh, why) in &report.skipped {
