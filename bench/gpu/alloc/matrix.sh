@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The allocator matrix on the GPU machine (issue 13), in one device call of at most 10 minutes:
-#   1. `pinwise calibrate` on this GPU -> gpu-calibration.csv
+#   1. `pinwise calibrate` on this GPU -> gpu-calibration.csv, then
+#      `pinwise calibrate --probe-round-trips` (small round trips timed three ways) -> the log
 #   2. `pinwise bench alloc --matrix --calibration gpu-calibration.csv --repeats 3`:
 #      sizes 4 KiB..1 GiB x 7 shapes (hot 1-4, cold 0-8, round trips 1-16, two with mixed
 #      sizes) x pageable, pin-each, caching-pool, smart (use mode) and adaptive; per size the
@@ -77,6 +78,11 @@ else
     status=1
   fi
   echo "calibrate: $(( $(date +%s) - start )) s" | tee -a "$LOG"
+  # Round trips at small sizes timed as the calibration times copies, back to back, and
+  # after the CPU wrote the buffer (alloc-adaptive-analysis.md, section 4): a few seconds.
+  echo "== round-trip probe" | tee -a "$LOG"
+  timeout 60 "$PW" calibrate --probe-round-trips 2>&1 | tee -a "$LOG" ||
+    echo "round-trip probe FAILED (see the log)" | tee -a "$LOG" >&2
 fi
 
 # Extra wall time over the budget for the run in progress when the guard trips.

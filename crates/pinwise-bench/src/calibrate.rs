@@ -267,12 +267,190 @@ fn measure_size(
     })
 }
 
+/// The host memory a round trip of [`probe_round_trips`] copies from and into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeBuffer {
+    /// A touched anonymous mapping of the size (what `malloc` gives large requests).
+    Pageable,
+    /// `cuMemHostAlloc` of exactly the size (a caching pool's block, pin-each).
+    MallocHost,
+    /// A touched mapping of the size, registered (pinwise's small pool segments).
+    Registered,
+}
+
+impl ProbeBuffer {
+    /// All three, in table order.
+    pub const ALL: [ProbeBuffer; 3] = [
+        ProbeBuffer::Pageable,
+        ProbeBuffer::MallocHost,
+        ProbeBuffer::Registered,
+    ];
+
+    /// Its name in tables.
+    pub const fn name(self) -> &'static str {
+        match self {
+            ProbeBuffer::Pageable => "pageable",
+            ProbeBuffer::MallocHost => "cuMemHostAlloc",
+            ProbeBuffer::Registered => "registered",
+        }
+    }
+}
+
+/// One (size, buffer) of [`probe_round_trips`]: microseconds per host-to-device plus
+/// device-to-host round trip, the median over repeats, timed three ways.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RoundTripProbe {
+    /// Bytes copied each way.
+    pub size: usize,
+    /// The host buffer.
+    pub buffer: ProbeBuffer,
+    /// As `pinwise calibrate` times copies: each copy followed by a stream synchronize,
+    /// host-to-device and device-to-host timed apart and summed.
+    pub calibrated_us: f64,
+    /// Host-to-device then device-to-host, back to back (the second waits for the first in
+    /// stream order), no synchronize between.
+    pub back_to_back_us: f64,
+    /// As `back_to_back_us`, the CPU having written the whole buffer just before (untimed),
+    /// as the matrix's workload and most programs do.
+    pub written_first_us: f64,
+}
+
+/// Measures round trips at small sizes three ways ([`RoundTripProbe`]), from pageable,
+/// `cuMemHostAlloc` and registered buffers of each size, to see whether the calibration's
+/// way of timing copies (each synchronized on its own, on a buffer the CPU has not just
+/// written) predicts what a program's round trip costs. Small sizes only: at 4 KiB the
+/// calibration gave pinned copies a 10 % edge on an H100 that the matrix's workload did not
+/// show (`bench/results/alloc-adaptive-analysis.md`, section 4). `round_trips` per repeat,
+/// `repeats` repeats (medians), after a warm-up.
+pub fn probe_round_trips(
+    device: &dyn BenchDevice,
+    sizes: &[usize],
+    round_trips: usize,
+    repeats: usize,
+) -> Result<Vec<RoundTripProbe>, BenchError> {
+    let backend = device.backend();
+    let b: &dyn PinBackend = &*backend;
+    let max = sizes.iter().copied().max().unwrap_or(PAGE).max(PAGE);
+    let dev = device.alloc_device(max)?;
+    let result = (|| -> Result<Vec<RoundTripProbe>, BenchError> {
+        let mut out = Vec::new();
+        for &size in sizes {
+            for buffer in ProbeBuffer::ALL {
+                out.push(probe_one(b, dev, size, buffer, round_trips, repeats)?);
+            }
+        }
+        Ok(out)
+    })();
+    device.free_device(dev);
+    result
+}
+
+fn probe_one(
+    b: &dyn PinBackend,
+    dev: DevicePtr,
+    size: usize,
+    buffer: ProbeBuffer,
+    round_trips: usize,
+    repeats: usize,
+) -> Result<RoundTripProbe, BenchError> {
+    let size = size.max(1);
+    let mapping = match buffer {
+        ProbeBuffer::MallocHost => None,
+        _ => {
+            let m = Mapping::new(size)?;
+            m.touch();
+            Some(m)
+        }
+    };
+    let host = match (&mapping, buffer) {
+        (Some(m), ProbeBuffer::Registered) => {
+            // SAFETY: our own mapping, unregistered below before it is unmapped.
+            unsafe { b.register(m.ptr, m.len) }?;
+            m.ptr
+        }
+        (Some(m), _) => m.ptr,
+        (None, _) => b.alloc_pinned(size, 0)?,
+    };
+    let measured = (|| -> Result<RoundTripProbe, BenchError> {
+        let n = round_trips.max(1);
+        let round_trip = |write: Option<u8>| -> Result<f64, BenchError> {
+            if let Some(v) = write {
+                // SAFETY: `host` is a live buffer of at least `size` bytes.
+                unsafe { std::ptr::write_bytes(host, v, size) };
+            }
+            let t = Instant::now();
+            // SAFETY: `host` and `dev` hold at least `size` bytes; the copies are
+            // synchronous.
+            unsafe {
+                b.copy_htod(dev, host, size, None)?;
+                b.copy_dtoh(host, dev, size, None)?;
+            }
+            Ok(t.elapsed().as_secs_f64())
+        };
+        for i in 0..8 {
+            round_trip(Some(i as u8))?;
+        }
+        let (mut cal, mut b2b, mut written) = (vec![], vec![], vec![]);
+        for _ in 0..repeats.max(1) {
+            let mut secs = 0.0;
+            for _ in 0..n {
+                secs += copy_time(b, dev, host, size, true)?;
+                secs += copy_time(b, dev, host, size, false)?;
+            }
+            cal.push(secs / n as f64 * 1e6);
+            let mut secs = 0.0;
+            for _ in 0..n {
+                secs += round_trip(None)?;
+            }
+            b2b.push(secs / n as f64 * 1e6);
+            let mut secs = 0.0;
+            for i in 0..n {
+                secs += round_trip(Some(i as u8))?;
+            }
+            written.push(secs / n as f64 * 1e6);
+        }
+        Ok(RoundTripProbe {
+            size,
+            buffer,
+            calibrated_us: median(cal),
+            back_to_back_us: median(b2b),
+            written_first_us: median(written),
+        })
+    })();
+    match (&mapping, buffer) {
+        // SAFETY: registered above; the mapping is unmapped when `mapping` drops after this.
+        (Some(m), ProbeBuffer::Registered) => unsafe { b.unregister(m.ptr) }?,
+        (Some(_), _) => {}
+        // SAFETY: allocated above by alloc_pinned, freed once.
+        (None, _) => unsafe { b.free_pinned(host) }?,
+    }
+    measured
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::MockDevice;
     use pinwise_alloc::testing::MockBackend;
     use std::sync::Arc;
+
+    /// The probe runs every buffer kind at every size and gives positive times (the mock's
+    /// times mean nothing: a fixture).
+    #[test]
+    fn the_round_trip_probe_covers_every_buffer_and_size() {
+        let mock = Arc::new(MockBackend::new());
+        let dev = MockDevice(mock.clone());
+        let rows = probe_round_trips(&dev, &[4096, 65536], 4, 3).unwrap();
+        assert_eq!(rows.len(), 6);
+        for (i, r) in rows.iter().enumerate() {
+            assert_eq!(r.size, [4096, 65536][i / 3]);
+            assert_eq!(r.buffer, ProbeBuffer::ALL[i % 3]);
+            assert!(r.calibrated_us > 0.0 && r.back_to_back_us > 0.0 && r.written_first_us > 0.0);
+        }
+        // Every pinned and registered buffer was given back.
+        assert_eq!(mock.pinned_bytes(), 0);
+        assert!(mock.peak_pinned_bytes() >= 65536);
+    }
 
     #[test]
     fn calibration_on_the_mock_is_labelled_and_loads_back() {
