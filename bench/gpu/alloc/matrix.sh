@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The allocator matrix on the GPU machine (issue 13), in one device call of at most 10 minutes:
 #   1. `pinwise calibrate` on this GPU -> gpu-calibration.csv, then
-#      `pinwise calibrate --probe-round-trips` (small round trips timed three ways) -> the log
+#      `pinwise calibrate --probe-round-trips` (small round trips timed four ways) -> the log
 #   2. `pinwise bench alloc --matrix --calibration gpu-calibration.csv --repeats 3`:
 #      sizes 4 KiB..1 GiB x 7 shapes (hot 1-4, cold 0-8, round trips 1-16, two with mixed
 #      sizes) x pageable, pin-each, caching-pool, smart (use mode) and adaptive; per size the

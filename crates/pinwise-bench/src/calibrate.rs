@@ -297,7 +297,7 @@ impl ProbeBuffer {
 }
 
 /// One (size, buffer) of [`probe_round_trips`]: microseconds per host-to-device plus
-/// device-to-host round trip, the median over repeats, timed three ways.
+/// device-to-host round trip, the median over repeats, timed four ways.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RoundTripProbe {
     /// Bytes copied each way.
@@ -313,9 +313,14 @@ pub struct RoundTripProbe {
     /// As `back_to_back_us`, the CPU having written the whole buffer just before (untimed),
     /// as the matrix's workload and most programs do.
     pub written_first_us: f64,
+    /// The CPU's write of the whole buffer, timed, then the round trip: a program's cycle.
+    /// Against `written_first_us`, what writing costs after the last download (a
+    /// download into pinned memory by DMA leaves none of it in the CPU's caches; the
+    /// driver's copy out of its staging buffer into pageable memory does).
+    pub write_and_round_trip_us: f64,
 }
 
-/// Measures round trips at small sizes three ways ([`RoundTripProbe`]), from pageable,
+/// Measures round trips at small sizes four ways ([`RoundTripProbe`]), from pageable,
 /// `cuMemHostAlloc` and registered buffers of each size, to see whether the calibration's
 /// way of timing copies (each synchronized on its own, on a buffer the CPU has not just
 /// written) predicts what a program's round trip costs. Small sizes only: at 4 KiB the
@@ -373,10 +378,13 @@ fn probe_one(
     };
     let measured = (|| -> Result<RoundTripProbe, BenchError> {
         let n = round_trips.max(1);
-        let round_trip = |write: Option<u8>| -> Result<f64, BenchError> {
-            if let Some(v) = write {
-                // SAFETY: `host` is a live buffer of at least `size` bytes.
-                unsafe { std::ptr::write_bytes(host, v, size) };
+        let write = |v: u8| {
+            // SAFETY: `host` is a live buffer of at least `size` bytes.
+            unsafe { std::ptr::write_bytes(host, v, size) };
+        };
+        let round_trip = |fill: Option<u8>| -> Result<f64, BenchError> {
+            if let Some(v) = fill {
+                write(v);
             }
             let t = Instant::now();
             // SAFETY: `host` and `dev` hold at least `size` bytes; the copies are
@@ -390,7 +398,7 @@ fn probe_one(
         for i in 0..8 {
             round_trip(Some(i as u8))?;
         }
-        let (mut cal, mut b2b, mut written) = (vec![], vec![], vec![]);
+        let (mut cal, mut b2b, mut written, mut cycle) = (vec![], vec![], vec![], vec![]);
         for _ in 0..repeats.max(1) {
             let mut secs = 0.0;
             for _ in 0..n {
@@ -408,6 +416,12 @@ fn probe_one(
                 secs += round_trip(Some(i as u8))?;
             }
             written.push(secs / n as f64 * 1e6);
+            let t = Instant::now();
+            for i in 0..n {
+                write(i as u8);
+                round_trip(None)?;
+            }
+            cycle.push(t.elapsed().as_secs_f64() / n as f64 * 1e6);
         }
         Ok(RoundTripProbe {
             size,
@@ -415,6 +429,7 @@ fn probe_one(
             calibrated_us: median(cal),
             back_to_back_us: median(b2b),
             written_first_us: median(written),
+            write_and_round_trip_us: median(cycle),
         })
     })();
     match (&mapping, buffer) {
@@ -446,6 +461,7 @@ mod tests {
             assert_eq!(r.size, [4096, 65536][i / 3]);
             assert_eq!(r.buffer, ProbeBuffer::ALL[i % 3]);
             assert!(r.calibrated_us > 0.0 && r.back_to_back_us > 0.0 && r.written_first_us > 0.0);
+            assert!(r.write_and_round_trip_us > 0.0);
         }
         // Every pinned and registered buffer was given back.
         assert_eq!(mock.pinned_bytes(), 0);

@@ -42,8 +42,9 @@ pub struct CalibrateArgs {
     device: usize,
     /// Instead of calibrating: time round trips (host to device and back) at small sizes
     /// (default 4K,16K,64K,256K,1M; `--sizes`) from pageable, `cuMemHostAlloc` and registered
-    /// buffers three ways (as the calibration times copies, back to back, and with the buffer
-    /// written by the CPU first), and print the table. Writes no file.
+    /// buffers four ways (as the calibration times copies, back to back, with the buffer
+    /// written by the CPU first, and with that write timed too), and print the table. Writes
+    /// no file.
     #[arg(long)]
     probe_round_trips: bool,
 }
@@ -171,17 +172,18 @@ fn probe(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
         args.repeats.max(1)
     );
     println!(
-        "| size | buffer | as calibrate times it (each copy synchronized) | back to back | written by the CPU first |"
+        "| size | buffer | as calibrate times it (each copy synchronized) | back to back | written by the CPU first | the write timed too |"
     );
-    println!("|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|");
     for r in rows {
         println!(
-            "| {} | {} | {:.2} | {:.2} | {:.2} |",
+            "| {} | {} | {:.2} | {:.2} | {:.2} | {:.2} |",
             format_size_exact(r.size as u64),
             r.buffer.name(),
             r.calibrated_us,
             r.back_to_back_us,
-            r.written_first_us
+            r.written_first_us,
+            r.write_and_round_trip_us
         );
     }
     Ok(ExitCode::SUCCESS)
