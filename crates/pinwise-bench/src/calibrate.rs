@@ -128,6 +128,11 @@ pub fn calibrate(
     } else {
         format!("pinwise calibrate on {}", backend.describe())
     };
+    let source = if config.write_before_upload {
+        format!("{source}; uploads of buffers the CPU has just written")
+    } else {
+        source
+    };
     Ok(CostModel::from_points(points, &source)?)
 }
 
@@ -138,6 +143,12 @@ impl Drop for PinnedGuard<'_> {
         // SAFETY: allocated by alloc_pinned in `calibrate`, freed once here.
         let _ = unsafe { self.0.free_pinned(self.1) };
     }
+}
+
+/// The CPU's write of `len` bytes of `host` (a program filling its data), untimed.
+fn write_buffer(host: *mut u8, len: usize, value: u8) {
+    // SAFETY: callers pass a live buffer of at least `len` bytes that nothing else uses.
+    unsafe { std::ptr::write_bytes(host, value, len) };
 }
 
 /// Seconds of one synchronous copy of `len` bytes between `host` and `dev`.
@@ -183,8 +194,11 @@ fn bandwidth(
     let mut rates = Vec::new();
     for _ in 0..config.repeats.max(1) {
         let mut secs = 0.0;
-        for _ in 0..copies {
+        for i in 0..copies {
             copy_time(b, dev, host, len, !htod)?;
+            if htod && config.write_before_upload {
+                write_buffer(host, len, i as u8);
+            }
             secs += copy_time(b, dev, host, len, htod)?;
         }
         rates.push((copies * len) as f64 / secs / 1e9);
@@ -243,7 +257,10 @@ fn measure_size(
         })?);
         let copies = config.min_bytes_per_figure.div_ceil(size).clamp(1, 1024) / reps + 1;
         let mut secs = 0.0;
-        for _ in 0..copies {
+        for i in 0..copies {
+            if config.write_before_upload {
+                write_buffer(m.ptr, size, i as u8);
+            }
             secs += copy_time(b, dev, m.ptr, size, true)?;
         }
         reg_bw.push((copies * size) as f64 / secs / 1e9);
@@ -468,10 +485,57 @@ mod tests {
         assert!(mock.peak_pinned_bytes() >= 65536);
     }
 
+    /// With `write_before_upload`, every timed host-to-device copy uploads what the CPU has
+    /// just written (the last value written is on the device); without, the buffer holds
+    /// what the download before it left (zeros here).
+    #[test]
+    fn uploads_are_of_buffers_the_cpu_has_just_written_when_asked() {
+        for write in [false, true] {
+            let mock = MockBackend::new();
+            let len = 4096;
+            let dev = mock.alloc_device(len);
+            let mut host = vec![0u8; len];
+            let config = CalibrationConfig {
+                sizes: vec![len],
+                repeats: 1,
+                min_bytes_per_figure: 4 * len,
+                write_before_upload: write,
+            };
+            let gbps = bandwidth(&config, &mock, dev, host.as_mut_ptr(), len, true).unwrap();
+            assert!(gbps > 0.0);
+            let mut back = vec![0u8; len];
+            // SAFETY: both buffers hold `len` bytes; the mock copies synchronously.
+            unsafe { mock.copy_dtoh(back.as_mut_ptr(), dev, len, None) }.unwrap();
+            let want = if write { 3 } else { 0 };
+            assert!(
+                back.iter().all(|&v| v == want),
+                "write {write}: {:?}",
+                &back[..4]
+            );
+            mock.free_device(dev);
+        }
+        let dev = MockDevice(Arc::new(MockBackend::new()));
+        let config = CalibrationConfig {
+            sizes: vec![4096],
+            repeats: 1,
+            min_bytes_per_figure: 4096,
+            write_before_upload: true,
+        };
+        let model = calibrate(&config, &dev, &mut |_| {}).unwrap();
+        assert!(
+            model
+                .source()
+                .contains("uploads of buffers the CPU has just written"),
+            "{}",
+            model.source()
+        );
+    }
+
     #[test]
     fn calibration_on_the_mock_is_labelled_and_loads_back() {
         let dev = MockDevice(Arc::new(MockBackend::new()));
         let config = CalibrationConfig {
+            write_before_upload: false,
             sizes: vec![4096, 65536, 1 << 20],
             repeats: 3,
             min_bytes_per_figure: 1 << 20,

@@ -47,6 +47,12 @@ pub struct CalibrateArgs {
     /// no file.
     #[arg(long)]
     probe_round_trips: bool,
+    /// Time every host-to-device copy of a buffer the CPU has just written (as programs fill
+    /// their data before uploading it) instead of one holding what the previous download
+    /// left: an experiment for small sizes, where the two may differ on some hosts (the
+    /// calibration's source says so).
+    #[arg(long)]
+    copies_written_first: bool,
 }
 
 /// [`pinwise_core::units::parse_size_or_ram_percent`] (a size, or a percentage of RAM) as a
@@ -86,6 +92,7 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
         config.sizes.dedup();
     }
     config.repeats = args.repeats.max(1);
+    config.write_before_upload = args.copies_written_first;
     let device = CudaDevice::new(backend.clone());
     let bar = ProgressBar::new(config.sizes.len() as u64);
     bar.set_style(
