@@ -630,7 +630,8 @@ pub fn markdown(report: &MatrixReport, s: &MatrixSummary, command: &str, date: &
     let _ = writeln!(
         out,
         "- {} repeats, strategies interleaved, medians compared; iterations sized by bytes ({} \
-         of hot copies, {}..{} per run) and lowered to fit the time budget ({}); estimated \
+         of hot copies, {}..{} per run, raised to the floor below) and lowered to fit the time \
+         budget ({}); estimated \
          {:.0} s, wall time {:.0} s",
         c.repeats,
         format_size_exact(c.target_hot_bytes),
@@ -1076,6 +1077,34 @@ mod tests {
                 .contains(",1.0200,h4 c0 r16,1.0200,h4 c0 r16,true"),
             "{csv}"
         );
+    }
+
+    /// The report's header states the floor (or that there is none).
+    #[test]
+    fn the_header_states_the_floor() {
+        let report = |config: MatrixConfig| MatrixReport {
+            config,
+            rows: vec![],
+            device: "mock".into(),
+            fixture: true,
+            calibration: "built-in".into(),
+            wall_s: 1.0,
+            estimate_s: 1.0,
+            skipped: vec![],
+        };
+        let standard = report(MatrixConfig::standard(Policy::new(CostModel::builtin())));
+        let md = markdown(&standard, &MatrixSummary::of(&standard), "test", "today");
+        assert!(
+            md.contains("- floor: every timed run is planned to last at least 100 ms"),
+            "{md}"
+        );
+        assert!(
+            md.contains("(at least 3) and is compared per iteration"),
+            "{md}"
+        );
+        let quick = report(MatrixConfig::quick(Policy::new(CostModel::builtin())));
+        let md = markdown(&quick, &MatrixSummary::of(&quick), "test", "today");
+        assert!(md.contains("- floor: none"), "{md}");
     }
 
     /// A run of fewer iterations (pin-each under the floor) is compared per iteration.
