@@ -497,6 +497,30 @@ mod tests {
             csv.starts_with("# pinwise calibration (source: TEST FIXTURE"),
             "{csv}"
         );
+        // The round-trip probe: a table, said to be fixture figures, and no file written.
+        let out = libs
+            .command(&bin)
+            .current_dir(dir.path())
+            .args([
+                "calibrate",
+                "--probe-round-trips",
+                "--sizes",
+                "4K",
+                "--repeats",
+                "1",
+            ])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{stdout}");
+        assert!(stdout.contains("TEST FIXTURE: not GPU figures"), "{stdout}");
+        for buffer in ["pageable", "cuMemHostAlloc", "registered"] {
+            assert!(
+                stdout.contains(&format!("| 4 KiB | {buffer} | ")),
+                "{stdout}"
+            );
+        }
+        assert!(!dir.path().join("pinwise-calibration.csv").exists());
         // The calibration it wrote is accepted by bench alloc.
         let out = libs
             .command(&bin)
@@ -679,5 +703,24 @@ mod tests {
             .unwrap();
         assert!(!out.status.success());
         assert!(String::from_utf8_lossy(&out.stderr).contains("unknown strategy `fastest`"));
+
+        // --min-run belongs to the matrix, and takes a duration.
+        let out = Command::new(&bin)
+            .args(["bench", "alloc", "--min-run", "50ms"])
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("--min-run") && err.contains("--matrix"),
+            "{err}"
+        );
+        let out = Command::new(&bin)
+            .args(["bench", "alloc", "--matrix", "--min-run", "soon"])
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("--min-run") && err.contains("soon"), "{err}");
     }
 }
