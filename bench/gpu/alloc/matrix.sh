@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # The allocator matrix on the GPU machine (issue 13), in one device call of at most 10 minutes:
-#   1. `pinwise calibrate` on this GPU -> gpu-calibration.csv
+#   1. `pinwise calibrate` on this GPU -> gpu-calibration.csv, then
+#      `pinwise calibrate --probe-round-trips` (small round trips timed four ways) -> the log
 #   2. `pinwise bench alloc --matrix --calibration gpu-calibration.csv --repeats 3`:
 #      sizes 4 KiB..1 GiB x 7 shapes (hot 1-4, cold 0-8, round trips 1-16, two with mixed
 #      sizes) x pageable, pin-each, caching-pool, smart (use mode) and adaptive; per size the
 #      worst smart/best and adaptive/best over shapes, and smart's pinned / hot working set.
 #      Iterations are planned from this GPU's calibration to fit the time budget
 #      ($MATRIX_BUDGET, default 400 s); cells that do not fit are listed as not run.
+# CALIBRATE_ARGS=--copies-written-first (step 1) times each upload of a buffer the CPU has
+# just written (an experiment for small sizes: bench/results/alloc-adaptive-analysis.md,
+# section 4); the calibration's source line says so.
 # With MATRIX_AUTO=1 (a second device call), step 1 is skipped and the matrix runs without
 # --calibration on an empty cache directory: the automatic per-GPU calibration (first use,
 # cached) is measured and used; its file is kept as gpu-calibration.csv and the log shows
@@ -77,6 +81,11 @@ else
     status=1
   fi
   echo "calibrate: $(( $(date +%s) - start )) s" | tee -a "$LOG"
+  # Round trips at small sizes timed as the calibration times copies, back to back, and
+  # after the CPU wrote the buffer (alloc-adaptive-analysis.md, section 4): a few seconds.
+  echo "== round-trip probe" | tee -a "$LOG"
+  timeout 60 "$PW" calibrate --probe-round-trips 2>&1 | tee -a "$LOG" ||
+    echo "round-trip probe FAILED (see the log)" | tee -a "$LOG" >&2
 fi
 
 # Extra wall time over the budget for the run in progress when the guard trips.

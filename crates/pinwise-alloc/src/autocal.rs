@@ -26,6 +26,7 @@ pub fn quick_config() -> CalibrationConfig {
         sizes: vec![4 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20],
         repeats: 2,
         min_bytes_per_figure: 16 << 20,
+        write_before_upload: false,
     }
 }
 

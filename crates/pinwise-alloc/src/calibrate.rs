@@ -12,6 +12,11 @@ pub struct CalibrationConfig {
     pub repeats: usize,
     /// At least this many bytes are copied per bandwidth figure (small sizes repeat more).
     pub min_bytes_per_figure: usize,
+    /// Before each timed host-to-device copy, the CPU writes the buffer (untimed), as a
+    /// program fills its data before uploading it; otherwise the buffer holds what the
+    /// previous download left (`pinwise calibrate --copies-written-first`, an experiment:
+    /// `bench/results/alloc-adaptive-analysis.md`, section 4).
+    pub write_before_upload: bool,
 }
 
 impl Default for CalibrationConfig {
@@ -22,6 +27,7 @@ impl Default for CalibrationConfig {
             sizes: (0..10).map(|i| 4096usize << (2 * i)).collect(),
             repeats: 3,
             min_bytes_per_figure: 64 << 20,
+            write_before_upload: false,
         }
     }
 }

@@ -18,6 +18,7 @@
 //! pinwise-core's cost model on the same [`BenchDevice`]. Both are tools run by a person on
 //! a GPU, never inside a traced program, which is why they are not part of pinwise-alloc.
 
+pub mod bounds;
 pub mod calibrate;
 mod error;
 pub mod matrix;
@@ -270,6 +271,8 @@ pub struct RunRow {
     pub allocations: u64,
     /// Releasing the strategy's pools after the run (not in `total_ns`), ns.
     pub teardown_ns: u64,
+    /// Time the program spent writing its buffers (part of `total_ns`), ns.
+    pub fill_ns: u64,
 }
 
 impl RunRow {
@@ -546,7 +549,7 @@ fn run_one(
             })
         }
     };
-    let (total_ns, hot_ns, hot_bytes, allocations) = workload(
+    let (total_ns, hot_ns, hot_bytes, allocations, fill_ns) = workload(
         config,
         Some(backend),
         dev,
@@ -577,11 +580,13 @@ fn run_one(
         pinned_allocations,
         allocations,
         teardown_ns,
+        fill_ns,
     })
 }
 
-/// The loop. Returns (total ns, hot ns, hot bytes, allocations). With `backend` `None`
-/// (or `notes_only`), copies are only noted, not made (recording a profile).
+/// The loop. Returns (total ns, hot ns, hot bytes, allocations, ns writing the buffers).
+/// With `backend` `None` (or `notes_only`), copies are only noted, not made (recording a
+/// profile).
 fn workload(
     config: &BenchConfig,
     backend: Option<&Arc<dyn PinBackend>>,
@@ -590,7 +595,7 @@ fn workload(
     iterations: usize,
     s: &mut dyn Strategy,
     notes_only: bool,
-) -> Result<(u64, u64, u64, u64), BenchError> {
+) -> Result<(u64, u64, u64, u64, u64), BenchError> {
     let roles = roles(config);
     let copy = |ptr: *mut u8, d: DevicePtr, len: usize, dir: Direction| -> Result<(), BenchError> {
         if notes_only {
@@ -611,6 +616,7 @@ fn workload(
     let mut hot_ns = 0u64;
     let mut hot_bytes = 0u64;
     let mut allocations = 0u64;
+    let mut fill_ns = 0u64;
     let start = Instant::now();
     for it in 0..iterations {
         // Interleaved roles: hot0, cold0, hot1, cold1, ... (extra ones of either kind last).
@@ -620,10 +626,12 @@ fn workload(
             ptrs[role] = s.alloc(lens[role], role)?;
             allocations += 1;
         }
+        let t = Instant::now();
         for (role, &p) in ptrs.iter().enumerate() {
             // SAFETY: a live allocation of `lens[role]` bytes.
             unsafe { std::ptr::write_bytes(p, it as u8, lens[role]) };
         }
+        fill_ns += t.elapsed().as_nanos() as u64;
         for &(role, hot) in &order {
             if !hot {
                 continue;
@@ -658,6 +666,7 @@ fn workload(
         hot_ns,
         hot_bytes,
         allocations,
+        fill_ns,
     ))
 }
 

@@ -7,7 +7,11 @@
 //! adaptive to the best baseline, and of smart's peak pinned bytes to the hot working set.
 //!
 //! Iterations are sized by bytes and then lowered to fit a time budget
-//! ([`super::timing`]): large sizes run few iterations (one at the least).
+//! ([`super::timing`]): large sizes run few iterations (one at the least). Every run is
+//! timed over at least [`MatrixConfig::min_run_s`] (estimated from the calibration for the
+//! cell's fastest strategy): the plan lowers iterations down to that floor and leaves
+//! cells out rather than go below it; pin-each runs only the iterations that reach the
+//! floor for itself, and cells compare times per iteration ([`Cell`]).
 
 use crate::BenchError;
 use std::collections::{BTreeMap, HashMap};
@@ -19,6 +23,7 @@ use pinwise_core::profile::Profile;
 use pinwise_core::units::format_size_exact;
 use pinwise_core::Policy;
 
+use super::bounds::BoundFloor;
 use super::timing::{self, Item, Shape};
 use super::{interleaved, run_one, BenchConfig, BenchDevice, Progress, RunRow, StrategyKind};
 use pinwise_alloc::backend::DevicePtr;
@@ -85,6 +90,28 @@ pub struct MatrixConfig {
     pub budget_bytes: Option<u64>,
     /// Wall-time budget, seconds (`None`: none).
     pub time_budget_s: Option<f64>,
+    /// The least time every timed run of a cell is to last, seconds, as the calibration
+    /// estimates it for the cell's fastest strategy (0: no floor; see [`super::timing`]).
+    pub min_run_s: f64,
+}
+
+/// The default [`MatrixConfig::min_run_s`]: 100 ms, so that a scheduler hiccup of a few
+/// milliseconds on the GPU host moves a small cell's run by a few percent, not by half
+/// (the seventh session's 4 KiB h1 c8 r1 runs lasted 1.8 ms).
+pub const MIN_RUN_S: f64 = 0.1;
+
+/// The matrix's plan: iterations per cell (`[shape][size]`, 0 for a cell left out),
+/// pin-each's iterations, each cell's floor, and the estimated wall time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MatrixPlan {
+    /// Iterations of every strategy but pin-each.
+    pub iterations: Vec<Vec<usize>>,
+    /// Iterations of pin-each (at most the cell's).
+    pub pin_each: Vec<Vec<usize>>,
+    /// The fewest iterations the plan could lower each cell to.
+    pub floors: Vec<Vec<usize>>,
+    /// Estimated wall time, seconds.
+    pub estimate_s: f64,
 }
 
 impl MatrixConfig {
@@ -102,11 +129,12 @@ impl MatrixConfig {
             policy,
             budget_bytes: None,
             time_budget_s: Some(300.0),
+            min_run_s: MIN_RUN_S,
         }
     }
 
     /// For CI and a first look: 64 KiB, 1 MiB and 4 MiB, three shapes (one mixed), one
-    /// repeat, a few iterations, within a minute.
+    /// repeat, a few iterations (no minimum run time), within a minute.
     pub fn quick(policy: Policy) -> Self {
         MatrixConfig {
             sizes: vec![64 * KIB, MIB, 4 * MIB],
@@ -116,6 +144,7 @@ impl MatrixConfig {
             min_iterations: 2,
             max_iterations: 8,
             time_budget_s: Some(60.0),
+            min_run_s: 0.0,
             ..MatrixConfig::standard(policy)
         }
     }
@@ -140,13 +169,20 @@ impl MatrixConfig {
     }
 
     /// Iterations per (shape, size) (`[shape][size]`, in config order) within the time
-    /// budget, and the estimated wall time, seconds.
+    /// budget, and the estimated wall time, seconds (see [`MatrixConfig::plan`]).
     pub fn planned_iterations(&self) -> (Vec<Vec<usize>>, f64) {
+        let p = self.plan();
+        (p.iterations, p.estimate_s)
+    }
+
+    /// The plan: iterations sized by bytes, at least the floor of
+    /// [`MatrixConfig::min_run_s`], lowered to fit the time budget ([`timing::plan`]).
+    pub fn plan(&self) -> MatrixPlan {
         let mut items = Vec::new();
         for sh in &self.shapes {
             let c = self.bench_config(sh);
             for (si, &size) in self.sizes.iter().enumerate() {
-                items.push(Item::of(
+                items.push(Item::with_min_run(
                     self.policy.cost_model(),
                     sh,
                     size,
@@ -154,15 +190,24 @@ impl MatrixConfig {
                     self.repeats,
                     c.iterations(size),
                     si,
+                    self.min_run_s * 1e9,
                 ));
             }
         }
-        let (flat, est) = timing::plan(&items, self.time_budget_s);
-        let per_shape = flat
-            .chunks(self.sizes.len())
-            .map(<[usize]>::to_vec)
+        let (flat, estimate_s) = timing::plan(&items, self.time_budget_s);
+        let n = self.sizes.len().max(1);
+        let per_shape = |v: Vec<usize>| v.chunks(n).map(<[usize]>::to_vec).collect();
+        let pin_each = items
+            .iter()
+            .zip(&flat)
+            .map(|(item, &its)| item.capped_iterations(its))
             .collect();
-        (per_shape, est)
+        MatrixPlan {
+            iterations: per_shape(flat),
+            pin_each: per_shape(pin_each),
+            floors: per_shape(items.iter().map(|i| i.floor).collect()),
+            estimate_s,
+        }
     }
 }
 
@@ -238,7 +283,8 @@ pub fn run(
 ) -> Result<MatrixReport, BenchError> {
     let started = Instant::now();
     let backend = device.backend();
-    let (planned, estimate_s) = config.planned_iterations();
+    let plan = config.plan();
+    let (planned, estimate_s) = (&plan.iterations, plan.estimate_s);
     let configs: Vec<BenchConfig> = config
         .shapes
         .iter()
@@ -264,7 +310,7 @@ pub fn run(
         let roles = config
             .shapes
             .iter()
-            .zip(&planned)
+            .zip(planned)
             .filter(|(_, its)| its[si] > 0)
             .map(|(s, _)| s.hot + s.cold)
             .max()
@@ -290,6 +336,11 @@ pub fn run(
                 }
                 for repeat in 0..config.repeats {
                     for kind in interleaved(&STRATEGIES, si + hi, repeat) {
+                        let iterations = if kind == StrategyKind::PinEach {
+                            plan.pin_each[hi][si]
+                        } else {
+                            iterations
+                        };
                         progress(&Progress {
                             done,
                             total,
@@ -336,14 +387,16 @@ pub fn run(
     Ok(report(&rows, &skipped))
 }
 
-/// Medians of one (size, shape) and the ratios against its best baseline.
+/// Medians of one (size, shape) and the ratios against its best baseline. Times are over
+/// the cell's iterations: a run of fewer iterations (pin-each under a minimum run time) is
+/// scaled to them by its time per iteration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Cell {
     /// Size.
     pub size: usize,
     /// Shape.
     pub shape: Shape,
-    /// Iterations per run.
+    /// Iterations per run (the most any of its runs made).
     pub iterations: usize,
     /// Repeats.
     pub repeats: usize,
@@ -355,6 +408,22 @@ pub struct Cell {
     pub adaptive: Option<(f64, f64)>,
     /// Smart's median peak pinned bytes / the hot working set.
     pub smart_pinned_ratio: Option<f64>,
+    /// The least time any allocator reaches within the pinned bound against the best other
+    /// strategy, predicted from the run's calibration ([`BoundFloor`]).
+    pub bound: BoundFloor,
+}
+
+impl Cell {
+    /// Whether smart's bounds (time within [`SMART_TARGET`], pinned within
+    /// [`PINNED_TARGET`]) can both hold here, as the calibration predicts.
+    pub fn smart_bounds_can_hold(&self) -> bool {
+        !self.bound.conflicts(SMART_TARGET)
+    }
+
+    /// As [`Cell::smart_bounds_can_hold`], for adaptive ([`ADAPTIVE_TARGET`]).
+    pub fn adaptive_bounds_can_hold(&self) -> bool {
+        !self.bound.conflicts(ADAPTIVE_TARGET)
+    }
 }
 
 /// The worst over shapes at one size.
@@ -370,6 +439,11 @@ pub struct Worst {
     pub adaptive: Option<(f64, Shape)>,
     /// Smart's worst pinned ratio and where.
     pub pinned: Option<(f64, Shape)>,
+    /// Smart's worst ratio over the cells where both its bounds can hold
+    /// ([`Cell::smart_bounds_can_hold`]), and where.
+    pub smart_feasible: Option<(f64, Shape)>,
+    /// Adaptive's worst ratio over the cells where both its bounds can hold.
+    pub adaptive_feasible: Option<(f64, Shape)>,
 }
 
 /// The summary of a matrix.
@@ -429,7 +503,11 @@ impl MatrixSummary {
                     .collect();
                 (!v.is_empty()).then(|| median(v))
             };
-            let ms = |r: &RunRow| r.total_ns as f64 / 1e6;
+            let iterations = runs.iter().map(|r| r.run.iterations).max().unwrap_or(1);
+            // Over the cell's iterations (pin-each may have run fewer).
+            let ms = |r: &RunRow| {
+                r.total_ns as f64 / 1e6 * iterations as f64 / r.iterations.max(1) as f64
+            };
             let Some(best) = STRATEGIES
                 .iter()
                 .filter(|k| k.is_baseline())
@@ -440,16 +518,33 @@ impl MatrixSummary {
             };
             let ratio = |k| med(k, &ms).map(|m| (m, m / best.1.max(1e-9)));
             let hot_set = runs[0].hot_working_set.max(1) as f64;
+            let shape = report.config.shapes[hi];
+            let bench = report.config.bench_config(&shape);
+            // The program's writes per iteration, as this run measured them (median over the
+            // cell's runs; 0 where not measured).
+            let fill = median(
+                runs.iter()
+                    .map(|r| r.run.fill_ns as f64 / r.run.iterations.max(1) as f64)
+                    .collect(),
+            );
+            let bound = BoundFloor::of(
+                report.config.policy.cost_model(),
+                &shape,
+                iterations,
+                |r| bench.role_size(size, r),
+                Some(fill).filter(|f| f.is_finite()),
+            );
             cells.push(Cell {
                 size,
-                shape: report.config.shapes[hi],
-                iterations: runs[0].run.iterations,
+                shape,
+                iterations,
                 repeats: runs.iter().filter(|r| r.run.strategy == best.0).count(),
                 best,
                 smart: ratio(StrategyKind::Smart),
                 adaptive: ratio(StrategyKind::Adaptive),
                 smart_pinned_ratio: med(StrategyKind::Smart, &|r| r.peak_pinned as f64)
                     .map(|p| p / hot_set),
+                bound,
             });
         }
         let mut worst: Vec<Worst> = Vec::new();
@@ -461,15 +556,23 @@ impl MatrixSummary {
                     smart: None,
                     adaptive: None,
                     pinned: None,
+                    smart_feasible: None,
+                    adaptive_feasible: None,
                 });
             }
             let w = worst.last_mut().expect("pushed above");
             w.shapes += 1;
             if let Some((_, r)) = c.smart {
                 w.smart = worse(w.smart, r, c.shape);
+                if c.smart_bounds_can_hold() {
+                    w.smart_feasible = worse(w.smart_feasible, r, c.shape);
+                }
             }
             if let Some((_, r)) = c.adaptive {
                 w.adaptive = worse(w.adaptive, r, c.shape);
+                if c.adaptive_bounds_can_hold() {
+                    w.adaptive_feasible = worse(w.adaptive_feasible, r, c.shape);
+                }
             }
             if let Some(r) = c.smart_pinned_ratio {
                 w.pinned = worse(w.pinned, r, c.shape);
@@ -527,8 +630,9 @@ pub fn markdown(report: &MatrixReport, s: &MatrixSummary, command: &str, date: &
     let _ = writeln!(
         out,
         "- {} repeats, strategies interleaved, medians compared; iterations sized by bytes ({} \
-         of hot copies, {}..{} per run) and lowered to fit the time budget ({}); estimated \
-         {:.0} s, wall time {:.0} s\n",
+         of hot copies, {}..{} per run, raised to the floor below) and lowered to fit the time \
+         budget ({}); estimated \
+         {:.0} s, wall time {:.0} s",
         c.repeats,
         format_size_exact(c.target_hot_bytes),
         c.min_iterations,
@@ -538,6 +642,25 @@ pub fn markdown(report: &MatrixReport, s: &MatrixSummary, command: &str, date: &
         report.estimate_s,
         report.wall_s
     );
+    if c.min_run_s > 0.0 {
+        let _ = writeln!(
+            out,
+            "- floor: every timed run is planned to last at least {:.0} ms (the calibration's \
+             estimate for the cell's fastest strategy; the time budget lowers iterations down to \
+             that floor, never below it, and leaves cells out instead); pin-each, which pays \
+             `cuMemHostAlloc` and `cuMemFreeHost` on every allocation, runs only the \
+             iterations that reach the floor for itself (at least {}) and is compared per \
+             iteration\n",
+            c.min_run_s * 1e3,
+            timing::MIN_CAPPED_ITERATIONS
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "- floor: none (every run at the planned iterations, lowered to fit the budget down \
+             to one)\n"
+        );
+    }
     let _ = writeln!(out, "## Worst over shapes, per size\n");
     let _ = writeln!(
         out,
@@ -546,19 +669,63 @@ pub fn markdown(report: &MatrixReport, s: &MatrixSummary, command: &str, date: &
     );
     let _ = writeln!(
         out,
-        "| size | shapes | smart / best (worst shape) | adaptive / best (worst shape) | smart pinned / hot set (worst shape) |"
+        "The last two columns are the worst over the cells where both bounds can hold (the time \
+         bound and the pinned bound), as this run's calibration predicts; the cells left out \
+         of them are listed under the table, with the arithmetic.\n"
     );
-    let _ = writeln!(out, "|---|---|---|---|---|");
+    let _ = writeln!(
+        out,
+        "| size | shapes | smart / best (worst shape) | adaptive / best (worst shape) | smart pinned / hot set (worst shape) | smart / best where both bounds can hold | adaptive / best where both bounds can hold |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|");
     for w in &s.worst {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} |",
             format_size_exact(w.size as u64),
             w.shapes,
             ratio_cell(w.smart, SMART_TARGET),
             ratio_cell(w.adaptive, ADAPTIVE_TARGET),
             ratio_cell(w.pinned, PINNED_TARGET),
+            ratio_cell(w.smart_feasible, SMART_TARGET),
+            ratio_cell(w.adaptive_feasible, ADAPTIVE_TARGET),
         );
+    }
+    let conflicts: Vec<String> = s
+        .cells
+        .iter()
+        .filter(|cell| !cell.smart_bounds_can_hold())
+        .map(|cell| {
+            let r = cell.bound.ratio();
+            let which = if cell.adaptive_bounds_can_hold() {
+                format!("smart (> {SMART_TARGET}; adaptive's {ADAPTIVE_TARGET} can hold)")
+            } else {
+                format!("smart and adaptive (> {ADAPTIVE_TARGET})")
+            };
+            format!(
+                "- {} {}: {which}: floor / best {r:.3}; {}",
+                format_size_exact(cell.size as u64),
+                cell.shape.name(),
+                cell.bound.explain()
+            )
+        })
+        .collect();
+    if !conflicts.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nWhere the two bounds cannot both hold (predicted from this run's calibration at \
+             the cell's iterations): the least time any allocator reaches with peak pinned ≤ \
+             {PINNED_TARGET}× the hot working set (each buffer pinned whole or not, pages \
+             shared, obtained once the cheaper way; buffers not pinned copy at pageable speed) \
+             is above the target × the best other strategy's predicted time. Per iteration in \
+             us; the program's writes, the same for every strategy, as this run measured them \
+             (median over the cell's runs), or at {} GB/s where not measured (generous: time \
+             all strategies share brings every ratio nearer 1):\n",
+            timing::FILL_BYTES_PER_NS
+        );
+        for line in &conflicts {
+            let _ = writeln!(out, "{line}");
+        }
     }
     let coarse: Vec<String> = s
         .cells
@@ -611,14 +778,14 @@ pub fn markdown(report: &MatrixReport, s: &MatrixSummary, command: &str, date: &
     let _ = writeln!(out, "\n## Every cell\n");
     let _ = writeln!(
         out,
-        "| size | shape | iterations | best | best ms | smart ms | smart / best | adaptive ms | adaptive / best | smart pinned / hot set |"
+        "| size | shape | iterations | best | best ms | smart ms | smart / best | adaptive ms | adaptive / best | smart pinned / hot set | floor within the pinned bound / best (predicted) |"
     );
-    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|");
     let num = |v: Option<f64>, prec: usize| v.map_or_else(|| "—".into(), |x| format!("{x:.prec$}"));
     for cell in &s.cells {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {:.2} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {:.2} | {} | {} | {} | {} | {} | {:.3} |",
             format_size_exact(cell.size as u64),
             cell.shape.name(),
             cell.iterations,
@@ -629,6 +796,7 @@ pub fn markdown(report: &MatrixReport, s: &MatrixSummary, command: &str, date: &
             num(cell.adaptive.map(|x| x.0), 2),
             num(cell.adaptive.map(|x| x.1), 3),
             num(cell.smart_pinned_ratio, 3),
+            cell.bound.ratio(),
         );
     }
     out
@@ -648,12 +816,12 @@ pub fn runs_csv(report: &MatrixReport) -> String {
             ""
         }
     );
-    out.push_str("hot,cold,round_trips,mixed,size_bytes,strategy,repeat,iterations,total_ms,hot_ms,peak_pinned_bytes,hot_working_set_bytes,pinned_allocations,allocations,teardown_ms,fixture\n");
+    out.push_str("hot,cold,round_trips,mixed,size_bytes,strategy,repeat,iterations,total_ms,hot_ms,peak_pinned_bytes,hot_working_set_bytes,pinned_allocations,allocations,teardown_ms,fill_ms,fixture\n");
     for r in &report.rows {
         let run = &r.run;
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{},{},{},{:.3},{:.3},{},{},{},{},{:.3},{}",
+            "{},{},{},{},{},{},{},{},{:.3},{:.3},{},{},{},{},{:.3},{:.3},{}",
             r.shape.hot,
             r.shape.cold,
             r.shape.round_trips,
@@ -669,6 +837,7 @@ pub fn runs_csv(report: &MatrixReport) -> String {
             run.pinned_allocations,
             run.allocations,
             run.teardown_ns as f64 / 1e6,
+            run.fill_ns as f64 / 1e6,
             report.fixture
         );
     }
@@ -678,7 +847,7 @@ pub fn runs_csv(report: &MatrixReport) -> String {
 /// The worst ratios per size as CSV.
 pub fn worst_csv(report: &MatrixReport, s: &MatrixSummary) -> String {
     let mut out = String::new();
-    out.push_str("size_bytes,shapes,smart_worst_ratio,smart_worst_shape,adaptive_worst_ratio,adaptive_worst_shape,smart_worst_pinned_ratio,smart_worst_pinned_shape,fixture\n");
+    out.push_str("size_bytes,shapes,smart_worst_ratio,smart_worst_shape,adaptive_worst_ratio,adaptive_worst_shape,smart_worst_pinned_ratio,smart_worst_pinned_shape,smart_worst_ratio_where_bounds_can_hold,smart_worst_shape_where_bounds_can_hold,adaptive_worst_ratio_where_bounds_can_hold,adaptive_worst_shape_where_bounds_can_hold,fixture\n");
     let part = |w: Option<(f64, Shape)>| {
         w.map_or_else(
             || ",".to_string(),
@@ -688,12 +857,14 @@ pub fn worst_csv(report: &MatrixReport, s: &MatrixSummary) -> String {
     for w in &s.worst {
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{}",
             w.size,
             w.shapes,
             part(w.smart),
             part(w.adaptive),
             part(w.pinned),
+            part(w.smart_feasible),
+            part(w.adaptive_feasible),
             report.fixture
         );
     }
@@ -765,6 +936,207 @@ mod tests {
             assert!(its.iter().any(|s| s[si] > 0), "size {si}: {its:?}");
         }
         assert!(its.iter().any(|s| s[9] == 0));
+    }
+
+    fn h100() -> CostModel {
+        CostModel::from_csv_str(
+            include_str!("../../pinwise-alloc/tests/data/h100-calibration.csv"),
+            "H100 calibration (bench/results/gpu-alloc-matrix/s6)",
+        )
+        .unwrap()
+    }
+
+    /// Every cell the standard matrix runs is planned to last at least the minimum run time
+    /// for its fastest strategy (pin-each aside), on the H100's calibration and the
+    /// built-in H200 table, within the time budget; pin-each runs no more than the cell.
+    /// `--quick` has no floor.
+    #[test]
+    fn every_planned_cell_runs_at_least_the_minimum() {
+        for model in [h100(), CostModel::builtin()] {
+            let c = MatrixConfig::standard(Policy::new(model.clone()));
+            assert_eq!(c.min_run_s, MIN_RUN_S);
+            let p = c.plan();
+            assert!(
+                p.estimate_s <= 300.0 * timing::BUDGET_SHARE,
+                "{}",
+                p.estimate_s
+            );
+            for (hi, sh) in c.shapes.iter().enumerate() {
+                for (si, &size) in c.sizes.iter().enumerate() {
+                    let n = p.iterations[hi][si];
+                    assert!(p.pin_each[hi][si] <= n);
+                    if n == 0 {
+                        continue;
+                    }
+                    let fastest = STRATEGIES
+                        .iter()
+                        .filter(|&&k| k != StrategyKind::PinEach)
+                        .map(|&k| {
+                            timing::estimate_run_ns(&model, sh, size, n, k)
+                                - timing::estimate_run_ns(&model, sh, size, 0, k)
+                        })
+                        .fold(f64::INFINITY, f64::min);
+                    assert!(
+                        fastest >= c.min_run_s * 1e9 * (1.0 - 1e-9),
+                        "{} {}: {n} iterations, {fastest} ns",
+                        sh.name(),
+                        size
+                    );
+                    assert!(n >= p.floors[hi][si]);
+                }
+            }
+            // The 4 KiB cells run thousands of iterations where the seventh session's ran 64.
+            assert!(
+                p.iterations.iter().all(|s| s[0] >= 200),
+                "{:?}",
+                p.iterations
+            );
+            for si in 0..c.sizes.len() {
+                assert!(p.iterations.iter().any(|s| s[si] > 0), "size {si}");
+            }
+        }
+        let q = MatrixConfig::quick(Policy::new(h100()));
+        assert_eq!(q.min_run_s, 0.0);
+        let p = q.plan();
+        assert!(p.floors.iter().flatten().all(|&f| f == 1));
+        assert_eq!(p.pin_each, p.iterations);
+        assert!(p.estimate_s <= 60.0 * timing::BUDGET_SHARE);
+    }
+
+    /// The verdict keeps the raw worst ratio and its "missed"; the second pair of columns
+    /// leaves out the cells where the calibration predicts both bounds cannot hold, and
+    /// those are listed with the arithmetic (per iteration, with the run's measured writes).
+    #[test]
+    fn cells_where_both_bounds_cannot_hold_are_listed_and_left_out_of_the_second_verdict() {
+        let mut config = MatrixConfig::quick(Policy::new(h100()));
+        let (a, b) = (shape(1, 8, 1, false), shape(4, 0, 16, false));
+        config.shapes = vec![a, b];
+        let size = 256 * KIB;
+        let its = 4096;
+        let mut rows = Vec::new();
+        for (sh, smart_ms) in [(a, 110.0), (b, 102.0)] {
+            for (k, ms) in [
+                (StrategyKind::Pageable, 200.0),
+                (StrategyKind::CachingPool, 100.0),
+                (StrategyKind::Smart, smart_ms),
+                (StrategyKind::Adaptive, smart_ms),
+            ] {
+                let mut r = row(sh, size, k, 0, ms, (sh.hot * size) as u64);
+                r.run.iterations = its;
+                // The program's writes: 40 us an iteration.
+                r.run.fill_ns = its as u64 * 40_000;
+                rows.push(r);
+            }
+        }
+        let report = MatrixReport {
+            config,
+            rows,
+            device: "mock".into(),
+            fixture: true,
+            calibration: "H100".into(),
+            wall_s: 1.0,
+            estimate_s: 1.0,
+            skipped: vec![],
+        };
+        let s = MatrixSummary::of(&report);
+        let (ca, cb) = (&s.cells[0], &s.cells[1]);
+        assert!(ca.bound.fill_measured && (ca.bound.fill_ns - 40e3).abs() < 1e-6);
+        assert!(!ca.smart_bounds_can_hold() && !ca.adaptive_bounds_can_hold());
+        assert!(cb.smart_bounds_can_hold() && cb.adaptive_bounds_can_hold());
+        let w = &s.worst[0];
+        let (raw, raw_shape) = w.smart.unwrap();
+        assert!((raw - 1.1).abs() < 1e-9 && raw_shape == a);
+        let (ok, ok_shape) = w.smart_feasible.unwrap();
+        assert!((ok - 1.02).abs() < 1e-9 && ok_shape == b);
+        let md = markdown(&report, &s, "test", "today");
+        assert!(
+            md.contains("| 256 KiB | 2 | 1.100 (h1 c8 r1) **missed** |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| 1.020 (h4 c0 r16) met | 1.020 (h4 c0 r16) met |"),
+            "{md}"
+        );
+        let line = md
+            .lines()
+            .find(|l| l.starts_with("- 256 KiB h1 c8 r1: smart and adaptive (> 1.05)"))
+            .unwrap_or_else(|| panic!("{md}"));
+        assert!(
+            line.contains(&format!("floor / best = {:.3}", ca.bound.ratio()))
+                && line.contains("writes 40.0 us (measured)")
+                && line.contains("cold0 pageable 46.7 us")
+                && line.contains("cold0 pinned 13.9 us"),
+            "{line}"
+        );
+        assert!(!md.contains("- 256 KiB h4 c0 r16:"), "{md}");
+        let csv = worst_csv(&report, &s);
+        assert!(
+            csv.lines()
+                .nth(1)
+                .unwrap()
+                .contains(",1.0200,h4 c0 r16,1.0200,h4 c0 r16,true"),
+            "{csv}"
+        );
+    }
+
+    /// The report's header states the floor (or that there is none).
+    #[test]
+    fn the_header_states_the_floor() {
+        let report = |config: MatrixConfig| MatrixReport {
+            config,
+            rows: vec![],
+            device: "mock".into(),
+            fixture: true,
+            calibration: "built-in".into(),
+            wall_s: 1.0,
+            estimate_s: 1.0,
+            skipped: vec![],
+        };
+        let standard = report(MatrixConfig::standard(Policy::new(CostModel::builtin())));
+        let md = markdown(&standard, &MatrixSummary::of(&standard), "test", "today");
+        assert!(
+            md.contains("- floor: every timed run is planned to last at least 100 ms"),
+            "{md}"
+        );
+        assert!(
+            md.contains("(at least 3) and is compared per iteration"),
+            "{md}"
+        );
+        let quick = report(MatrixConfig::quick(Policy::new(CostModel::builtin())));
+        let md = markdown(&quick, &MatrixSummary::of(&quick), "test", "today");
+        assert!(md.contains("- floor: none"), "{md}");
+    }
+
+    /// A run of fewer iterations (pin-each under the floor) is compared per iteration.
+    #[test]
+    fn cells_compare_time_per_iteration() {
+        let mut config = MatrixConfig::quick(Policy::new(CostModel::builtin()));
+        let a = DEFAULT_SHAPES[0];
+        config.shapes = vec![a];
+        let mut pe = row(a, MIB, StrategyKind::PinEach, 0, 3.0, 0);
+        pe.run.iterations = 1;
+        let rows = vec![
+            row(a, MIB, StrategyKind::Pageable, 0, 20.0, 0),
+            pe,
+            row(a, MIB, StrategyKind::Smart, 0, 13.0, 0),
+        ];
+        let report = MatrixReport {
+            config,
+            rows,
+            device: "mock".into(),
+            fixture: true,
+            calibration: "built-in".into(),
+            wall_s: 1.0,
+            estimate_s: 1.0,
+            skipped: vec![],
+        };
+        let s = MatrixSummary::of(&report);
+        let cell = &s.cells[0];
+        assert_eq!(cell.iterations, 4);
+        // Pin-each: 3 ms for 1 iteration is 12 ms over the cell's 4: the best.
+        assert_eq!(cell.best, (StrategyKind::PinEach, 12.0));
+        let (ms, r) = cell.smart.unwrap();
+        assert!((ms - 13.0).abs() < 1e-9 && (r - 13.0 / 12.0).abs() < 1e-9);
     }
 
     /// The issue's 1.6 at 4 KiB (h4 c8 r16 mixed): 4,096 + 2,048 + 1,024 + 3,072 B of hot
@@ -845,6 +1217,7 @@ mod tests {
                 pinned_allocations: 0,
                 allocations: 0,
                 teardown_ns: 0,
+                fill_ns: 0,
             },
             hot_working_set: (shape.hot * size) as u64,
         }

@@ -61,6 +61,7 @@ fn bench_and_calibration_run_on_the_standin_and_say_fixture() {
 
     let model = calibrate(
         &CalibrationConfig {
+            write_before_upload: false,
             sizes: vec![4 * KIB, MIB],
             repeats: 2,
             min_bytes_per_figure: MIB,

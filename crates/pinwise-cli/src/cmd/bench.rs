@@ -97,6 +97,12 @@ struct AllocArgs {
     /// estimate fits. Default 5 minutes (`--quick`: 1 minute).
     #[arg(long, value_parser = parse_time_budget)]
     time_budget: Option<std::time::Duration>,
+    /// (matrix) The least time every timed run of a cell is planned to last, as the
+    /// calibration estimates it for the cell's fastest strategy (e.g. `100ms`, `0` for
+    /// none): the time budget lowers iterations down to it, never below, and leaves cells
+    /// out instead. Default 100 ms (`--quick`: none).
+    #[arg(long, value_parser = parse_time_budget, requires = "matrix")]
+    min_run: Option<std::time::Duration>,
 }
 
 fn parse_strategy(s: &str) -> Result<StrategyKind, String> {
@@ -314,6 +320,9 @@ fn matrix(
     if let Some(t) = a.time_budget {
         config.time_budget_s = budget_s(t);
     }
+    if let Some(m) = a.min_run {
+        config.min_run_s = m.as_secs_f64();
+    }
     config.budget_bytes = a.budget.map(|b| b as u64);
     let (_, estimate) = config.planned_iterations();
     eprintln!(
@@ -349,12 +358,14 @@ fn matrix(
         println!("TEST FIXTURE RUN on {} -- not GPU figures", report.device);
     }
     println!(
-        "{:>8} {:>6}  {:>26}  {:>26}  {:>26}",
+        "{:>8} {:>6}  {:>26}  {:>26}  {:>26}  {:>26}  {:>26}",
         "size",
         "shapes",
         "smart/best (worst shape)",
         "adaptive/best (worst)",
-        "pinned/hot set (worst)"
+        "pinned/hot set (worst)",
+        "smart, both bounds can hold",
+        "adaptive, both can hold"
     );
     let cell = |w: Option<(f64, bench::timing::Shape)>| {
         w.map_or_else(
@@ -364,12 +375,14 @@ fn matrix(
     };
     for w in &s.worst {
         println!(
-            "{:>8} {:>6}  {:>26}  {:>26}  {:>26}",
+            "{:>8} {:>6}  {:>26}  {:>26}  {:>26}  {:>26}  {:>26}",
             format_size_exact(w.size as u64),
             w.shapes,
             cell(w.smart),
             cell(w.adaptive),
-            cell(w.pinned)
+            cell(w.pinned),
+            cell(w.smart_feasible),
+            cell(w.adaptive_feasible)
         );
     }
     for (size, sh, why) in &report.skipped {
@@ -484,6 +497,30 @@ mod tests {
             csv.starts_with("# pinwise calibration (source: TEST FIXTURE"),
             "{csv}"
         );
+        // The round-trip probe: a table, said to be fixture figures, and no file written.
+        let out = libs
+            .command(&bin)
+            .current_dir(dir.path())
+            .args([
+                "calibrate",
+                "--probe-round-trips",
+                "--sizes",
+                "4K",
+                "--repeats",
+                "1",
+            ])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{stdout}");
+        assert!(stdout.contains("TEST FIXTURE: not GPU figures"), "{stdout}");
+        for buffer in ["pageable", "cuMemHostAlloc", "registered"] {
+            assert!(
+                stdout.contains(&format!("| 4 KiB | {buffer} | ")),
+                "{stdout}"
+            );
+        }
+        assert!(!dir.path().join("pinwise-calibration.csv").exists());
         // The calibration it wrote is accepted by bench alloc.
         let out = libs
             .command(&bin)
@@ -666,5 +703,24 @@ mod tests {
             .unwrap();
         assert!(!out.status.success());
         assert!(String::from_utf8_lossy(&out.stderr).contains("unknown strategy `fastest`"));
+
+        // --min-run belongs to the matrix, and takes a duration.
+        let out = Command::new(&bin)
+            .args(["bench", "alloc", "--min-run", "50ms"])
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("--min-run") && err.contains("--matrix"),
+            "{err}"
+        );
+        let out = Command::new(&bin)
+            .args(["bench", "alloc", "--matrix", "--min-run", "soon"])
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("--min-run") && err.contains("soon"), "{err}");
     }
 }

@@ -11,7 +11,7 @@ use anyhow::Context as _;
 use indicatif::{ProgressBar, ProgressStyle};
 use pinwise_alloc::backend::cuda::CudaBackend;
 use pinwise_alloc::PinBackend;
-use pinwise_bench::calibrate::{calibrate, CalibrationConfig};
+use pinwise_bench::calibrate::{calibrate, probe_round_trips, CalibrationConfig};
 use pinwise_bench::CudaDevice;
 use pinwise_core::units::format_size_exact;
 
@@ -40,6 +40,19 @@ pub struct CalibrateArgs {
     /// CUDA device ordinal.
     #[arg(long, default_value_t = 0)]
     device: usize,
+    /// Instead of calibrating: time round trips (host to device and back) at small sizes
+    /// (default 4K,16K,64K,256K,1M; `--sizes`) from pageable, `cuMemHostAlloc` and registered
+    /// buffers four ways (as the calibration times copies, back to back, with the buffer
+    /// written by the CPU first, and with that write timed too), and print the table. Writes
+    /// no file.
+    #[arg(long)]
+    probe_round_trips: bool,
+    /// Time every host-to-device copy of a buffer the CPU has just written (as programs fill
+    /// their data before uploading it) instead of one holding what the previous download
+    /// left: an experiment for small sizes, where the two may differ on some hosts (the
+    /// calibration's source says so).
+    #[arg(long)]
+    copies_written_first: bool,
 }
 
 /// [`pinwise_core::units::parse_size_or_ram_percent`] (a size, or a percentage of RAM) as a
@@ -52,6 +65,9 @@ pub(crate) fn parse_size_or_ram_percent_usize(
 
 /// Runs `pinwise calibrate`.
 pub fn run(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
+    if args.probe_round_trips {
+        return probe(args);
+    }
     // Checked before measuring, which takes a while.
     super::outputs::check_before_run("-o", &args.out, args.force)?;
     let driver = pinwise_cuda::Driver::shared()
@@ -76,6 +92,7 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
         config.sizes.dedup();
     }
     config.repeats = args.repeats.max(1);
+    config.write_before_upload = args.copies_written_first;
     let device = CudaDevice::new(backend.clone());
     let bar = ProgressBar::new(config.sizes.len() as u64);
     bar.set_style(
@@ -125,6 +142,55 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
             p.pinned_d2h_gbps,
             p.mallochost_us,
             p.hostregister_us
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `pinwise calibrate --probe-round-trips`.
+fn probe(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
+    let driver = pinwise_cuda::Driver::shared()
+        .context("pinwise calibrate needs the CUDA driver (libcuda.so.1, or PINWISE_LIBCUDA)")?;
+    let backend = Arc::new(
+        CudaBackend::on_device(&driver, args.device)
+            .with_context(|| format!("CUDA device {}", args.device))?,
+    );
+    let sizes = match args.sizes {
+        Some(s) if s.is_empty() => return Err(super::outputs::usage("--sizes is empty")),
+        Some(mut s) => {
+            s.sort_unstable();
+            s.dedup();
+            s
+        }
+        None => vec![4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20],
+    };
+    let device = CudaDevice::new(backend.clone());
+    let rows = probe_round_trips(&device, &sizes, 1024, args.repeats.max(1))
+        .map_err(|e| anyhow::anyhow!("round-trip probe failed: {e}"))?;
+    println!(
+        "round trips (host to device and back) on {}{}; us per round trip, median of {} \
+         repeats of 1024",
+        backend.describe(),
+        if backend.is_fixture() {
+            " (TEST FIXTURE: not GPU figures)"
+        } else {
+            ""
+        },
+        args.repeats.max(1)
+    );
+    println!(
+        "| size | buffer | as calibrate times it (each copy synchronized) | back to back | written by the CPU first | the write timed too |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for r in rows {
+        println!(
+            "| {} | {} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            format_size_exact(r.size as u64),
+            r.buffer.name(),
+            r.calibrated_us,
+            r.back_to_back_us,
+            r.written_first_us,
+            r.write_and_round_trip_us
         );
     }
     Ok(ExitCode::SUCCESS)
