@@ -33,9 +33,10 @@
 //! process, the thread's Python frames (`file:line in function`, read from the
 //! interpreter's memory by pinwise-pyframes, never by calling into it; they replace the
 //! interpreter's own native frames). Native names are not looked up in the process:
-//! `pinwise run` stores them in the history after the program ended. Memory from
-//! `mmap` directly, or from an allocator with other entry points (a Rust program on
-//! jemalloc or mimalloc), is not tracked this way.
+//! `pinwise run` stores them in the history after the program ended. An allocator linked
+//! into the executable (a Rust program on jemalloc or mimalloc) is patched in place and
+//! recorded the same way ([`linked_alloc`]); memory from `mmap` directly is not tracked
+//! this way.
 //!
 //! # Configuration (environment; `pinwise run` sets these)
 //!
