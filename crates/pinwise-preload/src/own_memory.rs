@@ -10,13 +10,23 @@
 //! (`bench/results/preload-malloc-hooks.md`, eighth session). C code the library calls
 //! (libc, the unwinder) still allocates from the program's heap.
 //!
-//! Two settings keep mimalloc from changing what the program sees:
+//! mimalloc reads its options from `MIMALLOC_*` variables, and the program's environment may
+//! hold some for the program's own mimalloc. pinwise sets, before its first allocation (a
+//! constructor of high priority, and on every call until done), every option that could
+//! change what the program sees or crash it:
 //! - it never purges on a timer (`purge_delay` -1): purging is the only thing that makes it
 //!   read the clock while it runs, and the vDSO's clock reads the CPU's counter, which a
 //!   program may have made fault ([`crate::cycles`]); freed memory stays in its segments
 //!   for pinwise's next allocations;
-//! - it prints nothing (statistics, warnings and errors off, whatever `MIMALLOC_*` variables
-//!   the program's environment holds for the program's own mimalloc).
+//! - it never tears itself down at exit (`destroy_on_exit` 2: its exit handler returns at
+//!   once). Its handler runs before pinwise's own exit work, which still allocates; with
+//!   `MIMALLOC_DESTROY_ON_EXIT=1` the program died of SIGSEGV at exit;
+//! - it may take memory from the system and its arenas as it needs (`disallow_os_alloc`,
+//!   `disallow_arena_alloc` 0), with no limit on the address bits it uses (`max_vabits` 0),
+//!   reserves nothing in advance (`reserve_os_memory`, `reserve_huge_os_pages` 0) and uses
+//!   no large OS pages (`allow_large_os_pages` 0): set for the program, the first aborted it
+//!   at start and the third crashed it;
+//! - it prints nothing (statistics, verbose messages, warnings and errors off).
 //!
 //! Every call also holds [`CounterReadable`]: a thread's first allocation makes its heap,
 //! whose random key is seeded from the clock.
@@ -32,11 +42,34 @@ use crate::cycles::CounterReadable;
 /// The allocator of pinwise's own Rust allocations.
 pub struct OwnMemory;
 
-// mimalloc's options (`mi_option_t` of the vendored v3 `mimalloc.h`).
+// mimalloc's options (`mi_option_t` of the vendored v3 `mimalloc.h`, which libmimalloc-sys
+// builds by default).
 const SHOW_ERRORS: c_int = 0;
 const SHOW_STATS: c_int = 1;
 const VERBOSE: c_int = 2;
+const ALLOW_LARGE_OS_PAGES: c_int = 6;
+const RESERVE_HUGE_OS_PAGES: c_int = 7;
+const RESERVE_OS_MEMORY: c_int = 9;
 const PURGE_DELAY: c_int = 15;
+const DISALLOW_OS_ALLOC: c_int = 17;
+const DESTROY_ON_EXIT: c_int = 22;
+const DISALLOW_ARENA_ALLOC: c_int = 26;
+const MAX_VABITS: c_int = 38;
+
+/// The options pinwise sets, whatever the environment says (see the module's doc).
+const OPTIONS: [(c_int, c_long); 11] = [
+    (PURGE_DELAY, -1),
+    (DESTROY_ON_EXIT, 2),
+    (DISALLOW_OS_ALLOC, 0),
+    (DISALLOW_ARENA_ALLOC, 0),
+    (MAX_VABITS, 0),
+    (RESERVE_OS_MEMORY, 0),
+    (RESERVE_HUGE_OS_PAGES, 0),
+    (ALLOW_LARGE_OS_PAGES, 0),
+    (SHOW_STATS, 0),
+    (VERBOSE, 0),
+    (SHOW_ERRORS, 0),
+];
 
 extern "C" {
     fn mi_option_set(option: c_int, value: c_long);
@@ -53,18 +86,23 @@ fn configure() {
         return;
     }
     // Racing first calls set the same values.
-    for (option, value) in [
-        (PURGE_DELAY, -1),
-        (SHOW_STATS, 0),
-        (VERBOSE, 0),
-        (SHOW_ERRORS, 0),
-    ] {
+    for (option, value) in OPTIONS {
         // SAFETY: sets one of mimalloc's options; allowed at any time, before its first
         // allocation included.
         unsafe { mi_option_set(option, value) };
     }
     CONFIGURED.store(true, Ordering::Relaxed);
 }
+
+/// [`configure`] when the library is loaded, before mimalloc's own constructor (a lower
+/// `.init_array` priority runs first), so that no option is read from the environment.
+extern "C" fn configure_at_load() {
+    configure();
+}
+
+#[used]
+#[link_section = ".init_array.00100"]
+static CONFIGURE_AT_LOAD: extern "C" fn() = configure_at_load;
 
 // SAFETY: every call forwards to mimalloc's `GlobalAlloc` with the caller's arguments; the
 // guard and the options change no result.
@@ -105,7 +143,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn allocations_round_trip_and_the_options_are_set_once() {
+    fn allocations_round_trip_and_the_options_are_set() {
         let layout = Layout::from_size_align(4096, 64).unwrap();
         // SAFETY: a non-zero layout; the block is written within it and freed once.
         unsafe {
@@ -120,12 +158,9 @@ mod tests {
             OwnMemory.dealloc(q, Layout::from_size_align(1 << 20, 64).unwrap());
         }
         assert!(CONFIGURED.load(Ordering::Relaxed));
-        // SAFETY: reads mimalloc's options.
-        let (delay, stats) = unsafe { (mi_option_get(PURGE_DELAY), mi_option_get(SHOW_STATS)) };
-        assert_eq!(
-            (delay, stats),
-            (-1, 0),
-            "configured before any allocation of the test"
-        );
+        for (option, value) in OPTIONS {
+            // SAFETY: reads one of mimalloc's options.
+            assert_eq!(unsafe { mi_option_get(option) }, value, "option {option}");
+        }
     }
 }

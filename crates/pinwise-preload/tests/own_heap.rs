@@ -9,6 +9,7 @@
 mod common;
 
 use common::*;
+use std::process::Command;
 
 /// The bytes in use in glibc's heap before and after the loop, in KiB.
 fn in_use(stderr: &[u8]) -> (u64, u64) {
@@ -49,4 +50,59 @@ fn recorded_allocations_leave_the_programs_heap_as_it_was() {
          {a} KiB): pinwise's own blocks are among the program's",
         a.saturating_sub(b)
     );
+}
+
+/// `MIMALLOC_*` variables meant for a program's own mimalloc change nothing under
+/// `pinwise run`: pinwise's mimalloc sets its options itself. Before, with
+/// `MIMALLOC_DESTROY_ON_EXIT=1` a Python program died of SIGSEGV at exit,
+/// `MIMALLOC_DISALLOW_OS_ALLOC=1` aborted it at start and `MIMALLOC_MAX_VABITS=20` crashed it.
+#[test]
+fn mimalloc_settings_meant_for_the_program_change_nothing() {
+    let Some(python) = ["python3", "/usr/bin/python3"].into_iter().find(|p| {
+        Command::new(p)
+            .arg("-c")
+            .arg("pass")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }) else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "python3 is needed (scripts/setup.sh installs it)"
+        );
+        eprintln!("SKIPPED mimalloc_settings_meant_for_the_program_change_nothing: no python3");
+        return;
+    };
+    let s = Setup::new();
+    let script = "b = [bytearray(1 << 20) for _ in range(64)]\nprint('ok', sum(len(x) for x in b))";
+    let plain = {
+        let mut c = s.libs.command(std::path::Path::new(python));
+        c.args(["-c", script]).current_dir(s.dir.path());
+        clean_env(&mut c);
+        c.output().expect("run python3")
+    };
+    assert_ok(&plain, "plain run");
+    for (var, value) in [
+        ("MIMALLOC_DESTROY_ON_EXIT", "1"),
+        ("MIMALLOC_DISALLOW_OS_ALLOC", "1"),
+        ("MIMALLOC_DISALLOW_ARENA_ALLOC", "1"),
+        ("MIMALLOC_MAX_VABITS", "20"),
+        ("MIMALLOC_RESERVE_OS_MEMORY", "64MiB"),
+        ("MIMALLOC_VERBOSE", "1"),
+        ("MIMALLOC_SHOW_STATS", "1"),
+        ("MIMALLOC_SHOW_ERRORS", "1"),
+    ] {
+        let mut c = s.libs.command(pinwise());
+        c.args(["run", "--min-tracked", "64K", "--", python, "-c", script])
+            .current_dir(s.dir.path());
+        clean_env(&mut c);
+        c.env(var, value);
+        let out = c.output().expect("run pinwise");
+        assert_ok(&out, var);
+        assert_same_stdout(&out, &plain, var);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !stderr.contains("mimalloc"),
+            "{var}={value}: pinwise's mimalloc printed something: {stderr}"
+        );
+    }
 }
