@@ -460,8 +460,10 @@ impl Engine {
 
 /// The layout of a small pageable allocation of `size` bytes on the heap: `malloc`'s own
 /// alignment (16 bytes, or the size rounded up to a power of two below that), so that the
-/// global allocator serves it as plain `malloc` does, without an over-aligned allocation's
-/// extra work.
+/// global allocator serves it without an over-aligned allocation's extra work. (Inside
+/// `pinwise run` the global allocator is the preload's mimalloc, which keeps freed memory
+/// for its next allocations rather than giving it back to the system: pinwise-preload's
+/// `own_memory`.)
 pub(super) fn heap_layout(size: usize) -> Option<std::alloc::Layout> {
     std::alloc::Layout::from_size_align(size, size.next_power_of_two().min(16)).ok()
 }

@@ -521,6 +521,19 @@ mod tests {
             );
         }
         assert!(!dir.path().join("pinwise-calibration.csv").exists());
+        // It writes no file, so an output named with it is refused, not ignored.
+        let refused = libs
+            .command(&bin)
+            .current_dir(dir.path())
+            .args(["calibrate", "--probe-round-trips", "-o", "x.csv"])
+            .output()
+            .unwrap();
+        assert!(!refused.status.success());
+        assert!(
+            String::from_utf8_lossy(&refused.stderr).contains("cannot be used with"),
+            "{}",
+            String::from_utf8_lossy(&refused.stderr)
+        );
         // The calibration it wrote is accepted by bench alloc.
         let out = libs
             .command(&bin)

@@ -44,8 +44,8 @@ pub struct CalibrateArgs {
     /// (default 4K,16K,64K,256K,1M; `--sizes`) from pageable, `cuMemHostAlloc` and registered
     /// buffers four ways (as the calibration times copies, back to back, with the buffer
     /// written by the CPU first, and with that write timed too), and print the table. Writes
-    /// no file.
-    #[arg(long)]
+    /// no file (so `-o`, `--force` and `--copies-written-first` do not go with it).
+    #[arg(long, conflicts_with_all = ["out", "force", "copies_written_first"])]
     probe_round_trips: bool,
     /// Time every host-to-device copy of a buffer the CPU has just written (as programs fill
     /// their data before uploading it) instead of one holding what the previous download
