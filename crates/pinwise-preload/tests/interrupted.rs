@@ -177,18 +177,7 @@ fn a_killed_pinwise_run_takes_the_program_with_it_and_the_history_is_written() {
 /// `except KeyboardInterrupt`.
 #[test]
 fn a_python_program_keeps_its_keyboard_interrupt() {
-    let Some(python) = ["python3", "/usr/bin/python3"].into_iter().find(|p| {
-        std::process::Command::new(p)
-            .arg("-c")
-            .arg("pass")
-            .output()
-            .is_ok_and(|o| o.status.success())
-    }) else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "python3 is needed (scripts/setup.sh installs it)"
-        );
-        eprintln!("SKIPPED a_python_program_keeps_its_keyboard_interrupt: no python3");
+    let Some(python) = python3() else {
         return;
     };
     let s = Setup::new();

@@ -348,25 +348,6 @@ fn the_other_workloads_run_unchanged_with_tracking_on() {
     }
 }
 
-/// A working `python3`; `None` (the test skips, visibly) where there is none, except under
-/// `CI`, where its absence fails the test.
-fn python3() -> Option<&'static str> {
-    let found = ["python3", "/usr/bin/python3"].into_iter().find(|p| {
-        Command::new(p)
-            .arg("-c")
-            .arg("pass")
-            .output()
-            .is_ok_and(|o| o.status.success())
-    });
-    if found.is_none() {
-        if std::env::var_os("CI").is_some() {
-            panic!("python3 is needed (scripts/setup.sh installs it)");
-        }
-        eprintln!("SKIPPED: no python3");
-    }
-    found
-}
-
 #[test]
 fn a_python_programs_buffers_are_named_by_their_python_lines() {
     let Some(python) = python3() else {

@@ -9,7 +9,6 @@
 mod common;
 
 use common::*;
-use std::process::Command;
 
 /// The bytes in use in glibc's heap before and after the loop, in KiB.
 fn in_use(stderr: &[u8]) -> (u64, u64) {
@@ -58,18 +57,7 @@ fn recorded_allocations_leave_the_programs_heap_as_it_was() {
 /// `MIMALLOC_DISALLOW_OS_ALLOC=1` aborted it at start and `MIMALLOC_MAX_VABITS=20` crashed it.
 #[test]
 fn mimalloc_settings_meant_for_the_program_change_nothing() {
-    let Some(python) = ["python3", "/usr/bin/python3"].into_iter().find(|p| {
-        Command::new(p)
-            .arg("-c")
-            .arg("pass")
-            .output()
-            .is_ok_and(|o| o.status.success())
-    }) else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "python3 is needed (scripts/setup.sh installs it)"
-        );
-        eprintln!("SKIPPED mimalloc_settings_meant_for_the_program_change_nothing: no python3");
+    let Some(python) = python3() else {
         return;
     };
     let s = Setup::new();

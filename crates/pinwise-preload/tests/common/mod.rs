@@ -288,3 +288,22 @@ pub fn by_site(h: &MemHistory) -> BTreeMap<u64, Vec<(u32, AllocKind, AllocState,
     }
     m
 }
+
+/// A working `python3`; `None` (the test skips, visibly) where there is none, except under
+/// `CI`, where its absence fails the test.
+pub fn python3() -> Option<&'static str> {
+    let found = ["python3", "/usr/bin/python3"].into_iter().find(|p| {
+        Command::new(p)
+            .arg("-c")
+            .arg("pass")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    if found.is_none() {
+        if std::env::var_os("CI").is_some() {
+            panic!("python3 is needed (scripts/setup.sh installs it)");
+        }
+        eprintln!("SKIPPED: no python3");
+    }
+    found
+}
