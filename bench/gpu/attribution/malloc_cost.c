@@ -77,11 +77,17 @@ static uintptr_t last_block;
 
 typedef void (*pair_fn)(size_t);
 
-static void pair_malloc(size_t n) {
-    char *p = malloc(n);
+/* What every pair does with its block: writes it and keeps its address (so the compiler
+ * keeps the call, and the phase's line shows the layout). */
+static inline void use_block(char *p) {
     p[0] = 1;
     sink += (uintptr_t)p;
     last_block = (uintptr_t)p;
+}
+
+static void pair_malloc(size_t n) {
+    char *p = malloc(n);
+    use_block(p);
     free(p);
 }
 
@@ -117,9 +123,7 @@ __attribute__((noinline)) void mi_free(void *p) {
 
 static void pair_linked(size_t n) {
     char *p = mi_malloc(n);
-    p[0] = 1;
-    sink += (uintptr_t)p;
-    last_block = (uintptr_t)p;
+    use_block(p);
     mi_free(p);
 }
 
@@ -135,17 +139,13 @@ static int threads_now(void) {
 
 static void pair_linked_malloc_only(size_t n) {
     char *p = mi_malloc(n);
-    p[0] = 1;
-    sink += (uintptr_t)p;
-    last_block = (uintptr_t)p;
+    use_block(p);
     __libc_free(p);
 }
 
 static void pair_linked_free_only(size_t n) {
     char *p = __libc_malloc(n);
-    p[0] = 1;
-    sink += (uintptr_t)p;
-    last_block = (uintptr_t)p;
+    use_block(p);
     mi_free(p);
 }
 
