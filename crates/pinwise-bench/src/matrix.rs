@@ -1028,16 +1028,7 @@ mod tests {
                 rows.push(r);
             }
         }
-        let report = MatrixReport {
-            config,
-            rows,
-            device: "mock".into(),
-            fixture: true,
-            calibration: "H100".into(),
-            wall_s: 1.0,
-            estimate_s: 1.0,
-            skipped: vec![],
-        };
+        let report = mock_report(config, rows, "H100");
         let s = MatrixSummary::of(&report);
         let (ca, cb) = (&s.cells[0], &s.cells[1]);
         assert!(ca.bound.fill_measured && (ca.bound.fill_ns - 40e3).abs() < 1e-6);
@@ -1082,16 +1073,7 @@ mod tests {
     /// The report's header states the floor (or that there is none).
     #[test]
     fn the_header_states_the_floor() {
-        let report = |config: MatrixConfig| MatrixReport {
-            config,
-            rows: vec![],
-            device: "mock".into(),
-            fixture: true,
-            calibration: "built-in".into(),
-            wall_s: 1.0,
-            estimate_s: 1.0,
-            skipped: vec![],
-        };
+        let report = |config: MatrixConfig| mock_report(config, vec![], "built-in");
         let standard = report(MatrixConfig::standard(Policy::new(CostModel::builtin())));
         let md = markdown(&standard, &MatrixSummary::of(&standard), "test", "today");
         assert!(
@@ -1120,16 +1102,7 @@ mod tests {
             pe,
             row(a, MIB, StrategyKind::Smart, 0, 13.0, 0),
         ];
-        let report = MatrixReport {
-            config,
-            rows,
-            device: "mock".into(),
-            fixture: true,
-            calibration: "built-in".into(),
-            wall_s: 1.0,
-            estimate_s: 1.0,
-            skipped: vec![],
-        };
+        let report = mock_report(config, rows, "built-in");
         let s = MatrixSummary::of(&report);
         let cell = &s.cells[0];
         assert_eq!(cell.iterations, 4);
@@ -1173,16 +1146,7 @@ mod tests {
             row(mixed, size, StrategyKind::Pageable, 0, 1.0, 0),
             row(mixed, size, StrategyKind::Smart, 0, 1.0, 16_384),
         ];
-        let report = MatrixReport {
-            config,
-            rows,
-            device: "mock".into(),
-            fixture: true,
-            calibration: "built-in".into(),
-            wall_s: 1.0,
-            estimate_s: 1.0,
-            skipped: vec![],
-        };
+        let report = mock_report(config, rows, "built-in");
         let s = MatrixSummary::of(&report);
         let md = markdown(&report, &s, "test", "today");
         assert!(md.contains("Pinning locks whole pages (4096 B)"), "{md}");
@@ -1193,6 +1157,21 @@ mod tests {
             ),
             "{md}"
         );
+    }
+
+    /// A report of `rows` on the mock backend (`calibration` names the table), nothing
+    /// left out.
+    fn mock_report(config: MatrixConfig, rows: Vec<MatrixRow>, calibration: &str) -> MatrixReport {
+        MatrixReport {
+            config,
+            rows,
+            device: "mock".into(),
+            fixture: true,
+            calibration: calibration.into(),
+            wall_s: 1.0,
+            estimate_s: 1.0,
+            skipped: vec![],
+        }
     }
 
     fn row(
@@ -1252,14 +1231,8 @@ mod tests {
             rows.push(row(b, m, StrategyKind::Adaptive, rep, 5.1, 3 * m as u64));
         }
         let report = MatrixReport {
-            config,
-            rows,
-            device: "mock".into(),
-            fixture: true,
-            calibration: "built-in".into(),
-            wall_s: 1.0,
-            estimate_s: 1.0,
             skipped: vec![(4 * m, b, "left out by the time budget's plan".into())],
+            ..mock_report(config, rows, "built-in")
         };
         let s = MatrixSummary::of(&report);
         assert_eq!(s.cells.len(), 2);
