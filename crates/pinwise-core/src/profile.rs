@@ -14,7 +14,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::event::Direction;
-use crate::format::{write_atomically, FormatError, FormatErrorKind};
+use crate::format::{FormatError, FormatErrorKind};
 use crate::history::{AllocKind, AllocState, MemHistory, TransferCounters};
 use crate::tag::{ModuleTable, Tag};
 
@@ -478,8 +478,17 @@ impl Profile {
 
     /// Writes the profile to `path` (JSON, atomically).
     pub fn save(&self, path: impl AsRef<Path>) -> Result<(), FormatError> {
+        self.save_with(path, crate::safe_file::Durability::Synced)
+    }
+
+    /// [`Profile::save`], synced to the disk or not as `durability` says.
+    pub fn save_with(
+        &self,
+        path: impl AsRef<Path>,
+        durability: crate::safe_file::Durability,
+    ) -> Result<(), FormatError> {
         let path = path.as_ref();
-        write_atomically(path, |w| {
+        crate::safe_file::write_with_durability(path, durability, |w| {
             serde_json::to_writer(&mut *w, self).map_err(|e| FormatError::io(e.into()))?;
             w.write_all(b"\n").map_err(FormatError::io)
         })

@@ -9,6 +9,8 @@
 //!   symlink planted at a temporary name cannot be followed (`O_EXCL` fails on any existing
 //!   name), and the rename replaces the final directory entry itself, never a file a symlink
 //!   points to.
+//!   A writer whose wait is bounded (a process about to end) may skip the syncs
+//!   ([`Durability::Unsynced`]); everything else about the write is the same.
 //! - **Appended files** ([`open_append`], `run --log`) are opened `O_APPEND|O_CREAT|O_NOFOLLOW`,
 //!   mode `0600`; an existing file is appended to only if the caller owns it and it has a
 //!   single link (no hard link planted to another file).
@@ -23,6 +25,17 @@
 use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+
+/// Whether a whole file's bytes (and its directory entry) are synced to the disk before
+/// the write returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// Synced: the file survives a crash of the machine (the default).
+    Synced,
+    /// Left to the kernel: for a process about to end, whose wait is bounded (a sync can
+    /// take seconds on a busy disk); the bytes survive the process, not a machine crash.
+    Unsynced,
+}
 
 /// How many symlinks [`resolve_output`] follows before giving up.
 const MAX_LINKS: usize = 16;
@@ -104,14 +117,27 @@ pub fn write_with<E: From<io::Error>>(
     path: &Path,
     write: impl FnOnce(&mut dyn Write) -> Result<(), E>,
 ) -> Result<(), E> {
+    write_with_durability(path, Durability::Synced, write)
+}
+
+/// [`write_with`], synced or not as `durability` says.
+pub fn write_with_durability<E: From<io::Error>>(
+    path: &Path,
+    durability: Durability,
+    write: impl FnOnce(&mut dyn Write) -> Result<(), E>,
+) -> Result<(), E> {
     let target = resolve_output(path)?;
     let tmp = temp_beside(&target)?;
     let mut w = io::BufWriter::new(tmp);
     write(&mut w)?;
     let tmp = w.into_inner().map_err(|e| e.into_error())?;
-    tmp.as_file().sync_all()?;
+    if durability == Durability::Synced {
+        tmp.as_file().sync_all()?;
+    }
     tmp.persist(&target).map_err(|e| e.error)?;
-    sync_dir(&target);
+    if durability == Durability::Synced {
+        sync_dir(&target);
+    }
     Ok(())
 }
 
@@ -120,14 +146,26 @@ pub fn write_bytes(path: &Path, bytes: &[u8]) -> io::Result<()> {
     write_with(path, |w| w.write_all(bytes))
 }
 
+/// [`write_bytes`], synced or not as `durability` says.
+pub fn write_bytes_with(path: &Path, bytes: &[u8], durability: Durability) -> io::Result<()> {
+    write_with_durability(path, durability, |w| w.write_all(bytes))
+}
+
 /// Replaces `path` with a new empty `0600` file and returns it open for writing, for files
 /// written in pieces (periodic binary dumps). The file is created under a temporary name and
 /// renamed into place at once.
 pub fn create_replacing(path: &Path) -> io::Result<std::fs::File> {
+    create_replacing_with(path, Durability::Synced)
+}
+
+/// [`create_replacing`], the directory entry synced or not as `durability` says.
+pub fn create_replacing_with(path: &Path, durability: Durability) -> io::Result<std::fs::File> {
     let target = resolve_output(path)?;
     let tmp = temp_beside(&target)?;
     let file = tmp.persist(&target).map_err(|e| e.error)?;
-    sync_dir(&target);
+    if durability == Durability::Synced {
+        sync_dir(&target);
+    }
     Ok(file)
 }
 
@@ -216,6 +254,22 @@ mod tests {
         // Nothing but the output is left in the directory.
         let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
         assert_eq!(names.len(), 1);
+    }
+
+    #[test]
+    fn unsynced_whole_files_are_written_as_safely_as_synced_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("out.json");
+        std::fs::write(&p, "old content that is longer").unwrap();
+        write_bytes_with(&p, b"new", Durability::Unsynced).unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"new");
+        assert_eq!(mode(&p), 0o600);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        let q = dir.path().join("fresh.bin");
+        let f = create_replacing_with(&q, Durability::Unsynced).unwrap();
+        drop(f);
+        assert_eq!(mode(&q), 0o600);
+        assert_eq!(std::fs::read(&q).unwrap(), b"");
     }
 
     #[test]

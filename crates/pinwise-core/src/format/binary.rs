@@ -188,10 +188,19 @@ impl BinaryAppender {
     /// Replaces `path` with a new `0600` file (see [`crate::safe_file::create_replacing`])
     /// and writes the header.
     pub fn create(path: impl AsRef<Path>) -> Result<Self, FormatError> {
+        Self::create_with(path, crate::safe_file::Durability::Synced)
+    }
+
+    /// [`BinaryAppender::create`], the new directory entry synced or not as `durability`
+    /// says.
+    pub fn create_with(
+        path: impl AsRef<Path>,
+        durability: crate::safe_file::Durability,
+    ) -> Result<Self, FormatError> {
         let path = path.as_ref();
         let target =
             crate::safe_file::resolve_output(path).map_err(|e| FormatError::io(e).in_file(path))?;
-        let mut file = crate::safe_file::create_replacing(&target)
+        let mut file = crate::safe_file::create_replacing_with(&target, durability)
             .map_err(|e| FormatError::io(e).in_file(path))?;
         if let Err(e) = file.write_all(&header()) {
             // No header, no file (a full disk): nothing half-made is left at the path.

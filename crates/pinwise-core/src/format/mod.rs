@@ -8,7 +8,6 @@ pub mod binary;
 pub mod json;
 
 use std::fmt;
-use std::io::Write;
 use std::path::Path;
 
 use crate::history::MemHistory;
@@ -256,21 +255,22 @@ pub fn save_history(
     path: impl AsRef<Path>,
     format: DumpFormat,
 ) -> Result<(), FormatError> {
+    save_history_with(history, path, format, crate::safe_file::Durability::Synced)
+}
+
+/// [`save_history`], synced to the disk or not as `durability` says.
+pub fn save_history_with(
+    history: &MemHistory,
+    path: impl AsRef<Path>,
+    format: DumpFormat,
+    durability: crate::safe_file::Durability,
+) -> Result<(), FormatError> {
     let path = path.as_ref();
-    write_atomically(path, |w| match format {
+    crate::safe_file::write_with_durability(path, durability, |w| match format {
         DumpFormat::Json => json::write(history, w),
         DumpFormat::Binary => binary::write(history, w),
     })
     .map_err(|e| e.in_file(path))
-}
-
-/// Writes `path` safely: a `0600` temporary file with an unpredictable name, renamed over
-/// `path` (see [`crate::safe_file`]).
-pub(crate) fn write_atomically(
-    path: &Path,
-    write: impl FnOnce(&mut dyn Write) -> Result<(), FormatError>,
-) -> Result<(), FormatError> {
-    crate::safe_file::write_with(path, write)
 }
 
 impl From<std::io::Error> for FormatError {
