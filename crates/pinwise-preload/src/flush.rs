@@ -20,6 +20,16 @@
 //! pid and does nothing; so does a process that never made the state (no CUDA host-memory
 //! call: `pinwise run` then says no statistics were written).
 //!
+//! **While the outputs are written** before the process ends (a handler's or `_exit`'s
+//! wait), a hook entered on another thread of the program waits at its entry, before it
+//! does anything, until they are written (at most [`FLUSH_WAIT`]; see
+//! [`pause_while_ending`]). The process is ending: those threads would be stopped by the
+//! signal or `_exit` a moment later, and a program whose threads keep copying would
+//! otherwise take the CPU from the drain thread and make it miss the wait. pinwise's own
+//! threads never wait (they are inside pinwise), nor do the malloc-family hooks. The
+//! outputs are then not synced to the disk ([`durability`]): a sync can take seconds on a
+//! busy disk, and the kernel keeps the bytes once the process is gone.
+//!
 //! What nothing in the process can catch (`SIGKILL`, the OOM killer) is covered by the
 //! history appended while the program runs (`persist`): such a run keeps everything up to
 //! the last append.
@@ -51,6 +61,9 @@ static DONE: AtomicU64 = AtomicU64::new(0);
 static INSTALLED: AtomicBool = AtomicBool::new(false);
 /// The pid the handlers flush for (a forked child without state does nothing).
 static OWNER_PID: AtomicUsize = AtomicUsize::new(0);
+/// How many threads are waiting for the outputs before the process ends (a handler's or
+/// `_exit`'s wait): hooks on the other threads wait too (see [`pause_while_ending`]).
+static ENDING: AtomicUsize = AtomicUsize::new(0);
 
 /// Installs the handler for each of [`FATAL_SIGNALS`] whose action is the default (except
 /// `skip`, the dump signal). Called when the state is created.
@@ -151,18 +164,58 @@ fn flush_and_wait() {
         return;
     }
     let before = DONE.load(Ordering::Acquire);
+    ENDING.fetch_add(1, Ordering::AcqRel);
     REQUESTED.store(true, Ordering::Release);
+    wait_bounded(|| DONE.load(Ordering::Acquire) != before);
+    ENDING.fetch_sub(1, Ordering::AcqRel);
+}
+
+/// Sleeps in 1 ms steps until `done()`, at most [`FLUSH_WAIT`]'s worth of steps.
+/// Async-signal-safe when `done` is.
+fn wait_bounded(done: impl Fn() -> bool) {
     let step = libc::timespec {
         tv_sec: 0,
         tv_nsec: 1_000_000,
     };
     for _ in 0..FLUSH_WAIT.as_millis() as u64 {
-        if DONE.load(Ordering::Acquire) != before {
+        if done() {
             return;
         }
         // SAFETY: nanosleep with a valid request and no remainder.
         unsafe { libc::nanosleep(&step, std::ptr::null_mut()) };
     }
+}
+
+/// Whether the outputs are being written before the process ends (a handler's or
+/// `_exit`'s wait is under way). One relaxed load: checked at every hook's entry.
+#[inline]
+pub fn ending() -> bool {
+    ENDING.load(Ordering::Relaxed) != 0
+}
+
+/// How the outputs are written now: not synced to the disk while the process is ending
+/// (the wait is bounded, and a sync can take seconds on a busy disk; the kernel keeps the
+/// bytes once the process is gone), synced otherwise.
+pub fn durability() -> pinwise_core::safe_file::Durability {
+    if ending() {
+        pinwise_core::safe_file::Durability::Unsynced
+    } else {
+        pinwise_core::safe_file::Durability::Synced
+    }
+}
+
+/// For a hook entered on a thread of the program while [`ending`]: waits until the
+/// outputs are written (at most [`FLUSH_WAIT`]), so that the drain thread gets the CPU.
+/// Called before the hook does anything (it holds none of pinwise's locks). Nothing in a
+/// forked child, which inherits the count but not the flush.
+#[cold]
+pub fn pause_while_ending() {
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() } as usize;
+    if pid != OWNER_PID.load(Ordering::Relaxed) {
+        return;
+    }
+    wait_bounded(|| !ending());
 }
 
 /// Before the real `_exit`: the outputs, written by the drain thread (`_exit` is often

@@ -18,7 +18,10 @@
 //! (`incremental` in the per-process statistics), the file is cut back to its last whole
 //! append, and the program goes on; the next append includes what the failed one held.
 //! Appends are not synced to the disk (a killed process's writes are in the kernel's cache
-//! already); the last one, at the end, is.
+//! already); the last one, at the end, is, except when the process is ending on a signal or
+//! `_exit` (see `flush::durability`). Then a JSON history also gets a last append to its
+//! side file before the JSON file is written, so that a wait that runs out while the JSON
+//! is written still leaves everything for `pinwise run` to complete the file from.
 //!
 //! **Which file.** A binary history (`-o h.bin`) is the file appended to: created (mode
 //! `0600`, [`pinwise_core::safe_file`]) at the first flush, appended to at each, and at the
@@ -119,7 +122,8 @@ impl HistoryFile {
 
     /// At the end (`snapshot`: the dump signal; the program goes on): writes the history at
     /// `path` completely. A binary history gets its last append (or, if appending fails,
-    /// is written whole); a JSON history is written whole, and its side file removed. A
+    /// is written whole); a JSON history is written whole, and its side file removed (when the
+    /// process is ending, after a last append to the side file: see the match below). A
     /// history that could not be written keeps what the appends wrote, if any, and says so.
     pub fn finish(&self, path: &Path, recorder: &Recorder, snapshot: bool) -> Result<(), String> {
         let mut inner = self.inner.lock();
@@ -127,14 +131,19 @@ impl HistoryFile {
             inner.closed = true;
         }
         let format = pinwise_core::DumpFormat::from_path(path);
+        let durability = crate::flush::durability();
         let whole = || {
             recorder
-                .with_history(|h| pinwise_core::save_history(h, path, format))
+                .with_history(|h| {
+                    pinwise_core::format::save_history_with(h, path, format, durability)
+                })
                 .map_err(|e| e.to_string())
         };
+        // Synced at the end, unless the process is ending (see `flush::durability`).
+        let sync = !snapshot && durability == pinwise_core::safe_file::Durability::Synced;
         let result = match format {
             pinwise_core::DumpFormat::Binary if inner.every.is_some() => {
-                match inner.append(path, recorder, !snapshot) {
+                match inner.append(path, recorder, sync) {
                     Ok(()) => Ok(()),
                     Err(e) => {
                         inner.stats.errors += 1;
@@ -149,6 +158,18 @@ impl HistoryFile {
                         }
                     }
                 }
+            }
+            pinwise_core::DumpFormat::Json
+                if inner.every.is_some() && !snapshot && crate::flush::ending() =>
+            {
+                // The process is ending and the wait for these outputs is bounded: the last
+                // append first (quick), so that if the wait runs out while the JSON file is
+                // written, `pinwise run` completes it from the side file.
+                if let Err(e) = inner.append(&Self::target(path), recorder, false) {
+                    inner.stats.errors += 1;
+                    inner.stats.last_error = Some(e);
+                }
+                whole()
             }
             _ => whole(),
         };
@@ -198,7 +219,8 @@ impl HistoryFile {
 impl Inner {
     fn append(&mut self, target: &Path, recorder: &Recorder, sync: bool) -> Result<(), String> {
         if self.appender.as_ref().is_none_or(|(p, _)| p != target) {
-            let app = BinaryAppender::create(target).map_err(|e| e.to_string())?;
+            let app = BinaryAppender::create_with(target, crate::flush::durability())
+                .map_err(|e| e.to_string())?;
             self.appender = Some((target.to_path_buf(), app));
         }
         let Some((_, app)) = self.appender.as_mut() else {

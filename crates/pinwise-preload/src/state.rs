@@ -538,9 +538,9 @@ impl State {
         stats.profile = match (&self.config.profile_path, self.config.mode) {
             (Some(path), Mode::Profile) => {
                 let path = self.output_path(path);
-                let r = self
-                    .recorder
-                    .with_history(|h| Profile::from_history(h).save(&path));
+                let r = self.recorder.with_history(|h| {
+                    Profile::from_history(h).save_with(&path, crate::flush::durability())
+                });
                 output(path, r.map_err(|e| e.to_string()))
             }
             (Some(path), Mode::Use) => OutputStats {
@@ -651,7 +651,7 @@ fn output(path: PathBuf, r: Result<(), String>) -> OutputStats {
 /// Writes `bytes` to `path` through a private temporary file renamed into place
 /// ([`pinwise_core::safe_file`]).
 fn write_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    pinwise_core::safe_file::write_bytes(path, bytes)
+    pinwise_core::safe_file::write_bytes_with(path, bytes, crate::flush::durability())
 }
 
 fn init_logging(config: &Config) {

@@ -46,6 +46,9 @@ pub fn copy(
     let Some((site_addr, timing, weight)) = guard::copy_prologue(caller, SAMPLE_EVERY) else {
         return forward();
     };
+    if crate::flush::ending() {
+        crate::flush::pause_while_ending();
+    }
     let Some(st) = state::get() else {
         return forward();
     };

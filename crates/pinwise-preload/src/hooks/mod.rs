@@ -22,11 +22,15 @@ pub mod procaddr;
 pub mod query;
 pub mod runtime;
 
-/// The state, when this hook should do its work.
+/// The state, when this hook should do its work. While the outputs are written before the
+/// process ends, waits for them first (see `flush`).
 #[inline]
 fn active() -> Option<&'static State> {
     if !state::enabled() || guard::inside() {
         return None;
+    }
+    if crate::flush::ending() {
+        crate::flush::pause_while_ending();
     }
     state::get()
 }
