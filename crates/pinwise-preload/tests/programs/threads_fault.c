@@ -1,5 +1,7 @@
 /* 32 threads copy host to device without pause (pinned and pageable buffers) and count the
- * copies that returned; after a moment the main thread reads the count N, prints "done N",
+ * copies that returned; after 300 ms, and once every thread could have copied (at least 32
+ * copies counted, waited for at most 10 s more: a loaded machine may start the threads late),
+ * the main thread reads the count N, prints "done N",
  * and ends the process by HOW: `sigterm` (raised), `_exit` (status 7), `abort`. Every copy
  * counted in N returned before the fault, so a complete history holds at least N. Built at
  * test time against the cudart stand-in (a TEST FIXTURE). */
@@ -37,6 +39,8 @@ int main(int argc, char **argv) {
     for (long i = 0; i < THREADS; i++) pthread_create(&t[i], NULL, worker, (void *)i);
     struct timespec pause = {0, 300 * 1000 * 1000};
     nanosleep(&pause, NULL);
+    struct timespec step = {0, 10 * 1000 * 1000};
+    for (int k = 0; k < 1000 && atomic_load(&copies) < THREADS; k++) nanosleep(&step, NULL);
     unsigned long n = atomic_load(&copies);
     printf("done %lu\n", n);
     fflush(stdout);
