@@ -97,27 +97,59 @@ impl Copied {
     }
 }
 
-/// What a cell's runs measured, per iteration (each the median over the repeats of one
-/// strategy), from which [`BoundFloor::measured`] builds the floor.
+/// One strategy's runs in a cell: medians over its repeats, per iteration.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StrategyMedians {
+    /// The strategy.
+    pub kind: StrategyKind,
+    /// Its whole time per iteration, ns.
+    pub total_ns: f64,
+    /// Writing the buffers per iteration, ns.
+    pub fill_ns: f64,
+    /// Hot copies per iteration, ns.
+    pub hot_ns: f64,
+    /// The rest per iteration (total less writes and hot copies: cold0's copy, allocating
+    /// and freeing every buffer, pinning), the median of each run's, ns.
+    pub outside_ns: f64,
+    /// Peak pinned bytes.
+    pub peak_pinned: u64,
+}
+
+/// What a cell's runs measured, from which [`BoundFloor::measured`] builds the floor.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Measured {
-    /// The least time writing the buffers per iteration over the strategies, ns (the
-    /// caching pool's warm blocks are written faster than freshly allocated memory; the
-    /// least is what an allocator could reach).
-    pub fill_ns: f64,
-    /// Hot copies per iteration from pageable memory (the pageable run), ns.
-    pub hot_pageable_ns: f64,
-    /// Hot copies per iteration from pinned memory (the faster of the caching pool and
-    /// pin-each, which pin every buffer), ns.
-    pub hot_pinned_ns: f64,
-    /// The pageable run's time per iteration outside writes and hot copies: cold0's
-    /// pageable copy and `malloc`/`free` of every buffer, ns.
-    pub outside_pageable_ns: f64,
-    /// The caching pool's time per iteration outside writes and hot copies: cold0's pinned
-    /// copy, the pool's allocations and its blocks obtained once, ns.
-    pub outside_pool_ns: f64,
-    /// The other strategies (baselines) measured, each over the cell's iterations, ns.
-    pub others: Vec<(StrategyKind, f64)>,
+    /// Every strategy that ran in the cell (pageable's is needed; the caching pool's or
+    /// pin-each's gives the pinned copies).
+    pub strategies: Vec<StrategyMedians>,
+}
+
+impl Measured {
+    fn of(&self, kind: StrategyKind) -> Option<&StrategyMedians> {
+        self.strategies.iter().find(|s| s.kind == kind)
+    }
+
+    /// The least of `f` over the strategies that `keep`.
+    fn least(
+        &self,
+        keep: impl Fn(&StrategyMedians) -> bool,
+        f: impl Fn(&StrategyMedians) -> f64,
+    ) -> Option<f64> {
+        self.strategies
+            .iter()
+            .filter(|s| keep(s))
+            .map(f)
+            .min_by(f64::total_cmp)
+    }
+}
+
+/// A run that stayed within the pinned bound and set the measured floor: it is itself a
+/// time an allocator within the bound reached.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WithinBound {
+    /// The strategy.
+    pub kind: StrategyKind,
+    /// Its peak pinned bytes.
+    pub peak_pinned: u64,
 }
 
 /// A cell's floor within the pinned bound and the other strategies' times.
@@ -153,6 +185,9 @@ pub struct BoundFloor {
     pub others: Vec<(StrategyKind, f64)>,
     /// The caching pool's one-off pinning (blocks obtained once), ns (predicted only).
     pub pool_obtain_ns: f64,
+    /// Measured: the run within the bound that was faster than every choice of buffers
+    /// priced from the runs' terms, and is the floor.
+    pub within: Option<WithinBound>,
 }
 
 /// The cheapest way to obtain `bytes` pinned once (giving it back is not timed):
@@ -295,25 +330,44 @@ impl BoundFloor {
             floor_ns,
             others,
             pool_obtain_ns,
+            within: None,
         }
     }
 
-    /// The floor of `shape` over `iterations` from the cell's runs `m` ([`Basis::Measured`]).
-    /// The measured hot copies are split between the hot buffers in the proportions `cost`
-    /// predicts for them (equal where they are of one size); nothing else comes from `cost`.
-    /// Pinning once is not counted (the floor is on the low side).
+    /// The floor of `shape` over `iterations` from the cell's runs `m` ([`Basis::Measured`]),
+    /// `None` without a pageable run or a run that pins every buffer (caching pool,
+    /// pin-each). Each term is the least any strategy measured: writes; hot copies from
+    /// pageable memory (the pageable run) or pinned memory (the pool or pin-each), split
+    /// between the hot buffers in the proportions `cost` predicts for them (equal where
+    /// they are of one size; nothing else comes from `cost`); cold0's copy with the
+    /// allocations, pageable (the pageable run, or smart's or adaptive's within the bound)
+    /// or pinned (the pool). Pinning once is not counted. A run that stayed within the bound
+    /// and was faster still is the floor ([`BoundFloor::within`]).
     pub fn measured(
         cost: &CostModel,
         shape: &Shape,
         iterations: usize,
         role_size: impl Fn(usize) -> usize,
         m: &Measured,
-    ) -> BoundFloor {
+    ) -> Option<BoundFloor> {
         let it = iterations.max(1) as f64;
         let roles = shape.hot + shape.cold;
         let bytes: Vec<u64> = (0..roles).map(|r| role_size(r) as u64).collect();
         let hot_set: u64 = bytes[..shape.hot].iter().sum();
         let allowed = (PINNED_TARGET * hot_set as f64).floor() as u64;
+        let pageable = m.of(StrategyKind::Pageable)?;
+        let pins_all = |s: &StrategyMedians| {
+            matches!(s.kind, StrategyKind::CachingPool | StrategyKind::PinEach)
+        };
+        let hot_pinned_ns = m.least(pins_all, |s| s.hot_ns)?;
+        let fill_ns = m.least(|_| true, |s| s.fill_ns)?;
+        let within_bound = |s: &StrategyMedians| s.peak_pinned <= allowed;
+        let outside_pageable_ns = m
+            .least(|s| within_bound(s) && !pins_all(s), |s| s.outside_ns)
+            .unwrap_or(pageable.outside_ns);
+        let outside_pool_ns = m
+            .of(StrategyKind::CachingPool)
+            .map_or(f64::INFINITY, |s| s.outside_ns);
         let share = |pinned: bool| -> Vec<f64> {
             let t: Vec<f64> = bytes[..shape.hot]
                 .iter()
@@ -336,8 +390,8 @@ impl BoundFloor {
                 role: r,
                 hot: true,
                 bytes: bytes[r],
-                pageable_ns: m.hot_pageable_ns * pageable_share[r],
-                pinned_ns: m.hot_pinned_ns * pinned_share[r],
+                pageable_ns: pageable.hot_ns * pageable_share[r],
+                pinned_ns: hot_pinned_ns * pinned_share[r],
                 obtain_ns: 0.0,
             })
             .collect();
@@ -346,31 +400,55 @@ impl BoundFloor {
                 role: shape.hot,
                 hot: false,
                 bytes: bytes[shape.hot],
-                pageable_ns: m.outside_pageable_ns,
-                pinned_ns: m.outside_pool_ns,
+                pageable_ns: outside_pageable_ns,
+                pinned_ns: outside_pool_ns,
                 obtain_ns: 0.0,
             });
             0.0
         } else {
-            m.outside_pageable_ns.min(m.outside_pool_ns)
+            outside_pageable_ns.min(outside_pool_ns)
         };
-        let (pinned, floor_ns, pinned_bytes) =
-            least_within(&copied, it, m.fill_ns + fixed_ns, allowed);
-        BoundFloor {
+        let (mut pinned, mut floor_ns, mut pinned_bytes) =
+            least_within(&copied, it, fill_ns + fixed_ns, allowed);
+        let mut within = None;
+        if let Some(run) = m
+            .strategies
+            .iter()
+            .filter(|s| within_bound(s))
+            .min_by(|a, b| a.total_ns.total_cmp(&b.total_ns))
+        {
+            if it * run.total_ns < floor_ns {
+                floor_ns = it * run.total_ns;
+                pinned_bytes = run.peak_pinned;
+                pinned = vec![false; copied.len()];
+                within = Some(WithinBound {
+                    kind: run.kind,
+                    peak_pinned: run.peak_pinned,
+                });
+            }
+        }
+        let others = m
+            .strategies
+            .iter()
+            .filter(|s| s.kind.is_baseline())
+            .map(|s| (s.kind, it * s.total_ns))
+            .collect();
+        Some(BoundFloor {
             basis: Basis::Measured,
             iterations: iterations.max(1),
             hot_set,
             allowed,
-            fill_ns: m.fill_ns,
+            fill_ns,
             fill_measured: true,
             fixed_ns,
             copied,
             pinned,
             pinned_bytes,
             floor_ns,
-            others: m.others.clone(),
+            others,
             pool_obtain_ns: 0.0,
-        }
+            within,
+        })
     }
 
     /// The best other strategy and its time over the cell, ns (`None` without any).
@@ -462,6 +540,20 @@ impl BoundFloor {
         } else {
             String::new()
         };
+        if let Some(w) = self.within {
+            return format!(
+                "{}: hot set {} B, at most {} B pinned; floor {} = {}'s measured time (peak \
+                 pinned {} B, within the bound; every choice priced from the runs' terms was \
+                 slower); {best}; floor / best = {:.3}",
+                self.basis.name(),
+                self.hot_set,
+                self.allowed,
+                ms(self.floor_ns),
+                w.kind.name(),
+                w.peak_pinned,
+                self.ratio()
+            );
+        }
         format!(
             "{}: hot set {} B, at most {} B pinned; floor {} = {n} x ({}){once} ({} B pinned); \
              {best}; floor / best = {:.3}",
@@ -616,25 +708,25 @@ mod tests {
         assert!(f.ratio() > 1.0, "{}", f.explain());
     }
 
-    /// A cell's measurements per iteration (us) as [`Measured`]: pageable (fill, hot,
-    /// outside) and caching pool (fill, hot, outside), over `its` iterations.
-    fn measured(pageable: [f64; 3], pool: [f64; 3], its: usize) -> Measured {
-        let n = its as f64;
+    /// One strategy's medians per iteration from (fill, hot, outside) in us.
+    fn medians(kind: StrategyKind, us: [f64; 3], peak_pinned: u64) -> StrategyMedians {
+        StrategyMedians {
+            kind,
+            total_ns: us.iter().sum::<f64>() * 1e3,
+            fill_ns: us[0] * 1e3,
+            hot_ns: us[1] * 1e3,
+            outside_ns: us[2] * 1e3,
+            peak_pinned,
+        }
+    }
+
+    /// A cell's measurements per iteration (us): pageable (fill, hot, outside; nothing
+    /// pinned) and caching pool (the same; more pinned than any bound allows).
+    fn measured(pageable: [f64; 3], pool: [f64; 3], _its: usize) -> Measured {
         Measured {
-            fill_ns: pageable[0].min(pool[0]) * 1e3,
-            hot_pageable_ns: pageable[1] * 1e3,
-            hot_pinned_ns: pool[1] * 1e3,
-            outside_pageable_ns: pageable[2] * 1e3,
-            outside_pool_ns: pool[2] * 1e3,
-            others: vec![
-                (
-                    StrategyKind::Pageable,
-                    n * pageable.iter().sum::<f64>() * 1e3,
-                ),
-                (
-                    StrategyKind::CachingPool,
-                    n * pool.iter().sum::<f64>() * 1e3,
-                ),
+            strategies: vec![
+                medians(StrategyKind::Pageable, pageable, 0),
+                medians(StrategyKind::CachingPool, pool, u64::MAX),
             ],
         }
     }
@@ -653,7 +745,7 @@ mod tests {
         let size = 256usize << 10;
         let its = 256;
         let m = measured([119.9, 113.7, 41.1], [83.6, 30.96, 29.28], its);
-        let f = BoundFloor::measured(&cost, &sh, its, |_| size, &m);
+        let f = BoundFloor::measured(&cost, &sh, its, |_| size, &m).unwrap();
         assert_eq!(f.basis, Basis::Measured);
         assert_eq!(f.pinned, vec![true, false], "{}", f.explain());
         assert_eq!(f.pinned_bytes, size as u64);
@@ -679,9 +771,42 @@ mod tests {
         // Where cold0 fits the bound (4 KiB beside four 256 KiB hot buffers), the floor
         // takes the pool's way for it too, and is the pool's time (its terms are the least).
         let roles = |r| if r < 4 { size } else { 4096 };
-        let two = BoundFloor::measured(&cost, &shape(4, 8, 1, false), its, roles, &m);
+        let two = BoundFloor::measured(&cost, &shape(4, 8, 1, false), its, roles, &m).unwrap();
         assert!(two.pinned.iter().all(|&p| p), "{}", two.explain());
         assert!(two.ratio() <= 1.0 + 1e-12, "{}", two.explain());
+    }
+
+    /// A run within the bound faster than every choice priced from the terms (here smart's
+    /// hot copies beat the pool's) is the floor, and the line says so.
+    #[test]
+    fn a_run_within_the_bound_can_be_the_floor() {
+        let cost = h100();
+        let size = 256usize << 10;
+        let mut m = measured([10.0, 40.0, 18.8], [10.0, 8.0, 6.4], 100);
+        m.strategies
+            .push(medians(StrategyKind::Smart, [10.0, 5.0, 19.0], size as u64));
+        let f = BoundFloor::measured(&cost, &shape(1, 8, 1, false), 100, |_| size, &m).unwrap();
+        assert_eq!(
+            f.within,
+            Some(WithinBound {
+                kind: StrategyKind::Smart,
+                peak_pinned: size as u64
+            })
+        );
+        assert!((f.floor_ns - 100.0 * 34e3).abs() < 1e-6);
+        assert!((f.ratio() - 34.0 / 24.4).abs() < 1e-9);
+        assert!(
+            f.explain().contains(
+                "floor 3.40 ms = smart's measured time (peak pinned 262144 B, within the bound"
+            ),
+            "{}",
+            f.explain()
+        );
+        // Past the bound it is not a candidate: the terms decide (10 + 8 + 18.8 us).
+        m.strategies[2].peak_pinned = 2 * size as u64;
+        let f = BoundFloor::measured(&cost, &shape(1, 8, 1, false), 100, |_| size, &m).unwrap();
+        assert!(f.within.is_none());
+        assert!((f.floor_ns - 100.0 * 36.8e3).abs() < 1e-6);
     }
 
     /// The 16 KiB cell of the same run: there the pool's cold0 and allocations (13.6 us) are
@@ -699,7 +824,7 @@ mod tests {
             [fill_pool, hot_pool, out_pool],
             its,
         );
-        let f = BoundFloor::measured(&cost, &shape(1, 8, 1, false), its, |_| 16 << 10, &m);
+        let f = BoundFloor::measured(&cost, &shape(1, 8, 1, false), its, |_| 16 << 10, &m).unwrap();
         assert_eq!(f.pinned, vec![true, false]);
         assert!((f.ratio() - 0.992).abs() < 1e-3, "{}", f.explain());
         assert!(!f.conflicts(1.03));
@@ -710,7 +835,7 @@ mod tests {
     fn without_a_cold_copy_the_allocations_are_a_fixed_term() {
         let cost = h100();
         let m = measured([10.0, 50.0, 3.0], [8.0, 20.0, 4.0], 100);
-        let f = BoundFloor::measured(&cost, &shape(2, 0, 4, false), 100, |_| 1 << 20, &m);
+        let f = BoundFloor::measured(&cost, &shape(2, 0, 4, false), 100, |_| 1 << 20, &m).unwrap();
         assert_eq!(f.fixed_ns, 3e3);
         assert!(f.pinned.iter().all(|&p| p));
         assert!((f.floor_ns - 100.0 * (8.0 + 20.0 + 3.0) * 1e3).abs() < 1.0);
@@ -766,20 +891,28 @@ mod tests {
                 exp in 12u32..31,
                 pageable in proptest::array::uniform3(0.0f64..1e4),
                 pool in proptest::array::uniform3(0.0f64..1e4),
+                smart in proptest::array::uniform3(0.0f64..1e4),
                 its in 1usize..5000,
             ) {
                 let cost = h100();
                 let size = 1usize << exp;
                 let sh = shape(hot, cold, round_trips, mixed);
-                let m = measured(pageable, pool, its);
-                let f = BoundFloor::measured(&cost, &sh, its, |r| {
+                let role = |r: usize| {
                     if mixed { (size * MIXED_QUARTERS[r % 4] / 4).max(1) } else { size }
-                }, &m);
+                };
+                let hot_set: u64 = (0..hot).map(|r| role(r) as u64).sum();
+                let mut m = measured(pageable, pool, its);
+                m.strategies.push(medians(StrategyKind::Smart, smart, hot_set));
+                let f = BoundFloor::measured(&cost, &sh, its, role, &m).unwrap();
+                let n = its as f64;
+                let total = |us: [f64; 3]| n * us.iter().sum::<f64>() * 1e3;
                 prop_assert!(f.pinned_bytes <= f.allowed);
-                prop_assert!(f.floor_ns <= m.others[0].1 * (1.0 + 1e-9) + 1e-6);
+                prop_assert!(f.floor_ns <= total(pageable) * (1.0 + 1e-9) + 1e-6);
+                prop_assert!(f.floor_ns <= total(smart) * (1.0 + 1e-9) + 1e-6);
                 if cold == 0 && !mixed {
-                    prop_assert!(f.floor_ns <= m.others[1].1 * (1.0 + 1e-9) + 1e-6);
+                    prop_assert!(f.floor_ns <= total(pool) * (1.0 + 1e-9) + 1e-6);
                 }
+                prop_assert_eq!(f.others.len(), 2);
                 prop_assert!(f.ratio() >= 0.0);
             }
         }
