@@ -613,6 +613,11 @@ mod tests {
             csv.contains("TEST FIXTURE"),
             "the stand-in's calibration says so"
         );
+        assert!(
+            name.starts_with("calibration-v2-")
+                && csv.contains("uploads of buffers the CPU has just written"),
+            "the current method, named: {name}"
+        );
         assert!(stdout.contains("TEST FIXTURE RUN"), "{stdout}");
         for size in ["64 KiB", "1 MiB", "4 MiB"] {
             assert!(stdout.contains(size), "{stdout}");
