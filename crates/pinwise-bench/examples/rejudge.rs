@@ -21,9 +21,16 @@ fn main() -> anyhow::Result<()> {
     let command = rest.first().cloned().unwrap_or_else(|| {
         format!("cargo run -p pinwise-bench --example rejudge -- {runs} {calibration}")
     });
-    print!(
-        "{}",
-        markdown(&report, &summary, &command, &pinwise_bench::utc_now())
+    let md = markdown(&report, &summary, &command, &pinwise_bench::utc_now());
+    let note = format!(
+        "> **Recorded runs judged again** by this build's summary ({runs}): the runs, their \
+         device and calibration are the recording's; the settings lines (time budget, \
+         estimate, wall time, re-planning) are this build's defaults, not the recorded \
+         run's: see the recording's own report for those.\n\n"
     );
+    match md.split_once('\n') {
+        Some((title, rest)) => print!("{title}\n\n{note}{}", rest.trim_start_matches('\n')),
+        None => print!("{note}{md}"),
+    }
     Ok(())
 }
