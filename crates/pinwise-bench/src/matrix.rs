@@ -11,7 +11,13 @@
 //! timed over at least [`MatrixConfig::min_run_s`] (estimated from the calibration for the
 //! cell's fastest strategy): the plan lowers iterations down to that floor and leaves
 //! cells out rather than go below it; pin-each runs only the iterations that reach the
-//! floor for itself, and cells compare times per iteration ([`Cell`]).
+//! floor for itself, and cells compare times per iteration ([`Cell`]). The estimate is a
+//! plan: after a cell's first repeat, its later repeats run the iterations that bring the
+//! first repeat's fastest measured run to the floor ([`replanned`]), and the report gives
+//! the measured run lengths ([`RunLengths`]).
+//!
+//! Where the two bounds cannot both hold, the report lists the cell from its own
+//! runs ([`crate::bounds::BoundFloor::measured`]).
 
 use crate::BenchError;
 use std::collections::{BTreeMap, HashMap};
@@ -539,7 +545,7 @@ pub struct RunLengths {
     pub under_floor: usize,
     /// Of those, the runs in a cell's first repeat, before its re-plan.
     pub under_floor_first_repeat: usize,
-    /// Cells whose later repeats ran more iterations than their first ([`replan`]).
+    /// Cells whose later repeats ran more iterations than their first ([`replanned`]).
     pub replanned_cells: usize,
 }
 
