@@ -1654,6 +1654,10 @@ mod tests {
         let s = MatrixSummary::of(&report);
         let md = markdown(&report, &s, "test", "today");
         assert!(md.contains("Pinning locks whole pages (4096 B)"), "{md}");
+        // No run pins every buffer here (no pool, no pin-each): the floor is predicted, and
+        // says so.
+        assert_eq!(s.cells[0].bound.basis, crate::bounds::Basis::Predicted);
+        assert!(md.contains(" (predicted) |"), "{md}");
         assert!(
             md.contains(
                 "- 4 KiB h4 c8 r16 mixed: hot set 10240 B; at least 12288 B (1.200×) with the \
