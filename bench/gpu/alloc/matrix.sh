@@ -8,9 +8,9 @@
 #      worst smart/best and adaptive/best over shapes, and smart's pinned / hot working set.
 #      Iterations are planned from this GPU's calibration to fit the time budget
 #      ($MATRIX_BUDGET, default 400 s); cells that do not fit are listed as not run.
-# CALIBRATE_ARGS=--copies-written-first (step 1) times each upload of a buffer the CPU has
-# just written (an experiment for small sizes: bench/results/alloc-adaptive-analysis.md,
-# section 4); the calibration's source line says so.
+# Step 1 times each upload of a buffer the CPU has just written (the default since cache
+# version 2: bench/results/calibration-written-first.md); CALIBRATE_ARGS=--copies-unwritten
+# times them the older way, for comparison. The calibration's source line says which.
 # With MATRIX_AUTO=1 (a second device call), step 1 is skipped and the matrix runs without
 # --calibration on an empty cache directory: the automatic per-GPU calibration (first use,
 # cached) is measured and used; its file is kept as gpu-calibration.csv and the log shows

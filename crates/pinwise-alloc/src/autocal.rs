@@ -16,7 +16,9 @@ use pinwise_core::CostModel;
 
 use crate::calibrate::CalibrationConfig;
 
-pub use pinwise_core::decide::pricing::{cache_dir, cache_file, cached, CACHE_DIR_ENV};
+pub use pinwise_core::decide::pricing::{
+    cache_dir, cache_file, cached, old_cache_file, CACHE_DIR_ENV, CACHE_VERSION,
+};
 
 /// The automatic calibration's settings: five sizes from 4 KiB to 256 MiB, two
 /// measurements each, 16 MiB per bandwidth figure (a few seconds on an H100 or H200; the
@@ -26,7 +28,7 @@ pub fn quick_config() -> CalibrationConfig {
         sizes: vec![4 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20],
         repeats: 2,
         min_bytes_per_figure: 16 << 20,
-        write_before_upload: false,
+        write_before_upload: true,
     }
 }
 
@@ -137,6 +139,13 @@ pub fn resolve(
             }
         }
     }
+    if let Some(old) = dir.map(|d| old_cache_file(d, key)).filter(|p| p.exists()) {
+        notes.push(format!(
+            "pinwise: the cached calibration {} was measured by an older pinwise (uploads of \
+             buffers the CPU had not just written); calibrating again",
+            old.display()
+        ));
+    }
     let t = std::time::Instant::now();
     let model = match measure() {
         Ok(m) => m,
@@ -210,12 +219,12 @@ mod tests {
             calls.set(calls.get() + 1);
             Ok(measured())
         });
-        let file = dir.path().join("calibration-GPU-1234.csv");
+        let file = cache_file(dir.path(), "GPU-1234");
         assert_eq!(calls.get(), 1);
         assert!(matches!(&r.source, Source::Calibrated { path: Some(p), .. } if *p == file));
         let a = r.announcement().unwrap();
         assert!(
-            a.contains("calibrated this GPU") && a.contains("calibration-GPU-1234.csv"),
+            a.contains("calibrated this GPU") && a.contains("calibration-v2-GPU-1234.csv"),
             "{a}"
         );
         assert!(file.exists());
@@ -223,7 +232,7 @@ mod tests {
         assert!(
             d.source()
                 .starts_with("automatic: this GPU's calibration, measured now in")
-                && d.source().contains("calibration-GPU-1234.csv")
+                && d.source().contains("calibration-v2-GPU-1234.csv")
                 && d.source().contains("measured (test)"),
             "{}",
             d.source()
@@ -259,9 +268,33 @@ mod tests {
         std::fs::write(cache_file(dir.path(), "GPU-9"), "junk").unwrap();
         let e = cached("GPU-9", dir.path()).unwrap_err();
         assert!(
-            e.contains("calibration-GPU-9.csv") && e.contains("cannot be used"),
+            e.contains("calibration-v2-GPU-9.csv") && e.contains("cannot be used"),
             "{e}"
         );
+    }
+
+    /// A cache of the older method is not read: this GPU is measured again (written first,
+    /// [`quick_config`]), the old file named, the new one written beside it.
+    #[test]
+    fn an_old_cache_is_measured_again() {
+        assert!(quick_config().write_before_upload);
+        let dir = tempfile::tempdir().unwrap();
+        let old = old_cache_file(dir.path(), "GPU-1234");
+        std::fs::write(&old, CostModel::builtin().to_csv()).unwrap();
+        let calls = Cell::new(0);
+        let r = resolve(Some("GPU-1234"), Some(dir.path()), || {
+            calls.set(calls.get() + 1);
+            Ok(measured())
+        });
+        assert_eq!(calls.get(), 1);
+        let file = cache_file(dir.path(), "GPU-1234");
+        assert!(matches!(&r.source, Source::Calibrated { path: Some(p), .. } if *p == file));
+        let a = r.announcement().unwrap();
+        assert!(
+            a.contains("calibration-GPU-1234.csv") && a.contains("older pinwise"),
+            "{a}"
+        );
+        assert!(file.exists() && old.exists());
     }
 
     #[test]
@@ -274,7 +307,7 @@ mod tests {
         let a = r.announcement().unwrap();
         assert!(
             a.contains("cannot be used")
-                && a.contains("calibration-GPU-1234.csv")
+                && a.contains("calibration-v2-GPU-1234.csv")
                 && a.contains("missing column"),
             "{a}"
         );

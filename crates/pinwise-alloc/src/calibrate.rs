@@ -13,9 +13,11 @@ pub struct CalibrationConfig {
     /// At least this many bytes are copied per bandwidth figure (small sizes repeat more).
     pub min_bytes_per_figure: usize,
     /// Before each timed host-to-device copy, the CPU writes the buffer (untimed), as a
-    /// program fills its data before uploading it; otherwise the buffer holds what the
-    /// previous download left (`pinwise calibrate --copies-written-first`, an experiment:
-    /// `bench/results/alloc-adaptive-analysis.md`, section 4).
+    /// program fills its data before uploading it (the default since cache version
+    /// [`crate::autocal::CACHE_VERSION`] 2); otherwise the buffer holds what the previous
+    /// download left (`pinwise calibrate --copies-unwritten`), which on the H100 and H200
+    /// made a pinned 4 KiB copy look faster than a pageable one where programs found it
+    /// slower (`bench/results/calibration-written-first.md`).
     pub write_before_upload: bool,
 }
 
@@ -27,7 +29,7 @@ impl Default for CalibrationConfig {
             sizes: (0..10).map(|i| 4096usize << (2 * i)).collect(),
             repeats: 3,
             min_bytes_per_figure: 64 << 20,
-            write_before_upload: false,
+            write_before_upload: true,
         }
     }
 }

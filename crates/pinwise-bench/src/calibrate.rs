@@ -485,9 +485,9 @@ mod tests {
         assert!(mock.peak_pinned_bytes() >= 65536);
     }
 
-    /// With `write_before_upload`, every timed host-to-device copy uploads what the CPU has
-    /// just written (the last value written is on the device); without, the buffer holds
-    /// what the download before it left (zeros here).
+    /// With `write_before_upload` (the default), every timed host-to-device copy uploads
+    /// what the CPU has just written (the last value written is on the device); without, the
+    /// buffer holds what the download before it left (zeros here).
     #[test]
     fn uploads_are_of_buffers_the_cpu_has_just_written_when_asked() {
         for write in [false, true] {
@@ -514,12 +514,15 @@ mod tests {
             );
             mock.free_device(dev);
         }
+        // The default, for `pinwise calibrate` and the automatic calibration alike.
+        assert!(CalibrationConfig::default().write_before_upload);
+        assert!(pinwise_alloc::autocal::quick_config().write_before_upload);
         let dev = MockDevice(Arc::new(MockBackend::new()));
         let config = CalibrationConfig {
             sizes: vec![4096],
             repeats: 1,
             min_bytes_per_figure: 4096,
-            write_before_upload: true,
+            ..CalibrationConfig::default()
         };
         let model = calibrate(&config, &dev, &mut |_| {}).unwrap();
         assert!(

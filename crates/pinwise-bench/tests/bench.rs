@@ -132,3 +132,56 @@ fn smart_pins_the_hot_working_set_with_mixed_sizes_and_few_iterations() {
         }
     }
 }
+
+/// The matrix re-plans a cell after its first repeat: every later run (pin-each's aside)
+/// makes the iterations that bring the first repeat's fastest measured run to the floor
+/// (the mock is far faster than the built-in table's estimate, so they are raised), and
+/// the report counts the cell as re-planned.
+#[test]
+fn the_matrix_replans_later_repeats_from_the_first_measured_runs() {
+    use bench::matrix::{self, MatrixConfig, MatrixSummary, DEFAULT_SHAPES};
+    let mut cfg = MatrixConfig::quick(Policy::new(CostModel::builtin()));
+    cfg.sizes = vec![4096];
+    cfg.shapes = vec![DEFAULT_SHAPES[0]];
+    cfg.repeats = 3;
+    cfg.time_budget_s = None;
+    cfg.min_run_s = 0.02;
+    cfg.max_iterations = 1 << 16;
+    let device = MockDevice(Arc::new(MockBackend::new()));
+    let report = matrix::run(&cfg, &device, &mut |_| {}, &mut |_| {}).unwrap();
+    let runs = |repeat: usize| {
+        report
+            .rows
+            .iter()
+            .filter(move |r| r.run.repeat == repeat && r.run.strategy != StrategyKind::PinEach)
+    };
+    let first = runs(0).map(|r| r.run.iterations).max().unwrap();
+    let fastest = runs(0)
+        .map(|r| r.run.total_ns as f64)
+        .fold(f64::INFINITY, f64::min);
+    let want = matrix::replanned(first, fastest, cfg.min_run_s * 1e9);
+    assert!(
+        want > first,
+        "{first} iterations ran {fastest} ns on the mock"
+    );
+    for repeat in 1..3 {
+        assert!(
+            runs(repeat).all(|r| r.run.iterations == want),
+            "{:?}",
+            report.rows
+        );
+    }
+    let pin_each = |repeat: usize| {
+        report
+            .rows
+            .iter()
+            .find(|r| r.run.repeat == repeat && r.run.strategy == StrategyKind::PinEach)
+            .map(|r| r.run.iterations)
+            .unwrap()
+    };
+    assert!(pin_each(1) >= pin_each(0) && pin_each(1) <= want);
+    let s = MatrixSummary::of(&report);
+    assert_eq!(s.lengths.replanned_cells, 1);
+    assert_eq!(s.lengths.runs, 3 * 4);
+    assert_eq!(s.cells[0].iterations, want);
+}

@@ -385,6 +385,18 @@ fn matrix(
             cell(w.adaptive_feasible)
         );
     }
+    let l = &s.lengths;
+    println!(
+        "timed runs (pin-each aside): {}, shortest {:.1} ms, median {:.1} ms; {} under the {:.0} ms \
+         floor ({} in first repeats, before re-planning); {} cells re-planned",
+        l.runs,
+        l.shortest_ms,
+        l.median_ms,
+        l.under_floor,
+        report.config.min_run_s * 1e3,
+        l.under_floor_first_repeat,
+        l.replanned_cells
+    );
     for (size, sh, why) in &report.skipped {
         println!(
             "not run: {} {}: {why}",
@@ -613,7 +625,19 @@ mod tests {
             csv.contains("TEST FIXTURE"),
             "the stand-in's calibration says so"
         );
+        assert!(
+            name.starts_with("calibration-v2-")
+                && csv.contains("uploads of buffers the CPU has just written"),
+            "the current method, named: {name}"
+        );
         assert!(stdout.contains("TEST FIXTURE RUN"), "{stdout}");
+        // --quick has no floor: nothing under it, nothing re-planned.
+        assert!(
+            stdout.contains(
+                "under the 0 ms floor (0 in first repeats, before re-planning); 0 cells re-planned"
+            ),
+            "{stdout}"
+        );
         for size in ["64 KiB", "1 MiB", "4 MiB"] {
             assert!(stdout.contains(size), "{stdout}");
         }

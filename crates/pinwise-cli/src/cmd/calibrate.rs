@@ -44,15 +44,20 @@ pub struct CalibrateArgs {
     /// (default 4K,16K,64K,256K,1M; `--sizes`) from pageable, `cuMemHostAlloc` and registered
     /// buffers four ways (as the calibration times copies, back to back, with the buffer
     /// written by the CPU first, and with that write timed too), and print the table. Writes
-    /// no file (so `-o`, `--force` and `--copies-written-first` do not go with it).
-    #[arg(long, conflicts_with_all = ["out", "force", "copies_written_first"])]
+    /// no file (so `-o`, `--force`, `--copies-written-first` and `--copies-unwritten` do not
+    /// go with it).
+    #[arg(long, conflicts_with_all = ["out", "force", "copies_written_first", "copies_unwritten"])]
     probe_round_trips: bool,
-    /// Time every host-to-device copy of a buffer the CPU has just written (as programs fill
-    /// their data before uploading it) instead of one holding what the previous download
-    /// left: an experiment for small sizes, where the two may differ on some hosts (the
-    /// calibration's source says so).
-    #[arg(long)]
+    /// Time every host-to-device copy of a buffer the CPU has just written, as programs
+    /// fill their data before uploading it (the default; the calibration's source says so).
+    #[arg(long, conflicts_with = "copies_unwritten")]
     copies_written_first: bool,
+    /// Time host-to-device copies of a buffer holding what the previous download left, not
+    /// written by the CPU in between (the method before cache version 2: on the H100 and
+    /// H200 it made pinned 4 KiB copies look faster than pageable ones where programs found
+    /// them slower; bench/results/calibration-written-first.md).
+    #[arg(long)]
+    copies_unwritten: bool,
 }
 
 /// [`pinwise_core::units::parse_size_or_ram_percent`] (a size, or a percentage of RAM) as a
@@ -92,7 +97,7 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
         config.sizes.dedup();
     }
     config.repeats = args.repeats.max(1);
-    config.write_before_upload = args.copies_written_first;
+    config.write_before_upload = args.copies_written_first || !args.copies_unwritten;
     let device = CudaDevice::new(backend.clone());
     let bar = ProgressBar::new(config.sizes.len() as u64);
     bar.set_style(

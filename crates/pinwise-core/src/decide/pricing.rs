@@ -173,11 +173,16 @@ pub fn cache_dir() -> Option<PathBuf> {
     }
 }
 
-/// The cache file of the GPU `key` in `dir`: `calibration-<key>.csv`, the key reduced to
-/// letters, digits, `-` and `_`.
-pub fn cache_file(dir: &Path, key: &str) -> PathBuf {
-    let safe: String = key
-        .chars()
+/// The version of the automatic calibration's method, named in its cache files: 2 since
+/// host-to-device copies are timed from buffers the CPU has just written, as programs fill
+/// their data before uploading it (`bench/results/calibration-written-first.md`). A file of
+/// version 1 ([`old_cache_file`]) prices decisions only where nothing newer is cached, and
+/// [`pricing_table`] then says so; the automatic calibration measures again.
+pub const CACHE_VERSION: u32 = 2;
+
+/// `key` reduced to letters, digits, `-` and `_` (at most 120 characters).
+fn safe_key(key: &str) -> String {
+    key.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
                 c
@@ -186,8 +191,22 @@ pub fn cache_file(dir: &Path, key: &str) -> PathBuf {
             }
         })
         .take(120)
-        .collect();
-    dir.join(format!("calibration-{safe}.csv"))
+        .collect()
+}
+
+/// The cache file of the GPU `key` in `dir`: `calibration-v<CACHE_VERSION>-<key>.csv`, the
+/// key reduced to letters, digits, `-` and `_`.
+pub fn cache_file(dir: &Path, key: &str) -> PathBuf {
+    dir.join(format!(
+        "calibration-v{CACHE_VERSION}-{}.csv",
+        safe_key(key)
+    ))
+}
+
+/// The cache file of version 1 (an older pinwise, uploads timed from buffers the CPU had
+/// not just written): `calibration-<key>.csv`.
+pub fn old_cache_file(dir: &Path, key: &str) -> PathBuf {
+    dir.join(format!("calibration-{}.csv", safe_key(key)))
 }
 
 /// The cached calibration of GPU `key` in `dir`, without measuring (for code running inside
@@ -270,7 +289,29 @@ pub fn pricing_table(
                     problems,
                 }
             }
-            Ok(None) => format!("no calibration cached for {key}"),
+            Ok(None) => {
+                let old = old_cache_file(dir, key);
+                match old
+                    .exists()
+                    .then(|| CostModel::from_csv_file(&old))
+                    .and_then(Result::ok)
+                {
+                    Some(model) => {
+                        problems.push(format!(
+                            "the cached calibration {} was measured by an older pinwise \
+                             (uploads of buffers the CPU had not just written); pricing with \
+                             it until `pinwise bench alloc` measures this GPU again",
+                            old.display()
+                        ));
+                        return PricingTable {
+                            model,
+                            source: TableSource::Cached(old),
+                            problems,
+                        };
+                    }
+                    None => format!("no calibration cached for {key}"),
+                }
+            }
             Err(e) => {
                 problems.push(e);
                 format!("the cached calibration of {key} cannot be used")
@@ -386,7 +427,7 @@ mod table_tests {
         write_model(&file);
         let t = pricing_table(None, Some("GPU-1"), Some(dir.path()));
         assert_eq!(t.source, TableSource::Cached(file.clone()));
-        assert!(t.source.to_string().contains("calibration-GPU-1.csv"));
+        assert!(t.source.to_string().contains("calibration-v2-GPU-1.csv"));
         // An unreadable named file: a problem naming it, then the cache.
         let bad = dir.path().join("bad.csv");
         std::fs::write(&bad, "junk").unwrap();
@@ -398,7 +439,7 @@ mod table_tests {
         let t = pricing_table(None, Some("GPU-1"), Some(dir.path()));
         assert!(matches!(t.source, TableSource::BuiltIn(_)));
         assert!(
-            t.problems[0].contains("calibration-GPU-1.csv"),
+            t.problems[0].contains("calibration-v2-GPU-1.csv"),
             "{:?}",
             t.problems
         );
@@ -409,12 +450,42 @@ mod table_tests {
         );
     }
 
+    /// A cache of the older method (version 1, no version in its name) still prices where
+    /// nothing newer is cached, marked as such; a current one is preferred.
+    #[test]
+    fn an_old_cache_is_used_only_marked_and_only_without_a_current_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = old_cache_file(dir.path(), "GPU-7");
+        assert!(old.ends_with("calibration-GPU-7.csv"));
+        write_model(&old);
+        let t = pricing_table(None, Some("GPU-7"), Some(dir.path()));
+        assert_eq!(t.source, TableSource::Cached(old.clone()));
+        assert_eq!(t.problems.len(), 1);
+        assert!(
+            t.problems[0].contains("calibration-GPU-7.csv")
+                && t.problems[0].contains("older pinwise")
+                && t.problems[0].contains("not just written"),
+            "{:?}",
+            t.problems
+        );
+        let current = cache_file(dir.path(), "GPU-7");
+        write_model(&current);
+        let t = pricing_table(None, Some("GPU-7"), Some(dir.path()));
+        assert_eq!(t.source, TableSource::Cached(current));
+        assert!(t.problems.is_empty());
+        // An unreadable old file is no table: built-in.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(old_cache_file(dir.path(), "GPU-7"), "junk").unwrap();
+        let t = pricing_table(None, Some("GPU-7"), Some(dir.path()));
+        assert!(matches!(t.source, TableSource::BuiltIn(_)));
+    }
+
     #[test]
     fn keys_become_safe_file_names() {
         let p = cache_file(Path::new("/c"), "NVIDIA H100 at 0000:18:00.0/../x");
         assert_eq!(
             p,
-            Path::new("/c/calibration-NVIDIA_H100_at_0000_18_00_0____x.csv")
+            Path::new("/c/calibration-v2-NVIDIA_H100_at_0000_18_00_0____x.csv")
         );
     }
 }
