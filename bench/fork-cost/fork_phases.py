@@ -13,8 +13,9 @@ pinwise records while torch imports), keeps KEEP of them, and touches BALLAST_MI
   - the main thread copies each pinned batch to the device (cudaMemcpy) and gives the block
     back; BATCHES batches of 64 items of 12 KiB (768 KiB);
   - then shuts the workers down (None on each index queue, join).
-Then FORKS bare forks (child `os._exit(0)` at once), timed in the parent, the child's minor
-faults from wait4.
+Then FORKS bare forks (child `os._exit(0)` at once), timed in the parent (fork_call: the call's
+wall time, fork_cpu: the forking thread's CPU time in it, fork_wait: until the child was
+reaped; medians), the child's minor faults from wait4.
 
 stdout: one `k=v` line per epoch (`epoch=`), one `fork` line; times in ms:
   create   starting the workers (the WORKERS `Process.start`, forks included)
@@ -237,13 +238,16 @@ def epoch(dev, cache):
 
 
 def bare_forks():
-    calls, waits, faults = [], [], []
+    calls, waits, faults, cpu = [], [], [], []
     for _ in range(FORKS):
+        r0 = resource.getrusage(resource.RUSAGE_THREAD)
         a = time.monotonic()
         pid = os.fork()
         if pid == 0:
             os._exit(0)
         b = time.monotonic()
+        r1 = resource.getrusage(resource.RUSAGE_THREAD)
+        cpu.append((r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime) * 1e3)
         _, status, ru = os.wait4(pid, 0)
         c = time.monotonic()
         if status != 0:
@@ -253,6 +257,7 @@ def bare_forks():
         faults.append(ru.ru_minflt)
     return {
         "fork_call": statistics.median(calls),
+        "fork_cpu": statistics.median(cpu),
         "fork_wait": statistics.median(waits),
         "fork_child_minflt": statistics.median(faults),
     }

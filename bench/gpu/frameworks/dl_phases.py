@@ -6,8 +6,11 @@ stderr, besides torch_dataloader.py's `time_ms` line, one line
 `phases k=v ...`; times in ms from t0, just before `iter(dl)`, unless said:
   iter        iter(dl) returned (the workers forked and started, the pin thread started,
               the first indices sent)
-  fork_max    the longest os.fork() call in the parent (duration); fork_sum: the 4 summed
-  child_max   the longest time from a fork's call to the child's first Python instruction
+  fork_max    the longest os.fork() call in the parent (duration); fork_sum: the 4 summed;
+              fork_cpu_sum: the forking thread's CPU time in them (wall - CPU: waiting)
+  child_max   the longest time from a fork's call to the child's first Python instruction;
+              child_cpu_max: the most CPU time a child had used when fork returned in it
+              (the kernel's return and the atfork handlers, pinwise's included)
   winit_max   the last worker's worker_init_fn (from t0)
   made_min    the first batch collated in a worker; made_max: the last worker's first batch
   pin_start   the pin thread's first pin_memory() call (the first batch received there)
@@ -38,21 +41,29 @@ from torch.utils.data import dataloader as dl_module
 from torch.utils.data import default_collate
 
 MARK_R, MARK_W = os.pipe()
-FORKS = []  # (call start, call end) in the parent
+FORKS = []  # (call start, call end, the forking thread's CPU seconds in it) in the parent
 CHILD = {}  # in a forked child: the fork call's start and the child's first instruction
 PINS = []  # (start, end) of each pin_memory() call in the pin thread
 SHUTDOWN = []
 _real_fork = os.fork
 
 
+def thread_cpu():
+    r = resource.getrusage(resource.RUSAGE_THREAD)
+    return r.ru_utime + r.ru_stime
+
+
 def timed_fork():
+    c = thread_cpu()
     a = time.monotonic()
     pid = _real_fork()
     b = time.monotonic()
     if pid == 0:
         CHILD["call"], CHILD["run"] = a, b
+        # The child's CPU time when fork returned in it: its atfork handlers included.
+        CHILD["cpu"] = time.clock_gettime(time.CLOCK_THREAD_CPUTIME_ID)
     else:
-        FORKS.append((a, b))
+        FORKS.append((a, b, thread_cpu() - c))
     return pid
 
 
@@ -94,7 +105,8 @@ def worker_end():
 
 
 def worker_init(_wid):
-    mark("init", time.monotonic(), CHILD.get("call", 0.0), CHILD.get("run", 0.0))
+    mark("init", time.monotonic(), CHILD.get("call", 0.0), CHILD.get("run", 0.0),
+         CHILD.get("cpu", 0.0))
     multiprocessing.util.Finalize(None, worker_end, exitpriority=100)
 
 
@@ -197,10 +209,12 @@ def main():
     inits = m.get("init", [])
     ph = {
         "iter": rel(t_iter),
-        "fork_max": max((b - a) * 1e3 for a, b in FORKS) if FORKS else -1,
-        "fork_sum": sum((b - a) * 1e3 for a, b in FORKS),
-        "child_max": max(((r - c) * 1e3 for _, c, r in inits), default=-1),
-        "winit_max": max((rel(t) for t, _, _ in inits), default=-1),
+        "fork_max": max((b - a) * 1e3 for a, b, _ in FORKS) if FORKS else -1,
+        "fork_sum": sum((b - a) * 1e3 for a, b, _ in FORKS),
+        "fork_cpu_sum": sum(c * 1e3 for _, _, c in FORKS),
+        "child_max": max(((r - c) * 1e3 for _, c, r, _ in inits), default=-1),
+        "child_cpu_max": max((cpu * 1e3 for _, _, _, cpu in inits), default=-1),
+        "winit_max": max((rel(t) for t, _, _, _ in inits), default=-1),
         "made_min": min((rel(t) for (t,) in m.get("made", [])), default=-1),
         "made_max": max((rel(t) for (t,) in m.get("made", [])), default=-1),
         "pin_start": rel(PINS[0][0]) if PINS else -1,

@@ -84,7 +84,7 @@ cmd_of() { # VARIANT REP: the command, one word a line
   echo "# $(uname -r); $(python3 -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__)' 2>/dev/null)"
 } > "$D/machine.txt"
 cat "$D/machine.txt"
-fields=(train iter_med iter fork_max fork_sum child_max winit_max made_min made_max pin_start pin_first
+fields=(train iter_med iter fork_max fork_sum fork_cpu_sum child_max child_cpu_max winit_max made_min made_max pin_start pin_first
   pin_med first last shutdown wend_max p_minflt c_minflt c_utime_ms c_stime_ms p_rss_mib p_pte_kib p_maps workers_seen)
 ((dry)) || { printf 'variant\trep\trc\tsame_out\twall_s'; printf '\t%s' "${fields[@]}"; printf '\n'; } > "$D/runs.tsv"
 field() { grep -oE "(^| )$1=[-0-9.]+" "$2" | tail -1 | cut -d= -f2; }
