@@ -5,9 +5,11 @@
 # DataLoader iteration does) and its bare forks go to $OUT/forkcost/runs.tsv (the layout of
 # bench/gpu/frameworks/dl_phases.sh's), then the summary of dl_phases_summary.py.
 #   bash bench/fork-cost/run.sh
-# VARIANTS (default "plain run disabled nomalloc nostacks"): as dl_phases.sh's. ALLOCS, KEEP,
+# VARIANTS (default "plain run disabled nomalloc nostacks"): as dl_phases.sh's (alt: the library
+# ALT_PRELOAD). ALLOCS, KEEP,
 # EPOCHS, WORKERS, BATCHES, FORKS, BALLAST_MIB: fork_phases.py's. pinwise: target/release, else target/debug
-# (PINWISE and PRELOAD override).
+# (PINWISE and PRELOAD override). PREFIX: words put before every command (e.g. `chrt -f 10`:
+# real-time priority, so that other tasks on a shared machine do not preempt the runs).
 set -u
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -29,7 +31,7 @@ prog=(python3 "$ROOT/bench/fork-cost/fork_phases.py" "$libdir/libcudart.so.13")
 {
   echo "# fork-cost/run.sh $(date -u '+%Y-%m-%d %H:%M:%S UTC') REPEATS=$REPEATS VARIANTS='${variants[*]}' pinwise=$PW"
   echo "# $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(uname -r), $(python3 --version); loadavg $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "# ALLOCS=${ALLOCS:-6500} KEEP=${KEEP:-120} EPOCHS=${EPOCHS:-3} WORKERS=${WORKERS:-4} BATCHES=${BATCHES:-60} FORKS=${FORKS:-20} BALLAST_MIB=${BALLAST_MIB:-256}"
+  echo "# PREFIX='${PREFIX:-}' ALLOCS=${ALLOCS:-6500} KEEP=${KEEP:-120} EPOCHS=${EPOCHS:-3} WORKERS=${WORKERS:-4} BATCHES=${BATCHES:-60} FORKS=${FORKS:-20} BALLAST_MIB=${BALLAST_MIB:-256}"
 } > "$D/machine.txt"
 cat "$D/machine.txt"
 header=
@@ -45,10 +47,11 @@ for rep in $(seq 1 "$REPEATS"); do
       nostacks) cmd=("$PW" run --no-stacks "${st[@]}" -- "${prog[@]}") ;;
       bare) cmd=("$PW" run --no-malloc-hooks --no-stacks "${st[@]}" -- "${prog[@]}") ;;
       mt16m) cmd=("$PW" run --min-tracked 16M "${st[@]}" -- "${prog[@]}") ;;
+      alt) cmd=("$PW" run --preload "${ALT_PRELOAD:?alt needs ALT_PRELOAD}" "${st[@]}" -- "${prog[@]}") ;;
       *) echo "unknown variant $v" >&2; exit 2 ;;
     esac
     o=$D/$v.$rep.out
-    timeout 300 "${cmd[@]}" > "$o" 2> "$D/$v.$rep.err"
+    timeout 300 ${PREFIX:-} "${cmd[@]}" > "$o" 2> "$D/$v.$rep.err"
     rc=$?
     # epoch 0's fields and the bare forks' (k=v on the `epoch=0` and `fork` lines)
     line=$( (grep '^epoch=0 ' "$o"; grep '^fork ' "$o") | tr '\n' ' ' | sed 's/^epoch=0 //; s/ fork / /')

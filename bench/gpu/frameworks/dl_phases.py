@@ -11,7 +11,7 @@ stderr, besides torch_dataloader.py's `time_ms` line, one line
   child_max   the longest time from a fork's call to the child's first Python instruction;
               child_cpu_max: the most CPU time a child had used when fork returned in it
               (the kernel's return and the atfork handlers, pinwise's included)
-  winit_max   the last worker's worker_init_fn (from t0)
+  winit_min   the first worker's worker_init_fn (from t0); winit_max: the last one's
   made_min    the first batch collated in a worker; made_max: the last worker's first batch
   pin_start   the pin thread's first pin_memory() call (the first batch received there)
   pin_first   that call's duration; pin_med: the median call's duration
@@ -43,7 +43,7 @@ from torch.utils.data import default_collate
 MARK_R, MARK_W = os.pipe()
 FORKS = []  # (call start, call end, the forking thread's CPU seconds in it) in the parent
 CHILD = {}  # in a forked child: the fork call's start and the child's first instruction
-PINS = []  # (start, end) of each pin_memory() call in the pin thread
+PINS = []  # (start, end) of each batch's pin_memory() call in the pin thread
 SHUTDOWN = []
 _real_fork = os.fork
 
@@ -72,11 +72,20 @@ os.fork = timed_fork
 _real_pin = pin_module.pin_memory
 
 
+_PIN_DEPTH = [0]
+
+
 def timed_pin(data, device=None):
+    # pin_memory() calls itself (by this global name) for each element of a batch: only the
+    # outermost call, a whole batch, is timed.
+    _PIN_DEPTH[0] += 1
     a = time.monotonic()
-    out = _real_pin(data, device)
-    PINS.append((a, time.monotonic()))
-    return out
+    try:
+        return _real_pin(data, device)
+    finally:
+        _PIN_DEPTH[0] -= 1
+        if _PIN_DEPTH[0] == 0:
+            PINS.append((a, time.monotonic()))
 
 
 pin_module.pin_memory = timed_pin
@@ -214,6 +223,7 @@ def main():
         "fork_cpu_sum": sum(c * 1e3 for _, _, c in FORKS),
         "child_max": max(((r - c) * 1e3 for _, c, r, _ in inits), default=-1),
         "child_cpu_max": max((cpu * 1e3 for _, _, _, cpu in inits), default=-1),
+        "winit_min": min((rel(t) for t, _, _, _ in inits), default=-1),
         "winit_max": max((rel(t) for t, _, _, _ in inits), default=-1),
         "made_min": min((rel(t) for (t,) in m.get("made", [])), default=-1),
         "made_max": max((rel(t) for (t,) in m.get("made", [])), default=-1),

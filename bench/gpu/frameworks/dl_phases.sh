@@ -19,6 +19,8 @@
 #   nostacks  pinwise run --no-stacks
 #   bare      pinwise run --no-malloc-hooks --no-stacks
 #   mt16m     pinwise run --min-tracked 16M (the malloc hooks on, almost nothing recorded)
+#   alt       pinwise run --preload $ALT_PRELOAD (another build of the library, e.g. the one
+#             before a change: .device-carry/main/libpinwise_preload.so)
 # pinwise is target/release/pinwise (from .device-carry/ when present, as suite.sh does), or
 # $PINWISE with $PRELOAD. PIN_CPUS: taskset list for every run. --dry-run: print the runs'
 # commands in their order and check the files they need, run nothing.
@@ -41,7 +43,7 @@ REPEATS=${REPEATS:-7}; BUDGET_S=${BUDGET_S:-420}
 read -r -a variants <<< "${VARIANTS:-plain run disabled nomalloc nostacks}"
 nv=${#variants[@]}
 for v in "${variants[@]}"; do
-  case $v in plain|empty|disabled|run|nomalloc|nostacks|bare|mt16m) ;;
+  case $v in plain|empty|disabled|run|nomalloc|nostacks|bare|mt16m|alt) ;;
     *) echo "dl_phases.sh: unknown variant '$v'" >&2; exit 2 ;;
   esac
 done
@@ -54,6 +56,7 @@ for v in "${variants[@]}"; do
   case $v in
     plain|empty) ;;
     disabled) [[ -f $LIB ]] || { echo "missing: $LIB (variant $v)" >&2; missing=1; } ;;
+    alt) [[ -x $PW && -f ${ALT_PRELOAD:-} ]] || { echo "missing: $PW or ALT_PRELOAD '${ALT_PRELOAD:-}' (variant $v)" >&2; missing=1; } ;;
     *) [[ -x $PW ]] || { echo "missing: $PW (variant $v)" >&2; missing=1; } ;;
   esac
 done
@@ -76,6 +79,7 @@ cmd_of() { # VARIANT REP: the command, one word a line
     nostacks) printf '%s\n' "$PW" run --no-stacks "${st[@]}" -- python3 "$prog" ;;
     bare) printf '%s\n' "$PW" run --no-malloc-hooks --no-stacks "${st[@]}" -- python3 "$prog" ;;
     mt16m) printf '%s\n' "$PW" run --min-tracked 16M "${st[@]}" -- python3 "$prog" ;;
+    alt) printf '%s\n' "$PW" run --preload "${ALT_PRELOAD:-}" "${st[@]}" -- python3 "$prog" ;;
   esac
 }
 {
@@ -84,7 +88,7 @@ cmd_of() { # VARIANT REP: the command, one word a line
   echo "# $(uname -r); $(python3 -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__)' 2>/dev/null)"
 } > "$D/machine.txt"
 cat "$D/machine.txt"
-fields=(train iter_med iter fork_max fork_sum fork_cpu_sum child_max child_cpu_max winit_max made_min made_max pin_start pin_first
+fields=(train iter_med iter fork_max fork_sum fork_cpu_sum child_max child_cpu_max winit_min winit_max made_min made_max pin_start pin_first
   pin_med first last shutdown wend_max p_minflt c_minflt c_utime_ms c_stime_ms p_rss_mib p_pte_kib p_maps workers_seen)
 ((dry)) || { printf 'variant\trep\trc\tsame_out\twall_s'; printf '\t%s' "${fields[@]}"; printf '\n'; } > "$D/runs.tsv"
 field() { grep -oE "(^| )$1=[-0-9.]+" "$2" | tail -1 | cut -d= -f2; }
