@@ -61,6 +61,9 @@ for v in "${variants[@]}"; do
   esac
 done
 ((missing && !dry)) && exit 1
+if ((!dry)) && ! python3 -c 'import torch' 2>/dev/null; then
+  echo "dl_phases.sh: python3 cannot import torch" >&2; exit 1
+fi
 mkdir -p "$D"
 export PYTHONUNBUFFERED=1
 if [[ " ${variants[*]} " == *" empty "* ]] && ((!dry)); then
