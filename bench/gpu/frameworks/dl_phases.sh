@@ -6,7 +6,8 @@
 # under variants, interleaved (the order rotates each round), REPEATS rounds (default 7), until
 # BUDGET_S seconds (default 420) have gone. Prints a table of medians (min-max) per phase and
 # variant, and each variant's median of paired differences from plain in the same round.
-# Writes $OUT/dlph/{runs.tsv,summary.md} and each run's stdout, stderr and statistics.
+# Writes $OUT/dlph-{runs.tsv,summary.md,machine.txt} and $OUT/dlph.tgz (every run's stdout,
+# stderr and statistics, from /tmp/pw-dlph).
 #
 #   bash bench/gpu/frameworks/dl_phases.sh [--dry-run]
 #
@@ -48,7 +49,11 @@ for v in "${variants[@]}"; do
   esac
 done
 [[ " ${variants[*]} " == *" plain "* ]] || { echo "dl_phases.sh: VARIANTS needs plain" >&2; exit 2; }
-D=${OUT:-$ROOT/bench-out}/dlph
+# Runs write under /tmp (dozens of files); $OUT gets runs.tsv, summary.md, machine.txt and one
+# archive of everything (the device tool brings back a few files per call).
+FINAL=${OUT:-$ROOT/bench-out}
+D=/tmp/pw-dlph
+((dry)) || rm -rf "$D"
 prog=$SRC/dl_phases.py
 missing=0
 for f in "$prog" "$SRC/dl_phases_summary.py"; do [[ -f $f ]] || { echo "missing: $f" >&2; missing=1; }; done
@@ -118,3 +123,7 @@ done
 ((dry)) && { ((missing)) && echo "(files missing: see above)"; exit 0; }
 python3 "$SRC/dl_phases_summary.py" "$D/runs.tsv" > "$D/summary.md"
 cat "$D/summary.md"
+mkdir -p "$FINAL"
+for f in runs.tsv summary.md machine.txt; do cp "$D/$f" "$FINAL/dlph-$f"; done
+find "$D" -type f -size +4M -delete
+tar czf "$FINAL/dlph.tgz" -C /tmp pw-dlph
