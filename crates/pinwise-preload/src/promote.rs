@@ -170,6 +170,12 @@ impl PromotedTable {
             return None;
         }
         for (i, e) in self.entries.iter().enumerate() {
+            if e.state.load(Ordering::Acquire) != FREE {
+                continue;
+            }
+            // Raised before the entry is taken, so that every entry not free lies below it
+            // (a forked child frees only those: see `forget_all`).
+            self.high_water.fetch_max(i + 1, Ordering::AcqRel);
             if e.state
                 .compare_exchange(FREE, CLAIMED, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
@@ -184,7 +190,6 @@ impl PromotedTable {
                 e.budgeted.store(p.budgeted, Ordering::Relaxed);
                 e.held.store(false, Ordering::Relaxed);
                 e.uses.store(0, Ordering::Relaxed);
-                self.high_water.fetch_max(i + 1, Ordering::AcqRel);
                 return Some(i);
             }
         }
@@ -324,10 +329,15 @@ impl PromotedTable {
         self.entries[i].read()
     }
 
-    /// Forgets everything (a forked child: the registrations belong to the parent).
+    /// Forgets everything (a forked child: the registrations belong to the parent). Only
+    /// entries below `high_water` can be taken (`claim` raises it first), and only those
+    /// not free are written: each page written is a page fault in every forked child.
     pub fn forget_all(&self) {
-        for e in &self.entries {
-            e.state.store(FREE, Ordering::Relaxed);
+        let n = self.high_water.load(Ordering::Acquire).min(PROMOTED_CAP);
+        for e in &self.entries[..n] {
+            if e.state.load(Ordering::Relaxed) != FREE {
+                e.state.store(FREE, Ordering::Relaxed);
+            }
         }
         self.active.store(0, Ordering::Release);
         self.high_water.store(0, Ordering::Release);
@@ -445,9 +455,14 @@ impl<const N: usize> RangeSet<N> {
     }
 
     fn reset(&self) {
+        // Only slots in use are written (a forked child: each page written is a fault).
         for slot in &self.slots {
-            slot.end.store(0, Ordering::SeqCst);
-            slot.claimed.store(false, Ordering::SeqCst);
+            if slot.end.load(Ordering::SeqCst) != 0 {
+                slot.end.store(0, Ordering::SeqCst);
+            }
+            if slot.claimed.load(Ordering::SeqCst) {
+                slot.claimed.store(false, Ordering::SeqCst);
+            }
         }
         self.everything.store(0, Ordering::SeqCst);
         self.published.store(0, Ordering::SeqCst);
@@ -762,7 +777,13 @@ pub struct PageableCopyCounters {
     slots: [Counter; COUNTERS_CAP],
     /// Keys refused because their probe sequence was full.
     refused: AtomicU64,
+    /// Bit `g` set: a key was put in a slot of group `g` (slots `g * GROUP..(g + 1) *
+    /// GROUP`; set before the key is).
+    keyed_groups: AtomicU64,
 }
+
+/// Slots of one bit of [`PageableCopyCounters::keyed_groups`] (a page of counters or so).
+const GROUP: usize = COUNTERS_CAP / 64;
 
 impl Default for PageableCopyCounters {
     fn default() -> Self {
@@ -776,6 +797,7 @@ impl PageableCopyCounters {
         PageableCopyCounters {
             slots: [const { Counter::new() }; COUNTERS_CAP],
             refused: AtomicU64::new(0),
+            keyed_groups: AtomicU64::new(0),
         }
     }
 
@@ -791,6 +813,10 @@ impl PageableCopyCounters {
                 return Some(i);
             }
             if k == 0 {
+                let bit = 1u64 << (i / GROUP);
+                if self.keyed_groups.load(Ordering::Relaxed) & bit == 0 {
+                    self.keyed_groups.fetch_or(bit, Ordering::AcqRel);
+                }
                 match self.slots[i].key.compare_exchange(
                     0,
                     key,
@@ -817,15 +843,23 @@ impl PageableCopyCounters {
         self.refused.load(Ordering::Relaxed)
     }
 
-    /// Forgets everything (a forked child).
+    /// Forgets everything (a forked child). A slot is written to only through a key
+    /// [`PageableCopyCounters::slot`] put in it, so the slots without a key are as new: they
+    /// are not written (each page written is a page fault in every forked child), nor looked
+    /// at in groups no key was ever put in.
     pub fn forget_all(&self) {
-        for c in &self.slots {
+        let groups = self.keyed_groups.load(Ordering::Acquire);
+        for (i, c) in self.slots.iter().enumerate() {
+            if groups & (1u64 << (i / GROUP)) == 0 || c.key.load(Ordering::Relaxed) == 0 {
+                continue;
+            }
             c.key.store(0, Ordering::Relaxed);
             c.reset();
             c.penalty.store(0, Ordering::Relaxed);
             c.cached_key.store(0, Ordering::Relaxed);
             c.threshold_span.store(0, Ordering::Relaxed);
         }
+        self.keyed_groups.store(0, Ordering::Release);
     }
 }
 
@@ -1231,5 +1265,55 @@ mod tests {
             g.try_begin_demotion(A, A + MB).is_some(),
             "with no copy left, a demotion may run"
         );
+    }
+
+    #[test]
+    fn a_forked_child_frees_every_entry_taken_and_writes_no_other() {
+        let t: Box<PromotedTable> = Box::default();
+        let a = t.claim(range((0x1000, 0x2000), (0x1000, 0x2000))).unwrap();
+        let b = t.claim(range((0x5000, 0x6000), (0x5000, 0x6000))).unwrap();
+        t.activate(a);
+        // Every entry taken lies below the high water, which the child's walk stops at.
+        assert!(t.high_water.load(Ordering::Relaxed) > a.max(b));
+        t.forget_all();
+        assert_eq!(t.active_count(), 0);
+        assert!(t
+            .entries
+            .iter()
+            .all(|e| e.state.load(Ordering::Relaxed) == FREE));
+        assert_eq!(t.covering(0x1000, 1), None);
+        // The same pages can be claimed again.
+        let c = t.claim(range((0x1000, 0x2000), (0x1000, 0x2000))).unwrap();
+        t.activate(c);
+        assert_eq!(t.covering(0x1000, 1), Some(c));
+    }
+
+    #[test]
+    fn a_forked_child_forgets_the_counters_keyed_and_only_looks_at_their_groups() {
+        let c: Box<PageableCopyCounters> = Box::default();
+        c.forget_all();
+        assert_eq!(c.keyed_groups.load(Ordering::Relaxed), 0, "nothing keyed");
+        let keys = [0x7000_1000usize, 0x7f00_2000_0000];
+        let slots: Vec<usize> = keys.iter().map(|&k| c.slot(k).unwrap()).collect();
+        let groups = c.keyed_groups.load(Ordering::Relaxed);
+        for &i in &slots {
+            assert_ne!(groups & (1 << (i / GROUP)), 0, "slot {i}'s group is marked");
+            let k = c.get(i);
+            k.set_state(NEVER);
+            k.judge_promotion(0);
+            k.threshold(4096, || 77);
+        }
+        c.forget_all();
+        assert_eq!(c.keyed_groups.load(Ordering::Relaxed), 0);
+        for (&key, &i) in keys.iter().zip(&slots) {
+            let k = c.get(i);
+            assert_eq!(k.key.load(Ordering::Relaxed), 0);
+            assert_eq!(k.state(), TRACKING);
+            assert_eq!(k.copies(), 0);
+            assert_eq!(k.required(10), 10, "no penalty left");
+            assert_eq!(k.threshold(4096, || 5), 5, "no threshold cached");
+            // The key gets a slot again (maybe another one).
+            assert!(c.slot(key).is_some());
+        }
     }
 }

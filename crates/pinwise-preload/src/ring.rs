@@ -251,9 +251,12 @@ impl<T: Stamped + Send> Registry<T> {
     }
 
     /// Forgets every ring (in a forked child: the parent's threads are gone). The rings
-    /// themselves are leaked.
+    /// themselves are leaked. Only the slots ever registered are written (`claim` counts a
+    /// slot before it stores into it; the others are null): each page written here is a
+    /// page fault in every forked child.
     pub fn forget_all(&self) {
-        for slot in &self.rings {
+        let n = self.count.load(Ordering::Acquire).min(MAX_RINGS);
+        for slot in &self.rings[..n] {
             slot.store(std::ptr::null_mut(), Ordering::Relaxed);
         }
         self.count.store(0, Ordering::Release);
@@ -395,13 +398,24 @@ impl<T: Stamped + Send> GlobalQueue<T> {
     }
 
     /// Empties the queue in a forked child (one thread: the parent's pushes in flight will
-    /// never finish, and its events are not the child's).
+    /// never finish, and its events are not the child's): every position from `dequeue` to
+    /// `enqueue` (events waiting, and pushes that won their position and never published)
+    /// is consumed, as the collector would consume it, and nothing else is written. A
+    /// drained queue is left as it is: each page written here is a page fault in every
+    /// forked child, and a queue used long has written every slot.
     pub fn reset_in_child(&self) {
-        for (i, slot) in self.slots.iter().enumerate() {
-            slot.seq.store(i, Ordering::Relaxed);
+        let from = self.dequeue.load(Ordering::Relaxed);
+        let to = self.enqueue.load(Ordering::Relaxed);
+        // At most GLOBAL_CAP positions are ever between them (a push never passes a slot
+        // the collector has not consumed); `min` only guards against a torn pair.
+        for pos in from..to.max(from).min(from + GLOBAL_CAP) {
+            let slot = &self.slots[pos % GLOBAL_CAP];
+            if slot.seq.load(Ordering::Relaxed) != pos + GLOBAL_CAP {
+                slot.seq.store(pos + GLOBAL_CAP, Ordering::Relaxed);
+            }
         }
-        self.enqueue.store(0, Ordering::Relaxed);
-        self.dequeue.store(0, Ordering::Relaxed);
+        self.dequeue.store(to.max(from), Ordering::Relaxed);
+        self.enqueue.store(to.max(from), Ordering::Relaxed);
         self.pending.store(0, Ordering::Release);
     }
 
@@ -612,5 +626,92 @@ mod tests {
         }
         // One pushed above plus CAP + 10 here: CAP fit, 11 are dropped and counted.
         assert_eq!(Q.dropped(), 11);
+    }
+
+    fn ev(n: u32) -> Ev {
+        Ev {
+            ts: n as u64,
+            thread: 0,
+            n,
+        }
+    }
+
+    fn seqs<T: Stamped>(q: &GlobalQueue<T>) -> Vec<usize> {
+        q.slots
+            .iter()
+            .map(|s| s.seq.load(Ordering::Relaxed))
+            .collect()
+    }
+
+    #[test]
+    fn a_forked_child_empties_the_global_queue_writing_only_the_slots_still_in_use() {
+        let q: Box<GlobalQueue<Ev>> = Box::default();
+        let mut out = Vec::new();
+        // Past one turn of the queue, every event collected: the child has nothing to
+        // forget, and writes no slot.
+        for n in 0..(GLOBAL_CAP + 100) as u32 {
+            q.begin(|| n as u64);
+            q.push(ev(n));
+            if n % 7 == 0 {
+                // SAFETY: single consumer.
+                unsafe { q.collect(&mut out) };
+            }
+        }
+        // SAFETY: single consumer.
+        unsafe { q.collect(&mut out) };
+        assert_eq!(out.len(), GLOBAL_CAP + 100);
+        let drained = seqs(&q);
+        q.reset_in_child();
+        assert_eq!(seqs(&q), drained, "a drained queue is left as it is");
+
+        // Three events waiting, a push announced and in flight (never finished in the
+        // child), and a position won by a producer that never published it: gone after
+        // the reset, and the queue works as before (CAP fit again, then drops).
+        for n in 0..3 {
+            q.begin(|| n);
+            q.push(ev(n as u32));
+        }
+        q.begin(|| 99);
+        q.enqueue.fetch_add(1, Ordering::Relaxed);
+        let before = seqs(&q);
+        q.reset_in_child();
+        let written = seqs(&q).iter().zip(&before).filter(|(a, b)| a != b).count();
+        assert_eq!(written, 4, "only the 4 positions in use are written");
+        out.clear();
+        // SAFETY: single consumer.
+        assert_eq!(
+            unsafe { q.collect(&mut out) },
+            u64::MAX,
+            "no push in flight"
+        );
+        assert!(out.is_empty(), "{out:?}");
+        let dropped = q.dropped();
+        for n in 0..(GLOBAL_CAP + 5) as u32 {
+            q.begin(|| n as u64);
+            q.push(ev(n));
+        }
+        assert_eq!(q.dropped() - dropped, 5);
+        // SAFETY: single consumer.
+        unsafe { q.collect(&mut out) };
+        assert_eq!(out.len(), GLOBAL_CAP);
+        assert!(out.iter().enumerate().all(|(i, e)| e.n == i as u32));
+    }
+
+    #[test]
+    fn a_forked_child_forgets_the_rings_registered() {
+        let reg: Box<Registry<Ev>> = Box::default();
+        let a = reg.claim().unwrap();
+        let b = reg.claim().unwrap();
+        assert!(!std::ptr::eq(a, b));
+        assert_eq!(reg.len(), 2);
+        reg.forget_all();
+        assert!(reg.is_empty());
+        assert!(reg
+            .rings
+            .iter()
+            .all(|s| s.load(Ordering::Relaxed).is_null()));
+        let c = reg.claim().unwrap();
+        assert!(!std::ptr::eq(c, a) && !std::ptr::eq(c, b), "a new ring");
+        assert_eq!(reg.len(), 1);
     }
 }

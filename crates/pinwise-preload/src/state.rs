@@ -163,7 +163,12 @@ extern "C" fn in_forked_child() {
     RINGS.forget_all();
     GLOBAL.reset_in_child();
     PROMOTED_RANGES.forget_all();
-    COUNTERS.forget_all();
+    // The counters are read only through the allocator, which a process with pinwise off
+    // never makes (`get`): in a worker forked after CUDA was used they are left as they are
+    // (each page written here is a page fault in every such child).
+    if enabled() {
+        COUNTERS.forget_all();
+    }
     crate::promote::COPY_GATE.reset();
     crate::capture::forget_all();
     crate::async_fp::forget_in_child();
