@@ -176,6 +176,30 @@ pub struct ProcessStats {
     /// Copies that waited for a demotion of pages they overlap, and demotions that waited
     /// for copies of their pages (however briefly; copies of other memory do not meet).
     pub copy_gate_waits: u64,
+    /// How the events' timestamps were taken (see [`TimestampStats`]).
+    pub timestamps: TimestampStats,
+}
+
+/// How the events' timestamps were taken: stamped with the CPU's time-stamp counter and
+/// converted to `CLOCK_MONOTONIC` ns by the drain, or read from the clock (the fallback).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TimestampStats {
+    /// `counter` or `clock`: what hooks stamp events with at the end.
+    pub source: String,
+    /// Why the clock (`None`: the counter throughout).
+    pub fallback: Option<String>,
+    /// Events stamped with the counter (converted).
+    pub counter_stamps: u64,
+    /// Events stamped with the clock.
+    pub clock_stamps: u64,
+    /// (counter, clock) anchors the drain took.
+    pub anchors: u64,
+    /// Conversions below the previous event's, raised to it (the history never goes back).
+    pub raised: u64,
+    /// The largest distance of an anchor from the line extrapolated to it from the ones
+    /// before, ns: an upper bound on the conversion's error between anchors.
+    pub check_max_ns: u64,
 }
 
 /// Medians (ns, the middle of a histogram bucket; `None`: no sample) of the parts of a
@@ -362,6 +386,7 @@ mod tests {
         "ceiling_deferred",
         "copy_gate_overruns",
         "copy_gate_waits",
+        "timestamps",
     ];
 
     /// Keys of a serialized object, in order (no JSON map type keeps the order here).

@@ -62,8 +62,11 @@ struct Pending {
     host: u64,
     device: u64,
     bytes: u64,
-    /// Its transfer event's timestamp.
+    /// Its transfer event's stamp (the order of events: [`crate::stamp`]).
     ts: u64,
+    /// Its transfer event's time in the history, ns, once the history ingested it
+    /// ([`ingested`]).
+    ts_ns: Option<u64>,
     pid: u32,
     /// The fingerprint, once the stream reached the copy and the bytes were hashed.
     fingerprint: Option<Fingerprint>,
@@ -87,11 +90,11 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 /// `PENDING`'s lock was held by another thread when this process was forked from its
 /// parent: asynchronous downloads are not fingerprinted here (counted unknown).
 static STUCK: AtomicBool = AtomicBool::new(false);
-/// The timestamp of the last event the history ingested (see [`note_ingested`]).
+/// The stamp of the last event the history ingested (see [`note_ingested`]).
 static INGESTED: AtomicU64 = AtomicU64::new(0);
 /// How many entries `PENDING` holds (read without the lock on every copy).
 static COUNT: AtomicUsize = AtomicUsize::new(0);
-/// At most the smallest timestamp of a hashed entry (`u64::MAX`: none), read without the
+/// At most the smallest stamp of a hashed entry (`u64::MAX`: none), read without the
 /// lock for every event the history ingests ([`apply_before`]).
 static MIN_HASHED_TS: AtomicU64 = AtomicU64::new(u64::MAX);
 /// Asynchronous downloads fingerprinted (given to the history).
@@ -220,7 +223,8 @@ pub fn touch(st: &State, c: &HostCopy, settled: bool) {
 }
 
 /// Starts fingerprinting asynchronous download `c` (issued on `stream`; its transfer event
-/// stamped `ts`): records an event after it. `false` when it could not (counted unknown).
+/// stamped `ts`, see [`crate::stamp`]): records an event after it. `false` when it could
+/// not (counted unknown).
 pub fn start(st: &State, c: &HostCopy, stream: Option<StreamHandle>, ts: u64) -> bool {
     let ok = (|| {
         let stream = stream?;
@@ -245,6 +249,7 @@ pub fn start(st: &State, c: &HostCopy, stream: Option<StreamHandle>, ts: u64) ->
             device: c.device,
             bytes: c.bytes as u64,
             ts,
+            ts_ns: None,
             pid: std::process::id(),
             fingerprint: None,
             settled: false,
@@ -337,7 +342,22 @@ pub fn forget_in_child() {
     MIN_HASHED_TS.store(u64::MAX, Ordering::Release);
 }
 
-/// The drain tells that the history ingested every event up to timestamp `ts`.
+/// The drain tells that the history ingested the transfer event of an asynchronous
+/// download stamped `stamp` (of `host`, `device`, `bytes`) at `ns`: the time its
+/// fingerprint is compared at.
+pub fn ingested(stamp: u64, ns: u64, host: u64, device: u64, bytes: u64) {
+    if COUNT.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    let mut v = PENDING.lock();
+    if let Some(p) = v.iter_mut().find(|p| {
+        p.ts == stamp && p.ts_ns.is_none() && (p.host, p.device, p.bytes) == (host, device, bytes)
+    }) {
+        p.ts_ns = Some(ns);
+    }
+}
+
+/// The drain tells that the history ingested every event up to stamp `ts`.
 pub fn note_ingested(ts: u64) {
     INGESTED.fetch_max(ts, Ordering::Release);
 }
@@ -363,7 +383,7 @@ pub fn apply(h: &mut MemHistory) {
     apply_up_to(h, INGESTED.load(Ordering::Acquire));
 }
 
-/// Called by the history's ingestion before each event, stamped `ts`: the hashed downloads
+/// Called by the history's ingestion before each event, of stamp `ts`: the hashed downloads
 /// stamped before it are compared first (their own transfer events came before it), so
 /// that a download settled by a later copy's hook ([`settle`]) is compared before that
 /// copy. One atomic load when nothing hashed waits.
@@ -389,7 +409,12 @@ fn apply_up_to(h: &mut MemHistory, ingested: u64) {
         }
         let p = v.swap_remove(i);
         let fp = p.fingerprint.expect("checked above");
-        if h.observe_late_fingerprint(p.pid, p.host, p.device, p.bytes, Direction::DtoH, p.ts, fp) {
+        // The event's time in the history; `None` (its event was not seen ingested): not
+        // compared.
+        let compared = p.ts_ns.is_some_and(|ns| {
+            h.observe_late_fingerprint(p.pid, p.host, p.device, p.bytes, Direction::DtoH, ns, fp)
+        });
+        if compared {
             FINGERPRINTED.fetch_add(1, Ordering::Relaxed);
         } else {
             UNKNOWN.fetch_add(1, Ordering::Relaxed);
@@ -412,6 +437,7 @@ mod tests {
             device,
             bytes,
             ts: 0,
+            ts_ns: None,
             pid: 1,
             fingerprint: None,
             settled: false,

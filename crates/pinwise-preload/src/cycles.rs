@@ -56,6 +56,9 @@ pub fn choose() {
 pub fn stop_counter() {
     // The vDSO's clock reads the same counter: the clock, too, through the kernel.
     pinwise_core::units::use_system_call_clock();
+    // Events are stamped with the clock from now on (after a last anchor, taken while the
+    // counter still reads).
+    crate::stamp::stop();
     STOPPED.store(true, Ordering::SeqCst);
     USE_COUNTER.store(false, Ordering::SeqCst);
 }
@@ -144,16 +147,18 @@ pub fn makes_counter_fault(option: libc::c_int, arg2: libc::c_ulong) -> bool {
     }
 }
 
+/// Whether the counter reads in this process (does not fault on this thread).
 #[cfg(target_arch = "x86_64")]
-fn counter_readable() -> bool {
+pub(crate) fn counter_readable() -> bool {
     let mut mode: libc::c_int = 0;
     // SAFETY: PR_GET_TSC writes one int through the pointer, alive for the call.
     let rc = unsafe { libc::prctl(libc::PR_GET_TSC, &mut mode as *mut libc::c_int) };
     rc == 0 && mode == libc::PR_TSC_ENABLE
 }
 
+/// Whether the counter reads in this process (always, on aarch64).
 #[cfg(target_arch = "aarch64")]
-fn counter_readable() -> bool {
+pub(crate) fn counter_readable() -> bool {
     // Linux lets user code read the virtual counter always.
     true
 }

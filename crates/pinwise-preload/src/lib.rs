@@ -164,6 +164,7 @@
 //! | [`variants`] | which driver functions are hooked, under which exported names |
 //! | [`real`] | finding the real `dlsym`, driver and runtime functions |
 //! | [`ring`] | per-thread event rings and their ordered draining |
+//! | `stamp` | event stamps: the CPU's counter where it is the clock's own, converted to `CLOCK_MONOTONIC` by the drain; else the clock |
 //! | [`promote`] | lock-free tables: promoted ranges and pageable transfer counters |
 //! | `recorder` | the history, the drain thread, the output files |
 //! | `flush` | the outputs written before a fatal signal or `_exit` ends the process |
@@ -215,6 +216,7 @@ mod recorder;
 pub mod ring;
 mod stack;
 mod stack_budget;
+mod stamp;
 mod state;
 mod stats;
 mod unwind;

@@ -1,6 +1,7 @@
 //! In-process tracing: hooks stamp and push events into their thread's ring; a background
-//! thread drains the rings into the same `MemHistory` the eBPF tracer builds, in timestamp
-//! order (see [`crate::ring`]), resolving call sites (return addresses) on the way.
+//! thread drains the rings into the same `MemHistory` the eBPF tracer builds, in stamp
+//! order (see [`crate::ring`]), resolving call sites (return addresses) and converting
+//! stamps to `CLOCK_MONOTONIC` nanoseconds (see [`crate::stamp`]) on the way.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -15,10 +16,11 @@ use pinwise_core::{
 
 use crate::guard;
 use crate::ring::{release_below, GlobalQueue, Registry, Ring, Stamped, RING_CAP};
+use crate::stamp::Converter;
 use crate::stats::Tally;
-use pinwise_core::units::monotonic_ns;
 
-/// An event as a hook leaves it: its call site still a raw return address.
+/// An event as a hook leaves it: its call site still a raw return address, its `ts_ns`
+/// still a stamp ([`crate::stamp`]; converted when the history ingests it).
 #[derive(Debug, Clone, Copy)]
 pub struct Raw {
     /// The event (`site` set when the hook already resolved it).
@@ -101,7 +103,8 @@ fn claim_thread_ring(generation: u64) -> (Option<&'static Ring<Raw>>, u32) {
 pub struct Stamp {
     ring: Option<&'static Ring<Raw>>,
     tid: u32,
-    /// The timestamp, `CLOCK_MONOTONIC` ns.
+    /// The stamp ([`crate::stamp`]: the order of events; nanoseconds once the drain
+    /// converted it).
     pub ts: u64,
 }
 
@@ -109,6 +112,10 @@ struct Collector {
     pending: Vec<Raw>,
     ready: Vec<Raw>,
     tally: Tally,
+    /// Stamps to nanoseconds.
+    converter: Converter,
+    /// The last stamp the history ingested.
+    last_stamp: u64,
     /// Recently resolved call sites (direct-mapped by return address): the same few sites
     /// make most calls.
     sites: Box<[(usize, Site); SITE_CACHE]>,
@@ -226,6 +233,8 @@ impl Recorder {
                 pending: Vec::with_capacity(RING_CAP),
                 ready: Vec::with_capacity(RING_CAP),
                 tally: Tally::default(),
+                converter: Converter::starting(),
+                last_stamp: 0,
                 sites: Box::new([(0, Site::UNKNOWN); SITE_CACHE]),
             }),
             finished: AtomicBool::new(false),
@@ -378,8 +387,8 @@ impl Recorder {
     pub fn stamp(&self) -> Stamp {
         let (ring, tid) = thread_ring();
         let ts = match ring {
-            Some(r) => r.begin(monotonic_ns),
-            None => GLOBAL.begin(monotonic_ns),
+            Some(r) => r.begin(crate::stamp::now),
+            None => GLOBAL.begin(crate::stamp::now),
         };
         Stamp { ring, tid, ts }
     }
@@ -467,7 +476,7 @@ impl Recorder {
 
     /// Records an event from a path that must not touch thread-local storage.
     pub fn record_global(&self, kind: EventKind, site: Option<Site>) {
-        let ts = GLOBAL.begin(monotonic_ns);
+        let ts = GLOBAL.begin(crate::stamp::now);
         let mut event = Event::new(ts, self.pid, 0, ProbeKind::InProcessHook, kind);
         event.site = site;
         GLOBAL.push(Raw { event, caller: 0 });
@@ -490,10 +499,22 @@ impl Recorder {
             pending,
             ready,
             tally,
+            converter,
+            last_stamp,
             sites,
         } = &mut *c;
+        // Every stamp released below is under this collection's start, so under its anchor.
+        let (start, anchor) = crate::stamp::collection_start();
+        if let Some(a) = anchor {
+            converter.add(a);
+        } else if !converter.stop_anchor_added {
+            if let Some(a) = crate::stamp::stop_anchor() {
+                converter.add(a);
+                converter.stop_anchor_added = true;
+            }
+        }
         // SAFETY: the collector lock makes this the only consumer.
-        let wm_rings = unsafe { RINGS.collect(pending, own, monotonic_ns) };
+        let wm_rings = unsafe { RINGS.collect(pending, own, || start) };
         // SAFETY: as above.
         let wm_global = unsafe { GLOBAL.collect(pending) };
         let watermark = if last {
@@ -543,15 +564,34 @@ impl Recorder {
         } else {
             self.history.lock()
         };
-        let mut last_ts = 0;
         for raw in ready.drain(..) {
+            let stamp = raw.event.ts_ns;
             // An asynchronous download hashed before this event's copy was issued is
             // compared before it (see `async_fp::settle`).
-            crate::async_fp::apply_before(&mut h, raw.event.ts_ns);
-            h.ingest(&raw.event);
-            last_ts = raw.event.ts_ns;
+            crate::async_fp::apply_before(&mut h, stamp);
+            let mut event = raw.event;
+            event.ts_ns = converter.convert(stamp);
+            h.ingest(&event);
+            if let EventKind::Transfer {
+                direction: pinwise_core::Direction::DtoH,
+                is_async: true,
+                host,
+                device,
+                bytes,
+                ..
+            } = event.kind
+            {
+                crate::async_fp::ingested(stamp, event.ts_ns, host, device, bytes);
+            }
+            *last_stamp = stamp;
         }
-        crate::async_fp::note_ingested(last_ts);
+        converter.forget_below(*last_stamp);
+        crate::async_fp::note_ingested(*last_stamp);
+    }
+
+    /// What the statistics say about the events' stamps.
+    pub fn timestamp_stats(&self) -> pinwise_core::preload_stats::TimestampStats {
+        self.collector.lock().converter.stats()
     }
 
     /// Runs `f` on the history (drain first for an up-to-date view).

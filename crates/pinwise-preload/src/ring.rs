@@ -11,6 +11,11 @@
 //! the time the collection started, lowered to the timestamp of any push in flight, or 0
 //! when a push is between its announcement and its timestamp. Events at or above the
 //! watermark wait for the next collection.
+//!
+//! A timestamp is whatever the `clock` given to [`Ring::begin`] and [`Registry::collect`]
+//! returns: for this argument, a later read (in the order the announcement and the
+//! collector's look at `busy` set) must not return less, on any thread
+//! (`crate::stamp::now`, the ordered counter read or the clock).
 
 use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
@@ -18,7 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering}
 
 /// Something with a timestamp.
 pub trait Stamped: Copy {
-    /// Its timestamp (ns).
+    /// Its timestamp (see the module documentation).
     fn ts(&self) -> u64;
 }
 

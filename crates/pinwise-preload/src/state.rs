@@ -321,6 +321,9 @@ impl State {
         let modules = ModuleTable::shared();
         let top_process = GENERATION.load(Ordering::Acquire) == 1
             && config.launcher_pid.is_none_or(|l| l == ppid);
+        // Before the recorder exists: nothing was stamped in this process (or forked
+        // child) yet.
+        crate::stamp::choose();
         let stats = HookStats::default();
         stats.measure_read_cost(crate::cycles::now);
         stats.start_rate(crate::cycles::Anchor::take());
@@ -515,6 +518,7 @@ impl State {
         stats.events = events;
         stats.events_lost = self.recorder.lost();
         stats.inline_drains = self.recorder.inline_drains();
+        stats.timestamps = self.recorder.timestamp_stats();
         match self.pinning.get() {
             Some(Ok(p)) => {
                 stats.allocator_active = true;

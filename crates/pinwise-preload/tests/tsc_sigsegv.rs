@@ -68,6 +68,25 @@ fn a_program_that_makes_the_counter_fault_after_start_runs_as_plainly() {
             .any(|m| m.as_str().is_some_and(|m| m.contains("PR_SET_TSC")))),
         "the switch is told: {p}"
     );
+    // Events are stamped with the clock after the switch (the counter's stamps before it,
+    // where this machine allows them, were converted).
+    assert_clock_stamps(&p);
+    assert!(p["timestamps"]["clock_stamps"].as_u64() > Some(0), "{p}");
+}
+
+/// The statistics say the events were stamped with the clock at the end, because of the
+/// switch, and every event ingested was converted once.
+fn assert_clock_stamps(p: &serde_json::Value) {
+    let t = &p["timestamps"];
+    assert_eq!(t["source"], "clock", "{t}");
+    assert!(
+        t["fallback"]
+            .as_str()
+            .is_some_and(|f| f.contains("PR_SET_TSC")),
+        "{t}"
+    );
+    let converted = t["counter_stamps"].as_u64().unwrap() + t["clock_stamps"].as_u64().unwrap();
+    assert_eq!(Some(converted), p["events"].as_u64(), "{p}");
 }
 
 #[test]
@@ -86,6 +105,9 @@ fn a_program_that_makes_the_counter_fault_before_pinwise_starts_runs_as_plainly(
             p["transfers"]["HtoD"]["count"].as_u64() >= Some(604),
             "{extra:?}: {p}"
         );
+        // Decided when the state was created, after the switch: the clock throughout.
+        assert_clock_stamps(&p);
+        assert_eq!(p["timestamps"]["counter_stamps"], 0, "{p}");
     }
     assert!(history.exists(), "the history was written");
 }
