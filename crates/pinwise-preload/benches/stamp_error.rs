@@ -27,7 +27,7 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(10);
-    stamp::choose();
+    stamp::choose(false);
     if let Err(why) = stamp::source() {
         println!(
             "stamps read the clock here ({}): nothing to convert",

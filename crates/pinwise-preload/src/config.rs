@@ -47,6 +47,9 @@ pub mod env {
     pub const MALLOC_HOOKS: &str = "PINWISE_MALLOC_HOOKS";
     /// `0`: recorded allocations carry their call site only, no stack.
     pub const STACKS: &str = "PINWISE_STACKS";
+    /// What events are stamped with: `counter` (the default: the CPU's counter where it is
+    /// the clock's own, see `stamp`) or `clock` (`CLOCK_MONOTONIC` read at each event).
+    pub const TIMESTAMPS: &str = "PINWISE_TIMESTAMPS";
     /// How often the history is appended to while the program runs (`1s` default;
     /// `0`/`off`: only at the end).
     pub const FLUSH_EVERY: &str = "PINWISE_FLUSH_EVERY";
@@ -125,6 +128,9 @@ pub struct Config {
     pub promote_pageable: bool,
     /// Hand out driver wrappers through `dlsym` and `cuGetProcAddress`.
     pub driver_hooks: bool,
+    /// Stamp events with `CLOCK_MONOTONIC` even where the CPU's counter could be used
+    /// (`PINWISE_TIMESTAMPS=clock`).
+    pub clock_stamps: bool,
     /// The pid of the `pinwise run` that started the program.
     pub launcher_pid: Option<u32>,
     /// How often the drain thread appends what changed to the history file (`None`: only
@@ -174,6 +180,17 @@ impl Config {
         // Read when the library is loaded (crate::malloc); checked here to report them.
         let _ = flag(env::MALLOC_HOOKS, true);
         let _ = flag(env::STACKS, true);
+        let clock_stamps = match set(env::TIMESTAMPS).as_deref().map(str::trim) {
+            None | Some("counter") => false,
+            Some("clock") => true,
+            Some(other) => {
+                problems.push(format!(
+                    "{}={other:?} is not counter or clock; using counter",
+                    env::TIMESTAMPS
+                ));
+                false
+            }
+        };
         if let Some(v) = set(env::MIN_TRACKED) {
             if let Err(e) = pinwise_core::units::parse_size_or_ram_percent(&v) {
                 problems.push(format!(
@@ -291,6 +308,7 @@ impl Config {
             pageable_first,
             promote_pageable,
             driver_hooks,
+            clock_stamps,
             launcher_pid,
             flush_every,
             fingerprint,
@@ -392,6 +410,22 @@ mod tests {
         assert_eq!(c.log, LogTarget::Off);
         assert!(c.problems.is_empty());
         assert_eq!(c.budget_bytes, None);
+    }
+
+    #[test]
+    fn timestamps_are_the_counter_unless_the_clock_is_asked_for() {
+        assert!(!config(&[]).clock_stamps);
+        assert!(!config(&[(env::TIMESTAMPS, "counter")]).clock_stamps);
+        let c = config(&[(env::TIMESTAMPS, " clock ")]);
+        assert!(c.clock_stamps && c.problems.is_empty(), "{:?}", c.problems);
+        let c = config(&[(env::TIMESTAMPS, "tsc")]);
+        assert!(!c.clock_stamps);
+        assert_eq!(c.problems.len(), 1);
+        assert!(
+            c.problems[0].contains("PINWISE_TIMESTAMPS"),
+            "{:?}",
+            c.problems
+        );
     }
 
     #[test]

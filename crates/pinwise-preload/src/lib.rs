@@ -60,6 +60,7 @@
 //! | `PINWISE_MIN_TRACKED` | malloc-family allocations of at least this size are recorded (`64K` default; the size grammar of `PINWISE_BUDGET`) |
 //! | `PINWISE_MALLOC_HOOKS` | `0`: the malloc-family hooks only forward |
 //! | `PINWISE_STACKS` | `0`: recorded allocations carry their call site, no stack |
+//! | `PINWISE_TIMESTAMPS` | `counter` (default: the CPU's counter where it is the clock's own, converted in the drain; see `stamp`) or `clock` (`CLOCK_MONOTONIC` read at each event) |
 //! | `PINWISE_FINGERPRINT` | `off` (default), `sampled` or `full`: fingerprint the bytes of host-device copies to find redundant transfers (see `fingerprint`) |
 //! | `PINWISE_FINGERPRINT_CHECK` | in sampled mode, the fraction of copies also hashed in full to measure the sampled fingerprint's error (`0.0625` default; copies above 4 MiB only with `1`) |
 //! | `PINWISE_POOL` | the socket of the node's pinned pool (`pinwise pool serve`): large pinned requests are served from it and their copies done by the service (see `pool`); unset: no pool |

@@ -9,7 +9,8 @@
 //! `CLOCK_MONOTONIC` is computed from this counter), readable in this process
 //! ([`crate::cycles`]) and below 2^62. Anywhere else it reads `CLOCK_MONOTONIC` as before
 //! (the vDSO's `clock_gettime`: ~30-40 ns plus its data page, which a sparse copy finds
-//! cold). The statistics say which, and why (`timestamps`).
+//! cold). `PINWISE_TIMESTAMPS=clock` asks for the clock anyway (to compare, or for stamps
+//! that are the clock's own reads). The statistics say which, and why (`timestamps`).
 //!
 //! **One order for both.** A counter stamp is the counter's value; a clock stamp is the
 //! clock's nanoseconds with [`CLOCK_TAG`] (bit 63) set. Stamps are compared as numbers: every
@@ -74,6 +75,8 @@ pub enum Fallback {
     TooLarge,
     /// The program made the counter fault while it ran (`PR_SET_TSC`, see [`stop`]).
     Stopped,
+    /// `PINWISE_TIMESTAMPS=clock` asked for the clock.
+    Asked,
 }
 
 impl Fallback {
@@ -87,6 +90,7 @@ impl Fallback {
             Unreadable,
             TooLarge,
             Stopped,
+            Asked,
         ]
         .into_iter()
         .find(|f| *f as u8 == v)
@@ -104,6 +108,7 @@ impl Fallback {
             Fallback::Stopped => {
                 "the program made the time-stamp counter fault while it ran (PR_SET_TSC)"
             }
+            Fallback::Asked => "PINWISE_TIMESTAMPS=clock asked for the clock",
         }
     }
 }
@@ -125,12 +130,17 @@ pub struct Facts {
     pub stopped: bool,
     /// The counter's value now (read only when the rest allows it; 0 otherwise).
     pub counter: u64,
+    /// The configuration asked for the clock (`PINWISE_TIMESTAMPS=clock`).
+    pub asked_clock: bool,
 }
 
 /// The stamps' source from `facts`: `Ok(())` the counter, else why the clock.
 pub fn decide(facts: &Facts) -> Result<(), Fallback> {
     if facts.stopped {
         return Err(Fallback::Stopped);
+    }
+    if facts.asked_clock {
+        return Err(Fallback::Asked);
     }
     if !facts.x86 {
         return Err(Fallback::NotX86);
@@ -155,7 +165,7 @@ pub fn decide(facts: &Facts) -> Result<(), Fallback> {
 
 /// This machine's and process's [`Facts`]. Reads a sysfs file (allocates): called where
 /// the state is created.
-fn facts() -> Facts {
+fn facts(asked_clock: bool) -> Facts {
     let stopped = crate::cycles::counter_stopped();
     let readable = crate::cycles::counter_readable();
     let clocksource_tsc =
@@ -176,6 +186,7 @@ fn facts() -> Facts {
             readable,
             stopped,
             counter: 0,
+            asked_clock,
         };
         if decide(&f).is_ok() {
             f.counter = read_counter();
@@ -191,13 +202,15 @@ fn facts() -> Facts {
         readable,
         stopped,
         counter: 0,
+        asked_clock,
     }
 }
 
 /// Decides the stamps' source (where the state is created, before any event is stamped in
 /// this process or forked child).
-pub fn choose() {
-    let verdict = decide(&facts());
+/// `clock_asked`: the configuration asked for the clock (`PINWISE_TIMESTAMPS=clock`).
+pub fn choose(clock_asked: bool) {
+    let verdict = decide(&facts(clock_asked));
     FALLBACK.store(verdict.err().map_or(0, |f| f as u8), Ordering::SeqCst);
     COUNTER.store(verdict.is_ok(), Ordering::SeqCst);
 }
@@ -510,6 +523,7 @@ mod tests {
             readable: true,
             stopped: false,
             counter: 1 << 40,
+            asked_clock: false,
         }
     }
 
@@ -517,7 +531,7 @@ mod tests {
     fn the_counter_is_used_only_where_every_condition_holds() {
         assert_eq!(decide(&facts()), Ok(()));
         type Change = fn(&mut Facts);
-        let cases: [(Change, Fallback); 7] = [
+        let cases: [(Change, Fallback); 8] = [
             (|f| f.x86 = false, Fallback::NotX86),
             (|f| f.invariant = false, Fallback::NotInvariant),
             (|f| f.rdtscp = false, Fallback::NoRdtscp),
@@ -525,6 +539,7 @@ mod tests {
             (|f| f.readable = false, Fallback::Unreadable),
             (|f| f.counter = 1 << 62, Fallback::TooLarge),
             (|f| f.stopped = true, Fallback::Stopped),
+            (|f| f.asked_clock = true, Fallback::Asked),
         ];
         for (change, why) in cases {
             let mut f = facts();
@@ -723,7 +738,7 @@ mod tests {
 
     #[test]
     fn real_counter_stamps_convert_near_the_clock() {
-        choose();
+        choose(false);
         if source().is_err() {
             eprintln!("stamps use the clock here: {:?}", source());
             return;

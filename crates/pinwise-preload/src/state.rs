@@ -323,7 +323,7 @@ impl State {
             && config.launcher_pid.is_none_or(|l| l == ppid);
         // Before the recorder exists: nothing was stamped in this process (or forked
         // child) yet.
-        crate::stamp::choose();
+        crate::stamp::choose(config.clock_stamps);
         let stats = HookStats::default();
         stats.measure_read_cost(crate::cycles::now);
         stats.start_rate(crate::cycles::Anchor::take());
