@@ -513,6 +513,7 @@ impl Converter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pinwise_testkit::rng::Rng;
 
     fn facts() -> Facts {
         Facts {
@@ -549,21 +550,6 @@ mod tests {
         }
     }
 
-    /// A deterministic generator (xorshift64*) for the randomized cases.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n.max(1)
-        }
-    }
-
     /// A kernel-like clock: nanoseconds from counter ticks on a line whose slope changes
     /// by up to `ppm` at each of its steps (NTP steering), continuous.
     struct Clock {
@@ -594,7 +580,7 @@ mod tests {
 
     #[test]
     fn conversions_never_go_back_and_stay_near_the_clock() {
-        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15);
         for case in 0..40 {
             // 0.3 to 1 ns per tick, 0 to 50 ppm of steering, 2.5 to 25 ms between drains.
             let rate = 0.3 + rng.below(700) as f64 / 1000.0;

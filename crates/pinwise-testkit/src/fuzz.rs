@@ -13,6 +13,7 @@
 //! `PINWISE_FUZZ_SEED` (default: a fixed seed, so a run is repeatable). A crash writes the
 //! input to `fuzz/crashes/<target>-<n>.bin` (copy it into `fuzz/regressions/<target>/` to keep
 //! it as a regression test) and fails the test with the input's first bytes.
+use crate::rng::Rng;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -28,25 +29,6 @@ pub struct FuzzRun {
     pub seeds: usize,
     /// Inputs tried (seeds and regressions included).
     pub inputs: u64,
-}
-
-/// A xorshift64* generator: repeatable, no dependencies.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        if n == 0 {
-            0
-        } else {
-            (self.next() % n as u64) as usize
-        }
-    }
 }
 
 const INTERESTING: [u64; 12] = [
@@ -65,53 +47,53 @@ const INTERESTING: [u64; 12] = [
 ];
 
 fn mutate(rng: &mut Rng, input: &mut Vec<u8>, other: &[u8]) {
-    let rounds = 1 + rng.below(4);
+    let rounds = 1 + rng.index(4);
     for _ in 0..rounds {
         let len = input.len();
-        match rng.below(8) {
+        match rng.index(8) {
             0 if len > 0 => {
-                let i = rng.below(len);
-                input[i] ^= 1 << rng.below(8);
+                let i = rng.index(len);
+                input[i] ^= 1 << rng.index(8);
             }
             1 if len > 0 => {
-                let i = rng.below(len);
-                input[i] = rng.next() as u8;
+                let i = rng.index(len);
+                input[i] = rng.next_u64() as u8;
             }
             2 if len > 0 => {
                 // An interesting little-endian value of 1, 2, 4 or 8 bytes.
-                let v = INTERESTING[rng.below(INTERESTING.len())].to_le_bytes();
-                let w = [1, 2, 4, 8][rng.below(4)];
-                let i = rng.below(len);
+                let v = INTERESTING[rng.index(INTERESTING.len())].to_le_bytes();
+                let w = [1, 2, 4, 8][rng.index(4)];
+                let i = rng.index(len);
                 for (k, b) in v.iter().take(w).enumerate() {
                     if let Some(x) = input.get_mut(i + k) {
                         *x = *b;
                     }
                 }
             }
-            3 => input.truncate(rng.below(len + 1)),
+            3 => input.truncate(rng.index(len + 1)),
             4 if len > 0 => {
-                let a = rng.below(len);
-                let b = (a + 1 + rng.below(64)).min(len);
+                let a = rng.index(len);
+                let b = (a + 1 + rng.index(64)).min(len);
                 let piece = input[a..b].to_vec();
-                let at = rng.below(len + 1);
+                let at = rng.index(len + 1);
                 input.splice(at..at, piece);
             }
             5 if len > 0 => {
-                let a = rng.below(len);
-                let b = (a + 1 + rng.below(64)).min(len);
+                let a = rng.index(len);
+                let b = (a + 1 + rng.index(64)).min(len);
                 input.drain(a..b);
             }
             6 if !other.is_empty() => {
-                let cut = rng.below(input.len() + 1);
-                let from = rng.below(other.len());
+                let cut = rng.index(input.len() + 1);
+                let from = rng.index(other.len());
                 input.truncate(cut);
                 input.extend_from_slice(&other[from..]);
             }
             _ => {
                 // An ASCII digit run (numbers in JSON, CSV and settings).
-                let at = rng.below(len + 1);
-                let digits: Vec<u8> = (0..1 + rng.below(24))
-                    .map(|_| b'0' + rng.below(10) as u8)
+                let at = rng.index(len + 1);
+                let digits: Vec<u8> = (0..1 + rng.index(24))
+                    .map(|_| b'0' + rng.index(10) as u8)
                     .collect();
                 input.splice(at..at, digits);
             }
@@ -154,7 +136,7 @@ pub fn run(name: &str, target: impl Fn(&[u8])) -> FuzzRun {
     );
     let regressions = read_dir_files(&dir.join("regressions").join(name));
     let budget = Duration::from_secs(env_u64("PINWISE_FUZZ_SECONDS", 5));
-    let mut rng = Rng(env_u64("PINWISE_FUZZ_SEED", 0x5eed_f00d_1234_5678) | 1);
+    let mut rng = Rng::new(env_u64("PINWISE_FUZZ_SEED", 0x5eed_f00d_1234_5678));
     let started = Instant::now();
     let mut inputs = 0u64;
     let mut try_one = |input: &[u8]| {
@@ -185,8 +167,8 @@ pub fn run(name: &str, target: impl Fn(&[u8])) -> FuzzRun {
     }
     let mut input = Vec::new();
     while started.elapsed() < budget {
-        let a = &seeds[rng.below(seeds.len())];
-        let b = &seeds[rng.below(seeds.len())];
+        let a = &seeds[rng.index(seeds.len())];
+        let b = &seeds[rng.index(seeds.len())];
         input.clear();
         input.extend_from_slice(a);
         mutate(&mut rng, &mut input, b);
@@ -212,7 +194,7 @@ mod tests {
     fn mutations_stay_repeatable_and_change_the_input() {
         let seed = b"{\"format\": \"x\", \"n\": 12}".to_vec();
         let run = |s: u64| {
-            let mut rng = Rng(s | 1);
+            let mut rng = Rng::new(s);
             (0..50)
                 .map(|_| {
                     let mut v = seed.clone();

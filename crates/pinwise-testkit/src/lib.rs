@@ -13,6 +13,7 @@
 
 pub mod buffers;
 pub mod fuzz;
+pub mod rng;
 
 pub use buffers::in_allocation_order;
 
