@@ -25,14 +25,14 @@
 //! TLB miss: on the dev VM nine 1 MiB buffers are written about 18 % faster in huge pages,
 //! and the H100's matrix wrote smart's 1 MiB cold buffers 16 % more slowly than the pool's
 //! pinned blocks; bench/results/alloc-engine-overhead.md). So when the cache has none of
-//! the size, the engine maps one huge, populated 2 MiB chunk ([`map_huge_chunk`]) and
-//! carves it ([`carve`]): one piece serves the request, the others (and what is left) go to
-//! the cache, warm, for the next requests. Each piece is a mapping of its own from then on
+//! the size, the engine maps a huge, populated chunk of one to four 2 MiB pages
+//! ([`chunk_len`], [`map_huge_chunk`]) and carves it ([`carve`]): one piece serves the
+//! request, the others (and what is left) go to the cache, warm, for the next requests. Each piece is a mapping of its own from then on
 //! (unmapping one splits the huge page; the others stay valid). Only where transparent huge
 //! pages are available ([`thp_available`]), the cache can hold a chunk, and memory is not
-//! low. The pieces the program has not used yet are resident (at most a chunk per size
-//! class that missed) and bounded like any cached mapping: within the cap, given back under
-//! pressure.
+//! low. The pieces the program has not used yet are resident (the rest of the last chunk of
+//! each size, and at most an eighth of each chunk left over) and bounded like any cached
+//! mapping: within the cap, given back under pressure.
 
 use std::collections::BTreeSet;
 
@@ -147,7 +147,7 @@ fn thp_setting_allows(enabled: &str) -> bool {
     enabled.contains("[always]") || enabled.contains("[madvise]")
 }
 
-/// Mappings from this many bytes up to [`HUGE_FROM`] are carved from huge 2 MiB chunks
+/// Mappings from this many bytes up to [`HUGE_FROM`] are carved from chunks of huge pages
 /// (see the module documentation). The H100's matrix wrote smart's 256 KiB cold buffers
 /// 28 % more slowly than the pool's blocks, its 64 KiB ones as fast; below this a chunk
 /// would also be many pieces populated for one request.
@@ -156,14 +156,33 @@ pub const CARVE_FROM: usize = 256 * 1024;
 /// Whether a mapping of `len` bytes is carved from a huge chunk (in a cache of `cache_cap`
 /// bytes, which must be able to keep the rest of the chunk).
 pub fn carves(len: usize, cache_cap: usize) -> bool {
-    (CARVE_FROM..HUGE_FROM).contains(&len) && cache_cap >= HUGE_FROM && thp_available()
+    (CARVE_FROM..HUGE_FROM).contains(&len) && cache_cap >= chunk_len(len) && thp_available()
 }
 
-/// Maps one chunk of [`HUGE_FROM`] bytes, aligned to its size, advised to use a huge page
-/// and populated.
-pub fn map_huge_chunk() -> Option<*mut u8> {
-    let p = map_aligned(HUGE_FROM, HUGE_FROM)?;
-    advise_huge(p, HUGE_FROM);
+/// Most huge pages in one chunk.
+const MAX_CHUNK_PAGES: usize = 4;
+
+/// The length of the chunk mappings of `len` bytes are carved from: the fewest huge pages
+/// (at most [`MAX_CHUNK_PAGES`]) whose piece left over after the whole ones of `len` is at
+/// most an eighth of the chunk (so that little of it sits unused: 768 KiB pieces come
+/// five from 4 MiB, 256 KiB left, not two from 2 MiB with 512 KiB left); where none is,
+/// the one with the least part left over.
+pub fn chunk_len(len: usize) -> usize {
+    debug_assert!(len > 0);
+    let chunks = (1..=MAX_CHUNK_PAGES).map(|k| k * HUGE_FROM);
+    chunks
+        .clone()
+        .find(|&c| c % len <= c / 8)
+        .or_else(|| chunks.min_by(|&a, &b| ((a % len) * b).cmp(&((b % len) * a))))
+        .unwrap_or(HUGE_FROM)
+}
+
+/// Maps a chunk of `len` bytes (a multiple of [`HUGE_FROM`]), aligned to a huge page,
+/// advised to use huge pages and populated.
+pub fn map_huge_chunk(len: usize) -> Option<*mut u8> {
+    debug_assert!(len.is_multiple_of(HUGE_FROM));
+    let p = map_aligned(len, HUGE_FROM)?;
+    advise_huge(p, len);
     Some(p)
 }
 
@@ -455,6 +474,50 @@ mod tests {
         assert!(!carves(1 << 20, HUGE_FROM - PAGE));
     }
 
+    #[test]
+    fn chunks_leave_at_most_an_eighth_over_for_every_carved_size() {
+        assert_eq!(chunk_len(1 << 20), HUGE_FROM);
+        assert_eq!(chunk_len(768 << 10), 2 * HUGE_FROM);
+        assert_eq!(chunk_len(1536 << 10), 3 * HUGE_FROM);
+        // Every length: a chunk of one to four huge pages; the fewest that leave at most an
+        // eighth over, or where none does, none leaves a smaller part of itself over.
+        let mut fallbacks = 0;
+        for len in (CARVE_FROM..HUGE_FROM).step_by(PAGE) {
+            let c = chunk_len(len);
+            assert!(c.is_multiple_of(HUGE_FROM) && c <= MAX_CHUNK_PAGES * HUGE_FROM);
+            let over = |c: usize| (c % len) as f64 / c as f64;
+            let fits: Vec<usize> = (1..=MAX_CHUNK_PAGES)
+                .map(|k| k * HUGE_FROM)
+                .filter(|&c| over(c) <= 0.125)
+                .collect();
+            match fits.first() {
+                Some(&first) => assert_eq!(c, first, "{len}"),
+                None => {
+                    fallbacks += 1;
+                    for k in 1..=MAX_CHUNK_PAGES {
+                        assert!(over(c) <= over(k * HUGE_FROM), "{len}: {c}");
+                    }
+                }
+            }
+        }
+        // Graded sizes between 1 and 2 MiB are sixteenths of the octave: all but 1664 and
+        // 1728 KiB (one piece and 3/16, 5/32 of a 2 MiB chunk over) fit within an eighth.
+        for len in (CARVE_FROM..HUGE_FROM).step_by(PAGE).map(mapping_len) {
+            if (1 << 20..HUGE_FROM).contains(&len) {
+                let c = chunk_len(len);
+                if len == 1664 << 10 || len == 1728 << 10 {
+                    assert_eq!(c, HUGE_FROM, "graded {len}");
+                } else {
+                    assert!(c % len <= c / 8, "graded {len}: {c}");
+                }
+            }
+        }
+        assert!(
+            fallbacks > 0,
+            "some page multiples fit no chunk within an eighth"
+        );
+    }
+
     proptest! {
         /// Any page-multiple length from a page to the chunk: the pieces are disjoint, in
         /// order, cover the chunk exactly, start with one of `len` at the base, and all but
@@ -493,7 +556,7 @@ mod tests {
 
     #[test]
     fn pieces_of_a_chunk_are_mappings_of_their_own() {
-        let base = map_huge_chunk().expect("mmap") as usize;
+        let base = map_huge_chunk(HUGE_FROM).expect("mmap") as usize;
         assert_eq!(base % HUGE_FROM, 0);
         let len = 512 << 10;
         let pieces = carve(base, HUGE_FROM, len);

@@ -590,7 +590,7 @@ fn cold_buffers_reuse_warm_mappings_within_the_cap() {
 }
 
 /// A cold request of a size between `CARVE_FROM` and 2 MiB that finds no warm mapping gets
-/// a piece of a populated, huge-page-advised 2 MiB chunk, and the chunk's other pieces go
+/// a piece of a populated, huge-page-advised chunk (one to four 2 MiB pages), and the chunk's other pieces go
 /// to the cache: the next request of the size is served warm from them, next to the first.
 /// Not where the cache cannot hold a chunk, nor while memory is low, nor without huge
 /// pages.
@@ -636,12 +636,15 @@ fn cold_mappings_are_carved_from_huge_chunks() {
             std::ptr::write_bytes(b.ptr, 2, MIB);
             e.free(b.ptr).unwrap();
         }
-        // 768 KiB: two pieces and the 512 KiB left over; the request gets the first.
+        // 768 KiB: a chunk of two huge pages, five pieces and 256 KiB left over; the
+        // request gets the first.
         let len = pageable::mapping_len(768 << 10);
+        assert_eq!(len, 768 << 10);
         let c = e.alloc(len, site(502), AllocFlags::NEVER_PIN).unwrap();
+        assert_eq!(c.ptr as usize % HUGE_FROM, 0);
         assert_eq!(
             e.stats().pageable_cached_bytes,
-            (MIB + HUGE_FROM - len) as u64,
+            (MIB + 2 * HUGE_FROM - len) as u64,
             "the 1 MiB half freed, and the rest of the new chunk"
         );
         // SAFETY: allocated above, freed once.

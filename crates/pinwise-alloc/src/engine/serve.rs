@@ -318,7 +318,7 @@ impl Engine {
         }
     }
 
-    /// A new mapping of `len` bytes carved from a huge 2 MiB chunk, the chunk's other pieces
+    /// A new mapping of `len` bytes carved from a chunk of huge pages, the chunk's other pieces
     /// going to the pageable cache ([`pageable::carve`]); `None` where `len` is not carved
     /// ([`pageable::carves`]), memory is low, or the chunk cannot be mapped.
     fn carve_mapping(&self, len: usize) -> Option<usize> {
@@ -328,8 +328,9 @@ impl Engine {
         if self.pressure.is_low(super::monotonic_ns()) {
             return None;
         }
-        let base = pageable::map_huge_chunk()? as usize;
-        let mut pieces = pageable::carve(base, pageable::HUGE_FROM, len).into_iter();
+        let chunk = pageable::chunk_len(len);
+        let base = pageable::map_huge_chunk(chunk)? as usize;
+        let mut pieces = pageable::carve(base, chunk, len).into_iter();
         let (first, l) = pieces.next()?;
         debug_assert_eq!((first, l), (base, len));
         let evicted: Vec<(usize, usize)> = {
