@@ -553,6 +553,9 @@ fn cold_buffers_reuse_warm_mappings_within_the_cap() {
     let mut c = config(1 << 30);
     c.pageable_cache_bytes = Some(3 * MIB);
     c.low_memory_bytes = Some(0);
+    // Plain mappings, one per request: carving from huge chunks (which puts a chunk's other
+    // pieces in the cache at once) is tested in `cold_mappings_are_carved_from_huge_chunks`.
+    c.huge_pages = false;
     let e = Engine::new(mock, c).unwrap();
     let cold = |n| {
         (0..n)
@@ -582,6 +585,84 @@ fn cold_buffers_reuse_warm_mappings_within_the_cap() {
     assert_eq!(st.pageable_cached_bytes, 0);
     for a in &second {
         // SAFETY: allocated above, not used afterwards.
+        unsafe { e.free(a.ptr).unwrap() };
+    }
+}
+
+/// A cold request of a size between `CARVE_FROM` and 2 MiB that finds no warm mapping gets
+/// a piece of a populated, huge-page-advised chunk (one to four 2 MiB pages), and the chunk's other pieces go
+/// to the cache: the next request of the size is served warm from them, next to the first.
+/// Not where the cache cannot hold a chunk, nor while memory is low, nor without huge
+/// pages.
+#[test]
+fn cold_mappings_are_carved_from_huge_chunks() {
+    use pinwise_alloc::pageable::{self, HUGE_FROM};
+    let make = |cap: usize, low: u64, huge: bool| {
+        let mut c = config(1 << 30);
+        c.pageable_cache_bytes = Some(cap);
+        c.low_memory_bytes = Some(low);
+        c.huge_pages = huge;
+        Engine::new(Arc::new(MockBackend::new()), c).unwrap()
+    };
+    let thp = pageable::thp_available();
+    if !thp {
+        eprintln!(
+            "SKIPPED in part: no transparent huge pages here; checking that nothing is carved"
+        );
+    }
+    let e = make(64 * MIB, 0, true);
+    let a = e.alloc(MIB, site(500), AllocFlags::NEVER_PIN).unwrap();
+    if thp {
+        assert_eq!(
+            a.ptr as usize % HUGE_FROM,
+            0,
+            "a chunk is aligned to a huge page"
+        );
+        assert_eq!(
+            e.stats().pageable_cached_bytes,
+            MIB as u64,
+            "the other half is cached"
+        );
+        let b = e.alloc(MIB, site(501), AllocFlags::NEVER_PIN).unwrap();
+        assert_eq!(
+            b.ptr as usize,
+            a.ptr as usize + MIB,
+            "the other half of the chunk"
+        );
+        assert_eq!(e.stats().pageable_cache_hits, 1);
+        // SAFETY: both are live mappings of 1 MiB, freed once and not used afterwards.
+        unsafe {
+            std::ptr::write_bytes(a.ptr, 1, MIB);
+            std::ptr::write_bytes(b.ptr, 2, MIB);
+            e.free(b.ptr).unwrap();
+        }
+        // 768 KiB: a chunk of two huge pages, five pieces and 256 KiB left over; the
+        // request gets the first.
+        let len = pageable::mapping_len(768 << 10);
+        assert_eq!(len, 768 << 10);
+        let c = e.alloc(len, site(502), AllocFlags::NEVER_PIN).unwrap();
+        assert_eq!(c.ptr as usize % HUGE_FROM, 0);
+        assert_eq!(
+            e.stats().pageable_cached_bytes,
+            (MIB + 2 * HUGE_FROM - len) as u64,
+            "the 1 MiB half freed, and the rest of the new chunk"
+        );
+        // SAFETY: allocated above, freed once.
+        unsafe { e.free(c.ptr).unwrap() };
+    } else {
+        assert_eq!(e.stats().pageable_cached_bytes, 0);
+    }
+    // SAFETY: allocated above, freed once.
+    unsafe { e.free(a.ptr).unwrap() };
+    // A cache that cannot hold a chunk, memory low, or huge pages off: plain mappings.
+    for e in [
+        make(HUGE_FROM - 4096, 0, true),
+        make(64 * MIB, u64::MAX, true),
+        make(64 * MIB, 0, false),
+    ] {
+        let a = e.alloc(MIB, site(510), AllocFlags::NEVER_PIN).unwrap();
+        assert_eq!(e.stats().pageable_cached_bytes, 0, "nothing carved");
+        // SAFETY: allocated above, freed once.
         unsafe { e.free(a.ptr).unwrap() };
     }
 }

@@ -134,7 +134,7 @@ pub struct EngineConfig {
     /// Outcomes remembered per call site by the predictor.
     pub history_bits: u8,
     /// Advise large pageable mappings to use transparent huge pages, and populate them at
-    /// allocation (see [`crate::pageable`]).
+    /// allocation; carve mid-sized ones from chunks of huge pages (see [`crate::pageable`]).
     pub huge_pages: bool,
     /// Most reuses a new pinned block is credited with (from the site's run of hot outcomes).
     pub max_reuse_credit: u32,

@@ -309,10 +309,43 @@ impl Engine {
                 .fetch_add(1, Ordering::Relaxed);
             return Ok((a, l, Origin::Mapping));
         }
+        if let Some(p) = self.carve_mapping(len) {
+            return Ok((p, len, Origin::Mapping));
+        }
         match pageable::map_anonymous(len, self.huge_pages) {
             Some(p) => Ok((p as usize, len, Origin::Mapping)),
             None => Err(AllocError::OutOfMemory(size)),
         }
+    }
+
+    /// A new mapping of `len` bytes carved from a chunk of huge pages, the chunk's other pieces
+    /// going to the pageable cache ([`pageable::carve`]); `None` where `len` is not carved
+    /// ([`pageable::carves`]), memory is low, or the chunk cannot be mapped.
+    fn carve_mapping(&self, len: usize) -> Option<usize> {
+        if !self.huge_pages || !pageable::carves(len, self.pageable.lock().cap()) {
+            return None;
+        }
+        if self.pressure.is_low(super::monotonic_ns()) {
+            return None;
+        }
+        let chunk = pageable::chunk_len(len);
+        let base = pageable::map_huge_chunk(chunk)? as usize;
+        let mut pieces = pageable::carve(base, chunk, len).into_iter();
+        let (first, l) = pieces.next()?;
+        debug_assert_eq!((first, l), (base, len));
+        let evicted: Vec<(usize, usize)> = {
+            let mut cache = self.pageable.lock();
+            pieces.flat_map(|(a, l)| cache.put(a, l)).collect()
+        };
+        for (a, l) in evicted {
+            // SAFETY: evicted mappings are ours, unregistered and unused (pieces just carved
+            // or mappings returned earlier).
+            unsafe { pageable::unmap(a as *mut u8, l) };
+            self.counters
+                .pageable_released_bytes
+                .fetch_add(l as u64, Ordering::Relaxed);
+        }
+        Some(first)
     }
 
     /// Returns a mapping to the pageable cache, unmapping what the cache evicts to stay
