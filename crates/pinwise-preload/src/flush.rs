@@ -170,20 +170,51 @@ fn flush_and_wait() {
     ENDING.fetch_sub(1, Ordering::AcqRel);
 }
 
-/// Sleeps in 1 ms steps until `done()`, at most [`FLUSH_WAIT`]'s worth of steps.
-/// Async-signal-safe when `done` is.
+/// Sleeps in 1 ms steps until `done()`, at most [`FLUSH_WAIT`] by the clock (a loaded
+/// machine oversleeps each step). Async-signal-safe when `done` is.
 fn wait_bounded(done: impl Fn() -> bool) {
     let step = libc::timespec {
         tv_sec: 0,
         tv_nsec: 1_000_000,
     };
-    for _ in 0..FLUSH_WAIT.as_millis() as u64 {
-        if done() {
+    let deadline = monotonic_ns_syscall().saturating_add(FLUSH_WAIT.as_nanos() as u64);
+    while !done() {
+        if monotonic_ns_syscall() >= deadline {
             return;
         }
         // SAFETY: nanosleep with a valid request and no remainder.
         unsafe { libc::nanosleep(&step, std::ptr::null_mut()) };
     }
+}
+
+/// `CLOCK_MONOTONIC` in ns through the system call (async-signal-safe, and never through the
+/// vDSO, which reads the CPU's counter: that faults after `PR_SET_TSC`). 0 if it fails.
+fn monotonic_ns_syscall() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime with a valid clock id and a valid out-parameter.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_clock_gettime,
+            libc::CLOCK_MONOTONIC,
+            &mut ts as *mut libc::timespec,
+        )
+    };
+    if rc != 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// In a forked child (`pthread_atfork`; async-signal-safe: atomics only): the parent's
+/// flush is not this process's, so nothing is ending here and nothing was requested (a
+/// child forked while another thread of the parent waited in `_exit` or a handler would
+/// otherwise pause in every hook).
+pub fn forget_in_child() {
+    ENDING.store(0, Ordering::Release);
+    REQUESTED.store(false, Ordering::Release);
 }
 
 /// Whether the outputs are being written before the process ends (a handler's or
@@ -206,8 +237,10 @@ pub fn durability() -> pinwise_core::safe_file::Durability {
 
 /// For a hook entered on a thread of the program while [`ending`]: waits until the
 /// outputs are written (at most [`FLUSH_WAIT`]), so that the drain thread gets the CPU.
-/// Called before the hook does anything (it holds none of pinwise's locks). Nothing in a
-/// forked child, which inherits the count but not the flush.
+/// Called before the hook does anything: it holds none of pinwise's locks (it may hold the
+/// program's, or libc's if CUDA was called from a `dlopen` constructor; if the drain needs
+/// such a lock, the wait runs out as it would have). Nothing in a forked child (the count is
+/// reset there, [`forget_in_child`], and the pid is checked).
 #[cold]
 pub fn pause_while_ending() {
     // SAFETY: getpid has no preconditions.
@@ -240,4 +273,34 @@ pub fn real_exit(slot: &AtomicUsize, name: &std::ffi::CStr, status: libc::c_int)
     // SAFETY: ends every thread of the process; no preconditions.
     unsafe { libc::syscall(libc::SYS_exit_group, status as libc::c_long) };
     std::process::abort()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pinwise_core::safe_file::Durability;
+
+    #[test]
+    fn a_forked_child_forgets_an_ending_it_inherited() {
+        ENDING.store(2, Ordering::SeqCst);
+        REQUESTED.store(true, Ordering::SeqCst);
+        assert!(ending());
+        assert_eq!(durability(), Durability::Unsynced);
+        forget_in_child();
+        assert!(!ending());
+        assert!(!REQUESTED.load(Ordering::SeqCst));
+        assert_eq!(durability(), Durability::Synced);
+    }
+
+    #[test]
+    fn the_wait_returns_once_done_and_the_clock_goes_on() {
+        let calls = std::cell::Cell::new(0);
+        wait_bounded(|| {
+            calls.set(calls.get() + 1);
+            calls.get() >= 5
+        });
+        assert_eq!(calls.get(), 5);
+        let (a, b) = (monotonic_ns_syscall(), monotonic_ns_syscall());
+        assert!(a > 0 && b >= a, "{a} {b}");
+    }
 }

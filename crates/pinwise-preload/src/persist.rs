@@ -43,6 +43,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use pinwise_core::format::BinaryAppender;
 use pinwise_core::preload_stats::IncrementalStats;
+use pinwise_core::safe_file::Durability;
 
 use crate::recorder::Recorder;
 
@@ -112,7 +113,12 @@ impl HistoryFile {
             // whole; another append would re-create a JSON history's side file.
             return Ok(());
         }
-        let r = inner.append(&Self::target(path), recorder, sync);
+        let r = inner.append(
+            &Self::target(path),
+            recorder,
+            sync,
+            crate::flush::durability(),
+        );
         if let Err(e) = &r {
             inner.stats.errors += 1;
             inner.stats.last_error = Some(e.clone());
@@ -140,10 +146,10 @@ impl HistoryFile {
                 .map_err(|e| e.to_string())
         };
         // Synced at the end, unless the process is ending (see `flush::durability`).
-        let sync = !snapshot && durability == pinwise_core::safe_file::Durability::Synced;
+        let sync = !snapshot && durability == Durability::Synced;
         let result = match format {
             pinwise_core::DumpFormat::Binary if inner.every.is_some() => {
-                match inner.append(path, recorder, sync) {
+                match inner.append(path, recorder, sync, durability) {
                     Ok(()) => Ok(()),
                     Err(e) => {
                         inner.stats.errors += 1;
@@ -160,12 +166,12 @@ impl HistoryFile {
                 }
             }
             pinwise_core::DumpFormat::Json
-                if inner.every.is_some() && !snapshot && crate::flush::ending() =>
+                if inner.every.is_some() && !snapshot && durability == Durability::Unsynced =>
             {
                 // The process is ending and the wait for these outputs is bounded: the last
                 // append first (quick), so that if the wait runs out while the JSON file is
                 // written, `pinwise run` completes it from the side file.
-                if let Err(e) = inner.append(&Self::target(path), recorder, false) {
+                if let Err(e) = inner.append(&Self::target(path), recorder, false, durability) {
                     inner.stats.errors += 1;
                     inner.stats.last_error = Some(e);
                 }
@@ -217,10 +223,16 @@ impl HistoryFile {
 }
 
 impl Inner {
-    fn append(&mut self, target: &Path, recorder: &Recorder, sync: bool) -> Result<(), String> {
+    /// `durability`: of a file created now (its directory entry).
+    fn append(
+        &mut self,
+        target: &Path,
+        recorder: &Recorder,
+        sync: bool,
+        durability: Durability,
+    ) -> Result<(), String> {
         if self.appender.as_ref().is_none_or(|(p, _)| p != target) {
-            let app = BinaryAppender::create_with(target, crate::flush::durability())
-                .map_err(|e| e.to_string())?;
+            let app = BinaryAppender::create_with(target, durability).map_err(|e| e.to_string())?;
             self.appender = Some((target.to_path_buf(), app));
         }
         let Some((_, app)) = self.appender.as_mut() else {
