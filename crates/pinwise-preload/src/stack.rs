@@ -102,9 +102,25 @@ extern "C" {
     fn _Unwind_GetIP(ctx: *mut c_void) -> usize;
 }
 
-/// The load bias of the main program (0 for a non-PIE executable).
-/// The load bias of the main program (the first object the loader lists).
+/// The main program's load bias once looked up (`usize::MAX`: not yet).
+static MAIN_BIAS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(usize::MAX);
+
+/// The load bias of the main program (the first object the loader lists; 0 for a non-PIE
+/// executable). Looked up once, when the library is loaded (`state::on_load`), and kept: a
+/// forked child never asks the loader, whose lock another thread of the parent may have
+/// held at the fork (the child would wait for it forever).
 pub(crate) fn main_program_bias() -> usize {
+    use std::sync::atomic::Ordering;
+    let known = MAIN_BIAS.load(Ordering::Acquire);
+    if known != usize::MAX {
+        return known;
+    }
+    let bias = look_up_main_program_bias();
+    MAIN_BIAS.store(bias, Ordering::Release);
+    bias
+}
+
+fn look_up_main_program_bias() -> usize {
     unsafe extern "C" fn first(
         info: *mut libc::dl_phdr_info,
         _size: libc::size_t,

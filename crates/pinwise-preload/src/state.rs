@@ -68,6 +68,8 @@ pub fn set_free_hooks_effective(effective: bool) {
 pub fn on_load() {
     crate::real::ensure_real_dlsym();
     crate::cycles::choose();
+    // Before any fork (see `stack::main_program_bias`).
+    let _ = crate::stack::main_program_bias();
     // Parsed as `Config` parses them (which reports values it cannot understand).
     let flag = |name: &std::ffi::CStr| {
         // SAFETY: getenv with a constant name; the value is only read here.
@@ -173,6 +175,7 @@ extern "C" fn in_forked_child() {
     crate::capture::forget_all();
     crate::async_fp::forget_in_child();
     crate::pool::forget_in_child();
+    crate::flush::forget_in_child();
 }
 
 /// The exit handler. Registered with `atexit` from the library's constructor, so with
@@ -209,6 +212,9 @@ extern "C" fn final_outputs(_: *mut libc::c_void) -> *mut libc::c_void {
         st.recorder.drain(true, None);
         st.recorder.with_history(crate::async_fp::apply);
         crate::async_fp::poll(st, true);
+        // What the last poll hashed (a stream that reached its download since the first)
+        // is compared too.
+        st.recorder.with_history(crate::async_fp::apply);
         st.write_outputs(false);
         st.recorder.finish();
     }));
