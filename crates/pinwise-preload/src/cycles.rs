@@ -56,10 +56,11 @@ pub fn choose() {
 pub fn stop_counter() {
     // The vDSO's clock reads the same counter: the clock, too, through the kernel.
     pinwise_core::units::use_system_call_clock();
+    // Said first, so that a `stamp::choose` racing with this sees it after its own store.
+    STOPPED.store(true, Ordering::SeqCst);
     // Events are stamped with the clock from now on (after a last anchor, taken while the
     // counter still reads).
     crate::stamp::stop();
-    STOPPED.store(true, Ordering::SeqCst);
     USE_COUNTER.store(false, Ordering::SeqCst);
 }
 
@@ -67,6 +68,12 @@ pub fn stop_counter() {
 /// taken with it before and after do not compare.
 pub fn counter_stopped() -> bool {
     STOPPED.load(Ordering::Relaxed)
+}
+
+/// [`counter_stopped`], ordered with every other sequentially consistent access (for a
+/// decision racing with [`stop_counter`]).
+pub fn counter_stopped_now() -> bool {
+    STOPPED.load(Ordering::SeqCst)
 }
 
 /// Makes the CPU's counter readable on this thread while it lives, after the program made

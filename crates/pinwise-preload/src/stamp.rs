@@ -213,6 +213,12 @@ pub fn choose(clock_asked: bool) {
     let verdict = decide(&facts(clock_asked));
     FALLBACK.store(verdict.err().map_or(0, |f| f as u8), Ordering::SeqCst);
     COUNTER.store(verdict.is_ok(), Ordering::SeqCst);
+    // A thread may have made the counter fault since the facts were read
+    // (`cycles::stop_counter` says so before its `stop`): the counter must not stay chosen.
+    if crate::cycles::counter_stopped_now() {
+        FALLBACK.store(Fallback::Stopped as u8, Ordering::SeqCst);
+        COUNTER.store(false, Ordering::SeqCst);
+    }
 }
 
 /// The program is about to make the counter fault (called by
@@ -265,7 +271,10 @@ pub fn collection_start() -> (u64, Option<Anchor>) {
     if COUNTER.load(Ordering::SeqCst) {
         let (a, last) = take_anchor();
         fence_after_read();
-        return (last, a);
+        // The anchor's own counter value when there is one (at or below `last`: a lower
+        // watermark only holds more back), so that every stamp ingested lies below the
+        // collection's anchor and is interpolated.
+        return (a.map_or(last, |a| a.ticks), a);
     }
     (CLOCK_TAG | monotonic_ns(), None)
 }
