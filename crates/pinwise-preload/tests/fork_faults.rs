@@ -2,7 +2,7 @@
 //! child forked after the parent used CUDA (a DataLoader's worker) takes about as many page
 //! faults as without pinwise. The handler forgets the parent's rings, queue and tables; it
 //! used to write every slot of them, zeros over zeros included, and each page written is a
-//! fault in every child: 142-145 faults in each child of this program against 28 without
+//! fault in every child: 144-146 faults in each child of this program against 28 without
 //! pinwise (the release build, dev VM), whether pinwise was on or disabled; 116 more than
 //! plain's with the debug build the tests use, 38 more once only what the parent used is
 //! written.

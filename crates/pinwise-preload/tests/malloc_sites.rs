@@ -472,10 +472,10 @@ fn a_python_line_that_allocates_in_a_loop_has_its_stack_remembered() {
     // last call's (two memo keys), `other_line` from its loop's.
     assert_eq!(
         callers["loop_line"],
-        BTreeSet::from([19, 25]),
+        BTreeSet::from([19, 28]),
         "{callers:?}"
     );
-    assert_eq!(callers["other_line"], BTreeSet::from([21]), "{callers:?}");
+    assert_eq!(callers["other_line"], BTreeSet::from([24]), "{callers:?}");
     assert!(stats["preload.stack_memo_hits"] > 0, "{stats:?}");
     // Every loop allocation with a stack beyond the (at most three) walked ones had it from
     // the memo (start-up allocations may have memo hits too).
