@@ -171,15 +171,16 @@ fn flush_and_wait() {
 }
 
 /// Sleeps in 1 ms steps until `done()`, at most [`FLUSH_WAIT`] by the clock (a loaded
-/// machine oversleeps each step). Async-signal-safe when `done` is.
+/// machine oversleeps each step), and never more steps than `FLUSH_WAIT` holds (should the
+/// clock fail). Async-signal-safe when `done` is.
 fn wait_bounded(done: impl Fn() -> bool) {
     let step = libc::timespec {
         tv_sec: 0,
         tv_nsec: 1_000_000,
     };
     let deadline = monotonic_ns_syscall().saturating_add(FLUSH_WAIT.as_nanos() as u64);
-    while !done() {
-        if monotonic_ns_syscall() >= deadline {
+    for _ in 0..FLUSH_WAIT.as_millis() as u64 {
+        if done() || monotonic_ns_syscall() >= deadline {
             return;
         }
         // SAFETY: nanosleep with a valid request and no remainder.
@@ -188,7 +189,8 @@ fn wait_bounded(done: impl Fn() -> bool) {
 }
 
 /// `CLOCK_MONOTONIC` in ns through the system call (async-signal-safe, and never through the
-/// vDSO, which reads the CPU's counter: that faults after `PR_SET_TSC`). 0 if it fails.
+/// vDSO, which reads the CPU's counter: that faults after `PR_SET_TSC`). 0 if it fails (a
+/// seccomp filter): the wait is then bounded by its count of steps alone.
 fn monotonic_ns_syscall() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
