@@ -163,3 +163,44 @@ fn garbage_settings_change_nothing_in_the_program() {
         assert_eq!(out.stdout, plain.stdout, "{name}={value:?}: stdout changed");
     }
 }
+
+/// A child forked while the parent's `_exit` waits for pinwise's outputs does not inherit
+/// that ending: its hooks do not wait for a flush that is not its own (they did, 3 s per
+/// copy), and it never waits on a loader lock the parent held at the fork (two of 17 such
+/// children once hung). Each child's three copies take well under a second.
+#[test]
+fn children_forked_while_the_parent_ends_copy_without_waiting() {
+    let s = Setup::new();
+    let exe = s.build_cudart("fork_while_ending.c", &["-pthread"]);
+    let out = s.run_pinwise(&[], &exe, &[]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // `output()` returns once every child closed the pipe: all of them ended.
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut copies: std::collections::BTreeMap<u32, Vec<f64>> = Default::default();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if let ["child", pid, "copy", _, "rc", rc, "took", secs] = f.as_slice() {
+            assert_eq!(*rc, "0", "{line}");
+            copies
+                .entry(pid.parse().unwrap())
+                .or_default()
+                .push(secs.parse().unwrap());
+        } else {
+            assert_eq!(line, "parent exiting", "unexpected output: {text}");
+        }
+    }
+    assert!(!copies.is_empty(), "no child copied: {text}");
+    for (pid, times) in &copies {
+        assert_eq!(times.len(), 3, "child {pid} did not finish: {text}");
+        assert!(
+            times.iter().all(|t| *t < 1.0),
+            "child {pid} waited: {times:?}"
+        );
+    }
+    eprintln!("{} children, every copy under 1 s", copies.len());
+}
