@@ -13,6 +13,7 @@
 
 use std::ffi::CStr;
 use std::panic::Location;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::RwLock;
@@ -159,8 +160,54 @@ pub fn location_offset(file: &str, line: u32, column: u32) -> u64 {
     (h >> 1) | LOCATION_SITE_BIT
 }
 
+/// Set while [`scan_modules`] walks the loader's list of modules, or while a fork is under
+/// way ([`hold_walks_for_fork`]). A child forked while a thread of its parent was inside
+/// `dl_iterate_phdr` inherits the loader's lock held by a thread that does not exist in it,
+/// and anything in the child that asks the loader (`dlopen`, `dlsym`, an unwinder) waits
+/// forever; so a fork waits for a walk of pinwise's to end, and no walk starts during one.
+static LOADER_WALK: AtomicBool = AtomicBool::new(false);
+
+/// Marks a walk of the loader's list as under way until dropped (waiting for a fork under
+/// way, or another walk, to end first).
+struct LoaderWalk;
+
+impl LoaderWalk {
+    fn begin() -> LoaderWalk {
+        while LOADER_WALK
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            std::thread::yield_now();
+        }
+        LoaderWalk
+    }
+}
+
+impl Drop for LoaderWalk {
+    fn drop(&mut self) {
+        LOADER_WALK.store(false, Ordering::Release);
+    }
+}
+
+/// For a `pthread_atfork` prepare handler: takes the walk marker if no walk of the loader's
+/// list is under way (one atomic operation, async-signal-safe); `true` when taken, and then
+/// no walk starts until [`release_walks_after_fork`]. The caller retries for a bounded
+/// time, and forks regardless if a walk does not end.
+pub fn hold_walks_for_fork() -> bool {
+    LOADER_WALK
+        .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .is_ok()
+}
+
+/// After the fork (in the parent and in the child), when [`hold_walks_for_fork`] took the
+/// marker: walks may start again.
+pub fn release_walks_after_fork() {
+    LOADER_WALK.store(false, Ordering::Release);
+}
+
 /// Lists the loaded modules with `dl_iterate_phdr`.
 fn scan_modules() -> Vec<ScannedModule> {
+    let _walk = LoaderWalk::begin();
     let mut out: Vec<ScannedModule> = Vec::new();
     // SAFETY: the callback only reads the `dl_phdr_info` the loader passes for the duration
     // of the call, and `data` is the `Vec` above, alive for the whole call.
@@ -257,6 +304,31 @@ pub fn gnu_build_id(notes: &[u8], align: usize) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fork_holds_walks_of_the_loader_and_waits_for_one_under_way() {
+        // Held for a fork: a second hold fails, and a walk waits until it is released.
+        assert!(hold_walks_for_fork());
+        assert!(!hold_walks_for_fork());
+        let walker = std::thread::spawn(|| scan_modules().len());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(!walker.is_finished(), "a walk started during a fork");
+        release_walks_after_fork();
+        assert!(walker.join().unwrap() > 0, "the walk lists the modules");
+        // A walk under way keeps a fork's hold off until it ends.
+        let walk = LoaderWalk::begin();
+        assert!(!hold_walks_for_fork());
+        drop(walk);
+        // (Retried: under `cargo test` another test's walk may be under way.)
+        let held = (0..10_000).any(|_| {
+            hold_walks_for_fork() || {
+                std::thread::yield_now();
+                false
+            }
+        });
+        assert!(held);
+        release_walks_after_fork();
+    }
 
     #[test]
     fn own_code_resolves_to_a_module_with_a_stable_offset() {

@@ -90,7 +90,11 @@ pub fn on_load() {
     // SAFETY: registering plain function pointers; the handlers only touch atomics and
     // leaked memory (child) or write files (exit).
     unsafe {
-        libc::pthread_atfork(None, None, Some(in_forked_child));
+        libc::pthread_atfork(
+            Some(before_fork),
+            Some(after_fork_in_parent),
+            Some(in_forked_child),
+        );
         libc::atexit(at_exit);
     }
 }
@@ -146,7 +150,42 @@ pub fn get() -> Option<&'static State> {
     }
 }
 
+/// Whether [`before_fork`] took the marker of pinwise's walks of the loader's list.
+static HELD_FOR_FORK: AtomicBool = AtomicBool::new(false);
+
+/// Before a fork (`pthread_atfork` prepare): waits, at most 100 ms, for a walk of the
+/// loader's list by pinwise's drain thread to end, and keeps another from starting until
+/// the fork is done (see `pinwise_alloc::callsite::hold_walks_for_fork`: a child forked in
+/// the middle of one could wait forever on the loader's lock). Forks regardless after the
+/// 100 ms. Atomics and `nanosleep` only.
+extern "C" fn before_fork() {
+    let step = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 100_000,
+    };
+    for _ in 0..1000 {
+        if pinwise_alloc::callsite::hold_walks_for_fork() {
+            HELD_FOR_FORK.store(true, Ordering::Relaxed);
+            return;
+        }
+        // SAFETY: nanosleep with a valid request and no remainder.
+        unsafe { libc::nanosleep(&step, std::ptr::null_mut()) };
+    }
+}
+
+/// After a fork, in the parent: walks of the loader's list may start again.
+extern "C" fn after_fork_in_parent() {
+    release_walks_held_for_fork();
+}
+
+fn release_walks_held_for_fork() {
+    if HELD_FOR_FORK.swap(false, Ordering::Relaxed) {
+        pinwise_alloc::callsite::release_walks_after_fork();
+    }
+}
+
 extern "C" fn in_forked_child() {
+    release_walks_held_for_fork();
     // A child forked after the parent started using CUDA cannot use CUDA itself (the
     // driver does not survive fork): it is a worker doing CPU work, such as a PyTorch
     // DataLoader's. pinwise stays out of its way entirely (every hook forwards, no malloc
